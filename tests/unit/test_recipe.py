@@ -1,0 +1,114 @@
+"""The recipe: RECIPE.md's argv verbatim, and every invariant's error names what broke."""
+
+from __future__ import annotations
+
+import pytest
+
+from miles_amd.recipe import Hardware, Recipe, RecipeError, parse_hardware
+
+# Transcribed from RECIPE.md ("Model arguments" and "Train arguments of the default recipe").
+RECIPE_MD_MODEL_ARGS = """
+--num-layers 24 --hidden-size 2880 --ffn-hidden-size 2880 --num-attention-heads 64
+--group-query-attention --num-query-groups 8 --kv-channels 64
+--use-rotary-position-embeddings --rotary-percent 1.0 --rotary-base 150000
+--max-position-embeddings 131072 --normalization RMSNorm --norm-epsilon 1e-5 --swiglu
+--untie-embeddings-and-output-weights --vocab-size 201088 --softmax-type learnable
+--window-size 128,0 --window-attn-skip-freq 2 --no-masked-softmax-fusion --no-rope-fusion
+--num-experts 32 --moe-router-topk 4 --moe-aux-loss-coeff 0.0
+--moe-token-dispatcher-type alltoall --moe-router-dtype fp32 --moe-grouped-gemm
+"""
+RECIPE_MD_TRAIN_ARGS = """
+--hf-checkpoint /root/models/gpt-oss-20b-bf16 --megatron-to-hf-mode bridge
+--lora-rank 32 --lora-alpha 32 --lora-dropout 0.0
+--target-modules gate_proj,up_proj,down_proj --no-sglang-lora-use-virtual-experts
+--lora-base-cpu-backup
+--prompt-data /root/datasets/dapo-math-17k/dapo-math-17k.jsonl --input-key prompt
+--label-key label --apply-chat-template --rollout-shuffle --balance-data --rm-type math
+--num-rollout 20 --rollout-batch-size 8 --n-samples-per-prompt 8
+--rollout-max-response-len 4096 --rollout-temperature 1 --global-batch-size 64
+--optimizer adam --lr 1e-05 --lr-decay-style constant --weight-decay 0.1
+--adam-beta1 0.9 --adam-beta2 0.98
+--advantage-estimator grpo --entropy-coef 0.00 --eps-clip 0.2 --eps-clip-high 0.28
+--tensor-model-parallel-size 4 --sequence-parallel
+--pipeline-model-parallel-size 1 --context-parallel-size 1
+--expert-model-parallel-size 1 --expert-tensor-parallel-size 1
+--recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+--micro-batch-size 1 --max-tokens-per-gpu 4096
+--rollout-num-gpus-per-engine 4 --sglang-mem-fraction-static 0.2
+--sglang-dtype bfloat16 --sglang-decode-log-interval 1000 --sglang-max-lora-rank 32
+--sglang-lora-backend triton --sglang-moe-runner-backend triton
+--sglang-attention-backend triton
+--train-backend megatron --attention-dropout 0.0 --hidden-dropout 0.0
+--qkv-format bshd --attention-backend unfused --actor-num-nodes 1
+--actor-num-gpus-per-node 8 --num-gpus-per-node 8 --colocate
+"""
+
+
+def test_default_argv_is_recipe_md_verbatim() -> None:
+    recipe = Recipe()
+    assert recipe.model_argv() == RECIPE_MD_MODEL_ARGS.split()
+    assert recipe.train_argv() == RECIPE_MD_TRAIN_ARGS.split()
+    assert recipe.argv() == RECIPE_MD_MODEL_ARGS.split() + RECIPE_MD_TRAIN_ARGS.split()
+
+
+def test_wandb_args_sit_after_grpo_and_carry_no_key() -> None:
+    argv = Recipe(use_wandb=True, wandb_group="run-7").train_argv()
+    at = argv.index("--use-wandb")
+    assert argv[at - 2 : at] == ["--eps-clip-high", "0.28"]
+    assert argv[at : at + 6] == [
+        "--use-wandb",
+        "--wandb-project",
+        "miles-amd",
+        "--wandb-group",
+        "run-7",
+        "--disable-wandb-random-suffix",
+    ]
+    assert "--wandb-key" not in argv
+
+
+def test_extra_args_are_shell_split_and_last() -> None:
+    argv = Recipe(extra_args="--seed 7 --note 'two words'").train_argv()
+    assert argv[-4:] == ["--seed", "7", "--note", "two words"]
+
+
+def test_override_replaces_the_pinned_flag_and_its_value() -> None:
+    argv = Recipe(extra_args="--lr=3e-6 --colocate", override_pinned=True).train_argv()
+    assert "--lr" not in argv and "1e-05" not in argv
+    assert argv.count("--colocate") == 1 and argv[-2:] == ["--lr=3e-6", "--colocate"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"global_batch_size": 32}, "batch shape"),
+        ({"n_samples_per_prompt": 16}, "batch shape"),
+        ({"num_gpus": 6}, "divisible by tensor_model_parallel_size"),
+        ({"num_gpus": 4, "rollout_num_gpus_per_engine": 8}, "rollout_num_gpus_per_engine"),
+        ({"num_gpus": 16}, "one MI355X node has 8 GPUs"),
+        ({"lora_rank": 16}, "lora_rank 16 != sglang_max_lora_rank 32"),
+        ({"use_dynamic_batch_size": True}, "use_dynamic_batch_size with qkv_format bshd"),
+        ({"hardware": "H100"}, "--hardware H100"),
+        ({"extra_args": "--lr 2e-5"}, "--extra-args repeats flags the recipe pins: --lr"),
+        ({"extra_args": "--num-rollout=3"}, "--num-rollout"),
+        ({"extra_args": "--note 'unterminated"}, "--extra-args"),
+        ({"num_rollout": 0}, "num_rollout must be >= 1"),
+        ({"sglang_mem_fraction_static": 1.5}, "sglang_mem_fraction_static"),
+    ],
+)
+def test_invariant_errors_name_what_broke(kwargs: dict, needle: str) -> None:
+    with pytest.raises(RecipeError, match=None) as err:
+        Recipe(**kwargs)
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_dynamic_batch_size_is_fine_without_bshd() -> None:
+    argv = Recipe(use_dynamic_batch_size=True, qkv_format="thd").train_argv()
+    assert "--use-dynamic-batch-size" in argv
+
+
+def test_hardware_parsing() -> None:
+    assert parse_hardware("mi350x") is Hardware.MI350X
+    assert Recipe(hardware="MI350X").hardware is Hardware.MI350X  # type: ignore[arg-type]
+    with pytest.raises(RecipeError, match="unknown hardware"):
+        parse_hardware("MI300X")
