@@ -1,0 +1,121 @@
+"""Fail-fast while a run is going: read the growing evidence, trip at the first hard failure.
+
+Decides *when* a running job is already lost; *what* counts as lost is the gate's
+``hard_failures`` (a spike above the threshold, a non-finite gated value, a fatal log
+sentinel): the same rule functions the final verdict uses, applied to a partial run. The
+watcher only reads (``load_run(live=True)`` tolerates the half-written last record of an
+event file a writer is still appending to) and reports a :class:`Trip`; stopping the job is
+the driver's side effect.
+
+The moment a fault *appeared* is taken from the job's own clock: the timestamp miles prints
+on the log line of that rollout (``[YYYY-MM-DD HH:MM:SS.mmm ]``, local time), or on the
+sentinel's line. The driver's stop time minus that is the fail-fast latency it reports.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from miles_amd.evidence import RunEvidence
+
+LOG_TIME = re.compile(r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3})\s*\]")
+METRIC_LINE = re.compile(r" - (?:step|rollout|perf) (\d+): \{")
+
+
+@dataclass(frozen=True)
+class Trip:
+    """The first hard failure seen: which rule, at which step, when it appeared and was seen."""
+
+    rule: str
+    detail: str
+    step: int | None
+    fault_time: float | None  # seconds since the epoch, from the job's own log line
+    detected_at: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "rule": self.rule,
+            "detail": self.detail,
+            "step": self.step,
+            "fault_time": self.fault_time,
+            "detected_at": self.detected_at,
+        }
+
+
+def line_time(line: str) -> float | None:
+    """The epoch time of a miles log line's ``[asctime.msecs ]`` stamp, or None."""
+    match = LOG_TIME.search(line)
+    if not match:
+        return None
+    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+
+
+def first_metric_line_time(log_lines: Sequence[str], step: int) -> float | None:
+    """When the first metric line (step/rollout/perf) of ``step`` was printed."""
+    for line in log_lines:
+        match = METRIC_LINE.search(line)
+        if match and int(match.group(1)) == step:
+            return line_time(line)
+    return None
+
+
+class FailFastWatcher:
+    """Polls a run dir; ``judge`` maps partial evidence to the failing hard checks.
+
+    ``judge`` is injected (the gate's ``hard_failures`` bound to a baseline) so the watcher
+    stays a reader with one rule: the first failing check trips it, once.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        judge: Callable[[RunEvidence], Sequence[Any]],
+        load: Callable[[Path], RunEvidence] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.judge = judge
+        self.load = load or _load_live
+        self.trip: Trip | None = None
+
+    def poll(self) -> Trip | None:
+        if self.trip is not None:
+            return self.trip
+        if not self.run_dir.exists():
+            return None
+        failures = list(self.judge(self.load(self.run_dir)))
+        if not failures:
+            return None
+        check = failures[0]
+        detected_at = time.time()
+        step = getattr(check, "step", None)
+        self.trip = Trip(
+            rule=str(getattr(check, "name", check)),
+            detail=str(getattr(check, "detail", "")),
+            step=step,
+            fault_time=self._fault_time(check, step),
+            detected_at=detected_at,
+        )
+        return self.trip
+
+    def _fault_time(self, check: Any, step: int | None) -> float | None:
+        log_path = self.run_dir / "job.log"
+        try:
+            lines = log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        line_no = getattr(check, "line", None)
+        if isinstance(line_no, int) and 0 < line_no <= len(lines):
+            return line_time(lines[line_no - 1])
+        return first_metric_line_time(lines, step) if step is not None else None
+
+
+def _load_live(run_dir: Path) -> RunEvidence:
+    from miles_amd.metrics.run_dir import load_run
+
+    return load_run(run_dir, live=True)

@@ -1,0 +1,64 @@
+"""One real Ray head on 127.0.0.1 for the whole rehearsal session, and process checks.
+
+The head is started by the same :class:`~miles_amd.ray_head.RayHead` the driver uses (free
+ports, private temp dir), so it never collides with another cluster; tests hand its
+dashboard URL to the driver as ``RAY_ADDRESS``, the external-cluster path. At the end of
+the session the head is stopped and every process it spawned is checked gone, by pid.
+After each test no job entrypoint the test started may still be alive.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from miles_amd.launcher import ray_start_argv
+from miles_amd.ray_head import RayHead
+
+JOB_MARKERS = ("miles_amd.replay", "miles_amd_rehearsal_job")
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
+    log = tmp_path_factory.mktemp("ray") / "head.log"
+    head = RayHead.start(ray_start_argv(0, "127.0.0.1"), env=dict(os.environ), log_path=log)
+    try:
+        yield head
+    finally:
+        head.stop()
+    left = head.leftovers()
+    assert not left, f"Ray processes left after the session: {[p.pid for p in left]}"
+
+
+def job_processes(head: RayHead) -> list[psutil.Process]:
+    """Job entrypoints (replays, test jobs) running under the session head."""
+    try:
+        children = psutil.Process(head.owned.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    found = []
+    for child in children:
+        try:
+            cmdline = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if any(marker in cmdline for marker in JOB_MARKERS):
+            found.append(child)
+    return found
+
+
+@pytest.fixture
+def cluster_env(ray_head: RayHead) -> Iterator[dict[str, str]]:
+    """The environment a launch sees with the session head as its external cluster."""
+    yield {**os.environ, "RAY_ADDRESS": ray_head.dashboard_url}
+    _gone, alive = psutil.wait_procs(job_processes(ray_head), timeout=10)
+    assert not alive, f"job processes left by the test: {[p.pid for p in alive]}"
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> str:
+    return str(tmp_path / "state")

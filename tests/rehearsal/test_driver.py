@@ -1,0 +1,148 @@
+"""The driver on a real Ray cluster with real job processes (no replay, no gate needed).
+
+The job's entrypoint is a tiny Python program standing in for train.py; the recipe argv
+follows it unchanged, exactly as on the node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from miles_amd.driver import execute
+from miles_amd.launcher import build_train_plan
+from miles_amd.recipe import Recipe
+
+pytestmark = pytest.mark.rehearsal
+
+JOB = "miles_amd_rehearsal_job"
+
+
+def program(code: str) -> tuple[str, ...]:
+    """An entrypoint prefix: ``python -c CODE`` (the recipe argv lands in sys.argv)."""
+    return (sys.executable, "-c", f"# {JOB}\n{code}")
+
+
+def plan_for(code: str, env: dict[str, str], run_dir: Path):
+    return build_train_plan(
+        Recipe(num_rollout=3), env, run_dir=str(run_dir), entrypoint_prefix=program(code)
+    )
+
+
+def never(_evidence) -> list:
+    return []
+
+
+def test_success_writes_log_and_job_json(cluster_env, tmp_path, state_dir) -> None:
+    code = (
+        "import os, sys\n"
+        "print('argv', len(sys.argv) > 100, '--num-rollout' in sys.argv, flush=True)\n"
+        "print('tb', os.environ['TENSORBOARD_DIR'], flush=True)\n"
+        "print('secret' if 'WANDB_API_KEY' in os.environ else 'no-key', flush=True)\n"
+    )
+    env = {**cluster_env, "WANDB_API_KEY": "wk-not-printed-123"}
+    run_dir = tmp_path / "run"
+    outcome = execute(
+        plan_for(code, env, run_dir), timeout_s=120, judge_partial=never, state_dir=state_dir
+    )
+    assert outcome.status == "SUCCEEDED" and outcome.exit_code == 0
+    log = (run_dir / "job.log").read_text()
+    assert "argv True True" in log and f"tb {run_dir}/tensorboard" in log
+    assert "secret" in log, "the W&B key reached the job's env"
+    job = json.loads((run_dir / "job.json").read_text())
+    assert job["status"] == "SUCCEEDED" and job["stopped_by"] is None
+    assert job["end_time"] >= job["start_time"] > 0
+    plan_text = (run_dir / "plan.json").read_text() + log
+    assert "wk-not-printed-123" not in plan_text
+
+
+def test_failed_job_exits_one_with_message(cluster_env, tmp_path, state_dir) -> None:
+    code = "import sys\nprint('about to fail', flush=True)\nsys.exit(3)\n"
+    run_dir = tmp_path / "run"
+    outcome = execute(
+        plan_for(code, cluster_env, run_dir),
+        timeout_s=120,
+        judge_partial=never,
+        state_dir=state_dir,
+    )
+    assert outcome.status == "FAILED" and outcome.exit_code == 1
+    job = json.loads((run_dir / "job.json").read_text())
+    assert job["driver_exit_code"] == 3 and "about to fail" in (run_dir / "job.log").read_text()
+
+
+def test_timeout_stops_the_job(cluster_env, tmp_path, state_dir) -> None:
+    code = "import time\nprint('hanging', flush=True)\ntime.sleep(600)\n"
+    run_dir = tmp_path / "run"
+    outcome = execute(
+        plan_for(code, cluster_env, run_dir),
+        timeout_s=3,
+        judge_partial=never,
+        state_dir=state_dir,
+    )
+    assert outcome.status == "STOPPED" and outcome.stopped_by == "timeout"
+    assert outcome.exit_code == 1
+    assert json.loads((run_dir / "job.json").read_text())["stopped_by"] == "timeout"
+
+
+class TripOnLine:
+    """A judge that fails once the job printed a marker line (stands in for a spike)."""
+
+    name = "marker"
+    detail = "marker line seen"
+    step = 2
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def __call__(self, _evidence) -> list:
+        return [self] if "FAULT" in (self.run_dir / "job.log").read_text() else []
+
+
+def test_fail_fast_stops_within_two_intervals(cluster_env, tmp_path, state_dir) -> None:
+    code = (
+        "import time, datetime\n"
+        "for k in range(60):\n"
+        "    stamp = datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]\n"
+        "    tag = ' FAULT' if k == 2 else ''\n"
+        "    print(f'(MegatronTrainRayActor pid=1) [{stamp} ] log_utils.py:1 - step {k}: "
+        "{{}}{tag}', flush=True)\n"
+        "    time.sleep(0.5)\n"
+    )
+    run_dir = tmp_path / "run"
+    interval = 1.0
+    outcome = execute(
+        plan_for(code, cluster_env, run_dir),
+        timeout_s=120,
+        watch_interval_s=interval,
+        judge_partial=TripOnLine(run_dir),
+        state_dir=state_dir,
+    )
+    assert outcome.stopped_by == "fail-fast" and outcome.status == "STOPPED"
+    assert outcome.trip is not None and outcome.trip.step == 2
+    job = json.loads((run_dir / "job.json").read_text())
+    assert job["failfast"]["rule"] == "marker"
+    # Latency from the job's own clock: the stamp on the faulty line to the stop request.
+    assert 0 <= job["failfast_latency_s"] <= 2 * interval + 1.0, job
+    assert "step 10:" not in (run_dir / "job.log").read_text()
+
+
+def test_own_head_is_started_and_stopped_by_pid(tmp_path, state_dir) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    run_dir = tmp_path / "run"
+    plan = plan_for("print('own head ok', flush=True)\n", env, run_dir)
+    assert [s.name for s in plan.steps] == ["cleanup", "ray-start", "submit"]
+    outcome = execute(plan, timeout_s=120, judge_partial=never, state_dir=state_dir)
+    assert outcome.status == "SUCCEEDED" and "own head ok" in (run_dir / "job.log").read_text()
+    assert len(outcome.head_pids) > 3
+    alive = [
+        p
+        for p in outcome.head_pids
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
+    assert not alive, f"processes of the driver's head still alive: {alive}"
+    assert not (Path(state_dir) / "ray_head.json").exists()
