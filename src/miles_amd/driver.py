@@ -37,6 +37,7 @@ from miles_amd.launcher import RAY_HEAD_STATE_FILE, LaunchPlan
 from miles_amd.watcher import FailFastWatcher, Trip
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+STALE_EVIDENCE = ("tensorboard", "ci_history", "job.json", "job.log", "report")
 EXIT_PASS, EXIT_FAIL, EXIT_UNUSABLE = 0, 1, 2
 
 
@@ -128,6 +129,12 @@ def execute(
     if plan.job is None or plan.run_dir is None:
         raise DriverError("the plan has no job or no run dir; build it with build_train_plan")
     run_dir = Path(plan.run_dir)
+    stale = [name for name in STALE_EVIDENCE if (run_dir / name).exists()]
+    if stale:
+        raise DriverError(
+            f"run dir {run_dir} already holds {', '.join(stale)} from an earlier run; "
+            "pass a fresh --run-dir (old evidence would mix into this run's)"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "job.log").write_text("")
     write_json(run_dir / "plan.json", plan.to_dict())

@@ -146,3 +146,13 @@ def test_own_head_is_started_and_stopped_by_pid(tmp_path, state_dir) -> None:
     ]
     assert not alive, f"processes of the driver's head still alive: {alive}"
     assert not (Path(state_dir) / "ray_head.json").exists()
+
+
+def test_refuses_a_run_dir_with_old_evidence(cluster_env, tmp_path, state_dir) -> None:
+    from miles_amd.driver import DriverError
+
+    run_dir = tmp_path / "run"
+    (run_dir / "tensorboard").mkdir(parents=True)
+    with pytest.raises(DriverError, match="already holds tensorboard"):
+        execute(plan_for("print(1)", cluster_env, run_dir), timeout_s=30, state_dir=state_dir)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["tensorboard"]
