@@ -1,0 +1,1 @@
+"""Sub-commands of the miles-amd CLI; each module exposes register(app)."""

@@ -1,0 +1,567 @@
+"""miles_amd.preflight and ``miles-amd preflight`` on real files, tools and subprocesses.
+
+Hardware-only facts are exercised through what the probes really read: executables named
+``amd-smi``/``rocm-smi`` put first on ``PATH``, package directories and ``.dist-info``
+metadata put on ``PYTHONPATH`` of a fresh interpreter, and real git checkouts in tmp dirs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict
+from datetime import datetime
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+
+from miles_amd import preflight
+from miles_amd.preflight import (
+    PROBES,
+    Fact,
+    PreflightConfig,
+    aiter_fact,
+    format_table,
+    judge_gpus,
+    parse_amd_smi_static,
+    parse_rocm_smi_product,
+    preflight_ok,
+    probe_aiter_variant,
+    probe_checkpoint,
+    probe_dataset,
+    probe_disk,
+    probe_gpus,
+    probe_megatron_lm,
+    probe_miles,
+    probe_name,
+    probe_rocm,
+    run_preflight,
+    sglang_lora_endpoint_fact,
+    write_env_json,
+)
+from tests.unit.test_inputs import DAPO_RECORD, write_checkpoint
+
+GPU_TOOLS_HERE = (
+    bool(find_spec("torch") or shutil.which("amd-smi") or shutil.which("rocm-smi"))
+    or Path("/dev/kfd").exists()
+)
+NO_TORCH = find_spec("torch") is None
+needs_no_torch = pytest.mark.skipif(not NO_TORCH, reason="a real torch answers the GPU probe first")
+
+LORA_ROUTE_SOURCE = """
+@app.api_route("/register_lora_adapter", methods=["POST"])
+async def register_lora_adapter(obj: RegisterLoRAAdapterReqInput, request: Request):
+    return await _global_state.tokenizer_manager.register_lora_adapter(obj, request)
+"""
+OTHER_ROUTES_SOURCE = """
+@app.api_route("/load_lora_adapter", methods=["POST"])
+async def load_lora_adapter(obj: LoadLoRAAdapterReqInput, request: Request):
+    return await _global_state.tokenizer_manager.load_lora_adapter(obj, request)
+"""
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def config_for(tmp_path: Path, **overrides: object) -> PreflightConfig:
+    values: dict[str, object] = {
+        "model_dir": tmp_path / "models",
+        "data_dir": tmp_path / "datasets",
+        "miles_dir": tmp_path / "miles",
+        "megatron_dir": tmp_path / "Megatron-LM",
+        "run_dir": tmp_path / "runs" / "preflight",
+        "rocm_root": tmp_path / "rocm",
+    }
+    values.update(overrides)
+    return PreflightConfig(**values)  # type: ignore[arg-type]
+
+
+def make_tool(bin_dir: Path, name: str, body: str) -> Path:
+    """An executable ``name`` in ``bin_dir`` running ``body`` with this interpreter."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    tool = bin_dir / name
+    tool.write_text(f"#!{sys.executable}\nimport json, sys\nargs = sys.argv[1:]\n{body}")
+    tool.chmod(0o755)
+    return tool
+
+
+def fake_amd_smi(bin_dir: Path, *, count: int, arch: str, rocm: str = "7.2.0") -> None:
+    make_tool(
+        bin_dir,
+        "amd-smi",
+        f"""
+if args[:1] == ["version"]:
+    print("AMDSMI Tool: 26.2.0 | AMDSMI Library version: 26.2.0 | ROCm version: {rocm} | "
+          "amdgpu version: 6.16.6")
+elif args[:2] == ["static", "--asic"]:
+    gpus = [{{"gpu": i, "asic": {{"market_name": "AMD Instinct MI355X",
+             "target_graphics_version": "{arch}"}}}} for i in range({count})]
+    print(json.dumps({{"gpu_data": gpus}}))
+else:
+    sys.exit(2)
+""",
+    )
+
+
+def git_checkout(root: Path) -> str:
+    """Make ``root`` a git checkout with one commit; return the commit."""
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "init")
+    return git("rev-parse", "HEAD")
+
+
+def write_dist_info(site: Path, name: str, version: str, top_level: str) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "top_level.txt").write_text(f"{top_level}\n")
+    (info / "RECORD").write_text(f"{top_level}/__init__.py,,\n{info.name}/METADATA,,\n")
+
+
+def probe_in_subprocess(probe: str, pythonpath: Path, tmp_path: Path) -> dict[str, str]:
+    """Run one probe in a fresh interpreter whose sys.path starts with ``pythonpath``."""
+    code = (
+        "import json, sys\n"
+        "from dataclasses import asdict\n"
+        "from pathlib import Path\n"
+        "from miles_amd import preflight\n"
+        "here = Path(sys.argv[1])\n"
+        "config = preflight.PreflightConfig(here, here, here, here, here)\n"
+        f"print(json.dumps(asdict(preflight.{probe}(config))))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+# ---- this machine: no GPU, no torch ----------------------------------------------------------
+
+
+@pytest.mark.skipif(GPU_TOOLS_HERE, reason="asserts the GPU-less machine's answer")
+def test_on_this_gpu_less_machine_the_gpu_probe_says_missing(tmp_path: Path) -> None:
+    facts = run_preflight(config_for(tmp_path))
+    by_name = {f.name: f for f in facts}
+    assert by_name["gpus"].status == "missing"
+    assert "no AMD GPU visible" in by_name["gpus"].message
+    assert by_name["torch"].status == "missing"
+    assert not preflight_ok(facts)
+    gpu_row = next(line for line in format_table(facts).splitlines() if line.startswith("gpus "))
+    assert gpu_row.split()[:2] == ["gpus", "missing"]
+
+
+def test_facts_come_in_probe_order_with_probe_names(tmp_path: Path) -> None:
+    facts = run_preflight(config_for(tmp_path))
+    assert [f.name for f in facts] == [probe_name(p) for p in PROBES]
+    assert all(f.status in ("ok", "missing", "wrong") for f in facts)
+    assert all(f.message for f in facts if f.status != "ok")
+
+
+def test_a_crashing_probe_is_a_wrong_fact_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def probe_broken(config: PreflightConfig) -> Fact:
+        raise OSError("device busy")
+
+    monkeypatch.setattr(preflight, "PROBES", (probe_broken, probe_aiter_variant))
+    facts = run_preflight(config_for(tmp_path, aiter_variant="stock"))
+    assert facts[0] == Fact("broken", "wrong", "", "the probe raised OSError: device busy")
+    assert facts[1].status == "ok"
+    assert not preflight_ok(facts)
+
+
+# ---- GPUs ------------------------------------------------------------------------------------
+
+
+def test_judge_gpus() -> None:
+    assert judge_gpus(["gfx950"] * 8, "torch", 8, "gfx950") == Fact(
+        "gpus", "ok", "8x gfx950 (torch)"
+    )
+    few = judge_gpus(["gfx950"] * 4, "amd-smi", 8, "gfx950")
+    assert (few.status, few.value) == ("wrong", "4x gfx950 (amd-smi)")
+    assert "needs 8 GPUs, 4 visible" in few.message
+    mi300 = judge_gpus(["gfx942"] * 8, "amd-smi", 8, "gfx950")
+    assert mi300.status == "wrong"
+    assert "validated on gfx950" in mi300.message and "gfx942" in mi300.message
+    assert judge_gpus([], "rocm-smi", 8, "gfx950").status == "missing"
+
+
+def test_parse_amd_smi_static_both_layouts() -> None:
+    record = {"gpu": 0, "asic": {"target_graphics_version": "gfx950:sramecc+:xnack-"}}
+    assert parse_amd_smi_static(json.dumps([record, record])) == ["gfx950", "gfx950"]
+    assert parse_amd_smi_static(json.dumps({"gpu_data": [record]})) == ["gfx950"]
+    assert parse_amd_smi_static(json.dumps({"gpu_data": []})) == []
+    assert parse_amd_smi_static("AMDSMI error: no GPU") is None
+
+
+def test_parse_rocm_smi_product() -> None:
+    text = json.dumps(
+        {
+            "card0": {"Card Series": "AMD Instinct MI355X", "GFX Version": "gfx950"},
+            "card1": {"Card Series": "AMD Instinct MI355X", "GFX Version": "gfx950"},
+            "system": {"Driver version": "6.16.6"},
+        }
+    )
+    assert parse_rocm_smi_product(text) == ["gfx950", "gfx950"]
+    assert parse_rocm_smi_product("[]") is None
+
+
+@needs_no_torch
+def test_gpus_from_a_real_amd_smi_executable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_amd_smi(tmp_path / "bin", count=8, arch="gfx950:sramecc+:xnack-")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert probe_gpus(config_for(tmp_path)) == Fact("gpus", "ok", "8x gfx950 (amd-smi)")
+    assert probe_gpus(config_for(tmp_path, expected_arch="gfx942")).status == "wrong"
+
+
+@needs_no_torch
+def test_gpus_fall_back_to_rocm_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_tool(tmp_path / "bin", "amd-smi", "sys.exit(1)\n")
+    cards = {f"card{i}": {"GFX Version": "gfx950"} for i in range(6)}
+    make_tool(tmp_path / "bin", "rocm-smi", f"print(json.dumps({cards!r}))\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    fact = probe_gpus(config_for(tmp_path))
+    assert (fact.status, fact.value) == ("wrong", "6x gfx950 (rocm-smi)")
+
+
+@needs_no_torch
+def test_no_gpu_tools_on_path_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert probe_gpus(config_for(tmp_path)).status == "missing"
+
+
+# ---- ROCm ------------------------------------------------------------------------------------
+
+
+def test_rocm_version_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    info = tmp_path / "rocm" / ".info"
+    info.mkdir(parents=True)
+    (info / "version").write_text("7.2.0-43\n")
+    fact = probe_rocm(config_for(tmp_path))
+    assert (fact.status, fact.value) == ("ok", f"7.2.0-43 ({info / 'version'})")
+    (info / "version").write_text("6.4.1-120\n")
+    old = probe_rocm(config_for(tmp_path))
+    assert old.status == "wrong"
+    assert "ROCm 7.2" in old.message
+
+
+def test_rocm_version_from_amd_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_amd_smi(tmp_path / "bin", count=8, arch="gfx950", rocm="7.2.1")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert probe_rocm(config_for(tmp_path)) == Fact("rocm", "ok", "7.2.1 (amd-smi version)")
+
+
+def test_no_rocm_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert probe_rocm(config_for(tmp_path)).status == "missing"
+
+
+# ---- SGLang's LoRA endpoint ------------------------------------------------------------------
+
+
+def fake_sglang(site: Path, http_server_source: str | None) -> Path:
+    package = site / "sglang"
+    (package / "srt" / "entrypoints").mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "0.5.4"\n')
+    if http_server_source is not None:
+        (package / "srt" / "entrypoints" / "http_server.py").write_text(http_server_source)
+    return package
+
+
+def test_sglang_endpoint_found_in_http_server(tmp_path: Path) -> None:
+    package = fake_sglang(tmp_path, OTHER_ROUTES_SOURCE + LORA_ROUTE_SOURCE)
+    fact = sglang_lora_endpoint_fact(package)
+    assert fact.status == "ok"
+    assert "http_server.py" in fact.value
+
+
+def test_sglang_without_the_endpoint_is_wrong(tmp_path: Path) -> None:
+    fact = sglang_lora_endpoint_fact(fake_sglang(tmp_path, OTHER_ROUTES_SOURCE))
+    assert fact.status == "wrong"
+    assert "HTTP 404" in fact.message
+    assert "first LoRA weight update" in fact.message
+
+
+def test_sglang_without_entrypoint_sources_cannot_be_confirmed(tmp_path: Path) -> None:
+    fact = sglang_lora_endpoint_fact(fake_sglang(tmp_path, None))
+    assert fact.status == "wrong"
+    assert "cannot confirm" in fact.message
+
+
+def test_no_sglang_is_missing() -> None:
+    assert sglang_lora_endpoint_fact(None).status == "missing"
+
+
+def test_installed_sglang_located_by_find_spec_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    fake_sglang(site, LORA_ROUTE_SOURCE)
+    fact = probe_in_subprocess("probe_sglang_lora_endpoint", site, tmp_path)
+    assert fact["status"] == "ok"
+    assert str(site / "sglang" / "srt" / "entrypoints" / "http_server.py") in fact["value"]
+
+    without = tmp_path / "site2"
+    fake_sglang(without, OTHER_ROUTES_SOURCE)
+    assert probe_in_subprocess("probe_sglang_lora_endpoint", without, tmp_path)["status"] == (
+        "wrong"
+    )
+
+
+def test_sglang_version_and_commit_from_a_checkout(tmp_path: Path) -> None:
+    repo = tmp_path / "sglang-repo"
+    site = repo / "python"
+    fake_sglang(site, LORA_ROUTE_SOURCE)
+    write_dist_info(site, "sglang", "0.5.4", "sglang")
+    commit = git_checkout(repo)
+    fact = probe_in_subprocess("probe_sglang", site, tmp_path)
+    assert fact == {
+        "name": "sglang",
+        "status": "ok",
+        "value": f"sglang 0.5.4 @ {commit[:12]}",
+        "message": "",
+    }
+
+
+def test_no_commit_for_packages_in_site_packages(tmp_path: Path) -> None:
+    repo = tmp_path / "project"
+    site = repo / "venv" / "lib" / "python3.11" / "site-packages"
+    fake_sglang(site, LORA_ROUTE_SOURCE)
+    write_dist_info(site, "sglang", "0.5.4", "sglang")
+    git_checkout(repo)
+    assert probe_in_subprocess("probe_sglang", site, tmp_path)["value"] == "sglang 0.5.4"
+
+
+# ---- aiter -----------------------------------------------------------------------------------
+
+
+def test_pypi_aiter_distribution_is_flagged_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "aiter").mkdir(parents=True)
+    (site / "aiter" / "__init__.py").write_text('"""Async iterator helpers."""\n')
+    write_dist_info(site, "aiter", "0.13.0", "aiter")
+    fact = probe_in_subprocess("probe_aiter", site, tmp_path)
+    assert fact["status"] == "wrong"
+    assert "async-iterator" in fact["message"]
+    assert "pip uninstall aiter" in fact["message"]
+
+
+def test_amd_aiter_distribution_is_accepted_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "aiter" / "jit").mkdir(parents=True)
+    (site / "aiter" / "__init__.py").write_text("")
+    write_dist_info(site, "amd-aiter", "0.1.5", "aiter")
+    fact = probe_in_subprocess("probe_aiter", site, tmp_path)
+    assert (fact["status"], fact["value"]) == ("ok", "amd-aiter 0.1.5")
+
+
+def test_aiter_fact_rules(tmp_path: Path) -> None:
+    assert aiter_fact(None, []).status == "missing"
+    assert aiter_fact(tmp_path, ["aiter"]).status == "wrong"
+    assert aiter_fact(tmp_path, ["amd-aiter", "aiter"]).status == "wrong"  # clobbered by PyPI
+    assert aiter_fact(tmp_path, []).status == "wrong"  # no metadata, not AMD's layout
+    (tmp_path / "jit").mkdir()
+    assert aiter_fact(tmp_path, []).status == "ok"  # AMD source install without metadata
+
+
+def test_aiter_variant_is_recorded(tmp_path: Path) -> None:
+    assert probe_aiter_variant(config_for(tmp_path, aiter_variant="patched")).value == "patched"
+    assert probe_aiter_variant(config_for(tmp_path)).value == "unrecorded"
+    assert probe_aiter_variant(config_for(tmp_path, aiter_variant="nightly")).status == "wrong"
+
+
+# ---- checkouts -------------------------------------------------------------------------------
+
+
+def test_megatron_lm_checkout(tmp_path: Path) -> None:
+    root = tmp_path / "Megatron-LM"
+    config = config_for(tmp_path)
+    assert probe_megatron_lm(config).status == "missing"
+    root.mkdir()
+    assert probe_megatron_lm(config).status == "wrong"
+    core = root / "megatron" / "core"
+    core.mkdir(parents=True)
+    (core / "__init__.py").write_text("")
+    (core / "package_info.py").write_text("MAJOR = 0\nMINOR = 15\nPATCH = 0\nPRE_RELEASE = 'rc2'\n")
+    commit = git_checkout(root)
+    fact = probe_megatron_lm(config)
+    assert fact == Fact("megatron_lm", "ok", f"megatron.core 0.15.0rc2 @ {commit[:12]}")
+
+
+def test_miles_checkout(tmp_path: Path) -> None:
+    root = tmp_path / "miles"
+    config = config_for(tmp_path)
+    assert probe_miles(config).status == "missing"
+    root.mkdir()
+    wrong = probe_miles(config)
+    assert wrong.status == "wrong" and "no train.py" in wrong.message
+    (root / "train.py").write_text("print('train')\n")
+    assert probe_miles(config) == Fact("miles", "ok", str(root))  # not a git checkout
+    commit = git_checkout(root)
+    assert probe_miles(config) == Fact("miles", "ok", f"{root} @ {commit[:12]}")
+
+
+# ---- inputs and disk -------------------------------------------------------------------------
+
+
+def test_checkpoint_probe(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    missing = probe_checkpoint(config)
+    assert missing.status == "missing" and "hf download" in missing.message
+    ckpt = write_checkpoint(config.model_dir)
+    assert probe_checkpoint(config) == Fact("checkpoint", "ok", str(ckpt))
+    (ckpt / "config.json").write_text(
+        json.dumps({"quantization_config": {"quant_method": "mxfp4"}})
+    )
+    wrong = probe_checkpoint(config)
+    assert wrong.status == "wrong" and "MXFP4" in wrong.message
+
+
+def test_dataset_probe(tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    assert probe_dataset(config).status == "missing"
+    config.dataset_file.parent.mkdir(parents=True)
+    config.dataset_file.write_text(json.dumps({"prompt": "x"}) + "\n")
+    assert probe_dataset(config).status == "wrong"
+    config.dataset_file.write_text(json.dumps(DAPO_RECORD) + "\n")
+    assert probe_dataset(config) == Fact("dataset", "ok", str(config.dataset_file))
+
+
+def test_disk_probe_states_the_requirement(tmp_path: Path) -> None:
+    deep = tmp_path / "not" / "yet" / "there" / "run"
+    ok = probe_disk(config_for(tmp_path, run_dir=deep, min_free_gib=0.001))
+    assert ok.status == "ok"
+    assert ok.value.endswith(f"GiB free at {tmp_path}")
+    short = probe_disk(config_for(tmp_path, run_dir=deep, min_free_gib=1e9))
+    assert short.status == "wrong"
+    assert "needs 1e+09 GiB" in short.message
+
+
+# ---- recording -------------------------------------------------------------------------------
+
+OK_FACTS = [Fact("gpus", "ok", "8x gfx950 (torch)"), Fact("aiter_variant", "ok", "patched")]
+
+
+def test_preflight_ok() -> None:
+    assert preflight_ok(OK_FACTS)
+    assert not preflight_ok([])
+    assert not preflight_ok([*OK_FACTS, Fact("disk", "wrong", "1 GiB", "free space")])
+
+
+def test_format_table() -> None:
+    table = format_table([*OK_FACTS, Fact("torch", "missing", "", "install it")])
+    lines = table.splitlines()
+    assert lines[0].split() == ["fact", "status", "value", "message"]
+    assert lines[3].split() == ["torch", "missing", "-", "install", "it"]
+    assert lines[1].index("ok") == lines[3].index("missing")  # columns line up
+
+
+def test_write_env_json(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "x"
+    facts = [*OK_FACTS, Fact("torch", "missing", "", "install it")]
+    path = write_env_json(facts, run_dir, {"config": {"model_dir": "/m"}})
+    assert path == run_dir / "env.json"
+    data = json.loads(path.read_text())
+    assert data["facts"] == [asdict(f) for f in facts]
+    assert data["ok"] is False
+    assert data["aiter_variant"] == "patched"
+    assert data["config"] == {"model_dir": "/m"}
+    assert datetime.fromisoformat(data["written_at"]).tzinfo is not None
+    assert sorted(p.name for p in run_dir.iterdir()) == ["env.json"]  # no temp file left
+
+
+def test_write_env_json_unrecorded_variant_is_null(tmp_path: Path) -> None:
+    facts = [Fact("aiter_variant", "ok", "unrecorded", "pass --aiter-variant")]
+    data = json.loads(write_env_json(facts, tmp_path, {}).read_text())
+    assert data["aiter_variant"] is None
+    assert data["ok"] is True
+
+
+def test_write_env_json_refuses_reserved_extra_keys(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="ok"):
+        write_env_json(OK_FACTS, tmp_path / "run", {"ok": True})
+    assert not (tmp_path / "run").exists()
+
+
+# ---- the command -----------------------------------------------------------------------------
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "miles_amd.cli", "preflight", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(GPU_TOOLS_HERE, reason="asserts the GPU-less machine's answer")
+def test_command_on_this_machine_fails_and_records_env_json(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path / "models")
+    dataset = tmp_path / "datasets" / "dapo-math-17k" / "dapo-math-17k.jsonl"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_text(json.dumps(DAPO_RECORD) + "\n")
+    run_dir = tmp_path / "run"
+    done = run_cli(
+        "--model-dir", str(tmp_path / "models"),
+        "--data-dir", str(tmp_path / "datasets"),
+        "--miles-dir", str(tmp_path / "miles"),
+        "--megatron-dir", str(tmp_path / "Megatron-LM"),
+        "--run-dir", str(run_dir),
+        "--aiter-variant", "patched",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    gpu_row = next(line for line in done.stdout.splitlines() if line.startswith("gpus "))
+    assert gpu_row.split()[:2] == ["gpus", "missing"]
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("miles-amd: preflight failed: gpus (missing), ")
+    assert "checkpoint" not in done.stderr and "dataset" not in done.stderr
+
+    data = json.loads((run_dir / "env.json").read_text())
+    assert data["ok"] is False
+    assert data["aiter_variant"] == "patched"
+    assert data["config"]["model_dir"] == str(tmp_path / "models")
+    assert data["config"]["expected_gpus"] == 8
+    statuses = {f["name"]: f["status"] for f in data["facts"]}
+    assert statuses["gpus"] == "missing"
+    assert statuses["checkpoint"] == statuses["dataset"] == "ok"
+
+
+def test_command_default_run_dir_is_relative_to_cwd(tmp_path: Path) -> None:
+    done = run_cli("--gpus", "4", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    data = json.loads((tmp_path / "runs" / "preflight" / "env.json").read_text())
+    assert data["config"]["expected_gpus"] == 4
+    assert data["aiter_variant"] is None
+
+
+@pytest.mark.parametrize("bad", [["--aiter-variant", "nightly"], ["--gpus", "0"]])
+def test_command_rejects_bad_options_without_writing(tmp_path: Path, bad: list[str]) -> None:
+    done = run_cli(*bad, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert bad[0] in done.stderr
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,225 @@
+"""miles_amd.sentinels: the signature table and the scan, on real log text."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from miles_amd.evidence import SentinelHit
+from miles_amd.sentinels import SENTINELS, fatal_hits, scan_lines, scan_log, sentinel_named
+
+TRAIN = "(MegatronTrainRayActor pid=4242) [2026-11-20 10:03:50.007 ] "
+ROLLOUT = "(RolloutManager pid=5151) [2026-11-20 10:04:12.311 ] "
+
+# Lines as the job log carries them, one or more per sentinel.
+SAMPLES: dict[str, list[str]] = {
+    "sglang_lora_skips_moe": [
+        "(SGLangEngine pid=6001) [2026-11-20 10:01:02 TP0] Current LoRA backend does not "
+        "support LoRA on MoE layers; skipping MoE layer model.layers.0.mlp.experts",
+    ],
+    "sglang_register_lora_adapter_404": [
+        ROLLOUT + "http_utils.py:88 - requests.exceptions.HTTPError: 404 Client Error: Not Found "
+        "for url: http://10.0.0.1:30000/register_lora_adapter",
+        "(SGLangEngine pid=6001) INFO:     10.0.0.1:51234 - "
+        '"POST /register_lora_adapter HTTP/1.1" 404 Not Found',
+        "httpx.HTTPStatusError: Client error '404 Not Found' for url "
+        "'http://10.0.0.1:30000/register_lora_adapter'",
+    ],
+    "hip_memory_access_fault": [
+        "(MegatronTrainRayActor pid=4243) Memory access fault by GPU node-9 (Agent handle: "
+        "0x55d1c7a0) on address 0x7f1c00000000. Reason: Unknown.",
+    ],
+    "gpu_out_of_memory": [
+        TRAIN + "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 3 "
+        "has a total capacity of 287.98 GiB of which 1.02 GiB is free.",
+        "RuntimeError: HIP error: hipErrorOutOfMemory",
+    ],
+    "megatron_nan_grad_norm": [
+        TRAIN + "distributed.py:311 - RuntimeError: Rank 3: found NaN in local grad norm for "
+        "bucket #0 in backward pass before data-parallel communication collective.",
+    ],
+    "miles_ci_check_failed": [
+        TRAIN + "ci_utils.py:40 - CI check failed: train/ppo_kl=0.31 exceeds 0.05",
+    ],
+    "collective_communication_error": [
+        TRAIN + "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+        "unhandled system error, NCCL version 2.21.5",
+        "[rank2]:[E1120 10:05:00.1 ProcessGroupNCCL.cpp:616] [Rank 2] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=88, OpType=ALLREDUCE) ran for 600000 milliseconds",
+    ],
+    "sglang_scheduler_crashed": [
+        "(SGLangEngine pid=6001) [2026-11-20 10:06:00 TP1] Scheduler hit an exception: "
+        "Traceback (most recent call last):",
+        "(SGLangEngine pid=6001) [2026-11-20 10:06:00] Received sigquit from a child process. "
+        "It usually means the child failed.",
+    ],
+    "ray_actor_died": [
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+        "A worker died or was killed while executing a task by an unexpected system error.",
+    ],
+    "python_fatal_error": [
+        "(MegatronTrainRayActor pid=4244) Fatal Python error: Segmentation fault",
+    ],
+    "megatron_moe_router_not_fp32": [
+        TRAIN + "router.py:64 - Using a large number of experts (e.g. >=32) without fp32 "
+        "routing. Consider enabling moe_router_dtype for better numerical stability.",
+    ],
+    "aiter_untuned_gemm_config": [
+        "(SGLangEngine pid=6001) [aiter] shape is M:4096, N:2880, K:2880, not found tuned config "
+        "in /sgl-workspace/aiter/aiter/configs/bf16_tuned_gemm.csv, will use default config!",
+    ],
+}
+
+# Healthy lines, and lines that look close to a signature but are not one.
+CLEAN = [
+    TRAIN + "log_utils.py:542 - step 3: {'train/loss': 0.01, 'train/pg_clipfrac': 0.0, "
+    "'train/train_rollout_logprob_abs_diff': 0.0172, 'train/grad_norm': nan, 'train/step': 3}",
+    ROLLOUT + "log_utils.py:560 - perf 3: {'rollout/response_len/mean': 2920.0, "
+    "'perf/rollout_time': 95.2}",
+    "(SGLangEngine pid=404) INFO:     10.0.0.1:51234 - "
+    '"POST /register_lora_adapter HTTP/1.1" 200 OK',
+    ROLLOUT + "sglang_client.py:88 - register_lora_adapter miles_lora took 404 ms",
+    "Traceback (most recent call last):",
+    '  File "/root/miles/miles/utils/http_utils.py", line 88, in post',
+    "2026-11-20 10:00:01,000 INFO worker.py:1832 -- Connected to Ray cluster.",
+    TRAIN + "arguments.py:12 - moe_router_dtype ........................ fp32",
+    TRAIN + "arguments.py:12 - sglang_lora_backend ..................... triton",
+    "NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=1",
+    "",
+]
+
+
+def test_table_names_are_unique() -> None:
+    names = [s.name for s in SENTINELS]
+    assert len(names) == len(set(names))
+
+
+def test_table_entries_are_well_formed() -> None:
+    for s in SENTINELS:
+        assert s.severity in ("fatal", "known"), s.name
+        assert isinstance(s.pattern, re.Pattern), s.name
+        assert s.needles and all(n and "\n" not in n for n in s.needles), s.name
+        assert s.reference, s.name
+        if s.severity == "fatal":
+            assert s.advice.strip(), f"fatal sentinel {s.name} has no advice"
+
+
+def test_both_severities_and_the_required_signatures_are_present() -> None:
+    by_severity = {s.name: s.severity for s in SENTINELS}
+    for name in (
+        "sglang_lora_skips_moe",
+        "sglang_register_lora_adapter_404",
+        "hip_memory_access_fault",
+        "megatron_nan_grad_norm",
+        "miles_ci_check_failed",
+    ):
+        assert by_severity[name] == "fatal"
+    assert by_severity["megatron_moe_router_not_fp32"] == "known"
+    assert by_severity["aiter_untuned_gemm_config"] == "known"
+    assert sentinel_named("megatron_moe_router_not_fp32").reference == "radixark/miles#3263"
+    assert "--sglang-lora-backend triton" in sentinel_named("sglang_lora_skips_moe").advice
+
+
+def test_every_sentinel_has_samples() -> None:
+    assert set(SAMPLES) == {s.name for s in SENTINELS}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_each_sample_hits_exactly_its_sentinel(name: str) -> None:
+    sentinel = sentinel_named(name)
+    for line in SAMPLES[name]:
+        # The prefilter must never hide a match: some needle is in every matching line.
+        assert any(n in line for n in sentinel.needles), line
+        hits = scan_lines([line])
+        assert [(h.name, h.count, h.first_line) for h in hits] == [(name, 1, 1)], line
+        assert hits[0].severity == sentinel.severity
+        assert hits[0].first_text == line
+        assert hits[0].reference == sentinel.reference
+
+
+def test_lines_matching_no_sentinel_produce_nothing() -> None:
+    assert scan_lines(CLEAN) == ()
+
+
+def test_moe_router_warning_once_per_rank_is_counted_and_not_fatal() -> None:
+    warning = SAMPLES["megatron_moe_router_not_fp32"][0]
+    lines = [
+        warning.replace("pid=4242", f"pid={4242 + rank}") if rank else warning for rank in range(8)
+    ]
+    log = CLEAN[:3] + lines + CLEAN[3:]
+    hits = scan_lines(log)
+    assert hits == (
+        SentinelHit(
+            name="megatron_moe_router_not_fp32",
+            severity="known",
+            count=8,
+            first_line=4,
+            first_text=warning,
+            reference="radixark/miles#3263",
+        ),
+    )
+    assert fatal_hits(hits) == ()
+
+
+def test_hits_come_in_table_order_with_counts_and_first_lines() -> None:
+    oom = SAMPLES["gpu_out_of_memory"]
+    moe = SAMPLES["sglang_lora_skips_moe"][0]
+    log = [CLEAN[0], oom[0], CLEAN[1], moe, oom[1], moe + " (again)"]
+    hits = scan_lines(log, start_line=100)
+    assert [(h.name, h.count, h.first_line) for h in hits] == [
+        ("sglang_lora_skips_moe", 2, 103),
+        ("gpu_out_of_memory", 2, 101),
+    ]
+    assert [h.name for h in fatal_hits(hits)] == ["sglang_lora_skips_moe", "gpu_out_of_memory"]
+
+
+def test_aiter_pattern_tolerates_any_text_between() -> None:
+    line = "[aiter] not found tuned config for shape (1, 2880) in a.csv; will use default config"
+    assert [h.name for h in scan_lines([line])] == ["aiter_untuned_gemm_config"]
+    assert scan_lines(["will use default config; not found tuned config"]) == ()
+
+
+def test_first_text_is_stripped_and_bounded() -> None:
+    line = SAMPLES["miles_ci_check_failed"][0] + " x" * 1000 + "\r\n"
+    (hit,) = scan_lines([line])
+    assert hit.first_text.startswith(SAMPLES["miles_ci_check_failed"][0])
+    assert not hit.first_text.endswith("\n")
+    assert len(hit.first_text) == 500
+
+
+def test_scan_log_numbers_lines_across_blocks(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    filler = [CLEAN[0]] * 5000
+    nan_line = SAMPLES["megatron_nan_grad_norm"][0]
+    lines = [*filler[:4095], nan_line, *filler[4095:], nan_line]  # lines 4096 and 5002
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (hit,) = scan_log(log)
+    assert (hit.name, hit.count, hit.first_line) == ("megatron_nan_grad_norm", 2, 4096)
+
+
+def test_scan_log_splits_on_newline_only_and_survives_bad_bytes(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    fault = SAMPLES["hip_memory_access_fault"][0].encode()
+    log.write_bytes(b"progress 10%\rprogress 50%\r\n\xff\xfe broken bytes\n" + fault + b"\n")
+    (hit,) = scan_log(log)
+    assert (hit.name, hit.first_line) == ("hip_memory_access_fault", 3)
+
+
+def test_scan_log_of_a_missing_file_is_empty(tmp_path: Path) -> None:
+    assert scan_log(tmp_path / "job.log") == ()
+
+
+def test_a_million_lines_scan_in_well_under_a_few_seconds(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    block = "\n".join(CLEAN[:2] * 499 + [SAMPLES["megatron_moe_router_not_fp32"][0]] * 2) + "\n"
+    log.write_text(block * 1000, encoding="utf-8")  # 1,000,000 lines
+    started = time.perf_counter()
+    hits = scan_log(log)
+    elapsed = time.perf_counter() - started
+    assert [(h.name, h.count, h.first_line) for h in hits] == [
+        ("megatron_moe_router_not_fp32", 2000, 999)
+    ]
+    assert elapsed < 4.0, f"scan of 1M lines took {elapsed:.2f}s"
