@@ -19,6 +19,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from miles_amd.commands import gate as gate_command
 from miles_amd.commands import preflight as preflight_command
 from miles_amd.launcher import LaunchPlan, build_prepare_plan, build_train_plan, format_plan
 from miles_amd.recipe import Hardware, Recipe, RecipeError, parse_hardware
@@ -30,6 +31,7 @@ app = typer.Typer(
     add_completion=False,
 )
 preflight_command.register(app)
+gate_command.register(app)
 
 HardwareOpt = Annotated[
     str, typer.Option("--hardware", help="MI355X, MI350X, or auto (detect from the GPUs).")

@@ -1,0 +1,241 @@
+"""How tolerances are derived from data: per-rollout spread -> band, paired effect.
+
+This module decides the statistics every band of a baseline file is computed with, so the
+shipped files and a later ``baseline record`` produce bands the same way. It is pure
+arithmetic on numbers; it reads no file and judges no run.
+
+The method, one rule per statistic:
+
+- **Spread of one rollout** (:class:`Spread`): the per-rollout standard deviation ``sd`` of
+  a metric in the reference run, with the reference mean and the number of rollouts ``n``
+  it came from. Taken, in order of preference, from the per-rollout series (sample sd,
+  :func:`series_spread`), from a published min/max of ``n`` rollouts (range divided by the
+  expected range of ``n`` normal draws, Tippett's ``d2(n)``; :func:`range_spread`), or from
+  the bounds of a bounded per-sample quantity (Bhatia-Davis: a quantity in ``[lo, hi]`` with
+  mean ``m`` has variance at most ``(hi - m)(m - lo)``; a rollout mean over ``groups``
+  independent prompt groups has at most that divided by ``groups``; :func:`bounded_spread`).
+- **Band for a run's mean** (:func:`mean_band`): ``center ± k·sd·sqrt(1/n_run + 1/n_ref)``,
+  the standard error of the difference of two independent means, widened when needed so the
+  band covers every ``cover`` value (the other published run's mean).
+- **Upper bound for a run's max** (:func:`max_band`): ``center + (E[max of n_run normals] +
+  k)·sd``; the expected maximum grows with the number of rollouts, so a 1000-rollout run is
+  not failed for being long. No lower bound: a small max is no failure by itself (the mean
+  band's lower edge catches a collapsed metric).
+- **Rounding**: band edges are rounded outward to :data:`SIGNIFICANT_DIGITS` significant
+  digits, so rounding never tightens a band and the files hold short, exact numbers.
+- **Paired effect** (:func:`paired_effect`): with ``--rollout-shuffle`` and the default seed
+  every run sees the same prompt sequence, so rollout ``i`` of a run and of the reference
+  are paired. The effect is the mean of the per-rollout differences; its standard error uses
+  the larger of the observed variance of the differences and the binomial floor
+  ``(p_run(1-p_run) + p_ref(1-p_ref)) / samples_per_rollout`` (two independent draws of
+  ``samples_per_rollout`` Bernoulli rewards differ at least by that much).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from functools import cache
+
+SIGNIFICANT_DIGITS = 4
+
+# Integration grid for the order statistics of standard normals: [-12, 12] in 24000 steps.
+# The integrands vanish beyond |x| = 12 for any n below 10**9; the trapezoid error on this
+# grid is far below the 4 significant digits bands are rounded to.
+_GRID_HALF_WIDTH = 12.0
+_GRID_STEPS = 24_000
+
+
+@dataclass(frozen=True)
+class Band:
+    """A closed interval; ``None`` on a side means unbounded on that side."""
+
+    low: float | None
+    high: float | None
+
+    def contains(self, value: float) -> bool:
+        """True iff ``value`` lies in the band. NaN is in no band."""
+        if math.isnan(value):
+            return False
+        if self.low is not None and not value >= self.low:
+            return False
+        return not (self.high is not None and not value <= self.high)
+
+    def describe(self) -> str:
+        if self.low is None and self.high is None:
+            return "any value"
+        if self.low is None:
+            return f"≤ {self.high:.4g}"
+        if self.high is None:
+            return f"≥ {self.low:.4g}"
+        return f"[{self.low:.4g}, {self.high:.4g}]"
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Per-rollout spread of one metric in a reference run."""
+
+    mean: float
+    sd: float
+    n: int  # rollouts the reference mean was taken over
+    how: str  # one line: where ``sd`` came from
+
+
+@dataclass(frozen=True)
+class PairedEffect:
+    """Mean per-rollout difference (run - reference) over the paired rollouts."""
+
+    mean_diff: float
+    se: float
+    n: int
+    sd_observed: float | None  # sample sd of the differences; None below 2 pairs
+    sd_binomial_floor: float
+
+    @property
+    def z(self) -> float:
+        """The effect in standard errors (``inf`` when the SE is 0 and the effect is not)."""
+        if self.se > 0:
+            return self.mean_diff / self.se
+        return 0.0 if self.mean_diff == 0 else math.copysign(math.inf, self.mean_diff)
+
+
+def _phi(x: float) -> float:
+    return math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+def _cdf(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def _integrate(f) -> float:
+    h = 2.0 * _GRID_HALF_WIDTH / _GRID_STEPS
+    total = 0.5 * (f(-_GRID_HALF_WIDTH) + f(_GRID_HALF_WIDTH))
+    for i in range(1, _GRID_STEPS):
+        total += f(-_GRID_HALF_WIDTH + i * h)
+    return total * h
+
+
+@cache
+def expected_range(n: int) -> float:
+    """Tippett's ``d2(n)``: the expected range of ``n`` standard normal draws (d2(20)≈3.735)."""
+    if n < 2:
+        raise ValueError(f"the range of {n} draws is undefined; need n >= 2")
+    return _integrate(lambda x: 1.0 - _cdf(x) ** n - (1.0 - _cdf(x)) ** n)
+
+
+@cache
+def expected_max(n: int) -> float:
+    """Expected maximum of ``n`` standard normal draws (0 for n=1, ≈1.8675 for n=20)."""
+    if n < 1:
+        raise ValueError(f"the max of {n} draws is undefined; need n >= 1")
+    if n == 1:
+        return 0.0
+    return _integrate(lambda x: x * n * _phi(x) * _cdf(x) ** (n - 1))
+
+
+def round_outward(value: float, *, up: bool, digits: int = SIGNIFICANT_DIGITS) -> float:
+    """Round to ``digits`` significant digits, up (ceiling) or down (floor)."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    exact = Decimal(repr(value))
+    quantum = Decimal(1).scaleb(exact.adjusted() - (digits - 1))
+    return float(exact.quantize(quantum, rounding=ROUND_CEILING if up else ROUND_FLOOR))
+
+
+def series_spread(values: Sequence[float]) -> Spread:
+    """Spread from a published per-rollout series: its mean and sample sd (n - 1)."""
+    n = len(values)
+    if n < 2 or not all(math.isfinite(v) for v in values):
+        raise ValueError("a spread needs at least 2 finite values")
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    return Spread(mean, sd, n, f"sample sd of the {n}-rollout series")
+
+
+def range_spread(mean: float, low: float, high: float, n: int) -> Spread:
+    """Spread from a published mean and min/max of ``n`` rollouts: ``sd = (max-min)/d2(n)``."""
+    if not low <= mean <= high:
+        raise ValueError(f"mean {mean} outside its published range [{low}, {high}]")
+    d2 = expected_range(n)
+    return Spread(
+        mean, (high - low) / d2, n, f"(max - min) / d2({n}) = ({high} - {low}) / {d2:.4f}"
+    )
+
+
+def bounded_spread(mean: float, lower: float, upper: float, *, groups: int, n: int) -> Spread:
+    """Worst-case spread of a rollout mean of a per-sample quantity bounded in ``[lower, upper]``.
+
+    Bhatia-Davis bounds the per-sample variance by ``(upper - mean)(mean - lower)``; a rollout
+    mean over ``groups`` independent prompt groups (samples of one prompt may be fully
+    correlated) has at most that variance divided by ``groups``.
+    """
+    if not lower <= mean <= upper:
+        raise ValueError(f"mean {mean} outside its bounds [{lower}, {upper}]")
+    sd = math.sqrt((upper - mean) * (mean - lower) / groups)
+    how = f"Bhatia-Davis bound sqrt(({upper} - m)(m - {lower}) / {groups} prompt groups)"
+    return Spread(mean, sd, n, how)
+
+
+def mean_band(spread: Spread, n_run: int, k: float, cover: Iterable[float] = ()) -> Band:
+    """Band for the mean of ``n_run`` rollouts: ``mean ± k·sd·sqrt(1/n_run + 1/n_ref)``.
+
+    The half width grows, if needed, to cover every value in ``cover``.
+    """
+    if n_run < 1:
+        raise ValueError(f"a mean of {n_run} rollouts is undefined")
+    half = k * spread.sd * math.sqrt(1.0 / n_run + 1.0 / spread.n)
+    half = max([half, *(abs(c - spread.mean) for c in cover)])
+    return Band(
+        round_outward(spread.mean - half, up=False), round_outward(spread.mean + half, up=True)
+    )
+
+
+def max_band(spread: Spread, n_run: int, k: float, cover: Iterable[float] = ()) -> Band:
+    """Upper bound for the max of ``n_run`` rollouts: ``mean + (E[max_n] + k)·sd``.
+
+    Raised, if needed, to cover every value in ``cover`` (the other published run's max).
+    """
+    high = spread.mean + (expected_max(n_run) + k) * spread.sd
+    high = max([high, *cover])
+    return Band(None, round_outward(high, up=True))
+
+
+def paired_effect(
+    run: Sequence[float], reference: Sequence[float], *, samples_per_rollout: int
+) -> PairedEffect:
+    """Paired comparison of per-rollout fractions (same prompts at the same rollout index).
+
+    ``run`` and ``reference`` are aligned: element ``i`` of each belongs to rollout ``i``.
+    """
+    if len(run) != len(reference) or not run:
+        raise ValueError("paired series must be non-empty and of equal length")
+    n = len(run)
+    diffs = [r - b for r, b in zip(run, reference, strict=True)]
+    mean_diff = math.fsum(diffs) / n
+    p_run = math.fsum(run) / n
+    p_ref = math.fsum(reference) / n
+    floor_var = (p_run * (1 - p_run) + p_ref * (1 - p_ref)) / samples_per_rollout
+    floor_var = max(floor_var, 0.0)
+    observed_var = None
+    if n >= 2:
+        observed_var = math.fsum((d - mean_diff) ** 2 for d in diffs) / (n - 1)
+    var = floor_var if observed_var is None else max(observed_var, floor_var)
+    return PairedEffect(
+        mean_diff=mean_diff,
+        se=math.sqrt(var / n),
+        n=n,
+        sd_observed=None if observed_var is None else math.sqrt(observed_var),
+        sd_binomial_floor=math.sqrt(floor_var),
+    )
+
+
+def single_token_fraction(samples_per_rollout: int, max_response_tokens: int) -> float:
+    """Smallest non-zero per-token fraction one token can produce in a rollout.
+
+    A per-token rate (like ``train/pg_clipfrac``) is a per-sample mean over response tokens,
+    averaged over samples; one flagged token in a longest response gives
+    ``1 / (samples_per_rollout · max_response_tokens)``.
+    """
+    return 1.0 / (samples_per_rollout * max_response_tokens)

@@ -1,0 +1,450 @@
+"""miles_amd.baselines and miles_amd.bands: the shipped files, their bands, every bad file."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from miles_amd import bands
+from miles_amd.baselines import (
+    BASELINES_DIR_ENV,
+    SCHEMA_PATH,
+    BaselineError,
+    baselines_root,
+    load_baseline,
+    parse_baseline,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED_DIR = REPO / "baselines" / "gpt_oss_20b_lora"
+LOGPROB = "train/train_rollout_logprob_abs_diff"
+REWARD = "rollout/raw_reward"
+
+# The seed pull request's numbers, typed in independently of the baseline files.
+PUBLISHED_LOGPROB = [
+    0.0208, 0.0185, 0.0164, 0.0172, 0.0153, 0.0166, 0.0160, 0.0180, 0.0186, 0.0153,
+    0.0187, 0.0151, 0.0156, 0.0161, 0.0150, 0.0158, 0.0162, 0.0204, 0.0161, 0.0178,
+]  # fmt: skip
+PUBLISHED_REWARD = [
+    0.5000, 0.5625, 0.7500, 0.5625, 0.6094, 0.6250, 0.5469, 0.3906, 0.4062, 0.4688,
+    0.6719, 0.6094, 0.6094, 0.4688, 0.5781, 0.5156, 0.5938, 0.4688, 0.5156, 0.7656,
+]  # fmt: skip
+
+
+def shipped_raw(name: str) -> dict:
+    return json.loads((SHIPPED_DIR / f"{name}.json").read_text())
+
+
+def rule(raw: dict, rule_id: str) -> dict:
+    (found,) = [r for r in raw["rules"] if r["id"] == rule_id]
+    return found
+
+
+def load_text(raw: dict, tmp_path: Path, name: str = "bad.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(raw))
+    return path
+
+
+# ---------------------------------------------------------------------------- shipped files
+
+
+@pytest.mark.parametrize(
+    ("name", "run_id", "aiter"), [("stock", "4it2x89i", "stock"), ("patched", "jvvnhop9", "5694")]
+)
+def test_shipped_baseline_loads_with_its_provenance(name: str, run_id: str, aiter: str) -> None:
+    baseline = load_baseline(name)
+    assert baseline.name == name
+    assert baseline.run_id == run_id
+    assert Path(baseline.path) == SHIPPED_DIR / f"{name}.json"
+    assert aiter in baseline.provenance["aiter"]
+    assert baseline.provenance["rocm"] == "7.2"
+    assert baseline.provenance["image"] == "rocm/sgl-dev:miles-rocm720-mi35x"
+    assert "MI355X" in baseline.provenance["hardware"]
+    assert baseline.provenance["rollouts"] == 20
+    assert baseline.provenance["job_status"] == "SUCCEEDED"
+    assert baseline.run_shape.rollouts == 20
+    assert baseline.run_shape.samples_per_rollout == 64
+    for r in baseline.rules:
+        assert r.rationale and "\n" not in r.rationale
+        assert r.derivation
+    assert not any("trend" in r.kind or "trend" in r.id for r in baseline.rules)
+
+
+def test_patched_holds_the_published_series_and_summaries() -> None:
+    patched = load_baseline("patched")
+    assert patched.series[LOGPROB] == tuple(PUBLISHED_LOGPROB)
+    assert patched.series[REWARD] == tuple(PUBLISHED_REWARD)
+    summary = patched.summaries[LOGPROB]
+    assert (summary["min"], summary["mean"], summary["max"]) == (0.0150, 0.0170, 0.0208)
+    assert summary["above_spike_threshold"] == 0
+    kl = patched.summaries["train/train_rollout_kl"]
+    assert (kl["min"], kl["mean"], kl["max"]) == (6.95e-4, 8.79e-4, 1.53e-3)
+    assert patched.summaries["rollout/response_len/mean"]["mean"] == 2920
+    assert patched.summaries["rollout/truncated_ratio"]["mean"] == 0.410
+    assert patched.summaries[REWARD]["mean"] == 0.56
+
+
+def test_stock_holds_only_its_published_summaries() -> None:
+    stock = load_baseline("stock")
+    assert stock.series == {}
+    summary = stock.summaries[LOGPROB]
+    assert (summary["min"], summary["mean"], summary["max"]) == (0.0140, 0.0171, 0.0202)
+    assert stock.summaries[REWARD]["mean"] == 0.57
+    # the stock run's reward spread is borrowed from the patched series on the same prompts
+    assert stock.summaries[REWARD]["sd"] == pytest.approx(statistics.stdev(PUBLISHED_REWARD))
+    assert not any(r.kind == "paired_mean_diff" for r in stock.rules)
+
+
+def test_required_rules_cover_the_issue_list() -> None:
+    patched = load_baseline("patched")
+    required = {(r.kind, r.metric) for r in patched.rules if r.required}
+    for expected in [
+        ("steps_complete", LOGPROB),
+        ("steps_complete", REWARD),
+        ("finite", LOGPROB),
+        ("all_below", LOGPROB),
+        ("mean_within", LOGPROB),
+        ("max_within", LOGPROB),
+        ("mean_within", REWARD),
+        ("multiple_of", REWARD),
+        ("paired_mean_diff", REWARD),
+        ("near_zero", "train/pg_clipfrac"),
+    ]:
+        assert expected in required
+    optional = {(r.kind, r.metric) for r in patched.rules if not r.required}
+    for metric in (
+        "train/train_rollout_kl",
+        "rollout/response_len/mean",
+        "rollout/truncated_ratio",
+    ):
+        assert ("mean_within", metric) in optional
+    assert ("job_status", None) in optional
+    spike = next(r for r in patched.rules if r.kind == "all_below")
+    assert spike.threshold == 0.15
+
+
+def test_patched_bands_recomputed_from_the_shipped_series_match_the_file() -> None:
+    """Independent arithmetic (statistics module, the formulas of the derivation text)."""
+    raw = shipped_raw("patched")
+    n = 20
+    for metric, short, cover_mean, cover_max in (
+        (LOGPROB, "logprob_abs_diff", 0.0171, 0.0202),
+        (REWARD, "raw_reward", 0.57, None),
+    ):
+        values = raw["evidence"]["series"][metric]
+        mean, sd = statistics.fmean(values), statistics.stdev(values)
+        half = max(4 * sd * math.sqrt(1 / n + 1 / n), abs(cover_mean - mean))
+        band = rule(raw, f"{short}.mean")["band"]
+        assert band["low"] == pytest.approx(mean - half, rel=1e-3)
+        assert band["high"] == pytest.approx(mean + half, rel=1e-3)
+        assert band["low"] <= mean - half and band["high"] >= mean + half  # rounded outward
+        if cover_max is not None:
+            high = max(mean + (bands.expected_max(n) + 4) * sd, cover_max)
+            max_band = rule(raw, f"{short}.max")["band"]
+            assert max_band["low"] is None
+            assert max_band["high"] == pytest.approx(high, rel=1e-3)
+            assert max_band["high"] >= high
+    # the summaries-only metrics, by the same method
+    kl_sd = (1.53e-3 - 6.95e-4) / bands.expected_range(20)
+    kl = rule(raw, "train_rollout_kl.mean")["band"]
+    assert kl["low"] == pytest.approx(8.79e-4 - 4 * kl_sd * math.sqrt(0.1), rel=1e-3)
+    truncation_sd = math.sqrt(0.41 * 0.59 / 8)
+    truncation = rule(raw, "truncated_ratio.mean")["band"]
+    assert truncation["high"] == pytest.approx(0.41 + 4 * truncation_sd * math.sqrt(0.1), rel=1e-3)
+    # and through the module a future `baseline record` uses: exactly the file's numbers
+    patched = load_baseline("patched")
+    for r in patched.rules:
+        if r.band is not None:
+            assert patched.band_for(r, 20) == r.band
+
+
+def test_the_published_runs_lie_inside_each_others_bands() -> None:
+    stock, patched = load_baseline("stock"), load_baseline("patched")
+    stock_mean = next(r for r in stock.rules if r.id == "logprob_abs_diff.mean").band
+    patched_mean = next(r for r in patched.rules if r.id == "logprob_abs_diff.mean").band
+    assert stock_mean.contains(0.0170) and patched_mean.contains(0.0171)
+    assert stock_mean.contains(statistics.fmean(PUBLISHED_LOGPROB))
+
+
+def test_fixed_tolerances_follow_from_the_run_shape() -> None:
+    patched = load_baseline("patched")
+    fingerprint = next(r for r in patched.rules if r.kind == "multiple_of")
+    assert fingerprint.quantum == 1 / 64
+    for value in PUBLISHED_REWARD:  # the published rounding is within 5e-5 of k/64
+        assert abs(value * 64 - round(value * 64)) / 64 <= 5e-5
+    clip = next(r for r in patched.rules if r.kind == "near_zero")
+    one_token = bands.single_token_fraction(64, 4096)
+    assert clip.atol == pytest.approx(one_token / 2, rel=1e-3)
+    assert clip.atol < one_token
+
+
+def test_shipped_files_pass_the_check_jsonschema_tool() -> None:
+    files = [str(SHIPPED_DIR / "stock.json"), str(SHIPPED_DIR / "patched.json")]
+    result = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--schemafile", str(SCHEMA_PATH), *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------------------- location
+
+
+def test_shipped_baselines_are_found_from_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(BASELINES_DIR_ENV, raising=False)
+    assert baselines_root() == REPO / "baselines"
+
+
+def test_env_var_overrides_the_shipped_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "gpt_oss_20b_lora"
+    target.mkdir()
+    raw = shipped_raw("stock")
+    raw["description"] = "a copy under test"
+    (target / "stock.json").write_text(json.dumps(raw))
+    monkeypatch.setenv(BASELINES_DIR_ENV, str(tmp_path))
+    assert load_baseline("stock").description == "a copy under test"
+    with pytest.raises(BaselineError, match=r"patched\.json: shipped baseline 'patched' not found"):
+        load_baseline("patched")
+
+
+def test_a_path_is_loaded_as_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "mine.json"
+    shutil.copy(SHIPPED_DIR / "patched.json", path)
+    assert load_baseline(path).path == str(path)
+    assert load_baseline(str(path)).run_id == "jvvnhop9"
+
+
+# ---------------------------------------------------------------------------- bad files
+
+
+def test_missing_file_is_one_line_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(BaselineError) as error:
+        load_baseline(tmp_path / "nope.json")
+    message = str(error.value)
+    assert "nope.json: no such baseline file" in message
+    assert "fix: use --baseline stock" in message
+    assert "\n" not in message
+
+
+def test_invalid_json_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text('{\n  "schema_version": 1,\n  "name": oops\n}')
+    with pytest.raises(BaselineError, match=r"broken\.json: line 3 column 11: invalid JSON"):
+        load_baseline(path)
+
+
+def test_non_finite_number_is_rejected(tmp_path: Path) -> None:
+    text = (SHIPPED_DIR / "stock.json").read_text().replace('"threshold": 0.15', '"threshold": NaN')
+    path = tmp_path / "nan.json"
+    path.write_text(text)
+    with pytest.raises(
+        BaselineError, match=r"nan\.json: non-finite number NaN.*fix: write a finite"
+    ):
+        load_baseline(path)
+
+
+def _mutations():
+    def drop_rationale(raw):
+        del raw["rules"][3]["rationale"]
+
+    def bad_kind(raw):
+        raw["rules"][3]["kind"] = "reward_trend"
+
+    def extra_field(raw):
+        raw["provenance"]["colour"] = "blue"
+
+    def wrong_type(raw):
+        raw["rules"][1]["required"] = "yes"
+
+    def no_threshold(raw):
+        del raw["rules"][3]["threshold"]
+
+    def two_line_rationale(raw):
+        raw["rules"][3]["rationale"] = "first line\nsecond line"
+
+    def job_rule_with_metric(raw):
+        raw["rules"][0]["metric"] = "train/x"
+
+    def negative_rollouts(raw):
+        raw["run_shape"]["rollouts"] = 0
+
+    return [
+        (drop_rationale, r"\$\.rules\[3\]: 'rationale' is a required property; fix: add"),
+        (bad_kind, r"\$\.rules\[3\]\.kind: 'reward_trend' is not one of .*fix: use one of"),
+        (extra_field, r"\$\.provenance: Additional properties .*'colour'.*fix: remove the field"),
+        (wrong_type, r"\$\.rules\[1\]\.required: 'yes' is not of type 'boolean'"),
+        (no_threshold, r"\$\.rules\[3\]: 'threshold' is a required property"),
+        (two_line_rationale, r"\$\.rules\[3\]\.rationale: .* does not match"),
+        (
+            job_rule_with_metric,
+            r"\$\.rules\[0\]: this kind takes no 'metric'; fix: remove the field",
+        ),
+        (negative_rollouts, r"\$\.run_shape\.rollouts: 0 is less than the minimum of 1"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"), _mutations(), ids=lambda m: getattr(m, "__name__", "")
+)
+def test_schema_errors_name_file_json_path_and_fix(tmp_path: Path, mutate, expected: str) -> None:
+    raw = shipped_raw("stock")
+    mutate(raw)
+    path = load_text(raw, tmp_path)
+    with pytest.raises(BaselineError) as error:
+        load_baseline(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: $")
+    assert "; fix: " in message
+    assert "\n" not in message
+    assert re.search(expected, message), message
+
+
+def _consistency_mutations():
+    def duplicate_id(raw):
+        raw["rules"][2]["id"] = raw["rules"][1]["id"]
+
+    def drop_finite(raw):
+        raw["rules"] = [r for r in raw["rules"] if r["id"] != "raw_reward.finite"]
+
+    def optional_steps(raw):
+        rule(raw, "raw_reward.steps")["required"] = False
+
+    def no_required_steps(raw):
+        for r in raw["rules"]:
+            r["required"] = False
+
+    def short_series(raw):
+        raw["evidence"]["series"][REWARD] = raw["evidence"]["series"][REWARD][:19]
+
+    def paired_without_series(raw):
+        del raw["evidence"]["series"][REWARD]
+
+    def edited_band(raw):
+        rule(raw, "logprob_abs_diff.mean")["band"]["low"] = 0.0100
+
+    def edited_k(raw):
+        rule(raw, "raw_reward.mean")["derive"]["k"] = 2.0
+
+    def wrong_method(raw):
+        rule(raw, "logprob_abs_diff.max")["derive"]["method"] = "mean_band"
+
+    def no_spread(raw):
+        del raw["evidence"]["summaries"]["train/train_rollout_kl"]["min"]
+
+    return [
+        (duplicate_id, r"\$\.rules\[2\]\.id: duplicate id 'logprob_abs_diff\.steps'"),
+        (drop_finite, r"\$\.rules: metric rollout/raw_reward is gated but has no finite rule"),
+        (optional_steps, r"steps_complete rule of rollout/raw_reward is optional.*set required"),
+        (no_required_steps, r"\$\.rules: no required steps_complete rule"),
+        (short_series, r"\$\.evidence\.series\['rollout/raw_reward'\]: 19 values for 20 rollouts"),
+        (paired_without_series, r"paired comparison needs a per-rollout series"),
+        (edited_band, r"\$\.rules\[\d+\]\.band: band .* is not the derived one; fix: set it to"),
+        (edited_k, r"\$\.rules\[\d+\]\.band: band .* is not the derived one"),
+        (wrong_method, r"\.derive\.method: max_within takes method max_band"),
+        (no_spread, r"cannot derive the band of train/train_rollout_kl"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"), _consistency_mutations(), ids=lambda m: getattr(m, "__name__", "")
+)
+def test_consistency_errors_name_file_field_and_fix(tmp_path: Path, mutate, expected: str) -> None:
+    raw = copy.deepcopy(shipped_raw("patched"))
+    mutate(raw)
+    path = load_text(raw, tmp_path)
+    with pytest.raises(BaselineError) as error:
+        load_baseline(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: ")
+    assert "; fix: " in message
+    assert "\n" not in message
+    assert re.search(expected, message), message
+
+
+def test_parse_baseline_accepts_the_shipped_text() -> None:
+    text = (SHIPPED_DIR / "patched.json").read_text()
+    assert parse_baseline(text, path="x").name == "patched"
+
+
+# ---------------------------------------------------------------------------- bands
+
+
+def test_order_statistics_match_the_tables() -> None:
+    # Tippett's d2 and the expected normal maximum, as tabulated in quality-control texts
+    assert bands.expected_range(2) == pytest.approx(2 / math.sqrt(math.pi), abs=1e-6)
+    assert bands.expected_range(20) == pytest.approx(3.735, abs=5e-4)
+    assert bands.expected_max(1) == 0.0
+    assert bands.expected_max(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-6)
+    assert bands.expected_max(20) == pytest.approx(1.8675, abs=1e-4)
+    assert bands.expected_max(1000) == pytest.approx(3.2414, abs=1e-3)
+
+
+def test_round_outward_never_tightens() -> None:
+    assert bands.round_outward(0.0148123, up=False) == 0.01481
+    assert bands.round_outward(0.0148123, up=True) == 0.01482
+    assert bands.round_outward(2091.3, up=False) == 2091.0
+    assert bands.round_outward(-0.123456, up=False) == -0.1235
+    assert bands.round_outward(0.5, up=True) == 0.5
+
+
+def test_mean_band_widens_for_fewer_rollouts_and_covers() -> None:
+    spread = bands.Spread(mean=1.0, sd=0.1, n=20, how="test")
+    b20, b3 = bands.mean_band(spread, 20, 4), bands.mean_band(spread, 3, 4)
+    assert b20.low == pytest.approx(1 - 4 * 0.1 * math.sqrt(0.1), rel=1e-3)
+    assert b3.low < b20.low and b3.high > b20.high
+    covered = bands.mean_band(spread, 20, 4, cover=[2.0])
+    assert covered.high >= 2.0 and covered.low <= 0.0
+
+
+def test_max_band_grows_with_the_rollout_count() -> None:
+    spread = bands.Spread(mean=1.0, sd=0.1, n=20, how="test")
+    assert bands.max_band(spread, 1000, 4).high > bands.max_band(spread, 20, 4).high
+    assert bands.max_band(spread, 20, 4, cover=[5.0]).high == 5.0
+    assert bands.max_band(spread, 20, 4).low is None
+
+
+def test_spreads() -> None:
+    spread = bands.series_spread([1.0, 2.0, 3.0])
+    assert (spread.mean, spread.sd, spread.n) == (2.0, 1.0, 3)
+    ranged = bands.range_spread(0.5, 0.0, 1.0, 2)
+    assert ranged.sd == pytest.approx(math.sqrt(math.pi) / 2, rel=1e-6)
+    bounded = bands.bounded_spread(0.5, 0.0, 1.0, groups=4, n=20)
+    assert bounded.sd == pytest.approx(0.25)
+    with pytest.raises(ValueError):
+        bands.series_spread([1.0, math.nan])
+    with pytest.raises(ValueError):
+        bands.range_spread(2.0, 0.0, 1.0, 20)
+
+
+def test_paired_effect_uses_the_larger_of_observed_and_binomial_variance() -> None:
+    reference = [0.5] * 4
+    identical = bands.paired_effect(reference, reference, samples_per_rollout=64)
+    assert identical.mean_diff == 0 and identical.sd_observed == 0
+    assert identical.se == pytest.approx(math.sqrt(2 * 0.25 / 64 / 4))  # the binomial floor
+    noisy = bands.paired_effect([0.0, 1.0, 0.0, 1.0], reference, samples_per_rollout=64)
+    assert noisy.sd_observed == pytest.approx(statistics.stdev([-0.5, 0.5, -0.5, 0.5]))
+    assert noisy.se == pytest.approx(noisy.sd_observed / 2)
+    shifted = bands.paired_effect([0.4] * 20, [0.5] * 20, samples_per_rollout=64)
+    assert shifted.mean_diff == pytest.approx(-0.1)
+    assert shifted.se == pytest.approx(math.sqrt((0.24 + 0.25) / 64 / 20))
+    assert shifted.z < -3
+
+
+def test_band_contains_rejects_nan() -> None:
+    band = bands.Band(0.0, 1.0)
+    assert band.contains(0.5) and band.contains(0.0) and band.contains(1.0)
+    assert not band.contains(math.nan) and not band.contains(1.5) and not band.contains(-0.1)
+    assert bands.Band(None, 1.0).contains(-1e9)
+    assert not bands.Band(None, 1.0).contains(math.inf)

@@ -1,0 +1,93 @@
+"""The embedded example run: rebuilt byte for byte by its script, and it says what it is."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from miles_amd.metrics.ci_history import read_ci_history_dir
+from miles_amd.metrics.job_log import read_job_log
+from miles_amd.metrics.run_dir import load_run
+from miles_amd.metrics.tensorboard import read_tensorboard_dir
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
+SCRIPT = REPO / "examples" / "make_jvvnhop9.py"
+LOGPROB = "train/train_rollout_logprob_abs_diff"
+REWARD = "rollout/raw_reward"
+CLIPFRAC = "train/pg_clipfrac"
+PUBLISHED_REWARD = [
+    0.5000, 0.5625, 0.7500, 0.5625, 0.6094, 0.6250, 0.5469, 0.3906, 0.4062, 0.4688,
+    0.6719, 0.6094, 0.6094, 0.4688, 0.5781, 0.5156, 0.5938, 0.4688, 0.5156, 0.7656,
+]  # fmt: skip
+
+
+def committed_files(root: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and "report" not in p.relative_to(root).parts
+    )
+
+
+def test_the_script_rebuilds_the_committed_example_byte_for_byte(tmp_path: Path) -> None:
+    out = tmp_path / "jvvnhop9"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "TZ": "Asia/Tokyo"},  # a foreign zone changes nothing
+    )
+    assert result.returncode == 0, result.stderr
+    assert committed_files(out) == committed_files(EXAMPLE)
+    names = committed_files(EXAMPLE)
+    match, mismatch, errors = filecmp.cmpfiles(out, EXAMPLE, names, shallow=False)
+    assert (mismatch, errors) == ([], [])
+    assert len(match) == 5
+
+
+def test_every_source_carries_the_published_series() -> None:
+    expected_rewards = [round(v * 64) / 64 for v in PUBLISHED_REWARD]
+    for v, k64 in zip(PUBLISHED_REWARD, expected_rewards, strict=True):
+        assert abs(v - k64) <= 5e-5  # the published rounding of k/64
+    patched = json.loads((REPO / "baselines" / "gpt_oss_20b_lora" / "patched.json").read_text())
+    published_logprob = patched["evidence"]["series"][LOGPROB]
+    tensorboard = read_tensorboard_dir(EXAMPLE / "tensorboard")
+    ci_history = read_ci_history_dir(EXAMPLE / "ci_history")
+    job_log = read_job_log(EXAMPLE / "job.log")
+    for source in (tensorboard, ci_history, job_log):
+        assert [v for _, v in source[REWARD]] == expected_rewards
+        assert [s for s, _ in source[REWARD]] == list(range(20))
+        assert [s for s, _ in source[LOGPROB]] == list(range(20))
+        for (_, value), published in zip(source[LOGPROB], published_logprob, strict=True):
+            assert abs(value - published) <= 1e-7 * published  # float32 in TensorBoard
+    for source in (tensorboard, job_log):
+        assert source[CLIPFRAC] == tuple((i, 0.0) for i in range(20))
+    assert CLIPFRAC not in ci_history  # miles' CI history does not capture it
+    for source in (tensorboard, ci_history, job_log):
+        for absent in ("train/train_rollout_kl", "rollout/response_len/mean", "train/grad_norm"):
+            assert absent not in source
+
+
+def test_the_example_reads_cleanly_as_a_succeeded_run() -> None:
+    evidence = load_run(EXAMPLE)
+    assert evidence.problems == () and evidence.conflicts == () and evidence.sentinels == ()
+    assert evidence.job is not None and evidence.job.status == "SUCCEEDED"
+    assert evidence.job.end_time - evidence.job.start_time == 66 * 60
+
+
+def test_the_readme_says_it_is_reconstructed_and_what_it_lacks() -> None:
+    readme = (EXAMPLE / "README.md").read_text()
+    assert "Reconstructed from the published per-rollout series of run jvvnhop9" in readme
+    for lacking in (
+        "train/train_rollout_kl",
+        "rollout/response_len/mean",
+        "rollout/truncated_ratio",
+    ):
+        assert lacking in readme
+    assert "miles-amd gate --run-dir examples/runs/jvvnhop9 --baseline patched" in readme

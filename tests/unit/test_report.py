@@ -1,0 +1,250 @@
+"""miles_amd.report: the content of report.json, report.md, metrics.png and the text output."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from miles_amd.baselines import Baseline, load_baseline
+from miles_amd.evidence import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
+from miles_amd.gate import Verdict, judge
+from miles_amd.report import (
+    metrics_figure,
+    ordered_checks,
+    render,
+    render_markdown,
+    render_text,
+    to_json,
+    write_report,
+)
+
+LOGPROB = "train/train_rollout_logprob_abs_diff"
+REWARD = "rollout/raw_reward"
+CLIPFRAC = "train/pg_clipfrac"
+
+FATAL = SentinelHit(
+    "sglang_register_lora_adapter_404",
+    "fatal",
+    2,
+    311,
+    "requests.exceptions.HTTPError: 404 Client Error | Not Found for url: .../register_lora",
+    "image without /register_lora_adapter",
+)
+KNOWN = SentinelHit(
+    "megatron_router_dtype_dropped",
+    "known",
+    8,
+    57,
+    "Using a large number of experts (e.g. >=32) without fp32 routing.",
+    "radixark/miles#3263",
+)
+
+
+@pytest.fixture(scope="module")
+def patched() -> Baseline:
+    return load_baseline("patched")
+
+
+def published(baseline: Baseline) -> dict[str, list[float]]:
+    return {
+        LOGPROB: list(baseline.series[LOGPROB]),
+        REWARD: [round(v * 64) / 64 for v in baseline.series[REWARD]],
+        CLIPFRAC: [0.0] * 20,
+    }
+
+
+def make_evidence(values: dict[str, list[float]], **fields) -> RunEvidence:
+    series = {metric: tuple(enumerate(vs)) for metric, vs in values.items()}
+    fields.setdefault("job", JobRecord("raysubmit_r", "SUCCEEDED"))
+    return RunEvidence("runs/r", series, dict.fromkeys(series, "tensorboard"), **fields)
+
+
+@pytest.fixture(scope="module")
+def failing(patched: Baseline) -> tuple[Verdict, RunEvidence]:
+    values = published(patched)
+    values[LOGPROB][6] = 0.42  # a spike
+    values[REWARD][9] = math.nan
+    evidence = make_evidence(
+        values,
+        problems=(SourceProblem("ci_history", "runs/r/ci_history/1-a.jsonl", "line 2: bad JSON"),),
+        conflicts=(Conflict(LOGPROB, 6, {"tensorboard": 0.42, "job_log": 0.0166}),),
+        sentinels=(KNOWN, FATAL),
+    )
+    return judge(evidence, patched), evidence
+
+
+@pytest.fixture(scope="module")
+def passing(patched: Baseline) -> tuple[Verdict, RunEvidence]:
+    evidence = make_evidence(published(patched), sentinels=(KNOWN,))
+    return judge(evidence, patched), evidence
+
+
+def strict_json(text: str) -> object:
+    def reject(name: str) -> float:
+        raise AssertionError(f"non-strict JSON constant {name}")
+
+    return json.loads(text, parse_constant=reject)
+
+
+# ---------------------------------------------------------------------------- report.json
+
+
+def test_report_json_rows(failing, tmp_path: Path, patched: Baseline) -> None:
+    verdict, evidence = failing
+    files = write_report(verdict, evidence, patched, tmp_path / "out" / "report")
+    report = strict_json(files.json.read_text())
+    assert report["verdict"] == "fail"
+    assert report["exit_code"] == 1
+    assert report["baseline"] == {
+        "name": "patched",
+        "path": patched.path,
+        "run_id": "jvvnhop9",
+    }
+    assert report["expected_rollouts"] == 20
+    assert len(report["checks"]) == len(verdict.checks)
+    for row in report["checks"]:
+        assert {"name", "metric", "observed", "expected", "status", "detail"} <= set(row)
+        assert row["status"] in {"pass", "fail", "not_measured", "error"}
+    rows = {row["name"]: row for row in report["checks"]}
+    spikes = rows["logprob_abs_diff.spikes"]
+    assert spikes["status"] == "fail"
+    assert spikes["observed"] == 1
+    assert spikes["expected"] == "0 values above 0.15"
+    assert spikes["failing_steps"] == [6]
+    assert "rollout 6 (0.42)" in spikes["detail"]
+    assert rows["raw_reward.mean"]["observed"] == "NaN"  # strict JSON, miles' marker
+    assert rows["raw_reward.paired"]["numbers"] == {}
+    assert rows["evidence.readable"]["status"] == "fail"
+    assert rows["evidence.consistent"]["status"] == "fail"
+    assert rows["sentinel.sglang_register_lora_adapter_404"]["observed"] == 2
+    assert rows["train_rollout_kl.mean"]["status"] == "not_measured"
+    assert report["counts"]["fail"] == sum(c.status == "fail" for c in verdict.checks)
+    assert [h["name"] for h in report["sentinels"]] == [KNOWN.name, FATAL.name]
+    assert report["sentinels"][0]["reference"] == "radixark/miles#3263"
+    assert report["evidence"]["problems"] == [
+        {
+            "source": "ci_history",
+            "path": "runs/r/ci_history/1-a.jsonl",
+            "detail": "line 2: bad JSON",
+        }
+    ]
+    assert report["evidence"]["conflicts"][0]["values"] == {"job_log": 0.0166, "tensorboard": 0.42}
+    assert report["evidence"]["sources"][LOGPROB] == "tensorboard"
+    # atomic writes leave no temp files behind
+    assert sorted(p.name for p in files.json.parent.iterdir()) == [
+        "metrics.png",
+        "report.json",
+        "report.md",
+    ]
+
+
+def test_passing_report_json(passing) -> None:
+    verdict, _ = passing
+    report = to_json(verdict)
+    assert report["verdict"] == "pass" and report["exit_code"] == 0
+    paired = next(r for r in report["checks"] if r["name"] == "raw_reward.paired")
+    assert set(paired["numbers"]) == {"mean_diff", "se", "n", "z", "z_max"}
+    assert paired["numbers"]["n"] == 20
+    assert strict_json(render(verdict, "json")) == json.loads(json.dumps(report))
+
+
+# ---------------------------------------------------------------------------- report.md
+
+
+def test_markdown_verdict_first_failures_first_then_sentinels_then_evidence(failing) -> None:
+    verdict, _ = failing
+    text = render_markdown(verdict)
+    lines = text.splitlines()
+    assert lines[0].startswith("**miles-amd gate: FAIL** - run `runs/r` against baseline `patched`")
+    table = [line for line in lines if line.startswith("| ") and "| check |" not in line]
+    statuses = [line.split(" | ")[0].removeprefix("| ") for line in table[: len(verdict.checks)]]
+    order = {"FAIL": 0, "ERROR": 1, "NOT MEASURED": 2, "pass": 3}
+    assert statuses == sorted(statuses, key=order.__getitem__)
+    assert statuses[0] == "FAIL" and statuses[-1] == "pass"
+    assert text.index("### Checks") < text.index("### Sentinel hits") < text.index("### Evidence")
+    sentinels = text[text.index("### Sentinel hits") : text.index("### Evidence")]
+    assert "| megatron_router_dtype_dropped | known | 8 | 57 | radixark/miles#3263 |" in sentinels
+    assert "| sglang_register_lora_adapter_404 | fatal | 2 | 311 |" in sentinels
+    assert "404 Client Error \\| Not Found" in sentinels  # a pipe cannot break the table
+    evidence_part = text[text.index("### Evidence") :]
+    assert "- ci_history: runs/r/ci_history/1-a.jsonl: line 2: bad JSON" in evidence_part
+    assert f"- {LOGPROB} at step 6: job_log=0.0166, tensorboard=0.42" in evidence_part
+    assert "0 spikes" not in text
+
+
+def test_markdown_of_a_passing_run(passing) -> None:
+    verdict, _ = passing
+    text = render_markdown(verdict)
+    assert text.startswith("**miles-amd gate: PASS**")
+    assert "Problems: none." in text and "Conflicts: none." in text
+    assert "| NOT MEASURED | train_rollout_kl.mean (optional) |" in text
+    assert "| FAIL |" not in text
+
+
+# ---------------------------------------------------------------------------- text
+
+
+def test_text_output_is_ordered_like_the_markdown(failing) -> None:
+    verdict, _ = failing
+    text = render_text(verdict)
+    lines = text.splitlines()
+    assert lines[0].startswith("miles-amd gate: FAIL - run runs/r against baseline patched")
+    assert lines[1] == verdict.reason
+    names = [c.name for c in ordered_checks(verdict)]
+    positions = [text.index(f"  {name}  ") for name in names]
+    assert positions == sorted(positions)
+    assert "fatal  sglang_register_lora_adapter_404: 2x, first at job.log:311" in text
+    assert (
+        "known  megatron_router_dtype_dropped: 8x, first at job.log:57 [radixark/miles#3263]"
+        in (text)
+    )
+    assert "evidence problem: ci_history: runs/r/ci_history/1-a.jsonl: line 2: bad JSON" in text
+    assert render(verdict, "text") == text
+    assert render(verdict, "markdown") == render_markdown(verdict)
+
+
+# ---------------------------------------------------------------------------- metrics.png
+
+
+def test_metrics_png_is_written(failing, passing, tmp_path: Path, patched: Baseline) -> None:
+    for name, (verdict, evidence) in (("fail", failing), ("pass", passing)):
+        files = write_report(verdict, evidence, patched, tmp_path / name)
+        data = files.plot.read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n")
+        width = int.from_bytes(data[16:20], "big")
+        height = int.from_bytes(data[20:24], "big")
+        assert width > 800 and height > 800
+
+
+def _panel(figure, metric: str):
+    (ax,) = [ax for ax in figure.axes if ax.get_title() == metric]
+    return ax
+
+
+def test_plot_draws_bands_threshold_and_failing_points(failing, patched: Baseline) -> None:
+    verdict, evidence = failing
+    figure = metrics_figure(verdict, evidence, patched)
+    logprob = _panel(figure, LOGPROB)
+    gids = {artist.get_gid() for artist in logprob.get_children()}
+    assert {"threshold", "max", "band:logprob_abs_diff.mean", "failing"} <= gids
+    (threshold,) = [line for line in logprob.lines if line.get_gid() == "threshold"]
+    assert list(threshold.get_ydata()) == [0.15, 0.15]
+    (crosses,) = [line for line in logprob.lines if line.get_gid() == "failing"]
+    assert list(crosses.get_xdata()) == [6] and list(crosses.get_ydata()) == [0.42]
+    assert logprob.get_yscale() == "log"
+    reward = _panel(figure, REWARD)
+    assert [t.get_text() for t in reward.texts] == ["nan"]  # the non-finite point, labelled
+    assert "baseline jvvnhop9" in reward.get_legend_handles_labels()[1]
+    kl = _panel(figure, "train/train_rollout_kl")
+    assert kl.texts[0].get_text().startswith("not measured")
+
+
+def test_plot_of_a_passing_run_marks_nothing(passing, patched: Baseline) -> None:
+    verdict, evidence = passing
+    figure = metrics_figure(verdict, evidence, patched)
+    for ax in figure.axes:
+        assert not [line for line in ax.lines if line.get_gid() == "failing"]
+        assert ax.title.get_color() == "black"
