@@ -124,10 +124,16 @@ def execute(
     against ``baseline``, or the patched baseline when none is given: the spike threshold,
     finiteness and fatal sentinels are the same in both).
     """
+    from miles_amd.baselines import BaselineError, load_baseline
     from miles_amd.ray_head import RayHead, clear_leftovers, write_state
 
     if plan.job is None or plan.run_dir is None:
         raise DriverError("the plan has no job or no run dir; build it with build_train_plan")
+    try:  # a bad baseline must fail before an hour of GPUs is spent, not after
+        reference = load_baseline(baseline) if baseline is not None else None
+        watch_reference = reference or load_baseline("patched")
+    except BaselineError as exc:
+        raise DriverError(f"--gate: {exc}") from exc
     run_dir = Path(plan.run_dir)
     stale = [name for name in STALE_EVIDENCE if (run_dir / name).exists()]
     if stale:
@@ -173,7 +179,7 @@ def execute(
         echo(f"submitted {job_id} to {address}; log: {run_dir / 'job.log'}")
         pump = LogPump(client, job_id, run_dir / "job.log")
         pump.start()
-        watcher = FailFastWatcher(run_dir, judge_partial or _hard_failures(baseline or "patched"))
+        watcher = FailFastWatcher(run_dir, judge_partial or _hard_failures(watch_reference))
         started = time.monotonic()
         next_watch = started + watch_interval_s
         while True:
@@ -219,10 +225,11 @@ def execute(
     latency = job.get("failfast_latency_s")
     verdict = None
     exit_code = EXIT_PASS if job["status"] == "SUCCEEDED" and not stopped_by else EXIT_FAIL
-    if baseline is not None:
+    if reference is not None:
         from miles_amd.gate_run import gate_run_dir
 
-        verdict, exit_code = gate_run_dir(run_dir, baseline)
+        judged, _ = gate_run_dir(run_dir, reference, expected_rollouts=plan.recipe.num_rollout)
+        verdict, exit_code = judged.verdict, judged.exit_code
     return RunOutcome(
         run_dir, job_id, job["status"], stopped_by, trip, latency, verdict, exit_code, head_pids
     )
@@ -237,12 +244,10 @@ def _client(address: str) -> Any:
         raise DriverError(f"no Ray Jobs API at {address}: {exc}") from exc
 
 
-def _hard_failures(baseline: str) -> Callable[[Any], Any]:
-    from miles_amd.baselines import load_baseline
+def _hard_failures(reference: Any) -> Callable[[Any], Any]:
     from miles_amd.gate import hard_failures
 
-    loaded = load_baseline(baseline)
-    return lambda evidence: hard_failures(evidence, loaded)
+    return lambda evidence: hard_failures(evidence, reference)
 
 
 def _stop_and_wait(client: Any, job_id: str, timeout_s: float = 60.0) -> None:

@@ -452,7 +452,22 @@ def check_job_status(rule: Rule, ctx: RuleContext) -> Check:
     detail = f"Ray job {job.job_id} ended {job.status}"
     if job.message:
         detail += f": {' '.join(job.message.split())[:200]}"
+    detail += _stopped_by(job.extra)
     return _check(rule, _passed(job.status == expected), job.status, expected, detail)
+
+
+def _stopped_by(extra: Mapping[str, object]) -> str:
+    """The driver's note on why it stopped the job (job.json ``stopped_by``/``failfast``)."""
+    stopped_by = extra.get("stopped_by")
+    if not stopped_by:
+        return ""
+    trip = extra.get("failfast")
+    if stopped_by != "fail-fast" or not isinstance(trip, Mapping):
+        return f"; stopped by the driver: {stopped_by}"
+    where = f" at step {trip['step']}" if trip.get("step") is not None else ""
+    latency = extra.get("failfast_latency_s")
+    after = f", stopped {latency:.1f} s after it appeared" if isinstance(latency, float) else ""
+    return f"; stopped by fail-fast: {trip.get('rule')}{where}{after}"
 
 
 def _not_measured(rule: Rule, ctx: RuleContext) -> Check:
@@ -555,6 +570,7 @@ def sentinel_checks(hits: Iterable[SentinelHit]) -> list[Check]:
                 expected="absent",
                 detail=detail,
                 rationale="a fatal log signature: the run is broken whatever its metrics say",
+                numbers={"first_line": hit.first_line},
             )
         )
     return checks

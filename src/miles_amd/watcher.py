@@ -93,7 +93,8 @@ class FailFastWatcher:
             return None
         check = failures[0]
         detected_at = time.time()
-        step = getattr(check, "step", None)
+        steps = getattr(check, "failing_steps", ())
+        step = steps[0] if steps else None
         self.trip = Trip(
             rule=str(getattr(check, "name", check)),
             detail=str(getattr(check, "detail", "")),
@@ -109,8 +110,8 @@ class FailFastWatcher:
             lines = log_path.read_text(errors="replace").splitlines()
         except OSError:
             return None
-        line_no = getattr(check, "line", None)
-        if isinstance(line_no, int) and 0 < line_no <= len(lines):
+        line_no = int(getattr(check, "numbers", {}).get("first_line", 0))
+        if 0 < line_no <= len(lines):
             return line_time(lines[line_no - 1])
         return first_metric_line_time(lines, step) if step is not None else None
 

@@ -94,7 +94,7 @@ class TripOnLine:
 
     name = "marker"
     detail = "marker line seen"
-    step = 2
+    failing_steps = (2,)
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -108,7 +108,7 @@ def test_fail_fast_stops_within_two_intervals(cluster_env, tmp_path, state_dir) 
         "import time, datetime\n"
         "for k in range(60):\n"
         "    stamp = datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]\n"
-        "    tag = ' FAULT' if k == 2 else ''\n"
+        "    tag = ' FA' + 'ULT' if k == 2 else ''  # not literal: Ray echoes the code\n"
         "    print(f'(MegatronTrainRayActor pid=1) [{stamp} ] log_utils.py:1 - step {k}: "
         "{{}}{tag}', flush=True)\n"
         "    time.sleep(0.5)\n"

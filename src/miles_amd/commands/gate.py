@@ -75,15 +75,14 @@ def gate(
     if not run_dir.is_dir():
         _fail(f"--run-dir {run_dir}: no such directory; point it at a run directory")
 
-    from miles_amd.gate import judge
-    from miles_amd.metrics.run_dir import load_run
-    from miles_amd.report import render, write_report
+    from miles_amd.gate_run import gate_run_dir
+    from miles_amd.report import render
 
-    evidence = load_run(run_dir)
-    verdict = judge(evidence, reference, expected_rollouts=expected_rollouts)
     out_dir = report_dir if report_dir is not None else run_dir / "report"
     try:
-        files = write_report(verdict, evidence, reference, out_dir)
+        verdict, files = gate_run_dir(
+            run_dir, reference, expected_rollouts=expected_rollouts, report_dir=out_dir
+        )
     except OSError as exc:
         _fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
     typer.echo(render(verdict, output_format.value), nl=False)
