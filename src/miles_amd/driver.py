@@ -37,6 +37,7 @@ from miles_amd.launcher import RAY_HEAD_STATE_FILE, LaunchPlan
 from miles_amd.watcher import FailFastWatcher, Trip
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+EVIDENCE_DIR_VARS = ("TENSORBOARD_DIR", "MILES_CI_GATE_RECORD_DIR")
 STALE_EVIDENCE = ("tensorboard", "ci_history", "job.json", "job.log", "report")
 EXIT_PASS, EXIT_FAIL, EXIT_UNUSABLE = 0, 1, 2
 
@@ -142,6 +143,9 @@ def execute(
             "pass a fresh --run-dir (old evidence would mix into this run's)"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
+    for key in EVIDENCE_DIR_VARS:  # made here, so a job that writes nothing there is seen
+        if key in plan.job.env_vars:
+            Path(plan.job.env_vars[key]).mkdir(parents=True, exist_ok=True)
     (run_dir / "job.log").write_text("")
     write_json(run_dir / "plan.json", plan.to_dict())
     state_file = Path(os.path.expanduser(state_dir or "~/.cache/miles_amd")) / RAY_HEAD_STATE_FILE
@@ -203,7 +207,7 @@ def execute(
         if head is not None:
             head.record_descendants()
         pump.close()
-        _write_final(client, job_id, run_dir, stopped_by, trip, stop_requested_at)
+        trip = _write_final(client, job_id, run_dir, stopped_by, trip, stop_requested_at)
     except KeyboardInterrupt:
         stopped_by = "interrupt"
         raise
@@ -274,13 +278,15 @@ def _write_final(
     stopped_by: str | None,
     trip: Trip | None,
     stop_requested_at: float | None,
-) -> None:
-    """The authoritative job.log and job.json, each written atomically."""
+) -> Trip | None:
+    """The authoritative job.log and job.json, each written atomically; the trip, timed."""
     log = client.get_job_logs(job_id)
     tmp = run_dir / ".job.log.tmp"
     tmp.write_text(log, encoding="utf-8")
     os.replace(tmp, run_dir / "job.log")
     info = client.get_job_info(job_id)
+    if trip is not None:
+        trip = trip.timed_from(log.splitlines())
     latency = None
     if trip is not None and trip.fault_time is not None and stop_requested_at is not None:
         latency = round(stop_requested_at - trip.fault_time, 3)
@@ -299,3 +305,4 @@ def _write_final(
             "failfast_latency_s": latency,
         },
     )
+    return trip

@@ -63,13 +63,18 @@ class FaultError(ValueError):
 class Fault:
     """One injectable failure and the verdict it must produce.
 
-    ``expected`` is the reason the gate (or the driver/watcher, for ``hang``) must give;
-    ``fails_run`` is False only for the tracked, harmless known sentinel.
+    ``expected`` is the reason the gate (or the driver/watcher, for ``hang``) must give, in
+    words; ``gate_checks`` are the gate's check names that must fail for it and
+    ``driver_stop`` how the driver must have ended the job (``fail-fast`` for a fault the
+    watcher catches while the run goes, ``timeout`` for a hang, None when the job ends by
+    itself); ``fails_run`` is False only for the tracked, harmless known sentinel.
     """
 
     kind: str
     description: str
     expected: str
+    gate_checks: tuple[str, ...] = ()
+    driver_stop: str | None = None
     fails_run: bool = True
     uses_at: bool = True
 
@@ -81,31 +86,41 @@ FAULTS: dict[str, Fault] = {
             "spike",
             f"{ABS_DIFF} = {SPIKE_VALUE} at rollout K (a spike is > 0.15)",
             f"spike: {ABS_DIFF} above 0.15 at rollout K",
+            ("logprob_abs_diff.spikes",),
+            "fail-fast",
         ),
         Fault(
             "nan",
             f"{ABS_DIFF} = NaN at rollout K",
             f"non-finite value: {ABS_DIFF} is NaN at rollout K",
+            ("logprob_abs_diff.finite",),
+            "fail-fast",
         ),
         Fault(
             "crash",
             "exit 1 with a Python traceback before rollout K (rollouts 0..K-1 emitted)",
             "job failed: the Ray job ends FAILED; too few rollouts",
+            ("job.status", "logprob_abs_diff.steps"),
         ),
         Fault(
             "hang",
             "emit rollouts 0..K, then sleep forever",
             "timeout: the driver stops the job after its time limit",
+            ("job.status",),
+            "timeout",
         ),
         Fault(
             "short",
             "emit only K rollouts, then exit 0",
             "too few rollouts: K of --num-rollout",
+            ("logprob_abs_diff.steps", "raw_reward.steps"),
         ),
         Fault(
             "fatal-sentinel",
             "print SGLang's 'skipping MoE layer' LoRA warning at rollout K, then continue",
             "fatal sentinel: sglang_lora_skips_moe",
+            ("sentinel.sglang_lora_skips_moe",),
+            "fail-fast",
         ),
         Fault(
             "known-sentinel",
@@ -118,24 +133,28 @@ FAULTS: dict[str, Fault] = {
             "no-tensorboard",
             "write no TensorBoard event file (log and CI history as usual)",
             "missing evidence: no TensorBoard event file",
+            ("evidence.readable",),
             uses_at=False,
         ),
         Fault(
             "truncated-event",
             "at the end, cut the event file in the middle of its final record",
             "source problem: truncated TensorBoard event file",
+            ("evidence.readable",),
             uses_at=False,
         ),
         Fault(
             "reward-collapse",
             f"{RAW_REWARD} = 0.0 from rollout K on (still a multiple of 1/64)",
             f"reward collapse: {RAW_REWARD} mean below its band",
+            ("raw_reward.mean",),
         ),
         Fault(
             "wrong-batch-shape",
             f"every {RAW_REWARD} a multiple of 1/{WRONG_BATCH_SAMPLES}, "
             f"none a multiple of 1/{RECIPE_BATCH_SAMPLES}",
             f"batch shape: {RAW_REWARD} is not a multiple of 1/{RECIPE_BATCH_SAMPLES}",
+            ("raw_reward.batch_fingerprint",),
             uses_at=False,
         ),
     )

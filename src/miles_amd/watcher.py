@@ -17,14 +17,15 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from miles_amd.evidence import RunEvidence
 
-LOG_TIME = re.compile(r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3})\s*\]")
+# miles: "[2026-11-20 10:03:50.007 ]"; SGLang: "[2026-11-20 10:03:50 TP0]" (whole seconds).
+LOG_TIME = re.compile(r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(\.\d{3})?[^\]]*\]")
 METRIC_LINE = re.compile(r" - (?:step|rollout|perf) (\d+): \{")
 
 
@@ -35,6 +36,7 @@ class Trip:
     rule: str
     detail: str
     step: int | None
+    line: int | None  # the sentinel's 1-based line in job.log, for a log signature
     fault_time: float | None  # seconds since the epoch, from the job's own log line
     detected_at: float
 
@@ -43,9 +45,26 @@ class Trip:
             "rule": self.rule,
             "detail": self.detail,
             "step": self.step,
+            "line": self.line,
             "fault_time": self.fault_time,
             "detected_at": self.detected_at,
         }
+
+    def timed_from(self, log_lines: Sequence[str]) -> Trip:
+        """This trip with ``fault_time`` read from the job's log, when not known yet.
+
+        The watcher may see a fault in TensorBoard before Ray has streamed the log line
+        that stamps it; the driver calls this again on the final, complete log.
+        """
+        if self.fault_time is not None:
+            return self
+        if self.line is not None and 0 < self.line <= len(log_lines):
+            when = line_time(log_lines[self.line - 1])
+        elif self.step is not None:
+            when = first_metric_line_time(log_lines, self.step)
+        else:
+            when = None
+        return replace(self, fault_time=when)
 
 
 def line_time(line: str) -> float | None:
@@ -53,7 +72,8 @@ def line_time(line: str) -> float | None:
     match = LOG_TIME.search(line)
     if not match:
         return None
-    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+    stamp = match.group(1) + (match.group(2) or ".000")
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
 
 
 def first_metric_line_time(log_lines: Sequence[str], step: int) -> float | None:
@@ -92,28 +112,25 @@ class FailFastWatcher:
         if not failures:
             return None
         check = failures[0]
-        detected_at = time.time()
         steps = getattr(check, "failing_steps", ())
-        step = steps[0] if steps else None
-        self.trip = Trip(
+        line = int(getattr(check, "numbers", {}).get("first_line", 0)) or None
+        trip = Trip(
             rule=str(getattr(check, "name", check)),
             detail=str(getattr(check, "detail", "")),
-            step=step,
-            fault_time=self._fault_time(check, step),
-            detected_at=detected_at,
+            step=steps[0] if steps else None,
+            line=line,
+            fault_time=None,
+            detected_at=time.time(),
         )
+        self.trip = trip.timed_from(read_lines(self.run_dir / "job.log"))
         return self.trip
 
-    def _fault_time(self, check: Any, step: int | None) -> float | None:
-        log_path = self.run_dir / "job.log"
-        try:
-            lines = log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return None
-        line_no = int(getattr(check, "numbers", {}).get("first_line", 0))
-        if 0 < line_no <= len(lines):
-            return line_time(lines[line_no - 1])
-        return first_metric_line_time(lines, step) if step is not None else None
+
+def read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def _load_live(run_dir: Path) -> RunEvidence:

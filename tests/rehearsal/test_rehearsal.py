@@ -1,0 +1,83 @@
+"""The whole hardware path on CPU: replayed runs through the real driver, watcher and gate.
+
+The healthy replay of the embedded jvvnhop9 run must PASS against the patched baseline;
+every fault of ``miles_amd.faults`` must end red with the gate checks and the driver stop
+its catalogue entry names (never PASS); the known-issue sentinel passes and is reported.
+Fail-fast latency is read from the job's own clock (its log stamps and the driver's stop
+request in job.json), never from sleeps in the test.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from miles_amd.faults import FAULTS
+from miles_amd.rehearsal import expectation_problems, rehearse
+
+pytestmark = pytest.mark.rehearsal
+
+# The watcher sees log signatures only after Ray streams the job's log (about 1 s behind),
+# and SGLang stamps its lines to the whole second: the interval must dominate both.
+WATCH_INTERVAL_S = 2.0
+FAIL_FAST = sorted(k for k, f in FAULTS.items() if f.driver_stop == "fail-fast")
+ENDS_BY_ITSELF = sorted(k for k, f in FAULTS.items() if f.driver_stop is None)
+
+
+def test_healthy_replay_passes(cluster_env, tmp_path, state_dir) -> None:
+    outcome = rehearse(cluster_env, tmp_path / "run", state_dir=state_dir)
+    assert expectation_problems(None, outcome) == []
+    assert outcome.status == "SUCCEEDED" and outcome.exit_code == 0
+    report = json.loads((tmp_path / "run" / "report" / "report.json").read_text())
+    assert report["verdict"] == "pass" and report["expected_rollouts"] == 20
+    passed = {c["name"] for c in report["checks"] if c["status"] == "pass"}
+    assert {"logprob_abs_diff.spikes", "raw_reward.paired", "job.status"} <= passed
+    assert (tmp_path / "run" / "report" / "metrics.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("fault", ENDS_BY_ITSELF)
+def test_fault_ends_red_with_its_reason(fault, cluster_env, tmp_path, state_dir) -> None:
+    outcome = rehearse(cluster_env, tmp_path / "run", fault=fault, state_dir=state_dir)
+    assert expectation_problems(fault, outcome) == []
+    if FAULTS[fault].fails_run:
+        assert outcome.exit_code == 1 and outcome.verdict == "fail"
+
+
+def test_known_sentinel_passes_and_is_reported(cluster_env, tmp_path, state_dir) -> None:
+    outcome = rehearse(cluster_env, tmp_path / "run", fault="known-sentinel", state_dir=state_dir)
+    assert outcome.verdict == "pass"
+    report = json.loads((tmp_path / "run" / "report" / "report.json").read_text())
+    hits = {h["name"]: h for h in report["sentinels"]}
+    assert hits["megatron_moe_router_not_fp32"]["count"] == 8
+    assert "megatron_moe_router_not_fp32" in (tmp_path / "run" / "report" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("fault", FAIL_FAST)
+def test_fail_fast_stops_within_two_intervals(fault, cluster_env, tmp_path, state_dir) -> None:
+    outcome = rehearse(
+        cluster_env,
+        tmp_path / "run",
+        fault=fault,
+        at=3,
+        pace_s=0.5,
+        watch_interval_s=WATCH_INTERVAL_S,
+        state_dir=state_dir,
+    )
+    assert expectation_problems(fault, outcome) == []
+    job = json.loads((tmp_path / "run" / "job.json").read_text())
+    assert job["status"] == "STOPPED" and job["failfast"]["step"] in (3, None)
+    latency = job["failfast_latency_s"]
+    assert latency is not None and 0 <= latency <= 2 * WATCH_INTERVAL_S, job
+    log = (tmp_path / "run" / "job.log").read_text()
+    assert "step 19:" not in log, "the job ran to the end despite the fault"
+    report_md = (tmp_path / "run" / "report" / "report.md").read_text()
+    assert "stopped by fail-fast" in report_md
+
+
+def test_hang_is_stopped_by_the_timeout(cluster_env, tmp_path, state_dir) -> None:
+    outcome = rehearse(
+        cluster_env, tmp_path / "run", fault="hang", timeout_s=8, state_dir=state_dir
+    )
+    assert expectation_problems("hang", outcome) == []
+    assert outcome.status == "STOPPED"
