@@ -1,0 +1,98 @@
+"""Robustness figures of the CPU rehearsal: how often the harness is right, and its cost.
+
+Runs the healthy replay of the embedded jvvnhop9 run N times and every fault of
+``miles_amd.faults`` once, each through the real driver, watcher and gate on one local Ray
+head (127.0.0.1, free ports), and prints:
+
+- runs, passes, false greens (a faulty run that passed: must be 0) and false reds (a healthy
+  run, or the harmless known sentinel, that did not pass: must be 0);
+- the median fail-fast latency: the driver's stop request minus the moment the fault appeared
+  on the job's own clock (job.json ``failfast_latency_s``);
+- the harness overhead of healthy runs: driver wall time (submit, stream, gate, report) over
+  the replay's own run time (job.json ``end_time - start_time``), median.
+
+Usage: ``python benchmarks/bench_rehearsal.py [--runs N] [--pace S] [--interval S]``.
+The last line is ``runs=<n> passes=<n> false_green=<n> false_red=<n>
+failfast_median_s=<s> overhead=<x>``; the exit code is 1 when either false count is not 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from miles_amd.faults import FAULTS
+from miles_amd.launcher import ray_start_argv
+from miles_amd.ray_head import RayHead
+from miles_amd.rehearsal import expectation_problems, rehearse
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20, help="healthy replays (default 20)")
+    parser.add_argument("--pace", type=float, default=0.1, help="seconds per rollout")
+    parser.add_argument("--interval", type=float, default=2.0, help="watcher interval, s")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench_rehearsal_"))
+    head = RayHead.start(
+        ray_start_argv(0, "127.0.0.1"), env=dict(os.environ), log_path=work / "head.log"
+    )
+    env = {**os.environ, "RAY_ADDRESS": head.dashboard_url}
+    cases = [None] * args.runs + list(FAULTS)
+    runs = passes = false_green = false_red = 0
+    latencies: list[float] = []
+    overheads: list[float] = []
+    try:
+        for i, fault in enumerate(cases):
+            run_dir = work / f"run{i:03d}-{fault or 'healthy'}"
+            started = time.monotonic()
+            outcome = rehearse(
+                env,
+                run_dir,
+                fault=fault,
+                pace_s=args.pace
+                if fault is None or FAULTS[fault].driver_stop != "fail-fast"
+                else 0.5,
+                watch_interval_s=args.interval,
+                timeout_s=10.0 if fault == "hang" else 120.0,
+                state_dir=str(work / "state"),
+            )
+            wall = time.monotonic() - started
+            job = json.loads((run_dir / "job.json").read_text())
+            runs += 1
+            passes += outcome.verdict == "pass"
+            problems = expectation_problems(fault, outcome)
+            if problems:
+                if outcome.verdict == "pass":
+                    false_green += 1
+                else:
+                    false_red += 1
+            if job.get("failfast_latency_s") is not None:
+                latencies.append(job["failfast_latency_s"])
+            if fault is None and job.get("end_time") and job.get("start_time"):
+                overheads.append(wall / (job["end_time"] - job["start_time"]))
+            print(
+                f"{fault or 'healthy':18s} verdict={outcome.verdict:5s} "
+                f"stopped_by={outcome.stopped_by or '-':9s} wall={wall:5.1f}s "
+                + ("ok" if not problems else "WRONG: " + "; ".join(problems)),
+                flush=True,
+            )
+    finally:
+        head.stop()
+    failfast = statistics.median(latencies) if latencies else float("nan")
+    overhead = statistics.median(overheads) if overheads else float("nan")
+    print(
+        f"runs={runs} passes={passes} false_green={false_green} false_red={false_red} "
+        f"failfast_median_s={failfast:.2f} overhead={overhead:.2f}"
+    )
+    return 1 if false_green or false_red else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
