@@ -1,0 +1,75 @@
+"""``miles-amd train --run-dir DIR --gate patched`` as a user runs it, end to end on CPU.
+
+The only stand-in is miles' checkout: its ``train.py`` hands the recipe argv it receives,
+unchanged, to the replay of the embedded run. Everything else is the real CLI: input
+checks, its own Ray head on 127.0.0.1 (no ``RAY_ADDRESS``), the Jobs SDK, the watcher, the
+gate and the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from miles_amd.rehearsal import EXAMPLE_RUN
+from tests.unit.test_cli_plan import write_checkpoint
+
+pytestmark = pytest.mark.rehearsal
+
+FAKE_TRAIN = """\
+import runpy, sys
+# miles_amd_rehearsal_job: the recipe argv goes to the replay unchanged
+sys.argv = [sys.argv[0], "--replay-source", {source!r}, "--replay-pace", "0"] + sys.argv[1:]
+runpy.run_module("miles_amd.replay", run_name="__main__")
+"""
+
+
+def test_train_with_gate_runs_and_exits_with_the_verdict(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path / "models", mxfp4=False)
+    dataset = tmp_path / "data" / "dapo-math-17k" / "dapo-math-17k.jsonl"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_text(json.dumps({"prompt": "1+1?", "label": "2"}) + "\n")
+    miles = tmp_path / "miles"
+    miles.mkdir()
+    (miles / "train.py").write_text(FAKE_TRAIN.format(source=str(EXAMPLE_RUN)))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "WANDB_API_KEY")}
+    # The job runs `python3`: make it this interpreter, as an activated venv would.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["HOME"] = str(tmp_path)  # the tool's state file goes to ~/.cache/miles_amd
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "miles_amd.cli",
+            "train",
+            "--model-dir",
+            str(tmp_path / "models"),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--miles-dir",
+            str(miles),
+            "--num-gpus",
+            "8",
+            "--run-dir",
+            str(run_dir),
+            "--gate",
+            "patched",
+            "--timeout",
+            "180",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "gate: PASS" in done.stdout
+    assert json.loads((run_dir / "job.json").read_text())["status"] == "SUCCEEDED"
+    assert json.loads((run_dir / "report" / "report.json").read_text())["verdict"] == "pass"
+    assert not (tmp_path / ".cache" / "miles_amd" / "ray_head.json").exists()
