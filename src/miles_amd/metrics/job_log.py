@@ -26,8 +26,9 @@ Format facts: Ray colours the actor prefix with ANSI escapes when its output is 
 (removed). Lines are split on ``\\n`` only, so line numbers match ``grep -n`` and the sentinel
 scan. Undecodable bytes become U+FFFD (a metric line with one then fails to parse).
 
-Speed: the whole text is searched with one regex, and a dict of plain ``'key': number`` items
-(the common case) is read with a regex and ``float``; only other dicts go through ``ast``.
+Speed: the whole text is searched with one regex (no per-line Python work for the other
+lines); a dict of plain numbers (the common case) is read by the C JSON decoder after swapping
+quotes, which is exact for such text; only other dicts go through ``ast``.
 
 Does not decide: which source wins (``merge``) or whether the values are good (``gate``).
 """
@@ -39,15 +40,18 @@ import json
 import math
 import os
 import re
+import struct
 from collections import defaultdict
 
 from miles_amd.evidence import SeriesMap
 from miles_amd.metrics import MetricsFormatError
-from miles_amd.metrics.series import flat_map_to_series
+from miles_amd.metrics.series import Columns, columns_to_series, new_columns
 
 METRIC_MESSAGES = ("step", "rollout", "perf")
 
-_METRIC_LINE = re.compile(r"\] [\w.-]+:\d+ - (?:step|rollout|perf) (-?\d+): (\{.*)$", re.MULTILINE)
+_METRIC_LINE = re.compile(
+    rf"\] [\w.-]+:\d+ - (?:{'|'.join(METRIC_MESSAGES)}) (-?\d+): (\{{.*)$", re.MULTILINE
+)
 _RAY_REPEAT = re.compile(r" \[repeated \d+x across cluster\]")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -61,6 +65,9 @@ _NUMPY_SCALARS = frozenset(
     {"float16", "float32", "float64", "longdouble", "int8", "int16", "int32", "int64"}
     | {"uint8", "uint16", "uint32", "uint64", "bool_", "bool"}
 )
+_NUMPY_NARROW_FLOATS = {"float32": "<f", "float16": "<e"}
+_FLOAT_ONLY = frozenset({float})
+_INT_OR_FLOAT = frozenset({int, float})
 _NON_FINITE_NAMES = {"nan": math.nan, "inf": math.inf}
 
 
@@ -87,27 +94,33 @@ def read_job_log(path: str | os.PathLike[str], *, live: bool = False) -> SeriesM
 
 def parse_job_log_text(text: str, path: str) -> SeriesMap:
     """The series in ``text``, the contents of the log ``path`` (named in errors)."""
-    points: defaultdict[str, list[int | float]] = defaultdict(list)
+    points: defaultdict[str, Columns] = defaultdict(new_columns)
     lines_at_step: dict[int, list[tuple[int, dict[str, float]]]] = {}
+    keys_at_step: dict[int, set[str]] = {}
     line_number, counted_to = 1, 0
     for match in _METRIC_LINE.finditer(text):
         line_number += text.count("\n", counted_to, match.start())
         counted_to = match.start()
-        step = int(match.group(1))
         try:
+            step = int(match.group(1))
             values = parse_metric_dict(match.group(2))
         except ValueError as error:
             reason = f"unreadable metric line: {error}"
             raise MetricsFormatError(path, line_number, reason) from None
-        earlier = lines_at_step.get(step)
-        if earlier is None:
+        keys = keys_at_step.get(step)
+        if keys is None:
+            keys_at_step[step] = set(values)
             lines_at_step[step] = [(line_number, values)]
         else:
-            values = _drop_repeats(values, earlier, step, path, line_number)
-            earlier.append((line_number, values))
+            if not keys.isdisjoint(values):
+                values = _drop_repeats(values, lines_at_step[step], step, path, line_number)
+            keys.update(values)
+            lines_at_step[step].append((line_number, values))
         for key, value in values.items():
-            points[key].extend((step, value))
-    return flat_map_to_series(points)
+            columns = points[key]
+            columns[0].append(step)
+            columns[1].append(value)
+    return columns_to_series(points)
 
 
 def _drop_repeats(
@@ -135,8 +148,6 @@ def _drop_repeats(
 def parse_metric_dict(text: str) -> dict[str, float]:
     """The scalars of one metric dict repr (the rest of its line); ``ValueError`` if unreadable.
 
-    Values are numbers (an ``int`` may stay ``int``; the series turns it into ``float``).
-
     Three readers, fastest first, each taking only what it reads exactly as Python would:
     JSON for a dict of plain numbers (after swapping quotes, safe because the text has no
     ``"``, backslash, ``nan`` or ``inf``), a regex for plain numbers with ``nan``/``inf``,
@@ -151,16 +162,45 @@ def parse_metric_dict(text: str) -> dict[str, float]:
             decoded = json.loads(text.replace("'", '"'))
         except (ValueError, RecursionError):
             decoded = None
-        if isinstance(decoded, dict) and all(
-            type(value) is float or type(value) is int for value in decoded.values()
-        ):
-            return decoded  # int values stay int here; series_from_flat makes them float
+        if isinstance(decoded, dict) and _all_numbers(decoded):
+            return decoded
     if _PLAIN_DICT.fullmatch(text):
-        try:
-            return {key: float(number) for key, number in _PLAIN_ITEMS.findall(text)}
-        except ValueError:
-            pass  # a token like "1.2.3": let the strict parser name the problem
+        plain = _plain_numbers(text)
+        if plain is not None:
+            return plain
     return dict(_parse_literal_dict(text))
+
+
+def _plain_numbers(text: str) -> dict[str, float] | None:
+    """The items of a dict of plain numbers, or None to leave it to the strict parser.
+
+    ``float`` turns an integer too large for a float into inf, where Python's own reading
+    of the literal (an ``int``) cannot become a float at all; such tokens, and tokens like
+    ``1.2.3``, go to the strict parser, which names the problem.
+    """
+    values = {}
+    for key, token in _PLAIN_ITEMS.findall(text):
+        try:
+            number = float(token)
+        except ValueError:
+            return None
+        if math.isinf(number) and "inf" not in token:
+            return None
+        values[key] = number
+    return values
+
+
+def _all_numbers(decoded: dict[str, object]) -> bool:
+    """Whether every JSON value is a number; ints become floats in place (or ValueError)."""
+    kinds = set(map(type, decoded.values()))
+    if kinds <= _FLOAT_ONLY:
+        return True
+    if not kinds <= _INT_OR_FLOAT:
+        return False
+    for key, value in decoded.items():
+        if type(value) is int:
+            decoded[key] = _to_float(value)
+    return True
 
 
 def _parse_literal_dict(text: str) -> list[tuple[str, float]]:
@@ -198,9 +238,14 @@ def _number(node: ast.expr) -> float:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         operand = _number(node.operand)
         return -operand if isinstance(node.op, ast.USub) else operand
-    numpy_argument = _numpy_scalar_argument(node)
-    if numpy_argument is not None:
-        return _number(numpy_argument)
+    numpy_call = _numpy_scalar_call(node)
+    if numpy_call is not None:
+        kind, argument = numpy_call
+        number = _number(argument)
+        # numpy prints a float32/float16 with the fewest digits that identify it *in that
+        # width* (np.float32(41869368.0) prints as 41869370.0), so round back to that width.
+        layout = _NUMPY_NARROW_FLOATS.get(kind)
+        return struct.unpack(layout, struct.pack(layout, number))[0] if layout else number
     if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
         _check_literal_container(node)
         raise _NotAScalar
@@ -214,8 +259,8 @@ def _to_float(value: bool | int | float) -> float:
         raise ValueError(f"integer {value} does not fit a float") from None
 
 
-def _numpy_scalar_argument(node: ast.expr) -> ast.expr | None:
-    """The argument of a numpy scalar repr like ``np.float64(0.5)``; ``None`` otherwise."""
+def _numpy_scalar_call(node: ast.expr) -> tuple[str, ast.expr] | None:
+    """``(type name, argument)`` of a numpy scalar repr like ``np.float64(0.5)``, else None."""
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -225,7 +270,7 @@ def _numpy_scalar_argument(node: ast.expr) -> ast.expr | None:
         and len(node.args) == 1
         and not node.keywords
     ):
-        return node.args[0]
+        return node.func.attr, node.args[0]
     return None
 
 

@@ -32,10 +32,12 @@ Does not decide: whether the run passes (``gate``). Log signatures are found by
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from miles_amd.evidence import (
@@ -75,41 +77,12 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
     if not root.is_dir():
         raise NotADirectoryError(f"run directory {root} is a file; pass the run's directory")
     problems: list[SourceProblem] = []
-    per_source: dict[SourceName, SeriesMap] = {}
-
-    readers: tuple[tuple[SourceName, Path, Callable[[Path, bool], SeriesMap], str], ...] = (
-        ("tensorboard", root / TENSORBOARD_DIR, _read_tensorboard, "tensorboard/"),
-        ("ci_history", root / CI_HISTORY_DIR, _read_ci_history, "ci_history/"),
-        ("job_log", root / JOB_LOG, _read_job_log, "job.log"),
-    )
-    for source, path, read, _ in readers:
-        if not path.exists():
-            continue
-        try:
-            series = read(path, live)
-        except EventFileError as error:
-            problems.append(
-                SourceProblem(source, error.path, f"offset {error.offset}: {error.reason}")
-            )
-        except MetricsFormatError as error:
-            problems.append(SourceProblem(source, error.path, f"line {error.line}: {error.reason}"))
-        except _EmptySource as empty:
-            if not live:
-                problems.append(SourceProblem(source, str(path), str(empty)))
-        except OSError as error:
-            problems.append(SourceProblem(source, str(path), f"unreadable: {error}"))
-        else:
-            per_source[source] = series
-    if not live and not any(path.exists() for _, path, _, _ in readers):
-        labels = ", ".join(label for *_, label in readers)
-        problems.append(
-            SourceProblem("run_dir", str(root), f"no metric source ({labels}) in the run directory")
-        )
-
-    series, sources, conflicts = merge_sources(per_source)
-    job = _read_job(root / JOB_JSON, problems)
-    env = _read_env(root / ENV_JSON, problems)
-    sentinels = _scan_sentinels(root / JOB_LOG, problems)
+    with _collector_paused():
+        per_source = _read_metric_sources(root, live, problems)
+        series, sources, conflicts = merge_sources(per_source)
+        job = _read_job(root / JOB_JSON, problems)
+        env = _read_env(root / ENV_JSON, problems)
+        sentinels = _scan_sentinels(root / JOB_LOG, problems)
     return RunEvidence(
         run_dir=str(root),
         series=series,
@@ -120,6 +93,54 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
         env=env,
         sentinels=sentinels,
     )
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a run is read.
+
+    Reading a long run allocates about a million objects, none of them in reference
+    cycles, and every collection their allocation triggers walks the growing heap for
+    nothing: about 15% of ``load_run`` on 150,000 scalars (measured). Reference counting
+    still frees everything. The collector resumes when reading ends, also on an error,
+    unless the caller had turned it off.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _read_metric_sources(
+    root: Path, live: bool, problems: list[SourceProblem]
+) -> dict[SourceName, SeriesMap]:
+    """The series of every metric source present; what fails is appended to ``problems``."""
+    per_source: dict[SourceName, SeriesMap] = {}
+    present = 0
+    for source, name, read in _METRIC_SOURCES:
+        path = root / name
+        if not path.exists():
+            continue
+        present += 1
+        try:
+            per_source[source] = read(path, live)
+        except EventFileError as error:
+            detail = f"offset {error.offset}: {error.reason}"
+            problems.append(SourceProblem(source, error.path, detail))
+        except MetricsFormatError as error:
+            problems.append(SourceProblem(source, error.path, f"line {error.line}: {error.reason}"))
+        except _EmptySource as empty:
+            if not live:
+                problems.append(SourceProblem(source, str(path), str(empty)))
+        except OSError as error:
+            problems.append(SourceProblem(source, str(path), f"unreadable: {error}"))
+    if not present and not live:
+        detail = "no metric source (tensorboard/, ci_history/ or job.log) in the run directory"
+        problems.append(SourceProblem("run_dir", str(root), detail))
+    return per_source
 
 
 class _EmptySource(Exception):
@@ -154,6 +175,13 @@ def _read_job_log(path: Path, live: bool) -> SeriesMap:
     if not series:
         raise _EmptySource("no metric lines (step/rollout/perf <n>: {...}) in the log")
     return series
+
+
+_METRIC_SOURCES: tuple[tuple[SourceName, str, Callable[[Path, bool], SeriesMap]], ...] = (
+    ("tensorboard", TENSORBOARD_DIR, _read_tensorboard),
+    ("ci_history", CI_HISTORY_DIR, _read_ci_history),
+    ("job_log", JOB_LOG, _read_job_log),
+)
 
 
 def _read_job(path: Path, problems: list[SourceProblem]) -> JobRecord | None:
