@@ -10,15 +10,17 @@ stderr naming the flag and the fix).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
+from miles_amd.commands import baseline as baseline_command
 from miles_amd.commands import gate as gate_command
 from miles_amd.commands import preflight as preflight_command
 from miles_amd.launcher import LaunchPlan, build_prepare_plan, build_train_plan, format_plan
@@ -32,6 +34,7 @@ app = typer.Typer(
 )
 preflight_command.register(app)
 gate_command.register(app)
+baseline_command.register(app)
 
 HardwareOpt = Annotated[
     str, typer.Option("--hardware", help="MI355X, MI350X, or auto (detect from the GPUs).")
@@ -195,50 +198,18 @@ def train(
 ) -> None:
     """Run the recipe as a Ray job, write the run dir, and optionally gate it."""
     recipe = make_recipe(
-        hardware,
-        num_gpus,
-        model_dir,
-        data_dir,
-        miles_dir,
-        megatron_dir,
-        num_rollout,
-        extra_args,
-        override_pinned,
-    )
+        hardware, num_gpus, model_dir, data_dir, miles_dir, megatron_dir, num_rollout,
+        extra_args, override_pinned,
+    )  # fmt: skip
     run_train(recipe, run_dir, gate, timeout, dry_run, as_json)
 
 
-@app.command("full-train")
-def full_train(
-    hardware: HardwareOpt = "MI355X",
-    num_gpus: GpusOpt = 8,
-    model_dir: ModelDirOpt = Path("/root/models"),
-    data_dir: DataDirOpt = Path("/root/datasets"),
-    miles_dir: MilesDirOpt = Path("/root/miles"),
-    megatron_dir: MegatronDirOpt = Path("/root/Megatron-LM"),
-    num_rollout: RolloutsOpt = 20,
-    extra_args: ExtraOpt = "",
-    override_pinned: OverrideOpt = False,
-    run_dir: RunDirOpt = Path("runs/gpt-oss-20b-lora"),
-    gate: GateOpt = None,
-    timeout: TimeoutOpt = 5400.0,
-    dry_run: DryRunOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
-    """`prepare`, then `train`."""
-    recipe = make_recipe(
-        hardware,
-        num_gpus,
-        model_dir,
-        data_dir,
-        miles_dir,
-        megatron_dir,
-        num_rollout,
-        extra_args,
-        override_pinned,
-    )
+def full_train(**options: Any) -> None:
+    """`prepare`, then `train` (same options as `train`)."""
+    recipe = make_recipe(*(options[name] for name in RECIPE_OPTIONS))
     prepare_plan = build_prepare_plan(recipe)
-    if dry_run and as_json:
+    run_dir, dry_run = options["run_dir"], options["dry_run"]
+    if dry_run and options["as_json"]:
         train_plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir.resolve()))
         merged = train_plan.to_dict()
         merged["steps"] = [s.to_dict() for s in prepare_plan.steps] + merged["steps"]
@@ -248,7 +219,13 @@ def full_train(
         typer.echo(format_plan(prepare_plan))
     else:
         run_prepare(prepare_plan)
-    run_train(recipe, run_dir, gate, timeout, dry_run, as_json=False)
+    run_train(recipe, run_dir, options["gate"], options["timeout"], dry_run, as_json=False)
+
+
+# `full-train` takes exactly `train`'s options: typer reads them from this signature.
+full_train.__signature__ = inspect.signature(train, eval_str=True)  # type: ignore[attr-defined]
+app.command("full-train")(full_train)
+RECIPE_OPTIONS = tuple(inspect.signature(make_recipe).parameters)
 
 
 def main() -> None:

@@ -1,0 +1,131 @@
+"""A baseline recorded from a rehearsal run round-trips, and its diff shows what moved.
+
+Each run goes through the real driver, Ray job, replay and gate (``miles_amd.rehearsal``);
+then the real command line, in subprocesses as CI runs it: ``baseline record
+--allow-no-preflight`` (a CPU rehearsal has no GPUs to pass a preflight), ``gate`` against the
+recorded file, and ``baseline diff`` against the shipped patched baseline. The changed bands
+the diff must mark are found here by comparing the two files' bands directly.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from miles_amd.miles_writer import ActorPids, MilesRunWriter
+from miles_amd.rehearsal import EXAMPLE_RUN, expectation_problems, rehearse
+
+pytestmark = pytest.mark.rehearsal
+
+SHIPPED_PATCHED = Path(__file__).resolve().parents[2] / "baselines/gpt_oss_20b_lora/patched.json"
+LOGPROB = "train/train_rollout_logprob_abs_diff"
+REWARD = "rollout/raw_reward"
+
+
+def miles_amd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "miles_amd.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def write_shifted_source(run_dir: Path) -> Path:
+    """A healthy run unlike jvvnhop9 (every ruled metric logged, each moved a little), in
+    miles' formats, for the replay to re-emit."""
+    series = json.loads(SHIPPED_PATCHED.read_text())["evidence"]["series"]
+    rewards = [round(v * 64) / 64 for v in series[REWARD]]
+    values = {
+        LOGPROB: [v * 1.04 for v in series[LOGPROB]],
+        REWARD: [v + (1 / 64 if i % 2 == 0 else 0.0) for i, v in enumerate(rewards)],
+        "train/pg_clipfrac": [0.0] * 20,
+        "train/train_rollout_kl": [0.0007 + 0.00002 * i for i in range(20)],
+        "rollout/response_len/mean": [2800.0 + 10 * i for i in range(20)],
+        "rollout/truncated_ratio": [(24 + i % 5) / 64 for i in range(20)],
+        "train/grad_norm": [0.1 + 0.01 * i for i in range(20)],
+    }
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "job.log", "w", encoding="utf-8") as log:
+        writer = MilesRunWriter(
+            run_dir / "tensorboard", run_dir / "ci_history", log, pids=ActorPids.around(6000)
+        )
+        for rollout in range(20):
+            writer.emit_rollout(rollout, {key: vs[rollout] for key, vs in values.items()})
+        writer.close()
+    return run_dir
+
+
+def bands(path: Path) -> dict[str, dict]:
+    return {r["id"]: r["band"] for r in json.loads(path.read_text())["rules"] if "band" in r}
+
+
+def record_and_gate(run_dir: Path, out: Path) -> None:
+    recorded = miles_amd(
+        "baseline", "record", "--run-dir", str(run_dir), "--variant", "patched",
+        "--out", str(out), "--allow-no-preflight",
+    )  # fmt: skip
+    assert recorded.returncode == 0, recorded.stderr
+    provenance = json.loads(out.read_text())["provenance"]
+    assert provenance["run_id"].startswith("miles-amd-") and provenance["job_status"] == "SUCCEEDED"
+    assert "preflight: not run" in provenance["notes"]
+    gated = miles_amd(
+        "gate", "--run-dir", str(run_dir), "--baseline", str(out),
+        "--report-dir", str(out.parent / "report"),
+    )  # fmt: skip
+    assert gated.returncode == 0, gated.stdout + gated.stderr
+    assert gated.stdout.startswith("miles-amd gate: PASS")
+
+
+def marked_rules(diff_text: str) -> dict[str, str]:
+    """Rule id -> head line, for the rows the text diff marks with '*'."""
+    rules_part = diff_text.split("\n\nprovenance")[0]
+    return {
+        line[2:].split(" ", 1)[0]: line for line in rules_part.splitlines() if line.startswith("* ")
+    }
+
+
+def test_a_shifted_rehearsal_round_trips_and_the_diff_marks_each_changed_band(
+    cluster_env, tmp_path, state_dir
+) -> None:
+    source = write_shifted_source(tmp_path / "source")
+    run_dir = tmp_path / "run"
+    outcome = rehearse(cluster_env, run_dir, source=source, state_dir=state_dir)
+    assert expectation_problems(None, outcome) == []  # healthy: it passes patched as it is
+    out = tmp_path / "recorded" / "patched.json"
+    record_and_gate(run_dir, out)
+
+    before, after = bands(SHIPPED_PATCHED), bands(out)
+    changed = {rule_id for rule_id in before if before[rule_id] != after[rule_id]}
+    assert changed == set(before)  # every metric moved, so every mean/max band did
+    diff = miles_amd("baseline", "diff", "patched", str(out))
+    assert diff.returncode == 0, diff.stderr
+    marked = marked_rules(diff.stdout)
+    tolerance_changed = {rule_id for rule_id, line in marked.items() if "tolerance" in line}
+    assert tolerance_changed == changed
+    for rule_id in changed:
+        high = after[rule_id]["high"]
+        assert f"{high:.6g}]" in diff.stdout.split(f"* {rule_id} ")[1].split("\n* ")[0]
+    assert "* provenance.run_id: jvvnhop9 -> miles-amd-" in diff.stdout
+
+
+def test_a_plain_rehearsal_records_the_shipped_bands(cluster_env, tmp_path, state_dir) -> None:
+    run_dir = tmp_path / "run"
+    outcome = rehearse(cluster_env, run_dir, source=EXAMPLE_RUN, state_dir=state_dir)
+    assert expectation_problems(None, outcome) == []
+    out = tmp_path / "recorded" / "replayed.json"
+    record_and_gate(run_dir, out)
+
+    assert bands(out) == bands(SHIPPED_PATCHED)  # the replay carries the published series
+    diff = miles_amd("baseline", "diff", "patched", str(out), "--format", "text")
+    assert diff.returncode == 0, diff.stderr
+    marked = marked_rules(diff.stdout)
+    assert not [line for line in marked.values() if "tolerance" in line]
+    # only the reward reference moved: the published 4-decimal rewards became exact k/64
+    assert set(marked) == {"raw_reward.mean", "raw_reward.paired"}
+    assert all(line.endswith("CHANGED: reference") for line in marked.values())

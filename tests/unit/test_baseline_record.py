@@ -1,0 +1,601 @@
+"""`miles-amd baseline record|diff` on real run dirs: what is recorded, what is refused, the diff.
+
+Run dirs are the embedded example (copied) or written by ``miles_amd.miles_writer`` (miles'
+three formats), with ``job.json`` in the driver's form and ``env.json`` written by the real
+``preflight.write_env_json``. Exit codes are checked through a real subprocess (``python -m
+miles_amd.cli``) where a CI step would see them, through typer's CliRunner elsewhere. The
+expected bands are computed here from the run's values with ``miles_amd.bands`` directly, not
+through the recording code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from miles_amd import bands
+from miles_amd.baseline_record import (
+    RecordError,
+    changed_bands,
+    diff_baselines,
+    record_baseline,
+    render_markdown,
+)
+from miles_amd.baselines import load_baseline
+from miles_amd.cli import app
+from miles_amd.gate import judge
+from miles_amd.gate_run import gate_run_dir
+from miles_amd.metrics.run_dir import load_run
+from miles_amd.miles_writer import ActorPids, MilesRunWriter
+from miles_amd.preflight import Fact, write_env_json
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
+SHIPPED = REPO / "baselines" / "gpt_oss_20b_lora"
+LOGPROB = "train/train_rollout_logprob_abs_diff"
+REWARD = "rollout/raw_reward"
+CLIPFRAC = "train/pg_clipfrac"
+KL = "train/train_rollout_kl"
+RESPONSE_LEN = "rollout/response_len/mean"
+TRUNCATED = "rollout/truncated_ratio"
+GRAD_NORM = "train/grad_norm"
+JOB_ID = "raysubmit_rec0001"
+FATAL_LINE = (
+    "(MegatronTrainRayActor pid=4243) Memory access fault by GPU node-9 (Agent handle: "
+    "0x55d1c7a0) on address 0x7f1c00000000. Reason: Unknown.\n"
+)
+KNOWN_LINE = (
+    "(MegatronTrainRayActor pid=4244) /root/Megatron-LM/megatron/core/transformer/"
+    "transformer_config.py:1010: UserWarning: Using a large number of experts (e.g. >=32) "
+    "without fp32 routing. Consider enabling moe_router_dtype for better numerical stability.\n"
+)
+
+
+# ---------------------------------------------------------------------------- run dirs
+
+
+def published_values(rollouts: int = 20) -> dict[str, list[float]]:
+    """The published jvvnhop9 series (rewards as the k/64 they round from), pg_clipfrac 0."""
+    series = json.loads((SHIPPED / "patched.json").read_text())["evidence"]["series"]
+    return {
+        REWARD: [round(v * 64) / 64 for v in series[REWARD]][:rollouts],
+        CLIPFRAC: [0.0] * rollouts,
+        LOGPROB: series[LOGPROB][:rollouts],
+    }
+
+
+def shifted_values(rollouts: int = 20) -> dict[str, list[float]]:
+    """A healthy run unlike jvvnhop9: every ruled metric logged, each shifted a little."""
+    values = published_values(rollouts)
+    values[LOGPROB] = [v * 1.04 for v in values[LOGPROB]]
+    values[REWARD] = [v + (1 / 64 if i % 2 == 0 else 0.0) for i, v in enumerate(values[REWARD])]
+    values[KL] = [0.0007 + 0.00002 * i for i in range(rollouts)]
+    values[RESPONSE_LEN] = [2800.0 + 10 * i for i in range(rollouts)]
+    values[TRUNCATED] = [(24 + i % 5) / 64 for i in range(rollouts)]
+    values[GRAD_NORM] = [0.1 + 0.01 * i for i in range(rollouts)]
+    return values
+
+
+def write_run(
+    run_dir: Path,
+    values: dict[str, list[float]],
+    *,
+    status: str = "SUCCEEDED",
+    rollouts: list[int] | None = None,
+) -> Path:
+    """A run dir as miles and the driver leave it; ``rollouts`` lists the steps emitted."""
+    run_dir.mkdir(parents=True)
+    count = len(next(iter(values.values())))
+    with open(run_dir / "job.log", "w", encoding="utf-8") as log:
+        writer = MilesRunWriter(
+            run_dir / "tensorboard",
+            run_dir / "ci_history",
+            log,
+            pids=ActorPids.around(5000),
+            clock=lambda: 1_767_225_600.0,
+        )
+        for rollout in rollouts if rollouts is not None else range(count):
+            writer.emit_rollout(rollout, {key: vs[rollout] for key, vs in values.items()})
+        writer.close()
+    job = {
+        "job_id": JOB_ID,
+        "status": status,
+        "message": "",
+        "start_time": 1_767_225_000.0,
+        "end_time": 1_767_228_725.0,
+        "driver_exit_code": 0 if status == "SUCCEEDED" else 1,
+        "stopped_by": None,
+    }
+    (run_dir / "job.json").write_text(json.dumps(job, indent=2))
+    return run_dir
+
+
+def write_env(run_dir: Path, *, ok: bool = True, variant: str | None = "patched") -> None:
+    """env.json as `miles-amd preflight` writes it (the real writer), passing or not."""
+    facts = [
+        Fact("gpus", "ok", "8x gfx950 (torch)")
+        if ok
+        else Fact("gpus", "missing", "", "no AMD GPU visible"),
+        Fact("rocm", "ok", "7.2.0-43 (/opt/rocm/.info/version)"),
+        Fact("aiter", "ok", "amd-aiter 0.1.5 (commit 1a2b3c4)"),
+        Fact("aiter_variant", "ok", variant or "unrecorded"),
+    ]
+    write_env_json(facts, run_dir, {"host": "node-1"})
+
+
+def copy_example(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run_dir, ignore=shutil.ignore_patterns("report"))
+    return run_dir
+
+
+def record_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "miles_amd.cli", "baseline", "record", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, ["baseline", *args])
+
+
+def record_cli(run_dir: Path, out: Path, *extra: str, variant: str = "patched"):
+    return cli("record", "--run-dir", str(run_dir), "--variant", variant, "--out", str(out), *extra)
+
+
+def assert_refused(result, out: Path, *phrases: str) -> None:
+    """Exit 2, one line on stderr with every phrase and a fix, nothing written next to out."""
+    code = result.returncode if hasattr(result, "returncode") else result.exit_code
+    assert code == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("miles-amd: error: ") and "fix:" in lines[0], lines[0]
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+    assert not out.exists()
+    if out.parent.exists():
+        assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")]
+
+
+def band_of(raw: dict, rule_id: str) -> tuple[float | None, float | None]:
+    (rule,) = [r for r in raw["rules"] if r["id"] == rule_id]
+    return rule["band"]["low"], rule["band"]["high"]
+
+
+# ---------------------------------------------------------------------------- recording
+
+
+def test_a_complete_run_with_passing_preflight_records_and_round_trips(tmp_path: Path) -> None:
+    values = shifted_values()
+    run_dir = write_run(tmp_path / "run", values)
+    write_env(run_dir)
+    out = tmp_path / "baselines" / "new.json"
+    result = record_subprocess("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert f"wrote {out}" in result.stdout and f"baseline diff patched {out}" in result.stdout
+
+    recorded = load_baseline(out)  # the very loader the gate uses
+    raw = json.loads(out.read_text())
+    assert recorded.name == "new" and recorded.run_id == JOB_ID
+    provenance = recorded.provenance
+    assert provenance["hardware"] == "8x gfx950 (torch)"
+    assert provenance["rocm"] == "7.2.0-43 (/opt/rocm/.info/version)"
+    assert provenance["aiter"].startswith("patched") and "amd-aiter 0.1.5" in provenance["aiter"]
+    assert provenance["image"] == "unrecorded (env.json has no image fact)"
+    assert provenance["job_status"] == "SUCCEEDED" and provenance["duration"] == "1h02m05s"
+    assert (provenance["rollouts"], provenance["optimizer_steps"]) == (20, 20)
+    assert provenance["source"].startswith(f"miles-amd baseline record --run-dir {run_dir}")
+    assert "recorded_at 20" in provenance["notes"] and "preflight: passed" in provenance["notes"]
+
+    # the series are the run's, exactly as the readers return them
+    evidence = load_run(run_dir)
+    for metric in (LOGPROB, REWARD, CLIPFRAC, KL, RESPONSE_LEN, TRUNCATED, GRAD_NORM):
+        assert list(recorded.series[metric]) == [v for _, v in evidence.series[metric]]
+        pairs = zip(recorded.series[metric], values[metric], strict=True)
+        assert all(math.isclose(read, written, rel_tol=1e-6) for read, written in pairs)
+
+    # every band is the one bands.py gives for the run's series, with the template's k/cover
+    template = json.loads((SHIPPED / "patched.json").read_text())
+    for rule in template["rules"]:
+        if "band" not in rule:
+            continue
+        series = [v for _, v in evidence.series[rule["metric"]]]
+        spread = bands.series_spread(series)
+        method = bands.mean_band if rule["kind"] == "mean_within" else bands.max_band
+        derive = rule["derive"]
+        expected = method(spread, 20, derive["k"], derive["cover"])
+        assert band_of(raw, rule["id"]) == (expected.low, expected.high), rule["id"]
+        assert band_of(raw, rule["id"]) != band_of(template, rule["id"]), rule["id"]
+
+    # round trip: the gate passes the run against the recorded baseline
+    verdict, _files = gate_run_dir(run_dir, recorded, report_dir=tmp_path / "report")
+    assert verdict.verdict == "pass", verdict.reason
+    assert {c.name for c in verdict.checks if c.status == "not_measured"} == set()
+
+
+def test_the_rules_are_the_shipped_ones(tmp_path: Path) -> None:
+    for variant in ("patched", "stock"):
+        run_dir = write_run(tmp_path / variant, shifted_values())
+        write_env(run_dir, variant=variant)
+        out = tmp_path / f"{variant}.json"
+        result = record_cli(run_dir, out, variant=variant)
+        assert result.exit_code == 0, result.stderr
+        template = json.loads((SHIPPED / f"{variant}.json").read_text())
+        recorded = json.loads(out.read_text())
+        assert recorded["run_shape"] == template["run_shape"]
+        fixed = ("id", "kind", "metric", "required", "rationale", "threshold", "quantum", "atol")
+        fixed += ("z", "expected_status", "derive")
+        assert [{k: r.get(k) for k in fixed} for r in recorded["rules"]] == [
+            {k: r.get(k) for k in fixed} for r in template["rules"]
+        ]
+        for before, after in zip(template["rules"], recorded["rules"], strict=True):
+            if "band" in after:  # a band's derivation now names the recorded run's figures
+                assert f"run {JOB_ID}" in after["derivation"]
+            else:
+                assert after["derivation"] == before["derivation"]
+        judged = judge(load_run(run_dir), load_baseline(out))
+        assert judged.verdict == "pass", judged.reason
+
+
+def test_the_example_needs_allow_no_preflight_and_then_round_trips(tmp_path: Path) -> None:
+    run_dir = copy_example(tmp_path)
+    out = tmp_path / "example.json"
+    refused = record_subprocess(
+        "--run-dir", str(run_dir), "--variant", "patched", "--out", str(out)
+    )
+    assert_refused(refused, out, f"{run_dir}/env.json", "preflight did not run")
+    assert "--allow-no-preflight" in refused.stderr
+
+    result = record_subprocess(
+        "--run-dir",
+        str(run_dir),
+        "--variant",
+        "patched",
+        "--out",
+        str(out),
+        "--allow-no-preflight",
+    )
+    assert result.returncode == 0, result.stderr
+    recorded = load_baseline(out)
+    assert recorded.run_id == "jvvnhop9"
+    assert (
+        "preflight: not run (no env.json; recorded with --allow-no-preflight)"
+        in (recorded.provenance["notes"])
+    )
+    assert recorded.provenance["hardware"] == "unrecorded (no env.json)"
+    assert recorded.provenance["source"].endswith("--allow-no-preflight")
+    # the example lacks KL, response length and truncation: their summaries are carried over
+    patched = load_baseline("patched")
+    for metric in (KL, RESPONSE_LEN, TRUNCATED):
+        assert metric not in recorded.series
+        assert recorded.summaries[metric]["mean"] == patched.summaries[metric]["mean"]
+        assert (
+            "carried over from the shipped patched baseline" in (recorded.summaries[metric]["note"])
+        )
+    verdict = judge(load_run(run_dir), recorded)
+    assert verdict.verdict == "pass", verdict.reason
+    # the example holds the published series: its bands are the shipped ones
+    diff = diff_baselines(patched, recorded)
+    assert changed_bands(diff) == ()
+
+
+def test_the_example_with_a_passing_preflight_needs_no_flag(tmp_path: Path) -> None:
+    run_dir = copy_example(tmp_path)
+    write_env(run_dir)
+    out = tmp_path / "example.json"
+    result = record_cli(run_dir, out)
+    assert result.exit_code == 0, result.stderr
+    assert load_baseline(out).provenance["hardware"] == "8x gfx950 (torch)"
+
+
+@pytest.mark.parametrize("status", ["FAILED", "STOPPED"])
+def test_a_job_that_did_not_succeed_is_refused(tmp_path: Path, status: str) -> None:
+    run_dir = write_run(tmp_path / "run", published_values(), status=status)
+    write_env(run_dir)
+    out = tmp_path / "out.json"
+    result = record_subprocess("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
+    assert_refused(result, out, f"{run_dir}/job.json", f"ended {status}", "not SUCCEEDED")
+
+
+def test_a_run_without_job_json_is_refused(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", published_values())
+    write_env(run_dir)
+    (run_dir / "job.json").unlink()
+    out = tmp_path / "out.json"
+    assert_refused(record_cli(run_dir, out), out, f"{run_dir}/job.json: missing")
+
+
+def test_a_short_run_is_refused_unless_its_count_is_given(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", published_values(15))
+    write_env(run_dir)
+    out = tmp_path / "out.json"
+    result = record_cli(run_dir, out)
+    assert_refused(result, out, "missing steps 15..19", "--num-rollouts")
+
+    result = record_cli(run_dir, out, "--num-rollouts", "15")
+    assert result.exit_code == 0, result.stderr
+    recorded = load_baseline(out)
+    assert recorded.run_shape.rollouts == 15 and len(recorded.series[LOGPROB]) == 15
+    spread = bands.series_spread([v for _, v in load_run(run_dir).series[LOGPROB]])
+    expected = bands.mean_band(spread, 15, 4.0, [0.0171])
+    (rule,) = [r for r in recorded.rules if r.id == "logprob_abs_diff.mean"]
+    assert rule.band == expected
+    assert judge(load_run(run_dir), recorded, expected_rollouts=15).verdict == "pass"
+
+
+def test_a_run_with_a_lost_rollout_in_the_middle_is_refused(tmp_path: Path) -> None:
+    steps = [s for s in range(20) if s != 7]
+    run_dir = write_run(tmp_path / "run", published_values(), rollouts=steps)
+    write_env(run_dir)
+    out = tmp_path / "out.json"
+    assert_refused(record_cli(run_dir, out), out, "missing steps 7")
+
+
+def test_a_duplicated_rollout_is_refused(tmp_path: Path) -> None:
+    steps = [*range(6), 5, *range(6, 20)]
+    run_dir = write_run(tmp_path / "run", published_values(), rollouts=steps)
+    write_env(run_dir)
+    out = tmp_path / "out.json"
+    assert_refused(record_cli(run_dir, out), out, "duplicated steps 5")
+
+
+def test_a_nan_is_refused(tmp_path: Path) -> None:
+    values = published_values()
+    values[LOGPROB][7] = math.nan
+    run_dir = write_run(tmp_path / "run", values)
+    write_env(run_dir)
+    out = tmp_path / "out.json"
+    assert_refused(record_cli(run_dir, out), out, f"{LOGPROB} is nan at step 7", "diverged")
+
+
+def test_a_corrupt_event_file_is_refused(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", published_values())
+    write_env(run_dir)
+    (event_file,) = (run_dir / "tensorboard").iterdir()
+    data = bytearray(event_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte inside a record: a CRC mismatch
+    event_file.write_bytes(bytes(data))
+    out = tmp_path / "out.json"
+    result = record_subprocess("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
+    assert_refused(result, out, str(event_file), "unreadable evidence", "tensorboard")
+
+
+def test_a_failed_preflight_is_refused_unless_allowed_and_then_noted(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", published_values())
+    write_env(run_dir, ok=False)
+    out = tmp_path / "out.json"
+    result = record_cli(run_dir, out)
+    assert_refused(result, out, f"{run_dir}/env.json", "preflight did not pass (gpus missing)")
+
+    result = record_cli(run_dir, out, "--allow-no-preflight")
+    assert result.exit_code == 0, result.stderr
+    provenance = load_baseline(out).provenance
+    assert (
+        "preflight: failed: gpus missing (recorded with --allow-no-preflight)"
+        in (provenance["notes"])
+    )
+    assert provenance["hardware"] == "unrecorded (preflight gpus: missing)"
+    assert "no passing preflight" in provenance["aiter"]
+
+
+def test_the_variant_must_match_the_preflight(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", published_values())
+    write_env(run_dir, variant="stock")
+    out = tmp_path / "out.json"
+    assert_refused(
+        record_cli(run_dir, out),
+        out,
+        "--variant patched",
+        "aiter_variant 'stock'",
+        "--variant stock",
+    )
+
+
+def test_a_fatal_log_signature_is_refused(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", published_values())
+    write_env(run_dir)
+    with open(run_dir / "job.log", "a", encoding="utf-8") as log:
+        log.write(FATAL_LINE)
+    out = tmp_path / "out.json"
+    assert_refused(record_cli(run_dir, out), out, f"{run_dir}/job.log", "fatal log signature")
+
+
+def test_a_known_log_signature_is_recorded_in_the_notes(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", published_values())
+    write_env(run_dir)
+    with open(run_dir / "job.log", "a", encoding="utf-8") as log:
+        log.write(KNOWN_LINE * 8)
+    out = tmp_path / "out.json"
+    assert record_cli(run_dir, out).exit_code == 0
+    assert (
+        "known log signatures: megatron_moe_router_not_fp32 x8"
+        in (load_baseline(out).provenance["notes"])
+    )
+
+
+def test_a_spike_fails_its_own_baseline_and_is_refused(tmp_path: Path) -> None:
+    values = published_values()
+    values[LOGPROB][4] = 0.31
+    run_dir = write_run(tmp_path / "run", values)
+    write_env(run_dir)
+    out = tmp_path / "out.json"
+    result = record_cli(run_dir, out)
+    assert_refused(result, out, "fails the rules of its own recorded baseline")
+    assert "logprob_abs_diff.spikes" in result.stderr and "rollout 4 (0.31)" in result.stderr
+
+
+def test_a_missing_required_metric_is_refused(tmp_path: Path) -> None:
+    values = published_values()
+    del values[CLIPFRAC]
+    run_dir = write_run(tmp_path / "run", values)
+    write_env(run_dir)
+    out = tmp_path / "out.json"
+    assert_refused(record_cli(run_dir, out), out, f"no {CLIPFRAC}", "pg_clipfrac.steps")
+
+
+def test_a_missing_run_dir_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    result = record_subprocess(
+        "--run-dir", str(tmp_path / "nope"), "--variant", "patched", "--out", str(out)
+    )
+    assert_refused(result, out, f"--run-dir {tmp_path / 'nope'}")
+
+
+def test_an_existing_out_is_kept_unless_forced(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", published_values())
+    write_env(run_dir)
+    out = tmp_path / "out.json"
+    out.write_text("keep me")
+    result = record_cli(run_dir, out)
+    assert result.exit_code == 2 and "--out" in result.stderr and "--force" in result.stderr
+    assert out.read_text() == "keep me"
+    assert record_cli(run_dir, out, "--force").exit_code == 0
+    assert load_baseline(out).run_id == JOB_ID
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.json")] == []
+
+
+def test_a_bad_name_is_refused(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", published_values())
+    write_env(run_dir)
+    out = tmp_path / "Mixed Case.json"
+    assert_refused(record_cli(run_dir, out), out, "--name 'Mixed Case'")
+    with pytest.raises(RecordError, match="--name 'X'"):
+        record_baseline(
+            load_run(run_dir),
+            load_baseline("patched"),
+            variant="patched",
+            name="X",
+            recorded_at="t",
+        )
+
+
+# ---------------------------------------------------------------------------- diff
+
+
+def diff_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "miles_amd.cli", "baseline", "diff", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def rule_blocks(text: str) -> dict[str, str]:
+    """Rule id -> its lines in the text diff (head line and indented detail lines)."""
+    blocks: dict[str, str] = {}
+    current = None
+    for line in text.split("\n\nprovenance")[0].splitlines():
+        if line[:2] in ("* ", "  ") and not line.startswith("    "):
+            current = line[2:].split(" ", 1)[0]
+            blocks[current] = line
+        elif current is not None and line.startswith("    "):
+            blocks[current] += "\n" + line
+    return blocks
+
+
+def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run", shifted_values())
+    write_env(run_dir)
+    out = tmp_path / "new.json"
+    assert record_cli(run_dir, out).exit_code == 0
+    result = diff_subprocess("patched", str(out))
+    assert result.returncode == 0, result.stderr
+    old, new = json.loads((SHIPPED / "patched.json").read_text()), json.loads(out.read_text())
+    band_ids = [r["id"] for r in old["rules"] if "band" in r]
+    changed = {i for i in band_ids if band_of(old, i) != band_of(new, i)}
+    assert len(changed) == 7  # every mean/max band moved with the shifted run
+    blocks = rule_blocks(result.stdout)
+    assert set(blocks) == {r["id"] for r in old["rules"]}
+    for rule_id, block in blocks.items():
+        if rule_id in changed:
+            low, high = band_of(new, rule_id)
+            assert block.startswith(f"* {rule_id} ") and "CHANGED: tolerance" in block, block
+            assert f"{'none' if low is None else f'{low:.6g}'}, {high:.6g}]" in block
+            assert "reference: mean" in block and " -> mean" in block
+        else:
+            assert "tolerance" not in block.splitlines()[0], block
+    assert f"* provenance.run_id: jvvnhop9 -> {JOB_ID}" in result.stdout
+    assert "  run_shape.rollouts: 20 (unchanged)" in result.stdout
+    assert "0 added, 0 removed" in result.stdout
+
+    markdown = diff_subprocess("patched", str(out), "--format", "markdown")
+    assert markdown.returncode == 0
+    rows = {
+        line.split("`")[1]: line for line in markdown.stdout.splitlines() if line.count("`") >= 4
+    }
+    for rule_id in changed:
+        assert "**changed**: tolerance, reference" in rows[rule_id]
+    expected = render_markdown(diff_baselines(load_baseline("patched"), load_baseline(out)))
+    assert markdown.stdout == expected
+
+
+def test_diff_lists_added_and_removed_rules(tmp_path: Path) -> None:
+    stock = {r.id for r in load_baseline("stock").rules}
+    patched = {r.id for r in load_baseline("patched").rules}
+    result = diff_subprocess("patched", "stock")
+    assert result.returncode == 0, result.stderr
+    blocks = rule_blocks(result.stdout)
+    removed = {rule_id for rule_id, block in blocks.items() if "RULE REMOVED" in block}
+    assert removed == patched - stock and removed
+    assert f"0 added, {len(removed)} removed" in result.stdout
+    assert "* pg_clipfrac.near_zero" in result.stdout
+    assert "required: required -> optional" in blocks["pg_clipfrac.near_zero"]
+    added = diff_baselines(load_baseline("stock"), load_baseline("patched")).rows("added")
+    assert {row.rule_id for row in added} == patched - stock
+
+
+def test_diff_of_a_file_with_itself_marks_nothing() -> None:
+    result = cli("diff", "patched", str(SHIPPED / "patched.json"))
+    assert result.exit_code == 0
+    assert "0 tolerance(s) changed, 0 row(s) changed, 0 added, 0 removed" in result.stdout
+    assert not [line for line in result.stdout.splitlines() if line.startswith("*")]
+
+
+def test_diff_refuses_a_baseline_that_does_not_load(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    raw = json.loads((SHIPPED / "patched.json").read_text())
+    raw["rules"][4]["band"]["high"] = 0.5  # not the derived band
+    broken.write_text(json.dumps(raw))
+    result = diff_subprocess("patched", str(broken))
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"miles-amd: error: NEW {broken}: ") and "fix:" in line
+    missing = diff_subprocess(str(tmp_path / "absent.json"), "patched")
+    assert missing.returncode == 2 and "OLD " in missing.stderr
+
+
+def test_an_unlogged_metric_whose_band_only_a_series_can_give_is_refused(tmp_path: Path) -> None:
+    # A valid template whose optional KL band comes from a series only (no summary to carry).
+    run_dir = write_run(tmp_path / "shifted", shifted_values())
+    write_env(run_dir)
+    template_path = tmp_path / "template.json"
+    assert record_cli(run_dir, template_path).exit_code == 0
+    raw = json.loads(template_path.read_text())
+    del raw["evidence"]["summaries"][KL]
+    template_path.write_text(json.dumps(raw))
+    template = load_baseline(template_path)
+    with pytest.raises(
+        RecordError, match=r"rule train_rollout_kl\.mean needs the run's own series"
+    ):
+        record_baseline(
+            load_run(copy_example(tmp_path)),
+            template,
+            variant="patched",
+            name="x",
+            recorded_at="t",
+            allow_no_preflight=True,
+        )
