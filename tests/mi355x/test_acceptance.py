@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -54,9 +55,11 @@ def test_preflight(node) -> None:
 def test_recipe_matches_baseline(node, variant: str) -> None:
     if variant != node.aiter_variant:
         pytest.skip(
-            f"this run tests aiter variant {node.aiter_variant!r}; {variant!r} runs with "
-            f"--aiter-variant {variant} in its own image/CI leg"
+            f"other aiter variant: this run tests {node.aiter_variant!r}; {variant!r} runs "
+            f"with --aiter-variant {variant} in its own image/CI leg"
         )
+    run_dir = node.run_dir(variant)
+    shutil.rmtree(run_dir, ignore_errors=True)  # this test's own output of an earlier run
     facts = preflight(node, variant)
     assert preflight_ok(facts), "preflight found problems:\n" + format_table(facts)
     recipe = Recipe(
@@ -66,7 +69,6 @@ def test_recipe_matches_baseline(node, variant: str) -> None:
         megatron_dir=str(node.megatron_dir),
         num_rollout=node.num_rollouts,
     )
-    run_dir = node.run_dir(variant)
     plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
     outcome = execute(plan, timeout_s=RUN_TIMEOUT_S, baseline=variant)
     report_md = run_dir / "report" / "report.md"

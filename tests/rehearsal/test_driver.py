@@ -156,3 +156,63 @@ def test_refuses_a_run_dir_with_old_evidence(cluster_env, tmp_path, state_dir) -
     with pytest.raises(DriverError, match="already holds tensorboard"):
         execute(plan_for("print(1)", cluster_env, run_dir), timeout_s=30, state_dir=state_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == ["tensorboard"]
+
+
+INTERRUPTED_RUN = """\
+import os, sys
+from miles_amd.driver import execute
+from miles_amd.launcher import build_train_plan
+from miles_amd.recipe import Recipe
+
+env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+code = (
+    "# miles_amd_rehearsal_job\\nimport os, time\\n"
+    "print('pid-' + 'of-job', os.getpid(), flush=True)\\ntime.sleep(600)\\n"
+)
+plan = build_train_plan(
+    Recipe(num_rollout=3), env, run_dir=sys.argv[1],
+    entrypoint_prefix=(sys.executable, "-c", code),
+)
+execute(plan, timeout_s=300, judge_partial=lambda _e: [], state_dir=sys.argv[2])
+"""
+
+
+def test_ctrl_c_stops_the_job_and_the_head_by_pid(tmp_path, state_dir) -> None:
+    import signal
+    import subprocess
+    import time
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_RUN, str(run_dir), state_dir],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    state_file = Path(state_dir) / "ray_head.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "pid-of-job" not in _read(run_dir / "job.log"):
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.5)
+    state = json.loads(state_file.read_text())
+    job_pid = int(_read(run_dir / "job.log").split("pid-of-job")[1].split()[0])
+    recorded = [state["pid"], job_pid, *(pid for pid, _ in state["descendants"])]
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in out
+    job = json.loads((run_dir / "job.json").read_text())
+    assert job["status"] == "STOPPED" and job["stopped_by"] == "interrupt"
+    alive = [
+        p
+        for p in recorded
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
+    assert not alive, f"processes of the interrupted run's head still alive: {alive}"
+    assert not state_file.exists()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
