@@ -15,6 +15,7 @@ import math
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,8 @@ from miles_amd.cli import app
 from miles_amd.gate import judge
 from miles_amd.gate_run import gate_run_dir
 from miles_amd.metrics.run_dir import load_run
-from miles_amd.miles_writer import ActorPids, MilesRunWriter
 from miles_amd.preflight import Fact, write_env_json
+from tests.run_dirs import write_run
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
@@ -47,6 +48,7 @@ RESPONSE_LEN = "rollout/response_len/mean"
 TRUNCATED = "rollout/truncated_ratio"
 GRAD_NORM = "train/grad_norm"
 JOB_ID = "raysubmit_rec0001"
+write_run = partial(write_run, job_id=JOB_ID)
 FATAL_LINE = (
     "(MegatronTrainRayActor pid=4243) Memory access fault by GPU node-9 (Agent handle: "
     "0x55d1c7a0) on address 0x7f1c00000000. Reason: Unknown.\n"
@@ -81,40 +83,6 @@ def shifted_values(rollouts: int = 20) -> dict[str, list[float]]:
     values[TRUNCATED] = [(24 + i % 5) / 64 for i in range(rollouts)]
     values[GRAD_NORM] = [0.1 + 0.01 * i for i in range(rollouts)]
     return values
-
-
-def write_run(
-    run_dir: Path,
-    values: dict[str, list[float]],
-    *,
-    status: str = "SUCCEEDED",
-    rollouts: list[int] | None = None,
-) -> Path:
-    """A run dir as miles and the driver leave it; ``rollouts`` lists the steps emitted."""
-    run_dir.mkdir(parents=True)
-    count = len(next(iter(values.values())))
-    with open(run_dir / "job.log", "w", encoding="utf-8") as log:
-        writer = MilesRunWriter(
-            run_dir / "tensorboard",
-            run_dir / "ci_history",
-            log,
-            pids=ActorPids.around(5000),
-            clock=lambda: 1_767_225_600.0,
-        )
-        for rollout in rollouts if rollouts is not None else range(count):
-            writer.emit_rollout(rollout, {key: vs[rollout] for key, vs in values.items()})
-        writer.close()
-    job = {
-        "job_id": JOB_ID,
-        "status": status,
-        "message": "",
-        "start_time": 1_767_225_000.0,
-        "end_time": 1_767_228_725.0,
-        "driver_exit_code": 0 if status == "SUCCEEDED" else 1,
-        "stopped_by": None,
-    }
-    (run_dir / "job.json").write_text(json.dumps(job, indent=2))
-    return run_dir
 
 
 def write_env(run_dir: Path, *, ok: bool = True, variant: str | None = "patched") -> None:

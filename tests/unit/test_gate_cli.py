@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from miles_amd.cli import app
-from miles_amd.miles_writer import ActorPids, MilesRunWriter
+from tests.run_dirs import write_run
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
@@ -54,26 +54,6 @@ def gate(*args: str):
 def copy_example(tmp_path: Path) -> Path:
     run_dir = tmp_path / "run"
     shutil.copytree(EXAMPLE, run_dir, ignore=shutil.ignore_patterns("report"))
-    return run_dir
-
-
-def write_run(run_dir: Path, values: dict[str, list[float]], status: str = "SUCCEEDED") -> Path:
-    """A run dir as miles and the driver leave it, written by the miles-format writer."""
-    run_dir.mkdir(parents=True)
-    rollouts = len(next(iter(values.values())))
-    with open(run_dir / "job.log", "w", encoding="utf-8") as log:
-        writer = MilesRunWriter(
-            run_dir / "tensorboard",
-            run_dir / "ci_history",
-            log,
-            pids=ActorPids.around(5000),
-            clock=lambda: 1_767_225_600.0,
-        )
-        for rollout in range(rollouts):
-            writer.emit_rollout(rollout, {key: vs[rollout] for key, vs in values.items()})
-        writer.close()
-    job = {"job_id": "raysubmit_t", "status": status, "start_time": 1.0, "end_time": 2.0}
-    (run_dir / "job.json").write_text(json.dumps(job))
     return run_dir
 
 

@@ -1,0 +1,48 @@
+"""Run directories for tests, written as miles and the driver leave them (real writers)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from miles_amd.miles_writer import ActorPids, MilesRunWriter
+
+
+def write_run(
+    run_dir: Path,
+    values: dict[str, list[float]],
+    *,
+    status: str = "SUCCEEDED",
+    rollouts: Iterable[int] | None = None,
+    job_id: str = "raysubmit_t",
+) -> Path:
+    """TensorBoard, CI history and job.log by ``MilesRunWriter``, plus the driver's job.json.
+
+    ``values`` maps metric -> per-rollout values; ``rollouts`` lists the steps emitted
+    (default: all of them, in order).
+    """
+    run_dir.mkdir(parents=True)
+    count = len(next(iter(values.values())))
+    with open(run_dir / "job.log", "w", encoding="utf-8") as log:
+        writer = MilesRunWriter(
+            run_dir / "tensorboard",
+            run_dir / "ci_history",
+            log,
+            pids=ActorPids.around(5000),
+            clock=lambda: 1_767_225_600.0,
+        )
+        for rollout in rollouts if rollouts is not None else range(count):
+            writer.emit_rollout(rollout, {key: vs[rollout] for key, vs in values.items()})
+        writer.close()
+    job = {
+        "job_id": job_id,
+        "status": status,
+        "message": "",
+        "start_time": 1_767_225_000.0,
+        "end_time": 1_767_228_725.0,
+        "driver_exit_code": 0 if status == "SUCCEEDED" else 1,
+        "stopped_by": None,
+    }
+    (run_dir / "job.json").write_text(json.dumps(job, indent=2))
+    return run_dir
