@@ -122,6 +122,7 @@ def test_train_refuses_a_missing_dataset(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.snapshot
 def test_planning_imports_no_heavy_module() -> None:
     code = (
         "import sys\n"
