@@ -35,6 +35,7 @@ from miles_amd.gate import judge
 from miles_amd.gate_run import gate_run_dir
 from miles_amd.metrics.run_dir import load_run
 from miles_amd.preflight import Fact, write_env_json
+from tests.cli_runs import run_cli
 from tests.run_dirs import write_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,13 +106,7 @@ def copy_example(tmp_path: Path) -> Path:
 
 
 def record_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "miles_amd.cli", "baseline", "record", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    return run_cli("baseline", "record", *args)
 
 
 def cli(*args: str):

@@ -9,19 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_runs import run_cli
 from tests.unit.test_recipe import RECIPE_MD_MODEL_ARGS, RECIPE_MD_TRAIN_ARGS
 
 HEAVY = ("ray", "torch", "tensorboard", "matplotlib")
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "miles_amd.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    return run_cli(*args, env=env)
 
 
 def test_dry_run_json_contract_model_args_first(tmp_path: Path) -> None:

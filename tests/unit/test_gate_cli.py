@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from miles_amd.cli import app
+from tests.cli_runs import run_cli
 from tests.run_dirs import write_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,13 +39,7 @@ KNOWN_LINE = (
 
 
 def gate_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "miles_amd.cli", "gate", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    return run_cli("gate", *args)
 
 
 def gate(*args: str):
