@@ -198,7 +198,7 @@ def _check_absent(metric: str, template: Baseline, run: str) -> None:
     its rules are optional, and a band rule's spread can come from the template's summary."""
     rules = [r for r in template.rules if r.metric == metric]
     where = f"--run-dir {run}: no {metric} in any source (TensorBoard, CI history, job.log)"
-    fix = "fix: record a run that logs it (--use-tensorboard, --ci-enable-metrics-capture)"
+    fix = "fix: record a run that logs it (--use-tensorboard, MILES_CI_GATE_RECORD_DIR)"
     required = [r.id for r in rules if r.required]
     if required:
         raise RecordError(f"{where}, and the {template.name} rule {required[0]} requires it; {fix}")

@@ -174,7 +174,7 @@ class MilesRunWriter:
     """Emits rollouts as miles does: log lines to ``stream``, TensorBoard, CI history.
 
     ``tensorboard_dir=None`` writes no event file; ``ci_history_dir=None`` no CI history
-    (as miles without ``--use-tensorboard`` / ``--ci-enable-metrics-capture``). ``clock``
+    (as miles without ``--use-tensorboard`` / ``MILES_CI_GATE_RECORD_DIR``). ``clock``
     gives the epoch seconds used for log timestamps and event wall times, and
     ``ci_record_name`` replaces miles' ``<pid>-<uuid4 hex>.jsonl`` (both for reproducible
     output). :attr:`event_file` and :attr:`ci_file` are where it writes (``None`` when

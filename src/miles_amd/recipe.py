@@ -274,7 +274,9 @@ def _train_args(r: Recipe) -> list[Arg]:
         else []
     )
     if r.capture_metrics:
-        tracking += [_a("--use-tensorboard"), _a("--ci-enable-metrics-capture")]
+        # miles has no CLI switch for CI history: the env MILES_CI_GATE_RECORD_DIR alone turns
+        # it on (miles/utils/arguments.py); the launcher sets it with TENSORBOARD_DIR.
+        tracking.append(_a("--use-tensorboard"))
     batching = [_a("--use-dynamic-batch-size")] if r.use_dynamic_batch_size else []
     return [
         _a("--hf-checkpoint", r.checkpoint_dir),

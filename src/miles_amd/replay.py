@@ -18,8 +18,8 @@ Decides, before anything is written (a refusal is one line on stderr, exit code 
   (naming the flag); the recipe's invariants (``RecipeError``) refuse too. Own options are
   all ``--replay-*`` so they never clash with a miles flag; an unknown ``--replay-*`` option
   is a foreign flag.
-- ``--use-tensorboard`` needs ``TENSORBOARD_DIR`` and ``--ci-enable-metrics-capture`` needs
-  ``MILES_CI_GATE_RECORD_DIR`` in the environment, as miles does. Their values are never
+- ``--use-tensorboard`` needs ``TENSORBOARD_DIR`` and ``MILES_CI_GATE_RECORD_DIR`` in the
+  environment (miles turns CI history on from that env alone; it has no CLI flag for it). Their values are never
   printed (nothing from the environment is).
 - The source run (read with ``miles_amd.metrics.run_dir.load_run``) must be trustworthy: no
   source problem, no conflict between its sources, every metric of :data:`REQUIRED_KEYS`
@@ -131,7 +131,6 @@ _SWITCH_FIELDS: dict[str, str] = {
     "--use-dynamic-batch-size": "use_dynamic_batch_size",
     "--use-wandb": "use_wandb",
     "--use-tensorboard": "capture_metrics",
-    "--ci-enable-metrics-capture": "capture_metrics",
 }
 
 
@@ -226,7 +225,7 @@ def output_dirs(recipe: Recipe, env: Mapping[str, str]) -> tuple[Path | None, Pa
     missing = [name for name in (TENSORBOARD_ENV, CI_HISTORY_ENV) if not env.get(name)]
     if missing:
         raise ReplayRefused(
-            f"{' and '.join(missing)} not set: --use-tensorboard / --ci-enable-metrics-capture "
+            f"{' and '.join(missing)} not set: --use-tensorboard and the CI history "
             "need them (the launcher sets both in the job's runtime env when given a run dir)"
         )
     return Path(env[TENSORBOARD_ENV]), Path(env[CI_HISTORY_ENV])

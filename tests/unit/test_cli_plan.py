@@ -29,7 +29,7 @@ def test_dry_run_json_contract_model_args_first(tmp_path: Path) -> None:
     model, train = RECIPE_MD_MODEL_ARGS.split(), RECIPE_MD_TRAIN_ARGS.split()
     assert entry[2 : 2 + len(model)] == model
     # The driver's evidence flags ride along; everything else is RECIPE.md verbatim.
-    capture = ["--use-tensorboard", "--ci-enable-metrics-capture"]
+    capture = ["--use-tensorboard"]  # CI history is switched on by env, not a flag
     assert [t for t in entry[2 + len(model) :] if t not in capture] == train
     env = plan["job"]["runtime_env"]["env_vars"]
     assert env["TENSORBOARD_DIR"] == f"{tmp_path / 'run'}/tensorboard"

@@ -161,8 +161,7 @@ def _read_ci_history(path: Path, live: bool) -> SeriesMap:
     if not series:
         if not find_record_files(path):
             raise _EmptySource(
-                "no *.jsonl records (is MILES_CI_GATE_RECORD_DIR set and "
-                "--ci-enable-metrics-capture on?)"
+                "no *.jsonl records (was MILES_CI_GATE_RECORD_DIR set in the job's env?)"
             )
         raise _EmptySource("the records hold no points")
     return series
