@@ -49,6 +49,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS_DIR = REPO_ROOT / ".github" / "workflows"
 MI355X_WORKFLOW = WORKFLOWS_DIR / "amd-mi355x.yml"
+ACTION_PINS = REPO_ROOT / ".github" / "action-pins.json"
 
 GPU_JOB = "mi355x"
 CPU_JOB = "cpu"
@@ -419,6 +420,38 @@ def hygiene_problems(doc: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<action>[^@\s]+)@(?P<ref>\S+)(?:\s+#\s*(?P<tag>\S+))?")
+
+
+def pin_problems(text: str, pins: Mapping[str, Any]) -> list[str]:
+    """Every ``uses:`` names an action of the pin file, at its verified SHA, tag in a comment.
+
+    A SHA of the right shape can still name no commit (GitHub then fails the job at "Set up
+    job", before any step): only a SHA that was resolved from the tag in the action's own
+    repository, recorded in ``.github/action-pins.json``, is accepted. Pins the workflows no
+    longer use are stale and reported too.
+    """
+    problems, used = [], set()
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = USES_LINE.match(line)
+        if match is None:
+            continue
+        action, ref, tag = match["action"], match["ref"], match["tag"]
+        used.add(action)
+        pin = pins.get(action)
+        if pin is None:
+            problems.append(f"line {number}: {action} is not in {ACTION_PINS.name}")
+        elif ref != pin["sha"]:
+            problems.append(f"line {number}: {action}@{ref} is not the verified {pin['sha']}")
+        elif tag != pin["tag"]:
+            problems.append(f"line {number}: {action} comment says {tag!r}, pin is {pin['tag']}")
+    return problems + [f"{a}: pinned but unused" for a in sorted(set(pins) - used)]
+
+
+def load_pins() -> dict[str, Any]:
+    return json.loads(ACTION_PINS.read_text(encoding="utf-8"))["actions"]
+
+
 def mi355x_workflow_problems(doc: Mapping[str, Any]) -> list[str]:
     """Every broken promise of the hardware workflow, as one line each; [] means sound."""
     jobs = doc.get("jobs") or {}
@@ -578,6 +611,38 @@ def test_zizmor_reports_template_injection(tmp_path: Path) -> None:
     result = zizmor(ZIZMOR_PERSONA, injected)
     assert result.returncode in ZIZMOR_FINDING_EXIT_CODES, result.stdout + result.stderr
     assert "template-injection" in result.stdout
+
+
+def test_every_action_is_pinned_to_its_verified_commit() -> None:
+    text = "\n".join(p.read_text(encoding="utf-8") for p in workflow_files())
+    assert pin_problems(text, load_pins()) == []
+
+
+def test_pin_file_records_when_it_was_verified() -> None:
+    lock = json.loads(ACTION_PINS.read_text(encoding="utf-8"))
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", lock["verified_on"])
+    assert all(re.fullmatch(r"[0-9a-f]{40}", p["sha"]) for p in lock["actions"].values())
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        pytest.param(
+            # The SHA that was once committed: the right shape, but no such commit exists.
+            "upload-artifact@bbbca2ddaa5d8feaa63e36b76fdaad77386f024f",
+            "upload-artifact@b4b15b8c7c6ac21ea08fcf65892d2ee8c75cf882",
+            "is not the verified",
+            id="nonexistent-sha",
+        ),
+        pytest.param("# v7.0.1", "# v4.2.2", "comment says 'v4.2.2'", id="wrong-tag-comment"),
+        pytest.param("actions/setup-python@", "someone/setup-python@", "not in", id="unknown"),
+    ],
+)
+def test_pin_check_catches_a_bad_pin(old: str, new: str, expected: str) -> None:
+    text = MI355X_WORKFLOW.read_text(encoding="utf-8")
+    assert old in text
+    problems = pin_problems(text.replace(old, new), load_pins())
+    assert any(expected in p for p in problems), problems
 
 
 def test_hardware_workflow_keeps_its_invariants() -> None:
@@ -764,8 +829,8 @@ BROKEN_WORKFLOWS = [
         id="pypi-aiter",
     ),
     pytest.param(
-        "actions/upload-artifact@b4b15b8c7c6ac21ea08fcf65892d2ee8c75cf882",
-        "actions/upload-artifact@v4",
+        "actions/upload-artifact@bbbca2ddaa5d8feaa63e36b76fdaad77386f024f",
+        "actions/upload-artifact@v7",
         "is not pinned to a commit SHA",
         id="tag-pinned-action",
     ),
@@ -789,3 +854,11 @@ def test_invariant_checker_catches_a_broken_workflow(
 ) -> None:
     problems = mi355x_workflow_problems(load_workflow(mutated_copy(tmp_path, old, new)))
     assert any(expected in p for p in problems), problems
+
+
+def test_patched_aiter_has_no_moving_default() -> None:
+    """The patched aiter is an exact commit: no branch fallback, and the step refuses a non-SHA."""
+    steps = steps_of(load_workflow(MI355X_WORKFLOW)["jobs"][GPU_JOB])
+    build = steps[find_step(steps, "aiter-src")]
+    assert "'" not in build["env"]["AITER_REF"], build["env"]["AITER_REF"]
+    assert "^[0-9a-f]{40}$" in build["run"]
