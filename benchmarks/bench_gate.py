@@ -11,7 +11,7 @@ run directory, in the forms miles writes:
   events); ``EventAccumulator`` checks every CRC when it loads the files, so its agreeing
   point for point (checked below) vouches for the framing independently.
 - ``ci_history/<pid>-<uuid>.jsonl``, ``job.log`` (the perf/rollout/step lines of every
-  rollout between noise lines) and ``job.json``, written by ``miles_amd.miles_writer``'s
+  rollout between noise lines) and ``job.json``, written by ``miles_amd.testing.miles_writer``'s
   formatters, so every source the gate reads is present and the sources are compared.
 
 Then times, in this process:
@@ -59,11 +59,11 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-from miles_amd.baselines import load_baseline
-from miles_amd.gate import judge
-from miles_amd.metrics.run_dir import load_run
-from miles_amd.metrics.tfrecord import masked_crc32c
-from miles_amd.miles_writer import (
+from miles_amd.baseline.model import load_baseline
+from miles_amd.evidence.load import load_run
+from miles_amd.evidence.tfrecord import masked_crc32c
+from miles_amd.judge.gate import judge
+from miles_amd.testing.miles_writer import (
     CI_CAPTURED_KEYS,
     ActorPids,
     ci_history_text,

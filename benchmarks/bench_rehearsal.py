@@ -1,7 +1,7 @@
 """Robustness figures of the CPU rehearsal: how often the harness is right, and its cost.
 
 Runs the healthy replay of the embedded jvvnhop9 run N times and every fault of
-``miles_amd.faults`` once, each through the real driver, watcher and gate on one local Ray
+``miles_amd.testing.faults`` once, each through the real driver, watcher and gate on one local Ray
 head (127.0.0.1, free ports), and prints:
 
 - runs, passes, false greens (a faulty run that passed: must be 0) and false reds (a healthy
@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from miles_amd.faults import FAULTS
-from miles_amd.launcher import ray_start_argv
-from miles_amd.ray_head import RayHead
-from miles_amd.rehearsal import expectation_problems, rehearse
+from miles_amd.recipe.plan import ray_start_argv
+from miles_amd.run.ray_head import RayHead
+from miles_amd.testing.faults import FAULTS
+from miles_amd.testing.rehearsal import expectation_problems, rehearse
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ Run: ``python examples/make_jvvnhop9.py [--out DIR]``. The output is byte-for-by
 every run and machine (fixed clock in UTC, fixed pids and file names), so the committed
 example can be checked against a fresh build.
 
-The files are written by ``miles_amd.miles_writer.MilesRunWriter``, the one place that knows
+The files are written by ``miles_amd.testing.miles_writer.MilesRunWriter``, the one place that knows
 miles' output forms (the CPU rehearsal's replay uses it too): ``tensorboard/`` through
 tensorboard's real ``EventFileWriter`` with torch ``SummaryWriter.add_scalar``'s events,
 ``ci_history/<pid>-<uuid>.jsonl`` in miles' CI-history form, and ``job.log`` with the
@@ -39,8 +39,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
-from miles_amd.baselines import load_baseline
-from miles_amd.miles_writer import ActorPids, MilesRunWriter
+from miles_amd.baseline.model import load_baseline
+from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
 
 RUN_ID = "jvvnhop9"
 PIDS = ActorPids.around(4232)  # placeholder pids; the trainer's rank 0 is 4242
@@ -60,7 +60,7 @@ aiter with ROCm/aiter#5694, 20 rollouts, Ray job SUCCEEDED); not a raw run direc
 Rebuild it with `python examples/make_jvvnhop9.py`; judge it with
 `miles-amd gate --run-dir examples/runs/jvvnhop9 --baseline patched` (passes).
 
-Written by the real writers, in miles' formats (`miles_amd.miles_writer`): `tensorboard/`
+Written by the real writers, in miles' formats (`miles_amd.testing.miles_writer`): `tensorboard/`
 (tensorboard's EventFileWriter, torch SummaryWriter's scalar events), `ci_history/*.jsonl`
 (miles' CI-history snapshot form), `job.log` (the trainer's `rollout <i>:` and `step <i>:`
 lines), plus `job.json` in the driver's form (SUCCEEDED).

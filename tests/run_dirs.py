@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from miles_amd.miles_writer import ActorPids, MilesRunWriter
+from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
 
 
 def write_run(

@@ -15,16 +15,16 @@ import shutil
 
 import pytest
 
-from miles_amd.driver import execute
-from miles_amd.launcher import build_train_plan
-from miles_amd.preflight import (
+from miles_amd.recipe.plan import build_train_plan
+from miles_amd.recipe.settings import Recipe
+from miles_amd.run.driver import execute
+from miles_amd.run.preflight import (
     PreflightConfig,
     format_table,
     preflight_ok,
     run_preflight,
     write_env_json,
 )
-from miles_amd.recipe import Recipe
 
 pytestmark = pytest.mark.mi355x
 

@@ -1,6 +1,6 @@
 """One real Ray head on 127.0.0.1 for the whole rehearsal session, and process checks.
 
-The head is started by the same :class:`~miles_amd.ray_head.RayHead` the driver uses (free
+The head is started by the same :class:`~miles_amd.run.ray_head.RayHead` the driver uses (free
 ports, private temp dir), so it never collides with another cluster; tests hand its
 dashboard URL to the driver as ``RAY_ADDRESS``, the external-cluster path. At the end of
 the session the head is stopped and every process it spawned is checked gone, by pid.
@@ -16,10 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from miles_amd.launcher import ray_start_argv
-from miles_amd.ray_head import RayHead
+from miles_amd.recipe.plan import ray_start_argv
+from miles_amd.run.ray_head import RayHead
 
-JOB_MARKERS = ("miles_amd.replay", "miles_amd_rehearsal_job")
+JOB_MARKERS = ("miles_amd.testing.replay", "miles_amd_rehearsal_job")
 
 
 @pytest.fixture(scope="session")

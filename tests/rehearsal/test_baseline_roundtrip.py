@@ -1,6 +1,6 @@
 """A baseline recorded from a rehearsal run round-trips, and its diff shows what moved.
 
-Each run goes through the real driver, Ray job, replay and gate (``miles_amd.rehearsal``);
+Each run goes through the real driver, Ray job, replay and gate (``miles_amd.testing.rehearsal``);
 then the real command line, in subprocesses as CI runs it: ``baseline record
 --allow-no-preflight`` (a CPU rehearsal has no GPUs to pass a preflight), ``gate`` against the
 recorded file, and ``baseline diff`` against the shipped patched baseline. The changed bands
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.miles_writer import ActorPids, MilesRunWriter
-from miles_amd.rehearsal import EXAMPLE_RUN, expectation_problems, rehearse
+from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
+from miles_amd.testing.rehearsal import EXAMPLE_RUN, expectation_problems, rehearse
 
 pytestmark = pytest.mark.rehearsal
 

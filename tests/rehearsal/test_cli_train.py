@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.rehearsal import EXAMPLE_RUN
+from miles_amd.testing.rehearsal import EXAMPLE_RUN
 from tests.unit.test_cli_plan import write_checkpoint
 
 pytestmark = pytest.mark.rehearsal
@@ -25,7 +25,7 @@ FAKE_TRAIN = """\
 import runpy, sys
 # miles_amd_rehearsal_job: the recipe argv goes to the replay unchanged
 sys.argv = [sys.argv[0], "--replay-source", {source!r}, "--replay-pace", "0"] + sys.argv[1:]
-runpy.run_module("miles_amd.replay", run_name="__main__")
+runpy.run_module("miles_amd.testing.replay", run_name="__main__")
 """
 
 

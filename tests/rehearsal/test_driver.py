@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from miles_amd.driver import execute
-from miles_amd.launcher import build_train_plan
-from miles_amd.recipe import Recipe
+from miles_amd.recipe.plan import build_train_plan
+from miles_amd.recipe.settings import Recipe
+from miles_amd.run.driver import execute
 
 pytestmark = pytest.mark.rehearsal
 
@@ -149,7 +149,7 @@ def test_own_head_is_started_and_stopped_by_pid(tmp_path, state_dir) -> None:
 
 
 def test_refuses_a_run_dir_with_old_evidence(cluster_env, tmp_path, state_dir) -> None:
-    from miles_amd.driver import DriverError
+    from miles_amd.run.driver import DriverError
 
     run_dir = tmp_path / "run"
     (run_dir / "tensorboard").mkdir(parents=True)
@@ -160,9 +160,9 @@ def test_refuses_a_run_dir_with_old_evidence(cluster_env, tmp_path, state_dir) -
 
 INTERRUPTED_RUN = """\
 import os, sys
-from miles_amd.driver import execute
-from miles_amd.launcher import build_train_plan
-from miles_amd.recipe import Recipe
+from miles_amd.run.driver import execute
+from miles_amd.recipe.plan import build_train_plan
+from miles_amd.recipe.settings import Recipe
 
 env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
 code = (

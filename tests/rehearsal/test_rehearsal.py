@@ -1,7 +1,7 @@
 """The whole hardware path on CPU: replayed runs through the real driver, watcher and gate.
 
 The healthy replay of the embedded jvvnhop9 run must PASS against the patched baseline;
-every fault of ``miles_amd.faults`` must end red with the gate checks and the driver stop
+every fault of ``miles_amd.testing.faults`` must end red with the gate checks and the driver stop
 its catalogue entry names (never PASS); the known-issue sentinel passes and is reported.
 Fail-fast latency is read from the job's own clock (its log stamps and the driver's stop
 request in job.json), never from sleeps in the test.
@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from miles_amd.faults import FAULTS
-from miles_amd.rehearsal import expectation_problems, rehearse
+from miles_amd.testing.faults import FAULTS
+from miles_amd.testing.rehearsal import expectation_problems, rehearse
 
 pytestmark = pytest.mark.rehearsal
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from miles_amd.launcher import LaunchPlan, build_prepare_plan, build_train_plan
-from miles_amd.recipe import Hardware, Recipe
+from miles_amd.recipe.plan import LaunchPlan, build_prepare_plan, build_train_plan
+from miles_amd.recipe.settings import Hardware, Recipe
 
 pytestmark = pytest.mark.snapshot
 

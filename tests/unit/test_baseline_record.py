@@ -1,10 +1,11 @@
 """`miles-amd baseline record|diff` on real run dirs: what is recorded, what is refused, the diff.
 
-Run dirs are the embedded example (copied) or written by ``miles_amd.miles_writer`` (miles'
+Run dirs are the embedded example (copied) or written by ``miles_amd.testing.miles_writer`` (miles'
 three formats), with ``job.json`` in the driver's form and ``env.json`` written by the real
 ``preflight.write_env_json``. Exit codes are checked through a real subprocess (``python -m
-miles_amd.cli``) where a CI step would see them, through typer's CliRunner elsewhere. The
-expected bands are computed here from the run's values with ``miles_amd.bands`` directly, not
+miles_amd.cli.main``) where a CI step would see them, through typer's CliRunner elsewhere. The
+expected bands are computed here from the run's values with ``miles_amd.baseline.bands``
+directly, not
 through the recording code.
 """
 
@@ -21,20 +22,20 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from miles_amd import bands
-from miles_amd.baseline_record import (
+from miles_amd.baseline import bands
+from miles_amd.baseline.model import load_baseline
+from miles_amd.baseline.record import (
     RecordError,
     changed_bands,
     diff_baselines,
     record_baseline,
     render_markdown,
 )
-from miles_amd.baselines import load_baseline
-from miles_amd.cli import app
-from miles_amd.gate import judge
-from miles_amd.gate_run import gate_run_dir
-from miles_amd.metrics.run_dir import load_run
-from miles_amd.preflight import Fact, write_env_json
+from miles_amd.cli.main import app
+from miles_amd.evidence.load import load_run
+from miles_amd.judge.gate import judge
+from miles_amd.report.gate_run import gate_run_dir
+from miles_amd.run.preflight import Fact, write_env_json
 from tests.cli_runs import run_cli
 from tests.run_dirs import write_run
 

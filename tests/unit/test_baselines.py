@@ -1,4 +1,4 @@
-"""miles_amd.baselines and miles_amd.bands: the shipped files, their bands, every bad file."""
+"""miles_amd.baseline.model and .bands: the shipped files, their bands, every bad file."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd import bands
-from miles_amd.baselines import (
+from miles_amd.baseline import bands
+from miles_amd.baseline.model import (
     BASELINES_DIR_ENV,
     SCHEMA_PATH,
     BaselineError,

@@ -122,7 +122,7 @@ def test_planning_imports_no_heavy_module() -> None:
     code = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
-        "from miles_amd.cli import app\n"
+        "from miles_amd.cli.main import app\n"
         "r = CliRunner().invoke(app, ['train', '--dry-run', '--json'])\n"
         "assert r.exit_code == 0, r.output\n"
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"

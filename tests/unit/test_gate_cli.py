@@ -1,8 +1,8 @@
 """`miles-amd gate` end to end: real run directories, real readers, exit codes and report files.
 
-Run dirs are the embedded example (copied) or written by ``miles_amd.miles_writer`` (the
+Run dirs are the embedded example (copied) or written by ``miles_amd.testing.miles_writer`` (the
 writer of miles' formats); the command runs in a real subprocess (``python -m
-miles_amd.cli``) for the exit codes a CI step sees, and through typer's CliRunner for the
+miles_amd.cli.main``) for the exit codes a CI step sees, and through typer's CliRunner for the
 rest.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from miles_amd.cli import app
+from miles_amd.cli.main import app
 from tests.cli_runs import run_cli
 from tests.run_dirs import write_run
 
@@ -320,10 +320,11 @@ def test_bad_flags_exit_2(args: list[str]) -> None:
 def test_the_command_module_imports_only_typer_and_stdlib() -> None:
     code = (
         "import sys, typer; before = set(sys.modules);"
-        "import miles_amd.commands.gate as g; app = typer.Typer(); g.register(app);"
+        "import miles_amd.cli.gate as g; app = typer.Typer(); g.register(app);"
         "new = set(sys.modules) - before;"
         "heavy = {'matplotlib', 'tensorboard', 'jsonschema', 'ray', 'torch'};"
-        "ours = {'miles_amd.gate', 'miles_amd.report', 'miles_amd.baselines', 'miles_amd.metrics'};"
+        "ours = {'miles_amd.judge.gate', 'miles_amd.report.report', 'miles_amd.baseline.model',"
+        " 'miles_amd.evidence.load'};"
         "print(sorted(m for m in new if m.split('.')[0] in heavy or m in ours))"
     )
     result = subprocess.run(

@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from miles_amd.metrics.ci_history import read_ci_history_dir
-from miles_amd.metrics.job_log import read_job_log
-from miles_amd.metrics.run_dir import load_run
-from miles_amd.metrics.tensorboard import read_tensorboard_dir
+from miles_amd.evidence.ci_history import read_ci_history_dir
+from miles_amd.evidence.job_log import read_job_log
+from miles_amd.evidence.load import load_run
+from miles_amd.evidence.tensorboard import read_tensorboard_dir
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"

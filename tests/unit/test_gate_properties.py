@@ -1,4 +1,4 @@
-"""Properties of miles_amd.gate: no damage to the evidence can turn into a pass."""
+"""Properties of miles_amd.judge.gate: no damage to the evidence can turn into a pass."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from miles_amd.baselines import Baseline, load_baseline
-from miles_amd.evidence import JobRecord, RunEvidence
-from miles_amd.gate import judge
+from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.evidence.types import JobRecord, RunEvidence
+from miles_amd.judge.gate import judge
 
 REQUIRED = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward", "train/pg_clipfrac")
 BASELINES = {name: load_baseline(name) for name in ("stock", "patched")}

@@ -1,4 +1,4 @@
-"""miles_amd.gate on constructed RunEvidence: every rule passes one case and fails another."""
+"""miles_amd.judge.gate on constructed RunEvidence: every rule passes one case and fails another."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from miles_amd.baselines import Baseline, load_baseline
-from miles_amd.evidence import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
-from miles_amd.gate import Check, Verdict, hard_failures, judge
+from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
+from miles_amd.judge.gate import Check, Verdict, hard_failures, judge
 
 LOGPROB = "train/train_rollout_logprob_abs_diff"
 REWARD = "rollout/raw_reward"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from miles_amd.hardware import HardwareDetectionError, detect_hardware, run_tool
-from miles_amd.recipe import Hardware
+from miles_amd.recipe.hardware import HardwareDetectionError, detect_hardware, run_tool
+from miles_amd.recipe.settings import Hardware
 
 AMD_SMI_TEXT = "GPU: 0\n    ASIC:\n        MARKET_NAME: AMD Instinct MI355X\n" * 8
 

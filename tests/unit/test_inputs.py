@@ -1,4 +1,4 @@
-"""miles_amd.inputs on real checkpoint and dataset files written to tmp_path."""
+"""miles_amd.recipe.inputs on real checkpoint and dataset files written to tmp_path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.inputs import InputError, validate_checkpoint, validate_dataset
+from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
 
 BF16_CONFIG = {"model_type": "gpt_oss", "num_hidden_layers": 24, "torch_dtype": "bfloat16"}
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.metrics.ci_history import read_ci_history_dir
-from miles_amd.metrics.job_log import parse_job_log_text
-from miles_amd.metrics.tensorboard import read_tensorboard_dir
-from miles_amd.miles_writer import (
+from miles_amd.evidence.ci_history import read_ci_history_dir
+from miles_amd.evidence.job_log import parse_job_log_text
+from miles_amd.evidence.tensorboard import read_tensorboard_dir
+from miles_amd.testing.miles_writer import (
     CI_CAPTURED_KEYS,
     ActorPids,
     MilesRunWriter,

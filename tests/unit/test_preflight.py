@@ -1,4 +1,4 @@
-"""miles_amd.preflight and ``miles-amd preflight`` on real files, tools and subprocesses.
+"""miles_amd.run.preflight and ``miles-amd preflight`` on real files, tools and subprocesses.
 
 Hardware-only facts are exercised through what the probes really read: executables named
 ``amd-smi``/``rocm-smi`` put first on ``PATH``, package directories and ``.dist-info``
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd import preflight
-from miles_amd.preflight import (
+from miles_amd.run import preflight
+from miles_amd.run.preflight import (
     PROBES,
     Fact,
     PreflightConfig,
@@ -137,7 +137,7 @@ def probe_in_subprocess(probe: str, pythonpath: Path, tmp_path: Path) -> dict[st
         "import json, sys\n"
         "from dataclasses import asdict\n"
         "from pathlib import Path\n"
-        "from miles_amd import preflight\n"
+        "from miles_amd.run import preflight\n"
         "here = Path(sys.argv[1])\n"
         "config = preflight.PreflightConfig(here, here, here, here, here)\n"
         f"print(json.dumps(asdict(preflight.{probe}(config))))\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from miles_amd.recipe import Hardware, Recipe, RecipeError, parse_hardware
+from miles_amd.recipe.settings import Hardware, Recipe, RecipeError, parse_hardware
 
 # Transcribed from RECIPE.md ("Model arguments" and "Train arguments of the default recipe").
 RECIPE_MD_MODEL_ARGS = """

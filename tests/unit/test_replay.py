@@ -1,6 +1,7 @@
 """The replay entrypoint and its fault catalogue.
 
-The replay runs as a real subprocess (``python -m miles_amd.replay``, pace 0) on a real source
+The replay runs as a real subprocess (``python -m miles_amd.testing.replay``, pace 0) on a
+real source
 run directory written by ``MilesRunWriter``, and its output is read back with the project's
 strict readers (``load_run``) and TensorBoard's own ``EventAccumulator`` as a cross-check.
 The pure parts (argv reconstruction, fault transforms, record cut) are tested directly.
@@ -23,8 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.evidence import RunEvidence, SeriesMap
-from miles_amd.faults import (
+from miles_amd.evidence.ci_history import read_ci_history_dir
+from miles_amd.evidence.load import load_run
+from miles_amd.evidence.sentinels import scan_lines
+from miles_amd.evidence.tensorboard import read_tensorboard_dir
+from miles_amd.evidence.tfrecord import EventFileError
+from miles_amd.evidence.types import RunEvidence, SeriesMap
+from miles_amd.recipe.settings import Hardware, Recipe, RecipeError
+from miles_amd.testing.faults import (
     ABS_DIFF,
     FAULTS,
     RAW_REWARD,
@@ -39,13 +46,8 @@ from miles_amd.faults import (
     plan_fault,
     transform_series,
 )
-from miles_amd.metrics.ci_history import read_ci_history_dir
-from miles_amd.metrics.run_dir import load_run
-from miles_amd.metrics.tensorboard import read_tensorboard_dir
-from miles_amd.metrics.tfrecord import EventFileError
-from miles_amd.miles_writer import CI_CAPTURED_KEYS, STEP_KEYS, ActorPids, MilesRunWriter
-from miles_amd.recipe import Hardware, Recipe, RecipeError
-from miles_amd.replay import (
+from miles_amd.testing.miles_writer import CI_CAPTURED_KEYS, STEP_KEYS, ActorPids, MilesRunWriter
+from miles_amd.testing.replay import (
     REQUIRED_KEYS,
     ReplayRefused,
     argv_difference,
@@ -54,7 +56,6 @@ from miles_amd.replay import (
     rollout_metrics,
     source_rollouts,
 )
-from miles_amd.sentinels import scan_lines
 
 SOURCE_ROLLOUTS = 5
 K = 2  # the fault rollout of the subprocess tests
@@ -117,7 +118,7 @@ def replay_env(run_dir: Path, *, drop: tuple[str, ...] = ()) -> dict[str, str]:
 
 def replay_cmd(source: Path, argv: list[str], *options: str) -> list[str]:
     prefix = ["--replay-source", str(source), "--replay-pace", "0", *options]
-    return [sys.executable, "-m", "miles_amd.replay", *prefix, *argv]
+    return [sys.executable, "-m", "miles_amd.testing.replay", *prefix, *argv]
 
 
 def capture_argv(num_rollout: int = SOURCE_ROLLOUTS, **fields: object) -> list[str]:

@@ -1,4 +1,4 @@
-"""miles_amd.report: the content of report.json, report.md, metrics.png and the text output."""
+"""miles_amd.report.report: report.json, report.md, metrics.png and the text output."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.baselines import Baseline, load_baseline
-from miles_amd.evidence import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
-from miles_amd.gate import Verdict, judge
-from miles_amd.report import (
+from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
+from miles_amd.judge.gate import Verdict, judge
+from miles_amd.report.report import (
     metrics_figure,
     ordered_checks,
     render,

@@ -1,4 +1,4 @@
-"""miles_amd.sentinels: the signature table and the scan, on real log text."""
+"""miles_amd.evidence.sentinels: the signature table and the scan, on real log text."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.evidence import SentinelHit
-from miles_amd.sentinels import SENTINELS, fatal_hits, scan_lines, scan_log, sentinel_named
+from miles_amd.evidence.sentinels import SENTINELS, fatal_hits, scan_lines, scan_log, sentinel_named
+from miles_amd.evidence.types import SentinelHit
 
 TRAIN = "(MegatronTrainRayActor pid=4242) [2026-11-20 10:03:50.007 ] "
 ROLLOUT = "(RolloutManager pid=5151) [2026-11-20 10:04:12.311 ] "

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from miles_amd.baselines import load_baseline
-from miles_amd.gate import hard_failures
-from miles_amd.watcher import FailFastWatcher, Trip, first_metric_line_time, line_time
+from miles_amd.baseline.model import load_baseline
+from miles_amd.judge.gate import hard_failures
+from miles_amd.run.watcher import FailFastWatcher, Trip, first_metric_line_time, line_time
 from tests.run_dirs import write_run
 
 ABS_DIFF = "train/train_rollout_logprob_abs_diff"

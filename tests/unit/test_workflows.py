@@ -420,7 +420,9 @@ def hygiene_problems(doc: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<action>[^@\s]+)@(?P<ref>\S+)(?:\s+#\s*(?P<tag>\S+))?")
+USES_LINE = re.compile(
+    r"^\s*(?:-\s+)?uses:\s*(?P<action>[^@\s]+)@(?P<ref>\S+)(?:\s+#\s*(?P<tag>\S+))?"
+)
 
 
 def pin_problems(text: str, pins: Mapping[str, Any]) -> list[str]:

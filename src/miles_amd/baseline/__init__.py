@@ -1,0 +1,1 @@
+"""Baseline files: their model and loading, band derivation, record and diff."""

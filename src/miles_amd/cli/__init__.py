@@ -1,0 +1,1 @@
+"""The ``miles-amd`` command line: one module per command."""

@@ -1,0 +1,96 @@
+"""``miles-amd gate``: judge a run directory against a baseline and write the report.
+
+Decides the command's options, output and exit code: 0 pass, 1 fail (a check failed),
+2 unusable input (no run dir, nothing readable in it, a malformed or missing baseline, an
+unwritable report dir), with one line on stderr naming the flag and the fix. The report goes
+to ``--report-dir`` (default ``<run-dir>/report/``): report.json, report.md, metrics.png; the
+chosen ``--format`` is printed to stdout. A bad baseline or a missing run dir writes nothing.
+When the run dir exists but nothing in it is readable, the report (verdict ``error``) is
+still written, so CI shows why. ``--expected-rollouts N`` judges a run of N rollouts (a
+3-rollout smoke, a 1000-rollout benchmark): it sets the expected steps and rescales the bands.
+
+Reading (``miles_amd.evidence``), judging (``miles_amd.judge.gate``) and reporting
+(``miles_amd.report.report``) are imported inside the command, so registering it costs nothing.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``gate`` command to ``app``."""
+    app.command("gate")(gate)
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"miles-amd: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def gate(
+    run_dir: Annotated[
+        Path,
+        typer.Option(
+            "--run-dir", help="Run directory: tensorboard/, ci_history/, job.log, job.json."
+        ),
+    ],
+    baseline: Annotated[
+        str,
+        typer.Option("--baseline", help="stock, patched, or the path of a baseline JSON file."),
+    ],
+    report_dir: Annotated[
+        Path | None,
+        typer.Option("--report-dir", help="Where the report goes (default: RUN_DIR/report)."),
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", help="What to print to stdout.")
+    ] = OutputFormat.text,
+    expected_rollouts: Annotated[
+        int | None,
+        typer.Option(
+            "--expected-rollouts",
+            min=1,
+            help="Rollouts the run must have (default: the baseline's, 20).",
+        ),
+    ] = None,
+) -> None:
+    """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
+    from miles_amd.baseline.model import BaselineError, load_baseline
+
+    try:
+        reference = load_baseline(baseline)
+    except BaselineError as exc:
+        _fail(f"--baseline: {exc}")
+    if not run_dir.is_dir():
+        _fail(f"--run-dir {run_dir}: no such directory; point it at a run directory")
+
+    from miles_amd.report.gate_run import gate_run_dir
+    from miles_amd.report.report import render
+
+    out_dir = report_dir if report_dir is not None else run_dir / "report"
+    try:
+        verdict, files = gate_run_dir(
+            run_dir, reference, expected_rollouts=expected_rollouts, report_dir=out_dir
+        )
+    except OSError as exc:
+        _fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
+    typer.echo(render(verdict, output_format.value), nl=False)
+    if verdict.verdict == "error":
+        typer.echo(
+            f"miles-amd: error: --run-dir {run_dir}: {verdict.reason}; "
+            f"point it at a run directory with tensorboard/, ci_history/, job.log or job.json "
+            f"(report: {files.json})",
+            err=True,
+        )
+    raise typer.Exit(verdict.exit_code)

@@ -1,1 +1,0 @@
-"""Sub-commands of the miles-amd CLI; each module exposes register(app)."""

@@ -1,0 +1,163 @@
+"""Metric series from miles' CI-history records (``ci_history/*.jsonl``).
+
+miles' ``CiHistoryBackend`` (``miles/utils/tracking_utils/ci_history.py``) keeps, per process,
+one file ``<pid>-<uuid>.<ext>`` in ``$MILES_CI_GATE_RECORD_DIR`` holding one JSON object a
+line: ``{"metric": "<key>", "series": [[step, value], ...]}``. It rewrites the whole file
+through ``<file>.tmp`` + ``os.replace`` on every log call, so a reader never sees half a
+snapshot. Format facts: the extension is ``.jsonl`` in the recipe's runs and ``.ndjson`` in
+some miles versions (both are read; ``*.tmp`` files are writes in flight and are not);
+non-finite values appear either as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` or,
+from a plain ``json.dumps``, as the bare tokens ``NaN``/``Infinity``/``-Infinity`` (Python's
+``json`` reads both); the backend records ``step=None`` when a caller passed no step, which
+is an error here because such a point cannot be placed.
+
+Decides: what the records say, strictly. Only the directory's top level is read. Every
+non-blank line must be an object with a non-empty string ``metric`` and a list ``series`` of
+``[step, value]`` pairs, step an integer, value a number or one of the three strings (other
+keys are allowed and ignored). A metric may appear once per file. Points of one metric from
+several files are merged: the same step with different values (NaN equals NaN) is an error
+naming both places; the same (step, value) in two files is one observation recorded by two
+processes and is kept once; a step repeated within one file is kept twice so the gate can
+name the duplicate.
+
+Does not decide: whether an empty directory is a problem (``run_dir`` does) or which source
+wins (``merge``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from miles_amd.evidence.errors import MetricsFormatError
+from miles_amd.evidence.series import normalise_map
+from miles_amd.evidence.types import Point, SeriesMap
+
+RECORD_SUFFIXES = (".jsonl", ".ndjson")
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_EXPECTED_POINT = (
+    'expected [step, value]: an integer step and a number or "NaN"/"Infinity"/"-Infinity"'
+)
+
+
+def find_record_files(root: str | os.PathLike[str]) -> list[Path]:
+    """The record files directly in ``root``, sorted by name."""
+    return sorted(
+        path for path in Path(root).iterdir() if path.suffix in RECORD_SUFFIXES and path.is_file()
+    )
+
+
+def read_ci_history_dir(path: str | os.PathLike[str], *, live: bool = False) -> SeriesMap:
+    """The merged series of every record file in ``path``.
+
+    ``live`` leaves out an unterminated last line (an appending writer's line in flight).
+    Raises :class:`MetricsFormatError` naming file and line, ``FileNotFoundError`` or
+    ``NotADirectoryError`` for a bad ``path``. No record files give an empty map.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise FileNotFoundError(f"{root}: no such CI-history directory")
+    if not root.is_dir():
+        raise NotADirectoryError(f"{root}: expected a CI-history directory, found a file")
+    points: dict[str, list[Point]] = {}
+    origins: dict[str, dict[int, tuple[float, str, int]]] = {}  # metric -> step -> first place
+    for file in find_record_files(root):
+        for metric, (line, file_points) in read_record_file(file, live=live).items():
+            merged = points.setdefault(metric, [])
+            seen = origins.setdefault(metric, {})
+            in_this_file: set[int] = set()
+            for step, value in file_points:
+                first = seen.get(step)
+                if first is None:
+                    seen[step] = (value, str(file), line)
+                elif not _same(first[0], value):
+                    raise MetricsFormatError(
+                        str(file),
+                        line,
+                        f"{metric!r} at step {step} is {value!r} here but {first[0]!r} in "
+                        f"{first[1]}:{first[2]} (records of two different runs in one "
+                        "ci_history/? keep one run per directory)",
+                    )
+                elif step not in in_this_file:
+                    in_this_file.add(step)
+                    continue  # first recorded by another file: the same observation, kept once
+                in_this_file.add(step)
+                merged.append((step, value))
+    return normalise_map(points)
+
+
+def read_record_file(
+    path: str | os.PathLike[str], *, live: bool = False
+) -> dict[str, tuple[int, list[Point]]]:
+    """``metric -> (line number, points)`` of one record file, points in file order."""
+    name = os.fspath(path)
+    with open(name, "rb") as handle:
+        data = handle.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise MetricsFormatError(name, line, "not UTF-8 text (corrupt record file)") from None
+    lines = text.split("\n")
+    if live and not text.endswith("\n"):
+        lines.pop()  # the unterminated line a writer is still appending
+    metrics: dict[str, tuple[int, list[Point]]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        metric, points = _parse_line(line, name, number)
+        if metric in metrics:
+            raise MetricsFormatError(
+                name, number, f"metric {metric!r} already appeared at line {metrics[metric][0]}"
+            )
+        metrics[metric] = (number, points)
+    return metrics
+
+
+def _parse_line(line: str, path: str, number: int) -> tuple[str, list[Point]]:
+    try:
+        record = json.loads(line)
+    except ValueError as error:
+        raise MetricsFormatError(
+            path, number, f"bad JSON ({error}); truncated or corrupt line"
+        ) from None
+    if not isinstance(record, dict):
+        raise MetricsFormatError(path, number, 'expected an object {"metric": ..., "series": ...}')
+    metric = record.get("metric")
+    series = record.get("series")
+    if not isinstance(metric, str) or not metric:
+        raise MetricsFormatError(path, number, f'"metric" must be a non-empty string: {metric!r}')
+    if not isinstance(series, list):
+        raise MetricsFormatError(path, number, f'"series" of {metric!r} must be a list')
+    points: list[Point] = []
+    for index, point in enumerate(series):
+        parsed = _point(point)
+        if parsed is None:
+            raise MetricsFormatError(
+                path, number, f"point {index} of {metric!r} is {point!r}: {_EXPECTED_POINT}"
+            )
+        points.append(parsed)
+    return metric, points
+
+
+def _point(point: object) -> Point | None:
+    if not (isinstance(point, list) and len(point) == 2):
+        return None
+    step, value = point
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    if isinstance(value, str):
+        number = _NON_FINITE.get(value)
+        return None if number is None else (step, number)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return (step, float(value))
+    except OverflowError:
+        return None
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)

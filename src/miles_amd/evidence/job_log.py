@@ -1,0 +1,294 @@
+"""Metric series from the metric lines of a Ray job log (``job.log``), parsed safely.
+
+miles logs with ``[%(asctime)s.%(msecs)03d <logger>] %(filename)s:%(lineno)d - %(message)s``
+and Ray prefixes a worker's lines with the actor, so a metric line reads::
+
+    (MegatronTrainRayActor pid=4242) [2026-11-20 10:03:50.007 ] log_utils.py:542 - step 3: {...}
+
+Three messages carry metrics, each a Python dict repr: ``step <n>: {...}`` (a training step),
+``rollout <n>: {...}`` (the trainer's rollout metrics) and ``perf <n>: {...}`` (the rollout
+manager's). The number after the word is the step of every metric in the dict.
+
+Decides: which lines are metric lines and what they say. A metric line is a line with
+``] <file>:<lineno> - step|rollout|perf <n>: {``; every other line is ignored. A metric line
+whose dict cannot be read is a :class:`MetricsFormatError` naming file and line, never a
+skipped line. Values: ``int``/``float`` (and ``bool``, as ``add_scalar`` stores it: 1.0/0.0),
+the names ``nan`` and ``inf`` (how Python prints non-finite floats), signs, and numpy scalar
+reprs such as ``np.float64(0.5)`` (numpy >= 2 prints those inside dicts). Strings, ``None``
+and containers of literals are not scalars and are skipped. Anything else (a call, an
+attribute, an operator) is an error; nothing is ever evaluated.
+
+The same metric at the same step twice (printed by two messages, or a re-run step) is one
+point if the values are equal (NaN equals NaN) and an error naming both lines if not.
+
+Format facts: Ray colours the actor prefix with ANSI escapes when its output is a terminal
+(stripped here) and may append `` [repeated 2x across cluster]`` to deduplicated lines
+(removed). Lines are split on ``\\n`` only, so line numbers match ``grep -n`` and the sentinel
+scan. Undecodable bytes become U+FFFD (a metric line with one then fails to parse).
+
+Speed: the whole text is searched with one regex (no per-line Python work for the other
+lines); a dict of plain numbers (the common case) is read by the C JSON decoder after swapping
+quotes, which is exact for such text; only other dicts go through ``ast``.
+
+Does not decide: which source wins (``merge``) or whether the values are good (``gate``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import re
+import struct
+from collections import defaultdict
+
+from miles_amd.evidence.errors import MetricsFormatError
+from miles_amd.evidence.series import Columns, columns_to_series, new_columns
+from miles_amd.evidence.types import SeriesMap
+
+METRIC_MESSAGES = ("step", "rollout", "perf")
+
+_METRIC_LINE = re.compile(
+    rf"\] [\w.-]+:\d+ - (?:{'|'.join(METRIC_MESSAGES)}) (-?\d+): (\{{.*)$", re.MULTILINE
+)
+_RAY_REPEAT = re.compile(r" \[repeated \d+x across cluster\]")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+_NUMBER = r"-?(?:[0-9][0-9.e+-]*|inf|nan)"
+_PLAIN_ITEM = rf"'[^'\\\n]*': {_NUMBER}"
+_PLAIN_DICT = re.compile(rf"\{{(?:{_PLAIN_ITEM}(?:, {_PLAIN_ITEM})*)?\}}")
+_PLAIN_ITEMS = re.compile(rf"'([^'\\\n]*)': ({_NUMBER})")
+
+_NUMPY_MODULES = frozenset({"np", "numpy"})
+_NUMPY_SCALARS = frozenset(
+    {"float16", "float32", "float64", "longdouble", "int8", "int16", "int32", "int64"}
+    | {"uint8", "uint16", "uint32", "uint64", "bool_", "bool"}
+)
+_NUMPY_NARROW_FLOATS = {"float32": "<f", "float16": "<e"}
+_FLOAT_ONLY = frozenset({float})
+_INT_OR_FLOAT = frozenset({int, float})
+_NON_FINITE_NAMES = {"nan": math.nan, "inf": math.inf}
+
+
+class _NotAScalar(Exception):
+    """A literal that is not a number (string, None, container): skipped, not an error."""
+
+
+def read_job_log(path: str | os.PathLike[str], *, live: bool = False) -> SeriesMap:
+    """The series of every metric in the job log's metric lines.
+
+    ``live`` reads a log that is still being written: an unterminated last line is the
+    write in flight and is left out. Raises :class:`MetricsFormatError` for a metric line
+    that cannot be read and ``OSError`` for an unreadable file.
+    """
+    name = os.fspath(path)
+    with open(name, "rb") as handle:
+        text = handle.read().decode("utf-8", errors="replace")
+    if live and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    return parse_job_log_text(text, name)
+
+
+def parse_job_log_text(text: str, path: str) -> SeriesMap:
+    """The series in ``text``, the contents of the log ``path`` (named in errors)."""
+    points: defaultdict[str, Columns] = defaultdict(new_columns)
+    lines_at_step: dict[int, list[tuple[int, dict[str, float]]]] = {}
+    keys_at_step: dict[int, set[str]] = {}
+    line_number, counted_to = 1, 0
+    for match in _METRIC_LINE.finditer(text):
+        line_number += text.count("\n", counted_to, match.start())
+        counted_to = match.start()
+        try:
+            step = int(match.group(1))
+            values = parse_metric_dict(match.group(2))
+        except ValueError as error:
+            reason = f"unreadable metric line: {error}"
+            raise MetricsFormatError(path, line_number, reason) from None
+        keys = keys_at_step.get(step)
+        if keys is None:
+            keys_at_step[step] = set(values)
+            lines_at_step[step] = [(line_number, values)]
+        else:
+            if not keys.isdisjoint(values):
+                values = _drop_repeats(values, lines_at_step[step], step, path, line_number)
+            keys.update(values)
+            lines_at_step[step].append((line_number, values))
+        for key, value in values.items():
+            columns = points[key]
+            columns[0].append(step)
+            columns[1].append(value)
+    return columns_to_series(points)
+
+
+def _drop_repeats(
+    values: dict[str, float],
+    earlier: list[tuple[int, dict[str, float]]],
+    step: int,
+    path: str,
+    line_number: int,
+) -> dict[str, float]:
+    """``values`` without the keys an earlier line of ``step`` already gave the same value."""
+    for earlier_line, earlier_values in earlier:
+        for key in earlier_values.keys() & values.keys():
+            if not _same(earlier_values[key], values[key]):
+                raise MetricsFormatError(
+                    path,
+                    line_number,
+                    f"{key!r} at step {step} is {values[key]!r} here but "
+                    f"{earlier_values[key]!r} at line {earlier_line} "
+                    "(two runs in one log? keep one run per job.log)",
+                )
+            values = {k: v for k, v in values.items() if k != key}
+    return values
+
+
+def parse_metric_dict(text: str) -> dict[str, float]:
+    """The scalars of one metric dict repr (the rest of its line); ``ValueError`` if unreadable.
+
+    Three readers, fastest first, each taking only what it reads exactly as Python would:
+    JSON for a dict of plain numbers (after swapping quotes, safe because the text has no
+    ``"``, backslash, ``nan`` or ``inf``), a regex for plain numbers with ``nan``/``inf``,
+    and the ``ast`` walker for everything else.
+    """
+    text = text.rstrip()
+    repeat = text.rfind(" [repeated ")
+    if repeat > 0 and _RAY_REPEAT.fullmatch(text, repeat):
+        text = text[:repeat].rstrip()
+    if not ('"' in text or "\\" in text or "nan" in text or "inf" in text):
+        try:
+            decoded = json.loads(text.replace("'", '"'))
+        except (ValueError, RecursionError):
+            decoded = None
+        if isinstance(decoded, dict) and _all_numbers(decoded):
+            return decoded
+    if _PLAIN_DICT.fullmatch(text):
+        plain = _plain_numbers(text)
+        if plain is not None:
+            return plain
+    return dict(_parse_literal_dict(text))
+
+
+def _plain_numbers(text: str) -> dict[str, float] | None:
+    """The items of a dict of plain numbers, or None to leave it to the strict parser.
+
+    ``float`` turns an integer too large for a float into inf, where Python's own reading
+    of the literal (an ``int``) cannot become a float at all; such tokens, and tokens like
+    ``1.2.3``, go to the strict parser, which names the problem.
+    """
+    values = {}
+    for key, token in _PLAIN_ITEMS.findall(text):
+        try:
+            number = float(token)
+        except ValueError:
+            return None
+        if math.isinf(number) and "inf" not in token:
+            return None
+        values[key] = number
+    return values
+
+
+def _all_numbers(decoded: dict[str, object]) -> bool:
+    """Whether every JSON value is a number; ints become floats in place (or ValueError)."""
+    kinds = set(map(type, decoded.values()))
+    if kinds <= _FLOAT_ONLY:
+        return True
+    if not kinds <= _INT_OR_FLOAT:
+        return False
+    for key, value in decoded.items():
+        if type(value) is int:
+            decoded[key] = _to_float(value)
+    return True
+
+
+def _parse_literal_dict(text: str) -> list[tuple[str, float]]:
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as error:
+        raise ValueError(f"not a complete dict literal ({error.msg}; truncated line?)") from None
+    except RecursionError:
+        raise ValueError("nested too deeply to be a metric dict") from None
+    node = tree.body
+    if not isinstance(node, ast.Dict):
+        raise ValueError("not a dict literal")
+    items: list[tuple[str, float]] = []
+    for key_node, value_node in zip(node.keys, node.values, strict=True):
+        if not (isinstance(key_node, ast.Constant) and isinstance(key_node.value, str)):
+            raise ValueError("a dict key is not a string literal")
+        try:
+            items.append((key_node.value, _number(value_node)))
+        except _NotAScalar:
+            continue
+    return items
+
+
+def _number(node: ast.expr) -> float:
+    """The float a value node spells; ``_NotAScalar`` for other literals, else ValueError."""
+    if isinstance(node, ast.Constant):
+        value = node.value
+        if isinstance(value, (bool, int, float)):
+            return _to_float(value)
+        if isinstance(value, (str, bytes)) or value is None:
+            raise _NotAScalar
+        raise ValueError(f"unsupported literal {value!r}")
+    if isinstance(node, ast.Name) and node.id in _NON_FINITE_NAMES:
+        return _NON_FINITE_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = _number(node.operand)
+        return -operand if isinstance(node.op, ast.USub) else operand
+    numpy_call = _numpy_scalar_call(node)
+    if numpy_call is not None:
+        kind, argument = numpy_call
+        number = _number(argument)
+        # numpy prints a float32/float16 with the fewest digits that identify it *in that
+        # width* (np.float32(41869368.0) prints as 41869370.0), so round back to that width.
+        layout = _NUMPY_NARROW_FLOATS.get(kind)
+        return struct.unpack(layout, struct.pack(layout, number))[0] if layout else number
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+        _check_literal_container(node)
+        raise _NotAScalar
+    raise ValueError(f"value {ast.unparse(node)[:80]!r} is not a literal")
+
+
+def _to_float(value: bool | int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"integer {value} does not fit a float") from None
+
+
+def _numpy_scalar_call(node: ast.expr) -> tuple[str, ast.expr] | None:
+    """``(type name, argument)`` of a numpy scalar repr like ``np.float64(0.5)``, else None."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in _NUMPY_MODULES
+        and node.func.attr in _NUMPY_SCALARS
+        and len(node.args) == 1
+        and not node.keywords
+    ):
+        return node.func.attr, node.args[0]
+    return None
+
+
+def _check_literal_container(node: ast.expr) -> None:
+    """A container value is skipped, but only if it holds literals alone."""
+    children: list[ast.expr | None] = []
+    if isinstance(node, ast.Dict):
+        children = [*node.keys, *node.values]
+    elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        children = list(node.elts)
+    for child in children:
+        if child is None:
+            raise ValueError("dict unpacking in a value")
+        try:
+            _number(child)
+        except _NotAScalar:
+            continue
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)

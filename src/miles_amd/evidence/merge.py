@@ -1,0 +1,139 @@
+"""One series per metric across sources, and the places where sources disagree.
+
+Decides, per metric:
+
+- Which source's series is used: the first in :data:`PREFERENCE` that carries the metric
+  (TensorBoard, then CI history, then the job log). The chosen series is used exactly as
+  read. Steps that only another source has are NOT filled in: a step missing from the
+  preferred source means that source lost data (a truncated or half-copied event file), and
+  the gate's step rule must see that gap instead of a patch from a source with different
+  precision; a metric the preferred source lacks entirely comes whole from the next source.
+- Where the sources disagree: at every step two or more sources carry, each value is
+  compared with the values of the most preferred source carrying that step; a value that
+  agrees with none of them beyond float noise is a :class:`~miles_amd.evidence.types.Conflict`
+  holding every source's (first) value at that step. Sources are compared even where the
+  preferred source lacks the step. A step duplicated within one source is not a conflict
+  (the gate names duplicates).
+
+Float noise: TensorBoard stores ``simple_value`` as float32, whose rounding error is at most
+2**-24 (about 6e-8) of the value; the job log and CI history print float64. Two values agree
+when they are equal, both NaN, or both finite and within :data:`REL_TOL` (1e-6, about 17
+float32 roundings) of the larger magnitude or :data:`ABS_TOL` (1e-37, below float32's
+smallest normal number, so subnormal rounding and float32 underflow to 0 agree). Infinities
+agree only with the same infinity; a float64 beyond float32's range (TensorBoard stores inf)
+is a conflict, since the two sources then do say different things.
+
+Does not decide: whether a conflict fails the run (the gate does), nor read any file.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping
+from itertools import chain
+
+from miles_amd.evidence.types import Conflict, Series, SeriesMap, SourceName
+
+PREFERENCE: tuple[SourceName, ...] = ("tensorboard", "ci_history", "job_log")
+REL_TOL = 1e-6
+ABS_TOL = 1e-37
+
+_EXACT_STEP = 2**53  # integers below this are exact as float64
+
+
+def values_agree(a: float, b: float) -> bool:
+    """Whether two readings of one metric at one step agree up to float32 storage."""
+    if a == b:
+        return True
+    if math.isfinite(a) and math.isfinite(b):
+        return abs(a - b) <= max(REL_TOL * max(abs(a), abs(b)), ABS_TOL)
+    return math.isnan(a) and math.isnan(b)
+
+
+def merge_sources(
+    per_source: Mapping[SourceName, SeriesMap],
+) -> tuple[SeriesMap, dict[str, SourceName], tuple[Conflict, ...]]:
+    """``(series, metric -> source used, conflicts)`` for the sources that were read.
+
+    Only sources that were read belong in ``per_source``; one that failed is a
+    ``SourceProblem`` for the caller, not an empty map here. Unknown source names raise
+    ``ValueError``. Conflicts are ordered by metric, then step.
+    """
+    unknown = sorted(set(per_source) - set(PREFERENCE))
+    if unknown:
+        raise ValueError(f"unknown metric sources {unknown}; expected some of {PREFERENCE}")
+    ordered = [(name, per_source[name]) for name in PREFERENCE if name in per_source]
+    series: SeriesMap = {}
+    chosen: dict[str, SourceName] = {}
+    conflicts: list[Conflict] = []
+    for metric in sorted({metric for _, series_map in ordered for metric in series_map}):
+        carriers = [
+            (name, series_map[metric]) for name, series_map in ordered if metric in series_map
+        ]
+        chosen[metric] = carriers[0][0]
+        series[metric] = carriers[0][1]
+        if len(carriers) > 1:
+            conflicts.extend(_conflicts(metric, carriers))
+    return series, chosen, tuple(conflicts)
+
+
+def _conflicts(metric: str, carriers: list[tuple[SourceName, Series]]) -> list[Conflict]:
+    """The steps where the carriers of one metric disagree (carriers in preference order)."""
+    if all(_provably_agree(carriers[0][1], other) for _, other in carriers[1:]):
+        return []
+    by_step: dict[int, dict[str, list[float]]] = {}
+    for name, points in carriers:
+        for step, value in points:
+            by_step.setdefault(step, {}).setdefault(name, []).append(value)
+    found = []
+    for step in sorted(by_step):
+        values = by_step[step]
+        if len(values) < 2:
+            continue
+        reference, *others = values.values()  # insertion order is preference order
+        if any(
+            not any(values_agree(expected, value) for expected in reference)
+            for other in others
+            for value in other
+        ):
+            found.append(Conflict(metric, step, {name: vs[0] for name, vs in values.items()}))
+    return found
+
+
+def _provably_agree(preferred: Series, other: Series) -> bool:
+    """A fast sufficient test that two series agree point by point (False: look closer).
+
+    Same steps in the same order and the float32 roundings of the values bit-identical and
+    finite: two numbers with the same float32 rounding differ by at most one float32 ulp,
+    2**-23 relative (2**-149 absolute below float32's normal range), inside :data:`REL_TOL`
+    and :data:`ABS_TOL`. NaN, infinities, values beyond float32's range, -0.0 against 0.0
+    and real differences fall through to the point-by-point comparison.
+
+    Speed: the points are scattered heap objects, and each pass over them costs cache
+    misses, so each series is walked once, packed by ``struct`` into contiguous float64s
+    (steps too: exact below 2**53, which the sorted first and last step bound).
+    """
+    if preferred == other:
+        return True
+    count = len(preferred)
+    if count != len(other) or not count:
+        return False
+    if not -_EXACT_STEP < preferred[0][0] <= preferred[-1][0] < _EXACT_STEP:
+        return False
+    try:
+        mine = _packed(preferred)
+        theirs = _packed(other)
+        if mine[0::2] != theirs[0::2]:
+            return False
+        layout = f"<{count}f"
+        if struct.pack(layout, *mine[1::2]) != struct.pack(layout, *theirs[1::2]):
+            return False
+    except OverflowError:  # a step or value beyond float range, or a value beyond float32's
+        return False
+    return math.isfinite(sum(mine[1::2]))
+
+
+def _packed(series: Series) -> memoryview:
+    """``step0, value0, step1, value1, ...`` as contiguous float64s."""
+    return memoryview(struct.pack(f"<{2 * len(series)}d", *chain.from_iterable(series))).cast("d")

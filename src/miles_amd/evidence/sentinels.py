@@ -1,0 +1,267 @@
+"""Known log signatures of the recipe's job log, and a fast scan for them.
+
+Decides: which lines of ``job.log`` carry a known signature, how often each signature
+occurs and where it first occurs. The signatures live in one table, :data:`SENTINELS`;
+each is ``fatal`` (the run is broken even if the Ray job later reports SUCCEEDED, or
+the job is about to die) or ``known`` (a tracked, harmless message that is counted and
+reported but must never fail a run).
+
+Does not decide: whether a run passes. The gate combines these hits with the job state and
+the metrics; the watcher may stop a job on a fatal hit.
+
+Why a bare ``Traceback (most recent call last)`` is not a sentinel: Ray, SGLang and miles
+print tracebacks for handled, retried or teardown-time exceptions (an HTTP retry during
+engine start-up, a health check before the server is up, an actor killed at shutdown).
+A traceback that matters ends in one of the signatures below, or ends the job, which the
+Ray job status already reports. Counting every traceback would fail healthy runs; missing a
+real failure is prevented by the job status, not by this table.
+
+Format facts the patterns rely on:
+
+- Ray prefixes worker lines with the actor, e.g.
+  ``(MegatronTrainRayActor pid=4242) [2026-11-20 10:03:50.007 ] file.py:12 - <message>``;
+  patterns search anywhere in the line, never anchor at the start of the message.
+- Megatron warns ``Using a large number of experts (e.g. >=32) without fp32 routing`` once
+  per trainer rank (8 on one node): a count of about 8 is expected (radixark/miles#3263).
+- aiter logs ``shape is M:.., N:.., K:.., not found tuned config in <csv>, will use default
+  config!`` once per untuned GEMM shape, with varying text in between.
+
+Speed: a line is only tried against a sentinel's regex when it contains one of the
+sentinel's literal ``needles``, and blocks of lines are first tested as one joined string,
+so a million clean lines cost one substring search per needle per block.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from miles_amd.evidence.types import SentinelHit, Severity
+
+_BLOCK_LINES = 4096
+_MAX_TEXT = 500  # characters of the first matching line kept in a hit
+
+
+@dataclass(frozen=True)
+class Sentinel:
+    """One known log signature.
+
+    ``needles`` are literal substrings, at least one of which is in every line that
+    ``pattern`` matches; they are the cheap prefilter, never a looser match.
+    """
+
+    name: str
+    severity: Severity
+    pattern: re.Pattern[str]
+    needles: tuple[str, ...]
+    reference: str
+    advice: str
+
+
+def _sentinel(
+    name: str,
+    severity: Severity,
+    regex: str,
+    needles: tuple[str, ...],
+    reference: str,
+    advice: str,
+) -> Sentinel:
+    return Sentinel(name, severity, re.compile(regex), needles, reference, advice)
+
+
+_HTTP_404 = (
+    r"(?:\b404\s+Client Error\b|\b404 Not Found\b|HTTP/\d(?:\.\d)?\"\s+404\b"
+    r"|\bstatus(?:_code)?\s*[=:]?\s*404\b|\b404,\s*message=)"
+)
+
+SENTINELS: tuple[Sentinel, ...] = (
+    # ---- fatal -----------------------------------------------------------------------------
+    _sentinel(
+        "sglang_lora_skips_moe",
+        "fatal",
+        r"Current LoRA backend does not support LoRA on MoE layers",
+        ("Current LoRA backend does not support LoRA on MoE layers",),
+        "recipe: --sglang-lora-backend triton (MoE LoRA)",
+        "pass --sglang-lora-backend triton: this backend skips the expert adapters, so rollout "
+        "samples from a model whose MoE LoRA weights are never applied",
+    ),
+    _sentinel(
+        "sglang_register_lora_adapter_404",
+        "fatal",
+        r"^(?=.*register_lora_adapter)(?=.*" + _HTTP_404 + ")",
+        ("register_lora_adapter",),
+        "recipe: SGLang must serve /register_lora_adapter",
+        "this image's SGLang has no /register_lora_adapter endpoint, which miles calls at the "
+        "first LoRA weight update; use an image whose SGLang serves it (miles-amd preflight "
+        "checks this before a run)",
+    ),
+    _sentinel(
+        "hip_memory_access_fault",
+        "fatal",
+        r"Memory access fault by GPU",
+        ("Memory access fault by GPU",),
+        "HIP runtime: GPU page fault",
+        "a GPU kernel touched invalid memory and the process was killed; rerun with "
+        "AMD_SERIALIZE_KERNEL=3 to find the kernel and record the aiter variant",
+    ),
+    _sentinel(
+        "gpu_out_of_memory",
+        "fatal",
+        r"(?:HIP|CUDA) out of memory|OutOfMemoryError|hipErrorOutOfMemory",
+        ("out of memory", "OutOfMemory"),
+        "torch / HIP allocator",
+        "a GPU ran out of memory; check for leftover processes holding GPU memory "
+        "(amd-smi process), then lower --sglang-mem-fraction-static or --max-tokens-per-gpu",
+    ),
+    _sentinel(
+        "megatron_nan_grad_norm",
+        "fatal",
+        r"found NaN in local grad norm",
+        ("found NaN in local grad norm",),
+        "Megatron-LM distributed optimizer NaN check",
+        "training produced NaN gradients; compare train/grad_norm and "
+        "train/train_rollout_logprob_abs_diff before this step and rerun to see if it repeats",
+    ),
+    _sentinel(
+        "miles_ci_check_failed",
+        "fatal",
+        r"CI check failed",
+        ("CI check failed",),
+        "miles --ci-test checks",
+        "a miles CI assertion failed; the matched line names the check and its values",
+    ),
+    _sentinel(
+        "collective_communication_error",
+        "fatal",
+        r"\b[NR]CCL error\b|DistBackendError|Watchdog caught collective operation timeout",
+        ("CCL error", "DistBackendError", "Watchdog caught collective operation timeout"),
+        "torch.distributed / RCCL",
+        "a collective failed or timed out, so every rank of that group is stuck or dead; the "
+        "first failing rank's lines above name the cause (often an earlier crash on one GPU)",
+    ),
+    _sentinel(
+        "sglang_scheduler_crashed",
+        "fatal",
+        r"Scheduler hit an exception|Received sigquit from a child process",
+        ("Scheduler hit an exception", "Received sigquit from a child process"),
+        "SGLang scheduler process",
+        "an SGLang rollout engine died; its traceback is on the matched line and the lines "
+        "after it",
+    ),
+    _sentinel(
+        "ray_actor_died",
+        "fatal",
+        r"ActorDiedError|The actor died unexpectedly before finishing this task"
+        r"|A worker died or was killed while executing a task",
+        (
+            "ActorDiedError",
+            "The actor died unexpectedly",
+            "A worker died or was killed",
+        ),
+        "Ray core: actor / worker death",
+        "a Ray actor (trainer or rollout) died and the recipe does not restart actors; the "
+        "cause is just above (check the kernel OOM killer in dmesg)",
+    ),
+    _sentinel(
+        "python_fatal_error",
+        "fatal",
+        r"Fatal Python error:",
+        ("Fatal Python error:",),
+        "CPython fatal error (segfault / abort)",
+        "a process crashed in native code; the lines after it show the Python stack",
+    ),
+    # ---- known (tracked, never fail a run) -------------------------------------------------
+    _sentinel(
+        "megatron_moe_router_not_fp32",
+        "known",
+        re.escape("Using a large number of experts (e.g. >=32) without fp32 routing"),
+        ("without fp32 routing",),
+        "radixark/miles#3263",
+        "config fidelity only: the bridge LoRA setup drops moe_router_dtype, so the router "
+        "GEMM runs bf16; printed once per trainer rank (8 expected)",
+    ),
+    _sentinel(
+        "aiter_untuned_gemm_config",
+        "known",
+        r"not found tuned config\b.*?will use default config",
+        ("not found tuned config",),
+        "aiter tuned GEMM tables",
+        "a GEMM shape has no tuned aiter config and uses the default kernel config; "
+        "performance only",
+    ),
+)
+
+
+def scan_lines(lines: Iterable[str], *, start_line: int = 1) -> tuple[SentinelHit, ...]:
+    """Count every sentinel's matching lines; one hit per sentinel that matched, in table order.
+
+    ``start_line`` is the 1-based number of the first line given, so a caller scanning a
+    growing log from line ``k`` gets line numbers of the whole file.
+    """
+    found: dict[str, list] = {}  # name -> [count, first line number, first text]
+    block: list[str] = []
+    block_start = start_line
+    for line in lines:
+        block.append(line)
+        if len(block) == _BLOCK_LINES:
+            _scan_block(block, block_start, found)
+            block_start += len(block)
+            block = []
+    if block:
+        _scan_block(block, block_start, found)
+    return tuple(
+        SentinelHit(
+            name=s.name,
+            severity=s.severity,
+            count=found[s.name][0],
+            first_line=found[s.name][1],
+            first_text=found[s.name][2],
+            reference=s.reference,
+        )
+        for s in SENTINELS
+        if s.name in found
+    )
+
+
+def _scan_block(block: list[str], first_line: int, found: dict[str, list]) -> None:
+    joined = "\n".join(block)
+    for sentinel in SENTINELS:
+        needles = sentinel.needles
+        if not any(needle in joined for needle in needles):
+            continue
+        for offset, line in enumerate(block):
+            if any(needle in line for needle in needles) and sentinel.pattern.search(line):
+                entry = found.get(sentinel.name)
+                if entry is None:
+                    text = line.rstrip("\r\n")[:_MAX_TEXT]
+                    found[sentinel.name] = [1, first_line + offset, text]
+                else:
+                    entry[0] += 1
+
+
+def scan_log(path: Path) -> tuple[SentinelHit, ...]:
+    """Scan a log file; a missing file yields no hits (the reader reports it missing).
+
+    Lines are split on ``\\n`` only, so line numbers match ``grep -n`` even when progress
+    bars wrote bare ``\\r``; undecodable bytes become U+FFFD.
+    """
+    if not path.is_file():
+        return ()
+    # newline="\n": split on \n only (the default universal mode also splits on bare \r).
+    with path.open(encoding="utf-8", errors="replace", newline="\n") as handle:
+        return scan_lines(handle)
+
+
+def fatal_hits(hits: Iterable[SentinelHit]) -> tuple[SentinelHit, ...]:
+    """The hits whose severity is ``fatal``, in their given order."""
+    return tuple(hit for hit in hits if hit.severity == "fatal")
+
+
+def sentinel_named(name: str) -> Sentinel:
+    """The table entry called ``name`` (for a hit's advice); ``KeyError`` if unknown."""
+    for sentinel in SENTINELS:
+        if sentinel.name == name:
+            return sentinel
+    raise KeyError(name)

@@ -1,0 +1,1 @@
+"""What to run: the recipe's typed settings, the launch plan, its inputs, the hardware."""

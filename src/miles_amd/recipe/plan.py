@@ -1,0 +1,265 @@
+"""From a recipe and an environment to a launch plan; building a plan never runs anything.
+
+This module decides *how* the recipe is launched, as miles' own launchers do it:
+
+1. clean up this tool's own leftovers (the Ray head and job it recorded in its state file;
+   never a blanket kill of ``python`` processes);
+2. ``ray start --head`` bound to the master address, unless ``RAY_ADDRESS`` names a cluster;
+3. a Ray job whose entrypoint is ``python3 <miles>/train.py <model args> <train args>`` and
+   whose runtime env carries the env vars of RECIPE.md.
+
+ROCm device handling: ``RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES=1`` and
+``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1`` are set in the launching process before
+``ray start`` (so the raylet and every worker agree on devices) and also in the job's runtime
+env (so an external cluster's workers get them too); when ``HIP_VISIBLE_DEVICES`` is set,
+``CUDA_VISIBLE_DEVICES`` mirrors it.
+
+Secrets: the W&B key travels only as ``WANDB_API_KEY`` in the job's runtime env. A plan keeps
+it apart from everything printable; :meth:`LaunchPlan.to_dict` shows it redacted. The HF
+token is never copied into a plan: ``hf download`` reads it from the inherited environment.
+
+Executing a plan is the driver's job (``miles_amd.run.driver``), not this module's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from miles_amd.recipe.settings import (
+    CHECKPOINT_NAME,
+    CHECKPOINT_REPO,
+    DATASET_DIR_NAME,
+    DATASET_REPO,
+    Recipe,
+)
+
+REDACTED = "<redacted>"
+SECRET_ENV_VARS = ("WANDB_API_KEY",)
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+RAY_HEAD_STATE_FILE = "ray_head.json"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing the driver does, in order. ``argv`` is empty for in-process steps."""
+
+    name: str
+    description: str
+    argv: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "description": self.description, "argv": list(self.argv)}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The Ray job: entrypoint argv and runtime env; secrets held apart from printable vars."""
+
+    entrypoint: tuple[str, ...]
+    env_vars: Mapping[str, str]
+    secret_env_vars: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def runtime_env(self) -> dict[str, object]:
+        """The runtime env to submit, secrets included. Never print or store this."""
+        return {"env_vars": {**self.env_vars, **self.secret_env_vars}}
+
+    def to_dict(self) -> dict[str, object]:
+        env = dict(self.env_vars)
+        env.update({name: REDACTED for name in self.secret_env_vars})
+        return {"entrypoint": list(self.entrypoint), "runtime_env": {"env_vars": env}}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What the driver will do; printable (``to_dict``) without leaking a secret."""
+
+    recipe: Recipe
+    steps: tuple[Step, ...]
+    job: JobSpec | None
+    process_env: Mapping[str, str] = field(default_factory=dict)
+    ray_address: str | None = None
+    run_dir: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "recipe": self.recipe.as_dict(),
+            "steps": [s.to_dict() for s in self.steps],
+            "job": self.job.to_dict() if self.job else None,
+            "process_env": dict(self.process_env),
+            "ray_address": self.ray_address,
+            "run_dir": self.run_dir,
+        }
+
+
+def device_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The ROCm device variables the launching process and the job's workers need."""
+    out = {
+        "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1",
+        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+    }
+    if env.get("HIP_VISIBLE_DEVICES"):
+        out["HIP_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"]
+        out["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"]
+    return out
+
+
+def job_env_vars(
+    recipe: Recipe, env: Mapping[str, str], master_addr: str, run_dir: str | None
+) -> dict[str, str]:
+    """RECIPE.md's runtime env, plus where the evidence lands when a run dir is given."""
+    pythonpath = ":".join(
+        p for p in (recipe.miles_dir, recipe.megatron_dir, env.get("PYTHONPATH", "")) if p
+    )
+    out = {
+        "PYTHONUNBUFFERED": "1",
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        "NCCL_NVLS_ENABLE": "0",
+        "no_proxy": f"127.0.0.1,{master_addr}",
+        "MASTER_ADDR": master_addr,
+        "PYTHONPATH": pythonpath,
+        **device_env(env),
+    }
+    if run_dir is not None:
+        out["TENSORBOARD_DIR"] = f"{run_dir}/tensorboard"
+        out["MILES_CI_GATE_RECORD_DIR"] = f"{run_dir}/ci_history"
+    return out
+
+
+def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
+    """A head bound to the master address, its dashboard on loopback only."""
+    return (
+        "ray",
+        "start",
+        "--head",
+        "--node-ip-address",
+        master_addr,
+        "--num-gpus",
+        str(num_gpus),
+        "--disable-usage-stats",
+        "--dashboard-host",
+        "127.0.0.1",
+    )
+
+
+def build_train_plan(
+    recipe: Recipe,
+    env: Mapping[str, str],
+    *,
+    run_dir: str | None = None,
+    state_dir: str = "~/.cache/miles_amd",
+    master_addr: str = DEFAULT_MASTER_ADDR,
+    entrypoint_prefix: tuple[str, ...] | None = None,
+) -> LaunchPlan:
+    """The plan for ``train``: cleanup, Ray head (unless ``RAY_ADDRESS``), the job.
+
+    ``env`` is the environment the launch would see (passed in, so planning stays pure).
+    With ``run_dir`` the job also writes TensorBoard and CI-history evidence into it.
+    ``entrypoint_prefix`` replaces ``python3 <miles>/train.py`` (the CPU rehearsal swaps in
+    its replay this way; everything else in the plan is unchanged).
+    """
+    if run_dir is not None and not recipe.capture_metrics:
+        recipe = replace(recipe, capture_metrics=True)
+    if env.get("WANDB_API_KEY") and not recipe.use_wandb:
+        recipe = replace(recipe, use_wandb=True)
+    ray_address = env.get("RAY_ADDRESS") or None
+    steps = [
+        Step(
+            "cleanup",
+            "stop the Ray head and job this tool recorded in "
+            f"{state_dir}/{RAY_HEAD_STATE_FILE} (its own leftovers only)",
+        )
+    ]
+    if ray_address is None:
+        steps.append(
+            Step(
+                "ray-start",
+                "start a local Ray head (device env set first)",
+                ray_start_argv(recipe.num_gpus, master_addr),
+            )
+        )
+    prefix = entrypoint_prefix or ("python3", recipe.train_script)
+    entrypoint = (*prefix, *recipe.argv())
+    steps.append(
+        Step(
+            "submit",
+            f"submit the job to {ray_address or 'the local head'} and follow its log",
+            entrypoint,
+        )
+    )
+    secrets = {name: env[name] for name in SECRET_ENV_VARS if env.get(name)}
+    return LaunchPlan(
+        recipe=recipe,
+        steps=tuple(steps),
+        job=JobSpec(entrypoint, job_env_vars(recipe, env, master_addr, run_dir), secrets),
+        process_env=device_env(env),
+        ray_address=ray_address,
+        run_dir=run_dir,
+    )
+
+
+def build_prepare_plan(recipe: Recipe) -> LaunchPlan:
+    """The plan for ``prepare``: download the BF16 checkpoint and the dataset with ``hf``."""
+    steps = (
+        Step(
+            "download-checkpoint",
+            f"download {CHECKPOINT_REPO} (BF16; the MXFP4 openai/gpt-oss-20b is not served "
+            "by the Triton MoE path)",
+            (
+                "hf",
+                "download",
+                CHECKPOINT_REPO,
+                "--local-dir",
+                f"{recipe.model_dir}/{CHECKPOINT_NAME}",
+            ),
+        ),
+        Step(
+            "download-dataset",
+            f"download the {DATASET_REPO} dataset",
+            (
+                "hf",
+                "download",
+                "--repo-type",
+                "dataset",
+                DATASET_REPO,
+                "--local-dir",
+                f"{recipe.data_dir}/{DATASET_DIR_NAME}",
+            ),
+        ),
+    )
+    return LaunchPlan(recipe=recipe, steps=steps, job=None)
+
+
+def format_plan(plan: LaunchPlan) -> str:
+    """The plan as a reviewer reads it: steps, then the job's argv one flag per line."""
+    lines = [
+        f"recipe: gpt-oss-20b LoRA GRPO on {plan.recipe.num_gpus}x {plan.recipe.hardware.value}"
+    ]
+    if plan.run_dir:
+        lines.append(f"run dir: {plan.run_dir}")
+    for i, step in enumerate(plan.steps, 1):
+        lines.append(f"{i}. {step.name}: {step.description}")
+        if step.argv and step.name != "submit":
+            lines.append("   $ " + " ".join(step.argv))
+    if plan.process_env:
+        lines.append("launching process env:")
+        lines += [f"  {k}={v}" for k, v in plan.process_env.items()]
+    if plan.job:
+        job = plan.job.to_dict()
+        lines.append("job entrypoint:")
+        lines += _argv_lines(job["entrypoint"])  # type: ignore[arg-type]
+        lines.append("job runtime env:")
+        env_vars = job["runtime_env"]["env_vars"]  # type: ignore[index]
+        lines += [f"  {k}={v}" for k, v in env_vars.items()]
+    return "\n".join(lines)
+
+
+def _argv_lines(argv: list[str]) -> list[str]:
+    """One flag with its values per line, so a review diff shows which flag changed."""
+    lines: list[str] = []
+    for token in argv:
+        if token.startswith("--") or not lines:
+            lines.append(f"  {token}")
+        else:
+            lines[-1] += f" {token}"
+    return lines

@@ -1,0 +1,1 @@
+"""Showing a verdict: report.json, report.md, metrics.png, terminal text."""

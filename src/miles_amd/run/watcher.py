@@ -1,0 +1,139 @@
+"""Fail-fast while a run is going: read the growing evidence, trip at the first hard failure.
+
+Decides *when* a running job is already lost; *what* counts as lost is the gate's
+``hard_failures`` (a spike above the threshold, a non-finite gated value, a fatal log
+sentinel): the same rule functions the final verdict uses, applied to a partial run. The
+watcher only reads (``load_run(live=True)`` tolerates the half-written last record of an
+event file a writer is still appending to) and reports a :class:`Trip`; stopping the job is
+the driver's side effect.
+
+The moment a fault *appeared* is taken from the job's own clock: the timestamp miles prints
+on the log line of that rollout (``[YYYY-MM-DD HH:MM:SS.mmm ]``, local time), or on the
+sentinel's line. The driver's stop time minus that is the fail-fast latency it reports.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from miles_amd.evidence.types import RunEvidence
+
+# miles: "[2026-11-20 10:03:50.007 ]"; SGLang: "[2026-11-20 10:03:50 TP0]" (whole seconds).
+LOG_TIME = re.compile(r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(\.\d{3})?[^\]]*\]")
+METRIC_LINE = re.compile(r" - (?:step|rollout|perf) (\d+): \{")
+
+
+@dataclass(frozen=True)
+class Trip:
+    """The first hard failure seen: which rule, at which step, when it appeared and was seen."""
+
+    rule: str
+    detail: str
+    step: int | None
+    line: int | None  # the sentinel's 1-based line in job.log, for a log signature
+    fault_time: float | None  # seconds since the epoch, from the job's own log line
+    detected_at: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "rule": self.rule,
+            "detail": self.detail,
+            "step": self.step,
+            "line": self.line,
+            "fault_time": self.fault_time,
+            "detected_at": self.detected_at,
+        }
+
+    def timed_from(self, log_lines: Sequence[str]) -> Trip:
+        """This trip with ``fault_time`` read from the job's log, when not known yet.
+
+        The watcher may see a fault in TensorBoard before Ray has streamed the log line
+        that stamps it; the driver calls this again on the final, complete log.
+        """
+        if self.fault_time is not None:
+            return self
+        if self.line is not None and 0 < self.line <= len(log_lines):
+            when = line_time(log_lines[self.line - 1])
+        elif self.step is not None:
+            when = first_metric_line_time(log_lines, self.step)
+        else:
+            when = None
+        return replace(self, fault_time=when)
+
+
+def line_time(line: str) -> float | None:
+    """The epoch time of a miles log line's ``[asctime.msecs ]`` stamp, or None."""
+    match = LOG_TIME.search(line)
+    if not match:
+        return None
+    stamp = match.group(1) + (match.group(2) or ".000")
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+
+
+def first_metric_line_time(log_lines: Sequence[str], step: int) -> float | None:
+    """When the first metric line (step/rollout/perf) of ``step`` was printed."""
+    for line in log_lines:
+        match = METRIC_LINE.search(line)
+        if match and int(match.group(1)) == step:
+            return line_time(line)
+    return None
+
+
+class FailFastWatcher:
+    """Polls a run dir; ``judge`` maps partial evidence to the failing hard checks.
+
+    ``judge`` is injected (the gate's ``hard_failures`` bound to a baseline) so the watcher
+    stays a reader with one rule: the first failing check trips it, once.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        judge: Callable[[RunEvidence], Sequence[Any]],
+        load: Callable[[Path], RunEvidence] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.judge = judge
+        self.load = load or _load_live
+        self.trip: Trip | None = None
+
+    def poll(self) -> Trip | None:
+        if self.trip is not None:
+            return self.trip
+        if not self.run_dir.exists():
+            return None
+        failures = list(self.judge(self.load(self.run_dir)))
+        if not failures:
+            return None
+        check = failures[0]
+        steps = getattr(check, "failing_steps", ())
+        line = int(getattr(check, "numbers", {}).get("first_line", 0)) or None
+        trip = Trip(
+            rule=str(getattr(check, "name", check)),
+            detail=str(getattr(check, "detail", "")),
+            step=steps[0] if steps else None,
+            line=line,
+            fault_time=None,
+            detected_at=time.time(),
+        )
+        self.trip = trip.timed_from(read_lines(self.run_dir / "job.log"))
+        return self.trip
+
+
+def read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def _load_live(run_dir: Path) -> RunEvidence:
+    from miles_amd.evidence.load import load_run
+
+    return load_run(run_dir, live=True)

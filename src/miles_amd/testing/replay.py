@@ -1,0 +1,402 @@
+"""``python -m miles_amd.testing.replay``: a stand-in for miles' ``train.py`` replaying a run.
+
+The CPU rehearsal submits the recipe's command line with only the entrypoint swapped::
+
+    python3 -m miles_amd.testing.replay --replay-source RUN_DIR --replay-pace 0.5 \\
+        [--replay-fault KIND --replay-fault-at K] <model args> <train args>
+
+and this module re-emits the recorded run as miles would (``miles_writer``): the job-log
+lines on stdout, TensorBoard scalars under ``TENSORBOARD_DIR`` and the CI history under
+``MILES_CI_GATE_RECORD_DIR``, one rollout every ``--replay-pace`` seconds, with at most one
+injected fault (``faults``).
+
+Decides, before anything is written (a refusal is one line on stderr, exit code 2):
+
+- The argv is the recipe's, exactly: a :class:`~miles_amd.recipe.settings.Recipe` is rebuilt from it
+  (:func:`recipe_from_argv`) and its ``argv()`` must equal the given argv token for token, so
+  a foreign flag, a changed pinned value, a missing flag or a different order is refused
+  (naming the flag); the recipe's invariants (``RecipeError``) refuse too. Own options are
+  all ``--replay-*`` so they never clash with a miles flag; an unknown ``--replay-*`` option
+  is a foreign flag.
+- ``--use-tensorboard`` needs ``TENSORBOARD_DIR`` and ``MILES_CI_GATE_RECORD_DIR`` in the
+  environment (miles turns CI history on from that env alone; it has no CLI flag for it).
+  Their values are never printed (nothing from the environment is).
+- The source run (read with ``miles_amd.evidence.load.load_run``) must be trustworthy: no
+  source problem, no conflict between its sources, every metric of :data:`REQUIRED_KEYS`
+  present, every series at steps ``0, 1, ..., n-1`` exactly once. ``--num-rollout`` must not
+  exceed the rollouts the source has: a 3-rollout rehearsal replays the first 3.
+- A fault must fire within ``--num-rollout`` rollouts and, for the event-file faults, with
+  TensorBoard on (``faults.check_fault_at``); a fault that cannot fire tests nothing.
+
+Then: a start-up line, the rollouts (faults as planned by ``faults.plan_fault``), exit 0.
+The crash fault raises ``RuntimeError`` (traceback on stderr, exit 1); the hang fault sleeps
+until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from miles_amd.evidence.types import SeriesMap
+from miles_amd.recipe.settings import Recipe, RecipeError
+from miles_amd.testing.faults import (
+    DEFAULT_FAULT_AT,
+    FAULTS,
+    FaultError,
+    FaultPlan,
+    fatal_sentinel_line,
+    final_record_cut,
+    known_sentinel_lines,
+    plan_fault,
+    transform_series,
+)
+from miles_amd.testing.miles_writer import STEP_KEYS, MilesRunWriter, format_log_time
+
+# The series every baseline rules on without an "optional" (and the value faults change); the
+# embedded example carries exactly these. Other series are replayed where the source has them.
+REQUIRED_KEYS: tuple[str, ...] = (
+    "train/train_rollout_logprob_abs_diff",
+    "rollout/raw_reward",
+    "train/pg_clipfrac",
+)
+TENSORBOARD_ENV = "TENSORBOARD_DIR"
+CI_HISTORY_ENV = "MILES_CI_GATE_RECORD_DIR"
+_NEEDS_TENSORBOARD = ("no-tensorboard", "truncated-event")
+
+Flag = tuple[str, tuple[str, ...]]
+
+
+class ReplayRefused(ValueError):
+    """The replay will not run; the message names the flag, variable or file and the fix."""
+
+
+# ---- the argv ---------------------------------------------------------------------------
+
+
+def split_flags(argv: Sequence[str]) -> list[Flag]:
+    """``["--a", "1", "--b"]`` -> ``[("--a", ("1",)), ("--b", ())]``; a leading value refuses."""
+    flags: list[tuple[str, list[str]]] = []
+    for token in argv:
+        if token.startswith("--"):
+            flags.append((token, []))
+        elif not flags:
+            raise ReplayRefused(f"{token}: a value before any flag; pass the recipe's argv")
+        else:
+            flags[-1][1].append(token)
+    return [(flag, tuple(values)) for flag, values in flags]
+
+
+def _flag_map(flags: Sequence[Flag]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for flag, values in flags:
+        if flag in out:
+            raise ReplayRefused(f"{flag}: given twice; the recipe passes it once")
+        out[flag] = values
+    return out
+
+
+# flag -> (Recipe field, converter); every other field has no flag or is handled below.
+_VALUE_FIELDS: dict[str, tuple[str, type]] = {
+    "--lora-rank": ("lora_rank", int),
+    "--lora-alpha": ("lora_alpha", int),
+    "--lora-dropout": ("lora_dropout", float),
+    "--num-rollout": ("num_rollout", int),
+    "--rollout-batch-size": ("rollout_batch_size", int),
+    "--n-samples-per-prompt": ("n_samples_per_prompt", int),
+    "--global-batch-size": ("global_batch_size", int),
+    "--rollout-max-response-len": ("rollout_max_response_len", int),
+    "--lr": ("lr", float),
+    "--wandb-project": ("wandb_project", str),
+    "--wandb-group": ("wandb_group", str),
+    "--tensor-model-parallel-size": ("tensor_model_parallel_size", int),
+    "--rollout-num-gpus-per-engine": ("rollout_num_gpus_per_engine", int),
+    "--sglang-mem-fraction-static": ("sglang_mem_fraction_static", float),
+    "--sglang-max-lora-rank": ("sglang_max_lora_rank", int),
+    "--sglang-lora-backend": ("sglang_lora_backend", str),
+    "--sglang-moe-runner-backend": ("sglang_moe_runner_backend", str),
+    "--sglang-attention-backend": ("sglang_attention_backend", str),
+    "--qkv-format": ("qkv_format", str),
+    "--actor-num-gpus-per-node": ("num_gpus", int),
+}
+_SWITCH_FIELDS: dict[str, str] = {
+    "--lora-base-cpu-backup": "lora_base_cpu_backup",
+    "--use-dynamic-batch-size": "use_dynamic_batch_size",
+    "--use-wandb": "use_wandb",
+    "--use-tensorboard": "capture_metrics",
+}
+
+
+def _one_value(flags: Mapping[str, tuple[str, ...]], flag: str) -> str | None:
+    values = flags.get(flag)
+    if values is None:
+        return None
+    if len(values) != 1:
+        raise ReplayRefused(f"{flag}: takes one value, got {len(values)}")
+    return values[0]
+
+
+def _parent(path: str, levels: int) -> str:
+    for _ in range(levels):
+        path = path.rpartition("/")[0]
+    return path
+
+
+def recipe_from_argv(argv: Sequence[str]) -> Recipe:
+    """The recipe whose ``argv()`` the given argv would be, read flag by flag.
+
+    ``model_dir`` is the parent of ``--hf-checkpoint``, ``data_dir`` the directory two levels
+    above ``--prompt-data``; a flag the recipe derives but the argv lacks keeps its default,
+    and flags the recipe does not know are ignored here (:func:`check_argv` refuses both by
+    comparing argvs). ``ReplayRefused`` for an unreadable value, ``RecipeError`` for a broken
+    invariant. The hardware is not in the argv (MI355X and MI350X run the same argv).
+    """
+    flags = _flag_map(split_flags(argv))
+    fields: dict[str, object] = {}
+    for flag, (name, convert) in _VALUE_FIELDS.items():
+        raw = _one_value(flags, flag)
+        if raw is None:
+            continue
+        try:
+            fields[name] = convert(raw)
+        except ValueError:
+            raise ReplayRefused(f"{flag} {raw}: not a valid {convert.__name__}") from None
+    for flag, name in _SWITCH_FIELDS.items():
+        if flag in flags:
+            fields[name] = True
+    fields["sglang_lora_use_virtual_experts"] = "--no-sglang-lora-use-virtual-experts" not in flags
+    fields.setdefault("lora_base_cpu_backup", False)
+    if (checkpoint := _one_value(flags, "--hf-checkpoint")) is not None:
+        fields["model_dir"] = _parent(checkpoint, 1)
+    if (prompt_data := _one_value(flags, "--prompt-data")) is not None:
+        fields["data_dir"] = _parent(prompt_data, 2)
+    if (modules := _one_value(flags, "--target-modules")) is not None:
+        fields["target_modules"] = tuple(modules.split(","))
+    return Recipe(**fields)  # type: ignore[arg-type]
+
+
+def argv_difference(expected: Sequence[str], given: Sequence[str]) -> str | None:
+    """The first difference between two argvs, worded by flag; ``None`` if they are equal."""
+    want, got = split_flags(expected), split_flags(given)
+    want_flags = {flag for flag, _ in want}
+    got_flags = {flag for flag, _ in got}
+    for index in range(max(len(want), len(got))):
+        w = want[index] if index < len(want) else None
+        g = got[index] if index < len(got) else None
+        if w == g:
+            continue
+        if g is not None and g[0] not in want_flags:
+            return f"{g[0]}: not a flag of the recipe; the replay takes the recipe's argv only"
+        if w is not None and w[0] not in got_flags:
+            return f"{w[0]}: missing; the recipe passes {' '.join((w[0], *w[1]))}"
+        if w is not None and g is not None and w[0] == g[0]:
+            return (
+                f"{' '.join((g[0], *g[1]))}: the recipe passes {' '.join((w[0], *w[1]))} "
+                "(only recipe options change argv values)"
+            )
+        assert w is not None and g is not None
+        return f"{g[0]}: out of the recipe's order (the recipe passes {w[0]} here)"
+    return None
+
+
+def check_argv(argv: Sequence[str]) -> Recipe:
+    """The recipe of ``argv`` if ``argv`` is exactly its ``argv()``; ``ReplayRefused`` if not."""
+    try:
+        recipe = recipe_from_argv(argv)
+    except RecipeError as exc:
+        raise ReplayRefused(f"the recipe rejects this argv: {exc}") from None
+    difference = argv_difference(recipe.argv(), argv)
+    if difference is not None:
+        raise ReplayRefused(difference)
+    return recipe
+
+
+def output_dirs(recipe: Recipe, env: Mapping[str, str]) -> tuple[Path | None, Path | None]:
+    """(TensorBoard dir, CI-history dir) from the environment, as miles reads them."""
+    if not recipe.capture_metrics:
+        return None, None
+    missing = [name for name in (TENSORBOARD_ENV, CI_HISTORY_ENV) if not env.get(name)]
+    if missing:
+        raise ReplayRefused(
+            f"{' and '.join(missing)} not set: --use-tensorboard and the CI history "
+            "need them (the launcher sets both in the job's runtime env when given a run dir)"
+        )
+    return Path(env[TENSORBOARD_ENV]), Path(env[CI_HISTORY_ENV])
+
+
+# ---- the source run ---------------------------------------------------------------------
+
+
+def source_rollouts(source: str, series: SeriesMap) -> int:
+    """How many rollouts the source has; ``ReplayRefused`` if a series is missing or gappy.
+
+    Every series must sit at steps ``0..n-1``, each once; the count is the shortest
+    required series' ``n``.
+    """
+    missing = [key for key in REQUIRED_KEYS if key not in series]
+    if missing:
+        raise ReplayRefused(f"--replay-source {source}: no {', '.join(missing)} series")
+    for key, points in series.items():
+        for expected, (step, _) in enumerate(points):
+            if step != expected:
+                raise ReplayRefused(
+                    f"--replay-source {source}: {key} has step {step} where step {expected} "
+                    "belongs (duplicated or missing steps); replay a complete run"
+                )
+    return min(len(series[key]) for key in REQUIRED_KEYS)
+
+
+def load_source(source: str) -> SeriesMap:
+    """The source run's series; ``ReplayRefused`` for a missing dir, a problem or a conflict."""
+    from miles_amd.evidence.load import load_run
+
+    if not Path(source).is_dir():
+        raise ReplayRefused(f"--replay-source {source}: not a directory; pass a run directory")
+    evidence = load_run(Path(source))
+    if evidence.problems:
+        raise ReplayRefused(
+            f"--replay-source {source}: untrustworthy source ({len(evidence.problems)} "
+            f"problem(s)), first: {evidence.problems[0]}"
+        )
+    if evidence.conflicts:
+        first = evidence.conflicts[0]
+        raise ReplayRefused(
+            f"--replay-source {source}: its sources disagree ({len(evidence.conflicts)} "
+            f"conflict(s)), first: {first.metric} at step {first.step}: {first.values}"
+        )
+    return evidence.series
+
+
+def rollout_metrics(series: SeriesMap, num_rollout: int) -> list[dict[str, float]]:
+    """Per rollout ``0..num_rollout-1``, every metric the source has at that step.
+
+    miles' step keys are left out: a job-log source reports ``train/step`` as a series (it is
+    in the printed dict), but it is the step, which the writer prints itself.
+    """
+    rollouts: list[dict[str, float]] = [{} for _ in range(num_rollout)]
+    for key, points in series.items():
+        if key in STEP_KEYS:
+            continue
+        for step, value in points[:num_rollout]:
+            rollouts[step][key] = value
+    return rollouts
+
+
+# ---- the command ------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"replay: refused: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def non_negative_seconds(raw: str) -> float:
+    value = float(raw)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(raw)
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m miles_amd.testing.replay",
+        description="Replay a recorded run as miles' train.py would emit it.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--replay-source", required=True, help="run directory to replay")
+    parser.add_argument(
+        "--replay-pace", type=non_negative_seconds, default=0.5, help="seconds per rollout (>= 0)"
+    )
+    parser.add_argument(
+        "--replay-fault",
+        choices=sorted(FAULTS),
+        default=None,
+        help="inject one fault (miles_amd.testing.faults.FAULTS describes each)",
+    )
+    parser.add_argument(
+        "--replay-fault-at",
+        type=int,
+        default=DEFAULT_FAULT_AT,
+        help="0-based rollout the fault fires at (default %(default)s)",
+    )
+    return parser
+
+
+def _prepare(
+    args: argparse.Namespace, argv: Sequence[str], env: Mapping[str, str]
+) -> tuple[Recipe, FaultPlan, list[dict[str, float]], Path | None, Path | None]:
+    recipe = check_argv(argv)
+    tensorboard_dir, ci_dir = output_dirs(recipe, env)
+    if args.replay_fault in _NEEDS_TENSORBOARD and tensorboard_dir is None:
+        raise ReplayRefused(f"--replay-fault {args.replay_fault}: needs --use-tensorboard")
+    plan = plan_fault(args.replay_fault, args.replay_fault_at, recipe.num_rollout)
+    series = load_source(args.replay_source)
+    available = source_rollouts(args.replay_source, series)
+    if recipe.num_rollout > available:
+        raise ReplayRefused(
+            f"--num-rollout {recipe.num_rollout}: the source run has {available} rollouts; "
+            f"replay at most {available}"
+        )
+    series = transform_series(args.replay_fault, args.replay_fault_at, series)
+    if not plan.write_tensorboard:
+        tensorboard_dir = None
+    return recipe, plan, rollout_metrics(series, recipe.num_rollout), tensorboard_dir, ci_dir
+
+
+def _crash(rollout: int) -> NoReturn:
+    raise RuntimeError(f"replay fault 'crash': the trainer died before rollout {rollout}")
+
+
+def replay(
+    plan: FaultPlan, rollouts: Sequence[Mapping[str, float]], writer: MilesRunWriter, pace: float
+) -> None:
+    """Emit the planned rollouts through ``writer``; crash or hang as the plan says."""
+    if plan.known_sentinel_at_start:
+        for line in known_sentinel_lines(writer.pids):
+            writer.print_line(line)
+    for rollout in range(plan.emit_rollouts):
+        time.sleep(pace)
+        if plan.crash_before == rollout:
+            _crash(rollout)
+        if plan.fatal_sentinel_at == rollout:
+            writer.print_line(fatal_sentinel_line(writer.pids, time.time()))
+        writer.emit_rollout(rollout, rollouts[rollout])
+        if plan.hang_after == rollout:
+            threading.Event().wait()  # the hang fault: until the driver kills the job
+    writer.close()
+    if plan.truncate_event_file:
+        if writer.event_file is None:
+            raise RuntimeError("replay fault 'truncated-event': cannot tell which file to cut")
+        cut = final_record_cut(writer.event_file.read_bytes())
+        os.truncate(writer.event_file, cut)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the replay; 0 when every planned rollout was emitted, 2 when refused."""
+    args, rest = _parser().parse_known_args(argv)
+    try:
+        recipe, plan, rollouts, tensorboard_dir, ci_dir = _prepare(args, rest, os.environ)
+    except (ReplayRefused, RecipeError, FaultError) as exc:
+        print(f"replay: refused: {exc}", file=sys.stderr)
+        return 2
+    fault = f", fault {args.replay_fault} (K={args.replay_fault_at})" if args.replay_fault else ""
+    writer = MilesRunWriter(tensorboard_dir, ci_dir, sys.stdout)
+    writer.print_line(
+        f"{format_log_time(time.time())} replay.py:1 - miles_amd replay of "
+        f"{Path(args.replay_source).name}: {recipe.num_rollout} rollouts, "
+        f"{args.replay_pace} s each{fault}"
+    )
+    replay(plan, rollouts, writer, args.replay_pace)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Metric lines of the Ray job log, parsed safely (never evaluated)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from miles_amd.evidence.errors import MetricsFormatError
+from miles_amd.evidence.job_log import parse_metric_dict, read_job_log
+from miles_amd.testing.miles_writer import ActorPids, metric_log_lines
+
+PREFIX = "(MegatronTrainRayActor pid=4242) [2026-11-20 10:03:50.007 ] log_utils.py:542 - "
+
+
+def write_log(path: Path, lines: list[str], *, end: str = "\n") -> Path:
+    path.write_text("\n".join(lines) + end, encoding="utf-8")
+    return path
+
+
+def test_reads_the_lines_miles_prints_including_non_finite_values(tmp_path: Path) -> None:
+    pids = ActorPids.around(1000)
+    lines = ["Starting Ray job", "(SGLangEngine pid=9) [2026-11-20 10:00:00 TP0] Decode batch."]
+    for k in range(3):
+        metrics = {
+            "train/train_rollout_logprob_abs_diff": 0.0208 - k / 1000,
+            "train/grad_norm": math.nan if k == 1 else 0.1,
+            "rollout/raw_reward": 0.5,
+            "perf/rollout_time": math.inf if k == 2 else 95.5,
+            "rollout/truncated_ratio": -math.inf if k == 0 else 0.4,
+        }
+        lines += metric_log_lines(k, metrics, pids, 1.78e9 + k)
+    series = read_job_log(write_log(tmp_path / "job.log", lines))
+
+    diffs = series["train/train_rollout_logprob_abs_diff"]
+    assert diffs == tuple((k, 0.0208 - k / 1000) for k in range(3))
+    assert series["train/step"] == ((0, 0.0), (1, 1.0), (2, 2.0))
+    assert math.isnan(series["train/grad_norm"][1][1])
+    assert series["perf/rollout_time"][2] == (2, math.inf)
+    assert series["rollout/truncated_ratio"][0] == (0, -math.inf)
+    assert all(type(s) is int and type(v) is float for p in series.values() for s, v in p)
+
+
+def test_ray_colours_repeat_markers_and_numpy_reprs(tmp_path: Path) -> None:
+    lines = [
+        "\x1b[36m(MegatronTrainRayActor pid=4242)\x1b[0m [2026-11-20 10:03:50.007 ] "
+        "log_utils.py:542 - step 0: {'train/loss': 0.5, 'train/step': 0} "
+        "[repeated 2x across cluster]",
+        PREFIX + "rollout 0: {'rollout/a': np.float64(0.25), 'rollout/b': np.float32(nan), "
+        "'rollout/c': np.int64(-3), 'rollout/d': True, 'rollout/e': -inf}",
+    ]
+    series = read_job_log(write_log(tmp_path / "job.log", lines))
+    assert series["train/loss"] == ((0, 0.5),)
+    assert series["rollout/a"] == ((0, 0.25),) and math.isnan(series["rollout/b"][0][1])
+    assert series["rollout/c"] == ((0, -3.0),) and series["rollout/d"] == ((0, 1.0),)
+    assert series["rollout/e"] == ((0, -math.inf),)
+
+
+def test_non_scalar_literals_are_skipped_not_errors(tmp_path: Path) -> None:
+    line = (
+        PREFIX + "perf 4: {'perf/t': 1.5, 'perf/name': 'x', 'perf/none': None, 'perf/l': [1, nan]}"
+    )
+    assert read_job_log(write_log(tmp_path / "job.log", [line])) == {"perf/t": ((4, 1.5),)}
+
+
+def test_lines_that_are_not_metric_lines_are_ignored(tmp_path: Path) -> None:
+    lines = [
+        PREFIX + "step 3: saving checkpoint",
+        PREFIX + "eval 3: {'eval/x': 1.0}",
+        "step 3: {'train/loss': 1.0}",  # not miles' logger format
+        "print from a user: - step 3: {'train/loss': 1.0}",
+        PREFIX + "step 3: {'train/loss': 2.0}",
+    ]
+    assert read_job_log(write_log(tmp_path / "job.log", lines)) == {"train/loss": ((3, 2.0),)}
+
+
+@pytest.mark.parametrize(
+    ("dict_text", "reason"),
+    [
+        ("{'train/loss': 0.1, 'train/pg", "not a complete dict literal"),
+        ("{'train/loss': __import__('os').system('touch PWNED')}", "is not a literal"),
+        ("{'train/loss': tensor(0.5, device='cuda:0')}", "is not a literal"),
+        ("{'train/loss': 1 + 2}", "is not a literal"),
+        ("{'train/loss': 0.1, **extra}", "not a string literal"),
+        ("{1: 0.5}", "not a string literal"),
+        ("{'train/loss': [1, foo()]}", "is not a literal"),
+        ("{'train/loss': 10 ** 400}", "is not a literal"),
+        ("{'train/loss': " + "9" * 400 + "}", "does not fit a float"),
+    ],
+)
+def test_unreadable_metric_lines_name_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dict_text: str, reason: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    lines = [
+        "Ray job started",
+        PREFIX + "step 0: {'train/loss': 0.2}",
+        PREFIX + "step 1: " + dict_text,
+    ]
+    path = write_log(tmp_path / "job.log", lines)
+    with pytest.raises(MetricsFormatError, match=reason) as caught:
+        read_job_log(path)
+    assert (caught.value.path, caught.value.line) == (str(path), 3)
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_an_unterminated_last_line_is_the_write_in_flight_when_live(tmp_path: Path) -> None:
+    path = write_log(
+        tmp_path / "job.log",
+        [PREFIX + "step 0: {'train/loss': 0.2}", PREFIX + "step 1: {'train/loss': 0.3, 'tr"],
+        end="",
+    )
+    with pytest.raises(MetricsFormatError, match="not a complete dict literal"):
+        read_job_log(path)
+    assert read_job_log(path, live=True) == {"train/loss": ((0, 0.2),)}
+
+
+def test_one_value_printed_twice_is_one_point_and_two_values_are_an_error(tmp_path: Path) -> None:
+    same = [PREFIX + "rollout 2: {'rollout/r': 0.5}", PREFIX + "perf 2: {'rollout/r': 0.5, 'p': 1}"]
+    assert read_job_log(write_log(tmp_path / "a.log", same)) == {
+        "p": ((2, 1.0),),
+        "rollout/r": ((2, 0.5),),
+    }
+    differ = [PREFIX + "step 2: {'train/x': 0.5}", "noise", PREFIX + "step 2: {'train/x': 0.75}"]
+    with pytest.raises(MetricsFormatError) as caught:
+        read_job_log(write_log(tmp_path / "b.log", differ))
+    assert caught.value.line == 3
+    assert "'train/x' at step 2 is 0.75 here but 0.5 at line 1" in caught.value.reason
+
+
+def test_a_log_without_metric_lines_gives_an_empty_map(tmp_path: Path) -> None:
+    assert read_job_log(write_log(tmp_path / "job.log", ["hello", "world"])) == {}
+
+
+finite_or_not = st.floats(allow_nan=True, allow_infinity=True)
+keys = st.text(min_size=1, max_size=12)
+
+
+def fits_float(value: float | int) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+@given(st.dictionaries(keys, finite_or_not | st.integers(), max_size=8))
+def test_any_number_dict_repr_reads_back_exactly(values: dict[str, float | int]) -> None:
+    """Every reader path (JSON, regex, ast) reads what Python printed, bit for bit; an int
+    no float can hold is an error, never inf."""
+    if any(not fits_float(v) for v in values.values()):
+        with pytest.raises(ValueError, match="does not fit a float"):
+            parse_metric_dict(repr(values))
+        return
+    parsed = parse_metric_dict(repr(values))
+    assert list(parsed) == list(values)
+    for key, value in values.items():
+        got, expected = parsed[key], float(value)
+        assert type(got) is float
+        assert (math.isnan(got) and math.isnan(expected)) or (
+            got == expected and math.copysign(1, got) == math.copysign(1, expected)
+        )
+
+
+@given(st.dictionaries(keys, st.floats(width=32) | st.integers(-(2**40), 2**40), max_size=6))
+def test_numpy_scalar_reprs_read_back(values: dict[str, float]) -> None:
+    numpy_values = {
+        key: np.float32(v) if isinstance(v, float) else np.int64(v) for key, v in values.items()
+    }
+    parsed = parse_metric_dict(repr(numpy_values))
+    for key, value in numpy_values.items():
+        expected = float(value)
+        assert float(parsed[key]) == expected or (math.isnan(expected) and math.isnan(parsed[key]))
