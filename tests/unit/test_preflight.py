@@ -19,32 +19,38 @@ from pathlib import Path
 
 import pytest
 
+import miles_amd
 from miles_amd.run import preflight
 from miles_amd.run.preflight import (
     PROBES,
     Fact,
     PreflightConfig,
-    aiter_fact,
     format_table,
+    preflight_ok,
+    probe_name,
+    run_preflight,
+    write_env_json,
+)
+from miles_amd.run.probes_node import (
     judge_gpus,
     parse_amd_smi_static,
     parse_rocm_smi_product,
-    preflight_ok,
+    probe_gpus,
+    probe_rocm,
+)
+from miles_amd.run.probes_stack import (
+    aiter_fact,
     probe_aiter_variant,
     probe_checkpoint,
     probe_dataset,
     probe_disk,
-    probe_gpus,
     probe_megatron_lm,
     probe_miles,
-    probe_name,
-    probe_rocm,
-    run_preflight,
     sglang_lora_endpoint_fact,
-    write_env_json,
 )
 from tests.unit.test_inputs import DAPO_RECORD, write_checkpoint
 
+SRC = Path(miles_amd.__file__).resolve().parents[1]
 GPU_TOOLS_HERE = (
     bool(find_spec("torch") or shutil.which("amd-smi") or shutil.which("rocm-smi"))
     or Path("/dev/kfd").exists()
@@ -132,7 +138,8 @@ def write_dist_info(site: Path, name: str, version: str, top_level: str) -> None
 
 
 def probe_in_subprocess(probe: str, pythonpath: Path, tmp_path: Path) -> dict[str, str]:
-    """Run one probe in a fresh interpreter whose sys.path starts with ``pythonpath``."""
+    """Run one probe in a fresh interpreter whose sys.path starts with ``pythonpath``, then
+    the tree under test (never another checkout's install)."""
     code = (
         "import json, sys\n"
         "from dataclasses import asdict\n"
@@ -142,7 +149,7 @@ def probe_in_subprocess(probe: str, pythonpath: Path, tmp_path: Path) -> dict[st
         "config = preflight.PreflightConfig(here, here, here, here, here)\n"
         f"print(json.dumps(asdict(preflight.{probe}(config))))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(pythonpath), str(SRC)))}
     done = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path)],
         env=env,
@@ -502,6 +509,18 @@ def test_write_env_json_refuses_reserved_extra_keys(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ok"):
         write_env_json(OK_FACTS, tmp_path / "run", {"ok": True})
     assert not (tmp_path / "run").exists()
+
+
+def test_env_json_is_readable_by_every_reader(tmp_path: Path) -> None:
+    """Written through miles_amd.files (0644), not a private 0600 temp file renamed."""
+    path = write_env_json(OK_FACTS, tmp_path / "run", {})
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_preflight_modules_stay_small() -> None:
+    run = SRC / "miles_amd" / "run"
+    for name in ("preflight.py", "facts.py", "probes_node.py", "probes_stack.py"):
+        assert len((run / name).read_text().splitlines()) <= 400, name
 
 
 # ---- the command -----------------------------------------------------------------------------

@@ -1,542 +1,63 @@
 """Environment preflight: is this node, image and set of inputs fit to run the recipe?
 
-Decides: one :class:`Fact` per probe in :data:`PROBES`, each ``ok``, ``missing`` (not there at
-all) or ``wrong`` (there, but not what the recipe needs), with a message that says what to do.
-The preflight passes only when every fact is ``ok``; a probe that crashes is a ``wrong`` fact
-naming the exception, never a pass. :func:`write_env_json` records the facts in the run dir
-(``env.json``) so a report can say which environment produced a run.
+Decides which probes make up the preflight (:data:`PROBES`, in table order), how they are run
+(:func:`run_preflight`: a probe that crashes is a ``wrong`` fact naming the exception, never a
+pass), when the preflight passes (every fact ``ok``), and what ``env.json`` holds
+(:func:`write_env_json`, written atomically to ``RunDir(run_dir).env_json``, so a report and
+``baseline record`` can say which environment produced a run).
 
-Does not decide: anything about a run's results, and it changes nothing on the machine. No
-server is started, no GPU memory is allocated, and the hardware-only packages (ROCm torch,
-sglang, megatron.bridge, aiter) are located with ``importlib.util.find_spec`` and
-``importlib.metadata`` without being imported; only the torch probes import torch, and only
-when it is installed.
+Does not decide any single fact: the probes are in ``probes_node`` (GPUs, ROCm, torch) and
+``probes_stack`` (packages, checkouts, aiter, inputs, disk), a fact's shape in ``facts``.
+Nothing on the machine is changed: no server is started and no GPU memory is allocated.
 
-Facts about the environment the probes rely on:
-
-- GPUs: the ROCm torch reports ``torch.version.hip`` and per device
-  ``get_device_properties(i).gcnArchName`` such as ``gfx950:sramecc+:xnack-`` (the arch is
-  the part before the first colon). Without a usable torch, ``amd-smi static --asic --json``
-  gives records with ``asic.target_graphics_version`` (newer releases wrap the list in
-  ``{"gpu_data": [...]}``, older ones print the bare list, so records are found by shape), and
-  ``rocm-smi --showproductname --json`` gives ``{"card0": {"GFX Version": "gfx950", ...}}``.
-  A machine with none of them reports ``missing``.
-- ROCm: ``<rocm_root>/.info/version`` holds e.g. ``7.2.0-43``; ``amd-smi version`` prints
-  ``ROCm version: 7.2.0``. The recipe was measured on ROCm 7.2.
-- aiter: AMD's kernel library is the distribution ``amd-aiter`` providing module ``aiter``.
-  The PyPI distribution named ``aiter`` is an unrelated async-iterator library that provides
-  the same module name; finding it is ``wrong``, never ``ok``.
-- The SGLang that miles drives must serve ``/register_lora_adapter`` (miles calls it at the
-  first LoRA weight update; images without it fail there with HTTP 404). The route is found
-  as a quoted string in the sources under ``sglang/srt/entrypoints/``.
-- Megatron-LM and miles run from checkouts put on ``PYTHONPATH`` by the launcher, so they are
-  probed in the given directories; their git commit comes from ``git -C <dir> rev-parse
-  HEAD``. Packages installed in site-packages get no commit (a venv inside some other
-  repository would otherwise report that repository's commit).
+Adding a probe: write ``def probe_<name>(config: PreflightConfig) -> Fact`` in its own module
+(the fact's ``name`` is ``<name>``; ``config.recipe()`` gives the recipe when the probe needs
+its argv), import it here and add it to :data:`PROBES` where its row should appear. Nothing
+else changes: the CLI prints every fact, and ``env.json`` records every fact.
 """
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.metadata
-import importlib.util
 import json
-import os
-import re
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
 
-from miles_amd.recipe.hardware import Runner, run_tool
-from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
-from miles_amd.recipe.settings import CHECKPOINT_NAME, DATASET_DIR_NAME, DATASET_FILE_NAME
+from miles_amd.files import atomic_write_text
+from miles_amd.run.facts import IMAGE, Fact, FactStatus, PreflightConfig, one_line
+from miles_amd.run.probes_node import probe_gpus, probe_rocm, probe_torch
+from miles_amd.run.probes_stack import (
+    probe_aiter,
+    probe_aiter_variant,
+    probe_checkpoint,
+    probe_dataset,
+    probe_disk,
+    probe_megatron_bridge,
+    probe_megatron_lm,
+    probe_miles,
+    probe_sglang,
+    probe_sglang_lora_endpoint,
+)
+from miles_amd.run_dir import RunDir
+from miles_amd.variants import AITER_VARIANTS
 
-FactStatus = Literal["ok", "missing", "wrong"]
+__all__ = [
+    "IMAGE",
+    "PROBES",
+    "Fact",
+    "FactStatus",
+    "PreflightConfig",
+    "Probe",
+    "failing_facts",
+    "format_table",
+    "preflight_ok",
+    "probe_name",
+    "run_preflight",
+    "write_env_json",
+]
 
-IMAGE = "rocm/sgl-dev:miles-rocm720-mi35x"
-AITER_VARIANTS = ("stock", "patched")
-LORA_ROUTE = "/register_lora_adapter"
-ENV_JSON = "env.json"
-_GIB = 1024**3
 _RESERVED_ENV_KEYS = frozenset({"facts", "ok", "aiter_variant", "written_at"})
-
-
-@dataclass(frozen=True)
-class Fact:
-    """What one probe found. ``message`` says what to do when ``status`` is not ``ok``."""
-
-    name: str
-    status: FactStatus
-    value: str
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class PreflightConfig:
-    """Where the recipe's pieces are and what the node must be."""
-
-    model_dir: Path
-    data_dir: Path
-    miles_dir: Path
-    megatron_dir: Path
-    run_dir: Path
-    expected_gpus: int = 8
-    expected_arch: str = "gfx950"
-    expected_rocm: str = "7.2"
-    aiter_variant: str | None = None
-    min_free_gib: float = 20.0  # TensorBoard events, CI history and job.log of one run
-    rocm_root: Path = Path("/opt/rocm")
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.model_dir / CHECKPOINT_NAME
-
-    @property
-    def dataset_file(self) -> Path:
-        return self.data_dir / DATASET_DIR_NAME / DATASET_FILE_NAME
-
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready, paths as strings (for ``env.json``)."""
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
-
-
-# ---- GPUs ------------------------------------------------------------------------------------
-
-
-def probe_gpus(config: PreflightConfig) -> Fact:
-    """GPU count and arch, from the ROCm torch, else ``amd-smi``, else ``rocm-smi``."""
-    reading = _gpus_from_torch() or _gpus_from_amd_smi(run_tool) or _gpus_from_rocm_smi(run_tool)
-    if reading is None:
-        return Fact(
-            "gpus",
-            "missing",
-            "",
-            "no AMD GPU visible: no ROCm torch with devices and neither amd-smi nor rocm-smi "
-            f"answered; run on an {config.expected_gpus}x {config.expected_arch} node "
-            f"(MI355X/MI350X) inside {IMAGE}",
-        )
-    source, archs = reading
-    return judge_gpus(archs, source, config.expected_gpus, config.expected_arch)
-
-
-def judge_gpus(archs: Sequence[str], source: str, expected: int, arch: str) -> Fact:
-    """Pure judgement of the GPUs one source reported."""
-    if not archs:
-        return Fact(
-            "gpus",
-            "missing",
-            f"0 ({source})",
-            f"{source} lists no GPU; check the container's --device=/dev/kfd --device=/dev/dri",
-        )
-    found = ",".join(sorted(set(archs)))
-    value = f"{len(archs)}x {found} ({source})"
-    if any(a != arch for a in archs):
-        return Fact(
-            "gpus",
-            "wrong",
-            value,
-            f"the recipe is validated on {arch} (MI355X/MI350X); found {found}",
-        )
-    if len(archs) != expected:
-        return Fact(
-            "gpus",
-            "wrong",
-            value,
-            f"the recipe needs {expected} GPUs, {len(archs)} visible; "
-            "check HIP_VISIBLE_DEVICES and the container's device flags",
-        )
-    return Fact("gpus", "ok", value)
-
-
-def _arch(name: object) -> str:
-    return str(name).split(":", 1)[0].strip().lower()
-
-
-def _gpus_from_torch() -> tuple[str, list[str]] | None:
-    if _find_spec("torch") is None:
-        return None
-    import torch
-
-    if not getattr(torch.version, "hip", None) or not torch.cuda.is_available():
-        return None
-    count = torch.cuda.device_count()
-    return "torch", [_arch(torch.cuda.get_device_properties(i).gcnArchName) for i in range(count)]
-
-
-def _gpus_from_amd_smi(runner: Runner) -> tuple[str, list[str]] | None:
-    output = runner(["amd-smi", "static", "--asic", "--json"])
-    if output is None:
-        return None
-    archs = parse_amd_smi_static(output)
-    return None if archs is None else ("amd-smi", archs)
-
-
-def parse_amd_smi_static(text: str) -> list[str] | None:
-    """Archs of the GPU records in ``amd-smi static --asic --json``; None if not JSON."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    archs: list[str] = []
-
-    def visit(node: object) -> None:
-        if isinstance(node, dict):
-            asic = node.get("asic")
-            if isinstance(asic, dict) and "target_graphics_version" in asic:
-                archs.append(_arch(asic["target_graphics_version"]))
-                return
-            for child in node.values():
-                visit(child)
-        elif isinstance(node, list):
-            for child in node:
-                visit(child)
-
-    visit(data)
-    return archs
-
-
-def _gpus_from_rocm_smi(runner: Runner) -> tuple[str, list[str]] | None:
-    output = runner(["rocm-smi", "--showproductname", "--json"])
-    if output is None:
-        return None
-    archs = parse_rocm_smi_product(output)
-    return None if archs is None else ("rocm-smi", archs)
-
-
-def parse_rocm_smi_product(text: str) -> list[str] | None:
-    """Archs of the ``cardN`` entries of ``rocm-smi --showproductname --json``."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    return [
-        _arch(card.get("GFX Version", "unknown"))
-        for key, card in sorted(data.items())
-        if key.startswith("card") and isinstance(card, dict)
-    ]
-
-
-# ---- ROCm and torch --------------------------------------------------------------------------
-
-
-def probe_rocm(config: PreflightConfig) -> Fact:
-    """The ROCm release, from ``<rocm_root>/.info/version`` or ``amd-smi version``."""
-    version, source = _rocm_version(config.rocm_root, run_tool)
-    if version is None:
-        return Fact(
-            "rocm",
-            "missing",
-            "",
-            f"no ROCm found ({config.rocm_root}/.info/version absent, amd-smi not answering); "
-            f"run inside {IMAGE}",
-        )
-    value = f"{version} ({source})"
-    if _major_minor(version) != _major_minor(config.expected_rocm):
-        return Fact(
-            "rocm",
-            "wrong",
-            value,
-            f"the recipe's baselines were measured on ROCm {config.expected_rocm}; use {IMAGE}",
-        )
-    return Fact("rocm", "ok", value)
-
-
-def _rocm_version(rocm_root: Path, runner: Runner) -> tuple[str | None, str]:
-    info = rocm_root / ".info" / "version"
-    try:
-        text = info.read_text(encoding="utf-8").strip()
-    except OSError:
-        text = ""
-    if text:
-        return text.split()[0], str(info)
-    output = runner(["amd-smi", "version"])
-    match = re.search(r"ROCm version:\s*([0-9][0-9.]*)", output or "")
-    return (match.group(1), "amd-smi version") if match else (None, "")
-
-
-def _major_minor(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
-
-
-def probe_torch(config: PreflightConfig) -> Fact:
-    """torch must be a ROCm build: ``torch.version.hip`` set."""
-    if _find_spec("torch") is None:
-        return Fact("torch", "missing", "", f"torch is not importable; run inside {IMAGE}")
-    try:
-        import torch
-    except Exception as exc:
-        return Fact("torch", "wrong", "", f"import torch failed: {_one_line(exc)}")
-    hip = getattr(torch.version, "hip", None)
-    if not hip:
-        return Fact(
-            "torch",
-            "wrong",
-            str(torch.__version__),
-            "this torch is not a ROCm build (torch.version.hip is None); use the image's torch",
-        )
-    return Fact("torch", "ok", f"{torch.__version__} (HIP {hip})")
-
-
-# ---- Python packages and checkouts -----------------------------------------------------------
-
-
-def probe_sglang(config: PreflightConfig) -> Fact:
-    return installed_package_fact("sglang", module="sglang", distribution="sglang")
-
-
-def probe_sglang_lora_endpoint(config: PreflightConfig) -> Fact:
-    return sglang_lora_endpoint_fact(_package_dir("sglang"))
-
-
-def sglang_lora_endpoint_fact(package_dir: Path | None) -> Fact:
-    """Whether the SGLang package at ``package_dir`` serves :data:`LORA_ROUTE`."""
-    name = "sglang_lora_endpoint"
-    if package_dir is None:
-        return Fact(name, "missing", "", f"sglang is not importable; run inside {IMAGE}")
-    entrypoints = package_dir / "srt" / "entrypoints"
-    sources = sorted(entrypoints.rglob("*.py")) if entrypoints.is_dir() else []
-    if not sources:
-        return Fact(
-            name,
-            "wrong",
-            str(package_dir),
-            f"cannot confirm {LORA_ROUTE}: no sources under {entrypoints}; "
-            f"use an image whose SGLang serves it ({IMAGE})",
-        )
-    route = re.compile(r"[\"']" + re.escape(LORA_ROUTE) + r"[\"']")
-    for source in sources:
-        if route.search(source.read_text(encoding="utf-8", errors="replace")):
-            return Fact(name, "ok", f"{LORA_ROUTE} in {source}")
-    return Fact(
-        name,
-        "wrong",
-        f"no {LORA_ROUTE} in {entrypoints}",
-        "this SGLang fails at the first LoRA weight update with HTTP 404; "
-        f"use an image whose SGLang has the endpoint ({IMAGE})",
-    )
-
-
-def probe_megatron_bridge(config: PreflightConfig) -> Fact:
-    return installed_package_fact(
-        "megatron_bridge", module="megatron.bridge", distribution="megatron-bridge"
-    )
-
-
-def probe_megatron_lm(config: PreflightConfig) -> Fact:
-    """The Megatron-LM checkout the launcher puts on PYTHONPATH (module ``megatron.core``)."""
-    name = "megatron_lm"
-    root = config.megatron_dir
-    if not root.is_dir():
-        return Fact(name, "missing", "", f"no Megatron-LM checkout at {root}; pass --megatron-dir")
-    core = root / "megatron" / "core"
-    if not (core / "__init__.py").is_file():
-        return Fact(
-            name,
-            "wrong",
-            str(root),
-            f"{root} has no megatron/core/__init__.py; point --megatron-dir at Megatron-LM",
-        )
-    version = _megatron_core_version(core / "package_info.py") or "unknown version"
-    return Fact(name, "ok", _with_commit(f"megatron.core {version}", _git_commit(root)))
-
-
-def _megatron_core_version(package_info: Path) -> str | None:
-    try:
-        text = package_info.read_text(encoding="utf-8")
-    except OSError:
-        return None
-    parts = {
-        key: m.group(1)
-        for key in ("MAJOR", "MINOR", "PATCH", "PRE_RELEASE")
-        if (m := re.search(rf"^{key}\s*=\s*['\"]?([\w.]*)['\"]?", text, re.MULTILINE))
-    }
-    if not {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
-        return None
-    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
-
-
-def probe_miles(config: PreflightConfig) -> Fact:
-    """The miles checkout: ``train.py`` is the job's entrypoint."""
-    root = config.miles_dir
-    if not root.is_dir():
-        return Fact("miles", "missing", "", f"no miles checkout at {root}; pass --miles-dir")
-    if not (root / "train.py").is_file():
-        return Fact(
-            "miles",
-            "wrong",
-            str(root),
-            f"{root} has no train.py; point --miles-dir at a miles checkout",
-        )
-    return Fact("miles", "ok", _with_commit(str(root), _git_commit(root)))
-
-
-def probe_aiter(config: PreflightConfig) -> Fact:
-    return aiter_fact(_package_dir("aiter"), _distributions_providing("aiter"))
-
-
-def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
-    """Judge the ``aiter`` module by the distributions that provide it.
-
-    ``distributions`` are the names from ``importlib.metadata.packages_distributions()``.
-    """
-    name = "aiter"
-    if package_dir is None:
-        return Fact(name, "missing", "", f"AMD's aiter (amd-aiter) is not importable; use {IMAGE}")
-    normalized = {_normalize(d) for d in distributions}
-    if "aiter" in normalized:
-        return Fact(
-            name,
-            "wrong",
-            f"PyPI 'aiter' at {package_dir}",
-            "module 'aiter' comes from the PyPI distribution 'aiter', an unrelated "
-            "async-iterator library; `pip uninstall aiter` and use the image's amd-aiter",
-        )
-    if "amd-aiter" in normalized:
-        version = _distribution_version("amd-aiter") or "unknown version"
-        return Fact(name, "ok", _with_commit(f"amd-aiter {version}", _git_commit(package_dir)))
-    if (package_dir / "jit").is_dir():  # AMD's layout; a source install without metadata
-        return Fact(name, "ok", _with_commit(f"aiter at {package_dir}", _git_commit(package_dir)))
-    return Fact(
-        name,
-        "wrong",
-        f"unknown 'aiter' at {package_dir}",
-        "module 'aiter' has no amd-aiter metadata and not AMD's layout (no aiter/jit); "
-        "use the image's amd-aiter",
-    )
-
-
-def probe_aiter_variant(config: PreflightConfig) -> Fact:
-    """Which aiter build the run is labelled with (stock, or patched with ROCm/aiter#5694)."""
-    variant = config.aiter_variant
-    if variant is None:
-        return Fact(
-            "aiter_variant",
-            "ok",
-            "unrecorded",
-            "pass --aiter-variant stock|patched to label the run's environment",
-        )
-    if variant not in AITER_VARIANTS:
-        return Fact(
-            "aiter_variant",
-            "wrong",
-            variant,
-            f"--aiter-variant must be one of {', '.join(AITER_VARIANTS)}",
-        )
-    return Fact("aiter_variant", "ok", variant)
-
-
-def installed_package_fact(name: str, *, module: str, distribution: str) -> Fact:
-    """A package found on ``sys.path``: its distribution version and, from a checkout, commit."""
-    package_dir = _package_dir(module)
-    if package_dir is None:
-        return Fact(
-            name,
-            "missing",
-            "",
-            f"module {module} is not importable (distribution {distribution}); use {IMAGE}",
-        )
-    version = _distribution_version(distribution)
-    label = f"{distribution} {version}" if version else f"{module} at {package_dir}"
-    return Fact(name, "ok", _with_commit(label, _git_commit(package_dir)))
-
-
-def _find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
-    """``find_spec`` that answers None instead of raising when a parent package is absent.
-
-    Finding ``a.b`` imports ``a`` (cheap for the namespace package ``megatron``); ``a.b``
-    itself is not imported.
-    """
-    try:
-        return importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-
-
-def _package_dir(module: str) -> Path | None:
-    spec = _find_spec(module)
-    if spec is None:
-        return None
-    if spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
-    return Path(spec.origin).parent if spec.origin else None
-
-
-def _distributions_providing(module: str) -> list[str]:
-    return list(importlib.metadata.packages_distributions().get(module, []))
-
-
-def _distribution_version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _normalize(distribution: str) -> str:
-    return re.sub(r"[-_.]+", "-", distribution).lower()
-
-
-def _git_commit(directory: Path) -> str | None:
-    """HEAD of the checkout holding ``directory``; None outside a checkout or in site-packages."""
-    if {"site-packages", "dist-packages"} & set(directory.parts):
-        return None
-    output = run_tool(["git", "-C", str(directory), "rev-parse", "HEAD"])
-    commit = (output or "").strip()
-    return commit if re.fullmatch(r"[0-9a-f]{40,64}", commit) else None
-
-
-def _with_commit(label: str, commit: str | None) -> str:
-    return f"{label} @ {commit[:12]}" if commit else label
-
-
-# ---- inputs and disk -------------------------------------------------------------------------
-
-
-def probe_checkpoint(config: PreflightConfig) -> Fact:
-    return _input_fact("checkpoint", config.checkpoint_dir, validate_checkpoint)
-
-
-def probe_dataset(config: PreflightConfig) -> Fact:
-    return _input_fact("dataset", config.dataset_file, validate_dataset)
-
-
-def _input_fact(name: str, path: Path, validate: Callable[[Path], None]) -> Fact:
-    try:
-        validate(path)
-    except InputError as exc:
-        return Fact(name, "wrong" if path.exists() else "missing", str(path), str(exc))
-    return Fact(name, "ok", str(path))
-
-
-def probe_disk(config: PreflightConfig) -> Fact:
-    """Free space where the run dir goes (its nearest existing ancestor)."""
-    where = _nearest_existing(config.run_dir.absolute().parent)
-    free_gib = shutil.disk_usage(where).free / _GIB
-    value = f"{free_gib:.1f} GiB free at {where}"
-    if free_gib < config.min_free_gib:
-        return Fact(
-            "disk",
-            "wrong",
-            value,
-            f"a run needs {config.min_free_gib:g} GiB for job.log, TensorBoard and CI history; "
-            "free space or pass another --run-dir",
-        )
-    return Fact("disk", "ok", value)
-
-
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-# ---- running and recording -------------------------------------------------------------------
 
 Probe = Callable[[PreflightConfig], Fact]
 
@@ -574,7 +95,7 @@ def run_preflight(config: PreflightConfig) -> list[Fact]:
                     probe_name(probe),
                     "wrong",
                     "",
-                    f"the probe raised {type(exc).__name__}: {_one_line(exc)}",
+                    f"the probe raised {type(exc).__name__}: {one_line(exc)}",
                 )
             )
     return facts
@@ -605,11 +126,11 @@ def format_table(facts: Sequence[Fact]) -> str:
 
 
 def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object]) -> Path:
-    """Write ``<run_dir>/env.json`` atomically; ``extra`` keys are added at the top level.
+    """Write ``RunDir(run_dir).env_json`` atomically; ``extra`` keys are added at the top level.
 
     The object holds ``facts`` (each ``name``, ``status``, ``value``, ``message``), ``ok``,
-    ``aiter_variant`` (``stock``/``patched`` or null) and ``written_at`` (UTC, ISO 8601);
-    ``extra`` may not reuse those keys.
+    ``aiter_variant`` (one of ``miles_amd.variants.AITER_VARIANTS`` or null) and ``written_at``
+    (UTC, ISO 8601); ``extra`` may not reuse those keys. Returns the path written.
     """
     clash = sorted(_RESERVED_ENV_KEYS & extra.keys())
     if clash:
@@ -622,21 +143,6 @@ def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **extra,
     }
-    text = json.dumps(payload, indent=2, allow_nan=False) + "\n"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    target = run_dir / ENV_JSON
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{ENV_JSON}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    target = RunDir(run_dir).env_json
+    atomic_write_text(target, json.dumps(payload, indent=2, allow_nan=False) + "\n")
     return target
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
