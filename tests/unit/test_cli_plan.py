@@ -65,7 +65,7 @@ def test_full_train_dry_run_lists_downloads_then_the_job() -> None:
     [
         (["train", "--dry-run", "--hardware", "H100"], "--hardware H100"),
         (["train", "--dry-run", "--hardware", "auto"], "--hardware auto"),
-        (["train", "--dry-run", "--num-gpus", "6"], "num_gpus 6"),
+        (["train", "--dry-run", "--num-gpus", "6"], "--num-gpus 6: not divisible"),
         (["train", "--dry-run", "--extra-args", "--lr 1"], "--override-pinned"),
     ],
 )

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from miles_amd.recipe.settings import Hardware, Recipe, RecipeError, parse_hardware
+from miles_amd.recipe.settings import (
+    Hardware,
+    Recipe,
+    RecipeError,
+    parse_hardware,
+    secret_flags_in,
+)
 
 # Transcribed from RECIPE.md ("Model arguments" and "Train arguments of the default recipe").
 RECIPE_MD_MODEL_ARGS = """
@@ -82,7 +88,7 @@ def test_override_replaces_the_pinned_flag_and_its_value() -> None:
     [
         ({"global_batch_size": 32}, "batch shape"),
         ({"n_samples_per_prompt": 16}, "batch shape"),
-        ({"num_gpus": 6}, "divisible by tensor_model_parallel_size"),
+        ({"num_gpus": 6}, "--num-gpus 6: not divisible by tensor_model_parallel_size"),
         ({"num_gpus": 4, "rollout_num_gpus_per_engine": 8}, "rollout_num_gpus_per_engine"),
         ({"num_gpus": 16}, "one MI355X node has 8 GPUs"),
         ({"lora_rank": 16}, "lora_rank 16 != sglang_max_lora_rank 32"),
@@ -91,7 +97,9 @@ def test_override_replaces_the_pinned_flag_and_its_value() -> None:
         ({"extra_args": "--lr 2e-5"}, "--extra-args repeats flags the recipe pins: --lr"),
         ({"extra_args": "--num-rollout=3"}, "--num-rollout"),
         ({"extra_args": "--note 'unterminated"}, "--extra-args"),
-        ({"num_rollout": 0}, "num_rollout must be >= 1"),
+        ({"num_rollout": 0}, "--num-rollouts must be >= 1"),
+        ({"num_gpus": 0}, "--num-gpus must be >= 1"),
+        ({"rollout_batch_size": 0}, "rollout_batch_size must be >= 1"),  # no flag sets it
         ({"sglang_mem_fraction_static": 1.5}, "sglang_mem_fraction_static"),
     ],
 )
@@ -112,3 +120,44 @@ def test_hardware_parsing() -> None:
     assert Recipe(hardware="MI350X").hardware is Hardware.MI350X  # type: ignore[arg-type]
     with pytest.raises(RecipeError, match="unknown hardware"):
         parse_hardware("MI300X")
+
+
+SECRET = "hf_0123456789abcdefSECRET"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        f"--wandb-key {SECRET}",
+        f"--wandb-key={SECRET}",
+        f"--hf-token {SECRET}",
+        f"--sglang-api-key {SECRET}",
+        f"--my-service-token {SECRET}",
+        f"--seed 1 --db-password {SECRET}",
+        f"--note '{SECRET}",  # unsplittable: the message must not echo the string either
+    ],
+)
+def test_extra_args_with_a_credential_are_refused_without_the_value(extra: str) -> None:
+    with pytest.raises(RecipeError) as err:
+        Recipe(extra_args=extra)
+    assert "--extra-args" in str(err.value)
+    assert SECRET not in str(err.value)
+
+
+def test_secret_flags_are_told_from_keys_and_vocabulary_tokens() -> None:
+    argv = [
+        "--input-key", "prompt", "--label-key", "label", "--max-tokens-per-gpu", "1",
+        "--fim-pad-token", "x", "--rollout-stop-token-ids", "1", "--wandb-key=v",
+        "--HF-TOKEN", "v", "--x-api-key", "v",
+    ]  # fmt: skip
+    assert secret_flags_in(argv) == ["--HF-TOKEN", "--wandb-key", "--x-api-key"]
+
+
+def test_default_dirs_are_the_images_layout() -> None:
+    r = Recipe()
+    assert (r.model_dir, r.data_dir, r.miles_dir, r.megatron_dir) == (
+        "/root/models",
+        "/root/datasets",
+        "/root/miles",
+        "/root/Megatron-LM",
+    )

@@ -17,10 +17,20 @@ Invariants checked on construction (each error names the broken one):
 Extra args (one string, split with ``shlex``) are appended last. An extra arg that repeats a
 flag the recipe pins is an error, unless ``override_pinned`` is set: then the pinned flag and
 its values are removed from the recipe's argv and the extra arg takes its place at the end.
+An extra arg that carries a credential (:func:`secret_flags_in`) is always an error whose
+message never repeats the value: an argv is visible to every user of the host (``ps``), in
+Ray's job table and in the printed plan. The W&B key reaches the job as ``WANDB_API_KEY``.
+
+Messages name the CLI flag a field comes from (:data:`FIELD_FLAGS`), so ``num_rollout`` is
+reported as ``--num-rollouts``; fields no flag sets are named as fields.
+
+The default directories (``/root/models`` ...) are the image's layout and are declared here
+once, as the defaults of :class:`Recipe`'s fields; the CLI and the tests read them from here.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -45,6 +55,60 @@ DATASET_REPO = "zhuzilin/dapo-math-17k"
 DATASET_DIR_NAME = "dapo-math-17k"
 DATASET_FILE_NAME = "dapo-math-17k.jsonl"
 
+# The image's layout (rocm/sgl-dev:miles-rocm720-mi35x): where RECIPE.md puts each piece.
+DEFAULT_MODEL_DIR = "/root/models"
+DEFAULT_DATA_DIR = "/root/datasets"
+DEFAULT_MILES_DIR = "/root/miles"
+DEFAULT_MEGATRON_DIR = "/root/Megatron-LM"
+
+# The CLI flag that sets each field (``miles-amd train``); messages name these, not fields.
+FIELD_FLAGS: dict[str, str] = {
+    "hardware": "--hardware",
+    "num_gpus": "--num-gpus",
+    "model_dir": "--model-dir",
+    "data_dir": "--data-dir",
+    "miles_dir": "--miles-dir",
+    "megatron_dir": "--megatron-dir",
+    "num_rollout": "--num-rollouts",
+    "extra_args": "--extra-args",
+    "override_pinned": "--override-pinned",
+}
+
+# Flags that carry a credential, refused in extra args. miles' only one is ``--wandb-key``
+# (miles/utils/arguments.py); the suffixes catch SGLang's ``--api-key`` passed through as
+# ``--sglang-api-key`` and any ``--hf-token``-like flag. Megatron's ``--fim-*-token`` flags
+# name vocabulary tokens, not credentials, and stay allowed.
+SECRET_FLAGS = frozenset({"--wandb-key", "--wandb-api-key", "--api-key", "--hf-token"})
+SECRET_FLAG_PATTERN = re.compile(
+    r"^--[a-z0-9-]*-(api-key|token|secret|password|passwd|credentials?)$"
+)
+NON_SECRET_TOKEN_FLAGS = frozenset(
+    {
+        "--fim-eod-token",
+        "--fim-middle-token",
+        "--fim-pad-token",
+        "--fim-prefix-token",
+        "--fim-suffix-token",
+    }
+)
+
+
+def flag_of(field_name: str) -> str:
+    """The CLI flag that sets ``field_name``, or the field's own name when no flag does."""
+    return FIELD_FLAGS.get(field_name, field_name)
+
+
+def secret_flags_in(argv: Sequence[str]) -> list[str]:
+    """The flags of ``argv`` that carry a credential (their values are never returned)."""
+    found = []
+    for flag in sorted(_flags_in(argv)):
+        name = flag.lower()
+        if name in NON_SECRET_TOKEN_FLAGS:
+            continue
+        if name in SECRET_FLAGS or SECRET_FLAG_PATTERN.match(name):
+            found.append(flag)
+    return found
+
 
 def parse_hardware(value: str) -> Hardware:
     """``"mi355x"`` -> ``Hardware.MI355X``; anything unknown is a RecipeError naming the flag."""
@@ -63,10 +127,10 @@ class Recipe:
 
     hardware: Hardware = Hardware.MI355X
     num_gpus: int = 8
-    model_dir: str = "/root/models"
-    data_dir: str = "/root/datasets"
-    miles_dir: str = "/root/miles"
-    megatron_dir: str = "/root/Megatron-LM"
+    model_dir: str = DEFAULT_MODEL_DIR
+    data_dir: str = DEFAULT_DATA_DIR
+    miles_dir: str = DEFAULT_MILES_DIR
+    megatron_dir: str = DEFAULT_MEGATRON_DIR
     lora_rank: int = 32
     lora_alpha: int = 32
     lora_dropout: float = 0.0
@@ -102,8 +166,17 @@ class Recipe:
         _check_invariants(self)
         try:
             extra = tuple(shlex.split(self.extra_args))
-        except ValueError as exc:
-            raise RecipeError(f"--extra-args {self.extra_args!r}: cannot split ({exc})") from None
+        except ValueError as exc:  # the value is not echoed: it may hold a secret
+            raise RecipeError(
+                f"--extra-args: cannot split it as a shell would ({exc}); fix the quoting"
+            ) from None
+        secrets = secret_flags_in(extra)
+        if secrets:
+            raise RecipeError(
+                f"--extra-args carries a credential ({' '.join(secrets)}; value not shown): "
+                "an argv is visible to every user of the host and in Ray's job table; "
+                "remove it and set WANDB_API_KEY (or HF_TOKEN) in the environment instead"
+            )
         object.__setattr__(self, "_extra", extra)
         repeated = sorted(pinned_flags(self) & _flags_in(extra))
         if repeated and not self.override_pinned:
@@ -168,7 +241,7 @@ def _check_invariants(r: Recipe) -> None:
         "sglang_max_lora_rank",
     ):
         if getattr(r, name) < 1:
-            raise RecipeError(f"{name} must be >= 1, got {getattr(r, name)}")
+            raise RecipeError(f"{flag_of(name)} must be >= 1, got {getattr(r, name)}")
     if r.num_gpus > GPUS_PER_NODE[r.hardware]:
         raise RecipeError(
             f"--num-gpus {r.num_gpus}: one {r.hardware.value} node has "
@@ -185,7 +258,9 @@ def _check_invariants(r: Recipe) -> None:
         ("rollout_num_gpus_per_engine (rollout engine TP)", r.rollout_num_gpus_per_engine),
     ):
         if r.num_gpus % tp:
-            raise RecipeError(f"num_gpus {r.num_gpus} is not divisible by {name} {tp}")
+            raise RecipeError(
+                f"--num-gpus {r.num_gpus}: not divisible by {name} {tp}; pass a multiple of {tp}"
+            )
     if r.lora_rank != r.sglang_max_lora_rank:
         raise RecipeError(
             f"lora_rank {r.lora_rank} != sglang_max_lora_rank {r.sglang_max_lora_rank}: "
