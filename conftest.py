@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from miles_amd.recipe import settings
+from miles_amd.variants import AITER_VARIANTS
+
 KFD_DEVICE = Path("/dev/kfd")
 
 
@@ -21,14 +24,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--runslow", action="store_true", help="run the mi355x hardware tests")
     group.addoption(
         "--aiter-variant",
-        choices=("stock", "patched"),
+        choices=AITER_VARIANTS,
         default="patched",
         help="the aiter build in this image: stock, or patched with ROCm/aiter#5694",
     )
-    group.addoption("--model-dir", default="/root/models", help="holds gpt-oss-20b-bf16/")
-    group.addoption("--data-dir", default="/root/datasets", help="holds dapo-math-17k/")
-    group.addoption("--miles-dir", default="/root/miles", help="miles checkout")
-    group.addoption("--megatron-dir", default="/root/Megatron-LM", help="Megatron-LM checkout")
+    group.addoption(
+        "--model-dir", default=settings.DEFAULT_MODEL_DIR, help="holds gpt-oss-20b-bf16/"
+    )
+    group.addoption("--data-dir", default=settings.DEFAULT_DATA_DIR, help="holds dapo-math-17k/")
+    group.addoption("--miles-dir", default=settings.DEFAULT_MILES_DIR, help="miles checkout")
+    group.addoption(
+        "--megatron-dir", default=settings.DEFAULT_MEGATRON_DIR, help="Megatron-LM checkout"
+    )
     group.addoption(
         "--run-root", default="runs/mi355x", help="run dirs go to <run-root>/<aiter variant>/"
     )

@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import miles_amd
 from tests.cli_runs import run_cli
 from tests.unit.test_recipe import RECIPE_MD_MODEL_ARGS, RECIPE_MD_TRAIN_ARGS
 
 HEAVY = ("ray", "torch", "tensorboard", "matplotlib")
+SRC = Path(miles_amd.__file__).resolve().parents[1]
+REPO = SRC.parent
+COMMANDS = (
+    ["prepare"],
+    ["train"],
+    ["full-train"],
+    ["preflight"],
+    ["gate"],
+    ["baseline", "record"],
+    ["baseline", "diff"],
+)
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -130,3 +144,232 @@ def test_planning_imports_no_heavy_module() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"heavy modules imported: {done.stdout}"
+
+
+# ---- every bad input: one line naming the flag, exit 2, nothing started -----------------------
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("miles-amd: error: ") and needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("command", ["train", "full-train"])
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--timeout", "-5"], "'--timeout'"),
+        (["--timeout", "nan"], "'--timeout'"),
+        (["--timeout", "inf"], "'--timeout'"),
+        (["--timeout", "0"], "'--timeout'"),
+        (["--num-gpus", "0"], "'--num-gpus'"),
+        (["--num-rollouts", "0"], "'--num-rollouts'"),
+        (["--num-rollout", "-1"], "'--num-rollout'"),
+        (["--num-rollouts", "3", "--num-rollout", "4"], "--num-rollouts 3 and --num-rollout 4"),
+        (["--gate", "bogus"], "--gate bogus"),
+        (["--no-such-flag"], "--no-such-flag"),
+    ],
+)
+def test_bad_values_exit_2_naming_the_flag_before_anything(
+    command: str, flags: list[str], needle: str, tmp_path: Path
+) -> None:
+    # --dry-run makes a run that got past validation print a plan and exit 0 (what the old
+    # CLI did for all of these); the real run additionally never reaches Ray (see below).
+    done = cli(command, "--dry-run", "--run-dir", str(tmp_path / "r"), *flags)
+    assert_one_line_error(done, needle)
+    assert "--baseline" not in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_bad_timeout_stops_a_real_run_before_ray(tmp_path: Path) -> None:
+    """Inputs all valid, so only the timeout's check stands between the command and Ray."""
+    write_checkpoint(tmp_path / "models", mxfp4=False)
+    dataset = tmp_path / "data" / "dapo-math-17k" / "dapo-math-17k.jsonl"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_text(json.dumps({"prompt": "1+1?", "label": "2"}) + "\n")
+    (tmp_path / "miles").mkdir()
+    (tmp_path / "miles" / "train.py").write_text("")
+    env = {**os.environ, "RAY_ADDRESS": "http://127.0.0.1:9"}  # nothing listens there
+    for timeout in ("nan", "-5"):
+        done = cli(
+            "train", "--timeout", timeout, "--run-dir", str(tmp_path / "r"),
+            "--model-dir", str(tmp_path / "models"), "--data-dir", str(tmp_path / "data"),
+            "--miles-dir", str(tmp_path / "miles"), env=env,
+        )  # fmt: skip
+        assert_one_line_error(done, "'--timeout'")
+        assert not (tmp_path / "r").exists()
+
+
+def test_gate_that_does_not_load_names_gate(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    done = cli("train", "--dry-run", "--gate", str(broken))
+    assert_one_line_error(done, f"--gate {broken}: ")
+    assert "invalid JSON" in done.stderr
+
+
+def test_gate_with_a_shipped_baseline_plans(tmp_path: Path) -> None:
+    done = cli("train", "--dry-run", "--gate", "patched", "--run-dir", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["--wandb-key SECRET-VALUE-42", "--hf-token=SECRET-VALUE-42", "--x-api-key SECRET-VALUE-42"],
+)
+def test_credentials_in_extra_args_are_refused_and_not_echoed(extra: str) -> None:
+    done = cli("train", "--dry-run", "--extra-args", extra)
+    assert_one_line_error(done, "--extra-args carries a credential")
+    assert "SECRET-VALUE-42" not in done.stdout + done.stderr
+
+
+def test_usage_errors_are_one_line_too() -> None:
+    done = cli("train", "--hardware")
+    assert_one_line_error(done, "'--hardware'")
+
+
+# ---- paths, aliases, help, version ------------------------------------------------------------
+
+
+def cli_in(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI run from ``cwd`` (the tree under test first on PYTHONPATH)."""
+    env = dict(env if env is not None else os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(SRC), env.get("PYTHONPATH"))))
+    return subprocess.run(
+        [sys.executable, "-m", "miles_amd.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_relative_dirs_go_into_the_plan_absolute(tmp_path: Path) -> None:
+    done = cli_in(
+        tmp_path,
+        "train", "--dry-run", "--json",
+        "--model-dir", "m", "--data-dir", "d/../data", "--miles-dir", "miles",
+        "--megatron-dir", "./mlm", "--run-dir", "runs/r",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    entry = plan["job"]["entrypoint"]
+    assert entry[1] == f"{tmp_path}/miles/train.py"
+    assert entry[entry.index("--hf-checkpoint") + 1] == f"{tmp_path}/m/gpt-oss-20b-bf16"
+    assert entry[entry.index("--prompt-data") + 1] == (
+        f"{tmp_path}/data/dapo-math-17k/dapo-math-17k.jsonl"
+    )
+    env = plan["job"]["runtime_env"]["env_vars"]
+    assert env["PYTHONPATH"].split(":")[:2] == [f"{tmp_path}/miles", f"{tmp_path}/mlm"]
+    assert plan["run_dir"] == f"{tmp_path}/runs/r"
+
+
+def test_num_rollout_is_a_hidden_alias_of_num_rollouts() -> None:
+    for flag in ("--num-rollouts", "--num-rollout"):
+        done = cli("train", "--dry-run", "--json", flag, "3")
+        assert done.returncode == 0, done.stderr
+        entry = json.loads(done.stdout)["job"]["entrypoint"]
+        assert entry[entry.index("--num-rollout") + 1] == "3"
+    helped = cli("train", "--help").stdout
+    assert "--num-rollouts" in helped
+    assert not re.search(r"--num-rollout(?!s)", helped)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_help_has_plain_flags_and_exit_codes(command: list[str]) -> None:
+    done = cli(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "<bool>" not in done.stdout
+    text = " ".join(done.stdout.split())
+    assert "Exit codes: 0 success" in text and "2 bad input" in text, done.stdout
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    done = cli("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"miles-amd {version('miles-amd')}\n"
+
+
+# ---- prepare and `hf` -------------------------------------------------------------------------
+
+
+def test_hf_is_declared_by_a_release_that_ships_it() -> None:
+    """`hf` is huggingface_hub's console script from 0.34.0 on (0.33.x: huggingface-cli)."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "huggingface_hub>=0.34" in project["dependencies"]
+
+
+def no_hf_beside_python() -> bool:
+    return not (Path(sys.executable).parent / "hf").exists()
+
+
+@pytest.mark.skipif(not no_hf_beside_python(), reason="this interpreter has its own `hf`")
+def test_prepare_without_hf_says_what_to_install(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}
+    done = cli("prepare", "--model-dir", str(tmp_path / "m"), "--data-dir", str(tmp_path / "d"),
+               env=env)  # fmt: skip
+    assert_one_line_error(done, "pip install 'huggingface_hub>=0.34'")
+    assert not (tmp_path / "m").exists()
+
+
+def fake_hf(bin_dir: Path, exit_code: int) -> Path:
+    """An `hf` on PATH that records its argv (one line per call) and exits ``exit_code``."""
+    bin_dir.mkdir()
+    log = bin_dir / "calls.txt"
+    script = bin_dir / "hf"
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        f"sys.exit({exit_code})\n"
+    )
+    script.chmod(0o755)
+    return log
+
+
+def test_prepare_runs_hf_download_for_each_input(tmp_path: Path) -> None:
+    log = fake_hf(tmp_path / "bin", 0)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    done = cli_in(tmp_path, "prepare", "--model-dir", "m", "--data-dir", "d", env=env)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == [
+        f"download lmsys/gpt-oss-20b-bf16 --local-dir {tmp_path}/m/gpt-oss-20b-bf16",
+        "download --repo-type dataset zhuzilin/dapo-math-17k "
+        f"--local-dir {tmp_path}/d/dapo-math-17k",
+    ]
+
+
+def test_prepare_stops_at_a_failed_download(tmp_path: Path) -> None:
+    log = fake_hf(tmp_path / "bin", 3)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    done = cli("prepare", "--model-dir", str(tmp_path / "m"), env=env)
+    assert done.returncode == 1
+    assert "download-checkpoint failed with exit code 3" in done.stderr
+    assert len(log.read_text().splitlines()) == 1
+
+
+# ---- one home per concept ---------------------------------------------------------------------
+
+
+def test_one_error_exit_path_and_one_home_for_default_dirs() -> None:
+    cli_dir = SRC / "miles_amd" / "cli"
+    error_literal = re.compile(r"[\"']miles-amd: error|def _?fail\(|typer\.Exit\(2\)")
+    for module in sorted(cli_dir.glob("*.py")):
+        if module.name != "errors.py":
+            assert not error_literal.search(module.read_text()), module.name
+    default_dir = re.compile(r"[\"'](/root/(models|datasets|miles|Megatron-LM))[\"']")
+    homes = [
+        str(path.relative_to(REPO))
+        for path in [*sorted((SRC / "miles_amd").rglob("*.py")), REPO / "conftest.py"]
+        if default_dir.search(path.read_text())
+    ]
+    assert homes == ["src/miles_amd/recipe/settings.py"]

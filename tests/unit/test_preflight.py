@@ -511,18 +511,6 @@ def test_write_env_json_refuses_reserved_extra_keys(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
-def test_env_json_is_readable_by_every_reader(tmp_path: Path) -> None:
-    """Written through miles_amd.files (0644), not a private 0600 temp file renamed."""
-    path = write_env_json(OK_FACTS, tmp_path / "run", {})
-    assert path.stat().st_mode & 0o777 == 0o644
-
-
-def test_preflight_modules_stay_small() -> None:
-    run = SRC / "miles_amd" / "run"
-    for name in ("preflight.py", "facts.py", "probes_node.py", "probes_stack.py"):
-        assert len((run / name).read_text().splitlines()) <= 400, name
-
-
 # ---- the command -----------------------------------------------------------------------------
 
 
@@ -570,17 +558,54 @@ def test_command_on_this_machine_fails_and_records_env_json(tmp_path: Path) -> N
     assert statuses["checkpoint"] == statuses["dataset"] == "ok"
 
 
-def test_command_default_run_dir_is_relative_to_cwd(tmp_path: Path) -> None:
-    done = run_cli("--gpus", "4", cwd=tmp_path)
+def test_command_default_run_dir_is_trains_and_absolute(tmp_path: Path) -> None:
+    """With no --run-dir, env.json lands in the dir `train` writes its evidence to."""
+    done = run_cli("--num-gpus", "4", cwd=tmp_path)
     assert done.returncode in (0, 1), done.stderr
-    data = json.loads((tmp_path / "runs" / "preflight" / "env.json").read_text())
+    train = subprocess.run(
+        [sys.executable, "-m", "miles_amd.cli", "train", "--dry-run", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    run_dir = Path(json.loads(train.stdout)["run_dir"])
+    assert run_dir.is_absolute() and run_dir.is_relative_to(tmp_path)
+    data = json.loads((run_dir / "env.json").read_text())
     assert data["config"]["expected_gpus"] == 4
+    assert data["config"]["run_dir"] == str(run_dir)
     assert data["aiter_variant"] is None
 
 
-@pytest.mark.parametrize("bad", [["--aiter-variant", "nightly"], ["--gpus", "0"]])
+def test_command_takes_the_old_gpus_spelling(tmp_path: Path) -> None:
+    done = run_cli("--gpus", "2", "--run-dir", "rel", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    data = json.loads((tmp_path / "rel" / "env.json").read_text())
+    assert data["config"]["expected_gpus"] == 2
+    assert data["config"]["model_dir"] == "/root/models"
+
+
+def test_env_json_is_readable_by_every_reader(tmp_path: Path) -> None:
+    """Written through miles_amd.files (0644), not a private 0600 temp file renamed."""
+    path = write_env_json(OK_FACTS, tmp_path / "run", {})
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_preflight_modules_stay_small() -> None:
+    run = SRC / "miles_amd" / "run"
+    for name in ("preflight.py", "facts.py", "probes_node.py", "probes_stack.py"):
+        assert len((run / name).read_text().splitlines()) <= 400, name
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--aiter-variant", "nightly"], ["--num-gpus", "0"], ["--gpus", "0"], ["--num-gpus", "x"]],
+)
 def test_command_rejects_bad_options_without_writing(tmp_path: Path, bad: list[str]) -> None:
     done = run_cli(*bad, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
     assert done.returncode == 2
-    assert bad[0] in done.stderr
+    assert done.stdout == ""
+    assert done.stderr.startswith(f"miles-amd: error: Invalid value for '{bad[0]}'")
+    assert done.stderr.count("\n") == 1
     assert not (tmp_path / "run").exists()

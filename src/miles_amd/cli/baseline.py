@@ -27,15 +27,15 @@ import tempfile
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
-baseline_app = typer.Typer(
-    help="Record a baseline from a finished run; diff two baselines.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
+from miles_amd.cli.errors import EXIT_CODES_HELP
+from miles_amd.cli.errors import fail as _fail
+from miles_amd.cli.options import new_app
+
+baseline_app = new_app("Record a baseline from a finished run; diff two baselines.")
 
 
 class Variant(str, Enum):
@@ -51,11 +51,6 @@ class DiffFormat(str, Enum):
 def register(app: typer.Typer) -> None:
     """Add the ``baseline`` command group (``record``, ``diff``) to ``app``."""
     app.add_typer(baseline_app, name="baseline")
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"miles-amd: error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def write_atomically(path: Path, text: str, *, replace: bool) -> None:
@@ -76,7 +71,7 @@ def write_atomically(path: Path, text: str, *, replace: bool) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-@baseline_app.command("record")
+@baseline_app.command("record", epilog=EXIT_CODES_HELP)
 def record(
     run_dir: Annotated[
         Path,
@@ -156,7 +151,7 @@ def record(
     )
 
 
-@baseline_app.command("diff")
+@baseline_app.command("diff", epilog=EXIT_CODES_HELP)
 def diff(
     old: Annotated[str, typer.Argument(help="stock, patched, or a baseline file path.")],
     new: Annotated[str, typer.Argument(help="stock, patched, or a baseline file path.")],

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
+
+from miles_amd.cli.errors import EXIT_CODES_HELP
+from miles_amd.cli.errors import fail as _fail
 
 
 class OutputFormat(str, Enum):
@@ -30,12 +33,7 @@ class OutputFormat(str, Enum):
 
 def register(app: typer.Typer) -> None:
     """Add the ``gate`` command to ``app``."""
-    app.command("gate")(gate)
-
-
-def _fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"miles-amd: error: {message}", err=True)
-    raise typer.Exit(code)
+    app.command("gate", epilog=EXIT_CODES_HELP)(gate)
 
 
 def gate(
@@ -87,10 +85,10 @@ def gate(
         _fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
     typer.echo(render(verdict, output_format.value), nl=False)
     if verdict.verdict == "error":
-        typer.echo(
-            f"miles-amd: error: --run-dir {run_dir}: {verdict.reason}; "
+        _fail(
+            f"--run-dir {run_dir}: {verdict.reason}; "
             f"point it at a run directory with tensorboard/, ci_history/, job.log or job.json "
             f"(report: {files.json})",
-            err=True,
+            code=verdict.exit_code,
         )
     raise typer.Exit(verdict.exit_code)

@@ -1,8 +1,11 @@
 """``miles-amd preflight``: check the node, image and inputs before a run, and record them.
 
 Decides the command's options, output and exit code: it prints the preflight table, writes
-``env.json`` into the run dir, and exits 0 when every fact is ``ok``, 1 otherwise with one line
-on stderr naming the failing facts. The probes themselves live in ``miles_amd.run.preflight``,
+``env.json`` into ``--run-dir`` (the same dir, with the same default, that ``train
+--run-dir`` writes its evidence to and ``baseline record --run-dir`` reads), and exits 0 when
+every fact is ``ok``, 1 otherwise with one line on stderr naming the failing facts, 2 on bad
+input. The dir options and their defaults are ``train``'s (``cli.options``); ``--gpus`` is
+the hidden old spelling of ``--num-gpus``. The probes live in ``miles_amd.run.preflight``,
 imported only when the command runs, so registering the command costs nothing.
 """
 
@@ -11,47 +14,58 @@ from __future__ import annotations
 import platform
 import socket
 from enum import Enum
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from miles_amd.cli.errors import EXIT_CODES_HELP, EXIT_FAILED, fail
+from miles_amd.cli.options import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_MEGATRON_DIR,
+    DEFAULT_MILES_DIR,
+    DEFAULT_MODEL_DIR,
+    DEFAULT_NUM_GPUS,
+    DEFAULT_RUN_DIR,
+    DataDirOpt,
+    GpusAliasOpt,
+    MegatronDirOpt,
+    MilesDirOpt,
+    ModelDirOpt,
+    NumGpusOpt,
+    RunDirOpt,
+    resolve_alias,
+)
+from miles_amd.variants import AITER_VARIANTS
 
-class AiterVariant(str, Enum):
-    stock = "stock"
-    patched = "patched"  # with ROCm/aiter#5694
+# The choices of --aiter-variant, built from the one declaration of the variants.
+AiterVariantChoice = Enum(  # type: ignore[misc]
+    "AiterVariantChoice", {name: name for name in AITER_VARIANTS}, type=str
+)
+AiterVariantOpt = Annotated[
+    AiterVariantChoice | None,
+    typer.Option("--aiter-variant", help="The image's aiter: stock, or patched (ROCm/aiter#5694)."),
+]
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``preflight`` command to ``app``."""
-    app.command("preflight")(preflight)
+    app.command("preflight", epilog=EXIT_CODES_HELP)(preflight)
 
 
 def preflight(
-    model_dir: Annotated[Path, typer.Option("--model-dir", help="Holds gpt-oss-20b-bf16/.")] = Path(
-        "/root/models"
-    ),
-    data_dir: Annotated[
-        Path, typer.Option("--data-dir", help="Holds dapo-math-17k/dapo-math-17k.jsonl.")
-    ] = Path("/root/datasets"),
-    miles_dir: Annotated[
-        Path, typer.Option("--miles-dir", help="miles checkout (train.py).")
-    ] = Path("/root/miles"),
-    megatron_dir: Annotated[
-        Path, typer.Option("--megatron-dir", help="Megatron-LM checkout.")
-    ] = Path("/root/Megatron-LM"),
-    run_dir: Annotated[Path, typer.Option("--run-dir", help="env.json is written here.")] = Path(
-        "runs/preflight"
-    ),
-    aiter_variant: Annotated[
-        AiterVariant | None,
-        typer.Option(
-            "--aiter-variant", help="The image's aiter: stock, or patched (ROCm/aiter#5694)."
-        ),
-    ] = None,
-    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs the node must have.")] = 8,
+    model_dir: ModelDirOpt = DEFAULT_MODEL_DIR,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR,
+    miles_dir: MilesDirOpt = DEFAULT_MILES_DIR,
+    megatron_dir: MegatronDirOpt = DEFAULT_MEGATRON_DIR,
+    run_dir: RunDirOpt = DEFAULT_RUN_DIR,
+    aiter_variant: AiterVariantOpt = None,
+    num_gpus: NumGpusOpt = DEFAULT_NUM_GPUS,
+    gpus: GpusAliasOpt = None,
 ) -> None:
-    """Check GPUs, ROCm, packages, checkouts, inputs and disk; write env.json."""
+    """Check GPUs, ROCm, packages, checkouts, inputs and disk; write env.json to --run-dir.
+
+    Exit 1 when any fact is not ok (the table says what to do).
+    """
     from miles_amd.run.preflight import (
         PreflightConfig,
         failing_facts,
@@ -60,13 +74,16 @@ def preflight(
         write_env_json,
     )
 
+    expected_gpus = resolve_alias(
+        num_gpus, gpus, default=DEFAULT_NUM_GPUS, names=("--num-gpus", "--gpus")
+    )
     config = PreflightConfig(
         model_dir=model_dir,
         data_dir=data_dir,
         miles_dir=miles_dir,
         megatron_dir=megatron_dir,
         run_dir=run_dir,
-        expected_gpus=gpus,
+        expected_gpus=expected_gpus,
         aiter_variant=aiter_variant.value if aiter_variant else None,
     )
     facts = run_preflight(config)
@@ -79,13 +96,10 @@ def preflight(
     try:
         path = write_env_json(facts, run_dir, extra)
     except OSError as exc:
-        typer.echo(
-            f"miles-amd: error: --run-dir {run_dir}: cannot write env.json ({exc})", err=True
-        )
-        raise typer.Exit(2) from None
+        fail(f"--run-dir {run_dir}: cannot write env.json ({exc}); choose a writable dir")
     typer.echo(f"wrote {path}")
     failing = failing_facts(facts)
     if failing:
         listed = ", ".join(f"{f.name} ({f.status})" for f in failing)
         typer.echo(f"miles-amd: preflight failed: {listed}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,206 @@
+"""``miles-amd train`` and ``miles-amd full-train``: build the recipe and its plan, check, run.
+
+Decides the commands' options, what is checked before anything runs and in which order:
+flags (parsed and range-checked by ``cli.options``), then the recipe's invariants and
+``--extra-args`` (``recipe.settings``; credentials there are refused), then ``--gate``
+(the baseline must load), and, for a real run only, the checkpoint, the dataset and the miles
+checkout (``recipe.inputs``). Any of these is one line on stderr and exit 2, with nothing
+started and no run dir written. Running is ``run.driver``'s, imported only for a real run.
+``full-train`` is ``prepare`` then ``train``, with exactly ``train``'s options.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from miles_amd.cli.errors import EXIT_CODES_HELP, EXIT_FAILED, fail
+from miles_amd.cli.options import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_HARDWARE,
+    DEFAULT_MEGATRON_DIR,
+    DEFAULT_MILES_DIR,
+    DEFAULT_MODEL_DIR,
+    DEFAULT_NUM_GPUS,
+    DEFAULT_NUM_ROLLOUTS,
+    DEFAULT_RUN_DIR,
+    DEFAULT_TIMEOUT_S,
+    DataDirOpt,
+    DryRunOpt,
+    ExtraArgsOpt,
+    GateOpt,
+    HardwareOpt,
+    JsonOpt,
+    MegatronDirOpt,
+    MilesDirOpt,
+    ModelDirOpt,
+    NumGpusOpt,
+    NumRolloutAliasOpt,
+    NumRolloutsOpt,
+    OverridePinnedOpt,
+    RunDirOpt,
+    TimeoutOpt,
+    resolve_alias,
+)
+from miles_amd.cli.prepare import print_plan, run_prepare
+from miles_amd.recipe.plan import build_prepare_plan, build_train_plan, format_plan
+from miles_amd.recipe.settings import Hardware, Recipe, RecipeError, parse_hardware
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``train`` and ``full-train`` to ``app``."""
+    app.command("train", epilog=EXIT_CODES_HELP)(train)
+    app.command("full-train", epilog=EXIT_CODES_HELP)(full_train)
+
+
+def train(
+    hardware: HardwareOpt = DEFAULT_HARDWARE,
+    num_gpus: NumGpusOpt = DEFAULT_NUM_GPUS,
+    model_dir: ModelDirOpt = DEFAULT_MODEL_DIR,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR,
+    miles_dir: MilesDirOpt = DEFAULT_MILES_DIR,
+    megatron_dir: MegatronDirOpt = DEFAULT_MEGATRON_DIR,
+    num_rollouts: NumRolloutsOpt = DEFAULT_NUM_ROLLOUTS,
+    num_rollout: NumRolloutAliasOpt = None,
+    extra_args: ExtraArgsOpt = "",
+    override_pinned: OverridePinnedOpt = False,
+    run_dir: RunDirOpt = DEFAULT_RUN_DIR,
+    gate: GateOpt = None,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    dry_run: DryRunOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the recipe as a Ray job, write the run dir, and optionally gate it."""
+    recipe = make_recipe(**_recipe_options(locals()))
+    check_gate(gate)
+    run_train(recipe, run_dir, gate, timeout, dry_run, as_json)
+
+
+def full_train(**options: Any) -> None:
+    """`prepare`, then `train` (same options as `train`)."""
+    recipe = make_recipe(**_recipe_options(options))
+    check_gate(options["gate"])
+    prepare_plan = build_prepare_plan(recipe)
+    run_dir, dry_run = options["run_dir"], options["dry_run"]
+    if dry_run and options["as_json"]:
+        train_plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
+        merged = train_plan.to_dict()
+        merged["steps"] = [s.to_dict() for s in prepare_plan.steps] + merged["steps"]
+        typer.echo(json.dumps(merged, indent=2))
+        return
+    if dry_run:
+        typer.echo(format_plan(prepare_plan))
+    else:
+        run_prepare(prepare_plan)
+    run_train(recipe, run_dir, options["gate"], options["timeout"], dry_run, as_json=False)
+
+
+# `full-train` takes exactly `train`'s options: typer reads them from this signature.
+full_train.__signature__ = inspect.signature(train, eval_str=True)  # type: ignore[attr-defined]
+
+
+def _recipe_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options ``make_recipe`` takes, the hidden ``--num-rollout`` merged in."""
+    rollouts = resolve_alias(
+        options["num_rollouts"],
+        options["num_rollout"],
+        default=DEFAULT_NUM_ROLLOUTS,
+        names=("--num-rollouts", "--num-rollout"),
+    )
+    names = inspect.signature(make_recipe).parameters
+    return {name: rollouts if name == "num_rollouts" else options[name] for name in names}
+
+
+def resolve_hardware(value: str) -> Hardware:
+    if value.lower() == "auto":
+        from miles_amd.recipe.hardware import HardwareDetectionError, detect_hardware
+
+        try:
+            return detect_hardware()
+        except HardwareDetectionError as exc:
+            fail(str(exc))
+    try:
+        return parse_hardware(value)
+    except RecipeError as exc:
+        fail(str(exc))
+
+
+def make_recipe(
+    hardware: str,
+    num_gpus: int,
+    model_dir: Path,
+    data_dir: Path,
+    miles_dir: Path,
+    megatron_dir: Path,
+    num_rollouts: int,
+    extra_args: str,
+    override_pinned: bool,
+) -> Recipe:
+    try:
+        return Recipe(
+            hardware=resolve_hardware(hardware),
+            num_gpus=num_gpus,
+            model_dir=str(model_dir),
+            data_dir=str(data_dir),
+            miles_dir=str(miles_dir),
+            megatron_dir=str(megatron_dir),
+            num_rollout=num_rollouts,
+            extra_args=extra_args,
+            override_pinned=override_pinned,
+        )
+    except RecipeError as exc:
+        fail(str(exc))
+
+
+def check_gate(gate: str | None) -> None:
+    """``--gate`` must name a baseline that loads, checked before an hour of GPUs is spent."""
+    if gate is None:
+        return
+    from miles_amd.baseline.model import SHIPPED, BaselineError, load_baseline
+
+    if gate not in SHIPPED and not Path(gate).is_file():
+        fail(
+            f"--gate {gate}: neither a shipped baseline nor a file; fix: pass --gate stock, "
+            "--gate patched or the path of a baseline JSON file"
+        )
+    try:
+        load_baseline(gate)
+    except BaselineError as exc:
+        # The loader words its fixes for `miles-amd gate`, whose flag is --baseline.
+        fail(f"--gate {gate}: {exc}".replace("--baseline", "--gate"))
+
+
+def check_inputs(recipe: Recipe) -> None:
+    """Before a real run: a BF16, complete checkpoint and a dataset with the right keys."""
+    from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
+
+    try:
+        validate_checkpoint(Path(recipe.checkpoint_dir), flag="--model-dir")
+        validate_dataset(Path(recipe.dataset_file), flag="--data-dir")
+    except InputError as exc:
+        fail(str(exc))
+    if not Path(recipe.train_script).is_file():
+        fail(f"--miles-dir {recipe.miles_dir}: no train.py there; point it at a miles checkout")
+
+
+def run_train(
+    recipe: Recipe, run_dir: Path, gate: str | None, timeout: float, dry_run: bool, as_json: bool
+) -> None:
+    plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
+    if dry_run:
+        print_plan(plan, as_json)
+        return
+    check_inputs(recipe)
+    from miles_amd.run.driver import DriverError, execute
+
+    try:
+        outcome = execute(plan, timeout_s=timeout, baseline=gate)
+    except DriverError as exc:
+        fail(str(exc), code=EXIT_FAILED)
+    typer.echo(outcome.summary())
+    raise typer.Exit(outcome.exit_code)
