@@ -25,6 +25,7 @@ from miles_amd.run.preflight import (
     run_preflight,
     write_env_json,
 )
+from miles_amd.run_dir import RunDir
 
 pytestmark = pytest.mark.mi355x
 
@@ -71,8 +72,8 @@ def test_recipe_matches_baseline(node, variant: str) -> None:
     )
     plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
     outcome = execute(plan, timeout_s=RUN_TIMEOUT_S, baseline=variant)
-    report_md = run_dir / "report" / "report.md"
-    report = json.loads((run_dir / "report" / "report.json").read_text())
+    report_md = RunDir(run_dir).report / "report.md"
+    report = json.loads((RunDir(run_dir).report / "report.json").read_text())
     failing = [row for row in report["checks"] if row["status"] not in ("pass", "not_measured")]
     assert outcome.verdict == "pass", (
         f"{outcome.summary()}\nfailing checks:\n"
