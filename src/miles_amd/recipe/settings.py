@@ -2,7 +2,7 @@
 
 This module decides *what* miles is asked to run: the recipe's settings, the invariants
 between them, and the exact model and train argv in the order RECIPE.md gives. It does not
-decide how the job is launched (``launcher``) and never touches the filesystem, the
+decide how the job is launched (``recipe.plan``) and never touches the filesystem, the
 environment or a GPU: building the argv is a pure function of the recipe.
 
 Invariants checked on construction (each error names the broken one):
@@ -152,8 +152,8 @@ class Recipe:
     lora_base_cpu_backup: bool = True
     qkv_format: str = "bshd"
     use_dynamic_batch_size: bool = False
-    use_wandb: bool = False  # the launcher turns it on only when a W&B key is configured
-    capture_metrics: bool = False  # TensorBoard + CI history, for the gate (set by the launcher)
+    use_wandb: bool = False  # the plan (recipe.plan) turns it on only when a W&B key is configured
+    capture_metrics: bool = False  # TensorBoard + CI history, for the gate (set by recipe.plan)
     wandb_project: str = "miles-amd"
     wandb_group: str = "gpt-oss-20b-lora"
     extra_args: str = ""
@@ -350,7 +350,7 @@ def _train_args(r: Recipe) -> list[Arg]:
     )
     if r.capture_metrics:
         # miles has no CLI switch for CI history: the env MILES_CI_GATE_RECORD_DIR alone turns
-        # it on (miles/utils/arguments.py); the launcher sets it with TENSORBOARD_DIR.
+        # it on (miles/utils/arguments.py); recipe.plan sets it with TENSORBOARD_DIR.
         tracking.append(_a("--use-tensorboard"))
     batching = [_a("--use-dynamic-batch-size")] if r.use_dynamic_batch_size else []
     return [

@@ -15,7 +15,7 @@ Facts about the environment the probes rely on:
 - The SGLang that miles drives must serve ``/register_lora_adapter`` (miles calls it at the
   first LoRA weight update; images without it fail there with HTTP 404). The route is found
   as a quoted string in the sources under ``sglang/srt/entrypoints/``.
-- Megatron-LM and miles run from checkouts put on ``PYTHONPATH`` by the launcher, so they are
+- Megatron-LM and miles run from checkouts put on ``PYTHONPATH`` by ``recipe.plan``, so they are
   probed in the given directories; their git commit comes from ``git -C <dir> rev-parse
   HEAD``. Packages installed in site-packages get no commit (a venv inside some other
   repository would otherwise report that repository's commit).
@@ -83,7 +83,7 @@ def probe_megatron_bridge(config: PreflightConfig) -> Fact:
 
 
 def probe_megatron_lm(config: PreflightConfig) -> Fact:
-    """The Megatron-LM checkout the launcher puts on PYTHONPATH (module ``megatron.core``)."""
+    """The Megatron-LM checkout the plan puts on PYTHONPATH (module ``megatron.core``)."""
     name = "megatron_lm"
     root = config.megatron_dir
     if not root.is_dir():
