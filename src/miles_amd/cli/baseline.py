@@ -6,8 +6,8 @@ when a run is refused is ``miles_amd.baseline.record``'s (its module doc states 
 - ``record --run-dir DIR --variant stock|patched --out PATH``: reads the run strictly
   (``metrics.run_dir.load_run``), records it with the shipped baseline of that variant as
   template, checks the loader accepts the result and the run passes it, and writes ``PATH``
-  atomically (temp file in the same directory, then a rename: ``os.link`` without ``--force``,
-  so an existing file is never replaced by a race, ``os.replace`` with it). Exit 0 written;
+  atomically (``miles_amd.files.atomic_write_text``: without ``--force`` the final step is a
+  link, so an existing file is never replaced by a race). Exit 0 written;
   2 refused (no run dir, a failed, short, corrupt, non-finite or fatal-log run, preflight not
   passed without ``--allow-no-preflight``, ``--out`` exists without ``--force``), with one
   line on stderr naming the flag or file and the fix, and nothing written.
@@ -23,13 +23,14 @@ registering them costs the CLI's start-up nothing.
 from __future__ import annotations
 
 import os
-import tempfile
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+
+from miles_amd.variants import AITER_VARIANTS
 
 baseline_app = typer.Typer(
     help="Record a baseline from a finished run; diff two baselines.",
@@ -38,9 +39,8 @@ baseline_app = typer.Typer(
 )
 
 
-class Variant(str, Enum):
-    stock = "stock"
-    patched = "patched"  # with ROCm/aiter#5694
+# stock, or patched (with ROCm/aiter#5694): miles_amd.variants declares them.
+Variant = Enum("Variant", [(name, name) for name in AITER_VARIANTS], type=str)  # type: ignore[misc]
 
 
 class DiffFormat(str, Enum):
@@ -56,24 +56,6 @@ def register(app: typer.Typer) -> None:
 def _fail(message: str) -> NoReturn:
     typer.echo(f"miles-amd: error: {message}", err=True)
     raise typer.Exit(2)
-
-
-def write_atomically(path: Path, text: str, *, replace: bool) -> None:
-    """Write ``text`` to ``path`` whole or not at all; ``FileExistsError`` if it exists and
-    ``replace`` is false (checked by the final link, so no race can clobber a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if replace:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 @baseline_app.command("record")
@@ -116,9 +98,11 @@ def record(
     if not run_dir.is_dir():
         _fail(f"--run-dir {run_dir}: no such directory; fix: point it at a finished run's dir")
 
+    from miles_amd.baseline.json_text import baseline_json_text
     from miles_amd.baseline.model import SCHEMA_PATH, BaselineError, load_baseline
-    from miles_amd.baseline.record import RecordError, baseline_json_text, record_baseline
+    from miles_amd.baseline.record import RecordError, record_baseline
     from miles_amd.evidence.load import load_run
+    from miles_amd.files import atomic_write_text
 
     try:
         template = load_baseline(variant.value)
@@ -143,7 +127,7 @@ def record(
     except RecordError as exc:
         _fail(str(exc))
     try:
-        write_atomically(out, baseline_json_text(doc), replace=force)
+        atomic_write_text(out, baseline_json_text(doc), replace=force)
     except FileExistsError:
         _fail(f"--out {out}: already exists; fix: pass --force to replace it, or another --out")
     except OSError as exc:
@@ -165,13 +149,15 @@ def diff(
     ] = DiffFormat.text,
 ) -> None:
     """Print what a reviewer must look at between two baselines (exit 0 when both load)."""
-    from miles_amd.baseline.model import BaselineError, load_baseline
-    from miles_amd.baseline.record import diff_baselines, render_diff
+    from miles_amd.baseline.diff import diff_baselines, render_diff
+    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
 
     loaded = []
     for label, spec in (("OLD", old), ("NEW", new)):
         try:
-            loaded.append(load_baseline(spec))
+            loaded.append(load_baseline(spec, flag=label))
+        except UnknownBaselineError as exc:
+            _fail(str(exc))
         except BaselineError as exc:
             _fail(f"{label} {spec}: {exc}")
     typer.echo(render_diff(diff_baselines(*loaded), output_format.value), nl=False)
