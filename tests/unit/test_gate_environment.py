@@ -117,7 +117,10 @@ def test_an_unrecorded_field_fails_only_when_required(tmp_path: Path) -> None:
     assert strict.status == "fail"
 
 
-def test_a_baseline_without_an_identity_cannot_pass_a_required_check() -> None:
+def test_a_baseline_without_a_hardware_identity_cannot_pass_a_required_check(
+    tmp_path: Path,
+) -> None:
+    """As ``baseline record --allow-no-preflight`` writes it: only the declared variant."""
     raw = json.loads(PATCHED.read_text())
     raw["provenance"]["environment"] = {
         "gpu_arch": None,
@@ -128,6 +131,11 @@ def test_a_baseline_without_an_identity_cannot_pass_a_required_check() -> None:
     }
     partial = parse_baseline(json.dumps(raw), path="partial.json")
     assert identity(EXAMPLE, partial).status == "not_measured"
+    run_dir = run_dir_with_env(tmp_path)
+    assert identity(run_dir, partial).status == "pass"  # the variant matches
+    required = identity(run_dir, partial, require_env=True)
+    assert required.status == "fail"
+    assert "the baseline records no gpu_arch, gpu_count, rocm" in required.detail
 
 
 def test_the_embedded_example_passes_without_env_json(tmp_path: Path) -> None:

@@ -35,20 +35,17 @@ found relative to this file (the package is installed editable from the repo's `
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from miles_amd.baseline import bands
+from miles_amd.baseline import bands, json_text
 from miles_amd.baseline.bands import Band, Spread
 from miles_amd.variants import AITER_VARIANTS
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RECIPE_DIR = "gpt_oss_20b_lora"
 SHIPPED: tuple[str, ...] = AITER_VARIANTS  # one shipped baseline per aiter variant, same name
 BASELINES_DIR_ENV = "MILES_AMD_BASELINES_DIR"
@@ -205,43 +202,18 @@ def load_baseline(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> 
 def parse_baseline(text: str, *, path: str) -> Baseline:
     """Validate baseline JSON ``text`` (``path`` only names it in errors)."""
     try:
-        raw = json.loads(text, parse_constant=_NonFinite, parse_float=_float)
+        raw = json_text.loads_finite(text)
     except json.JSONDecodeError as exc:
         raise BaselineError(
             f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg}); "
             "fix: correct the JSON syntax there"
         ) from exc
-    _reject_non_finite(raw, "$", path)
+    except json_text.NonFiniteNumberError as exc:
+        raise BaselineError(f"{path}: {exc}; fix: write a finite number") from exc
     _validate_schema(raw, path)
     baseline = build_baseline(raw, path)
     _check_consistency(baseline, path)
     return baseline
-
-
-class _NonFinite(str):
-    """A ``NaN``/``Infinity``/``-Infinity`` literal, kept as written until its path is known."""
-
-
-def _float(text: str) -> float | _NonFinite:
-    value = float(text)
-    return value if math.isfinite(value) else _NonFinite(text)
-
-
-def _reject_non_finite(value: object, where: str, path: str) -> None:
-    """Refuse the first non-finite number, naming its JSON path (``$.rules[3].threshold``)."""
-    if isinstance(value, _NonFinite):
-        raise BaselineError(
-            f"{path}: {where}: non-finite number {value} (not a finite float); "
-            "fix: write a finite number"
-        )
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _reject_non_finite(
-                item, f"{where}.{key}" if _PLAIN_KEY.match(key) else f"{where}[{key!r}]", path
-            )
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _reject_non_finite(item, f"{where}[{index}]", path)
 
 
 @cache
@@ -339,14 +311,24 @@ def build_baseline(raw: Mapping[str, Any], path: str) -> Baseline:
     )
 
 
-def _check_consistency(baseline: Baseline, path: str) -> None:
-    def fail(where: str, what: str, fix: str) -> BaselineError:
-        return BaselineError(f"{path}: {where}: {what}; fix: {fix}")
+# A refusal: (JSON path, what is wrong, the fix).
+_Problem = tuple[str, str, str]
 
+
+def _check_consistency(baseline: Baseline, path: str) -> None:
+    """Raise the first problem of :func:`_problems` as one line naming file, field and fix."""
+    problem = next(_problems(baseline), None)
+    if problem is not None:
+        where, what, fix = problem
+        raise BaselineError(f"{path}: {where}: {what}; fix: {fix}")
+
+
+def _problems(baseline: Baseline) -> Iterator[_Problem]:
+    """Checks 2 to 5 of the module doc, in that order."""
     n = baseline.run_shape.rollouts
     for metric, values in baseline.series.items():
         if len(values) != n:
-            raise fail(
+            yield (
                 f"$.evidence.series['{metric}']",
                 f"{len(values)} values for {n} rollouts",
                 "give one value per rollout, rollout 0 first, or correct run_shape.rollouts",
@@ -354,39 +336,44 @@ def _check_consistency(baseline: Baseline, path: str) -> None:
     seen: dict[str, int] = {}
     for index, rule in enumerate(baseline.rules):
         if rule.id in seen:
-            raise fail(
+            yield (
                 f"$.rules[{index}].id",
                 f"duplicate id {rule.id!r} (also rules[{seen[rule.id]}])",
                 "give every rule its own id",
             )
         seen[rule.id] = index
     if not any(r.kind == "steps_complete" and r.required for r in baseline.rules):
-        raise fail(
+        yield (
             "$.rules",
             "no required steps_complete rule",
             "require at least one metric's steps, or the gate could pass without evidence",
         )
+    yield from _missing_guards(baseline)
+    from miles_amd.judge.rules import validate_rule  # the registry types rules it validates
+
+    for index, rule in enumerate(baseline.rules):
+        problem = validate_rule(rule, baseline)
+        if problem is not None:
+            field, what, fix = problem
+            yield f"$.rules[{index}]{field}", what, fix
+
+
+def _missing_guards(baseline: Baseline) -> Iterator[_Problem]:
+    """Every gated metric has a finite and a steps_complete rule, required when any is."""
     for metric in sorted({r.metric for r in baseline.rules if r.metric is not None}):
         on_metric = [r for r in baseline.rules if r.metric == metric]
         needs_required = any(r.required for r in on_metric)
         for kind in ("finite", "steps_complete"):
             guards = [r for r in on_metric if r.kind == kind]
             if not guards:
-                raise fail(
+                yield (
                     "$.rules",
                     f"metric {metric} is gated but has no {kind} rule",
                     f'add {{"kind": "{kind}", "metric": "{metric}", ...}}',
                 )
-            if needs_required and not any(r.required for r in guards):
-                raise fail(
+            elif needs_required and not any(r.required for r in guards):
+                yield (
                     f"$.rules[{baseline.rules.index(guards[0])}].required",
                     f"{kind} rule of {metric} is optional while another rule on it is required",
                     "set required to true",
                 )
-    from miles_amd.judge.rules import validate_rule
-
-    for index, rule in enumerate(baseline.rules):
-        problem = validate_rule(rule, baseline)
-        if problem is not None:
-            field, what, fix = problem
-            raise fail(f"$.rules[{index}]{field}", what, fix)

@@ -320,22 +320,28 @@ def record_baseline(
         summaries=summaries,
         rules=(),
     )
+    doc = _document(draft, rec, schema_ref)
+    _check_round_trip(doc, evidence, n)
+    return doc
+
+
+def _document(draft: Baseline, rec: _Recording, schema_ref: str | None) -> dict[str, Any]:
+    """The file's JSON object: the draft's fields, the template's rules recorded for it."""
     doc: dict[str, Any] = {} if schema_ref is None else {"$schema": schema_ref}
     doc.update(
         {
             "schema_version": 1,
-            "name": name,
-            "description": description,
-            "provenance": draft.provenance,
+            "name": draft.name,
+            "description": draft.description,
+            "provenance": dict(draft.provenance),
             "run_shape": _run_shape_json(draft.run_shape),
             "evidence": {
-                "series": {m: list(vs) for m, vs in recorded.items()},
-                "summaries": summaries,
+                "series": {m: list(vs) for m, vs in draft.series.items()},
+                "summaries": dict(draft.summaries),
             },
-            "rules": [_rule_entry(rule, draft, rec) for rule in template.rules],
+            "rules": [_rule_entry(rule, draft, rec) for rule in rec.template.rules],
         }
     )
-    _check_round_trip(doc, evidence, n)
     return doc
 
 

@@ -21,8 +21,8 @@ A field the baseline records as null (the shipped references did not publish the
 version) is not compared. Outcome: any mismatch fails, naming field, run value and baseline
 value. Without env.json the check is ``not_measured`` (the CPU main job has no GPUs to
 probe) unless ``require_env`` (``--require-env``: the hardware path), which fails it, as it
-fails a field the baseline records but env.json does not, or a baseline that records no
-identity at all.
+fails a field the baseline records but env.json does not, and a baseline that does not record
+the GPU arch, GPU count and ROCm (one recorded without a preflight cannot vouch for hardware).
 """
 
 from __future__ import annotations
@@ -30,9 +30,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from miles_amd.judge.checks import Check, Status
 
+if TYPE_CHECKING:
+    from miles_amd.baseline.model import Baseline
+    from miles_amd.evidence.types import RunEvidence
+
+HARDWARE = ("gpu_arch", "gpu_count", "rocm")  # what --require-env needs the baseline to record
 _GPUS = re.compile(r"^\s*(\d+)x\s+([A-Za-z0-9_,]+)")
 _MAJOR_MINOR = re.compile(r"^\s*(\d+)\.(\d+)")
 _RATIONALE = (
@@ -109,7 +115,9 @@ def compare(run: Environment, reference: Environment) -> tuple[list[str], list[s
     return mismatched, unrecorded
 
 
-def _check(status: Status, observed: str | None, expected: str, detail: str, required: bool):
+def _check(
+    status: Status, observed: str | None, expected: str, detail: str, required: bool
+) -> Check:
     return Check(
         name="environment.identity",
         kind="environment",
@@ -123,14 +131,18 @@ def _check(status: Status, observed: str | None, expected: str, detail: str, req
     )
 
 
-def environment_check(evidence, baseline, *, require_env: bool) -> Check:
+def environment_check(evidence: RunEvidence, baseline: Baseline, *, require_env: bool) -> Check:
     """``environment.identity`` of ``evidence`` against ``baseline``; see the module doc."""
     reference = baseline_environment(baseline.provenance)
     expected = reference.describe()
     absent: Status = "fail" if require_env else "not_measured"
-    if reference == Environment():
-        detail = "not measured: the baseline records no environment (provenance.environment)"
-        return _check(absent, None, expected, detail, require_env)
+    unknown = [name for name in HARDWARE if getattr(reference, name) is None]
+    if require_env and unknown:
+        detail = (
+            f"the baseline records no {', '.join(unknown)} (provenance.environment), so it "
+            "cannot vouch for this hardware; record it from a run with a passing preflight"
+        )
+        return _check("fail", None, expected, detail, True)
     if evidence.env is None:
         unreadable = [p.detail for p in evidence.problems if p.source == "env_json"]
         if unreadable:
