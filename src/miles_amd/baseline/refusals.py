@@ -26,11 +26,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.judge.environment import env_facts
 from miles_amd.judge.rules import KINDS
+from miles_amd.run_dir import RunDir
 
 _LIST_LIMIT = 8
 
@@ -76,7 +78,7 @@ def check_sources(evidence: RunEvidence) -> None:
 
 def check_job(evidence: RunEvidence) -> str:
     """The run id; refuses a missing job.json or a job that did not succeed."""
-    where = f"{evidence.run_dir}/job.json"
+    where = RunDir(Path(evidence.run_dir)).job_json
     job = evidence.job
     if job is None:
         raise RecordError(
@@ -95,7 +97,7 @@ def check_job(evidence: RunEvidence) -> str:
 
 def check_preflight(evidence: RunEvidence, variant: str, allow_no_preflight: bool) -> str:
     """The preflight outcome for ``provenance.notes``; refuses what the flags do not allow."""
-    where = f"{evidence.run_dir}/env.json"
+    where = RunDir(Path(evidence.run_dir)).env_json
     env = evidence.env
     allow = "or pass --allow-no-preflight to record anyway (noted in the provenance)"
     if env is None:
@@ -132,10 +134,10 @@ def check_preflight(evidence: RunEvidence, variant: str, allow_no_preflight: boo
 def check_sentinels(evidence: RunEvidence) -> None:
     fatal = [hit for hit in evidence.sentinels if hit.severity == "fatal"]
     if fatal:
-        hit = fatal[0]
+        hit, log = fatal[0], RunDir(Path(evidence.run_dir)).job_log
         raise RecordError(
-            f"{evidence.run_dir}/job.log: fatal log signature {hit.name} ({hit.count}x, first "
-            f"at line {hit.first_line}); fix: record a run whose log has no fatal signature"
+            f"{log}: fatal log signature {hit.name} ({hit.count}x, first at line "
+            f"{hit.first_line}); fix: record a run whose log has no fatal signature"
         )
 
 
