@@ -52,14 +52,8 @@ class RuleContext:
     baseline: Baseline
     rollouts: int
 
-    def axis(self, metric: str) -> str:
-        return axis(metric)
-
     def expected_steps(self, metric: str) -> range:
-        per_rollout = self.baseline.run_shape.train_steps_per_rollout
-        if metric.startswith("train/"):
-            return range(self.rollouts * per_rollout)
-        return range(self.rollouts)
+        return step_range(metric, self.baseline, self.rollouts)
 
     def where(self, metric: str, step: int) -> str:
         """Name a point by its rollout: ``rollout 3`` (and its train step when they differ)."""
@@ -72,6 +66,14 @@ class RuleContext:
 def axis(metric: str) -> str:
     """The step a metric is logged at: ``train/step`` for ``train/*``, else ``rollout/step``."""
     return "train/step" if metric.startswith("train/") else "rollout/step"
+
+
+def step_range(metric: str, baseline: Baseline, rollouts: int) -> range:
+    """Steps a complete run logs ``metric`` at: one a rollout, or ``train_steps_per_rollout``
+    a rollout for ``train/*`` metrics."""
+    if metric.startswith("train/"):
+        return range(rollouts * baseline.run_shape.train_steps_per_rollout)
+    return range(rollouts)
 
 
 def fmt(value: float) -> str:

@@ -24,6 +24,7 @@ from miles_amd.judge.checks import (
     listed,
     passed,
     rule_check,
+    step_range,
     steps_text,
 )
 
@@ -113,9 +114,8 @@ def check_steps_complete(rule: Rule, series: Series, ctx: RuleContext) -> Check:
 
 def expected_steps(rule: Rule, baseline: Baseline, rollouts: int) -> str:
     assert rule.metric is not None
-    per_rollout = baseline.run_shape.train_steps_per_rollout
-    steps = rollouts * per_rollout if rule.metric.startswith("train/") else rollouts
-    return f"{axis(rule.metric)} 0..{steps - 1}, each once"
+    steps = step_range(rule.metric, baseline, rollouts)
+    return f"{axis(rule.metric)} 0..{steps[-1]}, each once"
 
 
 # ---------------------------------------------------------------------------- finite
