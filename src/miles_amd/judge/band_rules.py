@@ -16,7 +16,15 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from miles_amd.baseline import bands
-from miles_amd.judge.checks import Check, RuleContext, fmt, passed, rule_check, steps_text
+from miles_amd.judge.checks import (
+    Check,
+    Problem,
+    RuleContext,
+    fmt,
+    passed,
+    rule_check,
+    steps_text,
+)
 from miles_amd.judge.value_rules import reference_max
 
 if TYPE_CHECKING:
@@ -24,9 +32,6 @@ if TYPE_CHECKING:
     from miles_amd.evidence.types import Series
 
 COVER_MAX_WIDENING = 2.0
-
-# A refused tolerance: (JSON path below the rule, what is wrong, the fix).
-Problem = tuple[str, str, str]
 
 
 # ---------------------------------------------------------------------------- bands

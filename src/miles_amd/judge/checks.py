@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from miles_amd.evidence.types import RunEvidence
 
 Status = Literal["pass", "fail", "not_measured", "error"]
+# A refused baseline tolerance: (JSON path below the rule, what is wrong, the fix).
+Problem = tuple[str, str, str]
 
 LIST_LIMIT = 8  # steps/problems named in one detail line before "... (N more)"
 

@@ -50,14 +50,11 @@ from typing import TYPE_CHECKING, Any
 
 from miles_amd.judge import band_rules as band
 from miles_amd.judge import value_rules as value
-from miles_amd.judge.checks import Check, RuleContext, rule_check
+from miles_amd.judge.checks import Check, Problem, RuleContext, rule_check
 
 if TYPE_CHECKING:
     from miles_amd.baseline.model import Baseline, Rule
     from miles_amd.evidence.types import Series
-
-# A refused tolerance: (JSON path below the rule, what is wrong, the fix).
-Problem = tuple[str, str, str]
 
 
 def _no_reference(rule: Rule, baseline: Baseline) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from miles_amd.baseline import bands
 from miles_amd.judge.checks import (
     Check,
+    Problem,
     RuleContext,
     axis,
     fmt,
@@ -34,9 +35,6 @@ if TYPE_CHECKING:
 
 THRESHOLD_MAX_RATIO = 20.0  # a spike threshold is at most 20x the reference's largest value
 GRID_ATOL_DIVISOR = 100.0  # a grid's atol is at most 1% of its step
-
-# A refused tolerance: (JSON path below the rule, what is wrong, the fix).
-Problem = tuple[str, str, str]
 
 
 # ---------------------------------------------------------------------------- job_status
