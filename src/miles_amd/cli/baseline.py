@@ -16,8 +16,9 @@ when a run is refused is ``miles_amd.baseline.record``'s (its module doc states 
   provenance before -> after (``--format markdown`` for a PR comment). Exit 0 whenever both
   load (it is a report, not a gate); 2 when either does not.
 
-Everything beyond typer and the standard library is imported inside the commands, so
-registering them costs the CLI's start-up nothing.
+Everything beyond typer, the standard library and ``miles_amd.variants`` (the variant names
+``--variant`` takes) is imported inside the commands, so registering them costs the CLI's
+start-up nothing.
 """
 
 from __future__ import annotations
