@@ -169,15 +169,8 @@ def _cell(text: object) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def render_markdown(verdict: Verdict) -> str:
-    """A reviewer's table: verdict line, failures first, sentinel hits, evidence."""
+def _markdown_checks(verdict: Verdict) -> list[str]:
     lines = [
-        f"**miles-amd gate: {verdict.verdict.upper()}** - run `{verdict.run_dir}` against "
-        f"baseline `{verdict.baseline_name}` ({verdict.baseline_run_id}), "
-        f"{verdict.expected_rollouts} rollouts expected",
-        "",
-        _cell(verdict.reason),
-        "",
         "### Checks",
         "",
         "| status | check | metric | observed | expected | detail |",
@@ -189,20 +182,27 @@ def render_markdown(verdict: Verdict) -> str:
             f"| {_STATUS_LABEL[c.status]} | {_cell(c.name)}{required} | {_cell(c.metric or '')} "
             f"| {_cell(_observed(c))} | {_cell(c.expected)} | {_cell(c.detail)} |"
         )
-    lines += ["", "### Sentinel hits", ""]
-    if verdict.sentinels:
-        lines += [
-            "| sentinel | severity | count | first line | reference | first text |",
-            "|---|---|---|---|---|---|",
-        ]
-        for h in verdict.sentinels:
-            lines.append(
-                f"| {_cell(h.name)} | {h.severity} | {h.count} | {h.first_line} "
-                f"| {_cell(h.reference)} | {_cell(h.first_text[:160])} |"
-            )
-    else:
-        lines.append("No sentinel hit in job.log.")
-    lines += ["", "### Evidence", ""]
+    return lines
+
+
+def _markdown_sentinels(verdict: Verdict) -> list[str]:
+    lines = ["### Sentinel hits", ""]
+    if not verdict.sentinels:
+        return [*lines, "No sentinel hit in job.log."]
+    lines += [
+        "| sentinel | severity | count | first line | reference | first text |",
+        "|---|---|---|---|---|---|",
+    ]
+    for h in verdict.sentinels:
+        lines.append(
+            f"| {_cell(h.name)} | {h.severity} | {h.count} | {h.first_line} "
+            f"| {_cell(h.reference)} | {_cell(h.first_text[:160])} |"
+        )
+    return lines
+
+
+def _markdown_evidence(verdict: Verdict) -> list[str]:
+    lines = ["### Evidence", ""]
     if verdict.sources:
         lines += ["| metric | source |", "|---|---|"]
         lines += [f"| {_cell(m)} | {s} |" for m, s in sorted(verdict.sources.items())]
@@ -210,18 +210,33 @@ def render_markdown(verdict: Verdict) -> str:
         lines.append("No metric was read.")
     lines.append("")
     if verdict.problems:
-        lines.append("Problems:")
-        lines += [f"- {_cell(p)}" for p in verdict.problems]
+        lines += ["Problems:", *(f"- {_cell(p)}" for p in verdict.problems)]
     else:
         lines.append("Problems: none.")
-    if verdict.conflicts:
-        lines.append("")
-        lines.append("Conflicts:")
-        for c in verdict.conflicts:
-            values = ", ".join(f"{k}={v!r}" for k, v in sorted(c.values.items()))
-            lines.append(f"- {_cell(c.metric)} at step {c.step}: {_cell(values)}")
-    else:
-        lines.append("Conflicts: none.")
+    if not verdict.conflicts:
+        return [*lines, "Conflicts: none."]
+    lines += ["", "Conflicts:"]
+    for c in verdict.conflicts:
+        values = ", ".join(f"{k}={v!r}" for k, v in sorted(c.values.items()))
+        lines.append(f"- {_cell(c.metric)} at step {c.step}: {_cell(values)}")
+    return lines
+
+
+def render_markdown(verdict: Verdict) -> str:
+    """A reviewer's table: verdict line, failures first, sentinel hits, evidence."""
+    lines = [
+        f"**miles-amd gate: {verdict.verdict.upper()}** - run `{verdict.run_dir}` against "
+        f"baseline `{verdict.baseline_name}` ({verdict.baseline_run_id}), "
+        f"{verdict.expected_rollouts} rollouts expected",
+        "",
+        _cell(verdict.reason),
+        "",
+        *_markdown_checks(verdict),
+        "",
+        *_markdown_sentinels(verdict),
+        "",
+        *_markdown_evidence(verdict),
+    ]
     return "\n".join(lines) + "\n"
 
 
