@@ -4,7 +4,7 @@ Decides the commands' options, output and exit codes; what a recorded baseline h
 when a run is refused is ``miles_amd.baseline.record``'s (its module doc states the method).
 
 - ``record --run-dir DIR --variant stock|patched --out PATH``: reads the run strictly
-  (``metrics.run_dir.load_run``), records it with the shipped baseline of that variant as
+  (``miles_amd.evidence.load.load_run``), records it with the shipped baseline of that variant as
   template, checks the loader accepts the result and the run passes it, and writes ``PATH``
   atomically (``miles_amd.files.atomic_write_text``: without ``--force`` the final step is a
   link, so an existing file is never replaced by a race). Exit 0 written;
