@@ -594,3 +594,31 @@ def test_an_unknown_baseline_names_the_flag_it_came_from(flag: str) -> None:
     message = str(error.value)
     assert message.startswith(f"{flag} bogus: no such baseline file; fix: use {flag} stock, ")
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("samples_per_rollout", 1_000_000_000),
+        ("max_response_tokens", 1),
+        ("prompts_per_rollout", 1),
+    ],
+)
+def test_a_run_shape_other_than_the_recipes_is_refused(
+    tmp_path: Path, key: str, value: int
+) -> None:
+    """The grid quantum and the one-token atol derive from run_shape: it must be the recipe's."""
+    raw = copy.deepcopy(shipped_raw("stock"))
+    raw["run_shape"][key] = value
+    for r in raw["rules"]:  # keep the derived tolerances self-consistent with the new shape
+        if r["kind"] == "multiple_of" and key == "samples_per_rollout":
+            r["quantum"], r["atol"] = 1 / value, 1e-12
+        if r["kind"] == "near_zero":
+            shape = {**raw["run_shape"]}
+            one = bands.single_token_fraction(
+                shape["samples_per_rollout"], shape["max_response_tokens"]
+            )
+            r["atol"] = bands.round_outward(one / 2, up=False)
+    path = load_text(raw, tmp_path)
+    with pytest.raises(BaselineError, match=rf"\$\.run_shape\.{key}: {value} is not the recipe's"):
+        load_baseline(path)

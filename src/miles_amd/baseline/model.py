@@ -18,7 +18,9 @@ A file is valid when, in order:
    finite, every step present" cannot be forgotten);
 3. at least one required ``steps_complete`` rule exists (a gate that demands no complete
    series could pass without evidence);
-4. every per-rollout series has ``run_shape.rollouts`` values;
+4. every per-rollout series has ``run_shape.rollouts`` values, and the rest of ``run_shape``
+   (train steps, samples and prompts per rollout, response-length cap) is the recipe's
+   (``Recipe``'s defaults: 1, 64, 8, 4096), since tolerances are derived from it;
 5. every rule's tolerance is derived as its kind declares, or lies in its declared sane
    range (``miles_amd.judge.rules.validate_rule``): a band equals the one its ``derive``
    block gives for ``run_shape.rollouts`` (bands come from data, not from taste), a grid's
@@ -38,18 +40,17 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from miles_amd.baseline import bands, json_text
+from miles_amd.baseline import bands, json_text, schema_check
 from miles_amd.baseline.bands import Band, Spread
 from miles_amd.variants import AITER_VARIANTS
 
 RECIPE_DIR = "gpt_oss_20b_lora"
 SHIPPED: tuple[str, ...] = AITER_VARIANTS  # one shipped baseline per aiter variant, same name
 BASELINES_DIR_ENV = "MILES_AMD_BASELINES_DIR"
-SCHEMA_PATH = Path(__file__).resolve().parent / "baseline.schema.json"
+SCHEMA_PATH = schema_check.SCHEMA_PATH
 
 # A key of miles_amd.judge.rules.KINDS; the schema enumerates the same names.
 RuleKind = str
@@ -210,57 +211,13 @@ def parse_baseline(text: str, *, path: str) -> Baseline:
         ) from exc
     except json_text.NonFiniteNumberError as exc:
         raise BaselineError(f"{path}: {exc}; fix: write a finite number") from exc
-    _validate_schema(raw, path)
+    try:
+        schema_check.validate(raw, path)
+    except schema_check.SchemaError as exc:
+        raise BaselineError(str(exc)) from exc
     baseline = build_baseline(raw, path)
     _check_consistency(baseline, path)
     return baseline
-
-
-@cache
-def _validator():
-    import jsonschema
-
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
-
-
-_FIXES = {
-    "required": "add the missing field",
-    "additionalProperties": "remove the field or correct its spelling",
-    "type": "use the type the schema names",
-    "enum": "use one of the allowed values",
-    "const": "use the value the schema names",
-    "pattern": "match the pattern the schema names",
-    "minItems": "add values",
-    "maxItems": "remove values",
-    "minimum": "use a larger value",
-    "maximum": "use a smaller value",
-    "exclusiveMinimum": "use a larger value",
-    "minLength": "write a non-empty value",
-    "not": "remove the field (this kind takes none)",
-    "dependentRequired": "add the field it depends on",
-}
-
-
-def _validate_schema(raw: object, path: str) -> None:
-    import jsonschema
-
-    errors = list(_validator().iter_errors(raw))
-    if not errors:
-        return
-    error = jsonschema.exceptions.best_match(errors)
-    # Descend into if/then branches so the message names the innermost field.
-    while error.context:
-        error = jsonschema.exceptions.best_match(error.context)
-    fix = _FIXES.get(str(error.validator), "see src/miles_amd/baseline/baseline.schema.json")
-    message = " ".join(error.message.split())
-    forbidden = error.validator_value.get("required") if error.validator == "not" else None
-    if forbidden:
-        message = f"this kind takes no {', '.join(repr(f) for f in forbidden)}"
-    if len(message) > 200:
-        message = message[:197] + "..."
-    raise BaselineError(f"{path}: {error.json_path}: {message}; fix: {fix}")
 
 
 def build_baseline(raw: Mapping[str, Any], path: str) -> Baseline:
@@ -349,6 +306,7 @@ def _problems(baseline: Baseline) -> Iterator[_Problem]:
             "require at least one metric's steps, or the gate could pass without evidence",
         )
     yield from _missing_guards(baseline)
+    yield from _shape_problems(baseline.run_shape)
     from miles_amd.judge.rules import validate_rule  # the registry types rules it validates
 
     for index, rule in enumerate(baseline.rules):
@@ -356,6 +314,33 @@ def _problems(baseline: Baseline) -> Iterator[_Problem]:
         if problem is not None:
             field, what, fix = problem
             yield f"$.rules[{index}]{field}", what, fix
+
+
+def recipe_shape() -> dict[str, int]:
+    """The batch shape of the recipe the baselines judge (``Recipe``'s defaults)."""
+    from miles_amd.recipe.settings import Recipe
+
+    recipe = Recipe()
+    samples = recipe.rollout_batch_size * recipe.n_samples_per_prompt
+    return {
+        "train_steps_per_rollout": samples // recipe.global_batch_size,
+        "samples_per_rollout": samples,
+        "prompts_per_rollout": recipe.rollout_batch_size,
+        "max_response_tokens": recipe.rollout_max_response_len,
+    }
+
+
+def _shape_problems(shape: RunShape) -> Iterator[_Problem]:
+    """``run_shape`` is the recipe's: the grid, the one-token rate and the bounded spreads
+    are derived from it, so an absurd shape would make them absurd."""
+    for key, expected in recipe_shape().items():
+        found = getattr(shape, key)
+        if found != expected:
+            yield (
+                f"$.run_shape.{key}",
+                f"{found} is not the recipe's {expected} (miles_amd.recipe.settings.Recipe)",
+                f"set it to {expected}; tolerances derived from it depend on it",
+            )
 
 
 def _missing_guards(baseline: Baseline) -> Iterator[_Problem]:
