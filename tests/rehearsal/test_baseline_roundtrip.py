@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from miles_amd.baseline.bands import Band
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
 from miles_amd.testing.rehearsal import EXAMPLE_RUN, expectation_problems, rehearse
 
@@ -109,8 +110,10 @@ def test_a_shifted_rehearsal_round_trips_and_the_diff_marks_each_changed_band(
     tolerance_changed = {rule_id for rule_id, line in marked.items() if "tolerance" in line}
     assert tolerance_changed == changed
     for rule_id in changed:
-        high = after[rule_id]["high"]
-        assert f"{high:.6g}]" in diff.stdout.split(f"* {rule_id} ")[1].split("\n* ")[0]
+        # the tolerance reads as the gate's expected value: the band for the run's rollouts
+        band = Band(after[rule_id]["low"], after[rule_id]["high"])
+        block = diff.stdout.split(f"* {rule_id} ")[1].split("\n* ")[0]
+        assert f"-> {band.describe()}" in block, block
     assert "* provenance.run_id: jvvnhop9 -> miles-amd-" in diff.stdout
 
 

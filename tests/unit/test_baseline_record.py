@@ -23,14 +23,9 @@ import pytest
 from typer.testing import CliRunner
 
 from miles_amd.baseline import bands
+from miles_amd.baseline.diff import changed_bands, diff_baselines, render_markdown
 from miles_amd.baseline.model import load_baseline
-from miles_amd.baseline.record import (
-    RecordError,
-    changed_bands,
-    diff_baselines,
-    record_baseline,
-    render_markdown,
-)
+from miles_amd.baseline.record import RecordError, record_baseline
 from miles_amd.cli.main import app
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import judge
@@ -239,6 +234,13 @@ def test_the_example_needs_allow_no_preflight_and_then_round_trips(tmp_path: Pat
         in (recorded.provenance["notes"])
     )
     assert recorded.provenance["hardware"] == "unrecorded (no env.json)"
+    assert recorded.provenance["environment"] == {
+        "gpu_arch": None,  # no env.json: nothing the gate could compare later runs with
+        "gpu_count": None,
+        "rocm": None,
+        "aiter_variant": "patched",  # declared by --variant
+        "aiter_version": None,
+    }
     assert recorded.provenance["source"].endswith("--allow-no-preflight")
     # the example lacks KL, response length and truncation: their summaries are carried over
     patched = load_baseline("patched")
@@ -261,7 +263,32 @@ def test_the_example_with_a_passing_preflight_needs_no_flag(tmp_path: Path) -> N
     out = tmp_path / "example.json"
     result = record_cli(run_dir, out)
     assert result.exit_code == 0, result.stderr
-    assert load_baseline(out).provenance["hardware"] == "8x gfx950 (torch)"
+    recorded = load_baseline(out)
+    assert recorded.provenance["hardware"] == "8x gfx950 (torch)"
+    # the identity the gate compares later runs with is env.json's, read as the gate reads it
+    assert recorded.provenance["environment"] == {
+        "gpu_arch": "gfx950",
+        "gpu_count": 8,
+        "rocm": "7.2",
+        "aiter_variant": "patched",
+        "aiter_version": "amd-aiter 0.1.5 (commit 1a2b3c4)",
+    }
+    assert judge(load_run(run_dir), recorded, require_env=True).verdict == "pass"
+    # a run with another aiter build is not judged by this reference
+    other = copy_example(tmp_path / "other")
+    write_env_json(
+        [
+            Fact("gpus", "ok", "8x gfx950 (torch)"),
+            Fact("rocm", "ok", "7.2.0-43 (/opt/rocm/.info/version)"),
+            Fact("aiter", "ok", "amd-aiter 0.1.6 (commit 9f8e7d6)"),
+            Fact("aiter_variant", "ok", "patched"),
+        ],
+        other,
+        {},
+    )
+    verdict = judge(load_run(other), recorded)
+    assert verdict.verdict == "fail"
+    assert "environment.identity" in verdict.reason
 
 
 @pytest.mark.parametrize("status", ["FAILED", "STOPPED"])
@@ -488,7 +515,8 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
         if rule_id in changed:
             low, high = band_of(new, rule_id)
             assert block.startswith(f"* {rule_id} ") and "CHANGED: tolerance" in block, block
-            assert f"{'none' if low is None else f'{low:.6g}'}, {high:.6g}]" in block
+            # the tolerance is the sentence the gate shows as the check's expected value
+            assert f"-> {bands.Band(low, high).describe()}" in block, block
             assert "reference: mean" in block and " -> mean" in block
         else:
             assert "tolerance" not in block.splitlines()[0], block

@@ -215,7 +215,7 @@ def test_env_var_overrides_the_shipped_dir(tmp_path: Path, monkeypatch: pytest.M
     (target / "stock.json").write_text(json.dumps(raw))
     monkeypatch.setenv(BASELINES_DIR_ENV, str(tmp_path))
     assert load_baseline("stock").description == "a copy under test"
-    with pytest.raises(BaselineError, match=r"patched\.json: shipped baseline 'patched' not found"):
+    with pytest.raises(BaselineError, match=r"--baseline patched: shipped baseline not found at"):
         load_baseline("patched")
 
 
@@ -245,14 +245,34 @@ def test_invalid_json_names_line_and_column(tmp_path: Path) -> None:
         load_baseline(path)
 
 
-def test_non_finite_number_is_rejected(tmp_path: Path) -> None:
-    text = (SHIPPED_DIR / "stock.json").read_text().replace('"threshold": 0.15', '"threshold": NaN')
+@pytest.mark.parametrize(
+    ("old", "new", "where"),
+    [
+        ('"threshold": 0.15', '"threshold": NaN', r"\$\.rules\[3\]\.threshold"),
+        ('"threshold": 0.15', '"threshold": Infinity', r"\$\.rules\[3\]\.threshold"),
+        ('"threshold": 0.15', '"threshold": 1e999', r"\$\.rules\[3\]\.threshold"),
+        (
+            '"min": 0.014,',
+            '"min": -1e999,',
+            r"\$\.evidence\.summaries\['train/train_rollout_logprob_abs_diff'\]\.min",
+        ),
+        ('"cover": [0.017]', '"cover": [0.017, 2e308]', r"\$\.rules\[\d+\]\.derive\.cover\[1\]"),
+    ],
+)
+def test_non_finite_number_is_rejected_with_its_json_path(
+    tmp_path: Path, old: str, new: str, where: str
+) -> None:
+    """``1e999`` and ``2e308`` parse as infinity with Python's json: refused like ``NaN``."""
+    text = (SHIPPED_DIR / "stock.json").read_text()
+    assert old in text
     path = tmp_path / "nan.json"
-    path.write_text(text)
-    with pytest.raises(
-        BaselineError, match=r"nan\.json: non-finite number NaN.*fix: write a finite"
-    ):
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(BaselineError) as error:
         load_baseline(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: "), message
+    assert re.search(where + r": non-finite number .*; fix: write a finite number$", message)
+    assert "\n" not in message
 
 
 def _mutations():
@@ -329,7 +349,8 @@ def _consistency_mutations():
         raw["evidence"]["series"][REWARD] = raw["evidence"]["series"][REWARD][:19]
 
     def paired_without_series(raw):
-        del raw["evidence"]["series"][REWARD]
+        paired = rule(raw, "raw_reward.paired")
+        paired["metric"], paired["required"] = "train/train_rollout_kl", False
 
     def edited_band(raw):
         rule(raw, "logprob_abs_diff.mean")["band"]["low"] = 0.0100
@@ -448,3 +469,156 @@ def test_band_contains_rejects_nan() -> None:
     assert not band.contains(math.nan) and not band.contains(1.5) and not band.contains(-0.1)
     assert bands.Band(None, 1.0).contains(-1e9)
     assert not bands.Band(None, 1.0).contains(math.inf)
+
+
+# ---------------------------------------------------------------------------- tolerances
+
+
+def _rederive(raw: dict, rule_id: str) -> None:
+    """Rewrite a band rule's band to the one its (edited) derive block gives: self-consistent."""
+    target = rule(raw, rule_id)
+    spread = bands.series_spread(raw["evidence"]["series"][target["metric"]])
+    method = getattr(bands, target["derive"]["method"])
+    band = method(spread, 20, target["derive"]["k"], target["derive"]["cover"])
+    target["band"] = {"low": band.low, "high": band.high}
+
+
+def _absurd_tolerances():
+    """Each baseline is self-consistent (the loader before the bounds accepted it) yet absurd."""
+
+    def huge_threshold(raw):
+        rule(raw, "logprob_abs_diff.spikes")["threshold"] = 1e9
+
+    def threshold_below_the_reference(raw):
+        rule(raw, "logprob_abs_diff.spikes")["threshold"] = 0.02
+
+    def tiny_quantum(raw):
+        target = rule(raw, "raw_reward.batch_fingerprint")
+        target["quantum"], target["atol"] = 1e-9, 1e-12
+
+    def grid_atol_of_half_a_step(raw):
+        rule(raw, "raw_reward.batch_fingerprint")["atol"] = 1 / 128
+
+    def huge_near_zero_atol(raw):
+        rule(raw, "pg_clipfrac.near_zero")["atol"] = 1e9
+
+    def huge_z(raw):
+        rule(raw, "raw_reward.paired")["z"] = 1e6
+
+    def tiny_z(raw):
+        rule(raw, "raw_reward.paired")["z"] = 0.01
+
+    def huge_k(raw):
+        rule(raw, "raw_reward.mean")["derive"]["k"] = 1000.0
+        _rederive(raw, "raw_reward.mean")
+
+    def far_cover(raw):
+        rule(raw, "logprob_abs_diff.mean")["derive"]["cover"] = [1e9]
+        _rederive(raw, "logprob_abs_diff.mean")
+
+    def far_max_cover(raw):
+        rule(raw, "logprob_abs_diff.max")["derive"]["cover"] = [5.0]
+        _rederive(raw, "logprob_abs_diff.max")
+
+    def job_expected_to_fail(raw):
+        rule(raw, "job.status")["expected_status"] = "FAILED"
+
+    return [
+        (huge_threshold, r"\.threshold: threshold 1e\+09 outside its sane range"),
+        (threshold_below_the_reference, r"\.threshold: threshold 0\.02 outside its sane range"),
+        (tiny_quantum, r"\.quantum: quantum 1e-09 is not 1/64"),
+        (grid_atol_of_half_a_step, r"\.atol: atol 0\.0078125 exceeds 1/100 of the grid step"),
+        (huge_near_zero_atol, r"\.atol: atol 1e\+09 is not the derived 1\.907e-06"),
+        (huge_z, r"\.z: 1000000\.0 is greater than the maximum of 6; fix: use a smaller"),
+        (tiny_z, r"\.z: 0\.01 is less than the minimum of 2"),
+        (huge_k, r"\.derive\.k: 1000\.0 is greater than the maximum of 6"),
+        (far_cover, r"\.derive\.cover: cover 1e\+09 is .* beyond 2x the derived reach"),
+        (far_max_cover, r"\.derive\.cover: cover 5 is .* beyond 2x the derived reach"),
+        (job_expected_to_fail, r"\.expected_status: 'SUCCEEDED' was expected"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"), _absurd_tolerances(), ids=lambda m: getattr(m, "__name__", "")
+)
+def test_absurd_but_self_consistent_tolerances_are_refused(
+    tmp_path: Path, mutate, expected: str
+) -> None:
+    raw = copy.deepcopy(shipped_raw("patched"))
+    mutate(raw)
+    path = load_text(raw, tmp_path)
+    with pytest.raises(BaselineError) as error:
+        load_baseline(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: $.rules[")
+    assert "; fix: " in message and "\n" not in message
+    assert re.search(expected, message), message
+
+
+def test_every_tolerance_parameter_is_derived_or_bounded_in_the_schema() -> None:
+    """The schema says, for each non-band tolerance, why it is bounded or how it is derived."""
+    schema = json.loads(SCHEMA_PATH.read_text())
+    rule_fields = schema["$defs"]["rule"]["properties"]
+    for name in ("threshold", "quantum", "atol", "z", "expected_status"):
+        assert "description" in rule_fields[name], name
+    for name in ("k", "cover"):
+        assert "description" in schema["$defs"]["derive"]["properties"][name], name
+    assert (rule_fields["z"]["minimum"], rule_fields["z"]["maximum"]) == (2, 6)
+    k = schema["$defs"]["derive"]["properties"]["k"]
+    assert (k["minimum"], k["maximum"]) == (2, 6)
+
+
+def test_the_rule_registry_and_the_schema_name_the_same_kinds() -> None:
+    from miles_amd.judge.rules import KINDS
+
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert set(schema["$defs"]["rule"]["properties"]["kind"]["enum"]) == set(KINDS)
+
+
+def test_shipped_environment_is_the_recipes_node() -> None:
+    for name in ("stock", "patched"):
+        environment = load_baseline(name).provenance["environment"]
+        assert environment == {
+            "gpu_arch": "gfx950",
+            "gpu_count": 8,
+            "rocm": "7.2",
+            "aiter_variant": name,
+            "aiter_version": None,  # the seed pull request did not publish it
+        }
+
+
+@pytest.mark.parametrize("flag", ["--baseline", "--gate"])
+def test_an_unknown_baseline_names_the_flag_it_came_from(flag: str) -> None:
+    with pytest.raises(BaselineError) as error:
+        load_baseline("bogus", flag=flag)
+    message = str(error.value)
+    assert message.startswith(f"{flag} bogus: no such baseline file; fix: use {flag} stock, ")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("samples_per_rollout", 1_000_000_000),
+        ("max_response_tokens", 1),
+        ("prompts_per_rollout", 1),
+    ],
+)
+def test_a_run_shape_other_than_the_recipes_is_refused(
+    tmp_path: Path, key: str, value: int
+) -> None:
+    """The grid quantum and the one-token atol derive from run_shape: it must be the recipe's."""
+    raw = copy.deepcopy(shipped_raw("stock"))
+    raw["run_shape"][key] = value
+    for r in raw["rules"]:  # keep the derived tolerances self-consistent with the new shape
+        if r["kind"] == "multiple_of" and key == "samples_per_rollout":
+            r["quantum"], r["atol"] = 1 / value, 1e-12
+        if r["kind"] == "near_zero":
+            shape = {**raw["run_shape"]}
+            one = bands.single_token_fraction(
+                shape["samples_per_rollout"], shape["max_response_tokens"]
+            )
+            r["atol"] = bands.round_outward(one / 2, up=False)
+    path = load_text(raw, tmp_path)
+    with pytest.raises(BaselineError, match=rf"\$\.run_shape\.{key}: {value} is not the recipe's"):
+        load_baseline(path)

@@ -282,7 +282,9 @@ def test_malformed_baseline_is_unusable_input_and_writes_nothing(tmp_path: Path)
 def test_unknown_baseline_is_unusable_input(tmp_path: Path) -> None:
     result = gate("--run-dir", str(EXAMPLE), "--baseline", "nightly", "--report-dir", str(tmp_path))
     assert result.exit_code == 2
-    assert "nightly: no such baseline file; fix: use --baseline stock" in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("miles-amd: error: --baseline nightly: no such baseline file; ")
+    assert "fix: use --baseline stock, --baseline patched or the path" in line
     assert list(tmp_path.iterdir()) == []
 
 

@@ -477,3 +477,19 @@ def test_hard_failures_ignore_what_a_partial_run_has_not_logged(patched: Baselin
     assert hard_failures(rollout_only, patched) == []
     assert replace(rollout_only, sentinels=(KNOWN,)).sentinels == (KNOWN,)
     assert hard_failures(replace(rollout_only, sentinels=(KNOWN,)), patched) == []
+
+
+# ---------------------------------------------------------------------------- one sentence
+
+
+@pytest.mark.parametrize("name", ["stock", "patched"])
+def test_the_gate_and_the_diff_state_each_tolerance_in_the_same_sentence(name: str) -> None:
+    """One expected-value sentence per rule kind (judge.rules.KINDS), wherever it is shown."""
+    from miles_amd.baseline.diff import diff_baselines
+
+    baseline = load_baseline(name)
+    shown = {c.name: c.expected for c in judge(evidence({}, job=None), baseline).checks}
+    rows = diff_baselines(baseline, baseline).rules
+    assert {row.rule_id: row.after.tolerance for row in rows if row.after} == {
+        rule.id: shown[rule.id] for rule in baseline.rules
+    }

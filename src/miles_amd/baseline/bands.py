@@ -239,3 +239,22 @@ def single_token_fraction(samples_per_rollout: int, max_response_tokens: int) ->
     ``1 / (samples_per_rollout · max_response_tokens)``.
     """
     return 1.0 / (samples_per_rollout * max_response_tokens)
+
+
+def derivation_text(method: str, origin: str, n_ref: int, k: float, cover: str) -> str:
+    """The derivation sentence of a band of ``method`` (``mean_band``/``max_band``).
+
+    ``origin`` says where centre and sd came from; ``cover`` is the covered values as text.
+    """
+    if method == "mean_band":
+        return (
+            f"{origin}; band = center ± k·sd·sqrt(1/N + 1/{n_ref}) with k = {k:g}, "
+            f"widened to cover {cover}; edges rounded outward to 4 significant digits; "
+            "rescaled for N rollouts by miles_amd.baseline.bands.mean_band"
+        )
+    return (
+        f"{origin}; upper bound = center + (E[max of N standard normals] + k)·sd with "
+        f"k = {k:g} (E = {expected_max(n_ref):.4f} for N = {n_ref}), raised to cover {cover}; "
+        "no lower bound; rounded up to 4 significant digits; rescaled for N rollouts by "
+        "miles_amd.baseline.bands.max_band"
+    )

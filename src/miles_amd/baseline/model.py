@@ -9,18 +9,23 @@ gives.
 
 A file is valid when, in order:
 
-1. it is strict JSON (no ``NaN``/``Infinity``) and matches
-   ``src/miles_amd/baseline/baseline.schema.json`` (Draft 2020-12);
+1. it is strict JSON with finite numbers only: no ``NaN``/``Infinity``, and no number that
+   overflows a float (``1e999`` parses as infinity in Python's ``json``), refused with the
+   JSON path of the value; and it matches ``src/miles_amd/baseline/baseline.schema.json``
+   (Draft 2020-12), whose bounds on ``k``, ``z`` and ``expected_status`` say why;
 2. rule ids are unique; every metric a rule names has a ``finite`` and a ``steps_complete``
    rule, required whenever any rule on that metric is required (so "every gated value
    finite, every step present" cannot be forgotten);
 3. at least one required ``steps_complete`` rule exists (a gate that demands no complete
    series could pass without evidence);
-4. every per-rollout series has ``run_shape.rollouts`` values; a ``paired_mean_diff`` rule's
-   metric has a series; every ``mean_within``/``max_within`` rule's metric has a series or a
-   summary its spread can be taken from;
-5. the ``band`` written in each ``mean_within``/``max_within`` rule equals the band its
-   ``derive`` block gives for ``run_shape.rollouts`` (bands come from data, not from taste).
+4. every per-rollout series has ``run_shape.rollouts`` values, and the rest of ``run_shape``
+   (train steps, samples and prompts per rollout, response-length cap) is the recipe's
+   (``Recipe``'s defaults: 1, 64, 8, 4096), since tolerances are derived from it;
+5. every rule's tolerance is derived as its kind declares, or lies in its declared sane
+   range (``miles_amd.judge.rules.validate_rule``): a band equals the one its ``derive``
+   block gives for ``run_shape.rollouts`` (bands come from data, not from taste), a grid's
+   quantum is ``1/samples_per_rollout``, a spike threshold lies above the reference's max
+   and within 20x it, ... so an absurd but self-consistent baseline is refused.
 
 Every error is one line: ``<file>: <JSON path>: <what is wrong>; fix: <what to do>``.
 
@@ -32,37 +37,31 @@ found relative to this file (the package is installed editable from the repo's `
 from __future__ import annotations
 
 import json
-import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from miles_amd.baseline import bands
+from miles_amd.baseline import bands, json_text, schema_check
 from miles_amd.baseline.bands import Band, Spread
+from miles_amd.variants import AITER_VARIANTS
 
 RECIPE_DIR = "gpt_oss_20b_lora"
-SHIPPED = ("stock", "patched")
+SHIPPED: tuple[str, ...] = AITER_VARIANTS  # one shipped baseline per aiter variant, same name
 BASELINES_DIR_ENV = "MILES_AMD_BASELINES_DIR"
-SCHEMA_PATH = Path(__file__).resolve().parent / "baseline.schema.json"
+SCHEMA_PATH = schema_check.SCHEMA_PATH
 
-RuleKind = Literal[
-    "job_status",
-    "steps_complete",
-    "finite",
-    "all_below",
-    "mean_within",
-    "max_within",
-    "multiple_of",
-    "near_zero",
-    "paired_mean_diff",
-]
+# A key of miles_amd.judge.rules.KINDS; the schema enumerates the same names.
+RuleKind = str
 
 
 class BaselineError(ValueError):
     """A baseline that cannot be used; ``str()`` is one line naming the file, field and fix."""
+
+
+class UnknownBaselineError(BaselineError):
+    """A baseline name or path that names no file; ``str()`` starts with the flag used."""
 
 
 @dataclass(frozen=True)
@@ -162,29 +161,38 @@ def baselines_root() -> Path:
     return Path(__file__).resolve().parents[3] / "baselines"
 
 
-def resolve_baseline_path(spec: str | os.PathLike[str]) -> Path:
-    """``stock``/``patched`` -> the shipped file; anything else is a path to a baseline file."""
+def resolve_baseline_path(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> Path:
+    """``stock``/``patched`` -> the shipped file; anything else is a path to a baseline file.
+
+    ``flag`` is the option the user gave ``spec`` with (``--baseline`` for ``gate``, ``--gate``
+    for ``train``); an :class:`UnknownBaselineError` starts with it and names it in the fix.
+    """
     text = os.fspath(spec)
     if text in SHIPPED:
         path = baselines_root() / RECIPE_DIR / f"{text}.json"
         if not path.is_file():
-            raise BaselineError(
-                f"{path}: shipped baseline {text!r} not found; fix: set {BASELINES_DIR_ENV} "
-                "to the repo's baselines/ directory, or pass --baseline PATH"
+            raise UnknownBaselineError(
+                f"{flag} {text}: shipped baseline not found at {path}; fix: set "
+                f"{BASELINES_DIR_ENV} to the repo's baselines/ directory, or pass {flag} PATH"
             )
         return path
     path = Path(text)
     if not path.is_file():
-        raise BaselineError(
-            f"{path}: no such baseline file; fix: use --baseline stock, --baseline patched "
-            "or the path of a baseline JSON file"
+        prefix = f"{flag} " if flag.startswith("-") else ""
+        choices = ", ".join(f"{prefix}{name}" for name in SHIPPED)
+        raise UnknownBaselineError(
+            f"{flag} {text}: no such baseline file; fix: use {choices} or the path of a "
+            "baseline JSON file"
         )
     return path
 
 
-def load_baseline(spec: str | os.PathLike[str]) -> Baseline:
-    """Load and validate ``stock``, ``patched`` or a baseline file path; see the module doc."""
-    path = resolve_baseline_path(spec)
+def load_baseline(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> Baseline:
+    """Load and validate ``stock``, ``patched`` or a baseline file path; see the module doc.
+
+    ``flag`` names the option ``spec`` came from in the error of an unknown name or path.
+    """
+    path = resolve_baseline_path(spec, flag=flag)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -195,71 +203,29 @@ def load_baseline(spec: str | os.PathLike[str]) -> Baseline:
 def parse_baseline(text: str, *, path: str) -> Baseline:
     """Validate baseline JSON ``text`` (``path`` only names it in errors)."""
     try:
-        raw = json.loads(text, parse_constant=_reject_constant)
+        raw = json_text.loads_finite(text)
     except json.JSONDecodeError as exc:
         raise BaselineError(
             f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg}); "
             "fix: correct the JSON syntax there"
         ) from exc
-    except ValueError as exc:
+    except json_text.NonFiniteNumberError as exc:
         raise BaselineError(f"{path}: {exc}; fix: write a finite number") from exc
-    _validate_schema(raw, path)
-    baseline = _build(raw, path)
+    try:
+        schema_check.validate(raw, path)
+    except schema_check.SchemaError as exc:
+        raise BaselineError(str(exc)) from exc
+    baseline = build_baseline(raw, path)
     _check_consistency(baseline, path)
     return baseline
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"non-finite number {name} in the file")
+def build_baseline(raw: Mapping[str, Any], path: str) -> Baseline:
+    """Type a baseline document WITHOUT validating it (``parse_baseline`` validates first).
 
-
-@cache
-def _validator():
-    import jsonschema
-
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
-
-
-_FIXES = {
-    "required": "add the missing field",
-    "additionalProperties": "remove the field or correct its spelling",
-    "type": "use the type the schema names",
-    "enum": "use one of the allowed values",
-    "const": "use the value the schema names",
-    "pattern": "match the pattern the schema names",
-    "minItems": "add values",
-    "maxItems": "remove values",
-    "minimum": "use a larger value",
-    "exclusiveMinimum": "use a larger value",
-    "minLength": "write a non-empty value",
-    "not": "remove the field (this kind takes none)",
-    "dependentRequired": "add the field it depends on",
-}
-
-
-def _validate_schema(raw: object, path: str) -> None:
-    import jsonschema
-
-    errors = list(_validator().iter_errors(raw))
-    if not errors:
-        return
-    error = jsonschema.exceptions.best_match(errors)
-    # Descend into if/then branches so the message names the innermost field.
-    while error.context:
-        error = jsonschema.exceptions.best_match(error.context)
-    fix = _FIXES.get(str(error.validator), "see src/miles_amd/baseline/baseline.schema.json")
-    message = " ".join(error.message.split())
-    forbidden = error.validator_value.get("required") if error.validator == "not" else None
-    if forbidden:
-        message = f"this kind takes no {', '.join(repr(f) for f in forbidden)}"
-    if len(message) > 200:
-        message = message[:197] + "..."
-    raise BaselineError(f"{path}: {error.json_path}: {message}; fix: {fix}")
-
-
-def _build(raw: Mapping[str, Any], path: str) -> Baseline:
+    For a document this package has just made (``baseline record`` judges the run against
+    its draft before the loader's verdict on the file), never for a file read from disk.
+    """
     shape = raw["run_shape"]
     rules = []
     for entry in raw["rules"]:
@@ -302,14 +268,24 @@ def _build(raw: Mapping[str, Any], path: str) -> Baseline:
     )
 
 
-def _check_consistency(baseline: Baseline, path: str) -> None:
-    def fail(where: str, what: str, fix: str) -> BaselineError:
-        return BaselineError(f"{path}: {where}: {what}; fix: {fix}")
+# A refusal: (JSON path, what is wrong, the fix).
+_Problem = tuple[str, str, str]
 
+
+def _check_consistency(baseline: Baseline, path: str) -> None:
+    """Raise the first problem of :func:`_problems` as one line naming file, field and fix."""
+    problem = next(_problems(baseline), None)
+    if problem is not None:
+        where, what, fix = problem
+        raise BaselineError(f"{path}: {where}: {what}; fix: {fix}")
+
+
+def _problems(baseline: Baseline) -> Iterator[_Problem]:
+    """Checks 2 to 5 of the module doc, in that order."""
     n = baseline.run_shape.rollouts
     for metric, values in baseline.series.items():
         if len(values) != n:
-            raise fail(
+            yield (
                 f"$.evidence.series['{metric}']",
                 f"{len(values)} values for {n} rollouts",
                 "give one value per rollout, rollout 0 first, or correct run_shape.rollouts",
@@ -317,74 +293,72 @@ def _check_consistency(baseline: Baseline, path: str) -> None:
     seen: dict[str, int] = {}
     for index, rule in enumerate(baseline.rules):
         if rule.id in seen:
-            raise fail(
+            yield (
                 f"$.rules[{index}].id",
                 f"duplicate id {rule.id!r} (also rules[{seen[rule.id]}])",
                 "give every rule its own id",
             )
         seen[rule.id] = index
     if not any(r.kind == "steps_complete" and r.required for r in baseline.rules):
-        raise fail(
+        yield (
             "$.rules",
             "no required steps_complete rule",
             "require at least one metric's steps, or the gate could pass without evidence",
         )
+    yield from _missing_guards(baseline)
+    yield from _shape_problems(baseline.run_shape)
+    from miles_amd.judge.rules import validate_rule  # the registry types rules it validates
+
+    for index, rule in enumerate(baseline.rules):
+        problem = validate_rule(rule, baseline)
+        if problem is not None:
+            field, what, fix = problem
+            yield f"$.rules[{index}]{field}", what, fix
+
+
+def recipe_shape() -> dict[str, int]:
+    """The batch shape of the recipe the baselines judge (``Recipe``'s defaults)."""
+    from miles_amd.recipe.settings import Recipe
+
+    recipe = Recipe()
+    samples = recipe.rollout_batch_size * recipe.n_samples_per_prompt
+    return {
+        "train_steps_per_rollout": samples // recipe.global_batch_size,
+        "samples_per_rollout": samples,
+        "prompts_per_rollout": recipe.rollout_batch_size,
+        "max_response_tokens": recipe.rollout_max_response_len,
+    }
+
+
+def _shape_problems(shape: RunShape) -> Iterator[_Problem]:
+    """``run_shape`` is the recipe's: the grid, the one-token rate and the bounded spreads
+    are derived from it, so an absurd shape would make them absurd."""
+    for key, expected in recipe_shape().items():
+        found = getattr(shape, key)
+        if found != expected:
+            yield (
+                f"$.run_shape.{key}",
+                f"{found} is not the recipe's {expected} (miles_amd.recipe.settings.Recipe)",
+                f"set it to {expected}; tolerances derived from it depend on it",
+            )
+
+
+def _missing_guards(baseline: Baseline) -> Iterator[_Problem]:
+    """Every gated metric has a finite and a steps_complete rule, required when any is."""
     for metric in sorted({r.metric for r in baseline.rules if r.metric is not None}):
         on_metric = [r for r in baseline.rules if r.metric == metric]
         needs_required = any(r.required for r in on_metric)
         for kind in ("finite", "steps_complete"):
             guards = [r for r in on_metric if r.kind == kind]
             if not guards:
-                raise fail(
+                yield (
                     "$.rules",
                     f"metric {metric} is gated but has no {kind} rule",
                     f'add {{"kind": "{kind}", "metric": "{metric}", ...}}',
                 )
-            if needs_required and not any(r.required for r in guards):
-                raise fail(
+            elif needs_required and not any(r.required for r in guards):
+                yield (
                     f"$.rules[{baseline.rules.index(guards[0])}].required",
                     f"{kind} rule of {metric} is optional while another rule on it is required",
                     "set required to true",
                 )
-    for index, rule in enumerate(baseline.rules):
-        if rule.kind == "paired_mean_diff" and rule.metric not in baseline.series:
-            raise fail(
-                f"$.rules[{index}].metric",
-                f"paired comparison needs a per-rollout series of {rule.metric}",
-                "add it to evidence.series or drop the rule",
-            )
-    for index, rule in enumerate(baseline.rules):
-        if rule.kind in ("mean_within", "max_within"):
-            _check_band(baseline, rule, f"$.rules[{index}]", fail)
-
-
-def _check_band(baseline: Baseline, rule: Rule, where: str, fail) -> None:
-    assert rule.derive is not None and rule.band is not None and rule.metric is not None
-    expected_method = "mean_band" if rule.kind == "mean_within" else "max_band"
-    if rule.derive.method != expected_method:
-        raise fail(
-            f"{where}.derive.method",
-            f"{rule.kind} takes method {expected_method}, not {rule.derive.method}",
-            f"set it to {expected_method}",
-        )
-    try:
-        derived = baseline.band_for(rule, baseline.run_shape.rollouts)
-    except (KeyError, ValueError) as exc:
-        raise fail(
-            f"{where}.metric",
-            f"cannot derive the band of {rule.metric}: {exc}",
-            "add a series, or a summary with sd, min/max or bounds",
-        ) from exc
-    if not _same(derived.low, rule.band.low) or not _same(derived.high, rule.band.high):
-        raise fail(
-            f"{where}.band",
-            f"band {{low: {rule.band.low}, high: {rule.band.high}}} is not the derived one",
-            f"set it to {{low: {derived.low}, high: {derived.high}}} (miles_amd.baseline.bands) "
-            "or change derive",
-        )
-
-
-def _same(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)

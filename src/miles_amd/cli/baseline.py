@@ -4,10 +4,10 @@ Decides the commands' options, output and exit codes; what a recorded baseline h
 when a run is refused is ``miles_amd.baseline.record``'s (its module doc states the method).
 
 - ``record --run-dir DIR --variant stock|patched --out PATH``: reads the run strictly
-  (``metrics.run_dir.load_run``), records it with the shipped baseline of that variant as
+  (``miles_amd.evidence.load.load_run``), records it with the shipped baseline of that variant as
   template, checks the loader accepts the result and the run passes it, and writes ``PATH``
-  atomically (temp file in the same directory, then a rename: ``os.link`` without ``--force``,
-  so an existing file is never replaced by a race, ``os.replace`` with it). Exit 0 written;
+  atomically (``miles_amd.files.atomic_write_text``: without ``--force`` the final step is a
+  link, so an existing file is never replaced by a race). Exit 0 written;
   2 refused (no run dir, a failed, short, corrupt, non-finite or fatal-log run, preflight not
   passed without ``--allow-no-preflight``, ``--out`` exists without ``--force``), with one
   line on stderr naming the flag or file and the fix, and nothing written.
@@ -16,14 +16,14 @@ when a run is refused is ``miles_amd.baseline.record``'s (its module doc states 
   provenance before -> after (``--format markdown`` for a PR comment). Exit 0 whenever both
   load (it is a report, not a gate); 2 when either does not.
 
-Everything beyond typer and the standard library is imported inside the commands, so
-registering them costs the CLI's start-up nothing.
+Everything beyond typer, the standard library and ``miles_amd.variants`` (the variant names
+``--variant`` takes) is imported inside the commands, so registering them costs the CLI's
+start-up nothing.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -34,13 +34,13 @@ import typer
 from miles_amd.cli.errors import EXIT_CODES_HELP
 from miles_amd.cli.errors import fail as _fail
 from miles_amd.cli.options import new_app
+from miles_amd.variants import AITER_VARIANTS
 
 baseline_app = new_app("Record a baseline from a finished run; diff two baselines.")
 
 
-class Variant(str, Enum):
-    stock = "stock"
-    patched = "patched"  # with ROCm/aiter#5694
+# stock, or patched (with ROCm/aiter#5694): miles_amd.variants declares them.
+Variant = Enum("Variant", [(name, name) for name in AITER_VARIANTS], type=str)  # type: ignore[misc]
 
 
 class DiffFormat(str, Enum):
@@ -51,24 +51,6 @@ class DiffFormat(str, Enum):
 def register(app: typer.Typer) -> None:
     """Add the ``baseline`` command group (``record``, ``diff``) to ``app``."""
     app.add_typer(baseline_app, name="baseline")
-
-
-def write_atomically(path: Path, text: str, *, replace: bool) -> None:
-    """Write ``text`` to ``path`` whole or not at all; ``FileExistsError`` if it exists and
-    ``replace`` is false (checked by the final link, so no race can clobber a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if replace:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 @baseline_app.command("record", epilog=EXIT_CODES_HELP)
@@ -111,9 +93,11 @@ def record(
     if not run_dir.is_dir():
         _fail(f"--run-dir {run_dir}: no such directory; fix: point it at a finished run's dir")
 
+    from miles_amd.baseline.json_text import baseline_json_text
     from miles_amd.baseline.model import SCHEMA_PATH, BaselineError, load_baseline
-    from miles_amd.baseline.record import RecordError, baseline_json_text, record_baseline
+    from miles_amd.baseline.record import RecordError, record_baseline
     from miles_amd.evidence.load import load_run
+    from miles_amd.files import atomic_write_text
 
     try:
         template = load_baseline(variant.value)
@@ -138,7 +122,7 @@ def record(
     except RecordError as exc:
         _fail(str(exc))
     try:
-        write_atomically(out, baseline_json_text(doc), replace=force)
+        atomic_write_text(out, baseline_json_text(doc), replace=force)
     except FileExistsError:
         _fail(f"--out {out}: already exists; fix: pass --force to replace it, or another --out")
     except OSError as exc:
@@ -160,13 +144,15 @@ def diff(
     ] = DiffFormat.text,
 ) -> None:
     """Print what a reviewer must look at between two baselines (exit 0 when both load)."""
-    from miles_amd.baseline.model import BaselineError, load_baseline
-    from miles_amd.baseline.record import diff_baselines, render_diff
+    from miles_amd.baseline.diff import diff_baselines, render_diff
+    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
 
     loaded = []
     for label, spec in (("OLD", old), ("NEW", new)):
         try:
-            loaded.append(load_baseline(spec))
+            loaded.append(load_baseline(spec, flag=label))
+        except UnknownBaselineError as exc:
+            _fail(str(exc))
         except BaselineError as exc:
             _fail(f"{label} {spec}: {exc}")
     typer.echo(render_diff(diff_baselines(*loaded), output_format.value), nl=False)

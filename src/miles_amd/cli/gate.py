@@ -8,9 +8,13 @@ chosen ``--format`` is printed to stdout. A bad baseline or a missing run dir wr
 When the run dir exists but nothing in it is readable, the report (verdict ``error``) is
 still written, so CI shows why. ``--expected-rollouts N`` judges a run of N rollouts (a
 3-rollout smoke, a 1000-rollout benchmark): it sets the expected steps and rescales the bands.
+``--require-env`` (the hardware path: the mi355x test and CI) fails a run whose run dir has
+no ``env.json``; without it the environment check is "not measured" there (the CPU main job
+has no GPUs to probe). A recorded environment that differs from the baseline's fails either
+way. An unknown ``--baseline`` name or path exits 2 naming ``--baseline``.
 
 Reading (``miles_amd.evidence``), judging (``miles_amd.judge.gate``) and reporting
-(``miles_amd.report.report``) are imported inside the command, so registering it costs nothing.
+(``miles_amd.report``) are imported inside the command, so registering it costs nothing.
 """
 
 from __future__ import annotations
@@ -62,24 +66,39 @@ def gate(
             help="Rollouts the run must have (default: the baseline's, 20).",
         ),
     ] = None,
+    require_env: Annotated[
+        bool,
+        typer.Option(
+            "--require-env",
+            help="Fail a run dir without env.json (the hardware path); without it the "
+            "environment check is not measured there.",
+        ),
+    ] = False,
 ) -> None:
     """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
-    from miles_amd.baseline.model import BaselineError, load_baseline
+    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
 
     try:
-        reference = load_baseline(baseline)
+        reference = load_baseline(baseline, flag="--baseline")
+    except UnknownBaselineError as exc:
+        _fail(str(exc))
     except BaselineError as exc:
         _fail(f"--baseline: {exc}")
     if not run_dir.is_dir():
         _fail(f"--run-dir {run_dir}: no such directory; point it at a run directory")
 
     from miles_amd.report.gate_run import gate_run_dir
-    from miles_amd.report.report import render
+    from miles_amd.report.render import render
+    from miles_amd.run_dir import RunDir
 
-    out_dir = report_dir if report_dir is not None else run_dir / "report"
+    out_dir = report_dir if report_dir is not None else RunDir(run_dir).report
     try:
         verdict, files = gate_run_dir(
-            run_dir, reference, expected_rollouts=expected_rollouts, report_dir=out_dir
+            run_dir,
+            reference,
+            expected_rollouts=expected_rollouts,
+            report_dir=out_dir,
+            require_env=require_env,
         )
     except OSError as exc:
         _fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")

@@ -1,7 +1,8 @@
 """Gate one run directory end to end: read it, judge it, write its report.
 
 The one sequence both ``miles-amd gate`` and the driver (after a run) use; it decides
-nothing itself: reading is ``metrics.run_dir``, judging ``gate``, writing ``report``.
+nothing itself: reading is ``miles_amd.evidence.load``, judging ``miles_amd.judge.gate``,
+writing ``miles_amd.report.report``; the report dir defaults to ``RunDir.report``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import Verdict, judge
 from miles_amd.report.report import ReportFiles, write_report
+from miles_amd.run_dir import RunDir
 
 
 def gate_run_dir(
@@ -20,10 +22,14 @@ def gate_run_dir(
     *,
     expected_rollouts: int | None = None,
     report_dir: Path | None = None,
+    require_env: bool = False,
 ) -> tuple[Verdict, ReportFiles]:
     """Judge ``run_dir`` against ``baseline``; the report goes to ``report_dir`` or
-    ``<run_dir>/report``. Raises OSError when the report cannot be written."""
+    ``<run_dir>/report``. ``require_env`` fails a run without env.json (the hardware path:
+    ``--require-env``). Raises OSError when the report cannot be written."""
     evidence = load_run(run_dir)
-    verdict = judge(evidence, baseline, expected_rollouts=expected_rollouts)
-    files = write_report(verdict, evidence, baseline, report_dir or run_dir / "report")
-    return verdict, files
+    verdict = judge(
+        evidence, baseline, expected_rollouts=expected_rollouts, require_env=require_env
+    )
+    out_dir = report_dir if report_dir is not None else RunDir(Path(run_dir)).report
+    return verdict, write_report(verdict, evidence, baseline, out_dir)

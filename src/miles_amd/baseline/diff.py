@@ -1,0 +1,258 @@
+"""Diff two baselines for review: per rule, its tolerance and reference before and after.
+
+Decides what a reviewer sees when two loaded baselines are compared (``miles-amd baseline
+diff``); it judges no run and writes nothing. Per rule: its tolerance, in the very sentence
+the gate shows as the check's ``expected`` (``miles_amd.judge.rules.expected_text`` for the
+baseline's own rollout count), and the reference it is derived from (the kind's
+``reference``: the spread, ``k`` and ``cover`` of a band rule, the series of a paired rule),
+before and after, and which of kind, required flag, tolerance and reference changed; plus
+rules added or removed and every ``name``, ``provenance`` and ``run_shape`` field before and
+after. Rows compare as printed (bands to their 4 significant digits, other numbers to 6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from miles_amd.baseline.model import Baseline, Rule
+from miles_amd.judge.rules import KINDS, expected_text
+
+Aspect = Literal["kind", "required", "tolerance", "reference"]
+RowChange = Literal["same", "changed", "added", "removed"]
+
+
+@dataclass(frozen=True)
+class RuleView:
+    """One rule as a reviewer reads it."""
+
+    kind: str
+    metric: str | None
+    required: bool
+    tolerance: str  # the sentence the gate shows as the check's expected value
+    reference: str  # the reference data the tolerance is derived from, "-" when none
+
+
+@dataclass(frozen=True)
+class RuleRow:
+    rule_id: str
+    before: RuleView | None
+    after: RuleView | None
+
+    @property
+    def metric(self) -> str | None:
+        view = self.after or self.before
+        assert view is not None
+        return view.metric
+
+    @property
+    def aspects(self) -> tuple[Aspect, ...]:
+        """What changed between before and after (empty for added/removed/same rows)."""
+        if self.before is None or self.after is None:
+            return ()
+        names: tuple[Aspect, ...] = ("kind", "required", "tolerance", "reference")
+        return tuple(a for a in names if getattr(self.before, a) != getattr(self.after, a))
+
+    @property
+    def change(self) -> RowChange:
+        if self.before is None:
+            return "added"
+        if self.after is None:
+            return "removed"
+        return "changed" if self.aspects else "same"
+
+
+@dataclass(frozen=True)
+class FieldRow:
+    field: str
+    before: str | None  # None: absent on that side
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+@dataclass(frozen=True)
+class BaselineDiff:
+    old: str  # "name (path, run id)"
+    new: str
+    rules: tuple[RuleRow, ...]
+    fields: tuple[FieldRow, ...]
+
+    def rows(self, change: RowChange) -> tuple[RuleRow, ...]:
+        return tuple(r for r in self.rules if r.change == change)
+
+
+def _view(rule: Rule, baseline: Baseline) -> RuleView:
+    tolerance = expected_text(rule, baseline, baseline.run_shape.rollouts)
+    reference = KINDS[rule.kind].reference(rule, baseline)
+    return RuleView(rule.kind, rule.metric, rule.required, tolerance, reference)
+
+
+def _field_values(baseline: Baseline) -> dict[str, str]:
+    values = {"name": baseline.name}
+    for key, value in baseline.provenance.items():
+        if isinstance(value, dict):
+            values.update({f"provenance.{key}.{k}": str(v) for k, v in value.items()})
+        else:
+            values[f"provenance.{key}"] = str(value)
+    shape = baseline.run_shape
+    for key in (
+        "rollouts",
+        "train_steps_per_rollout",
+        "samples_per_rollout",
+        "prompts_per_rollout",
+        "max_response_tokens",
+    ):
+        values[f"run_shape.{key}"] = str(getattr(shape, key))
+    return values
+
+
+def _label(baseline: Baseline) -> str:
+    return f"{baseline.name} ({baseline.path}, run {baseline.run_id})"
+
+
+def diff_baselines(old: Baseline, new: Baseline) -> BaselineDiff:
+    """Rule by rule and field by field, ``old`` against ``new`` (old's order, added last)."""
+    old_rules = {r.id: r for r in old.rules}
+    new_rules = {r.id: r for r in new.rules}
+    rows = []
+    for rule_id in dict.fromkeys([*old_rules, *new_rules]):
+        before = old_rules.get(rule_id)
+        after = new_rules.get(rule_id)
+        rows.append(
+            RuleRow(
+                rule_id,
+                None if before is None else _view(before, old),
+                None if after is None else _view(after, new),
+            )
+        )
+    old_fields, new_fields = _field_values(old), _field_values(new)
+    fields = tuple(
+        FieldRow(key, old_fields.get(key), new_fields.get(key))
+        for key in dict.fromkeys([*old_fields, *new_fields])
+    )
+    return BaselineDiff(_label(old), _label(new), tuple(rows), fields)
+
+
+def _counts(diff: BaselineDiff) -> str:
+    tolerance = sum("tolerance" in r.aspects for r in diff.rules)
+    return (
+        f"{sum(r.before is not None for r in diff.rules)} rules before, "
+        f"{sum(r.after is not None for r in diff.rules)} after: {tolerance} tolerance(s) "
+        f"changed, {len(diff.rows('changed'))} row(s) changed, {len(diff.rows('added'))} "
+        f"added, {len(diff.rows('removed'))} removed"
+    )
+
+
+def _aspect(view: RuleView, aspect: Aspect) -> str:
+    if aspect == "required":
+        return "required" if view.required else "optional"
+    return str(getattr(view, aspect))
+
+
+def _pair(before: str | None, after: str | None) -> str:
+    if before == after:
+        return f"{before} (unchanged)"
+    return f"{before if before is not None else '(absent)'} -> {after or '(absent)'}"
+
+
+def render_text(diff: BaselineDiff) -> str:
+    """The diff for a terminal: '*' marks a changed, added or removed rule or field.
+
+    An unchanged rule is one line; a changed one shows each changed aspect before -> after.
+    """
+    lines = [
+        f"baseline diff: {diff.old} -> {diff.new}",
+        _counts(diff) + " ('*' marks a change)",
+        "",
+        "rules:",
+    ]
+    for row in diff.rules:
+        view = row.after or row.before
+        assert view is not None
+        head = f"{row.rule_id} [{view.kind}, {'required' if view.required else 'optional'}]"
+        head += f" {view.metric}" if view.metric else ""
+        if row.change == "same":
+            lines.append(f"  {head}: {view.tolerance} (unchanged)")
+            continue
+        if row.change in ("added", "removed"):
+            lines.append(f"* {head} RULE {row.change.upper()}")
+            lines.append(f"    tolerance: {view.tolerance}")
+            lines.append(f"    reference: {view.reference}")
+            continue
+        assert row.before is not None and row.after is not None
+        lines.append(f"* {head} CHANGED: {', '.join(row.aspects)}")
+        for aspect in ("kind", "required"):
+            if aspect in row.aspects:
+                before, after = _aspect(row.before, aspect), _aspect(row.after, aspect)
+                lines.append(f"    {aspect}: {before} -> {after}")
+        lines.append(f"    tolerance: {_pair(row.before.tolerance, row.after.tolerance)}")
+        lines.append(f"    reference: {_pair(row.before.reference, row.after.reference)}")
+    lines += ["", "provenance and run shape:"]
+    for field_row in diff.fields:
+        mark = "*" if field_row.changed else " "
+        lines.append(f"{mark} {field_row.field}: {_pair(field_row.before, field_row.after)}")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str | None) -> str:
+    if text is None:
+        return "_(absent)_"
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(diff: BaselineDiff) -> str:
+    """The diff as a PR comment: one table of rules, one of provenance and run shape."""
+    lines = [
+        f"### Baseline diff: `{diff.old}` → `{diff.new}`",
+        "",
+        _counts(diff) + ".",
+        "",
+        "| | rule | metric | change | tolerance before | tolerance after "
+        "| reference before | reference after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in diff.rules:
+        mark = "" if row.change == "same" else "**\\***"
+        before, after = row.before, row.after
+        change = {"same": "", "added": "**added**", "removed": "**removed**"}.get(row.change, "")
+        if before is not None and after is not None and row.aspects:
+            change = "**changed**: " + ", ".join(
+                f"{a} ({_aspect(before, a)} → {_aspect(after, a)})"
+                if a in ("kind", "required")
+                else a
+                for a in row.aspects
+            )
+        lines.append(
+            f"| {mark} | `{row.rule_id}` | `{row.metric or '-'}` | {change} "
+            f"| {_cell(before.tolerance if before else None)} "
+            f"| {_cell(after.tolerance if after else None)} "
+            f"| {_cell(before.reference if before else None)} "
+            f"| {_cell(after.reference if after else None)} |"
+        )
+    lines += ["", "| | field | before | after |", "|---|---|---|---|"]
+    for field_row in diff.fields:
+        mark = "**\\***" if field_row.changed else ""
+        lines.append(
+            f"| {mark} | `{field_row.field}` | {_cell(field_row.before)} "
+            f"| {_cell(field_row.after)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_diff(diff: BaselineDiff, fmt: str) -> str:
+    """``text`` or ``markdown``."""
+    return render_markdown(diff) if fmt == "markdown" else render_text(diff)
+
+
+def changed_bands(diff: BaselineDiff) -> tuple[str, ...]:
+    """Ids of band rules whose band (tolerance) changed between the two baselines."""
+    return tuple(
+        r.rule_id
+        for r in diff.rules
+        if "tolerance" in r.aspects
+        and r.after is not None
+        and KINDS[r.after.kind].derive_method is not None
+    )

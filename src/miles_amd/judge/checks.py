@@ -1,0 +1,124 @@
+"""What one judged rule returns, and the words every rule uses to name values and steps.
+
+Decides the shape of a :class:`Check` (one rule's outcome on one run), the
+:class:`RuleContext` a rule reads (the evidence, the baseline and the rollout count, and the
+step axis of a metric), and how numbers, steps and lists are written in a check's detail.
+It judges nothing: which rules exist and how each judges is ``miles_amd.judge.rules``; the
+verdict is ``miles_amd.judge.gate``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from miles_amd.baseline.model import Baseline, Rule
+    from miles_amd.evidence.types import RunEvidence
+
+Status = Literal["pass", "fail", "not_measured", "error"]
+# A refused baseline tolerance: (JSON path below the rule, what is wrong, the fix).
+Problem = tuple[str, str, str]
+
+LIST_LIMIT = 8  # steps/problems named in one detail line before "... (N more)"
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one rule on one run."""
+
+    name: str
+    kind: str
+    metric: str | None
+    required: bool
+    status: Status
+    observed: float | int | str | None
+    expected: str
+    detail: str
+    rationale: str = ""
+    failing_steps: tuple[int, ...] = ()  # steps to mark on the plot
+    numbers: Mapping[str, float] = field(default_factory=dict)  # structured figures
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("fail", "error")
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule function needs besides its series: the evidence, baseline and rollout count."""
+
+    evidence: RunEvidence
+    baseline: Baseline
+    rollouts: int
+
+    def expected_steps(self, metric: str) -> range:
+        return step_range(metric, self.baseline, self.rollouts)
+
+    def where(self, metric: str, step: int) -> str:
+        """Name a point by its rollout: ``rollout 3`` (and its train step when they differ)."""
+        per_rollout = self.baseline.run_shape.train_steps_per_rollout
+        if metric.startswith("train/") and per_rollout != 1:
+            return f"rollout {step // per_rollout} (train/step {step})"
+        return f"rollout {step}"
+
+
+def axis(metric: str) -> str:
+    """The step a metric is logged at: ``train/step`` for ``train/*``, else ``rollout/step``."""
+    return "train/step" if metric.startswith("train/") else "rollout/step"
+
+
+def step_range(metric: str, baseline: Baseline, rollouts: int) -> range:
+    """Steps a complete run logs ``metric`` at: one a rollout, or ``train_steps_per_rollout``
+    a rollout for ``train/*`` metrics."""
+    if metric.startswith("train/"):
+        return range(rollouts * baseline.run_shape.train_steps_per_rollout)
+    return range(rollouts)
+
+
+def fmt(value: float) -> str:
+    """A value in a detail line: 4 significant digits, ``nan``/``inf``/``-inf`` spelled out."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.4g}"
+
+
+def listed(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:LIST_LIMIT])
+    if len(items) > LIST_LIMIT:
+        shown += f", ... ({len(items) - LIST_LIMIT} more)"
+    return shown
+
+
+def steps_text(steps: Iterable[int]) -> str:
+    return listed([str(s) for s in steps])
+
+
+def grid(quantum: float) -> str:
+    """``1/64`` for a unit fraction, else the number."""
+    inverse = 1 / quantum
+    return f"1/{round(inverse)}" if abs(inverse - round(inverse)) < 1e-9 else f"{quantum:g}"
+
+
+def passed(ok: bool) -> Status:
+    return "pass" if ok else "fail"
+
+
+def rule_check(rule: Rule, status: Status, observed, expected: str, detail: str, **extra) -> Check:
+    """A :class:`Check` named, kinded and explained by ``rule``."""
+    return Check(
+        name=rule.id,
+        kind=rule.kind,
+        metric=rule.metric,
+        required=rule.required,
+        status=status,
+        observed=observed,
+        expected=expected,
+        detail=detail,
+        rationale=rule.rationale,
+        **extra,
+    )

@@ -1,0 +1,166 @@
+"""Hardware identity: was the run made where its baseline was?
+
+Decides how a run's ``env.json`` (written by ``miles-amd preflight``;
+``miles_amd.run.preflight.write_env_json``) is read into an :class:`Environment` and how
+that is compared with the baseline's ``provenance.environment``; builds the gate's
+``environment.identity`` check. Reads no file (the evidence already holds env.json).
+
+What env.json says, and how it is read:
+
+- GPU arch and count: the ``gpus`` fact's value, ``"8x gfx950 (torch)"`` (several archs
+  are joined by commas, ``"4x gfx942,gfx950 (amd-smi)"``, and never equal one arch);
+- ROCm: the ``rocm`` fact's value, ``"7.2.0-43 (/opt/rocm/.info/version)"``, compared by
+  major.minor (``7.2``), the precision the preflight itself checks;
+- aiter variant: the top-level ``aiter_variant`` (``stock``/``patched``, null when preflight
+  ran without ``--aiter-variant``);
+- aiter version: the ``aiter`` fact's value when ``ok``, ``"amd-aiter 0.1.5 @ 0123456789ab"``,
+  compared as written.
+
+A value is read whatever the fact's status (a ``wrong`` 4-GPU reading is still 4 GPUs).
+A field the baseline records as null (the shipped references did not publish their aiter
+version) is not compared. Outcome: any mismatch fails, naming field, run value and baseline
+value. Without env.json the check is ``not_measured`` (the CPU main job has no GPUs to
+probe) unless ``require_env`` (``--require-env``: the hardware path), which fails it, as it
+fails a field the baseline records but env.json does not, and a baseline that does not record
+the GPU arch, GPU count and ROCm (one recorded without a preflight cannot vouch for hardware).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+from miles_amd.judge.checks import Check, Status
+
+if TYPE_CHECKING:
+    from miles_amd.baseline.model import Baseline
+    from miles_amd.evidence.types import RunEvidence
+
+HARDWARE = ("gpu_arch", "gpu_count", "rocm")  # what --require-env needs the baseline to record
+_GPUS = re.compile(r"^\s*(\d+)x\s+([A-Za-z0-9_,]+)")
+_MAJOR_MINOR = re.compile(r"^\s*(\d+)\.(\d+)")
+_RATIONALE = (
+    "tolerances are measured on one GPU arch, GPU count, ROCm and aiter build; "
+    "a run elsewhere is not judged by them"
+)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A hardware identity; ``None`` where it is not recorded."""
+
+    gpu_arch: str | None = None
+    gpu_count: int | None = None
+    rocm: str | None = None
+    aiter_variant: str | None = None
+    aiter_version: str | None = None
+
+    def describe(self) -> str:
+        gpus = f"{self.gpu_count or '?'}x {self.gpu_arch or '?'}"
+        aiter = f"aiter {self.aiter_variant or '?'}"
+        if self.aiter_version:
+            aiter += f" ({self.aiter_version})"
+        return f"{gpus}, ROCm {self.rocm or '?'}, {aiter}"
+
+    def to_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def env_facts(env: Mapping[str, object]) -> dict[str, Mapping[str, object]]:
+    """env.json's facts by name (``{"gpus": {"name": ..., "status": ..., "value": ...}}``)."""
+    facts = env.get("facts")
+    if not isinstance(facts, list):
+        return {}
+    return {str(f["name"]): f for f in facts if isinstance(f, Mapping) and "name" in f}
+
+
+def run_environment(env: Mapping[str, object]) -> Environment:
+    """The identity env.json records; unparseable or absent values are None."""
+    facts = env_facts(env)
+    gpus = _GPUS.match(str(facts.get("gpus", {}).get("value") or ""))
+    rocm = _MAJOR_MINOR.match(str(facts.get("rocm", {}).get("value") or ""))
+    aiter = facts.get("aiter", {})
+    version = str(aiter.get("value") or "") if aiter.get("status") == "ok" else ""
+    variant = env.get("aiter_variant")
+    return Environment(
+        gpu_arch=gpus.group(2).lower() if gpus else None,
+        gpu_count=int(gpus.group(1)) if gpus else None,
+        rocm=f"{rocm.group(1)}.{rocm.group(2)}" if rocm else None,
+        aiter_variant=variant if isinstance(variant, str) and variant else None,
+        aiter_version=version or None,
+    )
+
+
+def baseline_environment(provenance: Mapping[str, object]) -> Environment:
+    """The identity a baseline's ``provenance.environment`` records."""
+    raw = provenance.get("environment")
+    if not isinstance(raw, Mapping):
+        return Environment()
+    return Environment(**{f.name: raw.get(f.name) for f in fields(Environment)})
+
+
+def compare(run: Environment, reference: Environment) -> tuple[list[str], list[str]]:
+    """(mismatches, fields the baseline records and the run does not)."""
+    mismatched, unrecorded = [], []
+    for name in (f.name for f in fields(Environment)):
+        expected, found = getattr(reference, name), getattr(run, name)
+        if expected is None:
+            continue
+        if found is None:
+            unrecorded.append(name)
+        elif found != expected:
+            mismatched.append(f"{name}: run {found}, baseline {expected}")
+    return mismatched, unrecorded
+
+
+def _check(
+    status: Status, observed: str | None, expected: str, detail: str, required: bool
+) -> Check:
+    return Check(
+        name="environment.identity",
+        kind="environment",
+        metric=None,
+        required=required,
+        status=status,
+        observed=observed,
+        expected=expected,
+        detail=detail,
+        rationale=_RATIONALE,
+    )
+
+
+def environment_check(evidence: RunEvidence, baseline: Baseline, *, require_env: bool) -> Check:
+    """``environment.identity`` of ``evidence`` against ``baseline``; see the module doc."""
+    reference = baseline_environment(baseline.provenance)
+    expected = reference.describe()
+    absent: Status = "fail" if require_env else "not_measured"
+    unknown = [name for name in HARDWARE if getattr(reference, name) is None]
+    if require_env and unknown:
+        detail = (
+            f"the baseline records no {', '.join(unknown)} (provenance.environment), so it "
+            "cannot vouch for this hardware; record it from a run with a passing preflight"
+        )
+        return _check("fail", None, expected, detail, True)
+    if evidence.env is None:
+        unreadable = [p.detail for p in evidence.problems if p.source == "env_json"]
+        if unreadable:
+            return _check("fail", None, expected, f"env.json unreadable: {unreadable[0]}", True)
+        detail = (
+            "not measured: no env.json in the run dir; run `miles-amd preflight --run-dir RUN "
+            "--aiter-variant stock|patched` before the run"
+        )
+        return _check(absent, None, expected, detail, require_env)
+    run = run_environment(evidence.env)
+    mismatched, unrecorded = compare(run, reference)
+    recorded = sum(getattr(reference, f.name) is not None for f in fields(Environment))
+    if not mismatched and len(unrecorded) == recorded:
+        detail = f"not measured: env.json records none of {', '.join(unrecorded)}"
+        return _check(absent, run.describe(), expected, detail, require_env)
+    parts = [f"mismatch: {'; '.join(mismatched)}"] if mismatched else []
+    if unrecorded:
+        parts.append(f"env.json does not record {', '.join(unrecorded)}")
+    status: Status = "fail" if mismatched or (unrecorded and require_env) else "pass"
+    detail = "; ".join(parts) or f"env.json matches the baseline's {expected}"
+    return _check(status, run.describe(), expected, detail, require_env or bool(mismatched))

@@ -1,0 +1,248 @@
+"""The gate's verdict as text: report.json, report.md and the terminal output.
+
+Decides how a :class:`~miles_amd.judge.gate.Verdict` reads; pure (verdict -> text), it
+judges and writes nothing (``miles_amd.report.report`` writes the files).
+
+- ``report.json``: ``verdict`` (``pass``/``fail``/``error``), ``reason``, ``exit_code``, the
+  run and baseline, and one row per check (``name``, ``metric``, ``kind``, ``required``,
+  ``status``, ``observed``, ``expected`` (the band or rule), ``detail``, ``rationale``,
+  ``failing_steps``, ``numbers``), every sentinel hit, the metric sources, problems and
+  conflicts. Strict JSON: non-finite numbers are written as miles' markers ``"NaN"``,
+  ``"Infinity"``, ``"-Infinity"``.
+- ``report.md``: for a CI step summary: the verdict line first, then the checks with
+  failures first (fail, error, then not measured, then pass), then every sentinel hit, then
+  the evidence sources, problems and conflicts.
+- text: the markdown's content in aligned plain lines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Literal
+
+from miles_amd.judge.gate import Check, Verdict
+
+Format = Literal["text", "json", "markdown"]
+
+_STATUS_ORDER = {"fail": 0, "error": 1, "not_measured": 2, "pass": 3}
+_STATUS_LABEL = {"fail": "FAIL", "error": "ERROR", "not_measured": "NOT MEASURED", "pass": "pass"}
+_NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def ordered_checks(verdict: Verdict) -> list[Check]:
+    """Failures first (fail, error), then not measured, then passes; stable within."""
+    return sorted(verdict.checks, key=lambda c: _STATUS_ORDER[c.status])
+
+
+# ---------------------------------------------------------------------------- json
+
+
+def _json_number(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else _NONFINITE[value]
+    return value
+
+
+def _json_numbers(numbers: Mapping[str, float]) -> dict[str, object]:
+    return {key: _json_number(value) for key, value in numbers.items()}
+
+
+def to_json(verdict: Verdict) -> dict[str, object]:
+    """The report as a JSON-ready dict (strict JSON, see the module doc)."""
+    counts = {status: 0 for status in _STATUS_ORDER}
+    for check in verdict.checks:
+        counts[check.status] += 1
+    return {
+        "verdict": verdict.verdict,
+        "reason": verdict.reason,
+        "exit_code": verdict.exit_code,
+        "run_dir": verdict.run_dir,
+        "baseline": {
+            "name": verdict.baseline_name,
+            "path": verdict.baseline_path,
+            "run_id": verdict.baseline_run_id,
+        },
+        "expected_rollouts": verdict.expected_rollouts,
+        "counts": counts,
+        "checks": [
+            {
+                "name": c.name,
+                "metric": c.metric,
+                "kind": c.kind,
+                "required": c.required,
+                "status": c.status,
+                "observed": _json_number(c.observed),
+                "expected": c.expected,
+                "detail": c.detail,
+                "rationale": c.rationale,
+                "failing_steps": list(c.failing_steps),
+                "numbers": _json_numbers(c.numbers),
+            }
+            for c in verdict.checks
+        ],
+        "sentinels": [
+            {
+                "name": h.name,
+                "severity": h.severity,
+                "count": h.count,
+                "first_line": h.first_line,
+                "first_text": h.first_text,
+                "reference": h.reference,
+            }
+            for h in verdict.sentinels
+        ],
+        "evidence": {
+            "sources": dict(sorted(verdict.sources.items())),
+            "problems": [
+                {"source": p.source, "path": p.path, "detail": p.detail} for p in verdict.problems
+            ],
+            "conflicts": [
+                {
+                    "metric": c.metric,
+                    "step": c.step,
+                    "values": {k: _json_number(v) for k, v in sorted(c.values.items())},
+                }
+                for c in verdict.conflicts
+            ],
+        },
+    }
+
+
+def render_json(verdict: Verdict) -> str:
+    return json.dumps(to_json(verdict), indent=2, allow_nan=False) + "\n"
+
+
+# ---------------------------------------------------------------------------- text
+
+
+def _observed(check: Check) -> str:
+    value = check.observed
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def headline(verdict: Verdict) -> str:
+    return (
+        f"miles-amd gate: {verdict.verdict.upper()} - run {verdict.run_dir} against baseline "
+        f"{verdict.baseline_name} ({verdict.baseline_run_id}), "
+        f"{verdict.expected_rollouts} rollouts expected"
+    )
+
+
+def render_text(verdict: Verdict) -> str:
+    """Plain text for the terminal, in the order of the markdown report."""
+    lines = [headline(verdict), verdict.reason, ""]
+    checks = ordered_checks(verdict)
+    width = max((len(c.name) for c in checks), default=10)
+    for c in checks:
+        lines.append(
+            f"{_STATUS_LABEL[c.status]:<12}  {c.name:<{width}}  observed {_observed(c)}"
+            f"  expected {c.expected}  - {c.detail}"
+        )
+    lines.append("")
+    if verdict.sentinels:
+        lines.append("sentinel hits:")
+        for h in verdict.sentinels:
+            ref = f" [{h.reference}]" if h.reference else ""
+            lines.append(
+                f"  {h.severity:<5}  {h.name}: {h.count}x, first at job.log:{h.first_line}{ref}"
+            )
+    else:
+        lines.append("sentinel hits: none")
+    for p in verdict.problems:
+        lines.append(f"evidence problem: {p}")
+    for c in verdict.conflicts:
+        values = ", ".join(f"{k}={v!r}" for k, v in sorted(c.values.items()))
+        lines.append(f"evidence conflict: {c.metric} at step {c.step}: {values}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- markdown
+
+
+def _cell(text: object) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _markdown_checks(verdict: Verdict) -> list[str]:
+    lines = [
+        "### Checks",
+        "",
+        "| status | check | metric | observed | expected | detail |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in ordered_checks(verdict):
+        required = "" if c.required else " (optional)"
+        lines.append(
+            f"| {_STATUS_LABEL[c.status]} | {_cell(c.name)}{required} | {_cell(c.metric or '')} "
+            f"| {_cell(_observed(c))} | {_cell(c.expected)} | {_cell(c.detail)} |"
+        )
+    return lines
+
+
+def _markdown_sentinels(verdict: Verdict) -> list[str]:
+    lines = ["### Sentinel hits", ""]
+    if not verdict.sentinels:
+        return [*lines, "No sentinel hit in job.log."]
+    lines += [
+        "| sentinel | severity | count | first line | reference | first text |",
+        "|---|---|---|---|---|---|",
+    ]
+    for h in verdict.sentinels:
+        lines.append(
+            f"| {_cell(h.name)} | {h.severity} | {h.count} | {h.first_line} "
+            f"| {_cell(h.reference)} | {_cell(h.first_text[:160])} |"
+        )
+    return lines
+
+
+def _markdown_evidence(verdict: Verdict) -> list[str]:
+    lines = ["### Evidence", ""]
+    if verdict.sources:
+        lines += ["| metric | source |", "|---|---|"]
+        lines += [f"| {_cell(m)} | {s} |" for m, s in sorted(verdict.sources.items())]
+    else:
+        lines.append("No metric was read.")
+    lines.append("")
+    if verdict.problems:
+        lines += ["Problems:", *(f"- {_cell(p)}" for p in verdict.problems)]
+    else:
+        lines.append("Problems: none.")
+    if not verdict.conflicts:
+        return [*lines, "Conflicts: none."]
+    lines += ["", "Conflicts:"]
+    for c in verdict.conflicts:
+        values = ", ".join(f"{k}={v!r}" for k, v in sorted(c.values.items()))
+        lines.append(f"- {_cell(c.metric)} at step {c.step}: {_cell(values)}")
+    return lines
+
+
+def render_markdown(verdict: Verdict) -> str:
+    """A reviewer's table: verdict line, failures first, sentinel hits, evidence."""
+    lines = [
+        f"**miles-amd gate: {verdict.verdict.upper()}** - run `{verdict.run_dir}` against "
+        f"baseline `{verdict.baseline_name}` ({verdict.baseline_run_id}), "
+        f"{verdict.expected_rollouts} rollouts expected",
+        "",
+        _cell(verdict.reason),
+        "",
+        *_markdown_checks(verdict),
+        "",
+        *_markdown_sentinels(verdict),
+        "",
+        *_markdown_evidence(verdict),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render(verdict: Verdict, fmt: Format) -> str:
+    if fmt == "json":
+        return render_json(verdict)
+    if fmt == "markdown":
+        return render_markdown(verdict)
+    return render_text(verdict)
