@@ -19,7 +19,6 @@ failfast_median_s=<s> overhead=<x>``; the exit code is 1 when either false count
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from miles_amd.recipe.plan import ray_start_argv
 from miles_amd.run.ray_head import RayHead
+from miles_amd.run_dir import JobRecord, RunDir
 from miles_amd.testing.faults import FAULTS
 from miles_amd.testing.rehearsal import expectation_problems, rehearse
 
@@ -64,7 +64,7 @@ def main() -> int:
                 state_dir=str(work / "state"),
             )
             wall = time.monotonic() - started
-            job = json.loads((run_dir / "job.json").read_text())
+            job = JobRecord.from_json(RunDir(run_dir).job_json.read_text())
             runs += 1
             passes += outcome.verdict == "pass"
             problems = expectation_problems(fault, outcome)
@@ -73,10 +73,10 @@ def main() -> int:
                     false_green += 1
                 else:
                     false_red += 1
-            if job.get("failfast_latency_s") is not None:
-                latencies.append(job["failfast_latency_s"])
-            if fault is None and job.get("end_time") and job.get("start_time"):
-                overheads.append(wall / (job["end_time"] - job["start_time"]))
+            if job.failfast_latency_s is not None:
+                latencies.append(job.failfast_latency_s)
+            if fault is None and job.end_time and job.start_time:
+                overheads.append(wall / (job.end_time - job.start_time))
             print(
                 f"{fault or 'healthy':18s} verdict={outcome.verdict:5s} "
                 f"stopped_by={outcome.stopped_by or '-':9s} wall={wall:5.1f}s "

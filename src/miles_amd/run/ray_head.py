@@ -193,6 +193,10 @@ class RayHead:
             self.process.wait(timeout=5)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
+    def pids(self) -> tuple[int, ...]:
+        """The head's pid and every descendant's recorded so far."""
+        return tuple(p.pid for p in (self.owned, *self.descendants))
+
     def leftovers(self) -> list[OwnedProcess]:
         return [p for p in (self.owned, *self.descendants) if p.alive()]
 
