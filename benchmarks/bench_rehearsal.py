@@ -2,7 +2,7 @@
 
 Runs the healthy replay of the embedded jvvnhop9 run N times and every fault of
 ``miles_amd.testing.faults`` once, each through the real driver, watcher and gate on one local Ray
-head (127.0.0.1, free ports), and prints:
+head (the tool's private head: loopback, token auth, ports it chose), and prints:
 
 - runs, passes, false greens (a faulty run that passed: must be 0) and false reds (a healthy
   run, or the harmless known sentinel, that did not pass: must be 0);
@@ -43,7 +43,11 @@ def main() -> int:
     head = RayHead.start(
         ray_start_argv(0, "127.0.0.1"), env=dict(os.environ), log_path=work / "head.log"
     )
-    env = {**os.environ, "RAY_ADDRESS": head.dashboard_url}
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": head.dashboard_url,
+        "RAY_AUTH_TOKEN_PATH": str(head.token_path),
+    }
     cases = [None] * args.runs + list(FAULTS)
     runs = passes = false_green = false_red = 0
     latencies: list[float] = []

@@ -80,6 +80,7 @@ class LaunchPlan:
     process_env: Mapping[str, str] = field(default_factory=dict)
     ray_address: str | None = None
     run_dir: str | None = None
+    ray_auth_token_path: str | None = None  # the RAY_ADDRESS cluster's token file, if given
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -88,6 +89,7 @@ class LaunchPlan:
             "job": self.job.to_dict() if self.job else None,
             "process_env": dict(self.process_env),
             "ray_address": self.ray_address,
+            "ray_auth_token_path": self.ray_auth_token_path,
             "run_dir": self.run_dir,
         }
 
@@ -127,7 +129,11 @@ def job_env_vars(
 
 
 def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
-    """A head bound to the master address, its dashboard on loopback only."""
+    """``ray start`` for a head on the master address, its dashboard on loopback only.
+
+    The driver's :class:`~miles_amd.run.ray_head.RayHead` adds what makes it private (token
+    auth, every port, the temp dir, loopback for the whole node).
+    """
     return (
         "ray",
         "start",
@@ -174,7 +180,8 @@ def build_train_plan(
         steps.append(
             Step(
                 "ray-start",
-                "start a local Ray head (device env set first)",
+                "start a private local Ray head: loopback only, a fresh auth token, every "
+                "port chosen by the tool (device env set first)",
                 ray_start_argv(recipe.num_gpus, master_addr),
             )
         )
@@ -195,6 +202,7 @@ def build_train_plan(
         process_env=device_env(env),
         ray_address=ray_address,
         run_dir=run_dir,
+        ray_auth_token_path=(env.get("RAY_AUTH_TOKEN_PATH") or None) if ray_address else None,
     )
 
 

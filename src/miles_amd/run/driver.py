@@ -162,7 +162,7 @@ class Cluster:
 def _cluster(plan: LaunchPlan, run_dir: RunDir, state_file: Path) -> Iterator[Cluster]:
     """The plan's cluster, or a head started here and stopped on every exit path."""
     if plan.ray_address is not None:
-        yield Cluster(plan.ray_address, {})
+        yield Cluster(plan.ray_address, _cluster_token_headers(plan.ray_auth_token_path))
         return
     from miles_amd.run.ray_head import RayHead, write_state
 
@@ -175,10 +175,31 @@ def _cluster(plan: LaunchPlan, run_dir: RunDir, state_file: Path) -> Iterator[Cl
         raise DriverError(f"could not start the job: {exc}") from exc
     try:
         write_state(state_file, head)
-        yield Cluster(head.dashboard_url, {}, head)
+        yield Cluster(head.dashboard_url, head.auth_headers(), head)
     finally:
         head.stop()
         state_file.unlink(missing_ok=True)
+
+
+def _cluster_token_headers(token_path: str | None) -> dict[str, str]:
+    """Auth headers for a ``RAY_ADDRESS`` cluster from ``RAY_AUTH_TOKEN_PATH``, if set.
+
+    Without it Ray's SDK applies its own rule in this process: with ``RAY_AUTH_MODE=token``
+    it sends ``RAY_AUTH_TOKEN`` or the token in ``~/.ray/auth_token``.
+    """
+    if token_path is None:
+        return {}
+    from miles_amd.run.ray_head import auth_headers
+
+    try:
+        token = Path(token_path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DriverError(
+            f"RAY_AUTH_TOKEN_PATH={token_path}: cannot read the token ({exc})"
+        ) from None
+    if not token:
+        raise DriverError(f"RAY_AUTH_TOKEN_PATH={token_path}: the file is empty")
+    return auth_headers(token)
 
 
 def _submit(spec: JobSpec, cluster: Cluster, run_dir: RunDir, echo: Echo) -> RayJob:
@@ -197,10 +218,19 @@ def _submit(spec: JobSpec, cluster: Cluster, run_dir: RunDir, echo: Echo) -> Ray
 
 
 def _client(address: str, headers: dict[str, str]) -> Any:
+    """A Jobs API client; Ray's 401/403 become a one-line error that says so."""
+    from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
     try:
         return JobSubmissionClient(address, headers=headers or None)
+    except AuthenticationError as exc:
+        wrong = exc.message.startswith("Authentication failed")
+        code = "HTTP 403: the token sent is wrong" if wrong else "HTTP 401: no token sent"
+        raise DriverError(
+            f"Ray at {address} requires token authentication ({code}); set "
+            "RAY_AUTH_TOKEN_PATH to a file holding the cluster's token"
+        ) from exc
     except Exception as exc:
         raise DriverError(f"no Ray Jobs API at {address}: {exc}") from exc
 
