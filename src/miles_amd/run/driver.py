@@ -169,7 +169,7 @@ def _cluster(plan: LaunchPlan, run_dir: RunDir, state_file: Path) -> Iterator[Cl
     step = next(s for s in plan.steps if s.name == "ray-start")
     try:
         head = RayHead.start(
-            step.argv, env={**os.environ, **plan.process_env}, log_path=run_dir.ray_head_log
+            step.argv, env={**os.environ, **plan.head_env()}, log_path=run_dir.ray_head_log
         )
     except Exception as exc:
         raise DriverError(f"could not start the job: {exc}") from exc
