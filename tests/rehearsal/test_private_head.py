@@ -29,7 +29,14 @@ import pytest
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.driver import DriverError, execute
-from miles_amd.run.ray_head import PORT_ENV_VARS, PORT_OPTIONS, RayHead, RayHeadError
+from miles_amd.run.ray_head import (
+    PORT_ENV_VARS,
+    PORT_OPTIONS,
+    TEMP_PREFIX,
+    TEMP_ROOT,
+    RayHead,
+    RayHeadError,
+)
 from miles_amd.run_dir import JobRecord, RunDir
 
 pytestmark = pytest.mark.rehearsal
@@ -217,3 +224,17 @@ def test_a_cluster_that_wants_a_token_says_so(cluster_env, tmp_path, state_dir) 
     wrong.write_text(USER_TOKEN)
     with pytest.raises(DriverError, match=r"requires token authentication \(HTTP 403"):
         execute(plan("wrong", RAY_AUTH_TOKEN_PATH=str(wrong)), timeout_s=30, state_dir=state_dir)
+    missing = str(tmp_path / "no_such_token")
+    with pytest.raises(DriverError, match=rf"RAY_AUTH_TOKEN_PATH={missing}: cannot read"):
+        execute(plan("missing", RAY_AUTH_TOKEN_PATH=missing), timeout_s=30, state_dir=state_dir)
+
+
+def test_a_head_that_cannot_start_says_why_and_leaves_no_token(tmp_path: Path) -> None:
+    before = set(TEMP_ROOT.glob(f"{TEMP_PREFIX}*"))
+    with pytest.raises(RayHeadError, match=r"ray start exited with code 2: .*no-such-flag"):
+        RayHead.start(
+            ("ray", "start", "--head", "--no-such-flag"),
+            env=dict(os.environ),
+            log_path=tmp_path / "head.log",
+        )
+    assert set(TEMP_ROOT.glob(f"{TEMP_PREFIX}*")) == before

@@ -205,7 +205,11 @@ class RayHead:
         argv += [str(x) for option in PORT_OPTIONS for x in (option, ports[option])]
         argv += WORKER_PORTS
         head_env = head_environment(env, temp_dir, temp_dir / TOKEN_FILE, ports)
-        head = cls._spawn(argv, head_env, ports, temp_dir, log_path, token)
+        try:
+            head = cls._spawn(argv, head_env, ports, temp_dir, log_path, token)
+        except BaseException:
+            shutil.rmtree(temp_dir, ignore_errors=True)  # the token must not outlive a failure
+            raise
         try:
             head._wait_ready(timeout_s)
         except BaseException:
