@@ -189,44 +189,48 @@ def build_train_plan(
     if env.get("WANDB_API_KEY") and not recipe.use_wandb:
         recipe = replace(recipe, use_wandb=True)
     ray_address = env.get("RAY_ADDRESS") or None
-    steps = [
-        Step(
-            "cleanup",
-            "stop the Ray head and job this tool recorded in "
-            f"{state_dir}/{RAY_HEAD_STATE_FILE} (its own leftovers only)",
-        )
-    ]
-    if ray_address is None:
-        steps.append(
-            Step(
-                "ray-start",
-                "start a private local Ray head: loopback only, a fresh auth token, every "
-                "port chosen by the tool (device env set first)",
-                ray_start_argv(recipe.num_gpus, master_addr),
-            )
-        )
-    prefix = entrypoint_prefix or ("python3", recipe.train_script)
-    entrypoint = (*prefix, *recipe.argv())
-    steps.append(
-        Step(
-            "submit",
-            f"submit the job to {ray_address or 'the local head'} and follow its log",
-            entrypoint,
-        )
-    )
+    token_path = (env.get("RAY_AUTH_TOKEN_PATH") or None) if ray_address else None
+    entrypoint = (*(entrypoint_prefix or ("python3", recipe.train_script)), *recipe.argv())
     names = RUNTIME_ENV_SECRETS if ray_address else SECRET_ENV_VARS
     secrets = {name: env[name] for name in names if env.get(name)}
     job_vars = job_env_vars(recipe, env, master_addr, run_dir)
     return LaunchPlan(
         recipe=recipe,
-        steps=tuple(steps),
+        steps=_train_steps(recipe, entrypoint, ray_address, token_path, state_dir, master_addr),
         job=JobSpec(entrypoint, job_vars, secrets if ray_address else {}),
         process_env=device_env(env),
         ray_address=ray_address,
         run_dir=run_dir,
-        ray_auth_token_path=(env.get("RAY_AUTH_TOKEN_PATH") or None) if ray_address else None,
+        ray_auth_token_path=token_path,
         inherited_secrets={} if ray_address else secrets,
     )
+
+
+def _train_steps(
+    recipe: Recipe,
+    entrypoint: tuple[str, ...],
+    ray_address: str | None,
+    token_path: str | None,
+    state_dir: str,
+    master_addr: str,
+) -> tuple[Step, ...]:
+    cleanup = Step(
+        "cleanup",
+        "stop the Ray head and job this tool recorded in "
+        f"{state_dir}/{RAY_HEAD_STATE_FILE} (its own leftovers only)",
+    )
+    target = ray_address or "the local head"
+    token = " (token from RAY_AUTH_TOKEN_PATH)" if token_path else ""
+    submit = Step("submit", f"submit the job to {target}{token} and follow its log", entrypoint)
+    if ray_address is not None:
+        return (cleanup, submit)
+    head = Step(
+        "ray-start",
+        "start a private local Ray head: loopback only, a fresh auth token, every port "
+        "chosen by the tool (device env set first)",
+        ray_start_argv(recipe.num_gpus, master_addr),
+    )
+    return (cleanup, head, submit)
 
 
 def build_prepare_plan(recipe: Recipe) -> LaunchPlan:
