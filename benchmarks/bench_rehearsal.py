@@ -2,7 +2,7 @@
 
 Runs the healthy replay of the embedded jvvnhop9 run N times and every fault of
 ``miles_amd.testing.faults`` once, each through the real driver, watcher and gate on one local Ray
-head (127.0.0.1, free ports), and prints:
+head (the tool's private head: loopback, token auth, ports it chose), and prints:
 
 - runs, passes, false greens (a faulty run that passed: must be 0) and false reds (a healthy
   run, or the harmless known sentinel, that did not pass: must be 0);
@@ -19,7 +19,6 @@ failfast_median_s=<s> overhead=<x>``; the exit code is 1 when either false count
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from miles_amd.recipe.plan import ray_start_argv
 from miles_amd.run.ray_head import RayHead
+from miles_amd.run_dir import JobRecord, RunDir
 from miles_amd.testing.faults import FAULTS
 from miles_amd.testing.rehearsal import expectation_problems, rehearse
 
@@ -43,7 +43,11 @@ def main() -> int:
     head = RayHead.start(
         ray_start_argv(0, "127.0.0.1"), env=dict(os.environ), log_path=work / "head.log"
     )
-    env = {**os.environ, "RAY_ADDRESS": head.dashboard_url}
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": head.dashboard_url,
+        "RAY_AUTH_TOKEN_PATH": str(head.token_path),
+    }
     cases = [None] * args.runs + list(FAULTS)
     runs = passes = false_green = false_red = 0
     latencies: list[float] = []
@@ -64,7 +68,7 @@ def main() -> int:
                 state_dir=str(work / "state"),
             )
             wall = time.monotonic() - started
-            job = json.loads((run_dir / "job.json").read_text())
+            job = JobRecord.from_json(RunDir(run_dir).job_json.read_text())
             runs += 1
             passes += outcome.verdict == "pass"
             problems = expectation_problems(fault, outcome)
@@ -73,10 +77,10 @@ def main() -> int:
                     false_green += 1
                 else:
                     false_red += 1
-            if job.get("failfast_latency_s") is not None:
-                latencies.append(job["failfast_latency_s"])
-            if fault is None and job.get("end_time") and job.get("start_time"):
-                overheads.append(wall / (job["end_time"] - job["start_time"]))
+            if job.failfast_latency_s is not None:
+                latencies.append(job.failfast_latency_s)
+            if fault is None and job.end_time and job.start_time:
+                overheads.append(wall / (job.end_time - job.start_time))
             print(
                 f"{fault or 'healthy':18s} verdict={outcome.verdict:5s} "
                 f"stopped_by={outcome.stopped_by or '-':9s} wall={wall:5.1f}s "

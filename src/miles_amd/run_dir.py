@@ -8,17 +8,26 @@ no other module spells a file name of the run dir::
     tensorboard/          TensorBoard event files (miles' TENSORBOARD_DIR)
     ci_history/*.jsonl    miles' CI-history records (miles' MILES_CI_GATE_RECORD_DIR)
     job.log               the Ray job's log
-    job.json              the job's end state, written by the driver
+    job.json              the job's end state, written by the driver (:class:`JobRecord`)
     env.json              the preflight's facts about the node
     report/               the gate's report.json, report.md, metrics.png
+    plan.json             the launch plan the driver executed (secrets redacted)
+    ray_head.log          output of the Ray head the driver started, when it started one
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["RunDir"]
+__all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "RunDir"]
+
+JOB_STATES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
+STOP_REASONS = frozenset({"timeout", "interrupt", "fail-fast"})
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,3 +64,105 @@ class RunDir:
     def evidence(self) -> tuple[Path, ...]:
         """What a run leaves behind; a run dir holding any of it is not fresh."""
         return (self.tensorboard, self.ci_history, self.job_log, self.job_json, self.report)
+
+    @property
+    def plan_json(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def ray_head_log(self) -> Path:
+        return self.root / "ray_head.log"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """``job.json``: the Ray job's end state and why the driver stopped it, if it did.
+
+    Written by the driver (:meth:`to_json`), read back by :meth:`from_json`, which is strict:
+    ``job_id`` (non-empty string) and ``status`` (one of Ray's :data:`JOB_STATES`) are
+    required; every other field may be absent or null; a wrong type raises ``ValueError``
+    naming the field. Keys this model does not know are ignored.
+
+    - ``start_time``/``end_time``: seconds since the epoch (Ray reports milliseconds).
+    - ``stopped_by``: ``None`` or one of :data:`STOP_REASONS`; ``stop_requested_at`` is when
+      the driver asked Ray to stop the job (epoch seconds).
+    - ``failfast``: the watcher's trip (``rule``, ``detail``, ``step``, ``line``,
+      ``fault_time``, ``detected_at``); ``failfast_latency_s``: the stop request minus the
+      moment the fault appeared on the job's own clock.
+    """
+
+    job_id: str
+    status: str
+    message: str = ""
+    start_time: float | None = None
+    end_time: float | None = None
+    driver_exit_code: int | None = None
+    stopped_by: str | None = None
+    stop_requested_at: float | None = None
+    failfast: dict[str, object] | None = None
+    failfast_latency_s: float | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> JobRecord:
+        """Parse ``job.json``'s text; ``ValueError`` for bad JSON or a bad field."""
+        try:
+            data = json.loads(text)
+        except UnicodeDecodeError:
+            raise ValueError("not UTF-8 text") from None
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"bad JSON at line {error.lineno} column {error.colno}: {error.msg}"
+            ) from None
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, found {type(data).__name__}")
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> JobRecord:
+        job_id, status = data.get("job_id"), data.get("status")
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError(f'"job_id" must be a non-empty string, found {job_id!r}')
+        if not isinstance(status, str) or status not in JOB_STATES:
+            raise ValueError(f'"status" must be one of {sorted(JOB_STATES)}, found {status!r}')
+        return cls(
+            job_id=job_id,
+            status=status,
+            message=_optional(data, "message", str, "a string") or "",
+            start_time=_number(data, "start_time"),
+            end_time=_number(data, "end_time"),
+            driver_exit_code=_optional(data, "driver_exit_code", int, "an integer"),
+            stopped_by=_stop_reason(data),
+            stop_requested_at=_number(data, "stop_requested_at"),
+            failfast=_optional(data, "failfast", dict, "an object"),
+            failfast_latency_s=_number(data, "failfast_latency_s"),
+        )
+
+
+def _optional(data: dict[str, object], name: str, kind: type[T], what: str) -> T | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(f'"{name}" must be {what} or null, found {value!r}')
+    return value
+
+
+def _stop_reason(data: dict[str, object]) -> str | None:
+    value = data.get("stopped_by")
+    if value is not None and value not in STOP_REASONS:
+        raise ValueError(
+            f'"stopped_by" must be null or one of {sorted(STOP_REASONS)}, found {value!r}'
+        )
+    return value  # type: ignore[return-value]
+
+
+def _number(data: dict[str, object], name: str) -> float | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f'"{name}" must be a finite number or null, found {value!r}')
+    return float(value)

@@ -1,10 +1,11 @@
 """One real Ray head on 127.0.0.1 for the whole rehearsal session, and process checks.
 
-The head is started by the same :class:`~miles_amd.run.ray_head.RayHead` the driver uses (free
-ports, private temp dir), so it never collides with another cluster; tests hand its
-dashboard URL to the driver as ``RAY_ADDRESS``, the external-cluster path. At the end of
-the session the head is stopped and every process it spawned is checked gone, by pid.
-After each test no job entrypoint the test started may still be alive.
+The head is started by the same :class:`~miles_amd.run.ray_head.RayHead` the driver uses
+(loopback, token auth, ports chosen by the tool, private temp dir), so it never collides
+with another cluster; tests hand its dashboard URL to the driver as ``RAY_ADDRESS`` and its
+token file as ``RAY_AUTH_TOKEN_PATH``, the external-cluster path. At the end of the session
+the head is stopped and every process it spawned is checked gone, by pid. After each test
+no job entrypoint the test started may still be alive.
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ def job_processes(head: RayHead) -> list[psutil.Process]:
 @pytest.fixture
 def cluster_env(ray_head: RayHead) -> Iterator[dict[str, str]]:
     """The environment a launch sees with the session head as its external cluster."""
-    yield {**os.environ, "RAY_ADDRESS": ray_head.dashboard_url}
+    yield {
+        **os.environ,
+        "RAY_ADDRESS": ray_head.dashboard_url,
+        "RAY_AUTH_TOKEN_PATH": str(ray_head.token_path),
+    }
     _gone, alive = psutil.wait_procs(job_processes(ray_head), timeout=10)
     assert not alive, f"job processes left by the test: {[p.pid for p in alive]}"
 

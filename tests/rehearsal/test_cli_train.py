@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE
+from miles_amd.run_dir import JobRecord, RunDir
 from miles_amd.testing.rehearsal import EXAMPLE_RUN
 from tests.unit.test_cli_plan import write_checkpoint
 
@@ -70,6 +72,6 @@ def test_train_with_gate_runs_and_exits_with_the_verdict(tmp_path: Path) -> None
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "gate: PASS" in done.stdout
-    assert json.loads((run_dir / "job.json").read_text())["status"] == "SUCCEEDED"
-    assert json.loads((run_dir / "report" / "report.json").read_text())["verdict"] == "pass"
-    assert not (tmp_path / ".cache" / "miles_amd" / "ray_head.json").exists()
+    assert JobRecord.from_json(RunDir(run_dir).job_json.read_text()).status == "SUCCEEDED"
+    assert json.loads((RunDir(run_dir).report / "report.json").read_text())["verdict"] == "pass"
+    assert not (tmp_path / ".cache" / "miles_amd" / RAY_HEAD_STATE_FILE).exists()

@@ -14,9 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from miles_amd.recipe.plan import build_train_plan
+from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.driver import execute
+from miles_amd.run_dir import JobRecord, RunDir
 
 pytestmark = pytest.mark.rehearsal
 
@@ -38,6 +39,14 @@ def never(_evidence) -> list:
     return []
 
 
+def job_of(run_dir: Path) -> JobRecord:
+    return JobRecord.from_json(RunDir(run_dir).job_json.read_text())
+
+
+def log_of(run_dir: Path) -> str:
+    return RunDir(run_dir).job_log.read_text()
+
+
 def test_success_writes_log_and_job_json(cluster_env, tmp_path, state_dir) -> None:
     code = (
         "import os, sys\n"
@@ -51,13 +60,13 @@ def test_success_writes_log_and_job_json(cluster_env, tmp_path, state_dir) -> No
         plan_for(code, env, run_dir), timeout_s=120, judge_partial=never, state_dir=state_dir
     )
     assert outcome.status == "SUCCEEDED" and outcome.exit_code == 0
-    log = (run_dir / "job.log").read_text()
+    log = log_of(run_dir)
     assert "argv True True" in log and f"tb {run_dir}/tensorboard" in log
     assert "secret" in log, "the W&B key reached the job's env"
-    job = json.loads((run_dir / "job.json").read_text())
-    assert job["status"] == "SUCCEEDED" and job["stopped_by"] is None
-    assert job["end_time"] >= job["start_time"] > 0
-    plan_text = (run_dir / "plan.json").read_text() + log
+    job = job_of(run_dir)
+    assert job.status == "SUCCEEDED" and job.stopped_by is None
+    assert job.end_time >= job.start_time > 0
+    plan_text = RunDir(run_dir).plan_json.read_text() + log
     assert "wk-not-printed-123" not in plan_text
 
 
@@ -71,8 +80,7 @@ def test_failed_job_exits_one_with_message(cluster_env, tmp_path, state_dir) -> 
         state_dir=state_dir,
     )
     assert outcome.status == "FAILED" and outcome.exit_code == 1
-    job = json.loads((run_dir / "job.json").read_text())
-    assert job["driver_exit_code"] == 3 and "about to fail" in (run_dir / "job.log").read_text()
+    assert job_of(run_dir).driver_exit_code == 3 and "about to fail" in log_of(run_dir)
 
 
 def test_timeout_stops_the_job(cluster_env, tmp_path, state_dir) -> None:
@@ -86,7 +94,7 @@ def test_timeout_stops_the_job(cluster_env, tmp_path, state_dir) -> None:
     )
     assert outcome.status == "STOPPED" and outcome.stopped_by == "timeout"
     assert outcome.exit_code == 1
-    assert json.loads((run_dir / "job.json").read_text())["stopped_by"] == "timeout"
+    assert job_of(run_dir).stopped_by == "timeout"
 
 
 class TripOnLine:
@@ -100,7 +108,7 @@ class TripOnLine:
         self.run_dir = run_dir
 
     def __call__(self, _evidence) -> list:
-        return [self] if "FAULT" in (self.run_dir / "job.log").read_text() else []
+        return [self] if "FAULT" in log_of(self.run_dir) else []
 
 
 def test_fail_fast_stops_within_two_intervals(cluster_env, tmp_path, state_dir) -> None:
@@ -124,11 +132,12 @@ def test_fail_fast_stops_within_two_intervals(cluster_env, tmp_path, state_dir) 
     )
     assert outcome.stopped_by == "fail-fast" and outcome.status == "STOPPED"
     assert outcome.trip is not None and outcome.trip.step == 2
-    job = json.loads((run_dir / "job.json").read_text())
-    assert job["failfast"]["rule"] == "marker"
+    job = job_of(run_dir)
+    assert job.failfast is not None and job.failfast["rule"] == "marker"
     # Latency from the job's own clock: the stamp on the faulty line to the stop request.
-    assert 0 <= job["failfast_latency_s"] <= 2 * interval + 1.0, job
-    assert "step 10:" not in (run_dir / "job.log").read_text()
+    assert job.failfast_latency_s is not None
+    assert 0 <= job.failfast_latency_s <= 2 * interval + 1.0, job
+    assert "step 10:" not in log_of(run_dir)
 
 
 def test_own_head_is_started_and_stopped_by_pid(tmp_path, state_dir) -> None:
@@ -137,7 +146,7 @@ def test_own_head_is_started_and_stopped_by_pid(tmp_path, state_dir) -> None:
     plan = plan_for("print('own head ok', flush=True)\n", env, run_dir)
     assert [s.name for s in plan.steps] == ["cleanup", "ray-start", "submit"]
     outcome = execute(plan, timeout_s=120, judge_partial=never, state_dir=state_dir)
-    assert outcome.status == "SUCCEEDED" and "own head ok" in (run_dir / "job.log").read_text()
+    assert outcome.status == "SUCCEEDED" and "own head ok" in log_of(run_dir)
     assert len(outcome.head_pids) > 3
     alive = [
         p
@@ -145,14 +154,14 @@ def test_own_head_is_started_and_stopped_by_pid(tmp_path, state_dir) -> None:
         if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
     ]
     assert not alive, f"processes of the driver's head still alive: {alive}"
-    assert not (Path(state_dir) / "ray_head.json").exists()
+    assert not (Path(state_dir) / RAY_HEAD_STATE_FILE).exists()
 
 
 def test_refuses_a_run_dir_with_old_evidence(cluster_env, tmp_path, state_dir) -> None:
     from miles_amd.run.driver import DriverError
 
     run_dir = tmp_path / "run"
-    (run_dir / "tensorboard").mkdir(parents=True)
+    RunDir(run_dir).tensorboard.mkdir(parents=True)
     with pytest.raises(DriverError, match="already holds tensorboard"):
         execute(plan_for("print(1)", cluster_env, run_dir), timeout_s=30, state_dir=state_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == ["tensorboard"]
@@ -189,19 +198,19 @@ def test_ctrl_c_stops_the_job_and_the_head_by_pid(tmp_path, state_dir) -> None:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    state_file = Path(state_dir) / "ray_head.json"
+    state_file = Path(state_dir) / RAY_HEAD_STATE_FILE
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and "pid-of-job" not in _read(run_dir / "job.log"):
+    while time.monotonic() < deadline and "pid-of-job" not in _read(RunDir(run_dir).job_log):
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(0.5)
     state = json.loads(state_file.read_text())
-    job_pid = int(_read(run_dir / "job.log").split("pid-of-job")[1].split()[0])
+    job_pid = int(_read(RunDir(run_dir).job_log).split("pid-of-job")[1].split()[0])
     recorded = [state["pid"], job_pid, *(pid for pid, _ in state["descendants"])]
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0 and "KeyboardInterrupt" in out
-    job = json.loads((run_dir / "job.json").read_text())
-    assert job["status"] == "STOPPED" and job["stopped_by"] == "interrupt"
+    job = job_of(run_dir)
+    assert job.status == "STOPPED" and job.stopped_by == "interrupt"
     alive = [
         p
         for p in recorded

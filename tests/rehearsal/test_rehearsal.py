@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from miles_amd.run_dir import JobRecord, RunDir
 from miles_amd.testing.faults import FAULTS
 from miles_amd.testing.rehearsal import expectation_problems, rehearse
 
@@ -29,11 +30,11 @@ def test_healthy_replay_passes(cluster_env, tmp_path, state_dir) -> None:
     outcome = rehearse(cluster_env, tmp_path / "run", state_dir=state_dir)
     assert expectation_problems(None, outcome) == []
     assert outcome.status == "SUCCEEDED" and outcome.exit_code == 0
-    report = json.loads((tmp_path / "run" / "report" / "report.json").read_text())
+    report = json.loads((RunDir(tmp_path / "run").report / "report.json").read_text())
     assert report["verdict"] == "pass" and report["expected_rollouts"] == 20
     passed = {c["name"] for c in report["checks"] if c["status"] == "pass"}
     assert {"logprob_abs_diff.spikes", "raw_reward.paired", "job.status"} <= passed
-    assert (tmp_path / "run" / "report" / "metrics.png").stat().st_size > 0
+    assert (RunDir(tmp_path / "run").report / "metrics.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("fault", ENDS_BY_ITSELF)
@@ -47,10 +48,11 @@ def test_fault_ends_red_with_its_reason(fault, cluster_env, tmp_path, state_dir)
 def test_known_sentinel_passes_and_is_reported(cluster_env, tmp_path, state_dir) -> None:
     outcome = rehearse(cluster_env, tmp_path / "run", fault="known-sentinel", state_dir=state_dir)
     assert outcome.verdict == "pass"
-    report = json.loads((tmp_path / "run" / "report" / "report.json").read_text())
+    run = RunDir(tmp_path / "run")
+    report = json.loads((run.report / "report.json").read_text())
     hits = {h["name"]: h for h in report["sentinels"]}
     assert hits["megatron_moe_router_not_fp32"]["count"] == 8
-    assert "megatron_moe_router_not_fp32" in (tmp_path / "run" / "report" / "report.md").read_text()
+    assert "megatron_moe_router_not_fp32" in (run.report / "report.md").read_text()
 
 
 @pytest.mark.parametrize("fault", FAIL_FAST)
@@ -65,13 +67,14 @@ def test_fail_fast_stops_within_two_intervals(fault, cluster_env, tmp_path, stat
         state_dir=state_dir,
     )
     assert expectation_problems(fault, outcome) == []
-    job = json.loads((tmp_path / "run" / "job.json").read_text())
-    assert job["status"] == "STOPPED" and job["failfast"]["step"] in (3, None)
-    latency = job["failfast_latency_s"]
+    run = RunDir(tmp_path / "run")
+    job = JobRecord.from_json(run.job_json.read_text())
+    assert job.status == "STOPPED" and job.failfast is not None
+    assert job.failfast["step"] in (3, None)
+    latency = job.failfast_latency_s
     assert latency is not None and 0 <= latency <= 2 * WATCH_INTERVAL_S, job
-    log = (tmp_path / "run" / "job.log").read_text()
-    assert "step 19:" not in log, "the job ran to the end despite the fault"
-    report_md = (tmp_path / "run" / "report" / "report.md").read_text()
+    assert "step 19:" not in run.job_log.read_text(), "the job ran to the end despite the fault"
+    report_md = (run.report / "report.md").read_text()
     assert "stopped by fail-fast" in report_md
 
 

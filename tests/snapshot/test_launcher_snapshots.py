@@ -80,9 +80,18 @@ def test_prepare_plan(snapshot) -> None:
     assert view(plan) == snapshot
 
 
-def test_wandb_key_only_in_the_runtime_env() -> None:
+def test_wandb_key_reaches_the_job_by_inheritance_from_the_own_head() -> None:
     plan = build_train_plan(Recipe(), {**BASE_ENV, "WANDB_API_KEY": SECRET})
-    assert SECRET not in repr(plan.to_dict())
+    assert SECRET not in repr(plan.to_dict()) + repr(plan)
     assert SECRET not in " ".join(plan.job.entrypoint)
-    assert plan.job.runtime_env()["env_vars"]["WANDB_API_KEY"] == SECRET
+    assert plan.head_env()["WANDB_API_KEY"] == SECRET
+    assert SECRET not in repr(plan.job.runtime_env())
     assert "--use-wandb" in plan.job.entrypoint
+
+
+def test_wandb_key_travels_in_the_runtime_env_to_a_ray_address_cluster() -> None:
+    env = {**BASE_ENV, "WANDB_API_KEY": SECRET, "RAY_ADDRESS": "http://10.0.0.5:8265"}
+    plan = build_train_plan(Recipe(), env)
+    assert SECRET not in repr(plan.to_dict()) + repr(plan)
+    assert plan.job.runtime_env()["env_vars"]["WANDB_API_KEY"] == SECRET
+    assert "WANDB_API_KEY" not in plan.head_env()

@@ -7,6 +7,7 @@ import math
 from miles_amd.baseline.model import load_baseline
 from miles_amd.judge.gate import hard_failures
 from miles_amd.run.watcher import FailFastWatcher, Trip, first_metric_line_time, line_time
+from miles_amd.run_dir import RunDir
 from tests.run_dirs import write_run
 
 ABS_DIFF = "train/train_rollout_logprob_abs_diff"
@@ -34,7 +35,7 @@ def test_spike_trips_at_its_rollout_timed_from_the_log(tmp_path) -> None:
     run = write_run(tmp_path / "run", values(6, abs_diff=(4, 0.4)))
     trip = FailFastWatcher(run, judge).poll()
     assert trip is not None and trip.rule == "logprob_abs_diff.spikes" and trip.step == 4
-    lines = (run / "job.log").read_text().splitlines()
+    lines = RunDir(run).job_log.read_text().splitlines()
     assert trip.fault_time == first_metric_line_time(lines, 4) is not None
 
 
@@ -47,14 +48,14 @@ def test_nan_trips_with_the_finite_rule(tmp_path) -> None:
 
 def test_fatal_sentinel_trips_with_its_line(tmp_path) -> None:
     run = write_run(tmp_path / "run", values(3))
-    with (run / "job.log").open("a") as log:
+    with RunDir(run).job_log.open("a") as log:
         log.write(
             "(SGLangEngine pid=7) [2026-01-01 00:00:09 TP0] Current LoRA backend does not "
             "support LoRA on MoE layers; skipping MoE layer\n"
         )
     trip = FailFastWatcher(run, judge).poll()
     assert trip is not None and trip.rule.startswith("sentinel.")
-    assert trip.line == len((run / "job.log").read_text().splitlines())
+    assert trip.line == len(RunDir(run).job_log.read_text().splitlines())
     assert trip.fault_time == line_time("[2026-01-01 00:00:09 TP0]")
 
 

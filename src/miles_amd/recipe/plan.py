@@ -14,9 +14,19 @@ ROCm device handling: ``RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES=1`` and
 env (so an external cluster's workers get them too); when ``HIP_VISIBLE_DEVICES`` is set,
 ``CUDA_VISIBLE_DEVICES`` mirrors it.
 
-Secrets: the W&B key travels only as ``WANDB_API_KEY`` in the job's runtime env. A plan keeps
-it apart from everything printable; :meth:`LaunchPlan.to_dict` shows it redacted. The HF
-token is never copied into a plan: ``hf download`` reads it from the inherited environment.
+Secrets (``WANDB_API_KEY``, ``HF_TOKEN``) never enter an argv, a log or a printed plan; a
+plan holds them apart from everything printable and :meth:`LaunchPlan.to_dict` shows them as
+``<redacted>``. How they reach the job depends on who starts the head:
+
+- the tool's own head: by inheritance. They are in the head's environment
+  (:meth:`LaunchPlan.head_env`); Ray's raylet, the job's supervisor, the entrypoint and every
+  worker inherit it. Nothing secret is in the runtime env, so nothing secret is in Ray's
+  job record (dashboard ``/api/jobs/``, GCS KV), in ``setup_worker.py``'s command line or
+  in ``runtime_env_agent.log``.
+- a ``RAY_ADDRESS`` cluster: the tool cannot set its processes' environment, so
+  ``WANDB_API_KEY`` travels in the job's runtime env (:data:`RUNTIME_ENV_SECRETS`), where
+  Ray stores and shows it like any runtime env var (README: "Secrets on a RAY_ADDRESS
+  cluster"). ``HF_TOKEN`` is not sent: the job needs no download.
 
 Executing a plan is the driver's job (``miles_amd.run.driver``), not this module's.
 """
@@ -35,7 +45,8 @@ from miles_amd.recipe.settings import (
 )
 
 REDACTED = "<redacted>"
-SECRET_ENV_VARS = ("WANDB_API_KEY",)
+SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN")  # inherited from the tool's own head
+RUNTIME_ENV_SECRETS = ("WANDB_API_KEY",)  # sent to a RAY_ADDRESS cluster's job
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 RAY_HEAD_STATE_FILE = "ray_head.json"
 
@@ -80,14 +91,25 @@ class LaunchPlan:
     process_env: Mapping[str, str] = field(default_factory=dict)
     ray_address: str | None = None
     run_dir: str | None = None
+    ray_auth_token_path: str | None = None  # the RAY_ADDRESS cluster's token file, if given
+    inherited_secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def head_env(self) -> dict[str, str]:
+        """What the tool's own head adds to the launching env, secrets included. Never print."""
+        return {**self.process_env, **self.inherited_secrets}
+
+    def printable_process_env(self) -> dict[str, str]:
+        """:meth:`head_env` with every secret ``<redacted>``."""
+        return {**self.process_env, **dict.fromkeys(self.inherited_secrets, REDACTED)}
 
     def to_dict(self) -> dict[str, object]:
         return {
             "recipe": self.recipe.as_dict(),
             "steps": [s.to_dict() for s in self.steps],
             "job": self.job.to_dict() if self.job else None,
-            "process_env": dict(self.process_env),
+            "process_env": self.printable_process_env(),
             "ray_address": self.ray_address,
+            "ray_auth_token_path": self.ray_auth_token_path,
             "run_dir": self.run_dir,
         }
 
@@ -127,7 +149,11 @@ def job_env_vars(
 
 
 def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
-    """A head bound to the master address, its dashboard on loopback only."""
+    """``ray start`` for a head on the master address, its dashboard on loopback only.
+
+    The driver's :class:`~miles_amd.run.ray_head.RayHead` adds what makes it private (token
+    auth, every port, the temp dir, loopback for the whole node).
+    """
     return (
         "ray",
         "start",
@@ -163,39 +189,48 @@ def build_train_plan(
     if env.get("WANDB_API_KEY") and not recipe.use_wandb:
         recipe = replace(recipe, use_wandb=True)
     ray_address = env.get("RAY_ADDRESS") or None
-    steps = [
-        Step(
-            "cleanup",
-            "stop the Ray head and job this tool recorded in "
-            f"{state_dir}/{RAY_HEAD_STATE_FILE} (its own leftovers only)",
-        )
-    ]
-    if ray_address is None:
-        steps.append(
-            Step(
-                "ray-start",
-                "start a local Ray head (device env set first)",
-                ray_start_argv(recipe.num_gpus, master_addr),
-            )
-        )
-    prefix = entrypoint_prefix or ("python3", recipe.train_script)
-    entrypoint = (*prefix, *recipe.argv())
-    steps.append(
-        Step(
-            "submit",
-            f"submit the job to {ray_address or 'the local head'} and follow its log",
-            entrypoint,
-        )
-    )
-    secrets = {name: env[name] for name in SECRET_ENV_VARS if env.get(name)}
+    token_path = (env.get("RAY_AUTH_TOKEN_PATH") or None) if ray_address else None
+    entrypoint = (*(entrypoint_prefix or ("python3", recipe.train_script)), *recipe.argv())
+    names = RUNTIME_ENV_SECRETS if ray_address else SECRET_ENV_VARS
+    secrets = {name: env[name] for name in names if env.get(name)}
+    job_vars = job_env_vars(recipe, env, master_addr, run_dir)
     return LaunchPlan(
         recipe=recipe,
-        steps=tuple(steps),
-        job=JobSpec(entrypoint, job_env_vars(recipe, env, master_addr, run_dir), secrets),
+        steps=_train_steps(recipe, entrypoint, ray_address, token_path, state_dir, master_addr),
+        job=JobSpec(entrypoint, job_vars, secrets if ray_address else {}),
         process_env=device_env(env),
         ray_address=ray_address,
         run_dir=run_dir,
+        ray_auth_token_path=token_path,
+        inherited_secrets={} if ray_address else secrets,
     )
+
+
+def _train_steps(
+    recipe: Recipe,
+    entrypoint: tuple[str, ...],
+    ray_address: str | None,
+    token_path: str | None,
+    state_dir: str,
+    master_addr: str,
+) -> tuple[Step, ...]:
+    cleanup = Step(
+        "cleanup",
+        "stop the Ray head and job this tool recorded in "
+        f"{state_dir}/{RAY_HEAD_STATE_FILE} (its own leftovers only)",
+    )
+    target = ray_address or "the local head"
+    token = " (token from RAY_AUTH_TOKEN_PATH)" if token_path else ""
+    submit = Step("submit", f"submit the job to {target}{token} and follow its log", entrypoint)
+    if ray_address is not None:
+        return (cleanup, submit)
+    head = Step(
+        "ray-start",
+        "start a private local Ray head: loopback only, a fresh auth token, every port "
+        "chosen by the tool (device env set first)",
+        ray_start_argv(recipe.num_gpus, master_addr),
+    )
+    return (cleanup, head, submit)
 
 
 def build_prepare_plan(recipe: Recipe) -> LaunchPlan:
@@ -241,9 +276,12 @@ def format_plan(plan: LaunchPlan) -> str:
         lines.append(f"{i}. {step.name}: {step.description}")
         if step.argv and step.name != "submit":
             lines.append("   $ " + " ".join(step.argv))
-    if plan.process_env:
-        lines.append("launching process env:")
-        lines += [f"  {k}={v}" for k, v in plan.process_env.items()]
+    process_env = plan.printable_process_env()
+    if process_env:
+        own_head = plan.ray_address is None and plan.job is not None
+        title = "Ray head env (the job inherits it)" if own_head else "launching process env"
+        lines.append(f"{title}:")
+        lines += [f"  {k}={v}" for k, v in process_env.items()]
     if plan.job:
         job = plan.job.to_dict()
         lines.append("job entrypoint:")

@@ -1,45 +1,45 @@
 """Execute a launch plan as a Ray job and leave a complete run directory behind.
 
-Decides the side effects of a run, in order: clear this tool's own leftovers, start a Ray
-head unless the plan names a cluster, submit through Ray's Jobs SDK
-(``JobSubmissionClient``, never ``ray job submit``), stream the job's log to ``job.log``
-while it runs, let the fail-fast watcher stop a lost job early, enforce the overall timeout,
-and write ``job.json`` when the job ends. On every exit path (success, failure, timeout,
-Ctrl-C, exception) the job is stopped if still running and the head this call started is
-stopped by pid; nothing else is touched. Judging the run is the gate's job; this module
-only calls it at the end when a baseline is asked for.
+Decides the side effects of a run, in order (one function per step in :func:`execute`):
 
-``job.json``: Ray's ``status``, ``message``, ``start_time``/``end_time`` (seconds; Ray
-reports milliseconds), ``driver_exit_code``, and ``stopped_by`` (``null``, ``"timeout"``,
-``"interrupt"`` or ``"fail-fast"``) with the watcher's trip and the fail-fast latency
-(stop request minus the moment the fault appeared on the job's own clock).
+1. load the baselines (a bad ``--gate`` fails before an hour of GPUs is spent);
+2. refuse a run dir that holds evidence of an earlier run, then lay it out;
+3. clear this tool's own leftovers (the head an earlier run recorded in its state file);
+4. start a Ray head unless the plan names a cluster (``miles_amd.run.ray_head``);
+5. submit through Ray's Jobs SDK (``JobSubmissionClient``, never ``ray job submit``);
+6. follow the job (``miles_amd.run.job``): stream its log to ``job.log``, let the fail-fast
+   watcher stop a lost job early, enforce the overall timeout;
+7. write ``job.json`` (:class:`~miles_amd.run_dir.JobRecord`) when the job ends;
+8. gate the run dir when a baseline is asked for (judging is the gate's job).
 
-Facts measured with Ray 2.60 on CPU: ``tail_job_logs`` ends about 5 s after the job does,
-so the final ``job.log`` is rewritten from ``get_job_logs`` (the authoritative full log)
-once the job is terminal; ``stop_job`` reaches STOPPED in about 1.3 s.
+On every exit path (success, failure, timeout, Ctrl-C, exception) the job is stopped if still
+running and the head this call started is stopped by pid; nothing else is touched.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import os
 import shlex
-import threading
-import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, LaunchPlan
+from miles_amd.files import atomic_write_text
+from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, JobSpec, LaunchPlan
+from miles_amd.run.job import Echo, Follow, RayJob
 from miles_amd.run.watcher import FailFastWatcher, Trip
+from miles_amd.run_dir import JobRecord, RunDir
 
-TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+if TYPE_CHECKING:
+    from miles_amd.baseline.model import Baseline
+    from miles_amd.run.ray_head import RayHead
+
 EVIDENCE_DIR_VARS = ("TENSORBOARD_DIR", "MILES_CI_GATE_RECORD_DIR")
-STALE_EVIDENCE = ("tensorboard", "ci_history", "job.json", "job.log", "report")
-EXIT_PASS, EXIT_FAIL, EXIT_UNUSABLE = 0, 1, 2
+EXIT_PASS, EXIT_FAIL = 0, 1
 
 
 class DriverError(RuntimeError):
@@ -70,43 +70,9 @@ class RunOutcome:
         elif self.stopped_by:
             parts.append(f"stopped by {self.stopped_by}")
         if self.verdict:
-            parts.append(f"gate: {self.verdict.upper()} (report in {self.run_dir}/report/)")
+            parts.append(f"gate: {self.verdict.upper()} (report in {RunDir(self.run_dir).report}/)")
         parts.append(f"run dir: {self.run_dir}")
         return "; ".join(parts)
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-
-
-class LogPump(threading.Thread):
-    """Appends the job's log to ``job.log`` as Ray streams it (``tail_job_logs``)."""
-
-    def __init__(self, client: Any, job_id: str, path: Path) -> None:
-        super().__init__(name=f"log-pump-{job_id}", daemon=True)
-        self.client, self.job_id, self.path = client, job_id, path
-        self.closed = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            asyncio.run(self._pump())
-        except BaseException as exc:  # reported, the final log is fetched anyway
-            self.error = exc
-
-    async def _pump(self) -> None:
-        with self.path.open("a", encoding="utf-8") as out:
-            async for chunk in self.client.tail_job_logs(self.job_id):
-                if self.closed.is_set():
-                    return
-                out.write(chunk)
-                out.flush()
-
-    def close(self, wait_s: float = 1.0) -> None:
-        self.closed.set()
-        self.join(timeout=wait_s)
 
 
 def execute(
@@ -117,7 +83,7 @@ def execute(
     watch_interval_s: float = 10.0,
     state_dir: str | None = None,
     judge_partial: Callable[[Any], Any] | None = None,
-    echo: Callable[[str], None] = print,
+    echo: Echo = print,
 ) -> RunOutcome:
     """Run ``plan`` to the end, write the run dir, gate it if ``baseline`` is given.
 
@@ -125,125 +91,146 @@ def execute(
     against ``baseline``, or the patched baseline when none is given: the spike threshold,
     finiteness and fatal sentinels are the same in both).
     """
-    from miles_amd.baseline.model import BaselineError, load_baseline
-    from miles_amd.run.ray_head import RayHead, clear_leftovers, write_state
+    spec, run_dir = _job_and_run_dir(plan)
+    reference, watch_reference = _load_baselines(baseline)
+    _prepare_run_dir(plan, spec, run_dir)
+    state_file = _clear_own_leftovers(state_dir, echo)
+    watcher = FailFastWatcher(run_dir.root, judge_partial or _hard_failures(watch_reference))
+    follow = Follow(timeout_s=timeout_s, interval_s=watch_interval_s, echo=echo)
+    with _cluster(plan, run_dir, state_file) as cluster:
+        job = _submit(spec, cluster, run_dir, echo)
+        record = job.run(watcher, follow, cluster.head)
+    return _outcome(plan, run_dir, record, job.trip, reference, cluster.pids())
 
+
+def _job_and_run_dir(plan: LaunchPlan) -> tuple[JobSpec, RunDir]:
     if plan.job is None or plan.run_dir is None:
         raise DriverError("the plan has no job or no run dir; build it with build_train_plan")
-    try:  # a bad baseline must fail before an hour of GPUs is spent, not after
+    return plan.job, RunDir(Path(plan.run_dir))
+
+
+def _load_baselines(baseline: str | None) -> tuple[Baseline | None, Baseline]:
+    """The gate's baseline (if asked for) and the watcher's (the patched one by default)."""
+    from miles_amd.baseline.model import BaselineError, load_baseline
+
+    try:
         reference = load_baseline(baseline) if baseline is not None else None
-        watch_reference = reference or load_baseline("patched")
+        return reference, reference or load_baseline("patched")
     except BaselineError as exc:
         raise DriverError(f"--gate: {exc}") from exc
-    run_dir = Path(plan.run_dir)
-    stale = [name for name in STALE_EVIDENCE if (run_dir / name).exists()]
+
+
+def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> None:
+    """Refuse old evidence; create the evidence dirs, an empty job.log and plan.json."""
+    stale = [path.name for path in run_dir.evidence if path.exists()]
     if stale:
         raise DriverError(
-            f"run dir {run_dir} already holds {', '.join(stale)} from an earlier run; "
+            f"run dir {run_dir.root} already holds {', '.join(stale)} from an earlier run; "
             "pass a fresh --run-dir (old evidence would mix into this run's)"
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.root.mkdir(parents=True, exist_ok=True)
     for key in EVIDENCE_DIR_VARS:  # made here, so a job that writes nothing there is seen
-        if key in plan.job.env_vars:
-            Path(plan.job.env_vars[key]).mkdir(parents=True, exist_ok=True)
-    (run_dir / "job.log").write_text("")
-    write_json(run_dir / "plan.json", plan.to_dict())
+        if key in spec.env_vars:
+            Path(spec.env_vars[key]).mkdir(parents=True, exist_ok=True)
+    run_dir.job_log.write_text("")
+    atomic_write_text(run_dir.plan_json, _json(plan.to_dict()))
+
+
+def _clear_own_leftovers(state_dir: str | None, echo: Echo) -> Path:
+    from miles_amd.run.ray_head import clear_leftovers
+
     state_file = Path(os.path.expanduser(state_dir or "~/.cache/miles_amd")) / RAY_HEAD_STATE_FILE
     cleared = clear_leftovers(state_file)
     if cleared:
         echo(f"cleanup: stopped this tool's leftover Ray processes {cleared}")
+    return state_file
 
-    head = None
-    head_pids: tuple[int, ...] = ()
-    client = None
-    job_id = f"miles-amd-{uuid.uuid4().hex[:12]}"
-    submitted = False
-    stopped_by: str | None = None
-    trip: Trip | None = None
-    stop_requested_at: float | None = None
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where the job goes: the Jobs API address, its auth headers, the head we started."""
+
+    address: str
+    headers: dict[str, str]
+    head: RayHead | None = None
+
+    def pids(self) -> tuple[int, ...]:
+        return self.head.pids() if self.head is not None else ()
+
+
+@contextlib.contextmanager
+def _cluster(plan: LaunchPlan, run_dir: RunDir, state_file: Path) -> Iterator[Cluster]:
+    """The plan's cluster, or a head started here and stopped on every exit path."""
+    if plan.ray_address is not None:
+        yield Cluster(plan.ray_address, _cluster_token_headers(plan.ray_auth_token_path))
+        return
+    from miles_amd.run.ray_head import RayHead, write_state
+
+    step = next(s for s in plan.steps if s.name == "ray-start")
     try:
-        if plan.ray_address is None:
-            step = next(s for s in plan.steps if s.name == "ray-start")
-            head = RayHead.start(
-                step.argv,
-                env={**os.environ, **plan.process_env},
-                log_path=run_dir / "ray_head.log",
-            )
-            write_state(state_file, head)
-            address = head.dashboard_url
-        else:
-            address = plan.ray_address
-        client = _client(address)
+        head = RayHead.start(
+            step.argv, env={**os.environ, **plan.head_env()}, log_path=run_dir.ray_head_log
+        )
+    except Exception as exc:
+        raise DriverError(f"could not start the job: {exc}") from exc
+    try:
+        write_state(state_file, head)
+        yield Cluster(head.dashboard_url, head.auth_headers(), head)
+    finally:
+        head.stop()
+        state_file.unlink(missing_ok=True)
+
+
+def _cluster_token_headers(token_path: str | None) -> dict[str, str]:
+    """Auth headers for a ``RAY_ADDRESS`` cluster from ``RAY_AUTH_TOKEN_PATH``, if set.
+
+    Without it Ray's SDK applies its own rule in this process: with ``RAY_AUTH_MODE=token``
+    it sends ``RAY_AUTH_TOKEN`` or the token in ``~/.ray/auth_token``.
+    """
+    if token_path is None:
+        return {}
+    from miles_amd.run.ray_head import auth_headers
+
+    try:
+        token = Path(token_path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DriverError(
+            f"RAY_AUTH_TOKEN_PATH={token_path}: cannot read the token ({exc})"
+        ) from None
+    if not token:
+        raise DriverError(f"RAY_AUTH_TOKEN_PATH={token_path}: the file is empty")
+    return auth_headers(token)
+
+
+def _submit(spec: JobSpec, cluster: Cluster, run_dir: RunDir, echo: Echo) -> RayJob:
+    job_id = f"miles-amd-{uuid.uuid4().hex[:12]}"
+    client = _client(cluster.address, cluster.headers)
+    try:
         client.submit_job(
-            entrypoint=shlex.join(plan.job.entrypoint),
-            runtime_env=plan.job.runtime_env(),
+            entrypoint=shlex.join(spec.entrypoint),
+            runtime_env=spec.runtime_env(),
             submission_id=job_id,
         )
-        submitted = True
-        echo(f"submitted {job_id} to {address}; log: {run_dir / 'job.log'}")
-        pump = LogPump(client, job_id, run_dir / "job.log")
-        pump.start()
-        watcher = FailFastWatcher(run_dir, judge_partial or _hard_failures(watch_reference))
-        started = time.monotonic()
-        next_watch = started + watch_interval_s
-        while True:
-            status = client.get_job_status(job_id).value
-            if status in TERMINAL:
-                break
-            now = time.monotonic()
-            if now - started > timeout_s:
-                stopped_by = "timeout"
-            elif now >= next_watch:
-                next_watch = now + watch_interval_s
-                trip = watcher.poll()
-                if trip is not None:
-                    stopped_by = "fail-fast"
-            if stopped_by:
-                stop_requested_at = time.time()
-                echo(f"stopping {job_id}: {stopped_by}" + (f" ({trip.rule})" if trip else ""))
-                _stop_and_wait(client, job_id)
-                break
-            time.sleep(min(0.5, watch_interval_s))
-        if head is not None:
-            head.record_descendants()
-        pump.close()
-        trip = _write_final(client, job_id, run_dir, stopped_by, trip, stop_requested_at)
-    except KeyboardInterrupt:
-        stopped_by = "interrupt"
-        raise
     except Exception as exc:
-        if not submitted:
-            raise DriverError(f"could not start the job: {exc}") from exc
-        raise
-    finally:
-        if client is not None and submitted:
-            _stop_if_running(client, job_id)
-            if stopped_by == "interrupt":
-                _write_final(client, job_id, run_dir, stopped_by, trip, time.time())
-        if head is not None:
-            head.stop()
-            state_file.unlink(missing_ok=True)
-            head_pids = tuple(p.pid for p in (head.owned, *head.descendants))
-
-    job = json.loads((run_dir / "job.json").read_text())
-    latency = job.get("failfast_latency_s")
-    verdict = None
-    exit_code = EXIT_PASS if job["status"] == "SUCCEEDED" and not stopped_by else EXIT_FAIL
-    if reference is not None:
-        from miles_amd.report.gate_run import gate_run_dir
-
-        judged, _ = gate_run_dir(run_dir, reference, expected_rollouts=plan.recipe.num_rollout)
-        verdict, exit_code = judged.verdict, judged.exit_code
-    return RunOutcome(
-        run_dir, job_id, job["status"], stopped_by, trip, latency, verdict, exit_code, head_pids
-    )
+        raise DriverError(f"could not start the job: {exc}") from exc
+    echo(f"submitted {job_id} to {cluster.address}; log: {run_dir.job_log}")
+    return RayJob(client, job_id, run_dir)
 
 
-def _client(address: str) -> Any:
+def _client(address: str, headers: dict[str, str]) -> Any:
+    """A Jobs API client; Ray's 401/403 become a one-line error that says so."""
+    from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
     try:
-        return JobSubmissionClient(address)
+        return JobSubmissionClient(address, headers=headers or None)
+    except AuthenticationError as exc:
+        wrong = exc.message.startswith("Authentication failed")
+        code = "HTTP 403: the token sent is wrong" if wrong else "HTTP 401: no token sent"
+        raise DriverError(
+            f"Ray at {address} requires token authentication ({code}); set "
+            "RAY_AUTH_TOKEN_PATH to a file holding the cluster's token"
+        ) from exc
     except Exception as exc:
         raise DriverError(f"no Ray Jobs API at {address}: {exc}") from exc
 
@@ -254,55 +241,35 @@ def _hard_failures(reference: Any) -> Callable[[Any], Any]:
     return lambda evidence: hard_failures(evidence, reference)
 
 
-def _stop_and_wait(client: Any, job_id: str, timeout_s: float = 60.0) -> None:
-    client.stop_job(job_id)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if client.get_job_status(job_id).value in TERMINAL:
-            return
-        time.sleep(0.2)
-
-
-def _stop_if_running(client: Any, job_id: str) -> None:
-    try:
-        if client.get_job_status(job_id).value not in TERMINAL:
-            _stop_and_wait(client, job_id)
-    except Exception:  # the head may already be gone; its stop ends the job too
-        pass
-
-
-def _write_final(
-    client: Any,
-    job_id: str,
-    run_dir: Path,
-    stopped_by: str | None,
+def _outcome(
+    plan: LaunchPlan,
+    run_dir: RunDir,
+    record: JobRecord,
     trip: Trip | None,
-    stop_requested_at: float | None,
-) -> Trip | None:
-    """The authoritative job.log and job.json, each written atomically; the trip, timed."""
-    log = client.get_job_logs(job_id)
-    tmp = run_dir / ".job.log.tmp"
-    tmp.write_text(log, encoding="utf-8")
-    os.replace(tmp, run_dir / "job.log")
-    info = client.get_job_info(job_id)
-    if trip is not None:
-        trip = trip.timed_from(log.splitlines())
-    latency = None
-    if trip is not None and trip.fault_time is not None and stop_requested_at is not None:
-        latency = round(stop_requested_at - trip.fault_time, 3)
-    write_json(
-        run_dir / "job.json",
-        {
-            "job_id": job_id,
-            "status": info.status.value,
-            "message": info.message or "",
-            "start_time": info.start_time / 1000 if info.start_time else None,
-            "end_time": info.end_time / 1000 if info.end_time else None,
-            "driver_exit_code": info.driver_exit_code,
-            "stopped_by": stopped_by,
-            "stop_requested_at": stop_requested_at,
-            "failfast": trip.to_dict() if trip else None,
-            "failfast_latency_s": latency,
-        },
+    reference: Baseline | None,
+    head_pids: tuple[int, ...],
+) -> RunOutcome:
+    """The run's outcome; the gate's verdict and exit code when a baseline was given."""
+    verdict = None
+    passed = record.status == "SUCCEEDED" and not record.stopped_by
+    exit_code = EXIT_PASS if passed else EXIT_FAIL
+    if reference is not None:
+        from miles_amd.report.gate_run import gate_run_dir
+
+        judged, _ = gate_run_dir(run_dir.root, reference, expected_rollouts=plan.recipe.num_rollout)
+        verdict, exit_code = judged.verdict, judged.exit_code
+    return RunOutcome(
+        run_dir=run_dir.root,
+        job_id=record.job_id,
+        status=record.status,
+        stopped_by=record.stopped_by,
+        trip=trip,
+        failfast_latency_s=record.failfast_latency_s,
+        verdict=verdict,
+        exit_code=exit_code,
+        head_pids=head_pids,
     )
-    return trip
+
+
+def _json(data: dict[str, object]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"

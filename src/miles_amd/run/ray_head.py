@@ -1,26 +1,67 @@
-"""A Ray head this tool starts, owns, and stops: by process id, never by name.
+"""A Ray head this tool starts, owns, and stops: private to its user, stopped by process id.
 
-Decides how a local head is started and stopped; it does not submit jobs (``driver``).
+Decides how a local head is started, secured and stopped; it does not submit jobs
+(``driver``). Facts below were read in Ray 2.60's installed source and measured with
+``psutil.net_connections`` on the head's process tree (``tests/rehearsal/test_private_head``).
 
-- Started as ``ray start --head ... --block`` in a new session, with every fixed port Ray
-  would otherwise use replaced by a free one and a private ``--temp-dir``, so it never
-  collides with another cluster on the node (nor with a test session's head).
-- ``ray start --block`` registers a SIGTERM handler that shuts down the processes it
-  spawned; :meth:`RayHead.stop` sends it SIGTERM, then terminates (and after a grace period
-  kills) every descendant it recorded, matched by pid *and* create time so a recycled pid
-  is never touched. ``ray stop`` is never used: it stops every Ray process of the user.
-- A state file records the head so a later run can clear this tool's own leftovers
-  (:func:`clear_leftovers`), again only by recorded pid and create time.
+Loopback only. ``ray start --node-ip-address 127.0.0.1`` is not enough: Ray replaces a
+loopback node address with the host's routable one (``services.resolve_ip_for_localhost``)
+unless ``ray_constants.ENABLE_RAY_CLUSTER`` is off, which the head's environment switches
+with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` ("local Ray only": no other node may join,
+which this single-node head never needs). With the node address on 127.0.0.1, GCS, raylet,
+object manager, dashboard, dashboard agent, runtime-env agent, Ray client server, both
+Prometheus endpoints and every worker listen on 127.0.0.1 only.
 
-Measured on a 2-core CPU machine (Ray 2.60): start to dashboard-ready about 5 s, stop
-about 2-6 s; by default Ray binds a non-loopback address, hence ``--node-ip-address``.
+Every port is chosen here. The nine ``ray start`` port flags (:data:`PORT_OPTIONS`) get
+distinct free ports; the two metrics servers ``ray start`` has no flag for are set through
+the environment (:data:`PORT_ENV_VARS`: the autoscaler's ``AUTOSCALER_METRIC_PORT``,
+default 44217, and the dashboard's ``DASHBOARD_METRIC_PORT``, default 44227, read by
+``autoscaler/_private/monitor.py`` and ``dashboard/consts.py``). Worker processes (job
+supervisor, job driver, tasks, actors) get ``--min-worker-port 0 --max-worker-port 0``:
+each binds a port the kernel assigns at bind time, which no other process holds (a list
+picked in advance would sit unbound until a worker starts, free for anyone to take).
+
+Token authentication (Ray's ``RAY_AUTH_MODE=token``). Every head gets a fresh token
+(``secrets.token_hex(32)``, the generator Ray's ``ray get-auth-token --generate`` uses)
+written 0600 to ``auth_token`` in the head's private temp dir, and the head's environment
+points at it with ``RAY_AUTH_TOKEN_PATH``. Ray's C++ ``AuthenticationTokenLoader`` looks
+for a token in ``RAY_AUTH_TOKEN`` (the value), then the file ``RAY_AUTH_TOKEN_PATH``, then
+``~/.ray/auth_token``; the head's environment drops ``RAY_AUTH_TOKEN`` so the user's own
+token (variable or file) can never replace the fresh one. GCS and raylet then require the
+token on every gRPC call; the dashboard's HTTP middleware answers 401 to a request without
+it and 403 to a wrong one (``http_token_authentication.py``; only health checks and
+``/api/authentication_mode`` are public). Processes the head starts (agents, workers, the
+job and anything it starts with ``ray.init``) inherit ``RAY_AUTH_MODE`` and
+``RAY_AUTH_TOKEN_PATH``. The client gets the token in memory from :meth:`RayHead.auth_headers`
+(``Authorization: Bearer <token>``), which ``JobSubmissionClient(headers=...)`` sends on
+every request and on the log websocket; Ray adds its own header only when none is given.
+A 401/403 at start is reported as what it is, not as a slow start.
+
+Private temp dir: a fresh ``mkdtemp`` under ``/tmp`` (mode 0700), not under ``TMPDIR``:
+Ray's AF_UNIX sockets live at ``<temp>/session_<date>_<pid>/sockets/dash_MetricsHead`` and
+more, and a socket path over 107 bytes makes ``ray start`` fail. Ray's ``--temp-dir`` is
+its subdirectory ``ray`` because Ray makes its temp dir world-writable
+(``_common/utils.try_make_directory_shared``: chmod 0777); the 0700 dir around it keeps
+other users out of the session dir, its logs and sockets. The token file sits beside it.
+The head's ``TMPDIR`` is the private dir too, so the temp files and multiprocessing sockets
+of Ray's processes and of the job stay in it. Removed when the head stops.
+
+Stopping. ``ray start --block`` (in a new session) registers a SIGTERM handler that shuts
+down the processes it spawned; :meth:`RayHead.stop` sends it SIGTERM, then terminates (and
+after a grace period kills) every descendant it recorded, matched by pid *and* create time
+so a recycled pid is never touched. ``ray stop`` is never used: it stops every Ray process
+of the user. A state file records the head so a later run can clear this tool's own
+leftovers (:func:`clear_leftovers`), again only by recorded pid and create time.
+
+Measured on a 2-core CPU machine (Ray 2.60): start to dashboard-ready about 5-8 s, stop
+about 2-6 s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
+import secrets
 import shutil
 import signal
 import socket
@@ -28,9 +69,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from miles_amd.files import atomic_write_text
 
 PORT_OPTIONS = (
     "--port",
@@ -43,16 +88,47 @@ PORT_OPTIONS = (
     "--node-manager-port",
     "--object-manager-port",
 )
+PORT_ENV_VARS = ("AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT")
+WORKER_PORTS = ("--min-worker-port", "0", "--max-worker-port", "0")  # kernel-assigned
+TEMP_ROOT = Path("/tmp")  # not TMPDIR: AF_UNIX paths must stay under 108 bytes
+TEMP_PREFIX = "miles-ray-"
+TOKEN_FILE = "auth_token"
+RAY_TEMP = "ray"
 
 
 class RayHeadError(RuntimeError):
     """The head could not be started; the message carries the tail of its output."""
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports free now (all held open until all are picked)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
+def auth_headers(token: str) -> dict[str, str]:
+    """The HTTP header Ray's dashboard checks (``Authorization: Bearer <token>``)."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def head_environment(
+    env: Mapping[str, str], temp_dir: Path, token_path: Path, ports: Mapping[str, int]
+) -> dict[str, str]:
+    """The head's environment: ``env`` plus loopback, token auth, metrics ports, TMPDIR."""
+    out = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"}
+    out.update(
+        {
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": str(token_path),
+            "TMPDIR": str(temp_dir),
+            **{name: str(ports[name]) for name in PORT_ENV_VARS},
+        }
+    )
+    return out
 
 
 def ray_executable() -> str:
@@ -92,28 +168,68 @@ class RayHead:
 
     process: subprocess.Popen[bytes]
     owned: OwnedProcess
-    dashboard_url: str
-    gcs_address: str
+    ports: dict[str, int]  # every port the head listens on except workers' (kernel-assigned)
     temp_dir: Path
     log_path: Path
+    token: str = field(repr=False)
     descendants: set[OwnedProcess] = field(default_factory=set)
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['--dashboard-port']}"
+
+    @property
+    def token_path(self) -> Path:
+        return self.temp_dir / TOKEN_FILE
+
+    def auth_headers(self) -> dict[str, str]:
+        return auth_headers(self.token)
 
     @classmethod
     def start(
         cls,
         base_argv: tuple[str, ...],
         *,
-        env: dict[str, str],
+        env: Mapping[str, str],
         log_path: Path,
         timeout_s: float = 90.0,
     ) -> RayHead:
+        """Start ``base_argv`` (``ray start --head ...``) private, and wait until it serves."""
+        names = (*PORT_OPTIONS, *PORT_ENV_VARS)
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
+        temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT))
+        token = secrets.token_hex(32)
+        atomic_write_text(temp_dir / TOKEN_FILE, token, mode=0o600)
+        ray_temp = temp_dir / RAY_TEMP  # Ray makes its temp dir 0777; ours around it is 0700
+        argv = [ray_executable(), *base_argv[1:], "--block", "--temp-dir", str(ray_temp)]
+        argv += [str(x) for option in PORT_OPTIONS for x in (option, ports[option])]
+        argv += WORKER_PORTS
+        head_env = head_environment(env, temp_dir, temp_dir / TOKEN_FILE, ports)
+        try:
+            head = cls._spawn(argv, head_env, ports, temp_dir, log_path, token)
+        except BaseException:
+            shutil.rmtree(temp_dir, ignore_errors=True)  # the token must not outlive a failure
+            raise
+        try:
+            head._wait_ready(timeout_s)
+        except BaseException:
+            head.stop()
+            raise
+        head.record_descendants()
+        return head
+
+    @classmethod
+    def _spawn(
+        cls,
+        argv: list[str],
+        env: dict[str, str],
+        ports: dict[str, int],
+        temp_dir: Path,
+        log_path: Path,
+        token: str,
+    ) -> RayHead:
         import psutil
 
-        ports = {option: free_port() for option in PORT_OPTIONS}
-        temp_dir = Path(tempfile.mkdtemp(prefix="miles_amd_ray_"))
-        argv = [ray_executable(), *base_argv[1:], "--block", "--temp-dir", str(temp_dir)]
-        for option, port in ports.items():
-            argv += [option, str(port)]
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("wb") as log:
             process = subprocess.Popen(
@@ -125,33 +241,30 @@ class RayHead:
                 start_new_session=True,
             )
         owned = OwnedProcess(process.pid, psutil.Process(process.pid).create_time())
-        head = cls(
-            process=process,
-            owned=owned,
-            dashboard_url=f"http://127.0.0.1:{ports['--dashboard-port']}",
-            gcs_address=f"127.0.0.1:{ports['--port']}",
-            temp_dir=temp_dir,
-            log_path=log_path,
-        )
-        try:
-            head._wait_ready(timeout_s)
-        except BaseException:
-            head.stop()
-            raise
-        head.record_descendants()
-        return head
+        return cls(process, owned, ports, temp_dir, log_path, token)
 
     def _wait_ready(self, timeout_s: float) -> None:
+        """Poll ``/api/version`` with the token until 200; a 401/403 is an auth failure."""
         deadline = time.monotonic() + timeout_s
+        request = urllib.request.Request(
+            f"{self.dashboard_url}/api/version", headers=self.auth_headers()
+        )
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RayHeadError(
                     f"ray start exited with code {self.process.returncode}: {self._log_tail()}"
                 )
             try:
-                with urllib.request.urlopen(f"{self.dashboard_url}/api/version", timeout=2) as r:
-                    if r.status == 200:
+                with urllib.request.urlopen(request, timeout=2) as response:
+                    if response.status == 200:
                         return
+            except urllib.error.HTTPError as error:
+                if error.code in (401, 403):
+                    raise RayHeadError(
+                        f"the Ray dashboard at {self.dashboard_url} refused this tool's own "
+                        f"token: HTTP {error.code} ({error.reason}); the head did not load "
+                        f"{self.token_path}: {self._log_tail()}"
+                    ) from None
             except OSError:
                 pass
             time.sleep(0.5)
@@ -193,10 +306,15 @@ class RayHead:
             self.process.wait(timeout=5)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
+    def pids(self) -> tuple[int, ...]:
+        """The head's pid and every descendant's recorded so far."""
+        return tuple(p.pid for p in (self.owned, *self.descendants))
+
     def leftovers(self) -> list[OwnedProcess]:
         return [p for p in (self.owned, *self.descendants) if p.alive()]
 
     def state(self) -> dict[str, object]:
+        """What :func:`clear_leftovers` needs (no token: it stays in the temp dir)."""
         return {
             "pid": self.owned.pid,
             "create_time": self.owned.create_time,
@@ -213,10 +331,7 @@ def _wait_gone(procs: list[OwnedProcess], timeout_s: float) -> None:
 
 
 def write_state(state_file: Path, head: RayHead) -> None:
-    state_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = state_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(head.state()))
-    os.replace(tmp, state_file)
+    atomic_write_text(state_file, json.dumps(head.state()), mode=0o600)
 
 
 def clear_leftovers(state_file: Path) -> list[int]:
@@ -241,8 +356,8 @@ def clear_leftovers(state_file: Path) -> list[int]:
     for proc in alive:
         proc.signal(signal.SIGKILL)
     _wait_gone(alive, 5.0)
-    temp_dir = str(state.get("temp_dir", ""))
-    if Path(temp_dir).name.startswith("miles_amd_ray_"):
+    temp_dir = Path(str(state.get("temp_dir", "")))
+    if temp_dir.parent == TEMP_ROOT and temp_dir.name.startswith(TEMP_PREFIX):
         shutil.rmtree(temp_dir, ignore_errors=True)
     state_file.unlink(missing_ok=True)
     return [p.pid for p in alive]

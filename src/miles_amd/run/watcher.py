@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from miles_amd.evidence.types import RunEvidence
+from miles_amd.run_dir import RunDir
 
 # miles: "[2026-11-20 10:03:50.007 ]"; SGLang: "[2026-11-20 10:03:50 TP0]" (whole seconds).
 LOG_TIME = re.compile(r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(\.\d{3})?[^\]]*\]")
@@ -122,7 +123,7 @@ class FailFastWatcher:
             fault_time=None,
             detected_at=time.time(),
         )
-        self.trip = trip.timed_from(read_lines(self.run_dir / "job.log"))
+        self.trip = trip.timed_from(read_lines(RunDir(self.run_dir).job_log))
         return self.trip
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.driver import RunOutcome, execute
+from miles_amd.run_dir import RunDir
 from miles_amd.testing.faults import DEFAULT_FAULT_AT, FAULTS
 
 EXAMPLE_RUN = Path(__file__).resolve().parents[3] / "examples" / "runs" / "jvvnhop9"
@@ -67,7 +68,7 @@ def rehearse(
 
 
 def failed_checks(run_dir: Path) -> set[str]:
-    report = json.loads((run_dir / "report" / "report.json").read_text())
+    report = json.loads((RunDir(run_dir).report / "report.json").read_text())
     return {c["name"] for c in report["checks"] if c["status"] in ("fail", "error")}
 
 

@@ -1,0 +1,240 @@
+"""The Ray head the tool starts is private, and two of them run side by side.
+
+Two real drivers (``execute`` in two subprocesses, each starting its own head) run at once
+with a user who has a Ray token of their own (``~/.ray/auth_token`` under a temp ``HOME``,
+and ``RAY_AUTH_TOKEN``) and a ``TMPDIR`` too long for an AF_UNIX socket path. Each job
+connects to its cluster with ``ray.init()`` and runs a task, as miles' train.py does, then
+waits until the test has looked at both heads from the outside: every socket their process
+trees listen on is on loopback; the head's own servers listen only on ports the tool put in
+its ``ray start`` argv and environment (workers on ports the kernel assigns); the two heads
+share no port; the dashboard answers 401 without a token and 403 to the user's token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, build_train_plan
+from miles_amd.recipe.settings import Recipe
+from miles_amd.run.driver import DriverError, execute
+from miles_amd.run.ray_head import (
+    PORT_ENV_VARS,
+    PORT_OPTIONS,
+    TEMP_PREFIX,
+    TEMP_ROOT,
+    RayHead,
+    RayHeadError,
+)
+from miles_amd.run_dir import JobRecord, RunDir
+
+pytestmark = pytest.mark.rehearsal
+
+USER_TOKEN = "the-users-own-ray-token-0123456789"
+LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1"}
+
+DRIVER = """\
+import os, sys
+from miles_amd.recipe.plan import build_train_plan
+from miles_amd.recipe.settings import Recipe
+from miles_amd.run.driver import execute
+
+run_dir, state_dir, code = sys.argv[1:4]
+plan = build_train_plan(
+    Recipe(num_rollout=3), dict(os.environ), run_dir=run_dir,
+    entrypoint_prefix=(sys.executable, "-c", code),
+)
+outcome = execute(plan, timeout_s=300, judge_partial=lambda _e: [], state_dir=state_dir)
+print(outcome.summary())
+raise SystemExit(outcome.exit_code)
+"""
+
+JOB = """\
+# miles_amd_rehearsal_job
+import os, time, ray
+ray.init()
+
+@ray.remote
+def node_ip():
+    return ray.util.get_node_ip_address()
+
+print("task ran on", ray.get(node_ip.remote()), flush=True)
+print("job-" + "ready", flush=True)
+deadline = time.time() + 240
+while not os.path.exists({go!r}) and time.time() < deadline:
+    time.sleep(0.2)
+print("job-" + "done", flush=True)
+"""
+
+
+def user_env(tmp_path: Path) -> dict[str, str]:
+    """A user with a Ray token of their own and a TMPDIR too long for socket paths."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(USER_TOKEN)
+    tmpdir = tmp_path / ("t" * 60) / ("m" * 60)
+    tmpdir.mkdir(parents=True)
+    assert len(str(tmpdir)) > 108
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    return {**env, "HOME": str(home), "RAY_AUTH_TOKEN": USER_TOKEN, "TMPDIR": str(tmpdir)}
+
+
+def wait_for(predicate, what: str, procs: list[subprocess.Popen], timeout_s: float = 180):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        for proc in procs:
+            assert proc.poll() is None, f"a driver ended early: {proc.communicate()[0][-3000:]}"
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def log_has(run_dir: Path, text: str) -> bool:
+    try:
+        return text in RunDir(run_dir).job_log.read_text()
+    except OSError:
+        return False
+
+
+def http_status(url: str, headers: dict[str, str]) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10):
+            return 200
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def picked_ports(head: psutil.Process) -> set[int]:
+    """The ports the tool gave ``ray start``: its argv flags and its metrics env vars."""
+    argv, env = head.cmdline(), head.environ()
+    ports = {int(argv[argv.index(option) + 1]) for option in PORT_OPTIONS}
+    ports |= {int(env[name]) for name in PORT_ENV_VARS}
+    assert len(ports) == len(PORT_OPTIONS) + len(PORT_ENV_VARS)
+    assert argv[argv.index("--min-worker-port") + 1] == argv[argv.index("--max-worker-port") + 1]
+    return ports
+
+
+def listening(head: psutil.Process) -> list[tuple[str, int, str]]:
+    """(address, port, command line) of every socket the head's process tree listens on."""
+    tree = {p.pid: p for p in [head, *head.children(recursive=True)]}
+    found = []
+    for conn in psutil.net_connections(kind="inet"):
+        if conn.pid in tree and conn.status == psutil.CONN_LISTEN:
+            try:
+                cmdline = " ".join(tree[conn.pid].cmdline())
+            except psutil.Error:
+                continue
+            found.append((conn.laddr.ip, conn.laddr.port, cmdline))
+    return found
+
+
+def kernel_assigned(port: int) -> bool:
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    return low <= port <= high
+
+
+def check_private(state_file: Path) -> tuple[set[int], Path]:
+    """Assert one running head is private; return the ports it listens on and its temp dir."""
+    state = json.loads(state_file.read_text())
+    head = psutil.Process(state["pid"])
+    temp_dir = Path(state["temp_dir"])
+    assert stat.S_IMODE(temp_dir.stat().st_mode) == 0o700
+    token_file = temp_dir / "auth_token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    token = token_file.read_text()
+    assert token != USER_TOKEN and len(token) == 64
+    picked = picked_ports(head)
+    ports = set()
+    for address, port, cmdline in listening(head):
+        assert address in LOOPBACK, f"{cmdline[:80]} listens on {address}:{port}"
+        is_worker = cmdline.startswith("ray::") or "miles_amd_rehearsal_job" in cmdline
+        assert port in picked or (is_worker and kernel_assigned(port)), (port, cmdline[:80])
+        ports.add(port)
+    assert picked <= ports, f"picked but not listening: {sorted(picked - ports)}"
+    jobs = f"{state['dashboard_url']}/api/jobs/"
+    assert http_status(jobs, {}) == 401
+    assert http_status(jobs, {"Authorization": f"Bearer {USER_TOKEN}"}) == 403
+    assert http_status(jobs, {"Authorization": f"Bearer {token}"}) == 200
+    return ports, temp_dir
+
+
+def test_two_private_heads_side_by_side(tmp_path: Path) -> None:
+    env = user_env(tmp_path)
+    runs = [tmp_path / f"run{i}" for i in (1, 2)]
+    states = [tmp_path / f"state{i}" for i in (1, 2)]
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", DRIVER, str(run), str(state), JOB.format(go=str(go))],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for run, state in zip(runs, states, strict=True)
+    ]
+    try:
+        wait_for(lambda: all(log_has(r, "job-ready") for r in runs), "both jobs", procs)
+        (first, temp1), (second, temp2) = (check_private(s / RAY_HEAD_STATE_FILE) for s in states)
+        assert not first & second, f"the two heads share ports {sorted(first & second)}"
+    finally:
+        go.touch()
+        outputs = [proc.communicate(timeout=180)[0] for proc in procs]
+    for proc, out, run in zip(procs, outputs, runs, strict=True):
+        assert proc.returncode == 0, out[-3000:]
+        assert JobRecord.from_json(RunDir(run).job_json.read_text()).status == "SUCCEEDED"
+        assert "task ran on 127.0.0.1" in RunDir(run).job_log.read_text()
+    for state in states:
+        assert not (state / RAY_HEAD_STATE_FILE).exists()
+    assert not temp1.exists() and not temp2.exists()
+
+
+def test_a_token_the_head_refuses_is_reported_as_such(ray_head: RayHead) -> None:
+    wrong = dataclasses.replace(ray_head, token=USER_TOKEN)
+    with pytest.raises(RayHeadError, match=r"refused this tool's own token: HTTP 403"):
+        wrong._wait_ready(10)
+
+
+def test_a_cluster_that_wants_a_token_says_so(cluster_env, tmp_path, state_dir) -> None:
+    env = {k: v for k, v in cluster_env.items() if k != "RAY_AUTH_TOKEN_PATH"}
+
+    def plan(run: str, **extra: str):
+        return build_train_plan(
+            Recipe(num_rollout=3),
+            {**env, **extra},
+            run_dir=str(tmp_path / run),
+            entrypoint_prefix=(sys.executable, "-c", "print(1)"),
+        )
+
+    with pytest.raises(DriverError, match=r"requires token authentication \(HTTP 401"):
+        execute(plan("none"), timeout_s=30, state_dir=state_dir)
+    wrong = tmp_path / "wrong_token"
+    wrong.write_text(USER_TOKEN)
+    with pytest.raises(DriverError, match=r"requires token authentication \(HTTP 403"):
+        execute(plan("wrong", RAY_AUTH_TOKEN_PATH=str(wrong)), timeout_s=30, state_dir=state_dir)
+    missing = str(tmp_path / "no_such_token")
+    with pytest.raises(DriverError, match=rf"RAY_AUTH_TOKEN_PATH={missing}: cannot read"):
+        execute(plan("missing", RAY_AUTH_TOKEN_PATH=missing), timeout_s=30, state_dir=state_dir)
+
+
+def test_a_head_that_cannot_start_says_why_and_leaves_no_token(tmp_path: Path) -> None:
+    before = set(TEMP_ROOT.glob(f"{TEMP_PREFIX}*"))
+    with pytest.raises(RayHeadError, match=r"ray start exited with code 2: .*no-such-flag"):
+        RayHead.start(
+            ("ray", "start", "--head", "--no-such-flag"),
+            env=dict(os.environ),
+            log_path=tmp_path / "head.log",
+        )
+    assert set(TEMP_ROOT.glob(f"{TEMP_PREFIX}*")) == before

@@ -1,0 +1,58 @@
+"""``job.json``'s model: what the driver writes reads back equal; a bad field is named."""
+
+from __future__ import annotations
+
+import pytest
+
+from miles_amd.files import atomic_write_text
+from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.testing.rehearsal import EXAMPLE_RUN
+
+pytestmark = pytest.mark.unit
+
+STOPPED = JobRecord(
+    job_id="miles-amd-0123456789ab",
+    status="STOPPED",
+    message="Job was intentionally stopped.",
+    start_time=1_767_225_600.25,
+    end_time=1_767_225_700.5,
+    driver_exit_code=None,
+    stopped_by="fail-fast",
+    stop_requested_at=1_767_225_699.0,
+    failfast={"rule": "logprob_abs_diff.spikes", "step": 3, "line": None},
+    failfast_latency_s=1.75,
+)
+
+
+def test_written_through_the_run_dir_and_read_back_equal(tmp_path) -> None:
+    run = RunDir(tmp_path / "run")
+    atomic_write_text(run.job_json, STOPPED.to_json())
+    assert JobRecord.from_json(run.job_json.read_text()) == STOPPED
+    assert JobRecord.from_json(run.job_json.read_bytes()) == STOPPED
+
+
+def test_the_embedded_example_and_a_minimal_record_read() -> None:
+    example = JobRecord.from_json(RunDir(EXAMPLE_RUN).job_json.read_text())
+    assert example.status == "SUCCEEDED" and example.driver_exit_code == 0
+    minimal = JobRecord.from_json('{"job_id": "raysubmit_x", "status": "FAILED", "extra": 1}')
+    assert minimal == JobRecord("raysubmit_x", "FAILED")
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("[]", "expected a JSON object"),
+        ("{", "bad JSON at line 1"),
+        ('{"status": "SUCCEEDED"}', '"job_id"'),
+        ('{"job_id": "j", "status": "DONE"}', '"status"'),
+        ('{"job_id": "j", "status": "FAILED", "message": 3}', '"message"'),
+        ('{"job_id": "j", "status": "FAILED", "end_time": 1e999}', '"end_time"'),
+        ('{"job_id": "j", "status": "FAILED", "start_time": NaN}', '"start_time"'),
+        ('{"job_id": "j", "status": "FAILED", "driver_exit_code": true}', '"driver_exit_code"'),
+        ('{"job_id": "j", "status": "STOPPED", "stopped_by": "user"}', '"stopped_by"'),
+        ('{"job_id": "j", "status": "STOPPED", "failfast": "spike"}', '"failfast"'),
+    ],
+)
+def test_a_bad_record_names_its_field(text: str, names: str) -> None:
+    with pytest.raises(ValueError, match=names.replace("(", r"\(")):
+        JobRecord.from_json(text)
