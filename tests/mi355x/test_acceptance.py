@@ -71,7 +71,7 @@ def test_recipe_matches_baseline(node, variant: str) -> None:
         num_rollout=node.num_rollouts,
     )
     plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
-    outcome = execute(plan, timeout_s=RUN_TIMEOUT_S, baseline=variant)
+    outcome = execute(plan, timeout_s=RUN_TIMEOUT_S, baseline=variant, require_env=True)
     report_md = RunDir(run_dir).report / "report.md"
     report = json.loads((RunDir(run_dir).report / "report.json").read_text())
     failing = [row for row in report["checks"] if row["status"] not in ("pass", "not_measured")]

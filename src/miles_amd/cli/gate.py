@@ -27,6 +27,7 @@ import typer
 
 from miles_amd.cli.errors import EXIT_CODES_HELP
 from miles_amd.cli.errors import fail as _fail
+from miles_amd.cli.options import RequireEnvOpt
 
 
 class OutputFormat(str, Enum):
@@ -66,14 +67,7 @@ def gate(
             help="Rollouts the run must have (default: the baseline's, 20).",
         ),
     ] = None,
-    require_env: Annotated[
-        bool,
-        typer.Option(
-            "--require-env",
-            help="Fail a run dir without env.json (the hardware path); without it the "
-            "environment check is not measured there.",
-        ),
-    ] = False,
+    require_env: RequireEnvOpt = False,
 ) -> None:
     """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
     from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline

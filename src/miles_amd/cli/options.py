@@ -126,5 +126,13 @@ TimeoutOpt = Annotated[
         help="Overall timeout of the job, seconds (finite, > 0).",
     ),
 ]
+RequireEnvOpt = Annotated[
+    bool,
+    typer.Option(
+        "--require-env",
+        help="Fail a run dir without env.json (the hardware path: the mi355x test and CI); "
+        "without it the environment check is not measured there.",
+    ),
+]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="With --dry-run: print the plan as JSON.")]

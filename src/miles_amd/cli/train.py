@@ -43,6 +43,7 @@ from miles_amd.cli.options import (
     NumRolloutAliasOpt,
     NumRolloutsOpt,
     OverridePinnedOpt,
+    RequireEnvOpt,
     RunDirOpt,
     TimeoutOpt,
     resolve_alias,
@@ -71,6 +72,7 @@ def train(
     override_pinned: OverridePinnedOpt = False,
     run_dir: RunDirOpt = DEFAULT_RUN_DIR,
     gate: GateOpt = None,
+    require_env: RequireEnvOpt = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
@@ -78,7 +80,7 @@ def train(
     """Run the recipe as a Ray job, write the run dir, and optionally gate it."""
     recipe = make_recipe(**_recipe_options(locals()))
     check_gate(gate)
-    run_train(recipe, run_dir, gate, timeout, dry_run, as_json)
+    run_train(recipe, run_dir, gate, require_env, timeout, dry_run, as_json)
 
 
 def full_train(**options: Any) -> None:
@@ -97,7 +99,8 @@ def full_train(**options: Any) -> None:
         typer.echo(format_plan(prepare_plan))
     else:
         run_prepare(prepare_plan)
-    run_train(recipe, run_dir, options["gate"], options["timeout"], dry_run, as_json=False)
+    gate, require_env = options["gate"], options["require_env"]
+    run_train(recipe, run_dir, gate, require_env, options["timeout"], dry_run, as_json=False)
 
 
 # `full-train` takes exactly `train`'s options: typer reads them from this signature.
@@ -161,18 +164,14 @@ def check_gate(gate: str | None) -> None:
     """``--gate`` must name a baseline that loads, checked before an hour of GPUs is spent."""
     if gate is None:
         return
-    from miles_amd.baseline.model import SHIPPED, BaselineError, load_baseline
+    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
 
-    if gate not in SHIPPED and not Path(gate).is_file():
-        fail(
-            f"--gate {gate}: neither a shipped baseline nor a file; fix: pass --gate stock, "
-            "--gate patched or the path of a baseline JSON file"
-        )
     try:
-        load_baseline(gate)
+        load_baseline(gate, flag="--gate")
+    except UnknownBaselineError as exc:
+        fail(str(exc))  # it names --gate and the fix
     except BaselineError as exc:
-        # The loader words its fixes for `miles-amd gate`, whose flag is --baseline.
-        fail(f"--gate {gate}: {exc}".replace("--baseline", "--gate"))
+        fail(f"--gate {gate}: {exc}")
 
 
 def check_inputs(recipe: Recipe) -> None:
@@ -189,7 +188,13 @@ def check_inputs(recipe: Recipe) -> None:
 
 
 def run_train(
-    recipe: Recipe, run_dir: Path, gate: str | None, timeout: float, dry_run: bool, as_json: bool
+    recipe: Recipe,
+    run_dir: Path,
+    gate: str | None,
+    require_env: bool,
+    timeout: float,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
     plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
     if dry_run:
@@ -199,7 +204,7 @@ def run_train(
     from miles_amd.run.driver import DriverError, execute
 
     try:
-        outcome = execute(plan, timeout_s=timeout, baseline=gate)
+        outcome = execute(plan, timeout_s=timeout, baseline=gate, require_env=require_env)
     except DriverError as exc:
         fail(str(exc), code=EXIT_FAILED)
     typer.echo(outcome.summary())

@@ -80,6 +80,7 @@ def execute(
     *,
     timeout_s: float,
     baseline: str | None = None,
+    require_env: bool = False,
     watch_interval_s: float = 10.0,
     state_dir: str | None = None,
     judge_partial: Callable[[Any], Any] | None = None,
@@ -89,7 +90,8 @@ def execute(
 
     ``judge_partial`` overrides the watcher's rules (default: the gate's ``hard_failures``
     against ``baseline``, or the patched baseline when none is given: the spike threshold,
-    finiteness and fatal sentinels are the same in both).
+    finiteness and fatal sentinels are the same in both). ``require_env`` makes the gate fail
+    a run dir without ``env.json`` (the hardware path; see ``judge``).
     """
     spec, run_dir = _job_and_run_dir(plan)
     reference, watch_reference = _load_baselines(baseline)
@@ -100,7 +102,7 @@ def execute(
     with _cluster(plan, run_dir, state_file) as cluster:
         job = _submit(spec, cluster, run_dir, echo)
         record = job.run(watcher, follow, cluster.head)
-    return _outcome(plan, run_dir, record, job.trip, reference, cluster.pids())
+    return _outcome(plan, run_dir, record, job.trip, reference, require_env, cluster.pids())
 
 
 def _job_and_run_dir(plan: LaunchPlan) -> tuple[JobSpec, RunDir]:
@@ -111,13 +113,15 @@ def _job_and_run_dir(plan: LaunchPlan) -> tuple[JobSpec, RunDir]:
 
 def _load_baselines(baseline: str | None) -> tuple[Baseline | None, Baseline]:
     """The gate's baseline (if asked for) and the watcher's (the patched one by default)."""
-    from miles_amd.baseline.model import BaselineError, load_baseline
+    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
 
     try:
-        reference = load_baseline(baseline) if baseline is not None else None
+        reference = load_baseline(baseline, flag="--gate") if baseline is not None else None
         return reference, reference or load_baseline("patched")
+    except UnknownBaselineError as exc:
+        raise DriverError(str(exc)) from exc
     except BaselineError as exc:
-        raise DriverError(f"--gate: {exc}") from exc
+        raise DriverError(f"--gate {baseline}: {exc}") from exc
 
 
 def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> None:
@@ -247,6 +251,7 @@ def _outcome(
     record: JobRecord,
     trip: Trip | None,
     reference: Baseline | None,
+    require_env: bool,
     head_pids: tuple[int, ...],
 ) -> RunOutcome:
     """The run's outcome; the gate's verdict and exit code when a baseline was given."""
@@ -256,7 +261,12 @@ def _outcome(
     if reference is not None:
         from miles_amd.report.gate_run import gate_run_dir
 
-        judged, _ = gate_run_dir(run_dir.root, reference, expected_rollouts=plan.recipe.num_rollout)
+        judged, _ = gate_run_dir(
+            run_dir.root,
+            reference,
+            expected_rollouts=plan.recipe.num_rollout,
+            require_env=require_env,
+        )
         verdict, exit_code = judged.verdict, judged.exit_code
     return RunOutcome(
         run_dir=run_dir.root,
