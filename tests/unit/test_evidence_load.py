@@ -240,3 +240,30 @@ def test_the_garbage_collector_is_left_as_the_caller_had_it(tmp_path: Path) -> N
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_reader_spells_no_run_dir_file_name_itself() -> None:
+    """The layout has one owner (``miles_amd.run_dir.RunDir``); load.py only asks it."""
+    import ast
+
+    import miles_amd.evidence.load as load
+    from miles_amd.run_dir import RunDir
+
+    names = {path.name for path in RunDir(Path("/r")).evidence} | {"env.json"}
+    tree = ast.parse(Path(load.__file__).read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    spelled = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and node.value in names - {"tensorboard", "ci_history"}
+    }
+    assert spelled == set()

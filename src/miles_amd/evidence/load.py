@@ -38,6 +38,7 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from operator import attrgetter
 from pathlib import Path
 
 from miles_amd.evidence.ci_history import find_record_files, read_ci_history_dir
@@ -55,12 +56,7 @@ from miles_amd.evidence.types import (
     SourceName,
     SourceProblem,
 )
-
-TENSORBOARD_DIR = "tensorboard"
-CI_HISTORY_DIR = "ci_history"
-JOB_LOG = "job.log"
-JOB_JSON = "job.json"
-ENV_JSON = "env.json"
+from miles_amd.run_dir import RunDir
 
 RAY_JOB_STATES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
 _JOB_FIELDS = ("job_id", "status", "message", "start_time", "end_time")
@@ -76,13 +72,14 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
         )
     if not root.is_dir():
         raise NotADirectoryError(f"run directory {root} is a file; pass the run's directory")
+    layout = RunDir(root)
     problems: list[SourceProblem] = []
     with _collector_paused():
-        per_source = _read_metric_sources(root, live, problems)
+        per_source = _read_metric_sources(layout, live, problems)
         series, sources, conflicts = merge_sources(per_source)
-        job = _read_job(root / JOB_JSON, problems)
-        env = _read_env(root / ENV_JSON, problems)
-        sentinels = _scan_sentinels(root / JOB_LOG, problems)
+        job = _read_job(layout.job_json, problems)
+        env = _read_env(layout.env_json, problems)
+        sentinels = _scan_sentinels(layout.job_log, problems)
     return RunEvidence(
         run_dir=str(root),
         series=series,
@@ -115,13 +112,13 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _read_metric_sources(
-    root: Path, live: bool, problems: list[SourceProblem]
+    layout: RunDir, live: bool, problems: list[SourceProblem]
 ) -> dict[SourceName, SeriesMap]:
     """The series of every metric source present; what fails is appended to ``problems``."""
     per_source: dict[SourceName, SeriesMap] = {}
     present = 0
-    for source, name, read in _METRIC_SOURCES:
-        path = root / name
+    for source, where, read in _METRIC_SOURCES:
+        path = where(layout)
         if not path.exists():
             continue
         present += 1
@@ -139,7 +136,7 @@ def _read_metric_sources(
             problems.append(SourceProblem(source, str(path), f"unreadable: {error}"))
     if not present and not live:
         detail = "no metric source (tensorboard/, ci_history/ or job.log) in the run directory"
-        problems.append(SourceProblem("run_dir", str(root), detail))
+        problems.append(SourceProblem("run_dir", str(layout.root), detail))
     return per_source
 
 
@@ -176,10 +173,12 @@ def _read_job_log(path: Path, live: bool) -> SeriesMap:
     return series
 
 
-_METRIC_SOURCES: tuple[tuple[SourceName, str, Callable[[Path, bool], SeriesMap]], ...] = (
-    ("tensorboard", TENSORBOARD_DIR, _read_tensorboard),
-    ("ci_history", CI_HISTORY_DIR, _read_ci_history),
-    ("job_log", JOB_LOG, _read_job_log),
+_METRIC_SOURCES: tuple[
+    tuple[SourceName, Callable[[RunDir], Path], Callable[[Path, bool], SeriesMap]], ...
+] = (
+    ("tensorboard", attrgetter("tensorboard"), _read_tensorboard),
+    ("ci_history", attrgetter("ci_history"), _read_ci_history),
+    ("job_log", attrgetter("job_log"), _read_job_log),
 )
 
 
