@@ -44,6 +44,7 @@ import struct
 from collections import defaultdict
 
 from miles_amd.evidence.errors import MetricsFormatError
+from miles_amd.evidence.safe_open import JOB_LOG, read_regular
 from miles_amd.evidence.series import Columns, columns_to_series, new_columns
 from miles_amd.evidence.types import SeriesMap
 
@@ -75,16 +76,21 @@ class _NotAScalar(Exception):
     """A literal that is not a number (string, None, container): skipped, not an error."""
 
 
-def read_job_log(path: str | os.PathLike[str], *, live: bool = False) -> SeriesMap:
+def read_job_log(
+    path: str | os.PathLike[str],
+    *,
+    live: bool = False,
+    root: str | os.PathLike[str] | None = None,
+) -> SeriesMap:
     """The series of every metric in the job log's metric lines.
 
     ``live`` reads a log that is still being written: an unterminated last line is the
     write in flight and is left out. Raises :class:`MetricsFormatError` for a metric line
-    that cannot be read and ``OSError`` for an unreadable file.
+    that cannot be read, ``OSError`` for an unreadable file and ``RefusedFile`` for one that
+    is not a regular file inside ``root`` (default: its directory) within the job-log cap.
     """
     name = os.fspath(path)
-    with open(name, "rb") as handle:
-        text = handle.read().decode("utf-8", errors="replace")
+    text = read_regular(name, JOB_LOG, root=root).decode("utf-8", errors="replace")
     if live and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     if "\x1b" in text:

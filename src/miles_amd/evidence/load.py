@@ -40,11 +40,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
+from typing import Literal
 
 from miles_amd.evidence.ci_history import find_record_files, read_ci_history_dir
 from miles_amd.evidence.errors import MetricsFormatError
 from miles_amd.evidence.job_log import read_job_log
 from miles_amd.evidence.merge import merge_sources
+from miles_amd.evidence.safe_open import ENV_JSON, JOB_JSON, Limit, RefusedFile, read_regular
 from miles_amd.evidence.sentinels import scan_log
 from miles_amd.evidence.tensorboard import find_event_files, read_tensorboard_dir
 from miles_amd.evidence.tfrecord import EventFileError
@@ -57,6 +59,9 @@ from miles_amd.evidence.types import (
     SourceProblem,
 )
 from miles_amd.run_dir import RunDir
+
+REFUSED = "refused (untrusted input): "
+ProblemSource = Literal["tensorboard", "ci_history", "job_log", "job_json", "env_json"]
 
 RAY_JOB_STATES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
 _JOB_FIELDS = ("job_id", "status", "message", "start_time", "end_time")
@@ -77,9 +82,12 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
     with _collector_paused():
         per_source = _read_metric_sources(layout, live, problems)
         series, sources, conflicts = merge_sources(per_source)
-        job = _read_job(layout.job_json, problems)
-        env = _read_env(layout.env_json, problems)
-        sentinels = _scan_sentinels(layout.job_log, problems)
+        job = _read_job(layout, problems)
+        env = _read_json(layout.env_json, ENV_JSON, root, "env_json", problems)
+        sentinels = _scan_sentinels(layout, problems)
+    refused = [problem for problem in problems if problem.detail.startswith(REFUSED)]
+    if refused:
+        return _refused_run(root, problems)
     return RunEvidence(
         run_dir=str(root),
         series=series,
@@ -90,6 +98,25 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
         env=env,
         sentinels=sentinels,
     )
+
+
+def _refused_run(root: Path, problems: list[SourceProblem]) -> RunEvidence:
+    """A run dir holding a refused file: nothing from it is used, only the problems.
+
+    The gate then has nothing readable and exits 2 (unusable input) naming the files, and
+    ``baseline record`` refuses it; the watcher sees no failure to trip on.
+    """
+    count = sum(problem.detail.startswith(REFUSED) for problem in problems)
+    summary = SourceProblem(
+        "run_dir",
+        str(root),
+        f"not read: {count} file(s) refused as untrusted input (listed next)",
+    )
+    return RunEvidence(run_dir=str(root), series={}, sources={}, problems=(summary, *problems))
+
+
+def _refusal(source: ProblemSource, error: RefusedFile) -> SourceProblem:
+    return SourceProblem(source, error.path, REFUSED + error.reason)
 
 
 @contextmanager
@@ -119,11 +146,13 @@ def _read_metric_sources(
     present = 0
     for source, where, read in _METRIC_SOURCES:
         path = where(layout)
-        if not path.exists():
+        if not os.path.lexists(path):
             continue
         present += 1
         try:
-            per_source[source] = read(path, live)
+            per_source[source] = read(path, layout.root, live)
+        except RefusedFile as error:
+            problems.append(_refusal(source, error))
         except EventFileError as error:
             detail = f"offset {error.offset}: {error.reason}"
             problems.append(SourceProblem(source, error.path, detail))
@@ -144,19 +173,19 @@ class _EmptySource(Exception):
     """A present metric source that holds no points (a problem unless the run is live)."""
 
 
-def _read_tensorboard(path: Path, live: bool) -> SeriesMap:
-    series = read_tensorboard_dir(path, live=live)
+def _read_tensorboard(path: Path, root: Path, live: bool) -> SeriesMap:
+    series = read_tensorboard_dir(path, live=live, root=root)
     if not series:
-        if not find_event_files(path):
+        if not find_event_files(path, root=root):
             raise _EmptySource("no event files (is TENSORBOARD_DIR set and --use-tensorboard on?)")
         raise _EmptySource("the event files hold no scalar summaries")
     return series
 
 
-def _read_ci_history(path: Path, live: bool) -> SeriesMap:
-    series = read_ci_history_dir(path, live=live)
+def _read_ci_history(path: Path, root: Path, live: bool) -> SeriesMap:
+    series = read_ci_history_dir(path, live=live, root=root)
     if not series:
-        if not find_record_files(path):
+        if not find_record_files(path, root=root):
             raise _EmptySource(
                 "no *.jsonl records (was MILES_CI_GATE_RECORD_DIR set in the job's env?)"
             )
@@ -164,17 +193,15 @@ def _read_ci_history(path: Path, live: bool) -> SeriesMap:
     return series
 
 
-def _read_job_log(path: Path, live: bool) -> SeriesMap:
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a directory")
-    series = read_job_log(path, live=live)
+def _read_job_log(path: Path, root: Path, live: bool) -> SeriesMap:
+    series = read_job_log(path, live=live, root=root)
     if not series:
         raise _EmptySource("no metric lines (step/rollout/perf <n>: {...}) in the log")
     return series
 
 
 _METRIC_SOURCES: tuple[
-    tuple[SourceName, Callable[[RunDir], Path], Callable[[Path, bool], SeriesMap]], ...
+    tuple[SourceName, Callable[[RunDir], Path], Callable[[Path, Path, bool], SeriesMap]], ...
 ] = (
     ("tensorboard", attrgetter("tensorboard"), _read_tensorboard),
     ("ci_history", attrgetter("ci_history"), _read_ci_history),
@@ -182,30 +209,39 @@ _METRIC_SOURCES: tuple[
 )
 
 
-def _read_job(path: Path, problems: list[SourceProblem]) -> JobRecord | None:
-    if not path.exists():
+def _read_job(layout: RunDir, problems: list[SourceProblem]) -> JobRecord | None:
+    data = _read_json(layout.job_json, JOB_JSON, layout.root, "job_json", problems)
+    if data is None:
         return None
     try:
-        data = _load_json_object(path)
         return job_record(data)
-    except (OSError, ValueError) as error:
-        problems.append(SourceProblem("job_json", str(path), str(error)))
+    except ValueError as error:
+        problems.append(SourceProblem("job_json", str(layout.job_json), str(error)))
         return None
 
 
-def _read_env(path: Path, problems: list[SourceProblem]) -> dict[str, object] | None:
-    if not path.exists():
+def _read_json(
+    path: Path,
+    limit: Limit,
+    root: Path,
+    source: Literal["job_json", "env_json"],
+    problems: list[SourceProblem],
+) -> dict[str, object] | None:
+    """The JSON object in ``path``; None if absent or unreadable (then a problem is added)."""
+    if not os.path.lexists(path):
         return None
     try:
-        return _load_json_object(path)
+        return _load_json_object(read_regular(path, limit, root=root))
+    except RefusedFile as error:
+        problems.append(_refusal(source, error))
     except (OSError, ValueError) as error:
-        problems.append(SourceProblem("env_json", str(path), str(error)))
-        return None
+        problems.append(SourceProblem(source, str(path), str(error)))
+    return None
 
 
-def _load_json_object(path: Path) -> dict[str, object]:
+def _load_json_object(raw: bytes) -> dict[str, object]:
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(raw)
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text") from None
     except json.JSONDecodeError as error:
@@ -244,11 +280,12 @@ def _seconds(data: dict[str, object], field: str) -> float | None:
     return float(value)
 
 
-def _scan_sentinels(path: Path, problems: list[SourceProblem]) -> tuple[SentinelHit, ...]:
-    if not path.is_file():
-        return ()
+def _scan_sentinels(layout: RunDir, problems: list[SourceProblem]) -> tuple[SentinelHit, ...]:
+    path = layout.job_log
     try:
-        return scan_log(path)
+        return scan_log(path, root=layout.root)
+    except RefusedFile:
+        return ()  # the metric read of the same file has named it
     except OSError as error:
         problems.append(SourceProblem("job_log", str(path), f"sentinel scan failed: {error}"))
         return ()

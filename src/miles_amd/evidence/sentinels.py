@@ -33,11 +33,13 @@ so a million clean lines cost one substring search per needle per block.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from miles_amd.evidence.safe_open import JOB_LOG, open_regular
 from miles_amd.evidence.types import SentinelHit, Severity
 
 _BLOCK_LINES = 4096
@@ -241,16 +243,21 @@ def _scan_block(block: list[str], first_line: int, found: dict[str, list]) -> No
                     entry[0] += 1
 
 
-def scan_log(path: Path) -> tuple[SentinelHit, ...]:
+def scan_log(path: Path, *, root: Path | None = None) -> tuple[SentinelHit, ...]:
     """Scan a log file; a missing file yields no hits (the reader reports it missing).
+
+    The log must be a regular file inside ``root`` (default: its directory) within the
+    job-log cap, else ``RefusedFile``.
 
     Lines are split on ``\\n`` only, so line numbers match ``grep -n`` even when progress
     bars wrote bare ``\\r``; undecodable bytes become U+FFFD.
     """
-    if not path.is_file():
+    try:
+        raw, _size = open_regular(path, JOB_LOG, root=root)
+    except FileNotFoundError:
         return ()
     # newline="\n": split on \n only (the default universal mode also splits on bare \r).
-    with path.open(encoding="utf-8", errors="replace", newline="\n") as handle:
+    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n") as handle:
         return scan_lines(handle)
 
 

@@ -47,6 +47,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 
+from miles_amd.evidence.safe_open import regular_files
 from miles_amd.evidence.series import Columns, columns_to_series, new_columns
 from miles_amd.evidence.tfrecord import EventFileError, read_records, record_offset
 from miles_amd.evidence.types import SeriesMap
@@ -59,30 +60,49 @@ _FLOAT_DTYPES: dict[int, tuple[str, str]] = {
 }
 
 
-def find_event_files(root: str | os.PathLike[str]) -> list[Path]:
-    """Every event file under ``root`` (recursively), by directory, then name."""
-    files = (path for path in Path(root).rglob("*tfevents*") if path.is_file())
-    return sorted(files, key=lambda path: (path.parent, path.name))
+def find_event_files(
+    directory: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
+) -> list[Path]:
+    """Every event file under ``directory`` (recursively), by directory, then name.
+
+    Only regular files and real directories inside ``root`` (default ``directory``) are
+    walked; an event file that is not one, or a link, is a ``RefusedFile``
+    (:mod:`miles_amd.evidence.safe_open`).
+    """
+    return regular_files(directory, _is_event_file, recursive=True, root=root)
 
 
-def read_tensorboard_dir(path: str | os.PathLike[str], *, live: bool = False) -> SeriesMap:
+def _is_event_file(name: str) -> bool:
+    return "tfevents" in name
+
+
+def read_tensorboard_dir(
+    path: str | os.PathLike[str],
+    *,
+    live: bool = False,
+    root: str | os.PathLike[str] | None = None,
+) -> SeriesMap:
     """The scalar series of every event file under ``path``, keyed by tag.
 
     ``live`` reads files a writer is still appending to: an incomplete final record is left
     out; a CRC mismatch is an error either way. Raises :class:`EventFileError` for a corrupt,
     truncated or undecodable file, ``FileNotFoundError``/``NotADirectoryError`` for a bad
-    ``path``. A directory without event files or scalars gives an empty map.
+    ``path``, ``RefusedFile`` for what is not a regular file inside ``root`` (default
+    ``path``) or is over its cap. A directory without event files or scalars gives an
+    empty map.
     """
-    root = Path(path)
-    if not root.exists():
-        raise FileNotFoundError(f"{root}: no such TensorBoard directory")
-    if not root.is_dir():
-        raise NotADirectoryError(f"{root}: expected a TensorBoard directory, found a file")
+    directory = Path(path)
+    if not directory.exists():
+        raise FileNotFoundError(f"{directory}: no such TensorBoard directory")
+    if not directory.is_dir():
+        raise NotADirectoryError(f"{directory}: expected a TensorBoard directory, found a file")
+    within = directory if root is None else root
     points: defaultdict[str, Columns] = defaultdict(new_columns)
-    for _directory, files in groupby(find_event_files(root), key=attrgetter("parent")):
+    event_files = find_event_files(directory, root=within)
+    for _directory, files in groupby(event_files, key=attrgetter("parent")):
         scalar_tags: dict[str, bool] = {}
         for file in files:
-            _read_event_file(str(file), live, points, scalar_tags)
+            _read_event_file(str(file), live, points, scalar_tags, within)
     return columns_to_series(points)
 
 
@@ -91,6 +111,7 @@ def _read_event_file(
     live: bool,
     points: defaultdict[str, Columns],
     scalar_tags: dict[str, bool],
+    within: str | os.PathLike[str],
 ) -> None:
     """Add the file's scalars to each tag's columns in ``points``.
 
@@ -98,7 +119,7 @@ def _read_event_file(
     one protobuf parse when it can be (:func:`_decode_whole_file`); a file it cannot vouch
     for is decoded record by record, which also names a bad record's offset.
     """
-    records = read_records(path, allow_partial_tail=live)
+    records = read_records(path, allow_partial_tail=live, root=within)
     if not _decode_whole_file(records, points, scalar_tags):
         _decode_each_record(path, records, points, scalar_tags)
 
