@@ -26,8 +26,14 @@ their absence means.
 records and lines are the writes in flight and are left out (a CRC mismatch is still a
 problem), and empty or missing sources are not problems yet.
 
-Does not decide: whether the run passes (``gate``). Log signatures are found by
-``miles_amd.evidence.sentinels.scan_log``; this module only attaches its hits.
+``job.log`` is read once, streamed (``log_lines``): each block feeds both the metric-line
+parser (``job_log``) and the sentinel scan (``sentinels``), so memory does not grow with
+the log. A run dir holding a file ``safe_open`` refuses (a link, a FIFO, a device, a file
+over its cap) is not read at all: its evidence is only the problems, so the gate finds
+nothing readable and exits 2 naming the file.
+
+Does not decide: whether the run passes (``gate``), what a log signature is
+(``sentinels``).
 """
 
 from __future__ import annotations
@@ -38,16 +44,24 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from operator import attrgetter
 from pathlib import Path
 from typing import Literal
 
 from miles_amd.evidence.ci_history import find_record_files, read_ci_history_dir
 from miles_amd.evidence.errors import MetricsFormatError
-from miles_amd.evidence.job_log import read_job_log
+from miles_amd.evidence.job_log import MetricLines
+from miles_amd.evidence.log_lines import line_blocks
 from miles_amd.evidence.merge import merge_sources
-from miles_amd.evidence.safe_open import ENV_JSON, JOB_JSON, Limit, RefusedFile, read_regular
-from miles_amd.evidence.sentinels import scan_log
+from miles_amd.evidence.safe_open import (
+    ENV_JSON,
+    JOB_JSON,
+    JOB_LOG,
+    Limit,
+    RefusedFile,
+    open_regular,
+    read_regular,
+)
+from miles_amd.evidence.sentinels import SentinelScan
 from miles_amd.evidence.tensorboard import find_event_files, read_tensorboard_dir
 from miles_amd.evidence.tfrecord import EventFileError
 from miles_amd.evidence.types import (
@@ -80,11 +94,12 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
     layout = RunDir(root)
     problems: list[SourceProblem] = []
     with _collector_paused():
-        per_source = _read_metric_sources(layout, live, problems)
+        log = _LogPass()
+        per_source = _read_metric_sources(layout, live, problems, log)
         series, sources, conflicts = merge_sources(per_source)
         job = _read_job(layout, problems)
         env = _read_json(layout.env_json, ENV_JSON, root, "env_json", problems)
-        sentinels = _scan_sentinels(layout, problems)
+        sentinels = log.hits
     refused = [problem for problem in problems if problem.detail.startswith(REFUSED)]
     if refused:
         return _refused_run(root, problems)
@@ -139,13 +154,17 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _read_metric_sources(
-    layout: RunDir, live: bool, problems: list[SourceProblem]
+    layout: RunDir, live: bool, problems: list[SourceProblem], log: _LogPass
 ) -> dict[SourceName, SeriesMap]:
     """The series of every metric source present; what fails is appended to ``problems``."""
     per_source: dict[SourceName, SeriesMap] = {}
     present = 0
-    for source, where, read in _METRIC_SOURCES:
-        path = where(layout)
+    readers: tuple[tuple[SourceName, Path, _Reader], ...] = (
+        ("tensorboard", layout.tensorboard, _read_tensorboard),
+        ("ci_history", layout.ci_history, _read_ci_history),
+        ("job_log", layout.job_log, log.read),
+    )
+    for source, path, read in readers:
         if not os.path.lexists(path):
             continue
         present += 1
@@ -193,20 +212,38 @@ def _read_ci_history(path: Path, root: Path, live: bool) -> SeriesMap:
     return series
 
 
-def _read_job_log(path: Path, root: Path, live: bool) -> SeriesMap:
-    series = read_job_log(path, live=live, root=root)
-    if not series:
-        raise _EmptySource("no metric lines (step/rollout/perf <n>: {...}) in the log")
-    return series
+class _LogPass:
+    """``job.log`` in one streaming pass: its metric lines and its sentinel hits.
+
+    A metric line that cannot be read stops the metric parse (the error is raised after the
+    pass) but not the sentinel scan: a broken log's fatal signatures still count.
+    """
+
+    def __init__(self) -> None:
+        self.hits: tuple[SentinelHit, ...] = ()
+
+    def read(self, path: Path, root: Path, live: bool) -> SeriesMap:
+        metrics, scan = MetricLines(str(path)), SentinelScan()
+        error: MetricsFormatError | None = None
+        handle, size = open_regular(path, JOB_LOG, root=root)
+        with handle:
+            for first_line, text in line_blocks(handle, size, live=live):
+                scan.feed(first_line, text)
+                if error is None:
+                    try:
+                        metrics.feed(first_line, text)
+                    except MetricsFormatError as failed:
+                        error = failed
+        self.hits = scan.hits()
+        if error is not None:
+            raise error
+        series = metrics.series()
+        if not series:
+            raise _EmptySource("no metric lines (step/rollout/perf <n>: {...}) in the log")
+        return series
 
 
-_METRIC_SOURCES: tuple[
-    tuple[SourceName, Callable[[RunDir], Path], Callable[[Path, Path, bool], SeriesMap]], ...
-] = (
-    ("tensorboard", attrgetter("tensorboard"), _read_tensorboard),
-    ("ci_history", attrgetter("ci_history"), _read_ci_history),
-    ("job_log", attrgetter("job_log"), _read_job_log),
-)
+_Reader = Callable[[Path, Path, bool], SeriesMap]
 
 
 def _read_job(layout: RunDir, problems: list[SourceProblem]) -> JobRecord | None:
@@ -278,14 +315,3 @@ def _seconds(data: dict[str, object], field: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f'"{field}" must be seconds since the epoch or null, found {value!r}')
     return float(value)
-
-
-def _scan_sentinels(layout: RunDir, problems: list[SourceProblem]) -> tuple[SentinelHit, ...]:
-    path = layout.job_log
-    try:
-        return scan_log(path, root=layout.root)
-    except RefusedFile:
-        return ()  # the metric read of the same file has named it
-    except OSError as error:
-        problems.append(SourceProblem("job_log", str(path), f"sentinel scan failed: {error}"))
-        return ()
