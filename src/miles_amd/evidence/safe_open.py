@@ -79,8 +79,9 @@ RECORD_FILE = Limit(
 JOB_LOG = Limit(
     "job log",
     8 << 30,
-    "streamed in bounded memory, so the cap bounds time only: about 1 minute at the "
-    "measured rate (benchmarks/bench_log.py); a real 1000-rollout log is well under 1 GiB",
+    "streamed in bounded memory, so the cap bounds time only: ~12 s of CPU per GiB "
+    "(benchmarks/bench_log.py), ~1.5 min at the cap; 8x a 1000-rollout log as estimated "
+    "from SGLang's decode-batch logging (~0.5 GiB, not measured on a node)",
 )
 JOB_JSON = Limit("job.json", _MIB, "the driver writes a few hundred bytes")
 ENV_JSON = Limit("env.json", _MIB, "the preflight writes a few kilobytes")
