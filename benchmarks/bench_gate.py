@@ -29,12 +29,28 @@ busy machine wall time includes waiting for a core). The last line reads
 at most 0.5 and gate_s under 1 s. Exits non-zero if the two readers disagree on a point or
 the gate does not see the complete, consistent run it was given.
 
-Measured on the 2-vCPU development VM (Python 3.11, protobuf upb, 150,000 scalars, 7.4 MB
-job.log): the gate 0.75-0.85 s when the other vCPU is idle and 1.0-1.3 s while other work
-runs beside it; EventAccumulator 5.5-7 s; ratio 0.15-0.22. Of the gate's time about half is
-TensorBoard (framing + CRCs 0.13 s, decoding 0.2 s, building the series), a third the job
-log (mostly JSON-decoding its 150,000 numbers), the rest merging, the sentinel scan and
-judging.
+Measured on the 2-vCPU development VM (Python 3.11, protobuf upb, 150,000 scalars, 8.1 MB
+of event files, 7.4 MB job.log), median of 5-7 runs, CPU seconds (wall time on this shared
+machine varied 1-3x with the other helpers' load; in a quiet window wall was within 10% of
+CPU): the gate 0.77 s CPU / 0.80 s wall, EventAccumulator 3.6-4.4 s, ratio about 0.19.
+
+Which speed tricks this benchmark justifies (each removed alone, then together):
+
+==========================================================  =============  ==========
+variant                                                     gate CPU (s)   kept?
+==========================================================  =============  ==========
+all three tricks (before)                                   0.67-0.75
+no process-wide ``gc.disable()`` while reading              0.72           removed
+no whole-file ``EventColumns`` protobuf decoder             0.81           removed
+no JSON fast path for metric dicts (regex path kept)        0.78           removed
+all three removed (now)                                     0.77-0.82      -
+all three removed and no regex path either (``ast`` only)   1.39           regex kept
+==========================================================  =============  ==========
+
+So none of the three is needed for the 1 s target (``gc.disable()`` was also wrong: it
+switched the collector off for every thread while the watcher's thread read). The one fast
+path kept is ``job_log``'s regex for dicts of plain numbers: without it the gate misses
+its target.
 
 Run: ``/work/venv/bin/python benchmarks/bench_gate.py [--rollouts N] [--repeat K]``.
 """
