@@ -236,3 +236,19 @@ def test_record_refuses_a_run_dir_with_a_fifo(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     assert "refused" in result.stderr
     assert not out.exists()
+
+
+def test_the_watcher_reads_the_log_it_times_a_trip_from_as_untrusted_input(
+    tmp_path: Path,
+) -> None:
+    from miles_amd.run.watcher import read_lines
+
+    run_dir = example_run(tmp_path)
+    log = run_dir / "job.log"
+    assert read_lines(log) == log.read_text().split("\n")[:-1]
+    replace_with(log, os.mkfifo)
+    assert read_lines(log) == []  # not a hang
+    outside = tmp_path / "outside.log"
+    outside.write_text(SECRET + "\n")
+    replace_with(log, lambda p: p.symlink_to(outside))
+    assert read_lines(log) == []
