@@ -20,7 +20,7 @@ naming both places; the same (step, value) in two files is one observation recor
 processes and is kept once; a step repeated within one file is kept twice so the gate can
 name the duplicate.
 
-Does not decide: whether an empty directory is a problem (``run_dir`` does) or which source
+Does not decide: whether an empty directory is a problem (``load`` does) or which source
 wins (``merge``).
 """
 

@@ -5,9 +5,11 @@ A run dir is written by a job and may be copied from anywhere, so every reader o
 
 - **a regular file**: a device, FIFO or socket is refused *before* it is opened (a FIFO
   with no writer blocks ``open`` forever, ``/dev/zero`` reads without end). The file is
-  opened with ``O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`` and checked again with ``fstat`` on the
-  opened descriptor (same inode, ``S_ISREG``), so a swap between the check and the open is
-  caught, not read (no TOCTOU);
+  then opened with ``O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`` (a FIFO swapped in meanwhile
+  cannot block it) and checked again with ``fstat`` on the opened descriptor (``S_ISREG``),
+  so a swap between the check and the open is caught, not read (no TOCTOU). A regular file
+  atomically replaced by another one meanwhile (miles rewrites its CI-history files with
+  ``os.replace`` while the watcher reads) is just read: either is a regular file inside;
 - **inside the directory it was given** (``root``: the run dir): every path component below
   ``root`` is opened relative to its parent's descriptor with ``O_NOFOLLOW``, so no symbolic
   link is followed anywhere below ``root``. ``root`` itself is the directory the user named
@@ -226,14 +228,9 @@ def _open_file(parent: int, base: Path, parts: tuple[str, ...]) -> int:
             raise
         _refuse_entry(base, parts, os.stat(name, dir_fd=parent, follow_symlinks=False))
     after = os.fstat(fd)
-    if not stat.S_ISREG(after.st_mode) or (after.st_dev, after.st_ino) != (
-        before.st_dev,
-        before.st_ino,
-    ):
+    if not stat.S_ISREG(after.st_mode):
         os.close(fd)
-        raise RefusedFile(
-            _shown(base, parts), "was replaced while being opened; rerun on a finished run dir"
-        )
+        _refuse_entry(base, parts, after)
     return fd
 
 

@@ -20,7 +20,7 @@ summary) is not a scalar and is skipped. Nothing else is skipped: there is no
 "orphaned data" purge as in ``EventAccumulator`` (which drops steps after a restart); every
 point is kept, duplicates too, and the gate names them.
 
-Does not decide: whether an empty directory is a problem (``run_dir`` reports that, so this
+Does not decide: whether an empty directory is a problem (``load`` reports that, so this
 reader stays a pure function of the files), nor which source wins (``merge``).
 
 Facts: payloads are decoded record by record with the protobuf class the ``tensorboard``
@@ -118,7 +118,7 @@ def _decode_records(
     offset. ``scalar_tags`` is the directory's tag -> is-scalar memory.
 
     Equal steps share one ``int`` object (fewer scattered objects for later passes; see
-    ``metrics.series``).
+    ``series``).
     """
     decode = event_pb2.Event.FromString
     steps: dict[int, int] = {}
