@@ -114,8 +114,8 @@ def read_record_file(
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise MetricsFormatError(name, line, "not UTF-8 text (corrupt record file)") from None
+        bad_line = data.count(b"\n", 0, error.start) + 1
+        raise MetricsFormatError(name, bad_line, "not UTF-8 text (corrupt record file)") from None
     lines = text.split("\n")
     if live and not text.endswith("\n"):
         lines.pop()  # the unterminated line a writer is still appending
