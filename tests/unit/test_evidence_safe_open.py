@@ -173,7 +173,7 @@ def test_a_file_over_its_cap_is_refused_naming_file_and_cap(
     path = PLACES[place](run_dir)
     with open(path, "ab") as handle:
         handle.truncate(limit.cap + 1)  # sparse: costs no disk
-    assert_refused(run_dir, path, f"over the {limit.cap:,}-byte cap for a {limit.kind}")
+    assert_refused(run_dir, path, f"over the {limit.kind} cap of {limit.cap:,} bytes")
 
 
 def test_a_file_at_its_cap_is_read(tmp_path: Path) -> None:

@@ -69,14 +69,14 @@ class Limit:
 EVENT_FILE = Limit(
     "event file",
     256 * _MIB,
-    "read whole (about 3x its size in memory): ~3.5 million scalars, 25x a 1000-rollout x "
-    "150-tag run (10 MB per event file)",
+    "read whole, so memory is a few times this: ~5 million scalars at 54 bytes each, 30x "
+    "the 8 MB of event files a 1000-rollout x 150-tag run writes (benchmarks/bench_gate.py)",
 )
 RECORD_FILE = Limit(
     "CI-history record file",
     64 * _MIB,
-    "read whole; miles rewrites it on every log call with a handful of keys (about 100 kB "
-    "for 1000 rollouts)",
+    "read whole; miles rewrites it on every log call and it holds the 5 captured keys: "
+    "108 kB for 1000 rollouts",
 )
 JOB_LOG = Limit(
     "job log",
@@ -131,7 +131,7 @@ def open_regular(
         os.close(fd)
         raise RefusedFile(
             _shown(base, parts),
-            f"is {size:,} bytes, over the {limit.cap:,}-byte cap for a {limit.kind} "
+            f"is {size:,} bytes, over the {limit.kind} cap of {limit.cap:,} bytes "
             f"({limit.why}); this is not a file the run wrote",
         )
     return os.fdopen(fd, "rb"), size
