@@ -86,7 +86,8 @@ def assert_refused(run_dir: Path, path: Path, reason: str) -> None:
     assert [p.path for p in refused] == [str(path)], evidence.problems
     assert reason in refused[0].detail
     assert evidence.problems[0].source == "run_dir"
-    assert "refused as untrusted input" in evidence.problems[0].detail
+    summary = evidence.problems[0].detail
+    assert summary.startswith(f"not read: {path.relative_to(run_dir)} refused as untrusted")
     assert evidence.series == {} and evidence.job is None and evidence.sentinels == ()
 
 
@@ -234,7 +235,7 @@ def test_record_refuses_a_run_dir_with_a_fifo(tmp_path: Path) -> None:
         "--allow-no-preflight",
     )
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "refused" in result.stderr
+    assert "env.json refused as untrusted input" in result.stderr
     assert not out.exists()
 
 

@@ -116,13 +116,18 @@ def _refused_run(root: Path, problems: list[SourceProblem]) -> RunEvidence:
     """A run dir holding a refused file: nothing from it is used, only the problems.
 
     The gate then has nothing readable and exits 2 (unusable input) naming the files, and
-    ``baseline record`` refuses it; the watcher sees no failure to trip on.
+    ``baseline record`` refuses it; the watcher sees no failure to trip on. A problem alone
+    would not do: the gate fails (exit 1) on a bad source beside good ones.
     """
-    count = sum(problem.detail.startswith(REFUSED) for problem in problems)
+    names = [
+        os.path.relpath(problem.path, root)
+        for problem in problems
+        if problem.detail.startswith(REFUSED)
+    ]
     summary = SourceProblem(
         "run_dir",
         str(root),
-        f"not read: {count} file(s) refused as untrusted input (listed next)",
+        f"not read: {', '.join(names)} refused as untrusted input (reasons listed next)",
     )
     return RunEvidence(run_dir=str(root), series={}, sources={}, problems=(summary, *problems))
 
