@@ -31,8 +31,8 @@ Speed: each block is searched with one regex (no per-line Python work for the ot
 lines); a dict of plain numbers (the common case) is read by a regex and ``float``; only
 other dicts go through ``ast``. Measured with ``benchmarks/bench_gate.py`` (1000 rollouts x
 150 metrics, 150,000 numbers in the log): ``ast`` alone puts the gate at 1.39 s CPU, over its
-1 s target; the regex path brings it to 0.77 s. A third reader (``json.loads`` after swapping
-quotes) saved nothing measurable beside it (0.75 vs 0.77 s CPU) and was removed.
+1 s target; the regex path brings it to 0.74-0.91 s. A third reader (``json.loads`` after
+swapping quotes) saved less than the run-to-run noise beside it and was removed.
 
 Does not decide: which source wins (``merge``) or whether the values are good (``gate``).
 """

@@ -28,10 +28,11 @@ package ships (``tensorboard.compat.proto.event_pb2.Event``). With protobuf >= 4
 is upb (``google.protobuf.internal.api_implementation.Type() == "upb"``): parsing is C, but
 every Python wrapper of a nested message costs about half a microsecond, so a scalar costs
 about 2.5 us. A second decoder that parsed a whole file as one helper message (half that
-per scalar) was removed: with it the gate read 1000 rollouts x 150 tags in 0.75 s CPU,
-without it 0.77 s (``benchmarks/bench_gate.py``; target 1 s and half EventAccumulator's
-time, which is 4-5x slower). ``simple_value`` is float32, so a value read here is the
-float32 nearest to what the run logged.
+per scalar) was removed: the gate reads 1000 rollouts x 150 tags in under 1 s CPU
+without it (0.77-0.86 s against 0.62-0.80 s with all speed tricks, within the run-to-run
+noise of ``benchmarks/bench_gate.py``; target 1 s and half EventAccumulator's time).
+``simple_value`` is float32, so a value read here is the float32 nearest to what the run
+logged.
 """
 
 from __future__ import annotations
