@@ -16,8 +16,8 @@ line: it is the write in flight. At most ``size`` bytes are read (the size the f
 it was opened, see ``safe_open``), so a log growing meanwhile is read as a consistent prefix.
 
 Measured (``benchmarks/bench_log.py``, 1 GiB log, 150,000 metric points): ``load_run`` peaks
-at 63 MiB RSS (28 MiB before it starts) and takes ~12 s of CPU, most of it the sentinel
-scan's substring searches.
+at 65 MiB RSS (28 MiB before it starts) and takes 11 s (10 s of CPU), most of it the
+sentinel scan's substring searches.
 
 Does not decide: what a line means.
 """

@@ -81,7 +81,7 @@ RECORD_FILE = Limit(
 JOB_LOG = Limit(
     "job log",
     8 << 30,
-    "streamed in bounded memory, so the cap bounds time only: ~12 s of CPU per GiB "
+    "streamed in bounded memory, so the cap bounds time only: 10-12 s of CPU per GiB "
     "(benchmarks/bench_log.py), ~1.5 min at the cap; 8x a 1000-rollout log as estimated "
     "from SGLang's decode-batch logging (~0.5 GiB, not measured on a node)",
 )
