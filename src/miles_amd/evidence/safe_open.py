@@ -39,7 +39,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 __all__ = [
     "ENV_JSON",
@@ -106,7 +106,6 @@ _KINDS = (
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISDIR, "a directory"),
-    (stat.S_ISLNK, "a symbolic link"),
 )
 
 
@@ -234,7 +233,7 @@ def _open_file(parent: int, base: Path, parts: tuple[str, ...]) -> int:
     return fd
 
 
-def _refuse_entry(base: Path, parts: tuple[str, ...], info: os.stat_result) -> None:
+def _refuse_entry(base: Path, parts: tuple[str, ...], info: os.stat_result) -> NoReturn:
     shown = _shown(base, parts)
     if stat.S_ISLNK(info.st_mode):
         where = "inside" if _link_stays_inside(base, parts) else "outside"
