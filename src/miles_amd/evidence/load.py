@@ -97,8 +97,7 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
     job = _read_job(layout, problems)
     env = _read_json(layout.env_json, ENV_JSON, root, "env_json", problems)
     sentinels = log.hits
-    refused = [problem for problem in problems if problem.detail.startswith(REFUSED)]
-    if refused:
+    if any(problem.detail.startswith(REFUSED) for problem in problems):
         return _refused_run(root, problems)
     return RunEvidence(
         run_dir=str(root),
