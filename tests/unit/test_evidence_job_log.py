@@ -150,7 +150,7 @@ def fits_float(value: float | int) -> bool:
 
 @given(st.dictionaries(keys, finite_or_not | st.integers(), max_size=8))
 def test_any_number_dict_repr_reads_back_exactly(values: dict[str, float | int]) -> None:
-    """Every reader path (JSON, regex, ast) reads what Python printed, bit for bit; an int
+    """Every reader path (regex, ast) reads what Python printed, bit for bit; an int
     no float can hold is an error, never inf."""
     if any(not fits_float(v) for v in values.values()):
         with pytest.raises(ValueError, match="does not fit a float"):

@@ -6,6 +6,7 @@ import gc
 import io
 import json
 import math
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -229,14 +230,49 @@ def problem_line(problem: SourceProblem) -> int:
     return int(problem.detail.split(":")[0].removeprefix("line "))
 
 
-def test_the_garbage_collector_is_left_as_the_caller_had_it(tmp_path: Path) -> None:
+def test_reading_in_a_thread_leaves_the_garbage_collector_alone(tmp_path: Path) -> None:
+    """The watcher reads in a thread beside the driver: the process-wide collector must not
+    be switched off under the other thread (an earlier speed trick did that)."""
     root = write_run(tmp_path / "run")
-    assert gc.isenabled()
-    load_run(root)
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        load_run(root)
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
+    seen_disabled = threading.Event()
+    done = threading.Event()
+
+    def read() -> None:
+        for _ in range(20):
+            load_run(root)
+        done.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    while not done.is_set():
+        if not gc.isenabled():
+            seen_disabled.set()
+    reader.join()
+    assert gc.isenabled() and not seen_disabled.is_set()
+
+
+def test_the_reader_spells_no_run_dir_file_name_itself() -> None:
+    """The layout has one owner (``miles_amd.run_dir.RunDir``); load.py only asks it."""
+    import ast
+
+    import miles_amd.evidence.load as load
+    from miles_amd.run_dir import RunDir
+
+    names = {path.name for path in RunDir(Path("/r")).evidence} | {"env.json"}
+    tree = ast.parse(Path(load.__file__).read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    spelled = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and node.value in names - {"tensorboard", "ci_history"}
+    }
+    assert spelled == set()

@@ -287,9 +287,9 @@ events = st.lists(
 
 @settings(max_examples=25, deadline=None)
 @given(events)
-def test_the_whole_file_decoding_equals_record_by_record_decoding(batch: list[Event]) -> None:
-    """Any mix of values, empty tags (which force the record-by-record path), zero and
-    negative steps and events without values reads exactly as a plain decoding does."""
+def test_any_mix_of_events_reads_as_a_plain_decoding(batch: list[Event]) -> None:
+    """Any mix of values, empty tags, zero and negative steps and events without values
+    reads exactly as a plain decoding does."""
     with tempfile.TemporaryDirectory() as directory:
         write_events(Path(directory), batch)
         got = read_tensorboard_dir(directory)

@@ -216,9 +216,9 @@ def test_a_million_lines_scan_in_well_under_a_few_seconds(tmp_path: Path) -> Non
     log = tmp_path / "job.log"
     block = "\n".join(CLEAN[:2] * 499 + [SAMPLES["megatron_moe_router_not_fp32"][0]] * 2) + "\n"
     log.write_text(block * 1000, encoding="utf-8")  # 1,000,000 lines
-    started = time.perf_counter()
+    started = time.process_time()  # CPU: the scan's cost, not waiting for a shared core
     hits = scan_log(log)
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert [(h.name, h.count, h.first_line) for h in hits] == [
         ("megatron_moe_router_not_fp32", 2000, 999)
     ]

@@ -20,7 +20,7 @@ naming both places; the same (step, value) in two files is one observation recor
 processes and is kept once; a step repeated within one file is kept twice so the gate can
 name the duplicate.
 
-Does not decide: whether an empty directory is a problem (``run_dir`` does) or which source
+Does not decide: whether an empty directory is a problem (``load`` does) or which source
 wins (``merge``).
 """
 
@@ -32,6 +32,7 @@ import os
 from pathlib import Path
 
 from miles_amd.evidence.errors import MetricsFormatError
+from miles_amd.evidence.safe_open import RECORD_FILE, read_regular, regular_files
 from miles_amd.evidence.series import normalise_map
 from miles_amd.evidence.types import Point, SeriesMap
 
@@ -42,29 +43,42 @@ _EXPECTED_POINT = (
 )
 
 
-def find_record_files(root: str | os.PathLike[str]) -> list[Path]:
-    """The record files directly in ``root``, sorted by name."""
-    return sorted(
-        path for path in Path(root).iterdir() if path.suffix in RECORD_SUFFIXES and path.is_file()
-    )
+def find_record_files(
+    directory: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
+) -> list[Path]:
+    """The record files directly in ``directory``, sorted by name; one that is not a regular
+    file inside ``root`` (default ``directory``) is a ``RefusedFile``."""
+    return regular_files(directory, _is_record_file, recursive=False, root=root)
 
 
-def read_ci_history_dir(path: str | os.PathLike[str], *, live: bool = False) -> SeriesMap:
+def _is_record_file(name: str) -> bool:
+    return name.endswith(RECORD_SUFFIXES)
+
+
+def read_ci_history_dir(
+    path: str | os.PathLike[str],
+    *,
+    live: bool = False,
+    root: str | os.PathLike[str] | None = None,
+) -> SeriesMap:
     """The merged series of every record file in ``path``.
 
     ``live`` leaves out an unterminated last line (an appending writer's line in flight).
     Raises :class:`MetricsFormatError` naming file and line, ``FileNotFoundError`` or
-    ``NotADirectoryError`` for a bad ``path``. No record files give an empty map.
+    ``NotADirectoryError`` for a bad ``path``, ``RefusedFile`` for a record file that is not
+    a regular file inside ``root`` (default ``path``) or is over its cap. No record files
+    give an empty map.
     """
-    root = Path(path)
-    if not root.exists():
-        raise FileNotFoundError(f"{root}: no such CI-history directory")
-    if not root.is_dir():
-        raise NotADirectoryError(f"{root}: expected a CI-history directory, found a file")
+    directory = Path(path)
+    if not directory.exists():
+        raise FileNotFoundError(f"{directory}: no such CI-history directory")
+    if not directory.is_dir():
+        raise NotADirectoryError(f"{directory}: expected a CI-history directory, found a file")
+    within = directory if root is None else root
     points: dict[str, list[Point]] = {}
     origins: dict[str, dict[int, tuple[float, str, int]]] = {}  # metric -> step -> first place
-    for file in find_record_files(root):
-        for metric, (line, file_points) in read_record_file(file, live=live).items():
+    for file in find_record_files(directory, root=within):
+        for metric, (line, file_points) in read_record_file(file, live=live, root=within).items():
             merged = points.setdefault(metric, [])
             seen = origins.setdefault(metric, {})
             in_this_file: set[int] = set()
@@ -89,17 +103,19 @@ def read_ci_history_dir(path: str | os.PathLike[str], *, live: bool = False) -> 
 
 
 def read_record_file(
-    path: str | os.PathLike[str], *, live: bool = False
+    path: str | os.PathLike[str],
+    *,
+    live: bool = False,
+    root: str | os.PathLike[str] | None = None,
 ) -> dict[str, tuple[int, list[Point]]]:
     """``metric -> (line number, points)`` of one record file, points in file order."""
     name = os.fspath(path)
-    with open(name, "rb") as handle:
-        data = handle.read()
+    data = read_regular(name, RECORD_FILE, root=root)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise MetricsFormatError(name, line, "not UTF-8 text (corrupt record file)") from None
+        bad_line = data.count(b"\n", 0, error.start) + 1
+        raise MetricsFormatError(name, bad_line, "not UTF-8 text (corrupt record file)") from None
     lines = text.split("\n")
     if live and not text.endswith("\n"):
         lines.pop()  # the unterminated line a writer is still appending

@@ -11,10 +11,13 @@ guessed:
 - :class:`MetricsFormatError` for the line-oriented sources (CI-history JSONL, job log),
   naming file and line.
 
-The modules, one job each: ``tfrecord`` (record framing and CRCs), ``tensorboard`` (event
-files -> series), ``ci_history`` (miles' CI-history JSONL -> series), ``job_log`` (metric
-lines of the Ray job log -> series), ``series`` (the normalisation), ``merge`` (one series
-per metric across sources, conflicts named), ``run_dir`` (a run directory -> RunEvidence).
+The modules, one job each: ``safe_open`` (what may be opened: regular files inside the run
+dir, within a cap per kind), ``tfrecord`` (record framing and CRCs), ``tensorboard`` (event
+files -> series), ``ci_history`` (miles' CI-history JSONL -> series), ``log_lines`` (the job
+log streamed as blocks of whole lines), ``job_log`` (metric lines of the Ray job log ->
+series), ``sentinels`` (known log signatures), ``series`` (the normalisation), ``merge``
+(one series per metric across sources, conflicts named), ``load`` (a run directory ->
+RunEvidence).
 
 This package module only defines the shared line-format error; it imports nothing heavy, so
 importing any reader costs only what that reader needs.

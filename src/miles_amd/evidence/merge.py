@@ -134,6 +134,6 @@ def _provably_agree(preferred: Series, other: Series) -> bool:
     return math.isfinite(sum(mine[1::2]))
 
 
-def _packed(series: Series) -> memoryview:
+def _packed(series: Series) -> memoryview[float]:
     """``step0, value0, step1, value1, ...`` as contiguous float64s."""
     return memoryview(struct.pack(f"<{2 * len(series)}d", *chain.from_iterable(series))).cast("d")

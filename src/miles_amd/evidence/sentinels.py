@@ -27,8 +27,9 @@ Format facts the patterns rely on:
   config!`` once per untuned GEMM shape, with varying text in between.
 
 Speed: a line is only tried against a sentinel's regex when it contains one of the
-sentinel's literal ``needles``, and blocks of lines are first tested as one joined string,
-so a million clean lines cost one substring search per needle per block.
+sentinel's literal ``needles``, and the log is scanned as blocks of whole lines
+(``log_lines``) first tested as one string, so clean lines cost one substring search per
+needle per block and nothing is split.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from miles_amd.evidence.log_lines import line_blocks
+from miles_amd.evidence.safe_open import JOB_LOG, open_regular
 from miles_amd.evidence.types import SentinelHit, Severity
 
 _BLOCK_LINES = 4096
@@ -200,58 +203,95 @@ def scan_lines(lines: Iterable[str], *, start_line: int = 1) -> tuple[SentinelHi
     ``start_line`` is the 1-based number of the first line given, so a caller scanning a
     growing log from line ``k`` gets line numbers of the whole file.
     """
-    found: dict[str, list] = {}  # name -> [count, first line number, first text]
+    scan = SentinelScan()
     block: list[str] = []
     block_start = start_line
     for line in lines:
-        block.append(line)
+        block.append(line.rstrip("\n"))
         if len(block) == _BLOCK_LINES:
-            _scan_block(block, block_start, found)
+            scan.feed(block_start, "\n".join(block))
             block_start += len(block)
             block = []
     if block:
-        _scan_block(block, block_start, found)
-    return tuple(
-        SentinelHit(
-            name=s.name,
-            severity=s.severity,
-            count=found[s.name][0],
-            first_line=found[s.name][1],
-            first_text=found[s.name][2],
-            reference=s.reference,
-        )
-        for s in SENTINELS
-        if s.name in found
-    )
+        scan.feed(block_start, "\n".join(block))
+    return scan.hits()
 
 
-def _scan_block(block: list[str], first_line: int, found: dict[str, list]) -> None:
-    joined = "\n".join(block)
-    for sentinel in SENTINELS:
-        needles = sentinel.needles
-        if not any(needle in joined for needle in needles):
-            continue
-        for offset, line in enumerate(block):
-            if any(needle in line for needle in needles) and sentinel.pattern.search(line):
-                entry = found.get(sentinel.name)
+class SentinelScan:
+    """The sentinel hits of one log, fed in order as blocks of whole lines (``log_lines``)."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, list] = {}  # name -> [count, first line number, first text]
+
+    def feed(self, first_line: int, text: str) -> None:
+        """Scan ``text``, lines joined by ``\\n``, whose first line is line ``first_line``.
+
+        Only the lines holding a needle are cut out and tried, found with ``str.find``, so
+        a block costs a few substring searches however many lines it has.
+        """
+        for sentinel in SENTINELS:
+            starts = _needle_lines(text, sentinel.needles)
+            line_number, counted_to = first_line, 0
+            for start in starts:
+                end = text.find("\n", start)
+                line = text[start:] if end < 0 else text[start:end]
+                if not sentinel.pattern.search(line):
+                    continue
+                line_number += text.count("\n", counted_to, start)
+                counted_to = start
+                entry = self._found.get(sentinel.name)
                 if entry is None:
-                    text = line.rstrip("\r\n")[:_MAX_TEXT]
-                    found[sentinel.name] = [1, first_line + offset, text]
+                    kept = line.rstrip("\r")[:_MAX_TEXT]
+                    self._found[sentinel.name] = [1, line_number, kept]
                 else:
                     entry[0] += 1
 
+    def hits(self) -> tuple[SentinelHit, ...]:
+        found = self._found
+        return tuple(
+            SentinelHit(
+                name=s.name,
+                severity=s.severity,
+                count=found[s.name][0],
+                first_line=found[s.name][1],
+                first_text=found[s.name][2],
+                reference=s.reference,
+            )
+            for s in SENTINELS
+            if s.name in found
+        )
 
-def scan_log(path: Path) -> tuple[SentinelHit, ...]:
-    """Scan a log file; a missing file yields no hits (the reader reports it missing).
 
-    Lines are split on ``\\n`` only, so line numbers match ``grep -n`` even when progress
-    bars wrote bare ``\\r``; undecodable bytes become U+FFFD.
+def _needle_lines(text: str, needles: tuple[str, ...]) -> list[int]:
+    """The start offsets of the lines of ``text`` holding any of ``needles``, in order."""
+    starts: set[int] = set()
+    for needle in needles:
+        at = text.find(needle)
+        while at >= 0:
+            starts.add(text.rfind("\n", 0, at) + 1)
+            end = text.find("\n", at)
+            if end < 0:
+                break
+            at = text.find(needle, end)
+    return sorted(starts)
+
+
+def scan_log(path: Path, *, root: Path | None = None) -> tuple[SentinelHit, ...]:
+    """Scan a log file in one streaming pass; a missing file yields no hits (the reader
+    reports it missing).
+
+    The log must be a regular file inside ``root`` (default: its directory) within the
+    job-log cap, else ``RefusedFile``. Lines are cut as ``log_lines`` cuts them.
     """
-    if not path.is_file():
+    try:
+        handle, size = open_regular(path, JOB_LOG, root=root)
+    except FileNotFoundError:
         return ()
-    # newline="\n": split on \n only (the default universal mode also splits on bare \r).
-    with path.open(encoding="utf-8", errors="replace", newline="\n") as handle:
-        return scan_lines(handle)
+    scan = SentinelScan()
+    with handle:
+        for first_line, text in line_blocks(handle, size):
+            scan.feed(first_line, text)
+    return scan.hits()
 
 
 def fatal_hits(hits: Iterable[SentinelHit]) -> tuple[SentinelHit, ...]:

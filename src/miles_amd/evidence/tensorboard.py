@@ -20,18 +20,19 @@ summary) is not a scalar and is skipped. Nothing else is skipped: there is no
 "orphaned data" purge as in ``EventAccumulator`` (which drops steps after a restart); every
 point is kept, duplicates too, and the gate names them.
 
-Does not decide: whether an empty directory is a problem (``run_dir`` reports that, so this
+Does not decide: whether an empty directory is a problem (``load`` reports that, so this
 reader stays a pure function of the files), nor which source wins (``merge``).
 
-Facts: payloads are decoded with the protobuf classes the ``tensorboard`` package ships
-(``tensorboard.compat.proto``: ``Event``, and its ``Summary`` inside one helper message, see
-:func:`_decode_whole_file`). With protobuf >= 4 the active backend is upb
-(``google.protobuf.internal.api_implementation.Type() == "upb"``): parsing is fast C, but
-every Python wrapper of a nested message costs about half a microsecond, so one
-``Event.FromString`` per record plus ``event.summary.value`` costs about 2.5 us a scalar
-(measured on 150,000 torch-form records), while one parse of the whole file and one pass
-over its values costs about half that. ``simple_value`` is float32, so a value read here is
-the float32 nearest to what the run logged.
+Facts: payloads are decoded record by record with the protobuf class the ``tensorboard``
+package ships (``tensorboard.compat.proto.event_pb2.Event``). With protobuf >= 4 the backend
+is upb (``google.protobuf.internal.api_implementation.Type() == "upb"``): parsing is C, but
+every Python wrapper of a nested message costs about half a microsecond, so a scalar costs
+about 2.5 us. A second decoder that parsed a whole file as one helper message (half that
+per scalar) was removed: the gate reads 1000 rollouts x 150 tags in under 1 s CPU
+without it (0.77-0.86 s against 0.62-0.80 s with all speed tricks, within the run-to-run
+noise of ``benchmarks/bench_gate.py``; target 1 s and half EventAccumulator's time).
+``simple_value`` is float32, so a value read here is the float32 nearest to what the run
+logged.
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ from __future__ import annotations
 import os
 import struct
 from collections import defaultdict
-from itertools import chain, groupby, repeat
+from itertools import groupby
 from operator import attrgetter
 from pathlib import Path
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 
+from miles_amd.evidence.safe_open import regular_files
 from miles_amd.evidence.series import Columns, columns_to_series, new_columns
 from miles_amd.evidence.tfrecord import EventFileError, read_records, record_offset
 from miles_amd.evidence.types import SeriesMap
@@ -59,126 +60,66 @@ _FLOAT_DTYPES: dict[int, tuple[str, str]] = {
 }
 
 
-def find_event_files(root: str | os.PathLike[str]) -> list[Path]:
-    """Every event file under ``root`` (recursively), by directory, then name."""
-    files = (path for path in Path(root).rglob("*tfevents*") if path.is_file())
-    return sorted(files, key=lambda path: (path.parent, path.name))
+def find_event_files(
+    directory: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
+) -> list[Path]:
+    """Every event file under ``directory`` (recursively), by directory, then name.
+
+    Only regular files and real directories inside ``root`` (default ``directory``) are
+    walked; an event file that is not one, or a link, is a ``RefusedFile``
+    (:mod:`miles_amd.evidence.safe_open`).
+    """
+    return regular_files(directory, _is_event_file, recursive=True, root=root)
 
 
-def read_tensorboard_dir(path: str | os.PathLike[str], *, live: bool = False) -> SeriesMap:
+def _is_event_file(name: str) -> bool:
+    return "tfevents" in name
+
+
+def read_tensorboard_dir(
+    path: str | os.PathLike[str],
+    *,
+    live: bool = False,
+    root: str | os.PathLike[str] | None = None,
+) -> SeriesMap:
     """The scalar series of every event file under ``path``, keyed by tag.
 
     ``live`` reads files a writer is still appending to: an incomplete final record is left
     out; a CRC mismatch is an error either way. Raises :class:`EventFileError` for a corrupt,
     truncated or undecodable file, ``FileNotFoundError``/``NotADirectoryError`` for a bad
-    ``path``. A directory without event files or scalars gives an empty map.
+    ``path``, ``RefusedFile`` for what is not a regular file inside ``root`` (default
+    ``path``) or is over its cap. A directory without event files or scalars gives an
+    empty map.
     """
-    root = Path(path)
-    if not root.exists():
-        raise FileNotFoundError(f"{root}: no such TensorBoard directory")
-    if not root.is_dir():
-        raise NotADirectoryError(f"{root}: expected a TensorBoard directory, found a file")
+    directory = Path(path)
+    if not directory.exists():
+        raise FileNotFoundError(f"{directory}: no such TensorBoard directory")
+    if not directory.is_dir():
+        raise NotADirectoryError(f"{directory}: expected a TensorBoard directory, found a file")
+    within = directory if root is None else root
     points: defaultdict[str, Columns] = defaultdict(new_columns)
-    for _directory, files in groupby(find_event_files(root), key=attrgetter("parent")):
+    event_files = find_event_files(directory, root=within)
+    for _directory, files in groupby(event_files, key=attrgetter("parent")):
         scalar_tags: dict[str, bool] = {}
         for file in files:
-            _read_event_file(str(file), live, points, scalar_tags)
+            records = read_records(file, allow_partial_tail=live, root=within)
+            _decode_records(str(file), records, points, scalar_tags)
     return columns_to_series(points)
 
 
-def _read_event_file(
-    path: str,
-    live: bool,
-    points: defaultdict[str, Columns],
-    scalar_tags: dict[str, bool],
-) -> None:
-    """Add the file's scalars to each tag's columns in ``points``.
-
-    ``scalar_tags`` is the directory's tag -> is-scalar memory. The whole file is decoded in
-    one protobuf parse when it can be (:func:`_decode_whole_file`); a file it cannot vouch
-    for is decoded record by record, which also names a bad record's offset.
-    """
-    records = read_records(path, allow_partial_tail=live)
-    if not _decode_whole_file(records, points, scalar_tags):
-        _decode_each_record(path, records, points, scalar_tags)
-
-
-def _decode_whole_file(
-    records: list[bytes],
-    points: defaultdict[str, Columns],
-    scalar_tags: dict[str, bool],
-) -> bool:
-    """Decode every record with one parse; False (nothing changed) if it cannot be trusted.
-
-    The records are concatenated as ``step=0 | record | end-of-record value`` and parsed as
-    :data:`_EventColumns`, whose ``repeated int64 step = 2`` and ``tensorboard.Summary
-    summary = 5`` share ``Event``'s field numbers: protobuf appends repeated fields and
-    merges a singular message across the concatenation, so ``step`` holds ``0`` plus the
-    record's own step (proto3 leaves a zero step out) for each record, and ``summary.value``
-    holds every record's values in order, each record's followed by the empty value appended
-    after it. Alignment is verified (one end marker and one leading zero per record; a real
-    value with an empty tag breaks it), else the caller decodes record by record.
-    """
-    stream = b"".join(chain.from_iterable(zip(repeat(_STEP_ZERO), records, repeat(_RECORD_END))))
-    try:
-        parsed = _EventColumns.FromString(stream)
-    except DecodeError:
-        return False
-    interned: dict[int, int] = {}
-    record_steps: list[int] = []
-    for step in parsed.step:
-        if step:
-            record_steps[-1] = interned.setdefault(step, step)
-        else:
-            record_steps.append(0)
-    if len(record_steps) != len(records):
-        return False
-    found: dict[str, Columns] = {}
-    tags = dict(scalar_tags)
-    ends = 0
-    step = record_steps[0] if record_steps else 0
-    for value in parsed.summary.value:
-        tag = value.tag
-        if not tag:
-            ends += 1
-            if ends < len(record_steps):
-                step = record_steps[ends]
-            continue
-        number = value.simple_value
-        if not number:  # see _decode_each_record
-            kind = value.WhichOneof("value")
-            if kind == "tensor" and _is_scalar_tag(value, tags):
-                try:
-                    number = tensor_scalar(value.tensor)
-                except ValueError:
-                    return False
-            elif kind != "simple_value":
-                continue
-        columns = found.get(tag)
-        if columns is None:
-            columns = found[tag] = new_columns()
-        columns[0].append(step)
-        columns[1].append(number)
-    if ends != len(records):
-        return False
-    for tag, (steps, numbers) in found.items():
-        columns = points[tag]
-        columns[0].extend(steps)
-        columns[1].extend(numbers)
-    scalar_tags.update(tags)
-    return True
-
-
-def _decode_each_record(
+def _decode_records(
     path: str,
     records: list[bytes],
     points: defaultdict[str, Columns],
     scalar_tags: dict[str, bool],
 ) -> None:
-    """Decode record by record as ``tensorboard.Event``; errors name the record's offset.
+    """Add the scalars of an event file's records to each tag's columns in ``points``.
+
+    Records are decoded one by one as ``tensorboard.Event``; errors name the record's
+    offset. ``scalar_tags`` is the directory's tag -> is-scalar memory.
 
     Equal steps share one ``int`` object (fewer scattered objects for later passes; see
-    ``metrics.series``).
+    ``series``).
     """
     decode = event_pb2.Event.FromString
     steps: dict[int, int] = {}
@@ -212,40 +153,6 @@ def _decode_each_record(
             columns = points[value.tag]
             columns[0].append(step)
             columns[1].append(number)
-
-
-def _event_columns_class() -> type[Message]:
-    """``EventColumns``: Event's step and summary fields, repeated/merged (see above)."""
-    pool = descriptor_pool.Default()
-    file_name = "miles_amd/evidence/event_columns.proto"
-    try:
-        pool.FindFileByName(file_name)
-    except KeyError:
-        proto = descriptor_pb2.FileDescriptorProto(
-            name=file_name,
-            package="miles_amd.evidence",
-            dependency=[summary_pb2.DESCRIPTOR.name],
-            syntax="proto3",
-        )
-        message = proto.message_type.add(name="EventColumns")
-        field = descriptor_pb2.FieldDescriptorProto
-        message.field.add(name="step", number=2, type=field.TYPE_INT64, label=field.LABEL_REPEATED)
-        message.field.add(
-            name="summary",
-            number=5,
-            type=field.TYPE_MESSAGE,
-            label=field.LABEL_OPTIONAL,
-            type_name=".tensorboard.Summary",
-        )
-        pool.Add(proto)
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("miles_amd.evidence.EventColumns")
-    )
-
-
-_EventColumns = _event_columns_class()
-_STEP_ZERO = b"\x10\x00"  # field 2 (step), varint 0
-_RECORD_END = b"\x2a\x02\x0a\x00"  # field 5 (summary) holding one empty field 1 (value)
 
 
 def _is_scalar_tag(value: summary_pb2.Summary.Value, scalar_tags: dict[str, bool]) -> bool:

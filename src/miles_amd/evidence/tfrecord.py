@@ -31,6 +31,8 @@ import struct
 
 import google_crc32c
 
+from miles_amd.evidence.safe_open import EVENT_FILE, read_regular
+
 _HEADER = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
 _HEADER_SIZE = _HEADER.size  # 12
@@ -58,7 +60,12 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & _U32
 
 
-def read_records(path: str | os.PathLike[str], *, allow_partial_tail: bool = False) -> list[bytes]:
+def read_records(
+    path: str | os.PathLike[str],
+    *,
+    allow_partial_tail: bool = False,
+    root: str | os.PathLike[str] | None = None,
+) -> list[bytes]:
     """Every record payload of the event file at ``path``, in file order.
 
     Strict by default: a record cut short (a header, payload or CRC running past the end of
@@ -66,10 +73,12 @@ def read_records(path: str | os.PathLike[str], *, allow_partial_tail: bool = Fal
     for reading a file its writer is still appending to: an incomplete final record is then
     left out (it is the write in flight), but a CRC mismatch is still an error, because
     bytes already written never change.
+
+    The file must be a regular file inside ``root`` (default: its directory) within the
+    event-file cap, else :class:`~miles_amd.evidence.safe_open.RefusedFile`.
     """
     name = os.fspath(path)
-    with open(name, "rb") as handle:
-        data = handle.read()
+    data = read_regular(name, EVENT_FILE, root=root)
     return split_records(data, name, allow_partial_tail=allow_partial_tail)
 
 

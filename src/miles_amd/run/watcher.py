@@ -128,10 +128,20 @@ class FailFastWatcher:
 
 
 def read_lines(path: Path) -> list[str]:
+    """The log's lines (split on ``\\n``, as sentinel line numbers count), read as untrusted
+    input through ``miles_amd.evidence.safe_open``; [] if it cannot or may not be read."""
+    from miles_amd.evidence.log_lines import line_blocks
+    from miles_amd.evidence.safe_open import JOB_LOG, RefusedFile, open_regular
+
+    lines: list[str] = []
     try:
-        return path.read_text(errors="replace").splitlines()
-    except OSError:
+        handle, size = open_regular(path, JOB_LOG)
+        with handle:
+            for _first, text in line_blocks(handle, size):
+                lines.extend(text.removesuffix("\n").split("\n"))
+    except (OSError, RefusedFile):
         return []
+    return lines
 
 
 def _load_live(run_dir: Path) -> RunEvidence:

@@ -1,0 +1,257 @@
+"""Open a run directory's files as untrusted input: regular files inside it, of bounded size.
+
+A run dir is written by a job and may be copied from anywhere, so every reader of
+``miles_amd.evidence`` opens its files through this module, and only ever gets:
+
+- **a regular file**: a device, FIFO or socket is refused *before* it is opened (a FIFO
+  with no writer blocks ``open`` forever, ``/dev/zero`` reads without end). The file is
+  then opened with ``O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`` (a FIFO swapped in meanwhile
+  cannot block it) and checked again with ``fstat`` on the opened descriptor (``S_ISREG``),
+  so a swap between the check and the open is caught, not read (no TOCTOU). A regular file
+  atomically replaced by another one meanwhile (miles rewrites its CI-history files with
+  ``os.replace`` while the watcher reads) is just read: either is a regular file inside;
+- **inside the directory it was given** (``root``: the run dir): every path component below
+  ``root`` is opened relative to its parent's descriptor with ``O_NOFOLLOW``, so no symbolic
+  link is followed anywhere below ``root``. ``root`` itself is the directory the user named
+  and is followed if it is a link (``--run-dir runs/latest`` works);
+- **at most its cap** (:class:`Limit`, per kind of file), and exactly the bytes the file had
+  when it was opened (``fstat``'s size), so a file growing while it is read cannot push a
+  reader past the cap; the live watcher reads a consistent prefix.
+
+Links inside the run dir are refused too, not only those leading out: no writer of a run dir
+(miles, the driver, the preflight) makes links, a link inside can make one file count twice
+(an event file linked under two names doubles every point), a directory link can loop, and
+one rule ("no links below the run dir") is checked by the kernel without resolving anything.
+A refused link is named with where it leads only as "inside" or "outside the run directory":
+nothing outside the run dir is ever quoted. A hard link is not detectable as "outside" (its
+name is inside; it *is* the file) and is read like any file.
+
+Decides: whether a file may be read and how much of it. A refusal is a :class:`RefusedFile`
+naming the file (its path under ``root``) and the reason; ``FileNotFoundError`` means absent.
+Does not decide: what a refusal means for the run (``load`` refuses the whole run dir).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, NoReturn
+
+__all__ = [
+    "ENV_JSON",
+    "EVENT_FILE",
+    "JOB_JSON",
+    "JOB_LOG",
+    "RECORD_FILE",
+    "Limit",
+    "RefusedFile",
+    "open_regular",
+    "read_regular",
+    "regular_files",
+]
+
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The largest file of one kind a reader accepts, and why that size."""
+
+    kind: str
+    cap: int  # bytes
+    why: str
+
+
+EVENT_FILE = Limit(
+    "event file",
+    256 * _MIB,
+    "read whole, so memory is a few times this: ~5 million scalars at 54 bytes each, 30x "
+    "the 8 MB of event files a 1000-rollout x 150-tag run writes (benchmarks/bench_gate.py)",
+)
+RECORD_FILE = Limit(
+    "CI-history record file",
+    64 * _MIB,
+    "read whole; miles rewrites it on every log call and it holds the 5 captured keys: "
+    "108 kB for 1000 rollouts",
+)
+JOB_LOG = Limit(
+    "job log",
+    8 << 30,
+    "streamed in bounded memory, so the cap bounds time only: 10-12 s of CPU per GiB "
+    "(benchmarks/bench_log.py), ~1.5 min at the cap; 8x a 1000-rollout log as estimated "
+    "from SGLang's decode-batch logging (~0.5 GiB, not measured on a node)",
+)
+JOB_JSON = Limit("job.json", _MIB, "the driver writes a few hundred bytes")
+ENV_JSON = Limit("env.json", _MIB, "the preflight writes a few kilobytes")
+
+
+class RefusedFile(Exception):
+    """A file of the run dir that is not read: not a regular file, a link, or over its cap."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def open_regular(
+    path: str | os.PathLike[str], limit: Limit, *, root: str | os.PathLike[str] | None = None
+) -> tuple[BinaryIO, int]:
+    """``(binary handle, size)`` of the regular file ``path`` inside ``root``.
+
+    ``root`` defaults to ``path``'s parent; ``path`` must be ``root`` joined with a relative
+    path. Read at most ``size`` bytes. Raises :class:`RefusedFile`, ``FileNotFoundError``.
+    """
+    base, parts = _split(path, root)
+    if not parts:
+        raise RefusedFile(str(base), "is the directory itself, not a file")
+    parent = _open_dir(base, parts[:-1])
+    try:
+        fd = _open_file(parent, base, parts)
+    finally:
+        os.close(parent)
+    size = os.fstat(fd).st_size
+    if size > limit.cap:
+        os.close(fd)
+        raise RefusedFile(
+            _shown(base, parts),
+            f"is {size:,} bytes, over the {limit.kind} cap of {limit.cap:,} bytes "
+            f"({limit.why}); this is not a file the run wrote",
+        )
+    return os.fdopen(fd, "rb"), size
+
+
+def read_regular(
+    path: str | os.PathLike[str], limit: Limit, *, root: str | os.PathLike[str] | None = None
+) -> bytes:
+    """The bytes of the regular file ``path`` inside ``root`` (see :func:`open_regular`)."""
+    handle, size = open_regular(path, limit, root=root)
+    with handle:
+        return handle.read(size)
+
+
+def regular_files(
+    directory: str | os.PathLike[str],
+    keep: Callable[[str], bool],
+    *,
+    recursive: bool,
+    root: str | os.PathLike[str] | None = None,
+) -> list[Path]:
+    """The files under ``directory`` (inside ``root``, default ``directory``) whose names
+    ``keep`` accepts, ordered by directory, then name.
+
+    An entry with a kept name that is not a regular file is refused, and when ``recursive``
+    so is every link (it might be a directory to walk); other entries are not looked at.
+    ``FileNotFoundError``/``NotADirectoryError`` for a bad ``directory``.
+    """
+    base, top = _split(directory, directory if root is None else root)
+    found: list[PurePosixPath] = []
+    pending = [top]
+    while pending:
+        parts = pending.pop()
+        fd = _open_dir(base, parts)
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    child = (*parts, entry.name)
+                    if recursive and entry.is_dir(follow_symlinks=False):
+                        pending.append(child)
+                    elif keep(entry.name) or (recursive and entry.is_symlink()):
+                        if not entry.is_file(follow_symlinks=False):
+                            info = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
+                            _refuse_entry(base, child, info)
+                        found.append(PurePosixPath(*child))
+        finally:
+            os.close(fd)
+    found.sort(key=lambda path: (path.parent, path.name))
+    return [Path(base, path) for path in found]
+
+
+def _split(
+    path: str | os.PathLike[str], root: str | os.PathLike[str] | None
+) -> tuple[Path, tuple[str, ...]]:
+    """``(root, components of path below root)``; ValueError if path is not below root."""
+    target = Path(path)
+    base = target.parent if root is None else Path(root)
+    parts = target.relative_to(base).parts
+    if ".." in parts:
+        raise ValueError(f"{target} leaves {base}")
+    return base, parts
+
+
+def _open_dir(base: Path, parts: tuple[str, ...]) -> int:
+    """A descriptor of ``base/parts...``: ``base`` as named, each part without following."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for depth, name in enumerate(parts, start=1):
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError as error:
+            try:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if not stat.S_ISREG(info.st_mode):
+                        _refuse_entry(base, parts[:depth], info)
+                raise
+            finally:
+                os.close(fd)
+        os.close(fd)
+        fd = child
+    return fd
+
+
+def _open_file(parent: int, base: Path, parts: tuple[str, ...]) -> int:
+    """Open the last of ``parts`` in ``parent``: refused unless a regular file."""
+    name = parts[-1]
+    before = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if not stat.S_ISREG(before.st_mode):
+        _refuse_entry(base, parts, before)
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        _refuse_entry(base, parts, os.stat(name, dir_fd=parent, follow_symlinks=False))
+    after = os.fstat(fd)
+    if not stat.S_ISREG(after.st_mode):
+        os.close(fd)
+        _refuse_entry(base, parts, after)
+    return fd
+
+
+def _refuse_entry(base: Path, parts: tuple[str, ...], info: os.stat_result) -> NoReturn:
+    shown = _shown(base, parts)
+    if stat.S_ISLNK(info.st_mode):
+        where = "inside" if _link_stays_inside(base, parts) else "outside"
+        raise RefusedFile(
+            shown,
+            f"is a symbolic link to a path {where} the run directory (links are not "
+            "followed in a run dir: put the file itself there)",
+        )
+    kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+    raise RefusedFile(shown, f"is {kind}, not a regular file; a run dir holds regular files only")
+
+
+def _link_stays_inside(base: Path, parts: tuple[str, ...]) -> bool:
+    """Whether the link ``base/parts`` resolves inside ``base`` (for the message only)."""
+    real_base = os.path.realpath(base)
+    real = os.path.realpath(Path(base, *parts))
+    return real == real_base or real.startswith(real_base + os.sep)
+
+
+def _shown(base: Path, parts: tuple[str, ...]) -> str:
+    return str(Path(base, *parts))
