@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -212,14 +211,12 @@ def test_scan_log_of_a_missing_file_is_empty(tmp_path: Path) -> None:
     assert scan_log(tmp_path / "job.log") == ()
 
 
-def test_a_million_lines_scan_in_well_under_a_few_seconds(tmp_path: Path) -> None:
+def test_a_million_lines_are_counted_exactly(tmp_path: Path) -> None:
+    """Counts and first line over many read blocks (speed is benchmarks/bench_log.py's job)."""
     log = tmp_path / "job.log"
     block = "\n".join(CLEAN[:2] * 499 + [SAMPLES["megatron_moe_router_not_fp32"][0]] * 2) + "\n"
     log.write_text(block * 1000, encoding="utf-8")  # 1,000,000 lines
-    started = time.process_time()  # CPU: the scan's cost, not waiting for a shared core
     hits = scan_log(log)
-    elapsed = time.process_time() - started
     assert [(h.name, h.count, h.first_line) for h in hits] == [
         ("megatron_moe_router_not_fp32", 2000, 999)
     ]
-    assert elapsed < 4.0, f"scan of 1M lines took {elapsed:.2f}s"
