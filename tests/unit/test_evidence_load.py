@@ -82,7 +82,7 @@ def test_a_complete_run_reads_every_source(tmp_path: Path) -> None:
         message="Job finished successfully.",
         start_time=1.78e9,
         end_time=1.78e9 + 3960.5,
-        extra={"driver_exit_code": 0, "stopped_by": None},
+        driver_exit_code=0,
     )
     assert evidence.env == {"rocm": "7.2", "gpus": 8}
     assert evidence.sentinels == ()
@@ -168,7 +168,7 @@ def test_a_run_dir_without_any_metric_source_is_a_problem(tmp_path: Path) -> Non
         ("[1, 2]", "expected a JSON object, found list"),
         (json.dumps({**JOB, "status": "succeeded"}), '"status" must be one of'),
         (json.dumps({k: v for k, v in JOB.items() if k != "job_id"}), '"job_id" must be'),
-        (json.dumps({**JOB, "end_time": "late"}), '"end_time" must be seconds'),
+        (json.dumps({**JOB, "end_time": "late"}), '"end_time" must be a finite number'),
         (json.dumps({**JOB, "message": 3}), '"message" must be a string'),
     ],
 )

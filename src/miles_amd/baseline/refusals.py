@@ -86,8 +86,7 @@ def check_job(evidence: RunEvidence) -> str:
             "the driver finished (miles-amd train writes job.json)"
         )
     if job.status != "SUCCEEDED":
-        stopped = job.extra.get("stopped_by")
-        why = f", stopped by {stopped}" if stopped else ""
+        why = f", stopped by {job.stopped_by}" if job.stopped_by else ""
         raise RecordError(
             f"{where}: the Ray job {job.job_id} ended {job.status}{why}, not SUCCEEDED; "
             "fix: record a run that finished all its rollouts"

@@ -16,9 +16,8 @@ that holds nothing (a ``tensorboard/`` without event files or without scalars, a
 ``ci_history/`` without records, a ``job.log`` without metric lines), and a directory with no
 metric source at all, are problems too: a gate must not pass on evidence it never saw.
 
-``job.json`` must be an object with string ``job_id`` and ``status`` (one of Ray's job states,
-upper case), optional string ``message`` and numeric or null ``start_time``/``end_time``
-(seconds; the driver converts Ray's milliseconds); other keys go to ``JobRecord.extra``.
+``job.json`` is read with its one model, :class:`miles_amd.run_dir.JobRecord` (strict: a bad
+field is a ``job_json`` problem naming it).
 A missing ``job.json`` or ``env.json`` is ``None``, not a problem: the gate decides what
 their absence means.
 
@@ -74,9 +73,6 @@ from miles_amd.run_dir import RunDir
 
 REFUSED = "refused (untrusted input): "
 ProblemSource = Literal["tensorboard", "ci_history", "job_log", "job_json", "env_json"]
-
-RAY_JOB_STATES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
-_JOB_FIELDS = ("job_id", "status", "message", "start_time", "end_time")
 
 
 def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvidence:
@@ -233,7 +229,7 @@ def _read_job(layout: RunDir, problems: list[SourceProblem]) -> JobRecord | None
     if data is None:
         return None
     try:
-        return job_record(data)
+        return JobRecord.from_dict(data)
     except ValueError as error:
         problems.append(SourceProblem("job_json", str(layout.job_json), str(error)))
         return None
@@ -270,24 +266,6 @@ def _load_json_object(raw: bytes) -> dict[str, object]:
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, found {type(data).__name__}")
     return data
-
-
-def job_record(data: dict[str, object]) -> JobRecord:
-    """``job.json``'s object as a :class:`JobRecord`; ``ValueError`` naming the bad field."""
-    job_id = data.get("job_id")
-    status = data.get("status")
-    message = data.get("message", "")
-    if not isinstance(job_id, str) or not job_id:
-        raise ValueError(f'"job_id" must be a non-empty string, found {job_id!r}')
-    if not isinstance(status, str) or status not in RAY_JOB_STATES:
-        raise ValueError(f'"status" must be one of {sorted(RAY_JOB_STATES)}, found {status!r}')
-    if message is None:
-        message = ""
-    if not isinstance(message, str):
-        raise ValueError(f'"message" must be a string, found {message!r}')
-    times = [_seconds(data, field) for field in ("start_time", "end_time")]
-    extra = {key: value for key, value in data.items() if key not in _JOB_FIELDS}
-    return JobRecord(job_id, status, message, times[0], times[1], extra)
 
 
 def _seconds(data: dict[str, object], field: str) -> float | None:

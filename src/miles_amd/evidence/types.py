@@ -14,8 +14,10 @@ Rules every producer of these types keeps:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
+
+from miles_amd.run_dir import JobRecord  # job.json's one model, written by the driver
 
 Point = tuple[int, float]
 Series = tuple[Point, ...]
@@ -59,18 +61,6 @@ class SentinelHit:
 
 
 @dataclass(frozen=True)
-class JobRecord:
-    """The Ray job's end state, as written to ``job.json`` by the driver."""
-
-    job_id: str
-    status: str  # Ray's JobStatus name: SUCCEEDED, FAILED, STOPPED, ...
-    message: str = ""
-    start_time: float | None = None  # seconds since the epoch
-    end_time: float | None = None
-    extra: dict[str, object] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class RunEvidence:
     """Everything read from one run directory, before any judgement."""
 
@@ -82,3 +72,17 @@ class RunEvidence:
     job: JobRecord | None = None
     env: dict[str, object] | None = None
     sentinels: tuple[SentinelHit, ...] = ()
+
+
+__all__ = [
+    "Conflict",
+    "JobRecord",
+    "Point",
+    "RunEvidence",
+    "SentinelHit",
+    "Series",
+    "SeriesMap",
+    "Severity",
+    "SourceName",
+    "SourceProblem",
+]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from miles_amd.baseline import bands
@@ -32,6 +31,7 @@ from miles_amd.judge.checks import (
 if TYPE_CHECKING:
     from miles_amd.baseline.model import Baseline, Rule
     from miles_amd.evidence.types import Series
+    from miles_amd.run_dir import JobRecord
 
 THRESHOLD_MAX_RATIO = 20.0  # a spike threshold is at most 20x the reference's largest value
 GRID_ATOL_DIVISOR = 100.0  # a grid's atol is at most 1% of its step
@@ -53,23 +53,22 @@ def check_job_status(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     detail = f"Ray job {job.job_id} ended {job.status}"
     if job.message:
         detail += f": {' '.join(job.message.split())[:200]}"
-    detail += _stopped_by(job.extra)
+    detail += _stopped_by(job)
     return rule_check(
         rule, passed(job.status == rule.expected_status), job.status, expected, detail
     )
 
 
-def _stopped_by(extra: Mapping[str, object]) -> str:
+def _stopped_by(job: JobRecord) -> str:
     """The driver's note on why it stopped the job (job.json ``stopped_by``/``failfast``)."""
-    stopped_by = extra.get("stopped_by")
-    if not stopped_by:
+    if not job.stopped_by:
         return ""
-    trip = extra.get("failfast")
-    if stopped_by != "fail-fast" or not isinstance(trip, Mapping):
-        return f"; stopped by the driver: {stopped_by}"
+    trip = job.failfast
+    if job.stopped_by != "fail-fast" or trip is None:
+        return f"; stopped by the driver: {job.stopped_by}"
     where = f" at step {trip['step']}" if trip.get("step") is not None else ""
-    latency = extra.get("failfast_latency_s")
-    after = f", stopped {latency:.1f} s after it appeared" if isinstance(latency, float) else ""
+    latency = job.failfast_latency_s
+    after = f", stopped {latency:.1f} s after it appeared" if latency is not None else ""
     return f"; stopped by fail-fast: {trip.get('rule')}{where}{after}"
 
 
