@@ -25,8 +25,9 @@ A file is valid when, in order:
 Every error is one line: ``<file>: <JSON path>: <what is wrong>; fix: <what to do>``.
 
 Where shipped baselines live: ``$MILES_AMD_BASELINES_DIR/gpt_oss_20b_lora/`` when that
-variable is set (it names a ``baselines/`` root), else ``<repo>/baselines/gpt_oss_20b_lora/``
-found relative to this file (the package is installed editable from the repo's ``src/``).
+variable is set (it names a ``baselines/`` root), else the package data
+``miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/`` (``miles_amd.package_data``: in
+the repo a link to the top-level ``baselines/``, in an installed wheel a copy of it).
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ from typing import Any, Literal
 
 from miles_amd.baseline import bands
 from miles_amd.baseline.bands import Band, Spread
+from miles_amd.package_data import package_path
 
 RECIPE_DIR = "gpt_oss_20b_lora"
 SHIPPED = ("stock", "patched")
 BASELINES_DIR_ENV = "MILES_AMD_BASELINES_DIR"
-SCHEMA_PATH = Path(__file__).resolve().parent / "baseline.schema.json"
+SCHEMA_PATH = package_path("miles_amd.baseline", "baseline.schema.json")
 
 RuleKind = Literal[
     "job_status",
@@ -155,11 +157,11 @@ class Baseline:
 
 
 def baselines_root() -> Path:
-    """The ``baselines/`` directory: ``$MILES_AMD_BASELINES_DIR`` or ``<repo>/baselines``."""
+    """The ``baselines/`` root: ``$MILES_AMD_BASELINES_DIR``, else the shipped package data."""
     override = os.environ.get(BASELINES_DIR_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[3] / "baselines"
+    return package_path("miles_amd.baseline", "shipped-baselines")
 
 
 def resolve_baseline_path(spec: str | os.PathLike[str]) -> Path:
