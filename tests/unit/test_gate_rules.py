@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.judge.gate import Check, Verdict, hard_failures, judge
 
@@ -19,16 +19,6 @@ RESPONSE = "rollout/response_len/mean"
 TRUNCATED = "rollout/truncated_ratio"
 GRAD_NORM = "train/grad_norm"
 SUCCEEDED = JobRecord("raysubmit_1", "SUCCEEDED")
-
-
-@pytest.fixture(scope="module")
-def patched() -> Baseline:
-    return load_baseline("patched")
-
-
-@pytest.fixture(scope="module")
-def stock() -> Baseline:
-    return load_baseline("stock")
 
 
 def published(baseline: Baseline) -> dict[str, list[float]]:
