@@ -100,6 +100,9 @@ def test_wandb_key_is_redacted_in_what_is_printed(monkeypatch: pytest.MonkeyPatc
 def test_wandb_key_only_in_the_runtime_env() -> None:
     plan = build_train_plan(Recipe(), {**BASE_ENV, "WANDB_API_KEY": SECRET})
     assert SECRET not in repr(plan.to_dict())
-    assert SECRET not in " ".join(plan.job.entrypoint)
-    assert plan.job.runtime_env()["env_vars"]["WANDB_API_KEY"] == SECRET
-    assert "--use-wandb" in plan.job.entrypoint
+    job = plan.job
+    assert job is not None
+    assert SECRET not in " ".join(job.entrypoint)
+    env_vars = job.runtime_env()["env_vars"]
+    assert isinstance(env_vars, dict) and env_vars["WANDB_API_KEY"] == SECRET
+    assert "--use-wandb" in job.entrypoint
