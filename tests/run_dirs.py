@@ -6,7 +6,24 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from miles_amd.baseline.model import resolve_baseline_path
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
+
+LOGPROB = "train/train_rollout_logprob_abs_diff"
+REWARD = "rollout/raw_reward"
+CLIPFRAC = "train/pg_clipfrac"
+
+
+def published_values(rollouts: int = 20) -> dict[str, list[float]]:
+    """The published jvvnhop9 series of the shipped patched baseline, first ``rollouts`` of
+    them (rewards as the k/64 they round from), with ``pg_clipfrac`` 0."""
+    patched = json.loads(resolve_baseline_path("patched").read_text(encoding="utf-8"))
+    series = patched["evidence"]["series"]
+    return {
+        REWARD: [round(v * 64) / 64 for v in series[REWARD]][:rollouts],
+        CLIPFRAC: [0.0] * rollouts,
+        LOGPROB: series[LOGPROB][:rollouts],
+    }
 
 
 def write_run(

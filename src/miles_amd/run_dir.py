@@ -156,7 +156,7 @@ def _stop_reason(data: dict[str, object]) -> str | None:
         raise ValueError(
             f'"stopped_by" must be null or one of {sorted(STOP_REASONS)}, found {value!r}'
         )
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _number(data: dict[str, object], name: str) -> float | None:

@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
@@ -136,7 +137,8 @@ def listening(head: psutil.Process) -> list[tuple[str, int, str]]:
                 cmdline = " ".join(tree[conn.pid].cmdline())
             except psutil.Error:
                 continue
-            found.append((conn.laddr.ip, conn.laddr.port, cmdline))
+            ip, port = cast("tuple[str, int]", conn.laddr)  # a listener has an address
+            found.append((ip, port, cmdline))
     return found
 
 

@@ -32,7 +32,7 @@ from miles_amd.judge.gate import judge
 from miles_amd.report.gate_run import gate_run_dir
 from miles_amd.run.preflight import Fact, write_env_json
 from tests.cli_runs import run_cli
-from tests.run_dirs import write_run
+from tests.run_dirs import published_values, write_run
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
@@ -58,16 +58,6 @@ KNOWN_LINE = (
 
 
 # ---------------------------------------------------------------------------- run dirs
-
-
-def published_values(rollouts: int = 20) -> dict[str, list[float]]:
-    """The published jvvnhop9 series (rewards as the k/64 they round from), pg_clipfrac 0."""
-    series = json.loads((SHIPPED / "patched.json").read_text())["evidence"]["series"]
-    return {
-        REWARD: [round(v * 64) / 64 for v in series[REWARD]][:rollouts],
-        CLIPFRAC: [0.0] * rollouts,
-        LOGPROB: series[LOGPROB][:rollouts],
-    }
 
 
 def shifted_values(rollouts: int = 20) -> dict[str, list[float]]:

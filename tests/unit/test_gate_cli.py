@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from miles_amd.cli.main import app
 from tests.cli_runs import run_cli
-from tests.run_dirs import write_run
+from tests.run_dirs import published_values, write_run
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
@@ -50,16 +50,6 @@ def copy_example(tmp_path: Path) -> Path:
     run_dir = tmp_path / "run"
     shutil.copytree(EXAMPLE, run_dir, ignore=shutil.ignore_patterns("report"))
     return run_dir
-
-
-def published_values(rollouts: int = 20) -> dict[str, list[float]]:
-    patched = json.loads((SHIPPED / "patched.json").read_text())
-    series = patched["evidence"]["series"]
-    return {
-        REWARD: [round(v * 64) / 64 for v in series[REWARD]][:rollouts],
-        CLIPFRAC: [0.0] * rollouts,
-        LOGPROB: series[LOGPROB][:rollouts],
-    }
 
 
 def report_of(directory: Path) -> dict:

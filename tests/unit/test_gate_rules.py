@@ -21,16 +21,6 @@ GRAD_NORM = "train/grad_norm"
 SUCCEEDED = JobRecord("raysubmit_1", "SUCCEEDED")
 
 
-@pytest.fixture(scope="module")
-def patched() -> Baseline:
-    return load_baseline("patched")
-
-
-@pytest.fixture(scope="module")
-def stock() -> Baseline:
-    return load_baseline("stock")
-
-
 def published(baseline: Baseline) -> dict[str, list[float]]:
     """The patched run's published per-rollout values (rewards as the k/64 they round from)."""
     return {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.judge.gate import Verdict, judge
 from miles_amd.report.plot import metrics_figure
@@ -35,11 +35,6 @@ KNOWN = SentinelHit(
     "Using a large number of experts (e.g. >=32) without fp32 routing.",
     "radixark/miles#3263",
 )
-
-
-@pytest.fixture(scope="module")
-def patched() -> Baseline:
-    return load_baseline("patched")
 
 
 def published(baseline: Baseline) -> dict[str, list[float]]:

@@ -30,8 +30,9 @@ A file is valid when, in order:
 Every error is one line: ``<file>: <JSON path>: <what is wrong>; fix: <what to do>``.
 
 Where shipped baselines live: ``$MILES_AMD_BASELINES_DIR/gpt_oss_20b_lora/`` when that
-variable is set (it names a ``baselines/`` root), else ``<repo>/baselines/gpt_oss_20b_lora/``
-found relative to this file (the package is installed editable from the repo's ``src/``).
+variable is set (it names a ``baselines/`` root), else the package data
+``miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/`` (``miles_amd.package_data``: in
+the repo a link to the top-level ``baselines/``, in an installed wheel a copy of it).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Any, Literal
 
 from miles_amd.baseline import bands, json_text, schema_check
 from miles_amd.baseline.bands import Band, Spread
+from miles_amd.package_data import package_path
 from miles_amd.variants import AITER_VARIANTS
 
 RECIPE_DIR = "gpt_oss_20b_lora"
@@ -154,11 +156,11 @@ class Baseline:
 
 
 def baselines_root() -> Path:
-    """The ``baselines/`` directory: ``$MILES_AMD_BASELINES_DIR`` or ``<repo>/baselines``."""
+    """The ``baselines/`` root: ``$MILES_AMD_BASELINES_DIR``, else the shipped package data."""
     override = os.environ.get(BASELINES_DIR_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[3] / "baselines"
+    return package_path("miles_amd.baseline", "shipped-baselines")
 
 
 def resolve_baseline_path(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> Path:

@@ -67,10 +67,10 @@ def check_sources(evidence: RunEvidence) -> None:
             "intact (a corrupt or truncated source cannot vouch for a reference)"
         )
     if evidence.conflicts:
-        first = evidence.conflicts[0]
-        values = ", ".join(f"{src}={v!r}" for src, v in sorted(first.values.items()))
+        conflict = evidence.conflicts[0]
+        values = ", ".join(f"{src}={v!r}" for src, v in sorted(conflict.values.items()))
         raise RecordError(
-            f"--run-dir {run}: its sources disagree on {first.metric} at step {first.step} "
+            f"--run-dir {run}: its sources disagree on {conflict.metric} at step {conflict.step} "
             f"({values}; {len(evidence.conflicts)} conflict(s)); fix: record a run whose "
             "TensorBoard, CI history and job.log agree"
         )

@@ -92,7 +92,9 @@ def full_train(**options: Any) -> None:
     if dry_run and options["as_json"]:
         train_plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
         merged = train_plan.to_dict()
-        merged["steps"] = [s.to_dict() for s in prepare_plan.steps] + merged["steps"]
+        train_steps = merged["steps"]
+        assert isinstance(train_steps, list)
+        merged["steps"] = [s.to_dict() for s in prepare_plan.steps] + train_steps
         typer.echo(json.dumps(merged, indent=2))
         return
     if dry_run:

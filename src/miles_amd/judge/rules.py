@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from miles_amd.judge import band_rules as band
 from miles_amd.judge import value_rules as value
-from miles_amd.judge.checks import Check, Problem, RuleContext, rule_check
+from miles_amd.judge.checks import Check, Problem, RuleContext, Status, rule_check
 
 if TYPE_CHECKING:
     from miles_amd.baseline.model import Baseline, Rule
@@ -140,7 +140,7 @@ def evaluate_rule(rule: Rule, ctx: RuleContext) -> Check:
     if series:
         return kind.check(rule, series, ctx)
     detail = f"not measured: no {rule.metric} in any source (TensorBoard, CI history, job.log)"
-    status = "fail" if rule.required else "not_measured"
+    status: Status = "fail" if rule.required else "not_measured"
     return rule_check(rule, status, None, expected_text(rule, ctx.baseline, ctx.rollouts), detail)
 
 

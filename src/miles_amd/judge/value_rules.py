@@ -18,6 +18,7 @@ from miles_amd.judge.checks import (
     Check,
     Problem,
     RuleContext,
+    Status,
     axis,
     fmt,
     grid,
@@ -48,7 +49,7 @@ def check_job_status(rule: Rule, series: Series, ctx: RuleContext) -> Check:
         if unreadable:
             detail = f"job.json unreadable: {unreadable[0].detail}"
             return rule_check(rule, "error", None, expected, detail)
-        status = "fail" if rule.required else "not_measured"
+        status: Status = "fail" if rule.required else "not_measured"
         return rule_check(rule, status, None, expected, "not measured: no job.json in the run dir")
     detail = f"Ray job {job.job_id} ended {job.status}"
     if job.message:

@@ -156,9 +156,9 @@ def render_text(verdict: Verdict) -> str:
         lines.append("sentinel hits: none")
     for p in verdict.problems:
         lines.append(f"evidence problem: {p}")
-    for c in verdict.conflicts:
-        values = ", ".join(f"{k}={v!r}" for k, v in sorted(c.values.items()))
-        lines.append(f"evidence conflict: {c.metric} at step {c.step}: {values}")
+    for conflict in verdict.conflicts:
+        values = ", ".join(f"{k}={v!r}" for k, v in sorted(conflict.values.items()))
+        lines.append(f"evidence conflict: {conflict.metric} at step {conflict.step}: {values}")
     return "\n".join(lines) + "\n"
 
 

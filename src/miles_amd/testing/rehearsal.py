@@ -16,13 +16,15 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from miles_amd.package_data import package_path
 from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.driver import RunOutcome, execute
 from miles_amd.run_dir import RunDir
 from miles_amd.testing.faults import DEFAULT_FAULT_AT, FAULTS
 
-EXAMPLE_RUN = Path(__file__).resolve().parents[3] / "examples" / "runs" / "jvvnhop9"
+# The embedded jvvnhop9 run, shipped as package data (``miles_amd.package_data``).
+EXAMPLE_RUN = package_path("miles_amd.testing", "example-run")
 
 
 def replay_prefix(

@@ -1,0 +1,76 @@
+"""Every test's tier, and the fixtures more than one test module uses.
+
+Tiers (registered in ``pytest.ini``): ``snapshot``, ``unit``, ``rehearsal``, ``conformance``,
+``mi355x``. A test under ``tests/<tier>/`` gets that tier's marker; a test or module that
+carries a tier marker itself keeps it instead (``test_planning_imports_no_heavy_module`` in
+``tests/unit`` is a ``snapshot`` test: the import-lightness bar belongs to that tier). A test
+with no tier, or with two, stops the session at collection with the list of such tests, so
+``pytest -m <tier>`` over the five tiers selects every collected test exactly once.
+
+Hardware options and the ``mi355x`` skip live in the root ``conftest.py``; the rehearsal's
+Ray head and the node options in their own directories' conftests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from miles_amd.baseline.model import Baseline
+
+TESTS_DIR = Path(__file__).resolve().parent
+TIERS = ("snapshot", "unit", "rehearsal", "conformance", "mi355x")
+
+
+def directory_tier(path: Path) -> str | None:
+    """``tests/<tier>/...`` -> ``<tier>``; None outside a tier directory."""
+    try:
+        parts = path.resolve().relative_to(TESTS_DIR).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+def tier_problems(items: list[pytest.Item]) -> list[str]:
+    """Give each test its directory's tier unless it names one; list those left with 0 or 2+."""
+    problems = []
+    for item in items:
+        tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+        default = directory_tier(item.path)
+        if not tiers and default is not None:
+            item.add_marker(default)
+            tiers = {default}
+        if len(tiers) != 1:
+            problems.append(f"  {item.nodeid}: {', '.join(sorted(tiers)) or 'no tier'}")
+    return problems
+
+
+# tryfirst: the markers must be on the items before `-m` deselects and before the root
+# conftest skips mi355x tests.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    problems = tier_problems(items)
+    if problems:
+        raise pytest.UsageError(
+            "every test needs exactly one tier marker; fix: put it under tests/<tier>/ or mark "
+            f"it with one of {', '.join(TIERS)}:\n" + "\n".join(problems)
+        )
+
+
+@pytest.fixture(scope="session")
+def patched() -> Baseline:
+    """The shipped ``patched`` baseline (jvvnhop9's published evidence and rules)."""
+    from miles_amd.baseline.model import load_baseline
+
+    return load_baseline("patched")
+
+
+@pytest.fixture(scope="session")
+def stock() -> Baseline:
+    """The shipped ``stock`` baseline."""
+    from miles_amd.baseline.model import load_baseline
+
+    return load_baseline("stock")

@@ -1,0 +1,119 @@
+"""What a user sees from ``miles-amd <command> --dry-run`` (and ``--json``), one file per variant.
+
+Each case runs the real CLI in-process (typer's ``CliRunner`` on ``miles_amd.cli.main.app``)
+in a fixed environment (only ``PATH`` plus the case's variables, working directory ``/``, so
+the default run dir is ``/runs/gpt-oss-20b-lora``), and stores stdout byte for byte as a
+plain-text file under ``__snapshots__/test_dry_run/``: ``.txt`` for the text plan (one flag
+per line), ``.json`` for ``--json`` (one argv token per line). An argv change shows as a
+one-line diff in review. Update with ``pytest -m snapshot --snapshot-update`` and review the
+diff like code.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from syrupy.assertion import SnapshotAssertion
+from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+from typer.testing import CliRunner
+
+from miles_amd.cli.main import app
+from miles_amd.recipe.plan import build_train_plan
+from miles_amd.recipe.settings import Recipe
+
+BASE_ENV = {"PATH": "/usr/bin"}
+SECRET = "wandb-secret-value-0123456789"
+
+CUSTOM_DIRS = (
+    "--model-dir", "/data/models",
+    "--data-dir", "/data/sets",
+    "--miles-dir", "/src/miles",
+    "--megatron-dir", "/src/Megatron-LM",
+)  # fmt: skip
+# variant -> (command line before --dry-run, environment variables beside PATH)
+CASES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "default": (("train",), {}),
+    "mi350x": (("train", "--hardware", "MI350X"), {}),
+    "custom_dirs": (("train", *CUSTOM_DIRS), {"PYTHONPATH": "/opt/extra"}),
+    "rollouts_3": (("train", "--num-rollout", "3"), {}),
+    "extra_args": (("train", "--extra-args", "--seed 1234 --log-probs-chunk-size 512"), {}),
+    "override_pinned": (
+        ("train", "--extra-args", "--sglang-mem-fraction-static 0.3", "--override-pinned"),
+        {},
+    ),
+    "wandb": (("train",), {"WANDB_API_KEY": SECRET}),
+    "external_ray": (("train",), {"RAY_ADDRESS": "http://10.0.0.5:8265"}),
+    "hip_visible_devices": (("train",), {"HIP_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}),
+    "run_dir": (("train", "--run-dir", "/runs/r1"), {}),
+    "prepare": (("prepare", "--model-dir", "/data/models", "--data-dir", "/data/sets"), {}),
+    "full_train": (("full-train",), {}),
+}
+
+
+class TextSnapshot(SingleFileSnapshotExtension):
+    """One plain-text file per snapshot, stored exactly as printed."""
+
+    _write_mode = WriteMode.TEXT
+    file_extension = "txt"
+
+
+class JsonTextSnapshot(TextSnapshot):
+    """``--json`` output, stored as printed (so a reviewer's tools highlight it as JSON)."""
+
+    file_extension = "json"
+
+
+def dry_run(case: str, *extra: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The stdout of ``miles-amd <case's args> --dry-run <extra>`` in the fixed environment."""
+    args, env = CASES[case]
+    for name in list(os.environ):
+        monkeypatch.delenv(name)
+    for name, value in {**BASE_ENV, **env}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir("/")
+    result = CliRunner().invoke(app, [*args, "--dry-run", *extra])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_dry_run_text(
+    case: str, snapshot: SnapshotAssertion, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert dry_run(case, monkeypatch=monkeypatch) == snapshot.use_extension(TextSnapshot)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_dry_run_json(
+    case: str, snapshot: SnapshotAssertion, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    printed = dry_run(case, "--json", monkeypatch=monkeypatch)
+    assert printed == snapshot.use_extension(JsonTextSnapshot)
+
+
+def test_wandb_key_is_redacted_in_what_is_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert SECRET not in dry_run("wandb", monkeypatch=monkeypatch)
+    assert SECRET not in dry_run("wandb", "--json", monkeypatch=monkeypatch)
+
+
+def test_wandb_key_reaches_the_job_by_inheritance_from_the_own_head() -> None:
+    plan = build_train_plan(Recipe(), {**BASE_ENV, "WANDB_API_KEY": SECRET})
+    job = plan.job
+    assert job is not None
+    assert SECRET not in repr(plan.to_dict()) + repr(plan)
+    assert SECRET not in " ".join(job.entrypoint)
+    assert plan.head_env()["WANDB_API_KEY"] == SECRET
+    assert SECRET not in repr(job.runtime_env())
+    assert "--use-wandb" in job.entrypoint
+
+
+def test_wandb_key_travels_in_the_runtime_env_to_a_ray_address_cluster() -> None:
+    env = {**BASE_ENV, "WANDB_API_KEY": SECRET, "RAY_ADDRESS": "http://10.0.0.5:8265"}
+    plan = build_train_plan(Recipe(), env)
+    job = plan.job
+    assert job is not None
+    assert SECRET not in repr(plan.to_dict()) + repr(plan)
+    env_vars = job.runtime_env()["env_vars"]
+    assert isinstance(env_vars, dict) and env_vars["WANDB_API_KEY"] == SECRET
+    assert "WANDB_API_KEY" not in plan.head_env()

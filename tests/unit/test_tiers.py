@@ -1,0 +1,60 @@
+"""Tiers: a test's directory marks it, ``-m <tier>`` selects it, and a test without a tier stops
+collection (``tests/conftest.py``). Each case runs a real ``pytest --collect-only``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TESTS_DIR, directory_tier
+
+REPO = TESTS_DIR.parent
+
+
+def collect(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": pythonpath},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_directory_names_the_tier() -> None:
+    assert directory_tier(TESTS_DIR / "unit" / "test_x.py") == "unit"
+    assert directory_tier(TESTS_DIR / "conformance" / "sub" / "test_x.py") == "conformance"
+    assert directory_tier(TESTS_DIR / "test_top.py") is None
+    assert directory_tier(TESTS_DIR / "helpers" / "test_x.py") is None
+    assert directory_tier(Path("/elsewhere/unit/test_x.py")) is None
+
+
+def test_minus_m_unit_selects_a_test_marked_only_by_its_directory() -> None:
+    module = "tests/unit/test_packaging.py"
+    assert "pytestmark" not in (REPO / module).read_text()
+    done = collect("-m", "unit", module, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{module}::test_the_wheel_holds" in done.stdout
+    assert "deselected" not in done.stdout
+
+
+def test_a_test_without_a_tier_or_with_two_stops_collection(tmp_path: Path) -> None:
+    (tmp_path / "test_loose.py").write_text("def test_nowhere():\n    pass\n")
+    (tmp_path / "test_double.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.unit\n@pytest.mark.snapshot\ndef test_both():\n    pass\n\n"
+        "@pytest.mark.unit\ndef test_one():\n    pass\n"
+    )
+    done = collect("-p", "tests.conftest", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert "every test needs exactly one tier marker" in done.stderr
+    assert "test_loose.py::test_nowhere: no tier" in done.stderr
+    assert "test_double.py::test_both: snapshot, unit" in done.stderr
+    assert "test_one" not in done.stderr
