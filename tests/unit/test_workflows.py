@@ -84,7 +84,31 @@ FORK_JOB = "fork-pr"
 # The hardware test's own pytest-timeout (tests/mi355x): 5400 s.
 TEST_TIMEOUT_MINUTES = 90
 RUN_DIR_FILES = ("report.md", "report.json", "metrics.png", "job.log", "env.json")
-REQUIRED_PR_PATHS = ("src/miles_amd/**", "baselines/**", ".github/workflows/amd-mi355x.yml")
+# Everything the cpu job tests: a pull request touching any of it must run the workflow.
+REQUIRED_PR_PATHS = (
+    "src/**",
+    "tests/**",
+    "baselines/**",
+    "examples/**",
+    "benchmarks/**",
+    "conftest.py",
+    "pyproject.toml",
+    "pytest.ini",
+    "tox.ini",
+    ".ci/**",
+    ".github/**",
+)
+CODEOWNERS = REPO_ROOT / ".github" / "CODEOWNERS"
+# What needs a maintainer's review: the references, the rules that judge against them, CI.
+REVIEWED_PATHS = (
+    "baselines/gpt_oss_20b_lora/stock.json",
+    "src/miles_amd/judge/rules.py",
+    "src/miles_amd/baseline/bands.py",
+    "src/miles_amd/baseline/baseline.schema.json",
+    ".github/workflows/amd-mi355x.yml",
+    ".github/action-pins.json",
+)
+GITHUB_EXPRESSION = re.compile(r"\$\{\{.*?\}\}", re.S)
 DISPATCH_INPUTS = ("aiter_variant", "num_rollouts")
 SHA_PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 # `pip install ... aiter` with the bare PyPI name: an unrelated package, never AMD's.
@@ -487,13 +511,19 @@ def tool(name: str) -> Path:
     return Path(found)
 
 
-def run_tool(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+def run_tool(*argv: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run offline: no GitHub token reaches the child, colours off."""
     env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN")}
     env.pop("ZIZMOR_GITHUB_TOKEN", None)
     env["NO_COLOR"] = "1"
     return subprocess.run(
-        [str(a) for a in argv], capture_output=True, text=True, env=env, timeout=300, check=False
+        [str(a) for a in argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
     )
 
 
@@ -645,6 +675,60 @@ def test_pin_check_catches_a_bad_pin(old: str, new: str, expected: str) -> None:
     assert old in text
     problems = pin_problems(text.replace(old, new), load_pins())
     assert any(expected in p for p in problems), problems
+
+
+def shellcheck_problems(doc: Mapping[str, Any]) -> list[str]:
+    """shellcheck's findings for every ``run:`` script, as bash (the shell these jobs use).
+
+    ``${{ ... }}`` expressions are replaced by a plain word first: GitHub substitutes them
+    before the shell runs, and the invariants above already keep them out of scripts.
+    """
+    problems = []
+    for name, job in (doc.get("jobs") or {}).items():
+        for index, step in enumerate(steps_of(job)):
+            if "run" not in step:
+                continue
+            script = GITHUB_EXPRESSION.sub("GITHUB_EXPRESSION", str(step["run"]))
+            result = run_tool(tool("shellcheck"), "--shell=bash", "--format=gcc", "-", stdin=script)
+            problems += [
+                f"jobs.{name}.steps[{index}]: {line}" for line in result.stdout.splitlines()
+            ]
+    return problems
+
+
+def test_every_run_script_passes_shellcheck() -> None:
+    for workflow in workflow_files():
+        assert shellcheck_problems(load_workflow(workflow)) == [], workflow.name
+
+
+def test_shellcheck_catches_an_unquoted_variable(tmp_path: Path) -> None:
+    broken = mutated_copy(tmp_path, 'rm -rf -- "$RUN_DIR"', "rm -rf -- $RUN_DIR")
+    assert any("SC2086" in p for p in shellcheck_problems(load_workflow(broken)))
+
+
+def codeowners_rules() -> list[tuple[str, list[str]]]:
+    rules = []
+    for line in CODEOWNERS.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            pattern, *owners = line.split()
+            rules.append((pattern, owners))
+    return rules
+
+
+def owners_of(path: str, rules: Sequence[tuple[str, list[str]]]) -> list[str]:
+    """GitHub's rule: the last matching pattern wins (directory patterns end in ``/``)."""
+    owners: list[str] = []
+    for pattern, names in rules:
+        anchored = pattern.lstrip("/")
+        if (anchored.endswith("/") and path.startswith(anchored)) or path == anchored:
+            owners = names
+    return owners
+
+
+@pytest.mark.parametrize("path", REVIEWED_PATHS)
+def test_codeowners_require_a_maintainer_for(path: str) -> None:
+    assert (REPO_ROOT / path).exists(), path
+    assert owners_of(path, codeowners_rules()), f"{path} has no code owner in {CODEOWNERS}"
 
 
 def test_hardware_workflow_keeps_its_invariants() -> None:
