@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "RunDir"]
+__all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "RunDir", "json_object"]
 
 JOB_STATES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
 STOP_REASONS = frozenset({"timeout", "interrupt", "fail-fast"})
@@ -108,17 +108,7 @@ class JobRecord:
     @classmethod
     def from_json(cls, text: str | bytes) -> JobRecord:
         """Parse ``job.json``'s text; ``ValueError`` for bad JSON or a bad field."""
-        try:
-            data = json.loads(text)
-        except UnicodeDecodeError:
-            raise ValueError("not UTF-8 text") from None
-        except json.JSONDecodeError as error:
-            raise ValueError(
-                f"bad JSON at line {error.lineno} column {error.colno}: {error.msg}"
-            ) from None
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, found {type(data).__name__}")
-        return cls.from_dict(data)
+        return cls.from_dict(json_object(text))
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> JobRecord:
@@ -166,3 +156,18 @@ def _number(data: dict[str, object], name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f'"{name}" must be a finite number or null, found {value!r}')
     return float(value)
+
+
+def json_object(text: str | bytes) -> dict[str, object]:
+    """The JSON object in a run-dir file's ``text``; ``ValueError`` saying what is wrong."""
+    try:
+        data = json.loads(text)
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"bad JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, found {type(data).__name__}")
+    return data

@@ -37,7 +37,6 @@ Does not decide: whether the run passes (``gate``), what a log signature is
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -69,7 +68,7 @@ from miles_amd.evidence.types import (
     SourceName,
     SourceProblem,
 )
-from miles_amd.run_dir import RunDir
+from miles_amd.run_dir import RunDir, json_object
 
 REFUSED = "refused (untrusted input): "
 ProblemSource = Literal["tensorboard", "ci_history", "job_log", "job_json", "env_json"]
@@ -246,26 +245,12 @@ def _read_json(
     if not os.path.lexists(path):
         return None
     try:
-        return _load_json_object(read_regular(path, limit, root=root))
+        return json_object(read_regular(path, limit, root=root))
     except RefusedFile as error:
         problems.append(_refusal(source, error))
     except (OSError, ValueError) as error:
         problems.append(SourceProblem(source, str(path), str(error)))
     return None
-
-
-def _load_json_object(raw: bytes) -> dict[str, object]:
-    try:
-        data = json.loads(raw)
-    except UnicodeDecodeError:
-        raise ValueError("not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"bad JSON at line {error.lineno} column {error.colno}: {error.msg}"
-        ) from None
-    if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, found {type(data).__name__}")
-    return data
 
 
 def _seconds(data: dict[str, object], field: str) -> float | None:
