@@ -4,7 +4,9 @@ Decides the command's options, output and exit code: 0 pass, 1 fail (a check fai
 2 unusable input (no run dir, nothing readable in it, a malformed or missing baseline, an
 unwritable report dir), with one line on stderr naming the flag and the fix. The report goes
 to ``--report-dir`` (default ``<run-dir>/report/``): report.json, report.md, metrics.png; the
-chosen ``--format`` is printed to stdout. A bad baseline or a missing run dir writes nothing.
+chosen ``--format`` is printed to stdout, then, last, where the report was written (on
+stderr for ``json``/``markdown``, whose stdout is the document). A bad baseline or a missing
+run dir writes nothing.
 When the run dir exists but nothing in it is readable, the report (verdict ``error``) is
 still written, so CI shows why. ``--expected-rollouts N`` judges a run of N rollouts (a
 3-rollout smoke, a 1000-rollout benchmark): it sets the expected steps and rescales the bands.
@@ -103,6 +105,9 @@ def gate(
     except OSError as exc:
         _fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
     typer.echo(render(verdict, output_format.value), nl=False)
+    # where the report is, last (stderr when stdout carries the JSON or markdown document)
+    written = f"report written to {files.markdown} (also {files.json.name}, {files.plot.name})"
+    typer.echo(written, err=output_format is not OutputFormat.text)
     if verdict.verdict == "error":
         _fail(
             f"--run-dir {run_dir}: {verdict.reason}; "
