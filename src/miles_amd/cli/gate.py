@@ -14,6 +14,10 @@ still written, so CI shows why. ``--expected-rollouts N`` judges a run of N roll
 no ``env.json``; without it the environment check is "not measured" there (the CPU main job
 has no GPUs to probe). A recorded environment that differs from the baseline's fails either
 way. An unknown ``--baseline`` name or path exits 2 naming ``--baseline``.
+Every verdict is appended to the run history (``--history PATH``, default
+``$MILES_AMD_HISTORY`` or ``$XDG_DATA_HOME/miles-amd/history.sqlite``; ``--no-history``
+opts out; ``miles_amd.cli.history.record_gate``): the store is opened before judging (an
+unusable one exits 2), and report.md gets a "Drift across runs" section.
 
 Reading (``miles_amd.evidence``), judging (``miles_amd.judge.gate``) and reporting
 (``miles_amd.report``) are imported inside the command, so registering it costs nothing.
@@ -76,6 +80,13 @@ def gate(
             "environment check is not measured there.",
         ),
     ] = False,
+    history_file: Annotated[
+        Path | None,
+        typer.Option("--history", help="Append the verdict to this history store (SQLite)."),
+    ] = None,
+    no_history: Annotated[
+        bool, typer.Option("--no-history", help="Do not append the verdict to the history.")
+    ] = False,
 ) -> None:
     """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
     from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
@@ -89,13 +100,15 @@ def gate(
     if not run_dir.is_dir():
         _fail(f"--run-dir {run_dir}: no such directory; point it at a run directory")
 
-    from miles_amd.report.gate_run import gate_run_dir
+    from miles_amd.cli.history import open_history, record_gate
+    from miles_amd.report.gate_run import judge_run_dir
     from miles_amd.report.render import render
     from miles_amd.run_dir import RunDir
 
+    store = None if no_history else open_history(history_file)
     out_dir = report_dir if report_dir is not None else RunDir(run_dir).report
     try:
-        verdict, files = gate_run_dir(
+        verdict, evidence, files = judge_run_dir(
             run_dir,
             reference,
             expected_rollouts=expected_rollouts,
@@ -104,7 +117,14 @@ def gate(
         )
     except OSError as exc:
         _fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
-    typer.echo(render(verdict, output_format.value), nl=False)
+    # the append is this command's side effect, never the judge's; it adds to report.md
+    history_lines = [] if store is None else record_gate(store, verdict, evidence, reference, files)
+    if output_format is OutputFormat.markdown:
+        typer.echo(files.markdown.read_text(encoding="utf-8"), nl=False)
+    else:
+        typer.echo(render(verdict, output_format.value), nl=False)
+    for line in history_lines:
+        typer.echo(line, err=output_format is not OutputFormat.text)
     # where the report is, last (stderr when stdout carries the JSON or markdown document)
     written = f"report written to {files.markdown} (also {files.json.name}, {files.plot.name})"
     typer.echo(written, err=output_format is not OutputFormat.text)
