@@ -53,6 +53,40 @@ def drift_lines(found: Sequence[Drift], k: int, runs: int | None = None) -> list
     return [f"DRIFT: {d.sentence()}" for d in found]
 
 
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """``values`` as one character each, lowest ▁ to highest █ (flat: all ▄)."""
+    low, high = min(values), max(values)
+    if high == low:
+        return SPARKS[3] * len(values)
+    top = len(SPARKS) - 1
+    return "".join(SPARKS[round((v - low) / (high - low) * top)] for v in values)
+
+
+def trend_table(runs: Sequence[StoredRun]) -> list[str]:
+    """The trend plot of the job summary (markdown has no image of a file): one sparkline
+    of the run means per metric and identity, oldest run first."""
+    lines = [
+        "| metric | variant/baseline | run mean, oldest → newest | last | min | max |",
+        "|---|---|---|---|---|---|",
+    ]
+    for metric in sorted({m for r in runs for m in r.summaries}):
+        for identity in dict.fromkeys(_identity(r) for r in runs):
+            means = [
+                r.summaries[metric].mean
+                for r in runs
+                if _identity(r) == identity and metric in r.summaries
+            ]
+            if means:
+                lines.append(
+                    f"| {metric} | {identity} | `{sparkline(means)}` | {means[-1]:.4g} "
+                    f"| {min(means):.4g} | {max(means):.4g} |"
+                )
+    return lines
+
+
 def render_markdown(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
     lines = [
         "### Run history",
@@ -67,7 +101,8 @@ def render_markdown(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -
             f"| {run.run_id} | {run.created_at} | {_identity(run)} | {run.verdict.upper()} "
             f"| {(run.commit_sha or '-')[:12]} | " + " | ".join(_mean(run, m) for m in SHOWN) + " |"
         )
-    return "\n".join([*lines, "", *(f"- {line}" for line in drift_lines(found, k))]) + "\n"
+    drift = [f"- {line}" for line in drift_lines(found, k)]
+    return "\n".join([*lines, "", *trend_table(runs), "", *drift]) + "\n"
 
 
 def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
