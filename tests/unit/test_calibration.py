@@ -127,3 +127,26 @@ def test_the_loader_re_derives_the_sd_floor(patched: Baseline, tmp_path: Path) -
     rule["floor"] = 0.09
     with pytest.raises(BaselineError, match=r"\$\.rules\[\d+\]\.floor: floor 0\.09 is not the"):
         parse_baseline(json.dumps(raw), path="edited.json")
+
+
+def test_the_benchmark_prints_its_figures_last(tmp_path: Path) -> None:
+    """Tiny counts (the figures are the benchmark's); only the shape of its output."""
+    import re
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_calibration.py"
+    small = ["--runs", "10", "--power-runs", "5", "--search-runs", "5", "--histories", "5"]
+    result = subprocess.run(
+        [sys.executable, str(script), *small], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.splitlines()[-1]
+    pattern = (
+        r"false_alarm_20=\d\.\d{4} power_spike05_20=\d\.\d{3} power_spike10_20=\d\.\d{3} "
+        r"rollouts_for_95pct_spike10=(\d+|>160)"
+    )
+    assert re.fullmatch(pattern, last), last
+    assert (
+        "| constant_reward |" in result.stdout and "Cross-run drift over 7 metrics" in result.stdout
+    )
