@@ -16,6 +16,7 @@ gate's append (:func:`record_gate`).
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -72,9 +73,13 @@ def record_gate(
     from miles_amd.history.drift import drifts
     from miles_amd.history.entry import append_verdict, history_record
     from miles_amd.history.render import drift_lines, drift_section
+    from miles_amd.history.store import HistoryError
 
     record = history_record(verdict, evidence, baseline, environ=os.environ)
-    run_id, same, k = append_verdict(path, record)
+    try:
+        run_id, same, k = append_verdict(path, record)
+    except (HistoryError, sqlite3.Error, OSError) as exc:
+        fail(f"--history {path}: the verdict was not appended ({exc}); pass --no-history")
     found = drifts(same, k)
     section = drift_section(found, k, len(same), run_id, str(path))
     atomic_write_text(files.markdown, files.markdown.read_text(encoding="utf-8") + "\n" + section)

@@ -196,7 +196,11 @@ def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:
                 )
         colour = "tab:red" if metric in drifted else "black"
         ax.set_title(metric + ("  (drift)" if metric in drifted else ""), fontsize=9, color=colour)
-        ax.set_xlabel("run (oldest first)", fontsize=8)
+        if len(order) <= 20:  # each run named by its history id; more would crowd the axis
+            ax.set_xticks(list(order.values()), [str(r) for r in order])
+            ax.set_xlabel("history run id (oldest first)", fontsize=8)
+        else:
+            ax.set_xlabel("run, oldest first", fontsize=8)
         ax.set_ylabel(Y_LABELS.get(metric, metric), fontsize=8)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.tick_params(labelsize=7)
