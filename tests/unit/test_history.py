@@ -213,3 +213,30 @@ def test_gate_with_an_unusable_history_writes_nothing(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "--no-history" in result.stderr
     assert not (tmp_path / "example-report").exists()
+
+
+def test_train_gate_appends_the_drivers_verdict(tmp_path: Path) -> None:
+    """`train --gate`'s append (the driver wrote the report; the same judge re-derives it)."""
+    from miles_amd.cli.history import record_driver_gate
+
+    values = {
+        LOGPROB: [0.0165, 0.0175] * 10,
+        REWARD: [0.5, 0.5625, 0.625, 0.4375] * 5,
+        CLIPFRAC: [0.0] * 20,
+    }
+    run_dir = write_run(tmp_path / "run", values)
+    assert (
+        run_cli("gate", "--run-dir", str(run_dir), "--baseline", "stock", "--no-history").returncode
+        == 0
+    )
+    history = tmp_path / "h.sqlite"
+    lines = record_driver_gate(history, run_dir, "stock", 20)
+    assert lines[0] == f"history: appended as run 1 to {history}"
+    with HistoryStore(history) as store:
+        (run,) = store.runs()
+    assert (run.verdict, run.baseline, run.variant) == ("pass", "stock", "stock")
+    assert "### Drift across runs" in (run_dir / "report" / "report.md").read_text()
+    dry = run_cli(
+        "train", "--dry-run", "--gate", "stock", "--no-history", "--run-dir", str(tmp_path / "d")
+    )
+    assert dry.returncode == 0, dry.stderr

@@ -82,8 +82,26 @@ def record_gate(
         fail(f"--history {path}: the verdict was not appended ({exc}); pass --no-history")
     found = drifts(same, k)
     section = drift_section(found, k, len(same), run_id, str(path))
-    atomic_write_text(files.markdown, files.markdown.read_text(encoding="utf-8") + "\n" + section)
+    if files.markdown.is_file():
+        report = files.markdown.read_text(encoding="utf-8")
+        atomic_write_text(files.markdown, report + "\n" + section)
     return [f"history: appended as run {run_id} to {path}", *drift_lines(found, k, len(same))]
+
+
+def record_driver_gate(path: Path, run_dir: Path, gate: str, rollouts: int) -> list[str]:
+    """``train --gate``'s append: the driver judged and reported the run; the same pure judge
+    on the same evidence gives the same verdict, which is appended like ``gate``'s."""
+    from miles_amd.baseline.model import load_baseline
+    from miles_amd.evidence.load import load_run
+    from miles_amd.judge.gate import judge
+    from miles_amd.report.report import ReportFiles
+    from miles_amd.run_dir import RunDir
+
+    baseline = load_baseline(gate, flag="--gate")
+    evidence = load_run(run_dir)
+    verdict = judge(evidence, baseline, expected_rollouts=rollouts)
+    files = ReportFiles.in_dir(RunDir(run_dir).report)
+    return record_gate(path, verdict, evidence, baseline, files)
 
 
 def history(

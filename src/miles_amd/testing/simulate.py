@@ -13,7 +13,7 @@ What is fitted, from what (every number comes from a shipped baseline's evidence
   The mean ``a / (a + b)`` is the published series' mean; the concentration ``a + b`` is
   fitted to its observed sd by the method of moments: ``Var(reward) = var_p/8 +
   (m(1-m) - var_p)/64`` (8 prompts of 8 samples), so ``var_p = (s² - m(1-m)/64)·64/7`` and
-  ``a + b = m(1-m)/var_p - 1`` (jvvnhop9: m 0.563, s 0.0997 -> a + b ≈ 3.4).
+  ``a + b = m(1-m)/var_p - 1`` (jvvnhop9: m 0.561, s 0.0997 -> a + b ≈ 3.4).
   Rollouts ``0..19`` see the same prompts as the published run (``--rollout-shuffle``,
   default seed): their prompt difficulties are drawn from the posterior given the published
   reward of that rollout (rejection sampling: draws whose 64 samples sum to the published
@@ -62,7 +62,7 @@ PER_GROUP = 8  # samples per prompt
 SAMPLES = GROUPS * PER_GROUP
 MAX_TOKENS = 4096
 SPIKE_THRESHOLD = 0.15
-POSTERIOR_DRAWS = 40_000  # proposals per reference rollout (about 6% are kept)
+POSTERIOR_DRAWS = 40_000  # proposals per reference rollout (1% to 6% are kept)
 
 
 @dataclass(frozen=True)
