@@ -57,3 +57,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "mi355x" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_history(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    """Every test's `miles-amd gate` appends to a history of its own, never the user's."""
+    path = tmp_path_factory.mktemp("history") / "history.sqlite"
+    monkeypatch.setenv("MILES_AMD_HISTORY", str(path))

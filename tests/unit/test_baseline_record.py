@@ -508,6 +508,8 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
             # the tolerance is the sentence the gate shows as the check's expected value
             assert f"-> {bands.Band(low, high).describe()}" in block, block
             assert "reference: mean" in block and " -> mean" in block
+        elif rule_id == "raw_reward.spread":  # its floor is derived from the reference mean
+            assert "CHANGED: tolerance" in block, block
         else:
             assert "tolerance" not in block.splitlines()[0], block
     assert f"* provenance.run_id: jvvnhop9 -> {JOB_ID}" in result.stdout

@@ -78,7 +78,8 @@ def test_shipped_baseline_loads_with_its_provenance(name: str, run_id: str, aite
     for r in baseline.rules:
         assert r.rationale and "\n" not in r.rationale
         assert r.derivation
-    assert not any("trend" in r.kind or "trend" in r.id for r in baseline.rules)
+    # no rule demands a reward trend (learning); a rising logprob gap is a regression
+    assert not any("trend" in r.kind and r.metric == REWARD for r in baseline.rules)
 
 
 def test_patched_holds_the_published_series_and_summaries() -> None:

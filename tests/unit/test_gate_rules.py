@@ -339,7 +339,7 @@ def test_three_rollout_smoke_is_judged_with_wider_bands(patched: Baseline) -> No
 
 
 def test_long_run_gets_a_higher_max_bound(patched: Baseline) -> None:
-    values = {LOGPROB: [0.017] * 1000, REWARD: [0.5625] * 1000, CLIPFRAC: [0.0] * 1000}
+    values = {LOGPROB: [0.017] * 1000, REWARD: [0.5, 0.625] * 500, CLIPFRAC: [0.0] * 1000}
     values[LOGPROB][500] = 0.0275  # above the 20-rollout bound 0.02705, fine for 1000
     verdict = judge(evidence(values), patched, expected_rollouts=1000)
     assert check(verdict, "logprob_abs_diff.max").status == "pass"

@@ -147,12 +147,21 @@ def test_markdown_verdict_first_failures_first_then_sentinels_then_evidence(fail
     verdict, _ = failing
     text = render_markdown(verdict)
     lines = text.splitlines()
-    assert lines[0].startswith("**miles-amd gate: FAIL** - run `runs/r` against baseline `patched`")
+    assert lines[0].startswith(
+        "**miles-amd gate: FAIL** - this run is NOT accepted: 11 of 19 checks"
+    )
+    assert "against baseline patched (jvvnhop9) failed (" in lines[0]
+    assert lines[2].startswith("Run `runs/r` against baseline `patched` (jvvnhop9)")
+    judged = [c for c in verdict.checks if c.status != "not_measured"]
     table = [line for line in lines if line.startswith("| ") and "| check |" not in line]
-    statuses = [line.split(" | ")[0].removeprefix("| ") for line in table[: len(verdict.checks)]]
-    order = {"FAIL": 0, "ERROR": 1, "NOT MEASURED": 2, "pass": 3}
+    statuses = [line.split(" | ")[0].removeprefix("| ") for line in table[: len(judged)]]
+    order = {"FAIL": 0, "ERROR": 1, "pass": 2}
     assert statuses == sorted(statuses, key=order.__getitem__)
     assert statuses[0] == "FAIL" and statuses[-1] == "pass"
+    assert "NOT MEASURED" not in text  # one short list after the passes instead
+    (unmeasured,) = [line for line in lines if line.startswith("Not measured (optional")]
+    assert "train_rollout_kl (steps, finite, mean, max)" in unmeasured
+    assert lines.index(unmeasured) > lines.index(table[len(judged) - 1])
     assert text.index("### Checks") < text.index("### Sentinel hits") < text.index("### Evidence")
     sentinels = text[text.index("### Sentinel hits") : text.index("### Evidence")]
     assert "| megatron_router_dtype_dropped | known | 8 | 57 | radixark/miles#3263 |" in sentinels
@@ -169,7 +178,11 @@ def test_markdown_of_a_passing_run(passing) -> None:
     text = render_markdown(verdict)
     assert text.startswith("**miles-amd gate: PASS**")
     assert "Problems: none." in text and "Conflicts: none." in text
-    assert "| NOT MEASURED | train_rollout_kl.mean (optional) |" in text
+    assert text.splitlines()[0].startswith(
+        "**miles-amd gate: PASS** - this run is accepted: all 18 measured checks agree with "
+        "baseline patched (jvvnhop9); 13 optional checks were not measured"
+    )
+    assert "train_rollout_kl (steps, finite, mean, max)" in text
     assert "| FAIL |" not in text
 
 
@@ -181,8 +194,8 @@ def test_text_output_is_ordered_like_the_markdown(failing) -> None:
     text = render_text(verdict)
     lines = text.splitlines()
     assert lines[0].startswith("miles-amd gate: FAIL - run runs/r against baseline patched")
-    assert lines[1] == verdict.reason
-    names = [c.name for c in ordered_checks(verdict)]
+    assert lines[1].startswith("FAIL: this run is NOT accepted: 11 of 19 checks")
+    names = [c.name for c in ordered_checks(verdict) if c.status != "not_measured"]
     positions = [text.index(f"  {name}  ") for name in names]
     assert positions == sorted(positions)
     assert "fatal  sglang_register_lora_adapter_404: 2x, first at job.log:311" in text
@@ -205,7 +218,7 @@ def test_metrics_png_is_written(failing, passing, tmp_path: Path, patched: Basel
         assert data.startswith(b"\x89PNG\r\n\x1a\n")
         width = int.from_bytes(data[16:20], "big")
         height = int.from_bytes(data[20:24], "big")
-        assert width > 800 and height > 800
+        assert width > 800 and height > 400  # two rows of panels at least
 
 
 def _panel(figure, metric: str):
@@ -223,12 +236,28 @@ def test_plot_draws_bands_threshold_and_failing_points(failing, patched: Baselin
     assert list(threshold.get_ydata()) == [0.15, 0.15]
     (crosses,) = [line for line in logprob.lines if line.get_gid() == "failing"]
     assert list(crosses.get_xdata()) == [6] and list(crosses.get_ydata()) == [0.42]
-    assert logprob.get_yscale() == "log"
+    assert logprob.get_yscale() == "linear"
     reward = _panel(figure, REWARD)
     assert [t.get_text() for t in reward.texts] == ["nan"]  # the non-finite point, labelled
-    assert "baseline jvvnhop9" in reward.get_legend_handles_labels()[1]
-    kl = _panel(figure, "train/train_rollout_kl")
-    assert kl.texts[0].get_text().startswith("not measured")
+    assert "baseline jvvnhop9 (published)" in reward.get_legend_handles_labels()[1]
+    # no empty panel for an unmeasured metric: one footer line names them
+    assert [ax.get_title() for ax in figure.axes if ax.axison] == [LOGPROB, REWARD, CLIPFRAC]
+    assert "train/train_rollout_kl" in figure._supxlabel.get_text()
+    for ax in figure.axes[:3]:
+        assert ax.get_ylabel() and "(" in ax.get_ylabel()  # a label with its unit
+        ticks = [t for t in ax.get_xticks() if 0 <= t <= 19]
+        assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_a_far_threshold_does_not_squeeze_the_data(passing, patched: Baseline) -> None:
+    """0.15 over values of 0.015..0.021: named in the legend, not drawn at 0.15."""
+    verdict, evidence = passing
+    logprob = _panel(metrics_figure(verdict, evidence, patched), LOGPROB)
+    assert logprob.get_ylim()[1] < 0.05
+    (note,) = [line for line in logprob.lines if line.get_gid() == "threshold"]
+    assert note.get_label() == "spike threshold 0.15: off scale, 7.2x this run's max"
+    baseline_line = next(line for line in logprob.lines if line.get_gid() == "baseline")
+    assert baseline_line.get_zorder() > logprob.lines[0].get_zorder()  # drawn above the run
 
 
 def test_plot_of_a_passing_run_marks_nothing(passing, patched: Baseline) -> None:

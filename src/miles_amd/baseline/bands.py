@@ -258,3 +258,33 @@ def derivation_text(method: str, origin: str, n_ref: int, k: float, cover: str) 
         "no lower bound; rounded up to 4 significant digits; rescaled for N rollouts by "
         "miles_amd.baseline.bands.max_band"
     )
+
+
+def chi2_lower_quantile(dof: int, z: float) -> float:
+    """The ``Φ(-z)`` quantile of chi-square with ``dof`` degrees of freedom (Wilson-Hilferty).
+
+    ``dof·(1 - 2/(9·dof) - z·sqrt(2/(9·dof)))³``, clamped at 0: within a few percent of the
+    exact quantile for ``dof >= 4`` and ``z <= 4``; a floor taken from it is conservative
+    where it is 0 (few rollouts).
+    """
+    if dof < 1:
+        raise ValueError(f"chi-square needs dof >= 1, got {dof}")
+    c = 2.0 / (9.0 * dof)
+    return dof * max(0.0, 1.0 - c - z * math.sqrt(c)) ** 3
+
+
+def binomial_sd_floor(mean: float, samples_per_rollout: int, n_run: int, z: float) -> float:
+    """Smallest plausible sample sd of ``n_run`` rollout fractions of a working 0/1 reward.
+
+    A rollout's reward is a fraction of ``samples_per_rollout`` Bernoulli draws; even if
+    every prompt were equally hard it varies with sd ``sqrt(m(1-m)/samples)`` (prompt
+    difficulty only adds spread). The sample sd of ``n_run`` such values falls below
+    ``sqrt(m(1-m)/samples)·sqrt(χ²_{n_run-1}(Φ(-z)) / (n_run-1))`` with probability
+    ``Φ(-z)``. 0 below 2 rollouts (a spread is undefined). Rounded down to 4 significant
+    digits, so rounding never tightens the floor.
+    """
+    if n_run < 2:
+        return 0.0
+    binomial_sd = math.sqrt(mean * (1.0 - mean) / samples_per_rollout)
+    factor = math.sqrt(chi2_lower_quantile(n_run - 1, z) / (n_run - 1))
+    return round_outward(binomial_sd * factor, up=False)

@@ -92,6 +92,7 @@ class Rule:
     quantum: float | None = None
     atol: float | None = None
     z: float | None = None
+    floor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,7 @@ def build_baseline(raw: Mapping[str, Any], path: str) -> Baseline:
                 quantum=entry.get("quantum"),
                 atol=entry.get("atol"),
                 z=entry.get("z"),
+                floor=entry.get("floor"),
             )
         )
     return Baseline(

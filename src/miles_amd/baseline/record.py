@@ -230,6 +230,8 @@ def _rule_entry(rule: Rule, draft: Baseline, rec: _Recording) -> dict[str, Any]:
         value = getattr(rule, key)
         if value is not None:
             entry[key] = value
+    recorded = KINDS[rule.kind].recorded
+    entry.update(recorded(rule, draft, rec.rollouts) if recorded is not None else {})
     derivation = rule.derivation
     if KINDS[rule.kind].derive_method is not None and rule.derive is not None:
         band = draft.band_for(rule, rec.rollouts)

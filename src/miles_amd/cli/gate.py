@@ -4,7 +4,9 @@ Decides the command's options, output and exit code: 0 pass, 1 fail (a check fai
 2 unusable input (no run dir, nothing readable in it, a malformed or missing baseline, an
 unwritable report dir), with one line on stderr naming the flag and the fix. The report goes
 to ``--report-dir`` (default ``<run-dir>/report/``): report.json, report.md, metrics.png; the
-chosen ``--format`` is printed to stdout. A bad baseline or a missing run dir writes nothing.
+chosen ``--format`` is printed to stdout, then, last, where the report was written (on
+stderr for ``json``/``markdown``, whose stdout is the document). A bad baseline or a missing
+run dir writes nothing.
 When the run dir exists but nothing in it is readable, the report (verdict ``error``) is
 still written, so CI shows why. ``--expected-rollouts N`` judges a run of N rollouts (a
 3-rollout smoke, a 1000-rollout benchmark): it sets the expected steps and rescales the bands.
@@ -12,6 +14,10 @@ still written, so CI shows why. ``--expected-rollouts N`` judges a run of N roll
 no ``env.json``; without it the environment check is "not measured" there (the CPU main job
 has no GPUs to probe). A recorded environment that differs from the baseline's fails either
 way. An unknown ``--baseline`` name or path exits 2 naming ``--baseline``.
+Every verdict is appended to the run history (``--history PATH``, default
+``$MILES_AMD_HISTORY`` or ``$XDG_DATA_HOME/miles-amd/history.sqlite``; ``--no-history``
+opts out; ``miles_amd.cli.history.record_gate``): the store is opened before judging (an
+unusable one exits 2), and report.md gets a "Drift across runs" section.
 
 Reading (``miles_amd.evidence``), judging (``miles_amd.judge.gate``) and reporting
 (``miles_amd.report``) are imported inside the command, so registering it costs nothing.
@@ -27,7 +33,7 @@ import typer
 
 from miles_amd.cli.errors import EXIT_CODES_HELP
 from miles_amd.cli.errors import fail as _fail
-from miles_amd.cli.options import RequireEnvOpt
+from miles_amd.cli.options import NoHistoryOpt, RequireEnvOpt
 
 
 class OutputFormat(str, Enum):
@@ -68,6 +74,11 @@ def gate(
         ),
     ] = None,
     require_env: RequireEnvOpt = False,
+    history_file: Annotated[
+        Path | None,
+        typer.Option("--history", help="Append the verdict to this history store (SQLite)."),
+    ] = None,
+    no_history: NoHistoryOpt = False,
 ) -> None:
     """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
     from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
@@ -81,13 +92,15 @@ def gate(
     if not run_dir.is_dir():
         _fail(f"--run-dir {run_dir}: no such directory; point it at a run directory")
 
-    from miles_amd.report.gate_run import gate_run_dir
+    from miles_amd.cli.history import open_history, record_gate
+    from miles_amd.report.gate_run import judge_run_dir
     from miles_amd.report.render import render
     from miles_amd.run_dir import RunDir
 
+    store = None if no_history else open_history(history_file)
     out_dir = report_dir if report_dir is not None else RunDir(run_dir).report
     try:
-        verdict, files = gate_run_dir(
+        verdict, evidence, files = judge_run_dir(
             run_dir,
             reference,
             expected_rollouts=expected_rollouts,
@@ -96,7 +109,17 @@ def gate(
         )
     except OSError as exc:
         _fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
-    typer.echo(render(verdict, output_format.value), nl=False)
+    # the append is this command's side effect, never the judge's; it adds to report.md
+    history_lines = [] if store is None else record_gate(store, verdict, evidence, reference, files)
+    if output_format is OutputFormat.markdown:
+        typer.echo(files.markdown.read_text(encoding="utf-8"), nl=False)
+    else:
+        typer.echo(render(verdict, output_format.value), nl=False)
+    for line in history_lines:
+        typer.echo(line, err=output_format is not OutputFormat.text)
+    # where the report is, last (stderr when stdout carries the JSON or markdown document)
+    written = f"report written to {files.markdown} (also {files.json.name}, {files.plot.name})"
+    typer.echo(written, err=output_format is not OutputFormat.text)
     if verdict.verdict == "error":
         _fail(
             f"--run-dir {run_dir}: {verdict.reason}; "

@@ -1,9 +1,10 @@
 """The ``miles-amd`` command line: the app, its commands, and the one place errors leave it.
 
 Decides which commands exist (each lives in its own module: ``prepare``, ``train`` and
-``full-train``, ``preflight``, ``gate``, ``baseline``), ``--version``, and how the process
-exits: :func:`main` runs the app without click's standalone handling, so a usage error click
-finds (unknown flag, value out of range) is reported like every other bad input, as one
+``full-train``, ``preflight``, ``gate``, ``baseline``, ``compare``, ``history``),
+``--version``, and how the process exits: :func:`main` runs the app without click's
+standalone handling, so a usage error click finds (unknown flag, value out of range) is
+reported like every other bad input, as one
 ``miles-amd: error:`` line and exit 2 (``miles_amd.cli.errors`` lists the exit codes).
 typer >= 0.2x vendors click as ``typer._click`` (older typer uses ``click`` itself); the
 exception classes are taken from the module of ``typer.BadParameter``, so either works.
@@ -22,7 +23,9 @@ from typing import Annotated, NoReturn
 import typer
 
 from miles_amd.cli import baseline as baseline_command
+from miles_amd.cli import compare as compare_command
 from miles_amd.cli import gate as gate_command
+from miles_amd.cli import history as history_command
 from miles_amd.cli import preflight as preflight_command
 from miles_amd.cli import prepare as prepare_command
 from miles_amd.cli import train as train_command
@@ -39,6 +42,8 @@ train_command.register(app)
 preflight_command.register(app)
 gate_command.register(app)
 baseline_command.register(app)
+compare_command.register(app)
+history_command.register(app)
 
 
 def version() -> str:

@@ -136,3 +136,6 @@ RequireEnvOpt = Annotated[
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="With --dry-run: print the plan as JSON.")]
+NoHistoryOpt = Annotated[
+    bool, typer.Option("--no-history", help="Do not append the verdict to the run history.")
+]

@@ -6,7 +6,10 @@ flags (parsed and range-checked by ``cli.options``), then the recipe's invariant
 (the baseline must load), and, for a real run only, the checkpoint, the dataset and the miles
 checkout (``recipe.inputs``). Any of these is one line on stderr and exit 2, with nothing
 started and no run dir written. Running is ``run.driver``'s, imported only for a real run.
-``full-train`` is ``prepare`` then ``train``, with exactly ``train``'s options.
+``full-train`` is ``prepare`` then ``train``, with exactly ``train``'s options. A gated
+run's verdict is appended to the run history like ``miles-amd gate``'s
+(``miles_amd.cli.history``; the store, ``$MILES_AMD_HISTORY`` or the default, is checked
+before the run), unless ``--no-history``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from miles_amd.cli.options import (
     MegatronDirOpt,
     MilesDirOpt,
     ModelDirOpt,
+    NoHistoryOpt,
     NumGpusOpt,
     NumRolloutAliasOpt,
     NumRolloutsOpt,
@@ -76,11 +80,12 @@ def train(
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
+    no_history: NoHistoryOpt = False,
 ) -> None:
     """Run the recipe as a Ray job, write the run dir, and optionally gate it."""
     recipe = make_recipe(**_recipe_options(locals()))
     check_gate(gate)
-    run_train(recipe, run_dir, gate, require_env, timeout, dry_run, as_json)
+    run_train(recipe, run_dir, gate, require_env, timeout, dry_run, as_json, history=not no_history)
 
 
 def full_train(**options: Any) -> None:
@@ -101,8 +106,16 @@ def full_train(**options: Any) -> None:
         typer.echo(format_plan(prepare_plan))
     else:
         run_prepare(prepare_plan)
-    gate, require_env = options["gate"], options["require_env"]
-    run_train(recipe, run_dir, gate, require_env, options["timeout"], dry_run, as_json=False)
+    run_train(
+        recipe,
+        run_dir,
+        options["gate"],
+        options["require_env"],
+        options["timeout"],
+        dry_run,
+        as_json=False,
+        history=not options["no_history"],
+    )
 
 
 # `full-train` takes exactly `train`'s options: typer reads them from this signature.
@@ -197,17 +210,24 @@ def run_train(
     timeout: float,
     dry_run: bool,
     as_json: bool,
+    *,
+    history: bool = True,
 ) -> None:
     plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
     if dry_run:
         print_plan(plan, as_json)
         return
     check_inputs(recipe)
+    from miles_amd.cli.history import open_history, record_driver_gate
     from miles_amd.run.driver import DriverError, execute
 
+    store = open_history(None) if history and gate is not None else None
     try:
         outcome = execute(plan, timeout_s=timeout, baseline=gate, require_env=require_env)
     except DriverError as exc:
         fail(str(exc), code=EXIT_FAILED)
     typer.echo(outcome.summary())
+    if store is not None and gate is not None and outcome.verdict is not None:
+        for line in record_driver_gate(store, run_dir, gate, recipe.num_rollout):
+            typer.echo(line)
     raise typer.Exit(outcome.exit_code)

@@ -21,7 +21,10 @@ What is judged, in this order:
    its count and first line. ``known`` hits never fail; the report lists every hit.
 4. **Baseline rules**, each with its tolerance from the baseline file (``judge.rules``). A
    rule whose metric has no series is ``not_measured`` when optional and ``fail`` with "not
-   measured" when required: a missing metric is never a pass. No rule demands a trend.
+   measured" when required: a missing metric is never a pass. No rule demands a reward
+   trend (learning); ``no_rising_trend`` fails a rising logprob gap, ``sd_at_least`` a flat
+   reward. The whole gate's false-alarm rate and power are measured by
+   ``benchmarks/bench_calibration.py`` (tables in ``baselines/README.md``).
 
 Verdict: ``error`` when nothing at all was readable (no metric, no job.json, no sentinel
 hit); else ``fail`` when any check is ``fail`` or ``error``; else ``pass``.

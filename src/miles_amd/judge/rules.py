@@ -18,6 +18,8 @@ lists equal). Each entry declares:
   re-derives and ``baseline record`` recomputes from the recorded run (None: the tolerance
   does not depend on the reference run's values and is kept as reviewed);
 - ``summary``: figures ``baseline record`` adds to the metric's summary;
+- ``recorded``: tolerance fields ``baseline record`` re-derives from the recorded run (other
+  than a band), e.g. the reward's sd floor from its mean;
 - ``hard``: the rule can lose a partial run for good (the watcher's fail-fast set);
 - ``reference_series``: the rule needs the reference's per-rollout series (so a recorded
   baseline needs the run's own series of that metric).
@@ -37,6 +39,12 @@ What each kind judges, and where its tolerance comes from:
   derived (``1 / samples_per_rollout``), ``atol`` at most 1% of it.
 - ``near_zero``: every ``|value| <= atol``; ``atol`` is derived (half the smallest per-token
   rate one token can make, rounded down to 4 significant digits).
+- ``no_rising_trend``: the one-sided Mann-Kendall Z of the series is at most ``z``
+  (``miles_amd.judge.trend_rules``); ``z`` is bounded by the schema and calibrated by
+  ``benchmarks/bench_calibration.py``.
+- ``sd_at_least``: the run's sample sd is at least ``floor`` (the binomial spread of a 0/1
+  reward at its ``Φ(-z)`` quantile, ``miles_amd.baseline.bands.binomial_sd_floor``);
+  ``floor`` is derived and re-derived, ``z`` bounded by the schema.
 - ``paired_mean_diff``: the mean per-rollout difference to the reference series lies within
   ``z`` standard errors (``miles_amd.baseline.bands.paired_effect``); ``z`` is bounded by
   the schema.
@@ -49,6 +57,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from miles_amd.judge import band_rules as band
+from miles_amd.judge import trend_rules as trend
 from miles_amd.judge import value_rules as value
 from miles_amd.judge.checks import Check, Problem, RuleContext, Status, rule_check
 
@@ -76,6 +85,7 @@ class RuleKind:
     validate: Callable[[Rule, Baseline], Problem | None] = _nothing_to_validate
     derive_method: str | None = None
     summary: Callable[[Rule, list[float]], dict[str, Any]] | None = None
+    recorded: Callable[[Rule, Baseline, int], dict[str, Any]] | None = None
     hard: bool = False
     needs_series: bool = True  # False: judged from job.json, not from a metric
     reference_series: bool = False  # compares with the reference's per-rollout series
@@ -126,6 +136,16 @@ KINDS: Mapping[str, RuleKind] = {
         reference=band.reference_series,
         validate=band.validate_paired,
         reference_series=True,
+    ),
+    "no_rising_trend": RuleKind(
+        check=trend.check_trend, expected=trend.expected_trend, plot=trend.plot_trend
+    ),
+    "sd_at_least": RuleKind(
+        check=trend.check_sd_floor,
+        expected=trend.expected_floor,
+        reference=trend.reference_mean,
+        validate=trend.validate_floor,
+        recorded=trend.recorded_floor,
     ),
 }
 

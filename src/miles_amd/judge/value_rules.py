@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 THRESHOLD_MAX_RATIO = 20.0  # a spike threshold is at most 20x the reference's largest value
 GRID_ATOL_DIVISOR = 100.0  # a grid's atol is at most 1% of its step
+THRESHOLD_NEAR = 1.5  # a spike threshold is drawn as a line when within 1.5x the run's max
 
 
 # ---------------------------------------------------------------------------- job_status
@@ -178,10 +179,21 @@ def expected_threshold(rule: Rule, baseline: Baseline, rollouts: int) -> str:
 
 
 def plot_threshold(ax: Any, check: Check, finite: list[float]) -> bool:
+    """The spike threshold as a line when the data reach near it; else a note at the top.
+
+    A threshold far above every value (0.15 over a healthy 0.015..0.021) would squeeze the
+    data into a strip on a linear axis and hide their spread on a log one, so it is named
+    instead (a legend entry), with how far above the run's max it lies.
+    """
     threshold = check.numbers["threshold"]
-    label = f"spike threshold {threshold:g}"
-    ax.axhline(threshold, color="darkred", linewidth=1, label=label, gid="threshold")
-    return all(v > 0 for v in finite)
+    top = max(finite, default=threshold)
+    if top <= 0 or threshold <= THRESHOLD_NEAR * top:
+        label = f"spike threshold {threshold:g}"
+        ax.axhline(threshold, color="darkred", linewidth=1, label=label, gid="threshold")
+        return False
+    note = f"spike threshold {threshold:g}: off scale, {threshold / top:.1f}x this run's max"
+    ax.plot([], [], color="darkred", linewidth=1, label=note, gid="threshold")
+    return False
 
 
 def reference_max(baseline: Baseline, metric: str) -> float | None:

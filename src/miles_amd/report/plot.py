@@ -1,12 +1,17 @@
-"""``metrics.png``: every gated metric of a run drawn against its baseline.
+"""``metrics.png``: every measured gated metric of a run drawn against its baseline.
 
-Decides the figure: one panel per metric a baseline rule names, with the run's series, the
-baseline's series when it has one, each rule's hint (the ``plot`` its kind declares in
-``miles_amd.judge.rules.KINDS``: a mean band, a max bound, a spike threshold, a ±atol
-strip), and the failing points marked (a non-finite one as a labelled triangle at the top).
-A metric with no series shows "not measured" and its expectations. matplotlib is imported
-inside :func:`metrics_figure` and drawn on the Agg canvas (headless, no pyplot state); the
-PNG's bytes are returned, writing them is ``miles_amd.report.report``'s.
+Decides the figure: one panel per metric a baseline rule names AND the run measured (an
+unmeasured metric gets no empty panel: the figure's footer lists them in one line), with
+the run's series (blue, solid, dots), the baseline's published series when it has one
+(black, dashed, hollow squares, drawn above the run so it never hides under it), each
+rule's hint (the ``plot`` its kind declares in ``miles_amd.judge.rules.KINDS``: a mean
+band, a max bound, a spike threshold (a line when the data reach near it, else a note, so
+the data are never squeezed into a strip), a ±atol strip, a Theil-Sen trend line), and the
+failing points marked (a non-finite one as a labelled triangle at the top). Every panel has
+its y label with the unit (:data:`Y_LABELS`) and integer step ticks. The title carries the
+plain-English verdict. matplotlib is imported inside :func:`metrics_figure` and drawn on
+the Agg canvas (headless, no pyplot state); the PNG's bytes are returned, writing them is
+``miles_amd.report.report``'s.
 """
 
 from __future__ import annotations
@@ -20,7 +25,20 @@ from miles_amd.evidence.types import RunEvidence, Series
 from miles_amd.judge.checks import axis
 from miles_amd.judge.gate import Check, Verdict
 from miles_amd.judge.rules import KINDS
-from miles_amd.report.render import headline
+from miles_amd.report.render import headline, verdict_sentence
+
+# What each gated metric is, with its unit (log-probabilities are natural logs: nats).
+Y_LABELS = {
+    "train/train_rollout_logprob_abs_diff": "|logprob train - rollout|\n(nats/token)",
+    "rollout/raw_reward": "reward\n(fraction of 64 samples)",
+    "train/train_rollout_kl": "KL train vs rollout\n(nats/token)",
+    "rollout/response_len/mean": "mean response length\n(tokens)",
+    "rollout/truncated_ratio": "truncated samples\n(fraction)",
+    "train/pg_clipfrac": "clipped tokens\n(fraction)",
+    "train/grad_norm": "gradient norm\n(L2)",
+}
+RUN_COLOUR = "tab:blue"
+BASELINE_COLOUR = "black"
 
 
 def _gated_metrics(baseline: Baseline) -> list[str]:
@@ -28,35 +46,37 @@ def _gated_metrics(baseline: Baseline) -> list[str]:
 
 
 def _draw_series(ax: Any, metric: str, series: Series, baseline: Baseline) -> None:
-    if metric in baseline.series:
-        ref = baseline.series[metric]
-        label = f"baseline {baseline.run_id}"
-        ax.plot(range(len(ref)), ref, color="0.55", linestyle="--", linewidth=1, label=label)
     if any(math.isfinite(v) for _, v in series):  # a non-finite value is a gap in the line
         values = [v if math.isfinite(v) else math.nan for _, v in series]
-        ax.plot([s for s, _ in series], values, marker="o", markersize=3, label="run")
-
-
-def _draw_not_measured(ax: Any, checks: list[Check]) -> None:
-    expectations = "\n".join(f"{c.name}: {c.expected}" for c in checks)
-    ax.text(
-        0.5,
-        0.5,
-        f"not measured\n{expectations}",
-        transform=ax.transAxes,
-        ha="center",
-        va="center",
-        fontsize=7,
-        color="0.4",
-    )
-    ax.set_xticks([])
-    ax.set_yticks([])
+        steps = [s for s, _ in series]
+        ax.plot(steps, values, color=RUN_COLOUR, marker="o", markersize=3, label="this run")
+    if metric in baseline.series:
+        ref = baseline.series[metric]
+        ax.plot(
+            range(len(ref)),
+            ref,
+            color=BASELINE_COLOUR,
+            linestyle="--",
+            linewidth=1,
+            marker="s",
+            markersize=4,
+            markerfacecolor="none",
+            alpha=0.8,
+            zorder=3,
+            label=f"baseline {baseline.run_id} (published)",
+            gid="baseline",
+        )
 
 
 def _draw_panel(ax: Any, metric: str, checks: list[Check], series: Series, baseline: Baseline):
+    from matplotlib.ticker import MaxNLocator
+
     ax.set_title(metric, fontsize=9, color="tab:red" if any(c.failed for c in checks) else "black")
     ax.set_xlabel(axis(metric), fontsize=8)
+    ax.set_ylabel(Y_LABELS.get(metric, metric), fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.tick_params(labelsize=7)
+    ax.grid(True, color="0.9", linewidth=0.5)
     _draw_series(ax, metric, series, baseline)
     finite = [v for _, v in series if math.isfinite(v)]
     log_scale = False
@@ -67,10 +87,8 @@ def _draw_panel(ax: Any, metric: str, checks: list[Check], series: Series, basel
     _mark_failing(ax, series, {step for c in checks for step in c.failing_steps})
     if log_scale:
         ax.set_yscale("log")
-    if not series:
-        _draw_not_measured(ax, checks)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6, loc="best")
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def _mark_failing(ax: Any, series: Series, steps: set[int]) -> None:
@@ -103,18 +121,29 @@ def metrics_figure(verdict: Verdict, evidence: RunEvidence, baseline: Baseline):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    metrics = _gated_metrics(baseline)
-    columns = 2
-    rows = max(1, math.ceil(len(metrics) / columns))
-    figure = Figure(figsize=(6 * columns, 3.2 * rows), layout="constrained")
+    gated = _gated_metrics(baseline)
+    measured = [m for m in gated if evidence.series.get(m)]
+    unmeasured = [m for m in gated if m not in measured]
+    columns = 2 if len(measured) > 1 else 1
+    rows = max(1, math.ceil(len(measured) / columns))
+    figure = Figure(figsize=(8 * columns, 3.2 * rows + 0.8), layout="constrained")
     FigureCanvasAgg(figure)
-    figure.suptitle(headline(verdict), fontsize=9)
+    colour = {"pass": "darkgreen", "fail": "tab:red", "error": "tab:red"}[verdict.verdict]
+    figure.suptitle(
+        f"{verdict.verdict.upper()}: {verdict_sentence(verdict)}\n{headline(verdict)}",
+        fontsize=9,
+        color=colour,
+    )
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
-    for ax, metric in zip(axes, metrics, strict=False):
+    for ax, metric in zip(axes, measured, strict=False):
         checks = [c for c in verdict.checks if c.metric == metric]
-        _draw_panel(ax, metric, checks, evidence.series.get(metric, ()), baseline)
-    for ax in axes[len(metrics) :]:
+        _draw_panel(ax, metric, checks, evidence.series[metric], baseline)
+    for ax in axes[len(measured) :]:
         ax.set_axis_off()
+    if not measured:
+        axes[0].text(0.5, 0.5, "no gated metric was measured", ha="center", va="center")
+    if unmeasured:
+        figure.supxlabel(f"not measured (no data): {', '.join(unmeasured)}", fontsize=7)
     return figure
 
 

@@ -3,16 +3,19 @@
 Decides how a :class:`~miles_amd.judge.gate.Verdict` reads; pure (verdict -> text), it
 judges and writes nothing (``miles_amd.report.report`` writes the files).
 
-- ``report.json``: ``verdict`` (``pass``/``fail``/``error``), ``reason``, ``exit_code``, the
-  run and baseline, and one row per check (``name``, ``metric``, ``kind``, ``required``,
-  ``status``, ``observed``, ``expected`` (the band or rule), ``detail``, ``rationale``,
-  ``failing_steps``, ``numbers``), every sentinel hit, the metric sources, problems and
-  conflicts. Strict JSON: non-finite numbers are written as miles' markers ``"NaN"``,
-  ``"Infinity"``, ``"-Infinity"``.
-- ``report.md``: for a CI step summary: the verdict line first, then the checks with
-  failures first (fail, error, then not measured, then pass), then every sentinel hit, then
+- ``report.json``: ``verdict`` (``pass``/``fail``/``error``), ``reason``, ``summary`` (the
+  plain-English verdict sentence), ``exit_code``, the run and baseline, and one row per
+  check (``name``, ``metric``, ``kind``, ``required``, ``status``, ``observed``,
+  ``expected`` (the band or rule), ``detail``, ``rationale``, ``failing_steps``,
+  ``numbers``), every sentinel hit, the metric sources, problems and conflicts. Strict
+  JSON: non-finite numbers are written as miles' markers ``"NaN"``, ``"Infinity"``,
+  ``"-Infinity"``.
+- ``report.md``: for a CI step summary: one plain-English verdict line first (what a reader
+  needs if they read nothing else), then the checks that failed, then those that passed,
+  then the optional checks not measured as one short list, then every sentinel hit, then
   the evidence sources, problems and conflicts.
-- text: the markdown's content in aligned plain lines.
+- text: the same order in aligned plain lines; where the report was written is the CLI's
+  last line (``miles-amd gate``).
 """
 
 from __future__ import annotations
@@ -22,18 +25,55 @@ import math
 from collections.abc import Mapping
 from typing import Literal
 
+from miles_amd.judge.checks import listed
 from miles_amd.judge.gate import Check, Verdict
 
 Format = Literal["text", "json", "markdown"]
 
-_STATUS_ORDER = {"fail": 0, "error": 1, "not_measured": 2, "pass": 3}
+_STATUS_ORDER = {"fail": 0, "error": 1, "pass": 2, "not_measured": 3}
 _STATUS_LABEL = {"fail": "FAIL", "error": "ERROR", "not_measured": "NOT MEASURED", "pass": "pass"}
 _NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 
 def ordered_checks(verdict: Verdict) -> list[Check]:
-    """Failures first (fail, error), then not measured, then passes; stable within."""
+    """Failures first (fail, error), then passes, then not measured; stable within."""
     return sorted(verdict.checks, key=lambda c: _STATUS_ORDER[c.status])
+
+
+def _judged(verdict: Verdict) -> list[Check]:
+    return [c for c in ordered_checks(verdict) if c.status != "not_measured"]
+
+
+def _not_measured(verdict: Verdict) -> list[Check]:
+    return [c for c in verdict.checks if c.status == "not_measured"]
+
+
+def not_measured_list(verdict: Verdict) -> str:
+    """The optional checks not measured, grouped: ``a.x, a.y, b.z`` -> ``a (x, y); b (z)``."""
+    groups: dict[str, list[str]] = {}
+    for check in _not_measured(verdict):
+        head, _, tail = check.name.partition(".")
+        groups.setdefault(head, []).append(tail)
+    return "; ".join(
+        f"{head} ({', '.join(tails)})" if any(tails) else head for head, tails in groups.items()
+    )
+
+
+def verdict_sentence(verdict: Verdict) -> str:
+    """The verdict in one plain-English sentence (the first line a reader sees)."""
+    against = f"baseline {verdict.baseline_name} ({verdict.baseline_run_id})"
+    measured = [c for c in verdict.checks if c.status != "not_measured"]
+    if verdict.verdict == "error":
+        return f"the gate could not judge this run: {verdict.reason}"
+    if verdict.verdict == "fail":
+        failed = [c.name for c in verdict.checks if c.failed]
+        return (
+            f"this run is NOT accepted: {len(failed)} of {len(measured)} checks against "
+            f"{against} failed ({listed(failed)})"
+        )
+    unmeasured = len(verdict.checks) - len(measured)
+    tail = f"; {unmeasured} optional checks were not measured" if unmeasured else ""
+    return f"this run is accepted: all {len(measured)} measured checks agree with {against}{tail}"
 
 
 # ---------------------------------------------------------------------------- json
@@ -57,6 +97,7 @@ def to_json(verdict: Verdict) -> dict[str, object]:
     return {
         "verdict": verdict.verdict,
         "reason": verdict.reason,
+        "summary": verdict_sentence(verdict),
         "exit_code": verdict.exit_code,
         "run_dir": verdict.run_dir,
         "baseline": {
@@ -136,14 +177,17 @@ def headline(verdict: Verdict) -> str:
 
 def render_text(verdict: Verdict) -> str:
     """Plain text for the terminal, in the order of the markdown report."""
-    lines = [headline(verdict), verdict.reason, ""]
-    checks = ordered_checks(verdict)
+    lines = [headline(verdict), f"{verdict.verdict.upper()}: {verdict_sentence(verdict)}", ""]
+    checks = _judged(verdict)
     width = max((len(c.name) for c in checks), default=10)
     for c in checks:
         lines.append(
-            f"{_STATUS_LABEL[c.status]:<12}  {c.name:<{width}}  observed {_observed(c)}"
+            f"{_STATUS_LABEL[c.status]:<5}  {c.name:<{width}}  observed {_observed(c)}"
             f"  expected {c.expected}  - {c.detail}"
         )
+    unmeasured = _not_measured(verdict)
+    if unmeasured:
+        lines += ["", f"not measured (optional): {not_measured_list(verdict)}"]
     lines.append("")
     if verdict.sentinels:
         lines.append("sentinel hits:")
@@ -176,12 +220,15 @@ def _markdown_checks(verdict: Verdict) -> list[str]:
         "| status | check | metric | observed | expected | detail |",
         "|---|---|---|---|---|---|",
     ]
-    for c in ordered_checks(verdict):
+    for c in _judged(verdict):
         required = "" if c.required else " (optional)"
         lines.append(
             f"| {_STATUS_LABEL[c.status]} | {_cell(c.name)}{required} | {_cell(c.metric or '')} "
             f"| {_cell(_observed(c))} | {_cell(c.expected)} | {_cell(c.detail)} |"
         )
+    unmeasured = _not_measured(verdict)
+    if unmeasured:
+        lines += ["", f"Not measured (optional, no data in the run): {not_measured_list(verdict)}"]
     return lines
 
 
@@ -223,13 +270,13 @@ def _markdown_evidence(verdict: Verdict) -> list[str]:
 
 
 def render_markdown(verdict: Verdict) -> str:
-    """A reviewer's table: verdict line, failures first, sentinel hits, evidence."""
+    """A reviewer's page: the verdict sentence, failures, passes, not measured, hits, evidence."""
     lines = [
-        f"**miles-amd gate: {verdict.verdict.upper()}** - run `{verdict.run_dir}` against "
-        f"baseline `{verdict.baseline_name}` ({verdict.baseline_run_id}), "
-        f"{verdict.expected_rollouts} rollouts expected",
+        f"**miles-amd gate: {verdict.verdict.upper()}** - {verdict_sentence(verdict)}",
         "",
-        _cell(verdict.reason),
+        f"Run `{verdict.run_dir}` against baseline `{verdict.baseline_name}` "
+        f"({verdict.baseline_run_id}), {verdict.expected_rollouts} rollouts expected. "
+        f"{_cell(verdict.reason)}",
         "",
         *_markdown_checks(verdict),
         "",

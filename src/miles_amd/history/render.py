@@ -1,0 +1,215 @@
+"""``miles-amd history``'s output: the run list, the drift findings, the trend figure.
+
+Decides how stored runs read (text, JSON, markdown: one row a run, oldest first, with the
+verdict, identity and the run means of the gated metrics) and the trend figure (one panel a
+metric: each identity's run means across runs, a pass as a dot and a fail as a red cross,
+error bars of one standard error of the run mean; a metric with a drift finding has a red
+title). Pure but for :func:`trend_png`, which imports matplotlib (Agg) and returns bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Sequence
+
+from miles_amd.history.drift import Drift
+from miles_amd.history.store import StoredRun
+
+SHOWN = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward")
+
+
+def _mean(run: StoredRun, metric: str) -> str:
+    summary = run.summaries.get(metric)
+    return "-" if summary is None else f"{summary.mean:.4g}"
+
+
+def _identity(run: StoredRun) -> str:
+    return f"{run.variant or '?'}/{run.baseline}"
+
+
+def render_text(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
+    if not runs:
+        return "no run in the history\n"
+    lines = [f"{len(runs)} run(s), oldest first; mean of {', '.join(SHOWN)}"]
+    for run in runs:
+        commit = (run.commit_sha or "-")[:12]
+        lines.append(
+            f"{run.run_id:>5}  {run.created_at}  {_identity(run):<18} {run.verdict.upper():<5} "
+            f"commit {commit:<12}  {'  '.join(_mean(run, m) for m in SHOWN)}  {run.run_dir}"
+        )
+    lines.append("")
+    lines += drift_lines(found, k)
+    return "\n".join(lines) + "\n"
+
+
+def drift_lines(found: Sequence[Drift], k: int, runs: int | None = None) -> list[str]:
+    """The drift findings as lines; ``runs``: how many runs of the identity there are."""
+    if runs is not None and runs < k + 1:
+        return [f"drift: not checked yet ({runs} run(s); k = {k} moves need {k + 1})"]
+    if not found:
+        return [f"drift: no metric moved the same way in {k} consecutive runs"]
+    return [f"DRIFT: {d.sentence()}" for d in found]
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """``values`` as one character each, lowest ▁ to highest █ (flat: all ▄)."""
+    low, high = min(values), max(values)
+    if high == low:
+        return SPARKS[3] * len(values)
+    top = len(SPARKS) - 1
+    return "".join(SPARKS[round((v - low) / (high - low) * top)] for v in values)
+
+
+def trend_table(runs: Sequence[StoredRun]) -> list[str]:
+    """The trend plot of the job summary (markdown has no image of a file): one sparkline
+    of the run means per metric and identity, oldest run first."""
+    lines = [
+        "| metric | variant/baseline | run mean, oldest → newest | last | min | max |",
+        "|---|---|---|---|---|---|",
+    ]
+    for metric in sorted({m for r in runs for m in r.summaries}):
+        for identity in dict.fromkeys(_identity(r) for r in runs):
+            means = [
+                r.summaries[metric].mean
+                for r in runs
+                if _identity(r) == identity and metric in r.summaries
+            ]
+            if means:
+                lines.append(
+                    f"| {metric} | {identity} | `{sparkline(means)}` | {means[-1]:.4g} "
+                    f"| {min(means):.4g} | {max(means):.4g} |"
+                )
+    return lines
+
+
+def render_markdown(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
+    lines = [
+        "### Run history",
+        "",
+        "| run | date | variant/baseline | verdict | commit | "
+        + " | ".join(f"mean {m}" for m in SHOWN)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(SHOWN),
+    ]
+    for run in runs:
+        lines.append(
+            f"| {run.run_id} | {run.created_at} | {_identity(run)} | {run.verdict.upper()} "
+            f"| {(run.commit_sha or '-')[:12]} | " + " | ".join(_mean(run, m) for m in SHOWN) + " |"
+        )
+    drift = [f"- {line}" for line in drift_lines(found, k)]
+    return "\n".join([*lines, "", *trend_table(runs), "", *drift]) + "\n"
+
+
+def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
+    def number(v: float | None) -> float | None:
+        return v if v is not None and math.isfinite(v) else None
+
+    doc = {
+        "runs": [
+            {
+                "run_id": r.run_id,
+                "created_at": r.created_at,
+                "recipe": r.recipe,
+                "variant": r.variant,
+                "baseline": r.baseline,
+                "image": r.image,
+                "commit_sha": r.commit_sha,
+                "run_dir": r.run_dir,
+                "verdict": r.verdict,
+                "reason": r.reason,
+                "rollouts": r.rollouts,
+                "failed_checks": list(r.failed_checks),
+                "summaries": {
+                    m: {"n": s.n, "mean": s.mean, "sd": number(s.sd), "min": s.min, "max": s.max}
+                    for m, s in sorted(r.summaries.items())
+                },
+            }
+            for r in runs
+        ],
+        "drift": {
+            "k": k,
+            "findings": [
+                {
+                    "metric": d.metric,
+                    "direction": d.direction,
+                    "means": list(d.means),
+                    "run_ids": list(d.run_ids),
+                }
+                for d in found
+            ],
+        },
+    }
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+
+
+def drift_section(found: Sequence[Drift], k: int, runs: int, run_id: int, path: str) -> str:
+    """The markdown the gate adds to report.md after appending the run to the history."""
+    lines = ["### Drift across runs", "", f"Appended as run {run_id} to the history `{path}`."]
+    return "\n".join([*lines, *(f"- {line}" for line in drift_lines(found, k, runs))]) + "\n"
+
+
+def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:
+    """Per-metric run means across runs (see the module doc) as PNG bytes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    from miles_amd.report.plot import Y_LABELS
+
+    metrics = sorted({m for r in runs for m in r.summaries})
+    drifted = {d.metric for d in found}
+    columns = 2 if len(metrics) > 1 else 1
+    rows = max(1, math.ceil(len(metrics) / columns))
+    figure = Figure(figsize=(7 * columns, 3 * rows + 0.6), layout="constrained")
+    FigureCanvasAgg(figure)
+    figure.suptitle(f"run history: {len(runs)} run(s); mean per run ± 1 SE", fontsize=9)
+    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    order = {r.run_id: i for i, r in enumerate(runs)}
+    for ax, metric in zip(axes, metrics, strict=False):
+        for identity in sorted({_identity(r) for r in runs}):
+            points = [r for r in runs if _identity(r) == identity and metric in r.summaries]
+            if not points:
+                continue
+            xs = [order[r.run_id] for r in points]
+            means = [r.summaries[metric].mean for r in points]
+            errors = [
+                (r.summaries[metric].sd or 0.0) / math.sqrt(r.summaries[metric].n) for r in points
+            ]
+            ax.errorbar(xs, means, yerr=errors, marker="o", markersize=4, capsize=2, label=identity)
+            failed = [
+                (x, m) for x, m, r in zip(xs, means, points, strict=True) if r.verdict != "pass"
+            ]
+            if failed:
+                ax.plot(
+                    *zip(*failed, strict=True),
+                    linestyle="none",
+                    marker="x",
+                    color="tab:red",
+                    markersize=8,
+                    mew=2,
+                    label=f"{identity} failed gate",
+                )
+        colour = "tab:red" if metric in drifted else "black"
+        ax.set_title(metric + ("  (drift)" if metric in drifted else ""), fontsize=9, color=colour)
+        if len(order) <= 20:  # each run named by its history id; more would crowd the axis
+            ax.set_xticks(list(order.values()), [str(r) for r in order])
+            ax.set_xlabel("history run id (oldest first)", fontsize=8)
+        else:
+            ax.set_xlabel("run, oldest first", fontsize=8)
+        ax.set_ylabel(Y_LABELS.get(metric, metric), fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=7)
+        ax.grid(True, color="0.9", linewidth=0.5)
+        ax.legend(fontsize=6, loc="best")
+    for ax in axes[len(metrics) :]:
+        ax.set_axis_off()
+    if not metrics:
+        axes[0].text(0.5, 0.5, "no run in the history", ha="center", va="center")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    return buffer.getvalue()

@@ -1,0 +1,202 @@
+"""A/B of two runs on the same prompt sequence: paired differences, spike counts, power.
+
+Decides the statistics of ``miles-amd compare`` (stock vs patched, before vs after): pure,
+two :class:`~miles_amd.evidence.types.RunEvidence` and a baseline (which metrics matter, the
+spike threshold, the samples a rollout) -> a :class:`Comparison`. It judges nothing (a
+comparison has no pass/fail; the gate judges one run) and reads no file.
+
+With ``--rollout-shuffle`` and the default seed every run sees the same prompt sequence, so
+rollout ``i`` of run A and of run B are paired (the same prompts); pairing removes the
+prompt-difficulty spread (the reward's largest noise) from the difference.
+
+- **Paired difference** per metric (every metric the baseline's rules name that both runs
+  logged): steps present once in both, with finite values; ``Δ = mean(B_i - A_i)``, its
+  standard error from the sample sd of the differences — for a reward (a metric with a
+  ``multiple_of`` grid: a fraction of ``samples_per_rollout`` 0/1 samples) at least the
+  binomial floor, as ``miles_amd.baseline.bands.paired_effect`` does — and a 95% confidence
+  interval with Student's t (:func:`t_quantile`). Rollouts where either run is above the
+  metric's spike threshold are left out of its paired difference (the spike test below
+  counts them), so one spike neither hides nor fakes a shift of the typical value. Effect
+  sizes: ``d_z = Δ / sd(diffs)`` and ``Δ`` relative to A's mean.
+- **Power statement**: the smallest shift this many pairs detects with 80% power at 5%
+  two-sided, ``(t_{0.975} + t_{0.80})·SE``.
+- **Spikes** (values above the baseline's ``all_below`` threshold): counts in A and B and
+  Fisher's exact test (two-sided, the sum of hypergeometric probabilities no larger than the
+  observed one); and what a run with no spike rules out: a per-rollout spike rate above
+  ``1 - 0.05^(1/N)`` (the 95% upper bound; about 3/N).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+
+from miles_amd.baseline import bands
+from miles_amd.baseline.model import Baseline
+from miles_amd.evidence.types import RunEvidence, Series
+
+_Z975, _Z80 = 1.959964, 0.841621
+_T975_SMALL = {1: 12.706, 2: 4.303}
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """Student's t quantile (Cornish-Fisher expansion; exact table for 1 and 2 dof at 0.975)."""
+    if dof < 1:
+        raise ValueError("t needs dof >= 1")
+    if dof in _T975_SMALL and abs(p - 0.975) < 1e-9:
+        return _T975_SMALL[dof]
+    z = statistics.NormalDist().inv_cdf(p)
+    v = float(dof)
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+    )
+
+
+def fisher_exact(a: int, n_a: int, b: int, n_b: int) -> float:
+    """Two-sided p of Fisher's exact test: ``a`` of ``n_a`` vs ``b`` of ``n_b``."""
+    total, k = n_a + n_b, a + b
+    denominator = math.comb(total, k)
+
+    def prob(x: int) -> float:
+        return math.comb(n_a, x) * math.comb(n_b, k - x) / denominator
+
+    observed = prob(a)
+    support = range(max(0, k - n_b), min(k, n_a) + 1)
+    return min(1.0, sum(p for x in support if (p := prob(x)) <= observed * (1 + 1e-9)))
+
+
+def rate_ruled_out(n: int) -> float:
+    """Per-rollout spike rate a clean run of ``n`` rollouts rules out at 95%: ``1 - 0.05^(1/n)``."""
+    return 1.0 - 0.05 ** (1.0 / n)
+
+
+@dataclass(frozen=True)
+class MetricDiff:
+    """The paired difference B - A of one metric."""
+
+    metric: str
+    n: int
+    mean_a: float
+    mean_b: float
+    diff: float
+    se: float
+    ci_low: float
+    ci_high: float
+    d_z: float | None  # None when the differences have no spread
+    detectable: float  # the smallest |Δ| detected with 80% power at 5% two-sided
+    binomial_floor: bool  # the SE is the reward's binomial floor, not the observed spread
+    steps: tuple[int, ...]
+
+    @property
+    def relative(self) -> float | None:
+        return self.diff / self.mean_a if self.mean_a else None
+
+    @property
+    def significant(self) -> bool:
+        return not self.ci_low <= 0.0 <= self.ci_high
+
+
+@dataclass(frozen=True)
+class Spikes:
+    metric: str
+    threshold: float
+    count_a: int
+    n_a: int
+    count_b: int
+    n_b: int
+    p_value: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    run_a: str
+    run_b: str
+    baseline_name: str
+    diffs: tuple[MetricDiff, ...]
+    spikes: tuple[Spikes, ...]
+    unpaired: tuple[str, ...]  # gated metrics not logged by both runs
+
+
+def _once(series: Series) -> dict[int, float]:
+    counts = Counter(step for step, _ in series)
+    return {s: v for s, v in series if counts[s] == 1 and math.isfinite(v)}
+
+
+def paired_diff(metric: str, a: Series, b: Series, samples: int | None) -> MetricDiff | None:
+    """The paired difference of ``metric``; ``samples`` set for a 0/1 reward fraction."""
+    va, vb = _once(a), _once(b)
+    steps = sorted(set(va) & set(vb))
+    if not steps:
+        return None
+    xs, ys = [va[s] for s in steps], [vb[s] for s in steps]
+    n = len(steps)
+    diffs = [y - x for x, y in zip(xs, ys, strict=True)]
+    mean_diff = math.fsum(diffs) / n
+    sd = statistics.stdev(diffs) if n >= 2 else 0.0
+    floor = False
+    se = sd / math.sqrt(n)
+    if samples is not None:
+        effect = bands.paired_effect(ys, xs, samples_per_rollout=samples)
+        floor = effect.se > se
+        se = effect.se
+    t = t_quantile(0.975, max(n - 1, 1))
+    detectable = (t + t_quantile(0.80, max(n - 1, 1))) * se
+    return MetricDiff(
+        metric=metric,
+        n=n,
+        mean_a=math.fsum(xs) / n,
+        mean_b=math.fsum(ys) / n,
+        diff=mean_diff,
+        se=se,
+        ci_low=mean_diff - t * se,
+        ci_high=mean_diff + t * se,
+        d_z=mean_diff / sd if sd > 0 else None,
+        detectable=detectable,
+        binomial_floor=floor,
+        steps=tuple(steps),
+    )
+
+
+def compare(a: RunEvidence, b: RunEvidence, baseline: Baseline) -> Comparison:
+    """Compare run B with run A on every metric the baseline's rules name; see the module doc."""
+    metrics = list(dict.fromkeys(r.metric for r in baseline.rules if r.metric is not None))
+    grids = {r.metric for r in baseline.rules if r.kind == "multiple_of"}
+    thresholds = {r.metric: r.threshold for r in baseline.rules if r.kind == "all_below"}
+    samples = baseline.run_shape.samples_per_rollout
+    diffs, unpaired = [], []
+    for metric in metrics:
+        sa, sb = a.series.get(metric, ()), b.series.get(metric, ())
+        limit = thresholds.get(metric)
+        if limit is not None:
+            spiked = {s for s, v in (*sa, *sb) if not v <= limit}
+            sa = tuple(p for p in sa if p[0] not in spiked)
+            sb = tuple(p for p in sb if p[0] not in spiked)
+        found = paired_diff(metric, sa, sb, samples if metric in grids else None)
+        if found is None:
+            unpaired.append(metric)
+        else:
+            diffs.append(found)
+    spikes = []
+    for rule in baseline.rules:
+        if rule.kind != "all_below" or rule.metric is None or rule.threshold is None:
+            continue
+        sa, sb = a.series.get(rule.metric, ()), b.series.get(rule.metric, ())
+        if not sa or not sb:
+            continue
+        count_a = sum(not v <= rule.threshold for _, v in sa)  # NaN counts as a spike
+        count_b = sum(not v <= rule.threshold for _, v in sb)
+        p = fisher_exact(count_a, len(sa), count_b, len(sb))
+        spikes.append(Spikes(rule.metric, rule.threshold, count_a, len(sa), count_b, len(sb), p))
+    return Comparison(
+        run_a=a.run_dir,
+        run_b=b.run_dir,
+        baseline_name=baseline.name,
+        diffs=tuple(diffs),
+        spikes=tuple(spikes),
+        unpaired=tuple(unpaired),
+    )

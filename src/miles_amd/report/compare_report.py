@@ -1,0 +1,215 @@
+"""``miles-amd compare``'s output: compare.json, compare.md, compare.png and the terminal text.
+
+Decides how a :class:`~miles_amd.judge.compare.Comparison` reads and where its files go
+(``<out-dir>/compare.{json,md,png}``, each written whole or not at all by
+``miles_amd.files``). The statistics are ``miles_amd.judge.compare``'s; this module only
+words and draws them: one line per metric (Δ = B - A with its 95% CI, the effect size, and
+"with N rollouts this comparison could detect ..."), the spike counts with Fisher's exact
+p, and a figure with one panel per paired metric (A and B over the rollouts, the title
+carrying Δ and its CI). matplotlib is imported inside :func:`compare_png`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from miles_amd.evidence.types import RunEvidence
+from miles_amd.files import atomic_write_bytes, atomic_write_text
+from miles_amd.judge.checks import axis
+from miles_amd.judge.compare import Comparison, MetricDiff, rate_ruled_out
+
+Format = Literal["text", "json", "markdown"]
+
+
+def _g(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def diff_sentence(d: MetricDiff) -> str:
+    relative = f" ({d.relative:+.1%} of A)" if d.relative is not None else ""
+    effect = f", d_z {d.d_z:+.2f}" if d.d_z is not None else ""
+    floor = " (SE at the binomial floor)" if d.binomial_floor else ""
+    verdict = "differs" if d.significant else "no detected difference"
+    return (
+        f"Δ = {d.diff:+.4g}{relative}, 95% CI [{_g(d.ci_low)}, {_g(d.ci_high)}]{floor}{effect}: "
+        f"{verdict}; with {d.n} paired rollouts this comparison could detect a shift of "
+        f"±{_g(d.detectable)} (80% power, 5% two-sided)"
+    )
+
+
+def spike_sentences(comparison: Comparison) -> list[str]:
+    lines = []
+    for s in comparison.spikes:
+        line = (
+            f"{s.metric} above {s.threshold:g}: A {s.count_a}/{s.n_a}, B {s.count_b}/{s.n_b} "
+            f"rollouts (Fisher's exact p = {s.p_value:.3g})"
+        )
+        clean = [
+            (name, n)
+            for name, count, n in (("A", s.count_a, s.n_a), ("B", s.count_b, s.n_b))
+            if count == 0
+        ]
+        for name, n in clean:
+            line += (
+                f"; {name} with 0 spikes in {n} rollouts rules out a spike rate above "
+                f"{rate_ruled_out(n):.1%} per rollout (95%)"
+            )
+        lines.append(line)
+    return lines
+
+
+def to_json(c: Comparison) -> dict[str, object]:
+    def number(v: float | None) -> object:
+        return None if v is None or not math.isfinite(v) else v
+
+    return {
+        "run_a": c.run_a,
+        "run_b": c.run_b,
+        "baseline": c.baseline_name,
+        "metrics": [
+            {
+                "metric": d.metric,
+                "n": d.n,
+                "mean_a": d.mean_a,
+                "mean_b": d.mean_b,
+                "diff": d.diff,
+                "se": d.se,
+                "ci95": [d.ci_low, d.ci_high],
+                "d_z": number(d.d_z),
+                "relative": number(d.relative),
+                "detectable_shift": d.detectable,
+                "binomial_floor": d.binomial_floor,
+                "significant": d.significant,
+                "summary": diff_sentence(d),
+            }
+            for d in c.diffs
+        ],
+        "spikes": [
+            {
+                "metric": s.metric,
+                "threshold": s.threshold,
+                "a": [s.count_a, s.n_a],
+                "b": [s.count_b, s.n_b],
+                "fisher_p": s.p_value,
+            }
+            for s in c.spikes
+        ],
+        "not_paired": list(c.unpaired),
+    }
+
+
+def render_text(c: Comparison) -> str:
+    lines = [
+        f"miles-amd compare: B {c.run_b} vs A {c.run_a} (metrics of baseline {c.baseline_name})",
+        "",
+    ]
+    for d in c.diffs:
+        lines.append(f"{d.metric}: A {_g(d.mean_a)} -> B {_g(d.mean_b)}; {diff_sentence(d)}")
+    lines += ["", *spike_sentences(c)]
+    if c.unpaired:
+        lines.append(f"not in both runs: {', '.join(c.unpaired)}")
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(c: Comparison) -> str:
+    changed = [d.metric for d in c.diffs if d.significant]
+    headline = (
+        f"B differs from A in {len(changed)} of {len(c.diffs)} paired metrics "
+        f"({', '.join(changed)})"
+        if changed
+        else f"no difference detected in {len(c.diffs)} paired metrics"
+    )
+    lines = [
+        f"**miles-amd compare** - {headline}",
+        "",
+        f"A = `{c.run_a}`, B = `{c.run_b}`; metrics of baseline `{c.baseline_name}`; "
+        "Δ = B - A, paired by rollout.",
+        "",
+        "| metric | n | mean A | mean B | Δ | 95% CI | d_z | detectable shift (80% power) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d in c.diffs:
+        d_z = "-" if d.d_z is None else f"{d.d_z:+.2f}"
+        lines.append(
+            f"| {d.metric} | {d.n} | {_g(d.mean_a)} | {_g(d.mean_b)} | {d.diff:+.4g} "
+            f"| [{_g(d.ci_low)}, {_g(d.ci_high)}] | {d_z} | ±{_g(d.detectable)} |"
+        )
+    lines += ["", *(f"- {line}" for line in spike_sentences(c))]
+    if c.unpaired:
+        lines.append(f"- not in both runs: {', '.join(c.unpaired)}")
+    return "\n".join(lines) + "\n"
+
+
+def render(c: Comparison, fmt: Format) -> str:
+    if fmt == "json":
+        return json.dumps(to_json(c), indent=2, allow_nan=False) + "\n"
+    return render_markdown(c) if fmt == "markdown" else render_text(c)
+
+
+def compare_png(c: Comparison, a: RunEvidence, b: RunEvidence) -> bytes:
+    """One panel per paired metric: A and B over the rollouts; Δ and its CI in the title."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    from miles_amd.report.plot import Y_LABELS
+
+    columns = 2 if len(c.diffs) > 1 else 1
+    rows = max(1, math.ceil(len(c.diffs) / columns))
+    figure = Figure(figsize=(7 * columns, 3.2 * rows + 0.6), layout="constrained")
+    FigureCanvasAgg(figure)
+    figure.suptitle(f"B {c.run_b} vs A {c.run_a}: Δ = B - A, paired by rollout", fontsize=9)
+    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    for ax, d in zip(axes, c.diffs, strict=False):
+        for label, run, style in (
+            ("A", a, dict(color="tab:gray", linestyle="--", marker="s", markerfacecolor="none")),
+            ("B", b, dict(color="tab:blue", marker="o")),
+        ):
+            points = [(s, v) for s, v in run.series.get(d.metric, ()) if math.isfinite(v)]
+            ax.plot(
+                [s for s, _ in points],
+                [v for _, v in points],
+                markersize=3,
+                label=f"{label} {Path(run.run_dir).name}",
+                **style,
+            )
+        colour = "tab:red" if d.significant else "black"
+        ax.set_title(
+            f"{d.metric}\nΔ {d.diff:+.3g}, 95% CI [{d.ci_low:.3g}, {d.ci_high:.3g}]",
+            fontsize=8,
+            color=colour,
+        )
+        ax.set_xlabel(axis(d.metric), fontsize=8)
+        ax.set_ylabel(Y_LABELS.get(d.metric, d.metric), fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=7)
+        ax.grid(True, color="0.9", linewidth=0.5)
+        ax.legend(fontsize=6, loc="best")
+    for ax in axes[len(c.diffs) :]:
+        ax.set_axis_off()
+    if not c.diffs:
+        axes[0].text(0.5, 0.5, "no metric logged by both runs", ha="center", va="center")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class CompareFiles:
+    json: Path
+    markdown: Path
+    plot: Path
+
+
+def write_compare(c: Comparison, a: RunEvidence, b: RunEvidence, out_dir: Path) -> CompareFiles:
+    """compare.json, compare.md, compare.png into ``out_dir`` (created if needed)."""
+    files = CompareFiles(out_dir / "compare.json", out_dir / "compare.md", out_dir / "compare.png")
+    atomic_write_text(files.json, render(c, "json"))
+    atomic_write_text(files.markdown, render_markdown(c))
+    atomic_write_bytes(files.plot, compare_png(c, a, b))
+    return files

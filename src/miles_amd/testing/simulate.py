@@ -1,0 +1,246 @@
+"""A noise model of a healthy gpt-oss-20b LoRA GRPO run, fitted to the published evidence.
+
+Test and benchmark support (``benchmarks/bench_calibration.py``, the calibration tests): it
+decides how a simulated run's per-rollout values are drawn and which regressions can be
+injected; it judges nothing (simulated runs go through the real ``miles_amd.judge.gate``).
+The gate never imports it: the rules' tolerances are derived from the baseline's data by
+``miles_amd.baseline.bands``; this model only measures how often those rules are wrong.
+
+What is fitted, from what (every number comes from a shipped baseline's evidence):
+
+- ``rollout/raw_reward``: 8 prompt groups x 8 samples of a 0/1 reward. Each prompt has a
+  success probability ``p ~ Beta(a, b)``; a rollout's reward is ``sum Binomial(8, p_j) / 64``.
+  The mean ``a / (a + b)`` is the published series' mean; the concentration ``a + b`` is
+  fitted to its observed sd by the method of moments: ``Var(reward) = var_p/8 +
+  (m(1-m) - var_p)/64`` (8 prompts of 8 samples), so ``var_p = (s² - m(1-m)/64)·64/7`` and
+  ``a + b = m(1-m)/var_p - 1`` (jvvnhop9: m 0.561, s 0.0997 -> a + b ≈ 3.4).
+  Rollouts ``0..19`` see the same prompts as the published run (``--rollout-shuffle``,
+  default seed): their prompt difficulties are drawn from the posterior given the published
+  reward of that rollout (rejection sampling: draws whose 64 samples sum to the published
+  count are kept), so a simulated run pairs with the reference like a real one. Later
+  rollouts draw fresh prompts.
+- ``train/train_rollout_logprob_abs_diff``: independent lognormal draws per rollout with the
+  baseline's per-rollout mean and sd (the series' sample sd for jvvnhop9, range / d2(20) for
+  4it2x89i): the published series is right-skewed (min 0.015, max 0.0208 about 0.017).
+- ``train/train_rollout_kl``: lognormal with the mean and the range-derived sd of the
+  published summary (6.95e-4 .. 1.53e-3, mean 8.79e-4).
+- ``rollout/response_len/mean`` and ``rollout/truncated_ratio``: per prompt a truncation
+  probability ``t ~ Beta`` with the published mean 0.41 and the reward's concentration (an
+  assumption: only means were published); a truncated sample is 4096 tokens, the others
+  normal with the mean that makes the rollout mean 2920 (sd 700, clipped to 1..4095).
+- ``train/pg_clipfrac`` is 0 (one optimizer step a rollout is on-policy); ``train/grad_norm``
+  (judged only for steps and finiteness, never published) lognormal around 0.2.
+
+Regressions (:class:`Regression`) are applied on top: intermittent spikes (a rollout's
+logprob diff replaced, with probability ``spike_rate``, by ``0.15 + Exponential(0.1)``:
+a spike is above the seed's 0.15 threshold by definition), a logprob-diff scale, a reward
+shift (each prompt's p moved by ``reward_shift``), a KL scale, a steady logprob-diff drift
+from ``-drift`` to ``+drift`` per-rollout sds across the run (the mean unchanged), and a
+constant reward (every rollout the published mean rounded to k/64).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from miles_amd.baseline.model import Baseline
+from miles_amd.evidence.types import JobRecord, RunEvidence
+
+LOGPROB = "train/train_rollout_logprob_abs_diff"
+REWARD = "rollout/raw_reward"
+KL = "train/train_rollout_kl"
+RESPONSE_LEN = "rollout/response_len/mean"
+TRUNCATED = "rollout/truncated_ratio"
+CLIPFRAC = "train/pg_clipfrac"
+GRAD_NORM = "train/grad_norm"
+
+GROUPS = 8  # prompts per rollout
+PER_GROUP = 8  # samples per prompt
+SAMPLES = GROUPS * PER_GROUP
+MAX_TOKENS = 4096
+SPIKE_THRESHOLD = 0.15
+POSTERIOR_DRAWS = 40_000  # proposals per reference rollout (1% to 6% are kept)
+
+
+@dataclass(frozen=True)
+class Regression:
+    """What is wrong with a simulated run; the default is a healthy run."""
+
+    name: str = "healthy"
+    spike_rate: float = 0.0
+    logprob_scale: float = 1.0
+    reward_shift: float = 0.0
+    kl_scale: float = 1.0
+    drift_sd: float = 0.0
+    constant_reward: bool = False
+
+
+HEALTHY = Regression()
+
+# The regression classes of issue 12, by the name the power table prints.
+REGRESSIONS: tuple[Regression, ...] = (
+    Regression("spike05", spike_rate=0.05),
+    Regression("spike10", spike_rate=0.10),
+    Regression("logprob_mean+20%", logprob_scale=1.2),
+    Regression("logprob_mean+50%", logprob_scale=1.5),
+    Regression("reward-0.05", reward_shift=-0.05),
+    Regression("reward-0.10", reward_shift=-0.10),
+    Regression("kl_x2", kl_scale=2.0),
+    Regression("logprob_drift", drift_sd=2.0),
+    Regression("constant_reward", constant_reward=True),
+)
+
+
+def _lognormal(mean: float, sd: float) -> tuple[float, float]:
+    """(mu, sigma) of the lognormal with this mean and sd."""
+    sigma2 = float(np.log1p((sd / mean) ** 2))
+    return float(np.log(mean) - sigma2 / 2), float(np.sqrt(sigma2))
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """The fitted healthy run; see the module doc."""
+
+    reward_counts: tuple[int, ...]  # the reference's per-rollout reward x 64
+    prompt_a: float
+    prompt_b: float
+    logprob: tuple[float, float]  # lognormal (mu, sigma)
+    kl: tuple[float, float]
+    truncated_mean: float
+    untruncated_len: float
+    seed: int = 12
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def reward_mean(self) -> float:
+        return self.prompt_a / (self.prompt_a + self.prompt_b)
+
+    @cached_property
+    def posterior_prompts(self) -> tuple[np.ndarray, ...]:
+        """Per reference rollout, prompt-difficulty vectors (k, 8) consistent with its reward."""
+        rng = np.random.default_rng(self.seed)
+        pools = []
+        for count in self.reward_counts:
+            p = rng.beta(self.prompt_a, self.prompt_b, size=(POSTERIOR_DRAWS, GROUPS))
+            k = rng.binomial(PER_GROUP, p).sum(axis=1)
+            pools.append(p[k == count])
+        return tuple(pools)
+
+    def simulate(
+        self, runs: int, rollouts: int, rng: np.random.Generator, regression: Regression = HEALTHY
+    ) -> dict[str, np.ndarray]:
+        """``runs`` simulated runs of ``rollouts`` rollouts: metric -> array (runs, rollouts)."""
+        shape = (runs, rollouts)
+        prompts = rng.beta(self.prompt_a, self.prompt_b, size=(runs, rollouts, GROUPS))
+        for i, pool in enumerate(self.posterior_prompts[:rollouts]):
+            prompts[:, i, :] = pool[rng.integers(0, len(pool), size=runs)]
+        p = np.clip(prompts + regression.reward_shift, 0.0, 1.0)
+        reward = rng.binomial(PER_GROUP, p).sum(axis=2) / SAMPLES
+        if regression.constant_reward:
+            reward = np.full(shape, round(self.reward_mean * SAMPLES) / SAMPLES)
+        mu, sigma = self.logprob
+        logprob = rng.lognormal(mu, sigma, size=shape) * regression.logprob_scale
+        if regression.drift_sd:
+            sd = float(np.exp(mu + sigma**2 / 2) * np.sqrt(np.expm1(sigma**2)))
+            ramp = np.linspace(-1.0, 1.0, rollouts) if rollouts > 1 else np.zeros(1)
+            logprob = logprob + regression.drift_sd * sd * ramp
+        if regression.spike_rate:
+            spikes = rng.random(shape) < regression.spike_rate
+            logprob = np.where(spikes, SPIKE_THRESHOLD + rng.exponential(0.1, shape), logprob)
+        kl = rng.lognormal(*self.kl, size=shape) * regression.kl_scale
+        concentration = self.prompt_a + self.prompt_b
+        t = rng.beta(
+            self.truncated_mean * concentration,
+            (1 - self.truncated_mean) * concentration,
+            size=(runs, rollouts, GROUPS, 1),
+        )
+        truncated = rng.random((runs, rollouts, GROUPS, PER_GROUP)) < t
+        lengths = np.clip(rng.normal(self.untruncated_len, 700.0, truncated.shape), 1, 4095)
+        lengths = np.where(truncated, MAX_TOKENS, np.round(lengths))
+        return {
+            LOGPROB: logprob,
+            REWARD: reward,
+            KL: kl,
+            RESPONSE_LEN: lengths.mean(axis=(2, 3)),
+            TRUNCATED: truncated.mean(axis=(2, 3)),
+            CLIPFRAC: np.zeros(shape),
+            GRAD_NORM: rng.lognormal(np.log(0.2), 0.3, size=shape),
+        }
+
+
+def fit(patched: Baseline, logprob_from: Baseline | None = None) -> NoiseModel:
+    """Fit the model to the patched baseline's series and summaries (see the module doc).
+
+    ``logprob_from`` (default ``patched``) is the baseline whose logprob-diff spread the
+    model uses: the stock baseline for a healthy stock run.
+    """
+    rewards = np.asarray(patched.series[REWARD])
+    m, s2 = float(rewards.mean()), float(rewards.var(ddof=1))
+    var_p = (s2 - m * (1 - m) / SAMPLES) * SAMPLES / (PER_GROUP - 1)
+    concentration = m * (1 - m) / var_p - 1
+    logprob = (logprob_from or patched).spread(LOGPROB)
+    kl = patched.spread(KL)
+    truncated = float(patched.summaries[TRUNCATED]["mean"])
+    length = float(patched.summaries[RESPONSE_LEN]["mean"])
+    return NoiseModel(
+        reward_counts=tuple(round(float(r) * SAMPLES) for r in rewards),
+        prompt_a=m * concentration,
+        prompt_b=(1 - m) * concentration,
+        logprob=_lognormal(logprob.mean, logprob.sd),
+        kl=_lognormal(kl.mean, kl.sd),
+        truncated_mean=truncated,
+        untruncated_len=(length - truncated * MAX_TOKENS) / (1 - truncated),
+    )
+
+
+def evidence(values: dict[str, np.ndarray], run: int, name: str = "sim") -> RunEvidence:
+    """Run ``run`` of :meth:`NoiseModel.simulate`'s output as the evidence the gate reads."""
+    series = {
+        metric: tuple((i, float(v)) for i, v in enumerate(array[run]))
+        for metric, array in values.items()
+    }
+    return RunEvidence(
+        run_dir=f"{name}/{run}",
+        series=series,
+        sources=dict.fromkeys(series, "tensorboard"),
+        job=JobRecord(job_id=f"{name}-{run}", status="SUCCEEDED"),
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How often simulated runs failed the gate, and which checks failed them."""
+
+    runs: int
+    failed: int
+    by_check: dict[str, int]
+
+    @property
+    def rate(self) -> float:
+        return self.failed / self.runs
+
+
+def gate_outcome(
+    model: NoiseModel,
+    baseline: Baseline,
+    *,
+    runs: int,
+    rollouts: int,
+    seed: int,
+    regression: Regression = HEALTHY,
+) -> Outcome:
+    """Simulate ``runs`` runs (fixed ``seed``) and judge each with the real gate."""
+    from miles_amd.judge.gate import judge
+
+    values = model.simulate(runs, rollouts, np.random.default_rng(seed), regression)
+    failed, by_check = 0, dict[str, int]()
+    for run in range(runs):
+        verdict = judge(evidence(values, run), baseline, expected_rollouts=rollouts)
+        if verdict.verdict != "pass":
+            failed += 1
+        for check in verdict.failures:
+            by_check[check.name] = by_check.get(check.name, 0) + 1
+    return Outcome(runs, failed, by_check)

@@ -1,0 +1,152 @@
+"""The noise model against the published evidence, and the two calibrated rules.
+
+Fixed seeds and small simulation counts (the big counts are benchmarks/bench_calibration.py's):
+the simulator reproduces the published summaries; the whole gate passes healthy simulated
+runs; ``no_rising_trend`` fires on a steady drift and ``sd_at_least`` on a constant reward,
+and neither on healthy runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from miles_amd.baseline import bands
+from miles_amd.baseline.model import Baseline, BaselineError, load_baseline, parse_baseline
+from miles_amd.judge.trend_rules import mann_kendall_z, theil_sen
+from miles_amd.testing import simulate
+from miles_amd.testing.simulate import KL, LOGPROB, REWARD, Regression
+
+
+@pytest.fixture(scope="module")
+def patched() -> Baseline:
+    return load_baseline("patched")
+
+
+@pytest.fixture(scope="module")
+def model(patched: Baseline) -> simulate.NoiseModel:
+    return simulate.fit(patched)
+
+
+@pytest.fixture(scope="module")
+def healthy(model: simulate.NoiseModel) -> dict[str, np.ndarray]:
+    return model.simulate(400, 20, np.random.default_rng(7))
+
+
+def test_simulated_runs_reproduce_the_published_summaries(
+    patched: Baseline, healthy: dict[str, np.ndarray]
+) -> None:
+    reward = np.asarray(patched.series[REWARD])
+    logprob = np.asarray(patched.series[LOGPROB])
+    assert healthy[REWARD].mean() == pytest.approx(reward.mean(), abs=0.01)
+    # the fitted prompt difficulty gives the published per-rollout spread, not the binomial one
+    assert healthy[REWARD].std(axis=1, ddof=1).mean() == pytest.approx(reward.std(ddof=1), rel=0.1)
+    assert healthy[LOGPROB].mean() == pytest.approx(logprob.mean(), rel=0.02)
+    assert healthy[LOGPROB].std(axis=1, ddof=1).mean() == pytest.approx(
+        logprob.std(ddof=1), rel=0.1
+    )
+    kl = patched.summaries[KL]
+    assert healthy[KL].mean() == pytest.approx(kl["mean"], rel=0.03)
+    # the published KL range lies where 20 simulated rollouts put their min and max
+    assert np.median(healthy[KL].min(axis=1)) == pytest.approx(kl["min"], rel=0.25)
+    assert np.median(healthy[KL].max(axis=1)) == pytest.approx(kl["max"], rel=0.25)
+    for metric in (simulate.RESPONSE_LEN, simulate.TRUNCATED):
+        published = patched.summaries[metric]["mean"]
+        assert healthy[metric].mean() == pytest.approx(published, rel=0.02), metric
+    # every simulated reward is a fraction of 64 samples
+    assert np.allclose(healthy[REWARD] * 64, np.round(healthy[REWARD] * 64))
+
+
+def test_simulated_rewards_pair_with_the_reference_rollouts(
+    patched: Baseline, healthy: dict[str, np.ndarray]
+) -> None:
+    """Rollouts 0..19 see the reference's prompts: easy ones stay easy."""
+    reference = np.asarray(patched.series[REWARD])
+    per_rollout = healthy[REWARD].mean(axis=0)
+    assert np.corrcoef(reference, per_rollout)[0, 1] > 0.8
+    assert per_rollout[19] > per_rollout[7] + 0.2  # 0.7656 vs 0.3906 published
+
+
+def test_healthy_runs_pass_the_whole_gate(model: simulate.NoiseModel, patched: Baseline) -> None:
+    out = simulate.gate_outcome(model, patched, runs=300, rollouts=20, seed=11)
+    assert out.rate <= 0.01, out.by_check
+    assert not {"logprob_abs_diff.trend", "raw_reward.spread"} & set(out.by_check)
+
+
+@pytest.mark.parametrize(
+    ("regression", "rule", "at_least"),
+    [
+        (Regression("drift", drift_sd=2.0), "logprob_abs_diff.trend", 0.8),
+        (Regression("constant", constant_reward=True), "raw_reward.spread", 1.0),
+    ],
+)
+def test_each_new_rule_fires_on_its_regression_class(
+    model: simulate.NoiseModel, patched: Baseline, regression: Regression, rule: str, at_least
+) -> None:
+    out = simulate.gate_outcome(
+        model, patched, runs=100, rollouts=20, seed=13, regression=regression
+    )
+    assert out.by_check.get(rule, 0) / out.runs >= at_least, out.by_check
+
+
+def test_a_steady_drift_inside_every_band_passed_before_the_trend_rule(
+    model: simulate.NoiseModel, patched: Baseline
+) -> None:
+    """The blind spot the trend rule closes: the drift fails nothing else."""
+    drift = Regression("drift", drift_sd=2.0)
+    out = simulate.gate_outcome(model, patched, runs=100, rollouts=20, seed=13, regression=drift)
+    others = {name: n for name, n in out.by_check.items() if name != "logprob_abs_diff.trend"}
+    assert sum(others.values()) <= 3, others
+
+
+def test_mann_kendall_and_theil_sen_by_hand() -> None:
+    # S = 3 - 0 for 1,2,3 ; var = 3·2·11/18 = 11/3 ; Z = (3-1)/sqrt(11/3)
+    assert mann_kendall_z([1.0, 2.0, 3.0]) == pytest.approx(2 / math.sqrt(11 / 3))
+    assert mann_kendall_z([3.0, 2.0, 1.0]) == pytest.approx(-2 / math.sqrt(11 / 3))
+    assert mann_kendall_z([1.0, 1.0, 1.0, 1.0]) == 0.0  # all ties: no trend
+    assert mann_kendall_z([0.0, 10.0, 0.0, 10.0]) == pytest.approx(0.0, abs=0.6)
+    assert theil_sen([0, 1, 2, 3, 4, 5], [1.0, 3.0, 5.0, 7.0, 9.0, 100.0]) == (2.0, 1.0)
+
+
+def test_chi_square_quantile_is_close_to_the_exact_one() -> None:
+    # exact 0.1% quantiles: chi2(10) 1.479, chi2(30) 11.588 (z = 3.0902)
+    assert bands.chi2_lower_quantile(10, 3.0902) == pytest.approx(1.479, rel=0.08)
+    assert bands.chi2_lower_quantile(30, 3.0902) == pytest.approx(11.588, rel=0.02)
+    assert bands.binomial_sd_floor(0.5, 64, 1, 3.0) == 0.0
+    assert 0 < bands.binomial_sd_floor(0.5, 64, 5, 3.0) < bands.binomial_sd_floor(0.5, 64, 40, 3.0)
+    assert bands.binomial_sd_floor(0.5, 64, 10**6, 3.0) < math.sqrt(0.25 / 64)
+
+
+def test_the_loader_re_derives_the_sd_floor(patched: Baseline, tmp_path: Path) -> None:
+    raw = json.loads(Path(patched.path).read_text())
+    rule = next(r for r in raw["rules"] if r["id"] == "raw_reward.spread")
+    rule["floor"] = 0.09
+    with pytest.raises(BaselineError, match=r"\$\.rules\[\d+\]\.floor: floor 0\.09 is not the"):
+        parse_baseline(json.dumps(raw), path="edited.json")
+
+
+def test_the_benchmark_prints_its_figures_last(tmp_path: Path) -> None:
+    """Tiny counts (the figures are the benchmark's); only the shape of its output."""
+    import re
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_calibration.py"
+    small = ["--runs", "10", "--power-runs", "5", "--search-runs", "5", "--histories", "5"]
+    result = subprocess.run(
+        [sys.executable, str(script), *small], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.splitlines()[-1]
+    pattern = (
+        r"false_alarm_20=\d\.\d{4} power_spike05_20=\d\.\d{3} power_spike10_20=\d\.\d{3} "
+        r"rollouts_for_95pct_spike10=(\d+|>160)"
+    )
+    assert re.fullmatch(pattern, last), last
+    assert (
+        "| constant_reward |" in result.stdout and "Cross-run drift over 7 metrics" in result.stdout
+    )

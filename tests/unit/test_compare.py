@@ -1,0 +1,155 @@
+"""`miles-amd compare`: the paired statistics by hand, and the command on real run dirs."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.evidence.load import load_run
+from miles_amd.judge.compare import compare, fisher_exact, rate_ruled_out, t_quantile
+from tests.cli_runs import run_cli
+from tests.run_dirs import write_run
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
+LOGPROB = "train/train_rollout_logprob_abs_diff"
+REWARD = "rollout/raw_reward"
+CLIPFRAC = "train/pg_clipfrac"
+
+
+@pytest.fixture(scope="module")
+def patched() -> Baseline:
+    return load_baseline("patched")
+
+
+def published(baseline: Baseline) -> dict[str, list[float]]:
+    return {
+        LOGPROB: list(baseline.series[LOGPROB]),
+        REWARD: [round(v * 64) / 64 for v in baseline.series[REWARD]],
+        CLIPFRAC: [0.0] * 20,
+    }
+
+
+@pytest.fixture(scope="module")
+def worse_run(tmp_path_factory, patched: Baseline) -> Path:
+    """A run 'stock': logprob gap +30%, two spikes, reward 4/64 lower at every rollout."""
+    values = published(patched)
+    values[LOGPROB] = [v * 1.3 for v in values[LOGPROB]]
+    values[LOGPROB][4], values[LOGPROB][13] = 0.31, 0.2
+    values[REWARD] = [r - 4 / 64 for r in values[REWARD]]
+    return write_run(tmp_path_factory.mktemp("cmp") / "stock", values)
+
+
+def test_statistics_by_hand() -> None:
+    assert t_quantile(0.975, 19) == pytest.approx(2.093, abs=0.002)
+    assert t_quantile(0.975, 5) == pytest.approx(2.571, abs=0.01)
+    assert t_quantile(0.975, 1) == 12.706
+    assert fisher_exact(1, 10, 11, 14) == pytest.approx(0.002759, rel=1e-3)  # classic table
+    assert fisher_exact(3, 10, 3, 10) == 1.0
+    assert rate_ruled_out(20) == pytest.approx(0.139, abs=0.001)  # about 3/N
+    assert rate_ruled_out(300) == pytest.approx(3 / 300, rel=0.01)
+
+
+def test_a_run_against_itself_shows_no_difference(patched: Baseline) -> None:
+    run = load_run(EXAMPLE)
+    result = compare(run, run, patched)
+    by_metric = {d.metric: d for d in result.diffs}
+    assert set(by_metric) == {LOGPROB, REWARD, CLIPFRAC}
+    for d in result.diffs:
+        assert d.diff == 0 and not d.significant and d.n == 20
+    # identical rewards: the SE is the binomial floor, so the CI is not a point
+    assert by_metric[REWARD].binomial_floor and by_metric[REWARD].ci_high > 0.03
+    assert result.spikes[0].count_a == result.spikes[0].count_b == 0
+    assert result.spikes[0].p_value == 1.0
+    assert "train/train_rollout_kl" in result.unpaired
+
+
+def test_a_worse_run_differs_and_its_spikes_are_counted_not_paired(
+    worse_run: Path, patched: Baseline
+) -> None:
+    result = compare(load_run(worse_run), load_run(EXAMPLE), patched)
+    by_metric = {d.metric: d for d in result.diffs}
+    logprob = by_metric[LOGPROB]
+    assert logprob.n == 18 and 4 not in logprob.steps and 13 not in logprob.steps
+    assert logprob.significant and logprob.relative == pytest.approx(-0.3 / 1.3, rel=0.01)
+    assert by_metric[REWARD].diff == pytest.approx(4 / 64)
+    assert by_metric[REWARD].significant
+    (spikes,) = result.spikes
+    assert (spikes.count_a, spikes.count_b) == (2, 0) and 0.4 < spikes.p_value < 0.6
+
+
+def test_compare_cli_on_real_run_dirs(worse_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_cli(
+        "compare", "--run-dir", str(worse_run), "--run-dir", str(EXAMPLE), "--out-dir", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"miles-amd compare: B {EXAMPLE} vs A {worse_run}")
+    assert any("could detect a shift of" in line for line in lines)
+    assert any("A 2/20, B 0/20 rollouts (Fisher's exact p = " in line for line in lines)
+    assert (
+        lines[-1] == f"comparison written to {out / 'compare.md'} (also compare.json, compare.png)"
+    )
+    report = json.loads((out / "compare.json").read_text())
+    assert {m["metric"] for m in report["metrics"]} == {LOGPROB, REWARD, CLIPFRAC}
+    assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
+    assert (out / "compare.md").read_text().startswith("**miles-amd compare** - B differs")
+    as_json = run_cli(
+        "compare",
+        "--run-dir",
+        str(worse_run),
+        "--run-dir",
+        str(EXAMPLE),
+        "--out-dir",
+        str(out),
+        "--format",
+        "json",
+    )
+    assert json.loads(as_json.stdout)["spikes"][0]["a"] == [2, 20]
+    assert math.isfinite(json.loads(as_json.stdout)["metrics"][0]["se"])
+
+
+def test_compare_default_out_dir_is_b_report(worse_run: Path, tmp_path: Path) -> None:
+    b = tmp_path / "b"
+    shutil.copytree(EXAMPLE, b, ignore=shutil.ignore_patterns("report"))
+    result = run_cli("compare", "--run-dir", str(worse_run), "--run-dir", str(b))
+    assert result.returncode == 0, result.stderr
+    assert (b / "report" / "compare" / "compare.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--run-dir", str(EXAMPLE)], "--run-dir: given 1 time(s); give it exactly twice"),
+        (
+            ["--run-dir", str(EXAMPLE), "--run-dir", "/nonexistent/run"],
+            "--run-dir /nonexistent/run: no such directory",
+        ),
+        (
+            ["--run-dir", str(EXAMPLE), "--run-dir", str(EXAMPLE), "--baseline", "nope"],
+            "--baseline nope: no such baseline file",
+        ),
+    ],
+)
+def test_compare_bad_input_is_one_line_exit_2(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    result = run_cli("compare", *args, "--out-dir", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"miles-amd: error: {message}")
+    assert len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_refuses_a_run_dir_without_metrics(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_cli("compare", "--run-dir", str(empty), "--run-dir", str(EXAMPLE))
+    assert result.returncode == 2
+    assert f"--run-dir {empty}: no metric in it" in result.stderr
