@@ -343,7 +343,9 @@ class RealRunWriter:
 
         configure_logger(args, source=MainProcessIdentity())
         init_tracking(args)
-        ray.init(log_to_driver=True)
+        # Join the job's cluster, never start one: a local ray.init() writes ~/.ray/auth_token,
+        # which turns on token auth for every later Ray head of this user on the machine.
+        ray.init(address="auto", log_to_driver=True)
         options = {"num_cpus": 0}
         self._ray = ray
         self._manager = ray.remote(RolloutManager).options(**options).remote(self._src, args)
