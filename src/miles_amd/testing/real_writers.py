@@ -166,8 +166,12 @@ def use_miles(miles_src: str) -> None:
             sys.meta_path.append(_StandInFinder())
 
 
-def miles_args(*, use_tensorboard: bool, ci_history: bool, rollout_batch_size: int) -> Namespace:
-    """The attributes of miles' parsed args that the writer functions read."""
+def miles_args(*, use_tensorboard: bool, ci_history: bool) -> Namespace:
+    """The attributes of miles' parsed args that the writer functions read.
+
+    ``wandb_always_use_train_step=False``: the TensorBoard step of rollout metrics is the
+    rollout id (``compute_rollout_step``), as in the recipe.
+    """
     return Namespace(
         use_tensorboard=use_tensorboard,
         tb_project_name=None,
@@ -175,9 +179,6 @@ def miles_args(*, use_tensorboard: bool, ci_history: bool, rollout_batch_size: i
         ci_enable_metrics_capture=ci_history,
         save_debug_event_data=None,
         wandb_always_use_train_step=False,
-        rollout_batch_size=rollout_batch_size,
-        n_samples_per_prompt=8,
-        global_batch_size=rollout_batch_size * 8,
         mfu_peak_tflops=None,
         sglang_router_ip="127.0.0.1",
         sglang_router_port=0,
@@ -333,7 +334,6 @@ class RealRunWriter:
         args = miles_args(
             use_tensorboard=tensorboard_dir is not None,
             ci_history=ci_history_dir is not None,
-            rollout_batch_size=8,
         )
         self._tensorboard_dir = tensorboard_dir
         use_miles(self._src)
