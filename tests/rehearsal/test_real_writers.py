@@ -18,6 +18,10 @@ with ``--no-deps`` plus what miles' writer modules import through it (``httpx``,
 ``partial_json_parser``, ``sentencepiece``, ``dill``, ``openai``, ``apache-tvm-ffi``,
 ``xgrammar --no-deps``, ``polars``, ``sglang-router``, ``ipython``). ``triton`` and
 ``torchvision`` get inert stand-ins (``real_writers`` docstring).
+
+Wall time (measured 2026-11-30 on 2 shared cores): the seven verdict cases 4 min 35 s, the
+parity test about 50 s; each real-writer replay spends about 20 s starting its actors (the
+torch + sglang imports of miles' writer modules).
 """
 
 from __future__ import annotations
