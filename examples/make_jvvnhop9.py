@@ -65,7 +65,7 @@ Rebuild it with `python examples/make_jvvnhop9.py`; judge it with
 `miles-amd gate --run-dir examples/runs/jvvnhop9 --baseline patched` (passes).
 
 Written in miles' formats by `miles_amd.testing.miles_writer` (checked against miles' own
-writer code by `tests/conformance/test_real_writers.py`): `tensorboard/` (one event file per
+writer code by `tests/rehearsal/test_real_writers.py`): `tensorboard/` (one event file per
 miles process: the driver's header-only file, the rollout manager's, the trainer's; torch
 SummaryWriter's scalar events), `ci_history/*.jsonl` (the trainer's CI-history snapshot and
 the driver's 0-byte record), `job.log` (the trainer's `rollout <i>:` line and its `step <i>:`

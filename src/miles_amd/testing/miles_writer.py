@@ -3,7 +3,7 @@
 Decides: the exact form of what miles leaves behind for one rollout, so the CPU rehearsal's
 replay and the embedded example produce evidence that the readers cannot tell from a real
 run's. The real-writer mode (``real_writers``, miles' own code in Ray actors) is the
-reference; ``tests/conformance/test_real_writers.py`` compares the two on the same values.
+reference; ``tests/rehearsal/test_real_writers.py`` compares the two on the same values.
 This imitation needs neither torch nor miles, so it is the CPU default.
 
 - **Job log** (stdout of the Ray job): miles' log format
