@@ -7,8 +7,10 @@ example can be checked against a fresh build.
 The files are written by ``miles_amd.testing.miles_writer.MilesRunWriter``, the one place that knows
 miles' output forms (the CPU rehearsal's replay uses it too): ``tensorboard/`` through
 tensorboard's real ``EventFileWriter`` with torch ``SummaryWriter.add_scalar``'s events,
-``ci_history/<pid>-<uuid>.jsonl`` in miles' CI-history form, and ``job.log`` with the
-trainer's ``rollout <i>:`` / ``step <i>:`` lines. This script adds ``job.json`` (the driver's
+``ci_history/<pid>-<uuid>.jsonl`` in miles' CI-history form (the trainer's, and the driver's
+0-byte record), and ``job.log`` with the trainer's ``rollout <i>:`` / ``step <i>:`` lines (the
+step line twice, as miles prints it), one event file per miles process (driver, rollout
+manager, trainer). This script adds ``job.json`` (the driver's
 form, status SUCCEEDED) and ``README.md``. For reproducible bytes it pins what the writers
 take from the machine: the EventFileWriter's clock (its file-version header) and the names
 it and the CI-history writer derive from host, pid and a random uuid (renamed afterwards),
@@ -44,12 +46,14 @@ from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
 
 RUN_ID = "jvvnhop9"
 PIDS = ActorPids.around(4232)  # placeholder pids; the trainer's rank 0 is 4242
+DRIVER_PID = 4232  # placeholder pid of the driver (the job's entrypoint, train.py)
 START = 1_767_225_600.0  # placeholder start: 2026-01-01 00:00:00 UTC
 DURATION = 66 * 60.0  # "about 1h06m"
 LOGPROB = "train/train_rollout_logprob_abs_diff"
 REWARD = "rollout/raw_reward"
 CLIPFRAC = "train/pg_clipfrac"
 CI_UUID = uuid.uuid5(uuid.NAMESPACE_URL, "miles-amd/examples/runs/jvvnhop9").hex
+DRIVER_CI_UUID = uuid.uuid5(uuid.NAMESPACE_URL, "miles-amd/examples/runs/jvvnhop9/driver").hex
 DEFAULT_OUT = Path(__file__).resolve().parent / "runs" / RUN_ID
 
 README = """\
@@ -60,10 +64,13 @@ aiter with ROCm/aiter#5694, 20 rollouts, Ray job SUCCEEDED); not a raw run direc
 Rebuild it with `python examples/make_jvvnhop9.py`; judge it with
 `miles-amd gate --run-dir examples/runs/jvvnhop9 --baseline patched` (passes).
 
-Written by the real writers, in miles' formats (`miles_amd.testing.miles_writer`): `tensorboard/`
-(tensorboard's EventFileWriter, torch SummaryWriter's scalar events), `ci_history/*.jsonl`
-(miles' CI-history snapshot form), `job.log` (the trainer's `rollout <i>:` and `step <i>:`
-lines), plus `job.json` in the driver's form (SUCCEEDED).
+Written in miles' formats by `miles_amd.testing.miles_writer` (checked against miles' own
+writer code by `tests/rehearsal/test_real_writers.py`): `tensorboard/` (one event file per
+miles process: the driver's header-only file, the rollout manager's, the trainer's; torch
+SummaryWriter's scalar events), `ci_history/*.jsonl` (the trainer's CI-history snapshot and
+the driver's 0-byte record), `job.log` (the trainer's `rollout <i>:` line and its `step <i>:`
+line, printed twice, behind Ray's coloured actor prefix), plus `job.json` in the driver's form
+(SUCCEEDED).
 
 It carries, for rollouts 0..19:
 
@@ -121,17 +128,25 @@ def _write_metrics(out: Path, series: dict[str, list[float]]) -> None:
         fixed_clock = SimpleNamespace(time=lambda: START)
         with mock.patch.object(event_file_writer, "time", fixed_clock):
             writer = MilesRunWriter(
-                out / "tensorboard", out / "ci_history", log, pids=PIDS, clock=lambda: next(times)
+                out / "tensorboard",
+                out / "ci_history",
+                log,
+                pids=PIDS,
+                clock=lambda: next(times),
+                ci_record_name=f"{PIDS.trainers[0]}-{CI_UUID}.jsonl",
             )
         for rollout in range(rollouts):
             writer.emit_rollout(rollout, {key: values[rollout] for key, values in series.items()})
         writer.close()
-    (event_file,) = (out / "tensorboard").iterdir()
-    event_file.rename(
-        event_file.with_name(f"events.out.tfevents.{int(START):010d}.{RUN_ID}.{PIDS.trainers[0]}.0")
+    role_pids = {"driver": DRIVER_PID, "rollout_manager": PIDS.rollout_manager}
+    role_pids["trainer"] = PIDS.trainers[0]
+    for role, event_file in writer.event_files.items():
+        name = f"events.out.tfevents.{int(START):010d}.{RUN_ID}.{role_pids[role]}.0"
+        event_file.rename(event_file.with_name(name))
+    assert writer.driver_ci_file is not None
+    writer.driver_ci_file.rename(
+        writer.driver_ci_file.with_name(f"{DRIVER_PID}-{DRIVER_CI_UUID}.jsonl")
     )
-    (record,) = (out / "ci_history").iterdir()
-    record.rename(record.with_name(f"{PIDS.trainers[0]}-{CI_UUID}.jsonl"))
 
 
 def _write_job_json(out: Path) -> None:

@@ -97,7 +97,9 @@ def test_a_corrupt_event_file_is_a_problem_and_the_other_sources_still_count(
     tmp_path: Path,
 ) -> None:
     root = write_run(tmp_path / "run")
-    (event_file,) = (root / "tensorboard").glob("events.out.tfevents.*")
+    event_file = max(
+        (root / "tensorboard").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_size
+    )
     data = bytearray(event_file.read_bytes())
     data[len(data) // 2] ^= 0x40
     event_file.write_bytes(bytes(data))
@@ -114,7 +116,9 @@ def test_a_corrupt_event_file_is_a_problem_and_the_other_sources_still_count(
 
 def test_a_truncated_event_file_is_a_problem_unless_the_run_is_live(tmp_path: Path) -> None:
     root = write_run(tmp_path / "run")
-    (event_file,) = (root / "tensorboard").glob("events.out.tfevents.*")
+    event_file = max(
+        (root / "tensorboard").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_size
+    )
     event_file.write_bytes(event_file.read_bytes()[:-5])
 
     strict = load_run(root)

@@ -83,7 +83,27 @@ def test_tensorboard_scalars_read_back_at_the_rollout_step_as_float32(tmp_path: 
     }
     assert got == want
     assert writer.event_file is not None and writer.event_file.parent == tmp_path / "tensorboard"
-    assert [p.name for p in (tmp_path / "tensorboard").iterdir()] == [writer.event_file.name]
+    # One file per miles process: the driver's holds the file-version header only (88 bytes).
+    assert set(writer.event_files) == {"driver", "rollout_manager", "trainer"}
+    files = sorted((tmp_path / "tensorboard").iterdir())
+    assert files == sorted(writer.event_files.values())
+    assert writer.event_files["driver"].stat().st_size == 88
+    manager = read_tensorboard_dir_files(writer.event_files["rollout_manager"])
+    assert set(manager) == {
+        "perf/rollout_time",
+        "rollout/response_len/mean",
+        "rollout/truncated_ratio",
+    }
+
+
+def read_tensorboard_dir_files(event_file: Path) -> dict:
+    """The scalars of one event file (copied alone into a directory of its own)."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as alone:
+        shutil.copy(event_file, alone)
+        return read_tensorboard_dir(alone)
 
 
 def test_tensorboard_cross_check_with_tensorboards_event_accumulator(tmp_path: Path) -> None:
@@ -117,10 +137,11 @@ def test_each_rollout_is_flushed_before_close(tmp_path: Path) -> None:
 
 def test_ci_history_is_miles_form_with_captured_keys_only(tmp_path: Path) -> None:
     write_run(tmp_path, ROLLOUTS)
-    files = list((tmp_path / "ci_history").iterdir())
-    assert len(files) == 1
-    assert re.fullmatch(r"\d+-[0-9a-f]{32}\.jsonl", files[0].name)
-    lines = files[0].read_text().splitlines()
+    files = sorted((tmp_path / "ci_history").iterdir(), key=lambda p: p.stat().st_size)
+    assert len(files) == 2 and files[0].stat().st_size == 0  # the driver's finish_tracking
+    assert all(re.fullmatch(r"\d+-[0-9a-f]{32}\.jsonl", f.name) for f in files)
+    assert files[1].name.startswith("4242-")  # the trainer's pid
+    lines = files[1].read_text().splitlines()
     records = [json.loads(line) for line in lines]
     # First-capture order: the trainer logs raw_reward (rollout) before the training step.
     assert [r["metric"] for r in records] == [
@@ -147,7 +168,7 @@ def test_non_finite_values_in_all_three_formats(tmp_path: Path) -> None:
     tb = read_tensorboard_dir(tmp_path / "tensorboard")
     assert math.isnan(tb["train/train_rollout_logprob_abs_diff"][1][1])
     assert tb["train/grad_norm"][1][1] == math.inf
-    text = next((tmp_path / "ci_history").iterdir()).read_text()
+    text = "".join(p.read_text() for p in (tmp_path / "ci_history").iterdir())
     assert '"NaN"' in text and '"Infinity"' in text
     for line in text.splitlines():
         json.loads(line, parse_constant=lambda token: pytest.fail(f"bare {token}"))
@@ -162,25 +183,27 @@ def test_log_lines_parse_back_exactly_and_keep_miles_form(tmp_path: Path) -> Non
     want["train/step"] = tuple((k, float(k)) for k in range(len(ROLLOUTS)))
     assert got == want
     lines = log.splitlines()
-    assert len(lines) == 3 * len(ROLLOUTS)
-    stamp = format_log_time(FIXED_TIME)
-    assert lines[0].startswith(f"(RolloutManager pid=4100) {stamp} rollout.py:")
+    assert len(lines) == 4 * len(ROLLOUTS)  # perf, rollout, step twice
+    manager = format_log_time(FIXED_TIME, "rollout_manager")
+    trainer = format_log_time(FIXED_TIME, "actor_cell0_rank0")
+    cyan, reset = "\x1b[36m", "\x1b[0m"
+    assert lines[0].startswith(f"{cyan}(RolloutManager pid=4100){reset} {manager} metrics.py:89")
     assert " - perf 0: {'perf/rollout_time': 101.5, 'rollout/response_len/mean': 2900.0" in lines[0]
-    assert lines[1].startswith(f"(MegatronTrainRayActor pid=4242) {stamp} log_utils.py:")
+    prefix = f"{cyan}(MegatronTrainRayActor pid=4242){reset} {trainer}"
+    assert lines[1].startswith(f"{prefix} log_utils.py:123")
     assert " - rollout 0: {'rollout/raw_reward': 0.5, 'rollout/log_probs': -0.31}" in lines[1]
-    assert lines[2].endswith("'train/ppo_kl': 0.0, 'train/step': 0}")
-    assert re.fullmatch(
-        r"\(MegatronTrainRayActor pid=4242\) \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \] "
-        r"log_utils\.py:\d+ - step 2: \{.*\}",
-        lines[-1],
-    )
+    # log_train_step's dict: the losses, then grad_norm, then the step; printed twice.
+    assert lines[2].startswith(f"{prefix} log_utils.py:542")
+    assert lines[2].endswith("'train/ppo_kl': 0.0, 'train/grad_norm': 0.12, 'train/step': 0}")
+    assert lines[3] == lines[2].replace("log_utils.py:542", "model.py:854")
 
 
 def test_format_log_time_is_local_time_with_milliseconds() -> None:
     import time
 
     local = time.localtime(FIXED_TIME)
-    assert format_log_time(FIXED_TIME) == time.strftime("[%Y-%m-%d %H:%M:%S.250 ]", local)
+    assert format_log_time(FIXED_TIME) == time.strftime("[%Y-%m-%d %H:%M:%S.250 main]", local)
+    assert format_log_time(FIXED_TIME, "rollout_manager").endswith(".250 rollout_manager]")
 
 
 def test_message_kinds_follow_miles() -> None:
@@ -189,13 +212,33 @@ def test_message_kinds_follow_miles() -> None:
     assert log_kind("rollout/truncated_ratio") == "perf"
     assert log_kind("rollout/raw_reward") == "rollout"
     assert log_kind("train/grad_norm") == "step"
+    assert log_kind("perf/actor_train_time") == "trainer_perf"
+    assert log_kind("perf/actor_train_tflops") == "trainer_perf"
+    assert log_kind("perf/wait_time_ratio") == "trainer_perf"
+    assert log_kind("perf/longest_sample_non_generation_time") == "perf"
+    assert log_kind("perf/cpu_memory_after_offload_train_gb") == "tb_only"
     with pytest.raises(ValueError, match="eval/score"):
         log_kind("eval/score")
 
 
 def test_a_kind_without_keys_prints_no_line() -> None:
     lines = metric_log_lines(7, {"train/loss": 1.0}, PIDS, FIXED_TIME)
-    assert len(lines) == 1 and " - step 7: {'train/loss': 1.0, 'train/step': 7}" in lines[0]
+    assert len(lines) == 2 and all(
+        " - step 7: {'train/loss': 1.0, 'train/step': 7}" in x for x in lines
+    )
+
+
+def test_trainer_perf_line_and_tensorboard_only_keys(tmp_path: Path) -> None:
+    metrics = {"perf/actor_train_time": 12.5, "perf/cpu_memory_after_offload_train_gb": 80.25}
+    log, writer = write_run(tmp_path, [metrics])
+    (line,) = log.splitlines()
+    assert "train_metric_utils.py:56 - perf 0: {'perf/actor_train_time': 12.5}" in line
+    assert "cpu_memory" not in log
+    trainer = read_tensorboard_dir_files(writer.event_files["trainer"])
+    assert trainer == {
+        "perf/actor_train_time": ((0, 12.5),),
+        "perf/cpu_memory_after_offload_train_gb": ((0, 80.25),),
+    }
 
 
 def test_unknown_key_refuses_before_writing_anything(tmp_path: Path) -> None:
@@ -220,8 +263,9 @@ def test_without_dirs_only_the_log_is_written(tmp_path: Path) -> None:
 def test_no_ci_file_until_a_captured_key_is_logged(tmp_path: Path) -> None:
     writer = MilesRunWriter(None, tmp_path / "ci", io.StringIO(), pids=PIDS)
     writer.emit_rollout(0, {"train/loss": 0.1, "perf/rollout_time": 1.0})
-    writer.close()
     assert not (tmp_path / "ci").exists()
+    writer.close()
+    assert [p.stat().st_size for p in (tmp_path / "ci").iterdir()] == [0]  # the driver's
 
 
 def test_ci_values_encode_like_miles() -> None:

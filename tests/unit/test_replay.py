@@ -190,8 +190,10 @@ def test_healthy_replay_ci_history_is_miles_form(
     healthy: tuple[Path, str], source_series: SeriesMap
 ) -> None:
     run_dir, _ = healthy
-    (record,) = (run_dir / "ci_history").iterdir()
-    assert re.fullmatch(r"\d+-[0-9a-f]{32}\.jsonl", record.name)
+    records = sorted((run_dir / "ci_history").iterdir(), key=lambda p: p.stat().st_size)
+    assert all(re.fullmatch(r"\d+-[0-9a-f]{32}\.jsonl", p.name) for p in records)
+    driver, record = records  # the driver's finish_tracking leaves a 0-byte record
+    assert driver.stat().st_size == 0
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     assert [line["metric"] for line in lines] == [
         "rollout/raw_reward",
@@ -207,15 +209,16 @@ def test_healthy_replay_log_is_miles_lines(healthy: tuple[Path, str]) -> None:
     lines = log.splitlines()
     assert "miles_amd replay of" in lines[0]
     metric_lines = lines[1:]
-    assert len(metric_lines) == 3 * SOURCE_ROLLOUTS
+    assert len(metric_lines) == 4 * SOURCE_ROLLOUTS
     actor_line = re.compile(
-        r"\((RolloutManager|MegatronTrainRayActor) pid=\d+\) "
-        r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \] [\w.]+:\d+ - (perf|rollout|step) (\d+): \{.*\}"
+        r"\x1b\[36m\((RolloutManager|MegatronTrainRayActor) pid=\d+\)\x1b\[0m "
+        r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (?:rollout_manager|actor_cell0_rank0)\] "
+        r"[\w.]+:\d+ - (perf|rollout|step) (\d+): \{.*\}"
     )
     kinds = [actor_line.fullmatch(line) for line in metric_lines]
     assert all(kinds), metric_lines
     assert [(m.group(2), int(m.group(3))) for m in kinds] == [  # type: ignore[union-attr]
-        (kind, k) for k in range(SOURCE_ROLLOUTS) for kind in ("perf", "rollout", "step")
+        (kind, k) for k in range(SOURCE_ROLLOUTS) for kind in ("perf", "rollout", "step", "step")
     ]
     assert all(m.group(1) == "RolloutManager" for m in kinds if m.group(2) == "perf")  # type: ignore[union-attr]
     assert "TENSORBOARD_DIR" not in log and str(run_dir) not in log  # no env value printed
@@ -320,7 +323,7 @@ def test_fault_known_sentinel(source: Path, source_series: SeriesMap, tmp_path: 
     assert proc.returncode == 0, proc.stderr
     (hit,) = evidence.sentinels
     assert (hit.name, hit.severity, hit.count) == ("megatron_moe_router_not_fp32", "known", 8)
-    pids = re.findall(r"^\(MegatronTrainRayActor pid=(\d+)\) .*fp32 routing", proc.stdout, re.M)
+    pids = re.findall(r"\(MegatronTrainRayActor pid=(\d+)\)\S* .*fp32 routing", proc.stdout)
     assert len(set(pids)) == 8
     assert metrics_only(evidence.series) == source_series
 
@@ -339,7 +342,7 @@ def test_fault_truncated_event(source: Path, tmp_path: Path) -> None:
     with pytest.raises(EventFileError):
         read_tensorboard_dir(tmp_path / "tensorboard")
     assert [p.source for p in evidence.problems] == ["tensorboard"]
-    (event_file,) = (tmp_path / "tensorboard").iterdir()
+    event_file = max((tmp_path / "tensorboard").iterdir(), key=lambda p: p.stat().st_size)
     with pytest.raises(ValueError, match="no complete final record"):
         final_record_cut(event_file.read_bytes())
     # A live read drops exactly the cut record: the last scalar of the last rollout.
@@ -469,7 +472,7 @@ def test_refuses_an_unknown_fault(source: Path, tmp_path: Path) -> None:
 def test_refuses_an_untrustworthy_source(source: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(source, broken)
-    (event_file,) = (broken / "tensorboard").iterdir()
+    event_file = max((broken / "tensorboard").iterdir(), key=lambda p: p.stat().st_size)
     os.truncate(event_file, final_record_cut(event_file.read_bytes()))
     run_dir = tmp_path / "run"
     proc = run_replay(run_dir, broken, capture_argv())
@@ -646,7 +649,7 @@ def test_fault_at_must_fire_within_the_run() -> None:
 
 def test_sentinel_lines_match_the_sentinel_table() -> None:
     fatal = fatal_sentinel_line(PIDS, 1_795_000_000.0)
-    assert fatal.startswith(f"(SGLangEngine pid={PIDS.sglang_engine}) [")
+    assert fatal.startswith(f"\x1b[36m(SGLangEngine pid={PIDS.sglang_engine})\x1b[0m [")
     known = known_sentinel_lines(PIDS)
     hits = {hit.name: hit for hit in scan_lines([fatal, *known])}
     assert hits["sglang_lora_skips_moe"].severity == "fatal"

@@ -260,17 +260,23 @@ def transform_series(kind: str | None, at: int, series: Mapping[str, Series]) ->
     return out
 
 
+def fatal_sentinel_body(epoch_seconds: float) -> str:
+    """SGLang's MoE-LoRA warning as the engine process prints it (before Ray's prefix)."""
+    stamp = format_log_time(epoch_seconds)[1:20]  # SGLang logs seconds, no milliseconds
+    return _FATAL_SENTINEL_FORMAT.format(time=stamp, text=FATAL_SENTINEL_TEXT)
+
+
 def fatal_sentinel_line(pids: ActorPids, epoch_seconds: float) -> str:
     """SGLang's MoE-LoRA warning as the job log shows it (forwarded from the engine actor)."""
-    stamp = format_log_time(epoch_seconds)[1:20]  # SGLang logs seconds, no milliseconds
-    body = _FATAL_SENTINEL_FORMAT.format(time=stamp, text=FATAL_SENTINEL_TEXT)
-    return ray_line(SGLANG_ACTOR, pids.sglang_engine, body)
+    return ray_line(SGLANG_ACTOR, pids.sglang_engine, fatal_sentinel_body(epoch_seconds))
+
+
+KNOWN_SENTINEL_BODY = f"{_KNOWN_SENTINEL_ORIGIN} {KNOWN_SENTINEL_TEXT}"
 
 
 def known_sentinel_lines(pids: ActorPids) -> list[str]:
     """Megatron's fp32-routing warning once per trainer rank, each with its rank's pid."""
-    body = f"{_KNOWN_SENTINEL_ORIGIN} {KNOWN_SENTINEL_TEXT}"
-    return [ray_line(TRAINER_ACTOR, pid, body) for pid in pids.trainers]
+    return [ray_line(TRAINER_ACTOR, pid, KNOWN_SENTINEL_BODY) for pid in pids.trainers]
 
 
 _LENGTH = struct.Struct("<Q")

@@ -1,35 +1,41 @@
-"""Writes a run's metrics in miles' three output formats, one rollout at a time.
+"""Writes a run's metrics in miles' three output formats, one rollout at a time (the imitation).
 
 Decides: the exact form of what miles leaves behind for one rollout, so the CPU rehearsal's
 replay and the embedded example produce evidence that the readers cannot tell from a real
-run's:
+run's. The real-writer mode (``real_writers``, miles' own code in Ray actors) is the
+reference; ``tests/rehearsal/test_real_writers.py`` compares the two on the same values.
+This imitation needs neither torch nor miles, so it is the CPU default.
 
-- **Job log** (stdout of the Ray job): miles' logger lines with Ray's actor prefix,
-  ``(<Actor> pid=<pid>) [YYYY-MM-DD HH:MM:SS.mmm ] <file>:<line> - <message>``, local time.
-  Per rollout ``k``, in the order miles prints them: the rollout manager's
-  ``perf k: {...}`` (``perf/*``, ``rollout/response_len/*``, ``rollout/truncated_ratio``),
-  the trainer's ``rollout k: {...}`` (every other ``rollout/*`` key) and the trainer's
-  ``step k: {..., 'train/step': k}`` (``train/*``). A message kind without keys is not
-  printed. The dicts are Python reprs, so a non-finite value prints as ``nan``/``inf``,
-  exactly as miles prints it.
-- **TensorBoard** (``TENSORBOARD_DIR``): one event per scalar, ``Summary.Value(tag,
-  simple_value)`` -- the form ``torch.utils.tensorboard.SummaryWriter.add_scalar`` writes
-  (miles' ``_TensorboardAdapter`` calls it; torch is not needed here, tensorboard's own
-  ``EventFileWriter`` writes the same records). ``train/*`` are logged at ``train/step``,
-  ``rollout/*`` and ``perf/*`` at ``rollout/step``; with one optimizer step per rollout both
-  are ``k``. The step key itself is not a scalar (miles drops it before logging). The file
-  is flushed after every rollout, so a watcher sees each rollout promptly.
-  Quirk: ``simple_value`` is a float32, so a value read back is the float32 rounding of the
-  value written (the log line and the CI history keep the float64).
-- **CI history** (``MILES_CI_GATE_RECORD_DIR``): ``<pid>-<uuid32>.jsonl``, one line per
-  captured metric, ``{"metric": key, "series": [[step, value], ...]}``, non-finite values as
-  the strings ``"NaN"``/``"Infinity"``/``"-Infinity"``. Only :data:`CI_CAPTURED_KEYS` are
-  captured. Like miles' ``CiHistoryBackend`` (``miles/utils/tracking_utils/ci_history.py``),
-  the whole file is rewritten atomically (temp file + ``os.replace``) after every rollout
-  that captured a value, because miles' training actor never calls ``finish()``: the file
-  is always the latest complete snapshot, also after a crash. No file is written until a
-  captured key was logged. Lines appear in first-capture order (the trainer logs
-  ``rollout/raw_reward`` before the training step).
+- **Job log** (stdout of the Ray job): miles' log format
+  ``[YYYY-MM-DD HH:MM:SS.mmm <identity>] <file>:<line> - <message>`` (local time; the identity
+  is miles' process identity, ``main``, ``rollout_manager`` or ``actor_cell0_rank0``), worker
+  lines behind Ray's ANSI-coloured prefix ``\\x1b[36m(<Actor> pid=<pid>)\\x1b[0m ``. Per rollout
+  ``k``, in the order miles prints them: the rollout manager's ``perf k: {...}``
+  (``metrics.py:89``: the rollout manager's ``perf/*``, ``rollout/response_len/*``,
+  ``rollout/truncated_ratio`` ...), the trainer's ``rollout k: {...}`` (``log_utils.py:123``,
+  every other ``rollout/*`` key), ``step k: {..., 'train/step': k}`` twice
+  (``log_utils.py:542`` and ``model.py:854``; ``train/grad_norm`` last before the step, as
+  ``log_train_step`` builds it) and the trainer's own ``perf k: {...}``
+  (``train_metric_utils.py:56``: ``perf/*_time``, ``*_tflops``, ``actor_train_tok_per_s``,
+  ``step_time``, ``wait_time_ratio``). :data:`TENSORBOARD_ONLY_KEYS` are never printed. A
+  message kind without keys is not printed. The dicts are Python reprs, so a non-finite value
+  prints as ``nan``/``inf``, exactly as miles prints it.
+- **TensorBoard** (``TENSORBOARD_DIR``): one file per process, as each miles process opens
+  its own ``SummaryWriter``: the driver's (the file-version header only, 88 bytes), the rollout
+  manager's and the trainer's, named ``events.out.tfevents.<time>.<host>.<pid>.<n>``. One event
+  per scalar, ``Summary.Value(tag, simple_value)`` -- the form ``add_scalar`` writes (torch
+  is not needed: tensorboard's own ``EventFileWriter``, which torch uses too, writes the same
+  records). Every scalar's step is the rollout id; the step keys are not scalars. The files
+  are flushed after every rollout. Quirk: ``simple_value`` is a float32, so a value read back
+  is the float32 rounding of the value written (the log line and the CI history keep the
+  float64).
+- **CI history** (``MILES_CI_GATE_RECORD_DIR``): the trainer's ``<pid>-<uuid32>.jsonl``, one
+  line per captured metric, ``{"metric": key, "series": [[step, value], ...]}``, non-finite
+  values as the strings ``"NaN"``/``"Infinity"``/``"-Infinity"``, rewritten atomically
+  (temp file + ``os.replace``) after every rollout that captured a value (miles' trainer
+  never calls ``finish()``); no file until a captured key was logged; lines in first-capture
+  order (the trainer logs ``rollout/raw_reward`` before the training step). :meth:`close`
+  leaves the driver's **0-byte** record, as its ``finish_tracking`` does.
 
 Does not decide: which values are written (the caller's), whether they are good (the gate's),
 or anything about faults (``faults``).
@@ -46,9 +52,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
-LogKind = Literal["perf", "rollout", "step"]
+LogKind = Literal["perf", "rollout", "step", "trainer_perf", "tb_only"]
 
 # The keys miles' CiHistoryBackend captures (TARGET_METRIC_KEYS), in its order. Newer miles
 # also captures two TITO mismatch rates of multi-turn rollouts; this single-turn math recipe
@@ -63,18 +69,37 @@ CI_CAPTURED_KEYS: tuple[str, ...] = (
 
 # miles' step keys: logged inside the dicts, used as the TensorBoard step, never a scalar.
 STEP_KEYS: tuple[str, ...] = ("train/step", "rollout/step")
+# Logged by the trainer's log_cpu_memory with tracking.log only: TensorBoard, never the log.
+TENSORBOARD_ONLY_KEYS: tuple[str, ...] = ("perf/cpu_memory_after_offload_train_gb",)
 
 TRAINER_ACTOR = "MegatronTrainRayActor"
 ROLLOUT_ACTOR = "RolloutManager"
 SGLANG_ACTOR = "SGLangEngine"
+DRIVER_IDENTITY = "main"
+ROLLOUT_IDENTITY = "rollout_manager"
+TRAINER_IDENTITY = "actor_cell0_rank0"
+# Ray's colour around a worker's prefix (colorama CYAN ... RESET_ALL), also in a log file.
+RAY_PREFIX_COLOUR = ("\x1b[36m", "\x1b[0m")
 
-# Source locations miles' logger prints for the three metric messages (they vary by miles
-# version; readers must not depend on them).
-PERF_SOURCE = "rollout.py:689"
-ROLLOUT_SOURCE = "log_utils.py:126"
-STEP_SOURCE = "log_utils.py:542"
+# Source locations of the metric messages in the pinned miles (readers must not depend on
+# them; the real-writer mode finds them in the miles tree it runs).
+PERF_SOURCE = "metrics.py:89"
+ROLLOUT_SOURCE = "log_utils.py:123"
+STEP_SOURCES = ("log_utils.py:542", "model.py:854")
+TRAINER_PERF_SOURCE = "train_metric_utils.py:56"
 
-_PERF_ROLLOUT_KEYS = ("rollout/response_len/", "rollout/truncated_ratio")
+_ROLLOUT_MANAGER_KEYS = (
+    "rollout/response_len/",
+    "rollout/truncated_ratio",
+    "rollout/repetition_frac",
+    "rollout/zero_std/",
+    "rollout/prefix_cache_hit_rate",
+    "rollout/avg_cached_tokens_per_sample",
+    "rollout/weight_version/",
+)
+_TRAINER_PERF_NAMES = ("actor_train_tok_per_s", "step_time", "wait_time_ratio", "mfu_peak_tflops")
+_TRAINER_PERF_SUFFIXES = ("_time", "_tflops", "_mfu")
+_ROLLOUT_PERF_PREFIXES = ("rollout_time", "longest_", "non_generation_time")
 
 
 @dataclass(frozen=True)
@@ -95,14 +120,25 @@ class ActorPids:
         )
 
 
+def _trainer_perf(name: str) -> bool:
+    if name.startswith(_ROLLOUT_PERF_PREFIXES):
+        return False
+    return name in _TRAINER_PERF_NAMES or name.endswith(_TRAINER_PERF_SUFFIXES)
+
+
 def log_kind(key: str) -> LogKind:
     """Which miles message carries ``key``; a key of no miles message is a ``ValueError``.
 
-    The step keys (:data:`STEP_KEYS`) are no metrics: the writer adds ``train/step`` itself.
+    ``perf``: the rollout manager's ``perf k:``; ``trainer_perf``: the trainer's; ``tb_only``:
+    TensorBoard alone. The step keys (:data:`STEP_KEYS`) are no metrics: the writer adds them.
     """
     if key in STEP_KEYS:
         raise ValueError(f"{key!r} is miles' step key, not a metric; the writer adds it")
-    if key.startswith("perf/") or key.startswith(_PERF_ROLLOUT_KEYS):
+    if key in TENSORBOARD_ONLY_KEYS:
+        return "tb_only"
+    if key.startswith("perf/"):
+        return "trainer_perf" if _trainer_perf(key.removeprefix("perf/")) else "perf"
+    if key.startswith(_ROLLOUT_MANAGER_KEYS):
         return "perf"
     if key.startswith("rollout/"):
         return "rollout"
@@ -113,39 +149,62 @@ def log_kind(key: str) -> LogKind:
     )
 
 
-def format_log_time(epoch_seconds: float) -> str:
-    """``[YYYY-MM-DD HH:MM:SS.mmm ]`` in local time, as miles' log format renders it."""
+def format_log_time(epoch_seconds: float, identity: str = DRIVER_IDENTITY) -> str:
+    """``[YYYY-MM-DD HH:MM:SS.mmm <identity>]`` in local time, as miles' log format renders it."""
     moment = datetime.fromtimestamp(epoch_seconds)
-    return f"[{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} ]"
+    return f"[{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} {identity}]"
 
 
 def ray_line(actor: str, pid: int, body: str) -> str:
-    """A worker's line as the Ray driver prints it: ``(<actor> pid=<pid>) <body>``."""
-    return f"({actor} pid={pid}) {body}"
+    """A worker's line as the Ray driver prints it: ``<cyan>(<actor> pid=<pid>)<reset> <body>``."""
+    return f"{RAY_PREFIX_COLOUR[0]}({actor} pid={pid}){RAY_PREFIX_COLOUR[1]} {body}"
+
+
+def _step_dict(step: Mapping[str, float], rollout: int) -> dict[str, float | int]:
+    """``log_train_step``'s order: the losses, ``train/grad_norm``, then ``train/step``."""
+    out: dict[str, float | int] = {k: v for k, v in step.items() if k != "train/grad_norm"}
+    if "train/grad_norm" in step:
+        out["train/grad_norm"] = step["train/grad_norm"]
+    out["train/step"] = rollout
+    return out
+
+
+def group_metrics(metrics: Mapping[str, float]) -> dict[LogKind, dict[str, float]]:
+    """``metrics`` split by the message that carries each key (caller's order kept)."""
+    groups: dict[LogKind, dict[str, float]] = {
+        "perf": {}, "rollout": {}, "step": {}, "trainer_perf": {}, "tb_only": {},
+    }  # fmt: skip
+    for key, value in metrics.items():
+        groups[log_kind(key)][key] = value
+    return groups
 
 
 def metric_log_lines(
     rollout: int, metrics: Mapping[str, float], pids: ActorPids, epoch_seconds: float
 ) -> list[str]:
-    """The perf / rollout / step lines miles prints for one rollout (kinds without keys left out).
+    """The metric lines miles prints for one rollout (kinds without keys left out).
 
     Keys keep the caller's order within each message; ``ValueError`` for a key of no message.
     """
-    groups: dict[LogKind, dict[str, float | int]] = {"perf": {}, "rollout": {}, "step": {}}
-    for key, value in metrics.items():
-        groups[log_kind(key)][key] = value
-    stamp = format_log_time(epoch_seconds)
+    groups = group_metrics(metrics)
+    manager = format_log_time(epoch_seconds, ROLLOUT_IDENTITY)
+    trainer = format_log_time(epoch_seconds, TRAINER_IDENTITY)
+    rank0 = pids.trainers[0]
     lines = []
     if groups["perf"]:
-        body = f"{stamp} {PERF_SOURCE} - perf {rollout}: {groups['perf']}"
+        body = f"{manager} {PERF_SOURCE} - perf {rollout}: {groups['perf']}"
         lines.append(ray_line(ROLLOUT_ACTOR, pids.rollout_manager, body))
     if groups["rollout"]:
-        body = f"{stamp} {ROLLOUT_SOURCE} - rollout {rollout}: {groups['rollout']}"
-        lines.append(ray_line(TRAINER_ACTOR, pids.trainers[0], body))
+        body = f"{trainer} {ROLLOUT_SOURCE} - rollout {rollout}: {groups['rollout']}"
+        lines.append(ray_line(TRAINER_ACTOR, rank0, body))
     if groups["step"]:
-        step = {**groups["step"], "train/step": rollout}
-        body = f"{stamp} {STEP_SOURCE} - step {rollout}: {step}"
-        lines.append(ray_line(TRAINER_ACTOR, pids.trainers[0], body))
+        step = _step_dict(groups["step"], rollout)
+        for source in STEP_SOURCES:
+            body = f"{trainer} {source} - step {rollout}: {step}"
+            lines.append(ray_line(TRAINER_ACTOR, rank0, body))
+    if groups["trainer_perf"]:
+        body = f"{trainer} {TRAINER_PERF_SOURCE} - perf {rollout}: {groups['trainer_perf']}"
+        lines.append(ray_line(TRAINER_ACTOR, rank0, body))
     return lines
 
 
@@ -176,9 +235,11 @@ class MilesRunWriter:
     ``tensorboard_dir=None`` writes no event file; ``ci_history_dir=None`` no CI history
     (as miles without ``--use-tensorboard`` / ``MILES_CI_GATE_RECORD_DIR``). ``clock``
     gives the epoch seconds used for log timestamps and event wall times, and
-    ``ci_record_name`` replaces miles' ``<pid>-<uuid4 hex>.jsonl`` (both for reproducible
-    output). :attr:`event_file` and :attr:`ci_file` are where it writes (``None`` when
-    off). Call :meth:`close` once at the end.
+    ``ci_record_name`` replaces miles' ``<pid>-<uuid4 hex>.jsonl`` of the trainer (both for
+    reproducible output). :attr:`event_files` maps ``driver``/``rollout_manager``/``trainer``
+    to their event files, :attr:`event_file` is the trainer's, :attr:`ci_file` the trainer's
+    CI history and :attr:`driver_ci_file` the driver's (``None`` when off). Call
+    :meth:`close` once at the end.
     """
 
     def __init__(
@@ -196,34 +257,49 @@ class MilesRunWriter:
         self._clock = clock
         self._ci_series: dict[str, list[tuple[int, float]]] = {}
         self.ci_file: Path | None = None
+        self.driver_ci_file: Path | None = None
         if ci_history_dir is not None:
-            name = ci_record_name or f"{os.getpid()}-{uuid.uuid4().hex}.jsonl"
+            name = ci_record_name or f"{self._pids.trainers[0]}-{uuid.uuid4().hex}.jsonl"
             self.ci_file = Path(ci_history_dir) / name
-        self._event_writer = None
-        self.event_file: Path | None = None
+            self.driver_ci_file = Path(ci_history_dir) / f"{os.getpid()}-{uuid.uuid4().hex}.jsonl"
+        self._event_writers: dict[str, Any] = {}  # role -> tensorboard's EventFileWriter
+        self.event_files: dict[str, Path] = {}
         if tensorboard_dir is not None:
-            self._open_event_file(Path(tensorboard_dir))
+            for role in ("driver", "rollout_manager", "trainer"):
+                self._open_event_file(Path(tensorboard_dir), role)
 
     @property
     def pids(self) -> ActorPids:
         return self._pids
 
-    def _open_event_file(self, directory: Path) -> None:
+    @property
+    def event_file(self) -> Path | None:
+        """The trainer's event file (the one with the training scalars)."""
+        return self.event_files.get("trainer")
+
+    def _open_event_file(self, directory: Path, role: str) -> None:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         directory.mkdir(parents=True, exist_ok=True)
         before = set(directory.iterdir())
         # flush_secs is irrelevant: every rollout ends with an explicit flush.
-        self._event_writer = EventFileWriter(str(directory))
+        writer = EventFileWriter(str(directory))
+        self._event_writers[role] = writer
         created = sorted(set(directory.iterdir()) - before)
         # EventFileWriter creates its file (with the file_version event) on construction and
         # does not expose the name; it is the one new file in the directory.
-        self.event_file = created[0] if len(created) == 1 else None
+        if len(created) == 1:
+            self.event_files[role] = created[0]
 
     def print_line(self, line: str) -> None:
-        """Print one job-log line and flush (a watcher reads the log as it grows)."""
+        """Print one line of the driver (miles' ``main`` process) and flush."""
         self._stream.write(line + "\n")
         self._stream.flush()
+
+    def print_actor_line(self, actor: str, body: str, rank: int = 0) -> None:
+        """Print ``body`` as Ray forwards a line of ``actor`` (trainer rank ``rank``), flush."""
+        pid = {SGLANG_ACTOR: self._pids.sglang_engine, TRAINER_ACTOR: self._pids.trainers[rank]}
+        self.print_line(ray_line(actor, pid[actor], body))
 
     def emit_rollout(self, rollout: int, metrics: Mapping[str, float]) -> None:
         """Rollout ``rollout`` (0-based): log lines, then TensorBoard, then CI history."""
@@ -231,7 +307,7 @@ class MilesRunWriter:
         for line in metric_log_lines(rollout, metrics, self._pids, now):
             self._stream.write(line + "\n")
         self._stream.flush()
-        if self._event_writer is not None:
+        if self._event_writers:
             self._write_scalars(rollout, metrics, now)
         if self.ci_file is not None:
             self._capture_ci(rollout, metrics)
@@ -240,13 +316,21 @@ class MilesRunWriter:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        assert self._event_writer is not None
-        # miles logs the rollout metrics (rollout/step) before the training step (train/step).
-        ordered = sorted(metrics.items(), key=lambda item: log_kind(item[0]) == "step")
-        for key, value in ordered:
-            summary = Summary(value=[Summary.Value(tag=key, simple_value=value)])
-            self._event_writer.add_event(Event(wall_time=now, step=rollout, summary=summary))
-        self._event_writer.flush()
+        groups = group_metrics(metrics)
+        step = _step_dict(groups["step"], rollout) if groups["step"] else {}
+        step.pop("train/step", None)
+        # Each process's tracking.log calls, in miles' order.
+        per_role = {
+            "rollout_manager": [groups["perf"]],
+            "trainer": [groups["rollout"], step, groups["trainer_perf"], groups["tb_only"]],
+        }
+        for role, dicts in per_role.items():
+            writer = self._event_writers[role]
+            for values in dicts:
+                for key, value in values.items():
+                    summary = Summary(value=[Summary.Value(tag=key, simple_value=value)])
+                    writer.add_event(Event(wall_time=now, step=rollout, summary=summary))
+            writer.flush()
 
     def _capture_ci(self, rollout: int, metrics: Mapping[str, float]) -> None:
         captured = False
@@ -267,9 +351,14 @@ class MilesRunWriter:
         os.replace(tmp, self.ci_file)
 
     def close(self) -> None:
-        """Flush and close the event file; write the final CI-history snapshot (if any)."""
-        if self._event_writer is not None:
-            self._event_writer.close()
-            self._event_writer = None
-        if self.ci_file is not None and self._ci_series:
-            self._write_ci_snapshot()
+        """The driver's finish_tracking: close its event file, leave its 0-byte CI record.
+
+        The actors' event files are flushed (after every rollout) but, as in miles, never
+        closed by a finish(); they are closed here only to release the handles.
+        """
+        for writer in self._event_writers.values():
+            writer.close()
+        self._event_writers = {}
+        if self.driver_ci_file is not None:
+            self.driver_ci_file.parent.mkdir(parents=True, exist_ok=True)
+            self.driver_ci_file.write_bytes(b"")

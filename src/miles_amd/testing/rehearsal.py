@@ -28,13 +28,26 @@ EXAMPLE_RUN = package_path("miles_amd.testing", "example-run")
 
 
 def replay_prefix(
-    source: Path, *, pace_s: float, fault: str | None = None, at: int = DEFAULT_FAULT_AT
+    source: Path,
+    *,
+    pace_s: float,
+    fault: str | None = None,
+    at: int = DEFAULT_FAULT_AT,
+    writers: str = "imitation",
+    miles_src: str | None = None,
 ) -> tuple[str, ...]:
-    """The entrypoint that replaces ``python3 <miles>/train.py`` in a rehearsal."""
+    """The entrypoint that replaces ``python3 <miles>/train.py`` in a rehearsal.
+
+    ``writers="real"`` has miles' own writer code (in ``miles_src``) write the evidence.
+    """
     prefix = (sys.executable, "-m", "miles_amd.testing.replay", "--replay-source", str(source))
     prefix += ("--replay-pace", str(pace_s))
     if fault is not None:
         prefix += ("--replay-fault", fault, "--replay-fault-at", str(at))
+    if writers != "imitation":
+        prefix += ("--replay-writers", writers)
+    if miles_src is not None:
+        prefix += ("--replay-miles-src", miles_src)
     return prefix
 
 
@@ -51,13 +64,15 @@ def rehearse(
     baseline: str = "patched",
     source: Path = EXAMPLE_RUN,
     state_dir: str | None = None,
+    writers: str = "imitation",
+    miles_src: str | None = None,
 ) -> RunOutcome:
     """One replayed run through the real driver and gate; ``env`` may name a Ray cluster."""
+    prefix = replay_prefix(
+        source, pace_s=pace_s, fault=fault, at=at, writers=writers, miles_src=miles_src
+    )
     plan = build_train_plan(
-        Recipe(num_rollout=num_rollout),
-        env,
-        run_dir=str(run_dir),
-        entrypoint_prefix=replay_prefix(source, pace_s=pace_s, fault=fault, at=at),
+        Recipe(num_rollout=num_rollout), env, run_dir=str(run_dir), entrypoint_prefix=prefix
     )
     return execute(
         plan,

@@ -3,12 +3,15 @@
 The CPU rehearsal submits the recipe's command line with only the entrypoint swapped::
 
     python3 -m miles_amd.testing.replay --replay-source RUN_DIR --replay-pace 0.5 \\
-        [--replay-fault KIND --replay-fault-at K] <model args> <train args>
+        [--replay-fault KIND --replay-fault-at K] \\
+        [--replay-writers imitation|real [--replay-miles-src DIR]] <model args> <train args>
 
-and this module re-emits the recorded run as miles would (``miles_writer``): the job-log
-lines on stdout, TensorBoard scalars under ``TENSORBOARD_DIR`` and the CI history under
+and this module re-emits the recorded run as miles would: the job-log lines on stdout,
+TensorBoard scalars under ``TENSORBOARD_DIR`` and the CI history under
 ``MILES_CI_GATE_RECORD_DIR``, one rollout every ``--replay-pace`` seconds, with at most one
-injected fault (``faults``).
+injected fault (``faults``). ``--replay-writers imitation`` (the default, no torch needed)
+writes through ``miles_writer``; ``real`` through miles' own writer code in Ray actors
+(``real_writers``; miles' tree from ``--replay-miles-src`` or ``MILES_AMD_MILES_SRC``).
 
 Decides, before anything is written (a refusal is one line on stderr, exit code 2):
 
@@ -43,22 +46,28 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from miles_amd.evidence.types import SeriesMap
 from miles_amd.recipe.settings import Recipe, RecipeError
 from miles_amd.testing.faults import (
     DEFAULT_FAULT_AT,
     FAULTS,
+    KNOWN_SENTINEL_BODY,
     FaultError,
     FaultPlan,
-    fatal_sentinel_line,
+    fatal_sentinel_body,
     final_record_cut,
-    known_sentinel_lines,
     plan_fault,
     transform_series,
 )
-from miles_amd.testing.miles_writer import STEP_KEYS, MilesRunWriter, format_log_time
+from miles_amd.testing.miles_writer import (
+    SGLANG_ACTOR,
+    STEP_KEYS,
+    TRAINER_ACTOR,
+    MilesRunWriter,
+    format_log_time,
+)
 
 # The series every baseline rules on without an "optional" (and the value faults change); the
 # embedded example carries exactly these. Other series are replayed where the source has them.
@@ -72,6 +81,9 @@ CI_HISTORY_ENV = "MILES_CI_GATE_RECORD_DIR"
 _NEEDS_TENSORBOARD = ("no-tensorboard", "truncated-event")
 
 Flag = tuple[str, tuple[str, ...]]
+# The writers' common interface: pids, print_line, print_actor_line, emit_rollout, close and
+# event_file (the trainer's, after close for the real writers).
+Writer = Any
 
 
 class ReplayRefused(ValueError):
@@ -327,6 +339,17 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_FAULT_AT,
         help="0-based rollout the fault fires at (default %(default)s)",
     )
+    parser.add_argument(
+        "--replay-writers",
+        choices=("imitation", "real"),
+        default="imitation",
+        help="who writes the evidence: miles_writer's imitation, or miles' own code (needs torch)",
+    )
+    parser.add_argument(
+        "--replay-miles-src",
+        default=None,
+        help="miles checkout for --replay-writers real (default: $MILES_AMD_MILES_SRC)",
+    )
     return parser
 
 
@@ -351,23 +374,32 @@ def _prepare(
     return recipe, plan, rollout_metrics(series, recipe.num_rollout), tensorboard_dir, ci_dir
 
 
+def _miles_src(args: argparse.Namespace) -> Path:
+    from miles_amd.testing.real_writers import MilesSourceError, resolve_miles_src
+
+    try:
+        return resolve_miles_src(args.replay_miles_src, os.environ)
+    except MilesSourceError as exc:
+        raise ReplayRefused(str(exc)) from None
+
+
 def _crash(rollout: int) -> NoReturn:
     raise RuntimeError(f"replay fault 'crash': the trainer died before rollout {rollout}")
 
 
 def replay(
-    plan: FaultPlan, rollouts: Sequence[Mapping[str, float]], writer: MilesRunWriter, pace: float
+    plan: FaultPlan, rollouts: Sequence[Mapping[str, float]], writer: Writer, pace: float
 ) -> None:
     """Emit the planned rollouts through ``writer``; crash or hang as the plan says."""
     if plan.known_sentinel_at_start:
-        for line in known_sentinel_lines(writer.pids):
-            writer.print_line(line)
+        for rank in range(len(writer.pids.trainers)):
+            writer.print_actor_line(TRAINER_ACTOR, KNOWN_SENTINEL_BODY, rank)
     for rollout in range(plan.emit_rollouts):
         time.sleep(pace)
         if plan.crash_before == rollout:
             _crash(rollout)
         if plan.fatal_sentinel_at == rollout:
-            writer.print_line(fatal_sentinel_line(writer.pids, time.time()))
+            writer.print_actor_line(SGLANG_ACTOR, fatal_sentinel_body(time.time()))
         writer.emit_rollout(rollout, rollouts[rollout])
         if plan.hang_after == rollout:
             threading.Event().wait()  # the hang fault: until the driver kills the job
@@ -384,15 +416,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, rest = _parser().parse_known_args(argv)
     try:
         recipe, plan, rollouts, tensorboard_dir, ci_dir = _prepare(args, rest, os.environ)
+        miles_src = _miles_src(args) if args.replay_writers == "real" else None
     except (ReplayRefused, RecipeError, FaultError) as exc:
         print(f"replay: refused: {exc}", file=sys.stderr)
         return 2
     fault = f", fault {args.replay_fault} (K={args.replay_fault_at})" if args.replay_fault else ""
-    writer = MilesRunWriter(tensorboard_dir, ci_dir, sys.stdout)
+    writer: Writer
+    if miles_src is not None:
+        from miles_amd.testing.real_writers import RealRunWriter
+
+        writer = RealRunWriter(miles_src, tensorboard_dir, ci_dir)
+        start = ""
+    else:
+        writer = MilesRunWriter(tensorboard_dir, ci_dir, sys.stdout)
+        start = f"{format_log_time(time.time())} replay.py:1 - "
     writer.print_line(
-        f"{format_log_time(time.time())} replay.py:1 - miles_amd replay of "
-        f"{Path(args.replay_source).name}: {recipe.num_rollout} rollouts, "
-        f"{args.replay_pace} s each{fault}"
+        f"{start}miles_amd replay of {Path(args.replay_source).name}: "
+        f"{recipe.num_rollout} rollouts, {args.replay_pace} s each{fault} "
+        f"({args.replay_writers} writers)"
     )
     replay(plan, rollouts, writer, args.replay_pace)
     return 0

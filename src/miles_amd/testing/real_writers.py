@@ -1,0 +1,395 @@
+"""The replay's real-writer mode: miles' own code writes the evidence, in Ray actors named as miles.
+
+``python -m miles_amd.testing.replay --replay-writers real --replay-miles-src DIR`` (or env
+``MILES_AMD_MILES_SRC``; on a node ``/root/miles``) replays a run through this module instead
+of the imitation (``miles_writer``). The processes are miles' own: the job's entrypoint is the
+driver (``train.py``'s role), and Ray actors whose classes are named ``RolloutManager`` and
+``MegatronTrainRayActor`` (so Ray prefixes their lines exactly as in a real job, ANSI colour
+included) run miles' code, fed with the replayed values:
+
+- every process: ``miles.utils.logging_utils.configure_logger`` with miles' process identity
+  (``main``, ``rollout_manager``, ``actor_cell0_rank0``) and
+  ``miles.utils.tracking_utils.tracking.init_tracking`` (the real TensorBoard backend, i.e.
+  ``torch.utils.tensorboard.SummaryWriter`` on ``TENSORBOARD_DIR``, and the real
+  ``CiHistoryBackend``, on iff ``MILES_CI_GATE_RECORD_DIR`` is set); the driver ends with
+  ``finish_tracking`` (its header-only event file and 0-byte CI-history file);
+- the trainer: ``log_utils.gather_log_data("rollout", ...)`` (``rollout k:``; fed
+  ``(value, 1)`` pairs, so the reduced value is the replayed one exactly),
+  ``log_utils.log_train_step`` (``step k:``, ``log_utils.py:542``), the second ``step k:``
+  of ``megatron_utils/model.py``, ``train_metric_utils.log_perf_data_raw`` (the trainer's
+  ``perf k:``) and ``log_utils.log_cpu_memory`` (TensorBoard only);
+- the rollout manager: the ``perf k:`` message of ``miles/ray/rollout/metrics.py`` and its
+  ``tracking.log(..., step_key="rollout/step")``.
+
+Where miles' code cannot take a replayed value, the statement is replayed from its source
+location, found in the given miles tree by its text (a miles whose text moved fails loudly,
+naming the file): ``metrics.log_rollout_data`` computes its dict from raw samples (the
+replay has only the reduced values), ``model.py``'s second ``step`` print sits inside
+Megatron's training loop, and ``log_train_step`` always adds ``train/grad_norm`` (a source
+without it is replayed by that function's own two statements, so no value is invented).
+
+Stubs, each only what CPU cannot provide:
+
+- ``log_utils.get_parallel_state`` -> one data-parallel rank (rank 0, size 1): Megatron's
+  parallel state needs ``torch.distributed`` initialised across GPUs;
+- ``log_utils.MultiPGUtil.gather_object`` -> ``[obj]``: the gather across the DP ranks'
+  gloo groups (one rank gathers itself);
+- ``log_utils.psutil.virtual_memory`` -> the replayed ``perf/cpu_memory_after_offload_train_gb``
+  (times 1e9, as ``log_cpu_memory`` divides), instead of this machine's memory;
+- ``log_perf_data_raw(compute_total_fwd_flops=None, is_primary_rank=True)``: the FLOPs count
+  needs ``dist.get_world_size()`` and the device's peak TFLOPs (device capability);
+  replayed ``perf/*`` values go in as the ``extra_metrics`` miles passes there;
+- import-time stand-ins for ``triton`` and ``torchvision`` (sglang imports them at load time,
+  miles' ``log_utils`` imports sglang through its chat templates; no kernel runs): inert
+  modules, used only when the real package is absent;
+- ``args``: a ``Namespace`` with the recipe's values for the attributes these functions read,
+  not miles' ``parse_args`` (that needs the checkpoint and GPU checks; the conformance tier
+  tests the parser);
+- the TensorBoard writers are flushed after each rollout, standing in for SummaryWriter's
+  120 s periodic flush, which a real rollout (about 3 minutes) outlasts. A real job's last
+  rollout may still be lost when Ray ends the actors; that risk is not modelled.
+
+Does not decide: which values are replayed or which faults fire (``replay``, ``faults``).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import time
+import types
+from argparse import Namespace
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from miles_amd.testing.miles_writer import (
+    SGLANG_ACTOR,
+    TRAINER_ACTOR,
+    ActorPids,
+    group_metrics,
+)
+
+MILES_SRC_ENV = "MILES_AMD_MILES_SRC"
+CPU_MEMORY_KEY = "perf/cpu_memory_after_offload_train_gb"
+_STAND_INS = ("triton", "torchvision")
+# (module logger, file under the miles tree, the statement's text) of replayed statements.
+_PERF_SITE = (
+    "miles.ray.rollout.metrics",
+    "miles/ray/rollout/metrics.py",
+    'logger.info(f"perf {rollout_id}: {log_dict}")',
+)
+_MODEL_STEP_SITE = (
+    "miles.backends.megatron_utils.model",
+    "miles/backends/megatron_utils/model.py",
+    'logger.info(f"{role_tag}step {accumulated_step_id}: {log_dict}")',
+)
+_LOG_STEP_SITE = (
+    "miles.backends.training_utils.log_utils",
+    "miles/backends/training_utils/log_utils.py",
+    'logger.info(f"{role_tag}step {accumulated_step_id}: {log_dict_out}")',
+)
+
+
+class MilesSourceError(ValueError):
+    """The miles tree cannot serve the real writers; the message names the path and the fix."""
+
+
+def resolve_miles_src(given: str | None, env: Mapping[str, str]) -> Path:
+    """The miles checkout: ``given`` or ``$MILES_AMD_MILES_SRC``; must hold ``miles/``."""
+    raw = given or env.get(MILES_SRC_ENV)
+    if not raw:
+        raise MilesSourceError(
+            f"--replay-writers real needs miles' source: pass --replay-miles-src DIR or set "
+            f"{MILES_SRC_ENV} (a node has /root/miles; CI unpacks ../shared/upstream/)"
+        )
+    path = Path(raw)
+    if not (path / "miles" / "utils" / "tracking_utils" / "tracking.py").is_file():
+        raise MilesSourceError(f"--replay-miles-src {path}: no miles/ package there")
+    return path
+
+
+class _Inert:
+    def __getattr__(self, name: str) -> _Inert:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Inert()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return args[0]  # used as a decorator: the function itself
+        return _Inert()
+
+    def __getitem__(self, _key: Any) -> _Inert:
+        return _Inert()
+
+    def __mro_entries__(self, _bases: tuple) -> tuple[type, ...]:
+        return (object,)
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Inert ``triton`` / ``torchvision`` modules, for import-time references only."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name.split(".")[0] in _STAND_INS:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        setattr(module, "__version__", "0.0.0+miles-amd-stand-in")  # noqa: B010
+
+        def attribute(name: str) -> _Inert:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return _Inert()
+
+        module.__getattr__ = attribute  # type: ignore[method-assign]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def use_miles(miles_src: str) -> None:
+    """Put ``miles_src`` first on ``sys.path``; stand-ins for absent triton/torchvision."""
+    if miles_src not in sys.path:
+        sys.path.insert(0, miles_src)
+    for name in _STAND_INS:
+        if importlib.util.find_spec(name) is None and not any(
+            isinstance(f, _StandInFinder) for f in sys.meta_path
+        ):
+            sys.meta_path.append(_StandInFinder())
+
+
+def miles_args(*, use_tensorboard: bool, ci_history: bool) -> Namespace:
+    """The attributes of miles' parsed args that the writer functions read.
+
+    ``wandb_always_use_train_step=False``: the TensorBoard step of rollout metrics is the
+    rollout id (``compute_rollout_step``), as in the recipe.
+    """
+    return Namespace(
+        use_tensorboard=use_tensorboard,
+        tb_project_name=None,
+        tb_experiment_name=None,
+        ci_enable_metrics_capture=ci_history,
+        save_debug_event_data=None,
+        wandb_always_use_train_step=False,
+        mfu_peak_tflops=None,
+        sglang_router_ip="127.0.0.1",
+        sglang_router_port=0,
+    )
+
+
+def source_line(miles_src: str, relative: str, text: str) -> int:
+    """The 1-based line of ``text`` in ``miles_src/relative``; ``MilesSourceError`` if absent."""
+    path = Path(miles_src) / relative
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if text in line:
+            return number
+    raise MilesSourceError(f"{path}: no line {text!r}; this miles logs metrics elsewhere")
+
+
+def log_at(miles_src: str, site: tuple[str, str, str], message: str) -> None:
+    """Log ``message`` as the statement at ``site`` does: its logger, file and line."""
+    import logging
+
+    name, relative, text = site
+    logger = logging.getLogger(name)
+    record = logger.makeRecord(
+        name, logging.INFO, str(Path(miles_src) / relative),
+        source_line(miles_src, relative, text), message, (), None,
+    )  # fmt: skip
+    logger.handle(record)
+
+
+def _flush_tensorboard() -> None:
+    from miles.utils.tracking_utils import tracking
+
+    for backend in tracking._manager._backends:
+        adapter = getattr(backend, "_adapter", None)
+        if adapter is not None and adapter._writer is not None:
+            adapter._writer.flush()
+
+
+class _MilesProcess:
+    """Shared set-up of a miles process: path, logger identity, tracking."""
+
+    def __init__(self, miles_src: str, args: Namespace, identity: str) -> None:
+        use_miles(miles_src)
+        from miles.utils.audit_utils import process_identity as pi
+        from miles.utils.logging_utils import configure_logger
+        from miles.utils.tracking_utils.tracking import init_tracking
+
+        source = {
+            "rollout_manager": pi.RolloutManagerProcessIdentity(),
+            "trainer": pi.TrainProcessIdentity(component="actor", cell_index=0, rank_within_cell=0),
+        }[identity]
+        configure_logger(args, source=source)
+        self.miles_src, self.args = miles_src, args
+        init_tracking(args, primary=False, router_addr="http://127.0.0.1:0")
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def print_line(self, body: str) -> None:
+        print(body, flush=True)
+
+
+class RolloutManager(_MilesProcess):
+    """miles' RolloutManager process: its ``perf k:`` message and rollout-step tracking."""
+
+    def __init__(self, miles_src: str, args: Namespace) -> None:
+        super().__init__(miles_src, args, "rollout_manager")
+
+    def log_rollout(self, rollout_id: int, log_dict: dict[str, float]) -> None:
+        from miles.utils.metric_utils import compute_rollout_step
+        from miles.utils.tracking_utils import tracking
+
+        log_at(self.miles_src, _PERF_SITE, f"perf {rollout_id}: {log_dict}")
+        step = compute_rollout_step(self.args, rollout_id)
+        tracking.log(self.args, {**log_dict, "rollout/step": step}, step_key="rollout/step")
+        _flush_tensorboard()
+
+
+class MegatronTrainRayActor(_MilesProcess):
+    """miles' trainer rank 0 (cell 0): rollout, step and perf messages, with the stubs above."""
+
+    def __init__(self, miles_src: str, args: Namespace) -> None:
+        super().__init__(miles_src, args, "trainer")
+        from miles.backends.training_utils import log_utils
+
+        one_rank = types.SimpleNamespace(rank=0, size=1, gloo_groups_inner_to_outer=[])
+        log_utils.get_parallel_state = lambda: types.SimpleNamespace(effective_dp_cp=one_rank)
+        log_utils.MultiPGUtil = types.SimpleNamespace(
+            gather_object=lambda obj, groups_inner_to_outer: [obj]
+        )
+
+    def log_rollout(self, rollout_id: int, groups: dict[str, dict[str, float]]) -> None:
+        from miles.backends.training_utils import log_utils
+        from miles.utils import train_metric_utils
+
+        if groups["rollout"]:
+            pairs = {k.removeprefix("rollout/"): (v, 1) for k, v in groups["rollout"].items()}
+            log_utils.gather_log_data("rollout", self.args, rollout_id, pairs)
+        if groups["step"]:
+            self._log_step(rollout_id, groups["step"])
+        if groups["trainer_perf"]:
+            train_metric_utils.log_perf_data_raw(
+                rollout_id=rollout_id, args=self.args, is_primary_rank=True,
+                compute_total_fwd_flops=None, extra_metrics=dict(groups["trainer_perf"]),
+            )  # fmt: skip
+        if CPU_MEMORY_KEY in groups["tb_only"]:
+            used = groups["tb_only"][CPU_MEMORY_KEY] * 1e9
+            log_utils.psutil = types.SimpleNamespace(
+                virtual_memory=lambda: types.SimpleNamespace(used=used)
+            )
+            log_utils.log_cpu_memory(rollout_id, self.args, "after_offload_train")
+        _flush_tensorboard()
+
+    def _log_step(self, rollout_id: int, step: dict[str, float]) -> None:
+        from miles.backends.training_utils import log_utils
+        from miles.utils.tracking_utils import tracking
+
+        if "train/grad_norm" in step:
+            losses = {
+                k.removeprefix("train/"): v for k, v in step.items() if k != "train/grad_norm"
+            }
+            log_dict = log_utils.log_train_step(
+                args=self.args, loss_dict=losses, grad_norm=step["train/grad_norm"],
+                rollout_id=rollout_id, step_id=0, num_steps_per_rollout=1, should_log=True,
+            )  # fmt: skip
+        else:  # log_train_step's own two statements, without inventing a grad_norm
+            log_dict = {**step, "train/step": rollout_id}
+            tracking.log(self.args, log_dict, step_key="train/step")
+            log_at(self.miles_src, _LOG_STEP_SITE, f"step {rollout_id}: {log_dict}")
+        log_at(self.miles_src, _MODEL_STEP_SITE, f"step {rollout_id}: {log_dict}")
+
+
+class SGLangEngine(_MilesProcess):
+    """Only prints: the SGLang engine's forwarded lines (fault sentinels)."""
+
+    def __init__(self) -> None:  # no miles code runs in it
+        pass
+
+
+class RealRunWriter:
+    """The replay's writer backed by miles' code in Ray actors (same interface as the imitation).
+
+    ``tensorboard_dir``/``ci_history_dir`` ``None`` turn the backend off, as miles without
+    ``--use-tensorboard`` / ``MILES_CI_GATE_RECORD_DIR``; the environment already carries the
+    directories (miles reads them from there). :attr:`event_file` is the trainer's event file.
+    """
+
+    def __init__(
+        self, miles_src: Path, tensorboard_dir: Path | None, ci_history_dir: Path | None
+    ) -> None:
+        import ray
+
+        self._src = str(miles_src)
+        args = miles_args(
+            use_tensorboard=tensorboard_dir is not None,
+            ci_history=ci_history_dir is not None,
+        )
+        self._tensorboard_dir = tensorboard_dir
+        use_miles(self._src)
+        from miles.utils.audit_utils.process_identity import MainProcessIdentity
+        from miles.utils.logging_utils import configure_logger
+        from miles.utils.tracking_utils.tracking import init_tracking
+
+        configure_logger(args, source=MainProcessIdentity())
+        init_tracking(args)
+        # Join the job's cluster, never start one: a local ray.init() writes ~/.ray/auth_token,
+        # which turns on token auth for every later Ray head of this user on the machine.
+        ray.init(address="auto", log_to_driver=True)
+        options = {"num_cpus": 0}
+        self._ray = ray
+        # Actor handles are Any: Ray's stubs cannot type methods called through .remote().
+        self._manager: Any = ray.remote(RolloutManager).options(**options).remote(self._src, args)
+        self._trainer: Any = (
+            ray.remote(MegatronTrainRayActor).options(**options).remote(self._src, args)
+        )
+        self._sglang: Any = ray.remote(SGLangEngine).options(**options).remote()
+        actors: list[Any] = [self._manager, self._trainer, self._sglang]
+        manager_pid, trainer_pid, sglang_pid = ray.get([a.pid.remote() for a in actors])
+        self._pids = ActorPids((trainer_pid,), manager_pid, sglang_pid)
+        self.event_file: Path | None = None
+
+    @property
+    def pids(self) -> ActorPids:
+        return self._pids
+
+    def print_line(self, line: str) -> None:
+        """A line of the driver process (the job's entrypoint), through miles' logger."""
+        import logging
+
+        logging.getLogger("miles_amd.replay").info(line)
+
+    def print_actor_line(self, actor: str, body: str, rank: int = 0) -> None:
+        """``body`` printed by the actor process (Ray adds its prefix); one trainer rank runs."""
+        target = {SGLANG_ACTOR: self._sglang, TRAINER_ACTOR: self._trainer}[actor]
+        self._ray.get(target.print_line.remote(body))
+
+    def emit_rollout(self, rollout: int, metrics: Mapping[str, float]) -> None:
+        groups = group_metrics(metrics)
+        if groups["perf"]:
+            self._ray.get(self._manager.log_rollout.remote(rollout, groups["perf"]))
+        self._ray.get(self._trainer.log_rollout.remote(rollout, groups))
+
+    def close(self) -> None:
+        """Let Ray forward the actors' last lines, end them, then the driver's finish_tracking."""
+        from miles.utils.tracking_utils.tracking import finish_tracking
+
+        time.sleep(1.5)  # Ray's log monitor forwards worker lines about once a second
+        for actor in (self._manager, self._trainer, self._sglang):
+            self._ray.kill(actor)
+        finish_tracking()
+        if self._tensorboard_dir is not None:
+            marker = f".{self._pids.trainers[0]}."
+            found = [p for p in self._tensorboard_dir.iterdir() if marker in p.name]
+            self.event_file = found[0] if len(found) == 1 else None
+        self._ray.shutdown()
