@@ -1,0 +1,73 @@
+"""Fixtures of the conformance tier: the checkout under test, the planned jobs, their parses.
+
+All parses of the session run at once, concurrently, the first time a test asks for one
+(``outcomes``): a parse is ~13 s of CPU, so the tier takes about
+``n_jobs * 13 s / n_cpus``. Do not add ``-n`` (xdist) for this tier: every worker would run
+all parses again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from miles_amd.run.parse_probe import ParseOutcome
+from tests.conformance import harness
+from tests.conformance.checkout import MilesCheckout, resolve
+from tests.conformance.fake_inputs import MODEL_SUBDIR, make_fake_inputs
+from tests.snapshot.test_launcher_snapshots import CASES
+
+# Negative controls: tokens real miles does not know. The first is the flag miles-amd used to
+# add (miles turns CI-history capture on from MILES_CI_GATE_RECORD_DIR alone).
+UNKNOWN_FLAGS = ("--ci-enable-metrics-capture", "--no-such-flag")
+
+
+@pytest.fixture(scope="session")
+def checkout(request: pytest.FixtureRequest) -> MilesCheckout:
+    return resolve(request.config)
+
+
+@pytest.fixture(scope="session")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return make_fake_inputs(tmp_path_factory.mktemp("inputs"))
+
+
+def _wrong_checkpoint_inputs(root: Path) -> tuple[Path, Path]:
+    """Fake inputs whose config.json disagrees with the recipe's --num-layers 24."""
+    model_dir, data_dir = make_fake_inputs(root)
+    config = model_dir / MODEL_SUBDIR / "config.json"
+    wrong = json.loads(config.read_text())
+    wrong.update(num_hidden_layers=36, layer_types=["full_attention"] * 36)
+    config.write_text(json.dumps(wrong))
+    return model_dir, data_dir
+
+
+@pytest.fixture(scope="session")
+def jobs(
+    checkout: MilesCheckout, inputs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, harness.Job]:
+    """Every job the tier parses, by name: ``variant:<snapshot case>``, then the controls."""
+    runs = tmp_path_factory.mktemp("runs")
+
+    def plan(name: str, cli: list[str], env: dict[str, str], on=inputs) -> harness.Job:
+        return harness.plan_with_cli(checkout, on, runs / name.replace(":", "-"), cli, env)
+
+    out: dict[str, harness.Job] = {}
+    for case, (recipe, env, _) in sorted(CASES.items()):
+        launch_env = {k: v for k, v in env.items() if k != "PATH"}  # the real PATH is kept
+        out[f"variant:{case}"] = plan(case, harness.cli_args_for(recipe), launch_env)
+    for token in UNKNOWN_FLAGS:
+        out[f"unknown:{token}"] = plan(f"unknown{token}", [f"--extra-args={token}"], {})
+    default = out["variant:default_mi355x"]
+    out["no-ci-record-env"] = default.with_env(**{harness.CI_RECORD_ENV: None})
+    out["no-cuda-device-max-connections"] = default.with_env(CUDA_DEVICE_MAX_CONNECTIONS=None)
+    wrong = _wrong_checkpoint_inputs(tmp_path_factory.mktemp("wrong-inputs"))
+    out["wrong-checkpoint-config"] = plan("wrong-checkpoint", [], {}, on=wrong)
+    return out
+
+
+@pytest.fixture(scope="session")
+def outcomes(checkout: MilesCheckout, jobs: dict[str, harness.Job]) -> dict[str, ParseOutcome]:
+    return harness.parse_all(checkout, jobs)
