@@ -1,15 +1,17 @@
 """Fixtures of the conformance tier: the checkout under test, the planned jobs, their parses.
 
-All parses of the session run at once, concurrently, the first time a test asks for one
-(``outcomes``): a parse is ~13 s of CPU, so the tier takes about
-``n_jobs * 13 s / n_cpus``. Do not add ``-n`` (xdist) for this tier: every worker would run
-all parses again.
+The parses the selected tests need (each test names them with :func:`parses`) run at once,
+concurrently, the first time a test asks for one (``outcomes``): a parse is ~13 s of CPU,
+so the tier takes about ``n_parses * 13 s / n_cpus``, and ``-k default_mi355x`` costs one
+parse. Do not add ``-n`` (xdist) for this tier: every worker would run its parses again.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -22,6 +24,25 @@ from tests.snapshot.test_launcher_snapshots import CASES
 # Negative controls: tokens real miles does not know. The first is the flag miles-amd used to
 # add (miles turns CI-history capture on from MILES_CI_GATE_RECORD_DIR alone).
 UNKNOWN_FLAGS = ("--ci-enable-metrics-capture", "--no-such-flag")
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def parses(*job_names: str) -> Callable[[F], F]:
+    """Name the jobs a test reads from ``outcomes``; ``{param}`` is the test's parameter."""
+
+    def mark(test: F) -> F:
+        test.parses = job_names  # type: ignore[attr-defined]
+        return test
+
+    return mark
+
+
+def _jobs_of(item: pytest.Item) -> set[str]:
+    names = getattr(getattr(item, "function", None), "parses", ())
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec else {}
+    return {name.format(**params) for name in names}
 
 
 @pytest.fixture(scope="session")
@@ -69,5 +90,9 @@ def jobs(
 
 
 @pytest.fixture(scope="session")
-def outcomes(checkout: MilesCheckout, jobs: dict[str, harness.Job]) -> dict[str, ParseOutcome]:
-    return harness.parse_all(checkout, jobs)
+def outcomes(
+    request: pytest.FixtureRequest, checkout: MilesCheckout, jobs: dict[str, harness.Job]
+) -> dict[str, ParseOutcome]:
+    """The parses of the jobs the selected tests name, all run at once."""
+    wanted = set().union(*(_jobs_of(item) for item in request.session.items))
+    return harness.parse_all(checkout, {name: jobs[name] for name in sorted(wanted)})

@@ -38,7 +38,7 @@ import pytest
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.parse_probe import ParseOutcome
 from tests.conformance import harness
-from tests.conformance.conftest import UNKNOWN_FLAGS
+from tests.conformance.conftest import UNKNOWN_FLAGS, parses
 from tests.snapshot.test_launcher_snapshots import CASES, SECRET
 
 pytestmark = pytest.mark.conformance
@@ -50,6 +50,7 @@ def _why(outcome: ParseOutcome) -> str:
 
 # Fields the test or the plan sets: the fake inputs and checkout, and the plan's switches
 # (a run dir turns on capture_metrics, a W&B key use_wandb).
+CHANGING = ("default_mi355x", "rollouts_3", "extra_args", "override_pinned", "wandb")
 NOT_FROM_THE_VARIANT = (*harness.DIR_FIELDS, "capture_metrics", "use_wandb")
 
 
@@ -67,6 +68,7 @@ def test_the_cli_plans_the_snapshot_variant(case: str, jobs: dict[str, harness.J
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@parses("variant:{case}")
 def test_real_miles_parses_the_planned_argv(
     case: str, jobs: dict[str, harness.Job], outcomes: dict[str, ParseOutcome]
 ) -> None:
@@ -77,9 +79,10 @@ def test_real_miles_parses_the_planned_argv(
     assert SECRET not in json.dumps(outcome.args)  # a W&B key travels in the env only
 
 
+@parses(*(f"variant:{case}" for case in CHANGING))
 def test_the_variants_change_what_they_mean(outcomes: dict[str, ParseOutcome]) -> None:
     """Each variant's effect reaches train(): not only 'it parses'."""
-    args = {name.removeprefix("variant:"): o.args or {} for name, o in outcomes.items()}
+    args = {case: outcomes[f"variant:{case}"].args or {} for case in CHANGING}
     default = args["default_mi355x"]
     assert default["num_rollout"] == Recipe().num_rollout
     assert args["rollouts_3"]["num_rollout"] == 3
@@ -92,6 +95,7 @@ def test_the_variants_change_what_they_mean(outcomes: dict[str, ParseOutcome]) -
 
 
 @pytest.mark.parametrize("token", UNKNOWN_FLAGS)
+@parses("unknown:{token}")
 def test_an_unknown_flag_fails_with_the_parsers_message(
     token: str, outcomes: dict[str, ParseOutcome]
 ) -> None:
@@ -100,6 +104,7 @@ def test_an_unknown_flag_fails_with_the_parsers_message(
     assert outcome.message == f"unrecognized arguments: {token}"
 
 
+@parses("no-ci-record-env")
 def test_ci_history_capture_follows_the_env_alone(
     jobs: dict[str, harness.Job], outcomes: dict[str, ParseOutcome]
 ) -> None:
@@ -110,6 +115,7 @@ def test_ci_history_capture_follows_the_env_alone(
     assert outcome.args["ci_enable_metrics_capture"] is False
 
 
+@parses("no-cuda-device-max-connections")
 def test_tensor_parallelism_needs_cuda_device_max_connections(
     outcomes: dict[str, ParseOutcome],
 ) -> None:
@@ -118,6 +124,7 @@ def test_tensor_parallelism_needs_cuda_device_max_connections(
     assert "CUDA_DEVICE_MAX_CONNECTIONS to 1" in outcome.message
 
 
+@parses("wrong-checkpoint-config")
 def test_the_checkpoint_config_is_cross_checked(outcomes: dict[str, ParseOutcome]) -> None:
     outcome = outcomes["wrong-checkpoint-config"]
     assert outcome.returncode == 1, _why(outcome)

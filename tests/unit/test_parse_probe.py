@@ -98,13 +98,18 @@ def test_the_job_is_what_the_driver_submits() -> None:
     assert job.env["PYTHONPATH"] == "/m:/g"
 
 
-def test_the_preflight_parses_the_exact_argv_and_env_without_gpu_stubs(tmp_path: Path) -> None:
+def test_the_preflight_parses_the_exact_argv_and_env_without_gpu_stubs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     miles = stand_in_miles(tmp_path / "miles")
     record, command = tmp_path / "record.json", tmp_path / "command.txt"
     bin_dir = python3_on_path(tmp_path / "bin", sys.executable, command)
     config = config_for(tmp_path, miles)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STAND_IN_RECORD": str(record)}
-    fact = miles_argv_fact(config, base_env=env)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("STAND_IN_RECORD", str(record))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    env = dict(os.environ)
+    fact = probe_miles_argv(config)  # what `miles-amd preflight` runs
     assert fact.status == "ok", fact
     assert fact.value.endswith(f"{bin_dir}/python3 {miles}/train.py")
     seen = json.loads(record.read_text())

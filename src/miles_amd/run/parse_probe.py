@@ -155,9 +155,9 @@ def miles_argv_fact(
         name,
         "wrong",
         where,
-        f"miles' parse_args rejects the argv miles-amd submits: {outcome.message}; "
-        "this image's miles differs from the one miles-amd was checked against "
-        "(README: Conformance with the real miles)",
+        f"miles' parse_args rejects the argv train would submit: {outcome.message}; "
+        "the job would fail the same way before training (README: Conformance with the real "
+        "miles)",
     )
 
 
