@@ -167,6 +167,18 @@ def test_a_wedged_parse_is_stopped_at_the_time_limit(tmp_path: Path) -> None:
     assert outcome.seconds < 30
 
 
+def test_a_wedged_parse_is_a_wrong_fact(tmp_path: Path) -> None:
+    miles = stand_in_miles(tmp_path / "miles")
+    env = {
+        "PATH": str(python3_on_path(tmp_path / "bin", sys.executable)),
+        "STAND_IN_RECORD": str(tmp_path / "r.json"),
+        "STAND_IN_SLEEP": "60",
+    }
+    fact = miles_argv_fact(config_for(tmp_path, miles), base_env=env, timeout=2)
+    assert fact.status == "wrong"
+    assert fact.message.startswith("the parse did not finish within 2 s: importing miles hangs")
+
+
 def test_no_checkout_or_no_python_is_missing_without_a_subprocess(tmp_path: Path) -> None:
     fact = miles_argv_fact(config_for(tmp_path, tmp_path / "nowhere"), base_env={"PATH": ""})
     assert (fact.status, fact.message) == (

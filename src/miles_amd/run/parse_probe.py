@@ -99,10 +99,16 @@ def parse_with_miles(
         start = time.monotonic()
         try:
             done = subprocess.run(
-                command, env=dict(env), capture_output=True, text=True, timeout=timeout
+                command,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
             )
         except subprocess.TimeoutExpired as exc:  # subprocess.run has killed the child
-            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+            raw = exc.stderr or ""
+            stderr = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
             message = f"the parse did not finish within {timeout:g} s"
             return ParseOutcome(None, None, message, stderr, time.monotonic() - start)
         seconds = time.monotonic() - start
@@ -151,6 +157,14 @@ def miles_argv_fact(
     where = f"{python} {job.train_script}"
     if outcome.ok:
         return Fact(name, "ok", f"{len(outcome.args or {})} args parsed by {where}")
+    if outcome.returncode is None:
+        return Fact(
+            name,
+            "wrong",
+            where,
+            f"{outcome.message}: importing miles hangs in this image; run `{where} --help` "
+            "to see where",
+        )
     return Fact(
         name,
         "wrong",
