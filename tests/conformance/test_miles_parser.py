@@ -48,9 +48,10 @@ def _why(outcome: ParseOutcome) -> str:
     return f"exit {outcome.returncode}: {outcome.message}\n{outcome.stderr[-3000:]}"
 
 
+# The variants whose argv differs from the default's (the others change only the env).
+CHANGING = ("default_mi355x", "rollouts_3", "extra_args", "override_pinned", "wandb")
 # Fields the test or the plan sets: the fake inputs and checkout, and the plan's switches
 # (a run dir turns on capture_metrics, a W&B key use_wandb).
-CHANGING = ("default_mi355x", "rollouts_3", "extra_args", "override_pinned", "wandb")
 NOT_FROM_THE_VARIANT = (*harness.DIR_FIELDS, "capture_metrics", "use_wandb")
 
 
