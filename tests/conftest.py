@@ -8,7 +8,10 @@ with no tier, or with two, stops the session at collection with the list of such
 ``pytest -m <tier>`` over the five tiers selects every collected test exactly once.
 
 Hardware options and the ``mi355x`` skip live in the root ``conftest.py``; the rehearsal's
-Ray head and the node options in their own directories' conftests.
+Ray head and the node options in their own directories' conftests. The conformance options
+(``--miles-src``, ``--megatron-src``, ``--miles-python``; ``tests.conformance.checkout``) are
+registered here because ``tests/unit/test_parse_probe.py`` uses them too, and pytest would not
+load ``tests/conformance/conftest.py`` for a run of ``tests/unit`` alone.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.conformance.checkout import add_options
 
 if TYPE_CHECKING:
     from miles_amd.baseline.model import Baseline
@@ -46,6 +51,10 @@ def tier_problems(items: list[pytest.Item]) -> list[str]:
         if len(tiers) != 1:
             problems.append(f"  {item.nodeid}: {', '.join(sorted(tiers)) or 'no tier'}")
     return problems
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
 
 
 # tryfirst: the markers must be on the items before `-m` deselects and before the root

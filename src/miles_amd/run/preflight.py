@@ -26,6 +26,7 @@ from pathlib import Path
 
 from miles_amd.files import atomic_write_text
 from miles_amd.run.facts import IMAGE, Fact, FactStatus, PreflightConfig, one_line
+from miles_amd.run.parse_probe import probe_miles_argv
 from miles_amd.run.probes_node import probe_gpus, probe_rocm, probe_torch
 from miles_amd.run.probes_stack import (
     probe_aiter,
@@ -74,6 +75,7 @@ PROBES: tuple[Probe, ...] = (
     probe_aiter_variant,
     probe_checkpoint,
     probe_dataset,
+    probe_miles_argv,
     probe_disk,
 )
 

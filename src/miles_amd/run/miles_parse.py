@@ -1,0 +1,122 @@
+"""Run miles' own ``parse_args()`` on a ``train.py`` argv and write what it decided as JSON.
+
+A stdlib-only script, executed BY FILE PATH with the interpreter that will run ``train.py``
+(the image's ``python3`` on a node; a lean CPU environment in the conformance tier), so it
+works where ``miles_amd`` is not installed. ``miles_amd.run.parse_probe`` runs it and reads
+the result; nothing imports it::
+
+    PYTHONPATH=<miles>:<Megatron-LM> python miles_parse.py --result FILE [--stub-gpu-queries] \
+        -- <the tokens after train.py>
+
+It always runs in a subprocess of its own: the parser reads ``sys.argv`` and the
+environment, configures logging and leaves through ``SystemExit``. The environment must be
+the job's runtime env: ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (Megatron's ``validate_args``
+requires it for tensor parallelism > 1 below compute capability 10) and
+``MILES_CI_GATE_RECORD_DIR`` (its presence alone sets ``ci_enable_metrics_capture``).
+
+What it decides: whether ``python3 train.py <args>`` gets past argument handling, i.e. the
+``miles.utils.arguments.parse_args()`` call ``train.py`` makes first: the Megatron parser,
+the miles/SGLang/router argument groups, the checkpoint ``config.json`` cross-check and the
+miles, Megatron and SGLang validators. The namespace it writes is the ``args`` that
+``train()`` would receive. It decides nothing after parsing (Ray placement, model build,
+weights, kernels).
+
+GPU stubs, only with ``--stub-gpu-queries`` and only when torch sees no GPU (never on a
+node): ``torch.cuda.get_device_capability`` and ``torch.cuda.get_device_properties`` report
+gfx950, because Megatron's ``validate_args`` asks for them (``--moe-grouped-gemm`` needs
+capability >= 8; TP > 1 reads the device arch) and the CPU torch raises instead.
+
+Exit status: 0 parsed (``{"ok": true, "args": {...}}`` written); 2 rejected by argparse (its
+``train.py: error: ...`` line is on stderr); 1 rejected by a validator or an import failure
+(``{"ok": false, "error": "<one line>"}`` written, traceback on stderr); 64 bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import traceback
+from types import SimpleNamespace
+from typing import Any
+
+# AMD Instinct MI355X / MI350X (gfx950): ROCm torch reports gfx9.5 as capability (9, 5).
+GFX950_CAPABILITY = (9, 5)
+USAGE = "usage: miles_parse.py --result FILE [--stub-gpu-queries] -- <train.py args>"
+
+
+def _capability(device: Any = None) -> tuple[int, int]:
+    return GFX950_CAPABILITY
+
+
+def _properties(device: Any = None) -> SimpleNamespace:
+    major, minor = GFX950_CAPABILITY
+    return SimpleNamespace(major=major, minor=minor, name="MI355X (stub)", gcnArchName="gfx950")
+
+
+def stub_gpu_queries() -> bool:
+    """Stub the two device queries when torch sees no GPU; returns whether it did."""
+    import torch
+
+    if torch.cuda.is_available():
+        return False
+    torch.cuda.get_device_capability = _capability
+    torch.cuda.get_device_properties = _properties
+    return True
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON values as they are; anything else (dtypes, enums, objects, nan) as its repr."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return repr(value)
+
+
+def _write(path: str, payload: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(payload, out, sort_keys=True)
+
+
+def main(tokens: list[str]) -> int:
+    if "--" not in tokens:
+        print(USAGE, file=sys.stderr)
+        return 64
+    split = tokens.index("--")
+    own, train_argv = tokens[:split], tokens[split + 1 :]
+    stub = "--stub-gpu-queries" in own
+    own = [t for t in own if t != "--stub-gpu-queries"]
+    if len(own) != 2 or own[0] != "--result":
+        print(USAGE, file=sys.stderr)
+        return 64
+    result = own[1]
+
+    sys.argv = ["train.py", *train_argv]
+    try:
+        stubbed = stub_gpu_queries() if stub else False
+        from miles.utils.arguments import parse_args  # train.py: `args = parse_args()`
+
+        args = parse_args()  # argparse leaves with SystemExit(2) on its own
+    except Exception as exc:
+        traceback.print_exc()
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())
+        _write(result, {"ok": False, "error": error})
+        return 1
+    parsed = {name: _jsonable(value) for name, value in sorted(vars(args).items())}
+    _write(result, {"ok": True, "gpu_queries_stubbed": stubbed, "args": parsed})
+    return 0
+
+
+if __name__ == "__main__":
+    # Run by path, this file's folder is sys.path[0]: drop it, so the run/ modules next to
+    # it (driver, watcher, ...) can never shadow a top-level module miles imports.
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == here:
+        sys.path.pop(0)
+    sys.exit(main(sys.argv[1:]))

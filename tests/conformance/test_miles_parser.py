@@ -1,0 +1,131 @@
+"""Conformance: miles' real ``parse_args`` accepts every argv ``miles-amd train`` plans, and
+hands ``train()`` the values the recipe means.
+
+For every launcher variant of the snapshot suite (``tests/snapshot``: default, MI350X,
+custom dirs, N rollouts, extra args, override-pinned, W&B, external Ray, HIP devices, run
+dir) the job is planned with the real CLI and its ``train.py`` argv is parsed, in the env
+the driver submits, by the checkout's own parser (the Megatron parser, the miles, SGLang and
+router argument groups, the checkpoint ``config.json`` cross-check and all three
+validators) in a subprocess of the checkout's python. Fake inputs (``fake_inputs.py``: the
+checkpoint's real ``config.json`` dims, a one-row dataset) are made in tmp dirs.
+
+Stubs, and why (nothing else is replaced):
+
+- ``torch.cuda.get_device_capability`` -> gfx950's (9, 5): Megatron's ``validate_args``
+  asserts capability >= 8 for ``--moe-grouped-gemm``; a CPU torch raises instead.
+- ``torch.cuda.get_device_properties`` -> major 9, minor 5: Megatron's ``validate_args``
+  reads the device arch when TP > 1 (below 10 it then requires
+  ``CUDA_DEVICE_MAX_CONNECTIONS=1``).
+  Both live in ``miles_amd/run/miles_parse.py`` and apply only when torch sees no GPU.
+- Only in a python without them (the lean CPU venv): inert ``triton`` and ``torchvision``
+  packages (``import_stubs/``), last on ``PYTHONPATH``. sglang imports both at module load
+  (``sglang/srt/utils/common.py``) although no kernel runs while parsing; PyPI's
+  torchvision pulls a CUDA torch and triton is 0.9 GB. With the real packages the parse
+  gave the same 1,564 arguments.
+
+Controls that must fail: an unknown flag (and ``--ci-enable-metrics-capture``, which miles
+never had) is refused by argparse with its own message; dropping
+``CUDA_DEVICE_MAX_CONNECTIONS`` or a ``config.json`` that disagrees with the model flags is
+refused by a validator.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from miles_amd.recipe.settings import Recipe
+from miles_amd.run.parse_probe import ParseOutcome
+from tests.conformance import harness
+from tests.conformance.conftest import UNKNOWN_FLAGS, parses
+from tests.snapshot.test_dry_run import SECRET
+
+pytestmark = pytest.mark.conformance
+
+
+def _why(outcome: ParseOutcome) -> str:
+    return f"exit {outcome.returncode}: {outcome.message}\n{outcome.stderr[-3000:]}"
+
+
+# The variants whose argv differs from the default's (the others change only the env).
+CHANGING = ("default", "rollouts_3", "extra_args", "override_pinned", "wandb")
+# Fields the test or the plan sets: the fake inputs and checkout, and the plan's switches
+# (a run dir turns on capture_metrics, a W&B key use_wandb).
+NOT_FROM_THE_VARIANT = (*harness.DIR_FIELDS, "capture_metrics", "use_wandb")
+
+
+@pytest.mark.parametrize("case", sorted(harness.TRAIN_CASES))
+def test_the_cli_plans_the_snapshot_variant(case: str, jobs: dict[str, harness.Job]) -> None:
+    """The job parsed below is the snapshot case's recipe, planned by the real CLI."""
+    planned = jobs[f"variant:{case}"].recipe
+    differ = {
+        key: (value, planned[key])
+        for key, value in harness.snapshot_recipe(case).items()
+        if key not in NOT_FROM_THE_VARIANT and planned[key] != value
+    }
+    assert differ == {}
+
+
+@pytest.mark.parametrize("case", sorted(harness.TRAIN_CASES))
+@parses("variant:{case}")
+def test_real_miles_parses_the_planned_argv(
+    case: str, jobs: dict[str, harness.Job], outcomes: dict[str, ParseOutcome]
+) -> None:
+    job, outcome = jobs[f"variant:{case}"], outcomes[f"variant:{case}"]
+    assert outcome.ok, _why(outcome)
+    assert outcome.args is not None
+    assert harness.mismatches(harness.expected_values(job), outcome.args) == {}
+    assert SECRET not in json.dumps(outcome.args)  # a W&B key travels in the env only
+
+
+@parses(*(f"variant:{case}" for case in CHANGING))
+def test_the_variants_change_what_they_mean(outcomes: dict[str, ParseOutcome]) -> None:
+    """Each variant's effect reaches train(): not only 'it parses'."""
+    args = {case: outcomes[f"variant:{case}"].args or {} for case in CHANGING}
+    default = args["default"]
+    assert default["num_rollout"] == Recipe().num_rollout
+    assert args["rollouts_3"]["num_rollout"] == 3
+    assert (args["extra_args"]["seed"], args["extra_args"]["log_probs_chunk_size"]) == (1234, 512)
+    assert default["sglang_mem_fraction_static"] == Recipe().sglang_mem_fraction_static
+    assert args["override_pinned"]["sglang_mem_fraction_static"] == 0.3
+    assert (default["use_wandb"], args["wandb"]["use_wandb"]) == (False, True)
+    assert args["wandb"]["wandb_key"] is None
+    assert default["use_tensorboard"] and default["ci_enable_metrics_capture"]
+
+
+@pytest.mark.parametrize("token", UNKNOWN_FLAGS)
+@parses("unknown:{token}")
+def test_an_unknown_flag_fails_with_the_parsers_message(
+    token: str, outcomes: dict[str, ParseOutcome]
+) -> None:
+    outcome = outcomes[f"unknown:{token}"]
+    assert outcome.returncode == 2, _why(outcome)
+    assert outcome.message == f"unrecognized arguments: {token}"
+
+
+@parses("no-ci-record-env")
+def test_ci_history_capture_follows_the_env_alone(
+    jobs: dict[str, harness.Job], outcomes: dict[str, ParseOutcome]
+) -> None:
+    assert harness.CI_RECORD_ENV in jobs["variant:default"].env
+    outcome = outcomes["no-ci-record-env"]
+    assert outcome.ok, _why(outcome)
+    assert outcome.args is not None
+    assert outcome.args["ci_enable_metrics_capture"] is False
+
+
+@parses("no-cuda-device-max-connections")
+def test_tensor_parallelism_needs_cuda_device_max_connections(
+    outcomes: dict[str, ParseOutcome],
+) -> None:
+    outcome = outcomes["no-cuda-device-max-connections"]
+    assert outcome.returncode == 1, _why(outcome)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS to 1" in outcome.message
+
+
+@parses("wrong-checkpoint-config")
+def test_the_checkpoint_config_is_cross_checked(outcomes: dict[str, ParseOutcome]) -> None:
+    outcome = outcomes["wrong-checkpoint-config"]
+    assert outcome.returncode == 1, _why(outcome)
+    assert "num_hidden_layers in hf config 36 is not equal to num_layers 24" in outcome.message
