@@ -39,17 +39,25 @@ from miles_amd.cli.options import (
     MegatronDirOpt,
     MilesDirOpt,
     ModelDirOpt,
+    NodeRootOpt,
     NumGpusOpt,
     NumRolloutAliasOpt,
     NumRolloutsOpt,
     OverridePinnedOpt,
+    RayAddressOpt,
     RequireEnvOpt,
     RunDirOpt,
+    SharedFsOpt,
     TimeoutOpt,
     resolve_alias,
 )
 from miles_amd.cli.prepare import print_plan, run_prepare
-from miles_amd.recipe.plan import build_prepare_plan, build_train_plan, format_plan
+from miles_amd.recipe.plan import (
+    DEFAULT_NODE_ROOT,
+    build_prepare_plan,
+    build_train_plan,
+    format_plan,
+)
 from miles_amd.recipe.settings import Hardware, Recipe, RecipeError, parse_hardware
 
 
@@ -74,13 +82,18 @@ def train(
     gate: GateOpt = None,
     require_env: RequireEnvOpt = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    ray_address: RayAddressOpt = None,
+    node_root: NodeRootOpt = DEFAULT_NODE_ROOT,
+    shared_fs: SharedFsOpt = False,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the recipe as a Ray job, write the run dir, and optionally gate it."""
     recipe = make_recipe(**_recipe_options(locals()))
     check_gate(gate)
-    run_train(recipe, run_dir, gate, require_env, timeout, dry_run, as_json)
+    env = launch_env(ray_address)
+    root = None if shared_fs else node_root
+    run_train(recipe, run_dir, gate, require_env, timeout, dry_run, as_json, env, root)
 
 
 def full_train(**options: Any) -> None:
@@ -89,8 +102,10 @@ def full_train(**options: Any) -> None:
     check_gate(options["gate"])
     prepare_plan = build_prepare_plan(recipe)
     run_dir, dry_run = options["run_dir"], options["dry_run"]
+    env = launch_env(options["ray_address"])
+    node_root = None if options["shared_fs"] else options["node_root"]
     if dry_run and options["as_json"]:
-        train_plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
+        train_plan = build_train_plan(recipe, env, run_dir=str(run_dir), node_root=node_root)
         merged = train_plan.to_dict()
         merged["steps"] = [s.to_dict() for s in prepare_plan.steps] + merged["steps"]
         typer.echo(json.dumps(merged, indent=2))
@@ -100,7 +115,8 @@ def full_train(**options: Any) -> None:
     else:
         run_prepare(prepare_plan)
     gate, require_env = options["gate"], options["require_env"]
-    run_train(recipe, run_dir, gate, require_env, options["timeout"], dry_run, as_json=False)
+    timeout = options["timeout"]
+    run_train(recipe, run_dir, gate, require_env, timeout, dry_run, False, env, node_root)
 
 
 # `full-train` takes exactly `train`'s options: typer reads them from this signature.
@@ -187,6 +203,14 @@ def check_inputs(recipe: Recipe) -> None:
         fail(f"--miles-dir {recipe.miles_dir}: no train.py there; point it at a miles checkout")
 
 
+def launch_env(ray_address: str | None) -> dict[str, str]:
+    """The environment the launch sees; ``--ray-address`` replaces ``RAY_ADDRESS``."""
+    env = dict(os.environ)
+    if ray_address:
+        env["RAY_ADDRESS"] = ray_address
+    return env
+
+
 def run_train(
     recipe: Recipe,
     run_dir: Path,
@@ -195,16 +219,21 @@ def run_train(
     timeout: float,
     dry_run: bool,
     as_json: bool,
+    env: dict[str, str],
+    node_root: str | None = DEFAULT_NODE_ROOT,
 ) -> None:
-    plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
+    plan = build_train_plan(recipe, env, run_dir=str(run_dir), node_root=node_root)
     if dry_run:
         print_plan(plan, as_json)
         return
     check_inputs(recipe)
+    from miles_amd.run.cluster import ClusterError
     from miles_amd.run.driver import DriverError, execute
 
     try:
         outcome = execute(plan, timeout_s=timeout, baseline=gate, require_env=require_env)
+    except ClusterError as exc:
+        fail(str(exc))  # bad input: nothing was submitted
     except DriverError as exc:
         fail(str(exc), code=EXIT_FAILED)
     typer.echo(outcome.summary())
