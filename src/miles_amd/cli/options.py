@@ -159,5 +159,14 @@ SharedFsOpt = Annotated[
         "storage); it writes the evidence there and nothing is pulled back.",
     ),
 ]
+VariantsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--variants",
+        help="Cluster mode: run these aiter variants at once, one node each (e.g. "
+        "stock,patched), each in --run-dir/<variant> gated against its baseline, then the "
+        "A/B comparison. The patched job gets AITER_PATCHED_DIR on its PYTHONPATH.",
+    ),
+]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="With --dry-run: print the plan as JSON.")]

@@ -49,6 +49,7 @@ from miles_amd.cli.options import (
     RunDirOpt,
     SharedFsOpt,
     TimeoutOpt,
+    VariantsOpt,
     resolve_alias,
 )
 from miles_amd.cli.prepare import print_plan, run_prepare
@@ -85,6 +86,7 @@ def train(
     ray_address: RayAddressOpt = None,
     node_root: NodeRootOpt = DEFAULT_NODE_ROOT,
     shared_fs: SharedFsOpt = False,
+    variants: VariantsOpt = None,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -93,6 +95,24 @@ def train(
     check_gate(gate)
     env = launch_env(ray_address)
     root = None if shared_fs else node_root
+    if variants is not None:
+        from miles_amd.cli.variants import parse_variants, run_variants
+
+        if gate is not None:
+            fail("--variants gates each variant against its own baseline; drop --gate")
+        names = parse_variants(variants)
+        run_variants(
+            recipe,
+            run_dir,
+            names,
+            require_env=require_env,
+            timeout=timeout,
+            dry_run=dry_run,
+            as_json=as_json,
+            env=env,
+            node_root=root,
+        )
+        return
     run_train(recipe, run_dir, gate, require_env, timeout, dry_run, as_json, env, root)
 
 
@@ -100,6 +120,8 @@ def full_train(**options: Any) -> None:
     """`prepare`, then `train` (same options as `train`)."""
     recipe = make_recipe(**_recipe_options(options))
     check_gate(options["gate"])
+    if options["variants"] is not None:
+        fail("--variants: run `miles-amd prepare` on the nodes, then `miles-amd train`")
     prepare_plan = build_prepare_plan(recipe)
     run_dir, dry_run = options["run_dir"], options["dry_run"]
     env = launch_env(options["ray_address"])
@@ -226,7 +248,8 @@ def run_train(
     if dry_run:
         print_plan(plan, as_json)
         return
-    check_inputs(recipe)
+    if plan.node_run_dir is None:  # with private node storage these are the node's paths
+        check_inputs(recipe)
     from miles_amd.run.cluster import ClusterError
     from miles_amd.run.driver import DriverError, execute
 

@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import shlex
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -93,20 +94,22 @@ def execute(
     state_dir: str | None = None,
     judge_partial: Callable[[Any], Any] | None = None,
     echo: Echo = print,
+    cancel: threading.Event | None = None,
 ) -> RunOutcome:
     """Run ``plan`` to the end, write the run dir, gate it if ``baseline`` is given.
 
     ``judge_partial`` overrides the watcher's rules (default: the gate's ``hard_failures``
     against ``baseline``, or the patched baseline when none is given: the spike threshold,
     finiteness and fatal sentinels are the same in both). ``require_env`` makes the gate fail
-    a run dir without ``env.json`` (the hardware path; see ``judge``).
+    a run dir without ``env.json`` (the hardware path; see ``judge``). ``cancel``, set from
+    another thread, stops the job as Ctrl-C would (``miles_amd.run.variants_run``).
     """
     spec, run_dir = _job_and_run_dir(plan)
     reference, watch_reference = _load_baselines(baseline)
     _prepare_run_dir(plan, spec, run_dir)
     state_file = _clear_own_leftovers(state_dir, echo)
     watcher = FailFastWatcher(run_dir.root, judge_partial or _hard_failures(watch_reference))
-    follow = Follow(timeout_s=timeout_s, interval_s=watch_interval_s, echo=echo)
+    follow = Follow(timeout_s=timeout_s, interval_s=watch_interval_s, echo=echo, cancel=cancel)
     with _cluster(plan, run_dir, state_file) as cluster:
         _check_nodes(plan, cluster)
         job = _submit(spec, cluster, run_dir, echo)
@@ -135,6 +138,7 @@ def _check_nodes(plan: LaunchPlan, cluster: Cluster) -> None:
     if plan.job is not None and plan.job.entrypoint_resources:
         from miles_amd.run.cluster import check_cluster
 
+        _client(cluster.address, cluster.headers)  # a missing/wrong token is named first
         check_cluster(cluster.address, cluster.headers, gpus=plan.recipe.num_gpus)
 
 

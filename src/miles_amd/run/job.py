@@ -39,6 +39,7 @@ class Follow:
     timeout_s: float
     interval_s: float
     echo: Echo
+    cancel: threading.Event | None = None  # set by another thread: stop as on Ctrl-C
 
 
 class RayJob:
@@ -74,7 +75,9 @@ class RayJob:
         next_watch = started + follow.interval_s
         while self._status() not in TERMINAL:
             now = time.monotonic()
-            if now - started > follow.timeout_s:
+            if follow.cancel is not None and follow.cancel.is_set():
+                self.stopped_by = "interrupt"
+            elif now - started > follow.timeout_s:
                 self.stopped_by = "timeout"
             elif now >= next_watch:
                 next_watch = now + follow.interval_s
