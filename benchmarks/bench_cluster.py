@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -127,6 +128,7 @@ def main() -> int:
         print(f"sequential_s={sequential_s:.1f} concurrent_s={concurrent_s:.1f} ratio={ratio:.2f}")
     finally:
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
     return 0 if ok else 1
 
 
