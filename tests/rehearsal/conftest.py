@@ -1,7 +1,8 @@
 """One real Ray head on 127.0.0.1 for the whole rehearsal session, and process checks.
 
 The head is started by the same :class:`~miles_amd.run.ray_head.RayHead` the driver uses
-(loopback, token auth, ports chosen by the tool, private temp dir), so it never collides
+(loopback, token auth, ports chosen by the tool, private temp dir; declaring 8 GPUs and the
+whole-node resource cluster mode asks for, which a CPU raylet accepts), so it never collides
 with another cluster; tests hand its dashboard URL to the driver as ``RAY_ADDRESS`` and its
 token file as ``RAY_AUTH_TOKEN_PATH``, the external-cluster path. At the end of the session
 the head is stopped and every process it spawned is checked gone, by pid. After each test
@@ -10,6 +11,7 @@ no job entrypoint the test started may still be alive.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from miles_amd.recipe.plan import ray_start_argv
+from miles_amd.recipe.plan import NODE_RESOURCE, ray_start_argv
 from miles_amd.run.ray_head import RayHead
 
 JOB_MARKERS = ("miles_amd.testing.replay", "miles_amd_rehearsal_job")
@@ -26,7 +28,8 @@ JOB_MARKERS = ("miles_amd.testing.replay", "miles_amd_rehearsal_job")
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
     log = tmp_path_factory.mktemp("ray") / "head.log"
-    head = RayHead.start(ray_start_argv(0, "127.0.0.1"), env=dict(os.environ), log_path=log)
+    argv = (*ray_start_argv(8, "127.0.0.1"), "--resources", json.dumps({NODE_RESOURCE: 1}))
+    head = RayHead.start(argv, env=dict(os.environ), log_path=log)
     try:
         yield head
     finally:

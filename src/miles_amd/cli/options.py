@@ -134,6 +134,40 @@ RequireEnvOpt = Annotated[
         "without it the environment check is not measured there.",
     ),
 ]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        help="Run on this existing Ray cluster (its Jobs API, e.g. http://head:8265; "
+        "overrides RAY_ADDRESS): the job takes one whole node with miles_amd_mi355x_node "
+        "and 8 GPUs, its evidence is pulled back (README: Run on a Ray cluster).",
+    ),
+]
+NodeRootOpt = Annotated[
+    str,
+    typer.Option(
+        "--node-root",
+        help="Cluster mode: the dir on the job's node under which it writes its evidence, "
+        "pulled back into --run-dir (may use ${VAR} of the node's environment).",
+    ),
+]
+SharedFsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--shared-fs",
+        help="Cluster mode: the job's node sees --run-dir at the same path (shared "
+        "storage); it writes the evidence there and nothing is pulled back.",
+    ),
+]
+VariantsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--variants",
+        help="Cluster mode: run these aiter variants at once, one node each (e.g. "
+        "stock,patched), each in --run-dir/<variant> gated against its baseline, then the "
+        "A/B comparison. The patched job gets AITER_PATCHED_DIR on its PYTHONPATH.",
+    ),
+]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="With --dry-run: print the plan as JSON.")]
 NoHistoryOpt = Annotated[

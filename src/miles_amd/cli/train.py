@@ -42,18 +42,27 @@ from miles_amd.cli.options import (
     MegatronDirOpt,
     MilesDirOpt,
     ModelDirOpt,
+    NodeRootOpt,
     NoHistoryOpt,
     NumGpusOpt,
     NumRolloutAliasOpt,
     NumRolloutsOpt,
     OverridePinnedOpt,
+    RayAddressOpt,
     RequireEnvOpt,
     RunDirOpt,
+    SharedFsOpt,
     TimeoutOpt,
+    VariantsOpt,
     resolve_alias,
 )
 from miles_amd.cli.prepare import print_plan, run_prepare
-from miles_amd.recipe.plan import build_prepare_plan, build_train_plan, format_plan
+from miles_amd.recipe.plan import (
+    DEFAULT_NODE_ROOT,
+    build_prepare_plan,
+    build_train_plan,
+    format_plan,
+)
 from miles_amd.recipe.settings import Hardware, Recipe, RecipeError, parse_hardware
 
 
@@ -78,6 +87,10 @@ def train(
     gate: GateOpt = None,
     require_env: RequireEnvOpt = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    ray_address: RayAddressOpt = None,
+    node_root: NodeRootOpt = DEFAULT_NODE_ROOT,
+    shared_fs: SharedFsOpt = False,
+    variants: VariantsOpt = None,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
     no_history: NoHistoryOpt = False,
@@ -85,17 +98,52 @@ def train(
     """Run the recipe as a Ray job, write the run dir, and optionally gate it."""
     recipe = make_recipe(**_recipe_options(locals()))
     check_gate(gate)
-    run_train(recipe, run_dir, gate, require_env, timeout, dry_run, as_json, history=not no_history)
+    env = launch_env(ray_address)
+    root = None if shared_fs else node_root
+    if variants is not None:
+        from miles_amd.cli.variants import parse_variants, run_variants
+
+        if gate is not None:
+            fail("--variants gates each variant against its own baseline; drop --gate")
+        names = parse_variants(variants)
+        run_variants(
+            recipe,
+            run_dir,
+            names,
+            require_env=require_env,
+            timeout=timeout,
+            dry_run=dry_run,
+            as_json=as_json,
+            env=env,
+            node_root=root,
+        )
+        return
+    run_train(
+        recipe,
+        run_dir,
+        gate,
+        require_env,
+        timeout,
+        dry_run,
+        as_json,
+        env,
+        root,
+        history=not no_history,
+    )
 
 
 def full_train(**options: Any) -> None:
     """`prepare`, then `train` (same options as `train`)."""
     recipe = make_recipe(**_recipe_options(options))
     check_gate(options["gate"])
+    if options["variants"] is not None:
+        fail("--variants: run `miles-amd prepare` on the nodes, then `miles-amd train`")
     prepare_plan = build_prepare_plan(recipe)
     run_dir, dry_run = options["run_dir"], options["dry_run"]
+    env = launch_env(options["ray_address"])
+    node_root = None if options["shared_fs"] else options["node_root"]
     if dry_run and options["as_json"]:
-        train_plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
+        train_plan = build_train_plan(recipe, env, run_dir=str(run_dir), node_root=node_root)
         merged = train_plan.to_dict()
         train_steps = merged["steps"]
         assert isinstance(train_steps, list)
@@ -113,7 +161,9 @@ def full_train(**options: Any) -> None:
         options["require_env"],
         options["timeout"],
         dry_run,
-        as_json=False,
+        False,
+        env,
+        node_root,
         history=not options["no_history"],
     )
 
@@ -202,6 +252,14 @@ def check_inputs(recipe: Recipe) -> None:
         fail(f"--miles-dir {recipe.miles_dir}: no train.py there; point it at a miles checkout")
 
 
+def launch_env(ray_address: str | None) -> dict[str, str]:
+    """The environment the launch sees; ``--ray-address`` replaces ``RAY_ADDRESS``."""
+    env = dict(os.environ)
+    if ray_address:
+        env["RAY_ADDRESS"] = ray_address
+    return env
+
+
 def run_train(
     recipe: Recipe,
     run_dir: Path,
@@ -210,20 +268,26 @@ def run_train(
     timeout: float,
     dry_run: bool,
     as_json: bool,
+    env: dict[str, str],
+    node_root: str | None = DEFAULT_NODE_ROOT,
     *,
     history: bool = True,
 ) -> None:
-    plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
+    plan = build_train_plan(recipe, env, run_dir=str(run_dir), node_root=node_root)
     if dry_run:
         print_plan(plan, as_json)
         return
-    check_inputs(recipe)
+    if plan.node_run_dir is None:  # with private node storage these are the node's paths
+        check_inputs(recipe)
     from miles_amd.cli.history import open_history, record_driver_gate
+    from miles_amd.run.cluster import ClusterError
     from miles_amd.run.driver import DriverError, execute
 
     store = open_history(None) if history and gate is not None else None
     try:
         outcome = execute(plan, timeout_s=timeout, baseline=gate, require_env=require_env)
+    except ClusterError as exc:
+        fail(str(exc))  # bad input: nothing was submitted
     except DriverError as exc:
         fail(str(exc), code=EXIT_FAILED)
     typer.echo(outcome.summary())

@@ -33,6 +33,7 @@ Executing a plan is the driver's job (``miles_amd.run.driver``), not this module
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -49,6 +50,12 @@ SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN")  # inherited from the tool's own
 RUNTIME_ENV_SECRETS = ("WANDB_API_KEY",)  # sent to a RAY_ADDRESS cluster's job
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 RAY_HEAD_STATE_FILE = "ray_head.json"
+# Cluster mode (``miles_amd.run.cluster``): the custom node resource an operator declares on
+# every whole 8-GPU MI355X node (``ray start --resources '{"miles_amd_mi355x_node": 1}'``);
+# a job asks for all of it, so one job holds one node. Evidence goes to a node-local dir.
+NODE_RESOURCE = "miles_amd_mi355x_node"
+NODE_ROOT_VAR = "MILES_AMD_NODE_ROOT"
+DEFAULT_NODE_ROOT = "/tmp/miles_amd_runs"
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,8 @@ class JobSpec:
     entrypoint: tuple[str, ...]
     env_vars: Mapping[str, str]
     secret_env_vars: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # cluster mode: Ray's entrypoint_resources, the whole node (``{NODE_RESOURCE: 1}``)
+    entrypoint_resources: Mapping[str, float] = field(default_factory=dict)
 
     def runtime_env(self) -> dict[str, object]:
         """The runtime env to submit, secrets included. Never print or store this."""
@@ -78,7 +87,11 @@ class JobSpec:
     def to_dict(self) -> dict[str, object]:
         env = dict(self.env_vars)
         env.update({name: REDACTED for name in self.secret_env_vars})
-        return {"entrypoint": list(self.entrypoint), "runtime_env": {"env_vars": env}}
+        out: dict[str, object] = {"entrypoint": list(self.entrypoint)}
+        if self.entrypoint_resources:
+            out["entrypoint_resources"] = dict(self.entrypoint_resources)
+        out["runtime_env"] = {"env_vars": env}
+        return out
 
 
 @dataclass(frozen=True)
@@ -92,6 +105,7 @@ class LaunchPlan:
     ray_address: str | None = None
     run_dir: str | None = None
     ray_auth_token_path: str | None = None  # the RAY_ADDRESS cluster's token file, if given
+    node_run_dir: str | None = None  # cluster mode: where the job writes evidence on its node
     inherited_secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def head_env(self) -> dict[str, str]:
@@ -111,6 +125,7 @@ class LaunchPlan:
             "ray_address": self.ray_address,
             "ray_auth_token_path": self.ray_auth_token_path,
             "run_dir": self.run_dir,
+            **({"node_run_dir": self.node_run_dir} if self.node_run_dir else {}),
         }
 
 
@@ -129,7 +144,11 @@ def device_env(env: Mapping[str, str]) -> dict[str, str]:
 def job_env_vars(
     recipe: Recipe, env: Mapping[str, str], master_addr: str, run_dir: str | None
 ) -> dict[str, str]:
-    """RECIPE.md's runtime env, plus where the evidence lands when a run dir is given."""
+    """RECIPE.md's runtime env, plus where the evidence lands when a run dir is given.
+
+    ``run_dir`` is the dir the *job* writes: the client's run dir on one node, the node-local
+    dir (:func:`node_run_dir`) in cluster mode.
+    """
     pythonpath = ":".join(
         p for p in (recipe.miles_dir, recipe.megatron_dir, env.get("PYTHONPATH", "")) if p
     )
@@ -168,6 +187,18 @@ def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
     )
 
 
+def node_run_dir(node_root: str, run_dir: str, run_id: str | None) -> str:
+    """Cluster mode: the job's evidence dir on its node, ``<node root>/<run name>[-<id>]``.
+
+    ``node_root`` may reference the node's environment (``${MILES_AMD_NODE_ROOT}``): Ray
+    expands ``${VAR}`` in runtime-env values on the node (``ray._private.utils.update_envs``:
+    ``os.path.expandvars``, an unset ``${VAR}`` becomes empty), and the pull-back expands it
+    the same way, on the same node.
+    """
+    name = run_dir.rstrip("/").rsplit("/", 1)[-1] or "run"
+    return f"{node_root.rstrip('/')}/{name}-{run_id}" if run_id else f"{node_root}/{name}"
+
+
 def build_train_plan(
     recipe: Recipe,
     env: Mapping[str, str],
@@ -176,6 +207,8 @@ def build_train_plan(
     state_dir: str = "~/.cache/miles_amd",
     master_addr: str = DEFAULT_MASTER_ADDR,
     entrypoint_prefix: tuple[str, ...] | None = None,
+    node_root: str | None = None,
+    run_id: str | None = None,
 ) -> LaunchPlan:
     """The plan for ``train``: cleanup, Ray head (unless ``RAY_ADDRESS``), the job.
 
@@ -183,6 +216,13 @@ def build_train_plan(
     With ``run_dir`` the job also writes TensorBoard and CI-history evidence into it.
     ``entrypoint_prefix`` replaces ``python3 <miles>/train.py`` (the CPU rehearsal swaps in
     its replay this way; everything else in the plan is unchanged).
+
+    Cluster mode (``RAY_ADDRESS``): the job asks for a whole node through Ray's
+    ``entrypoint_resources`` (``{NODE_RESOURCE: 1}``). With ``node_root`` (the node does not
+    share this filesystem) it writes its evidence under ``node_root`` on that node
+    (:func:`node_run_dir`; ``run_id``, a fresh random one by default, keeps runs apart there)
+    and ``miles_amd.run.pullback`` brings it into ``run_dir``; without, the node is taken to
+    see ``run_dir`` at the same path (shared storage) and writes there.
     """
     if run_dir is not None and not recipe.capture_metrics:
         recipe = replace(recipe, capture_metrics=True)
@@ -193,15 +233,22 @@ def build_train_plan(
     entrypoint = (*(entrypoint_prefix or ("python3", recipe.train_script)), *recipe.argv())
     names = RUNTIME_ENV_SECRETS if ray_address else SECRET_ENV_VARS
     secrets = {name: env[name] for name in names if env.get(name)}
-    job_vars = job_env_vars(recipe, env, master_addr, run_dir)
+    on_node = None
+    if ray_address and run_dir and node_root:
+        on_node = node_run_dir(node_root, run_dir, run_id or uuid.uuid4().hex[:8])
+    job_vars = job_env_vars(recipe, env, master_addr, on_node or run_dir)
+    resources = {NODE_RESOURCE: 1.0} if ray_address else {}
     return LaunchPlan(
         recipe=recipe,
-        steps=_train_steps(recipe, entrypoint, ray_address, token_path, state_dir, master_addr),
-        job=JobSpec(entrypoint, job_vars, secrets if ray_address else {}),
+        steps=_train_steps(
+            recipe, entrypoint, ray_address, token_path, state_dir, master_addr, bool(on_node)
+        ),
+        job=JobSpec(entrypoint, job_vars, secrets if ray_address else {}, resources),
         process_env=device_env(env),
         ray_address=ray_address,
         run_dir=run_dir,
         ray_auth_token_path=token_path,
+        node_run_dir=on_node,
         inherited_secrets={} if ray_address else secrets,
     )
 
@@ -213,6 +260,7 @@ def _train_steps(
     token_path: str | None,
     state_dir: str,
     master_addr: str,
+    pull_back: bool,
 ) -> tuple[Step, ...]:
     cleanup = Step(
         "cleanup",
@@ -223,7 +271,19 @@ def _train_steps(
     token = " (token from RAY_AUTH_TOKEN_PATH)" if token_path else ""
     submit = Step("submit", f"submit the job to {target}{token} and follow its log", entrypoint)
     if ray_address is not None:
-        return (cleanup, submit)
+        check = Step(
+            "check-cluster",
+            f"refuse to submit unless an alive node has {NODE_RESOURCE} >= 1 and "
+            f"GPU >= {recipe.num_gpus} (the whole node the job asks for)",
+        )
+        if not pull_back:
+            return (cleanup, check, submit)
+        pull = Step(
+            "pull-back",
+            "bring the job's TensorBoard and CI-history files from its node into the run "
+            "dir, during the run and completely at the end (sizes and sha256 verified)",
+        )
+        return (cleanup, check, submit, pull)
     head = Step(
         "ray-start",
         "start a private local Ray head: loopback only, a fresh auth token, every port "

@@ -5,11 +5,15 @@ Decides the side effects of a run, in order (one function per step in :func:`exe
 1. load the baselines (a bad ``--gate`` fails before an hour of GPUs is spent);
 2. refuse a run dir that holds evidence of an earlier run, then lay it out;
 3. clear this tool's own leftovers (the head an earlier run recorded in its state file);
-4. start a Ray head unless the plan names a cluster (``miles_amd.run.ray_head``);
-5. submit through Ray's Jobs SDK (``JobSubmissionClient``, never ``ray job submit``);
+4. start a Ray head unless the plan names a cluster (``miles_amd.run.ray_head``); on a named
+   cluster, refuse unless it has a whole node for the job (``miles_amd.run.cluster``);
+5. submit through Ray's Jobs SDK (``JobSubmissionClient``, never ``ray job submit``), with
+   the plan's ``entrypoint_resources`` (cluster mode: the whole node);
 6. follow the job (``miles_amd.run.job``): stream its log to ``job.log``, let the fail-fast
-   watcher stop a lost job early, enforce the overall timeout;
-7. write ``job.json`` (:class:`~miles_amd.run_dir.JobRecord`) when the job ends;
+   watcher stop a lost job early, enforce the overall timeout; in cluster mode the evidence
+   is pulled from the job's node before each watcher poll (``miles_amd.run.pullback``);
+7. write ``job.json`` (:class:`~miles_amd.run_dir.JobRecord`) when the job ends; in cluster
+   mode pull the evidence completely and verify it (a failed pull is a named red);
 8. gate the run dir when a baseline is asked for (judging is the gate's job).
 
 On every exit path (success, failure, timeout, Ctrl-C, exception) the job is stopped if still
@@ -22,9 +26,10 @@ import contextlib
 import json
 import os
 import shlex
+import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +41,7 @@ from miles_amd.run_dir import JobRecord, RunDir
 
 if TYPE_CHECKING:
     from miles_amd.baseline.model import Baseline
+    from miles_amd.run.pullback import PullBack
     from miles_amd.run.ray_head import RayHead
 
 EVIDENCE_DIR_VARS = ("TENSORBOARD_DIR", "MILES_CI_GATE_RECORD_DIR")
@@ -57,6 +63,7 @@ class RunOutcome:
     verdict: str | None  # the gate's, when a baseline was given
     exit_code: int
     head_pids: tuple[int, ...] = ()  # the Ray head this run started and all it spawned
+    pullback_error: str | None = None  # cluster mode: why the evidence did not come back
 
     def summary(self) -> str:
         parts = [f"job {self.job_id}: {self.status}"]
@@ -69,6 +76,8 @@ class RunOutcome:
             )
         elif self.stopped_by:
             parts.append(f"stopped by {self.stopped_by}")
+        if self.pullback_error:
+            parts.append(self.pullback_error)
         if self.verdict:
             parts.append(f"gate: {self.verdict.upper()} (report in {RunDir(self.run_dir).report}/)")
         parts.append(f"run dir: {self.run_dir}")
@@ -85,24 +94,60 @@ def execute(
     state_dir: str | None = None,
     judge_partial: Callable[[Any], Any] | None = None,
     echo: Echo = print,
+    cancel: threading.Event | None = None,
 ) -> RunOutcome:
     """Run ``plan`` to the end, write the run dir, gate it if ``baseline`` is given.
 
     ``judge_partial`` overrides the watcher's rules (default: the gate's ``hard_failures``
     against ``baseline``, or the patched baseline when none is given: the spike threshold,
     finiteness and fatal sentinels are the same in both). ``require_env`` makes the gate fail
-    a run dir without ``env.json`` (the hardware path; see ``judge``).
+    a run dir without ``env.json`` (the hardware path; see ``judge``). ``cancel``, set from
+    another thread, stops the job as Ctrl-C would (``miles_amd.run.variants_run``).
     """
     spec, run_dir = _job_and_run_dir(plan)
     reference, watch_reference = _load_baselines(baseline)
     _prepare_run_dir(plan, spec, run_dir)
     state_file = _clear_own_leftovers(state_dir, echo)
     watcher = FailFastWatcher(run_dir.root, judge_partial or _hard_failures(watch_reference))
-    follow = Follow(timeout_s=timeout_s, interval_s=watch_interval_s, echo=echo)
+    follow = Follow(timeout_s=timeout_s, interval_s=watch_interval_s, echo=echo, cancel=cancel)
     with _cluster(plan, run_dir, state_file) as cluster:
+        _check_nodes(plan, cluster)
         job = _submit(spec, cluster, run_dir, echo)
-        record = job.run(watcher, follow, cluster.head)
-    return _outcome(plan, run_dir, record, job.trip, reference, require_env, cluster.pids())
+        pull = _pullback(plan, job)
+        record = job.run(PullingWatcher(watcher, pull) if pull else watcher, follow, cluster.head)
+        pull_error = pull.final() if pull else None
+    outcome = _outcome(plan, run_dir, record, job.trip, reference, require_env, cluster.pids())
+    if pull_error is None:
+        return outcome
+    return replace(outcome, pullback_error=pull_error, exit_code=EXIT_FAIL)
+
+
+class PullingWatcher:
+    """The fail-fast watcher, reading evidence pulled from the job's node just before."""
+
+    def __init__(self, watcher: FailFastWatcher, pull: PullBack) -> None:
+        self.watcher, self.pull = watcher, pull
+
+    def poll(self) -> Trip | None:
+        self.pull.try_pull()
+        return self.watcher.poll()
+
+
+def _check_nodes(plan: LaunchPlan, cluster: Cluster) -> None:
+    """Cluster mode: a whole node for the job must exist (``ClusterError``: bad input)."""
+    if plan.job is not None and plan.job.entrypoint_resources:
+        from miles_amd.run.cluster import check_cluster
+
+        _client(cluster.address, cluster.headers)  # a missing/wrong token is named first
+        check_cluster(cluster.address, cluster.headers, gpus=plan.recipe.num_gpus)
+
+
+def _pullback(plan: LaunchPlan, job: RayJob) -> PullBack | None:
+    if plan.node_run_dir is None:
+        return None
+    from miles_amd.run.pullback import PullBack
+
+    return PullBack(job.client, job.job_id, plan.node_run_dir, job.run_dir)
 
 
 def _job_and_run_dir(plan: LaunchPlan) -> tuple[JobSpec, RunDir]:
@@ -134,7 +179,7 @@ def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> None:
         )
     run_dir.root.mkdir(parents=True, exist_ok=True)
     for key in EVIDENCE_DIR_VARS:  # made here, so a job that writes nothing there is seen
-        if key in spec.env_vars:
+        if key in spec.env_vars and plan.node_run_dir is None:  # not a path on another node
             Path(spec.env_vars[key]).mkdir(parents=True, exist_ok=True)
     run_dir.job_log.write_text("")
     atomic_write_text(run_dir.plan_json, _json(plan.to_dict()))
@@ -214,6 +259,7 @@ def _submit(spec: JobSpec, cluster: Cluster, run_dir: RunDir, echo: Echo) -> Ray
             entrypoint=shlex.join(spec.entrypoint),
             runtime_env=spec.runtime_env(),
             submission_id=job_id,
+            entrypoint_resources=dict(spec.entrypoint_resources) or None,
         )
     except Exception as exc:
         raise DriverError(f"could not start the job: {exc}") from exc

@@ -19,14 +19,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from miles_amd.files import atomic_write_text
-from miles_amd.run.watcher import FailFastWatcher, Trip
+from miles_amd.run.watcher import Trip
 from miles_amd.run_dir import JobRecord, RunDir
 
 if TYPE_CHECKING:
     from miles_amd.run.ray_head import RayHead
+
+
+class Watcher(Protocol):
+    """What following a job needs of the fail-fast watcher (local or pulling from a node)."""
+
+    def poll(self) -> Trip | None: ...
+
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 Echo = Callable[[str], None]
@@ -39,6 +46,7 @@ class Follow:
     timeout_s: float
     interval_s: float
     echo: Echo
+    cancel: threading.Event | None = None  # set by another thread: stop as on Ctrl-C
 
 
 class RayJob:
@@ -50,7 +58,7 @@ class RayJob:
         self.trip: Trip | None = None
         self.stop_requested_at: float | None = None
 
-    def run(self, watcher: FailFastWatcher, follow: Follow, head: RayHead | None) -> JobRecord:
+    def run(self, watcher: Watcher, follow: Follow, head: RayHead | None) -> JobRecord:
         """Follow the job to its end and write job.log and job.json; Ctrl-C stops it too."""
         pump = LogPump(self.client, self.job_id, self.run_dir.job_log)
         pump.start()
@@ -69,12 +77,14 @@ class RayJob:
             if self.stopped_by == "interrupt":
                 self.write_final()
 
-    def _follow(self, watcher: FailFastWatcher, follow: Follow) -> None:
+    def _follow(self, watcher: Watcher, follow: Follow) -> None:
         started = time.monotonic()
         next_watch = started + follow.interval_s
         while self._status() not in TERMINAL:
             now = time.monotonic()
-            if now - started > follow.timeout_s:
+            if follow.cancel is not None and follow.cancel.is_set():
+                self.stopped_by = "interrupt"
+            elif now - started > follow.timeout_s:
                 self.stopped_by = "timeout"
             elif now >= next_watch:
                 next_watch = now + follow.interval_s

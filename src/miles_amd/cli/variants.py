@@ -1,0 +1,87 @@
+"""``miles-amd train --variants stock,patched``: both aiter variants at once on a Ray cluster.
+
+Decides the option's parsing and the command's output and exit code: one run dir per variant
+under ``--run-dir``, each gated against the baseline of its name, one summary line each,
+then the A/B comparison (``miles_amd.run.variants_run.ab_compare``); the exit code is the worst of
+the variants' (and of the comparison's, when it ran). Bad input (an unknown variant, no
+cluster, no ``AITER_PATCHED_DIR``, too few suitable nodes) is one line and exit 2 with
+nothing submitted. Running is ``miles_amd.run.variants_run``'s.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from miles_amd.cli.errors import EXIT_FAILED, fail
+from miles_amd.recipe.plan import build_train_plan, format_plan
+from miles_amd.recipe.settings import Recipe
+from miles_amd.variants import AITER_VARIANTS
+
+
+def parse_variants(value: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [v for v in names if v not in AITER_VARIANTS]
+    if not names or unknown or len(set(names)) != len(names):
+        fail(f"--variants {value}: give distinct names from {', '.join(AITER_VARIANTS)}")
+    return names
+
+
+def run_variants(
+    recipe: Recipe,
+    run_dir: Path,
+    variants: tuple[str, ...],
+    *,
+    require_env: bool,
+    timeout: float,
+    dry_run: bool,
+    as_json: bool,
+    env: dict[str, str],
+    node_root: str | None,
+) -> None:
+    from miles_amd.run.variants_run import VariantsError, variant_env
+
+    if not env.get("RAY_ADDRESS"):
+        fail("--variants needs a Ray cluster: pass --ray-address (one whole node per variant)")
+    try:
+        plans = {
+            v: build_train_plan(
+                recipe, variant_env(env, v), run_dir=str(run_dir / v), node_root=node_root
+            )
+            for v in variants
+        }
+    except VariantsError as exc:
+        fail(str(exc))
+    if dry_run:
+        if as_json:
+            typer.echo(json.dumps({v: p.to_dict() for v, p in plans.items()}, indent=2))
+        else:
+            typer.echo("\n\n".join(f"# variant {v}\n{format_plan(p)}" for v, p in plans.items()))
+        return
+    raise typer.Exit(_execute(plans, run_dir, require_env, timeout))
+
+
+def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> int:
+    from miles_amd.run.cluster import ClusterError
+    from miles_amd.run.driver import RunOutcome
+    from miles_amd.run.variants_run import ab_compare, execute_variants
+
+    try:
+        results = execute_variants(
+            plans, {v: v for v in plans}, timeout_s=timeout, require_env=require_env
+        )
+    except ClusterError as exc:
+        fail(str(exc))
+    code = 0
+    for variant, result in results.items():
+        if isinstance(result, RunOutcome):
+            typer.echo(f"{variant}: {result.summary()}")
+            code = max(code, result.exit_code)
+        else:
+            typer.echo(f"{variant}: could not run: {result}", err=True)
+            code = max(code, EXIT_FAILED)
+    if set(plans) == {"stock", "patched"}:
+        code = max(code, ab_compare(run_dir / "stock", run_dir / "patched"))
+    return code

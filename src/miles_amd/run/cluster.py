@@ -1,0 +1,127 @@
+"""Cluster mode: does an existing Ray cluster have the whole MI355X nodes a run needs?
+
+Decides, before anything is submitted, whether the cluster at ``RAY_ADDRESS`` can run the
+job(s): it needs ``count`` alive nodes, each declaring the custom resource
+:data:`~miles_amd.recipe.plan.NODE_RESOURCE` (>= 1) and ``GPU`` (>= the recipe's GPUs). A
+job asks for the node resource through Ray's ``entrypoint_resources``, so Ray places each job
+on its own such node and a second job waits for a free one; refusing here turns "waits
+forever" into a one-line error naming what is missing. It does not submit or place anything.
+
+The node list is the dashboard's State API, ``GET /api/v0/nodes?detail=1`` (the endpoint
+``ray list nodes`` uses), read with the same ``Authorization`` header the Jobs API gets, so
+the check needs nothing the submission does not. Resource names there are Ray's own
+(``miles_amd_mi355x_node``); the dashboard's ``/nodes?view=summary`` camel-cases them
+(``milesAmdMi355XNode``, measured with Ray 2.60), so it is not used.
+
+GPU counts are what each raylet declares: on a CPU raylet ``ray start --num-gpus 8`` is
+accepted and the node then counts as 8 GPUs to the scheduler (the rehearsal uses that);
+whether the GPUs are MI355X is the node's preflight's question (``env.json``), not Ray's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from miles_amd.recipe.plan import NODE_RESOURCE
+
+NODES_PATH = "/api/v0/nodes?limit=10000&detail=1"
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot run the job (no suitable node, unreadable node list); bad input."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node as the State API lists it."""
+
+    node_id: str
+    ip: str
+    alive: bool
+    resources: Mapping[str, float]
+
+    def shortfall(self, gpus: int) -> str | None:
+        """Why this node cannot hold the job, or ``None`` when it can."""
+        if not self.alive:
+            return "not alive"
+        missing = []
+        if self.resources.get(NODE_RESOURCE, 0) < 1:
+            missing.append(f"no {NODE_RESOURCE}")
+        if self.resources.get("GPU", 0) < gpus:
+            missing.append(f"GPU {self.resources.get('GPU', 0):g} < {gpus}")
+        return ", ".join(missing) or None
+
+    def describe(self) -> str:
+        return f"{self.node_id[:8]} ({self.ip})"
+
+
+def parse_nodes(payload: Mapping[str, object]) -> list[Node]:
+    """The State API's answer as :class:`Node` s; ``ClusterError`` when it has no node list."""
+    try:
+        rows = payload["data"]["result"]["result"]  # type: ignore[index]
+        return [
+            Node(
+                node_id=str(row["node_id"]),
+                ip=str(row.get("node_ip", "?")),
+                alive=row.get("state") == "ALIVE",
+                resources={str(k): float(v) for k, v in row.get("resources_total", {}).items()},
+            )
+            for row in rows
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ClusterError(f"the State API answered without a node list ({exc!r})") from None
+
+
+def list_nodes(address: str, headers: Mapping[str, str], timeout_s: float = 15.0) -> list[Node]:
+    """The cluster's nodes through the dashboard at ``address`` (the Jobs API address)."""
+    request = urllib.request.Request(address.rstrip("/") + NODES_PATH, headers=dict(headers))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return parse_nodes(json.loads(response.read()))
+    except urllib.error.HTTPError as exc:
+        hint = "; set RAY_AUTH_TOKEN_PATH to the cluster's token" if exc.code in (401, 403) else ""
+        raise ClusterError(f"{address}: cannot list the nodes: HTTP {exc.code}{hint}") from None
+    except (OSError, ValueError) as exc:
+        raise ClusterError(f"{address}: cannot list the nodes: {exc}") from None
+
+
+def suitable_nodes(nodes: Sequence[Node], *, gpus: int, count: int, address: str) -> list[Node]:
+    """The nodes that can each hold one job; ``ClusterError`` naming the gap when too few."""
+    fit = [node for node in nodes if node.shortfall(gpus) is None]
+    if len(fit) >= count:
+        return fit
+    unfit = "; ".join(f"{n.describe()}: {n.shortfall(gpus)}" for n in nodes if n not in fit)
+    raise ClusterError(
+        f"the Ray cluster at {address} has {len(fit)} node(s) with {NODE_RESOURCE} >= 1 and "
+        f"GPU >= {gpus}, {count} needed (one per job)"
+        + (f" [{unfit}]" if unfit else " [no nodes]")
+        + f"; nothing submitted. Declare whole nodes with ray start --num-gpus {gpus} "
+        f"--resources '{{\"{NODE_RESOURCE}\": 1}}' (README: Run on a Ray cluster)"
+    )
+
+
+def check_cluster(
+    address: str,
+    headers: Mapping[str, str],
+    *,
+    gpus: int,
+    count: int = 1,
+    settle_s: float = 15.0,
+) -> list[Node]:
+    """List the cluster's nodes and require ``count`` suitable ones (see the module doc).
+
+    An empty list is read again for up to ``settle_s``: a running cluster always has its
+    head, but the State API lists it only about 3 s after the dashboard first answers
+    (measured, Ray 2.60, on a head just started).
+    """
+    deadline = time.monotonic() + settle_s
+    nodes = list_nodes(address, headers)
+    while not nodes and time.monotonic() < deadline:
+        time.sleep(0.5)
+        nodes = list_nodes(address, headers)
+    return suitable_nodes(nodes, gpus=gpus, count=count, address=address)

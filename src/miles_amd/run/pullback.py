@@ -1,0 +1,232 @@
+"""Bring a cluster job's evidence from its node into the local run dir, verified.
+
+Decides how the evidence of a job on a node that does not share the client's filesystem
+(TensorBoard event files, CI-history JSONL) reaches the run dir: during the run (each
+:meth:`PullBack.pull` before the fail-fast watcher reads) and completely at the end
+(:meth:`PullBack.final`). The log is not pulled: it comes through the Jobs API.
+
+Mechanism: a short Ray job per pull, submitted through the same Jobs API (address and
+``Authorization`` header) the run already uses, whose entrypoint is
+``miles_amd.run.pullback_node`` sent as ``python -c`` source. It starts one Ray task pinned
+to the job's node (``NodeAffinitySchedulingStrategy(soft=False)``, the node id from the job's
+``driver_node_id``) that reads the files and returns them through Ray's object store; the
+entrypoint prints them as framed base64 lines which the client reads with
+``get_job_logs``. Why this and not a direct ``ray.init`` from the client: the client then
+needs nothing the submission does not (no Ray Client port, no GCS/raylet connectivity from
+a CI runner to every node, no matching ``ray`` driver on the runner); and no node needs
+miles_amd installed. Cost: one job start per pull (about 3-8 s on the 2-core rehearsal
+machine; 8 MiB pulled and verified in 5.3 s, ``benchmarks/bench_cluster.py``), and every
+byte passes through the job log as base64 (+33 %), which suits the evidence's size (about 8
+MB of event files per 1000 rollouts, ``evidence.safe_open``), not checkpoints. Pulls are
+incremental: the client sends the size it holds per file and gets only the bytes past it
+when the node's file still starts with the held bytes (sha256 of the prefix compared on the
+node), else the whole file: measured in the rehearsal, a CI-history JSONL is not always a
+pure append between two pulls.
+
+Integrity: the node reads each file once and reports its size and sha256 over exactly the
+bytes it read; the client writes ``held bytes + new bytes`` atomically and checks the
+size and sha256 of the result; a frame list without the closing ``MILES_AMD_PULL_END`` (or
+with another count) is a cut transfer. Any of these, or a node that is gone, is a
+:class:`PullError` with a named reason; :meth:`PullBack.final` then removes the pulled
+evidence, leaving the two dirs empty (``evidence.load`` reports a present source that holds
+nothing as a problem, so the gate cannot pass), and writes ``pullback.json`` with the reason;
+the run's exit code is 1 whatever the gate says. A successful final pull writes
+``pullback.json`` with every file's size and sha256.
+
+With a shared filesystem (the node's evidence dir is visible to the client, e.g. NFS), none
+of this is needed: point the run's evidence at the shared dir (no ``RAY_ADDRESS``-mode node
+root), and the watcher and gate read it in place; the pull-back then only costs a job start.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shlex
+import shutil
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from miles_amd.files import atomic_write_bytes, atomic_write_text
+from miles_amd.run_dir import RunDir
+
+FRAME, END, ERROR = "MILES_AMD_PULL ", "MILES_AMD_PULL_END ", "MILES_AMD_PULL_ERROR "
+SUBDIRS = ("tensorboard", "ci_history")
+RECORD_FILE = "pullback.json"
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+class PullError(RuntimeError):
+    """The evidence could not be brought back intact; the message names why."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    path: str
+    size: int
+    sha256: str
+    offset: int
+    data: bytes
+
+
+def parse_frames(log: str) -> list[Frame]:
+    """The frames of a pull job's log; :class:`PullError` for an error or a cut transfer."""
+    frames: list[Frame] = []
+    end: dict[str, Any] | None = None
+    for line in log.splitlines():
+        if line.startswith(ERROR):
+            raise PullError(json.loads(line[len(ERROR) :])["reason"])
+        if line.startswith(END):
+            end = json.loads(line[len(END) :])
+        elif line.startswith(FRAME):
+            raw = json.loads(line[len(FRAME) :])
+            frames.append(
+                Frame(
+                    str(raw["path"]),
+                    int(raw["size"]),
+                    str(raw["sha256"]),
+                    int(raw["offset"]),
+                    base64.b64decode(raw["data"], validate=True),
+                )
+            )
+    if end is None:
+        raise PullError(f"transfer cut: no end marker after {len(frames)} file frame(s)")
+    if int(end["files"]) != len(frames):
+        raise PullError(f"transfer cut: {len(frames)} of {end['files']} file frame(s) arrived")
+    return frames
+
+
+def safe_relpath(path: str) -> Path:
+    """A node-sent path, refused unless it stays under one of :data:`SUBDIRS`."""
+    rel = Path(path)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts or rel.parts[0] not in SUBDIRS:
+        raise PullError(f"refused path {path!r} from the node (outside {', '.join(SUBDIRS)})")
+    return rel
+
+
+def apply_frame(root: Path, frame: Frame) -> None:
+    """Write ``held bytes[:offset] + frame bytes`` atomically and verify size and sha256."""
+    target = root / safe_relpath(frame.path)
+    held = target.read_bytes() if target.is_file() else b""
+    if frame.offset > len(held):
+        raise PullError(f"{frame.path}: node sent bytes from {frame.offset}, {len(held)} held")
+    data = held[: frame.offset] + frame.data
+    if len(data) != frame.size:
+        raise PullError(f"{frame.path}: truncated: {len(data)} of {frame.size} bytes arrived")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != frame.sha256:
+        raise PullError(f"{frame.path}: sha256 {digest[:12]} != node's {frame.sha256[:12]}")
+    if data != held:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, data)
+
+
+def node_script() -> str:
+    return (Path(__file__).with_name("pullback_node.py")).read_text(encoding="utf-8")
+
+
+@dataclass
+class PullBack:
+    """Pulls one job's node-local evidence dir into ``run_dir`` through the Jobs API."""
+
+    client: Any  # ray.job_submission.JobSubmissionClient
+    job_id: str
+    node_dir: str
+    run_dir: RunDir
+    node_id: str | None = None
+    pulls: int = 0
+    bytes_in: int = 0
+    seconds: float = 0.0
+    last_error: str | None = None
+    held: dict[str, tuple[int, str]] = field(default_factory=dict)  # path: size, sha256
+
+    def pull(self, timeout_s: float = 120.0) -> list[Frame]:
+        """One incremental pull; :class:`PullError` names why it failed."""
+        started = time.monotonic()
+        node_id = self.node_id or self._job_node()
+        request = {
+            "node_id": node_id,
+            "root": self.node_dir,
+            "subdirs": list(SUBDIRS),
+            "offsets": dict(self.held),
+        }
+        log = self._run_pull_job(request, timeout_s)
+        frames = parse_frames(log)
+        for frame in frames:
+            apply_frame(self.run_dir.root, frame)
+            self.held[frame.path] = (frame.size, frame.sha256)
+            self.bytes_in += len(frame.data)
+        for gone in set(self.held) - {frame.path for frame in frames}:
+            (self.run_dir.root / safe_relpath(gone)).unlink(missing_ok=True)  # a writer's
+            del self.held[gone]  # temp file, since renamed: the local copy mirrors the node
+        self.pulls += 1
+        self.seconds += time.monotonic() - started
+        return frames
+
+    def try_pull(self) -> None:
+        """A pull during the run: a failure is remembered, the final pull decides."""
+        try:
+            self.pull()
+            self.last_error = None
+        except PullError as exc:
+            self.last_error = str(exc)
+
+    def final(self) -> str | None:
+        """The complete, verified pull at the end; the failure's reason, or ``None``."""
+        try:
+            frames = self.pull()
+            if not frames:
+                raise PullError(f"no evidence files under {self.node_dir} on the node")
+        except PullError as exc:
+            reason = f"pull-back failed: {exc}"
+            for sub in SUBDIRS:  # never judge partial evidence: empty dirs are a problem
+                shutil.rmtree(self.run_dir.root / sub, ignore_errors=True)  # to the reader
+                (self.run_dir.root / sub).mkdir()
+            self._record({"status": "failed", "reason": reason})
+            return reason
+        files = {f.path: {"size": f.size, "sha256": f.sha256} for f in frames}
+        self._record({"status": "verified", "files": files, "node_id": self.node_id})
+        return None
+
+    def _record(self, data: dict[str, object]) -> None:
+        data = {**data, "job_id": self.job_id, "node_dir": self.node_dir, "pulls": self.pulls}
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+        atomic_write_text(self.run_dir.root / RECORD_FILE, text)
+
+    def _job_node(self) -> str:
+        try:
+            node_id = self.client.get_job_info(self.job_id).driver_node_id
+        except Exception as exc:
+            raise PullError(f"cannot ask the Jobs API for {self.job_id}'s node: {exc}") from None
+        if not node_id:
+            raise PullError(f"{self.job_id} has no node yet (not started)")
+        self.node_id = node_id
+        return node_id
+
+    def _run_pull_job(self, request: Mapping[str, object], timeout_s: float) -> str:
+        pull_id = f"{self.job_id}-pull-{uuid.uuid4().hex[:6]}"
+        entrypoint = shlex.join(["python", "-c", node_script(), json.dumps(request)])
+        try:
+            self.client.submit_job(
+                entrypoint=entrypoint, submission_id=pull_id, entrypoint_num_cpus=0
+            )
+            deadline = time.monotonic() + timeout_s
+            while (status := str(self.client.get_job_status(pull_id).value)) not in TERMINAL:
+                if time.monotonic() > deadline:
+                    self.client.stop_job(pull_id)
+                    raise PullError(f"pull job {pull_id} not done after {timeout_s:.0f} s")
+                time.sleep(0.3)
+            log = str(self.client.get_job_logs(pull_id))
+        except PullError:
+            raise
+        except Exception as exc:
+            raise PullError(f"pull job {pull_id}: {exc}") from None
+        if status != "SUCCEEDED" and ERROR not in log:
+            tail = " | ".join(log.strip().splitlines()[-3:])
+            raise PullError(f"pull job {pull_id} {status}: {tail or 'no output'}")
+        return log

@@ -1,0 +1,265 @@
+"""A two-node Ray cluster on one CPU machine, for the cluster rehearsal; stopped by pid.
+
+Decides how the rehearsal stands in for a multi-node MI355X cluster: a head
+(``ray start --head``) and a second raylet joined with ``ray start --address``, each in its
+own private temp dir (``mkdtemp`` 0700: its ``TMPDIR`` and its node root), each declaring
+the fake node resource ``miles_amd_mi355x_node: 1`` and ``--num-gpus 8`` (Ray accepts a GPU
+count on a CPU raylet: it is only a number in the scheduler), each with its own
+``MILES_AMD_NODE_ROOT`` in its environment. Workers on a node inherit the raylet's
+environment, so a job's ``${MILES_AMD_NODE_ROOT}/...`` evidence dir expands to a dir only
+that node writes: the client's run dir is never written by the job, as on a real cluster
+without shared storage.
+
+Ray's own ``--temp-dir`` is the same for both nodes (``ray`` inside the head's 0700 dir), as
+on a real cluster where every machine uses the same path: measured with Ray 2.60, a joined
+node's dashboard agent serves job logs from the *head's* temp-dir path on its own machine,
+so with different ``--temp-dir`` values the Jobs API returned only the first line of the log
+of a job whose driver ran on the joined node (the supervisor wrote the rest under the
+node's own path). Two raylets sharing one session dir get distinct socket names
+(``node._make_inc_temp``: ``raylet``, ``raylet.1``), as in Ray's own ``cluster_utils``.
+
+Unlike the driver's private head (``miles_amd.run.ray_head``), this cluster cannot be
+loopback-only: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes ``ray start --address`` abort
+("Multi-node Ray clusters are not supported"), so both nodes run with Ray's default (on),
+and Ray resolves ``127.0.0.1`` to the host's routable address. Token auth stays on (one
+fresh token for both nodes), every listening port is chosen here, worker ports are
+kernel-assigned. It does not decide what runs on the cluster.
+
+Every process is ours: each ``ray start --block`` is spawned in a new session, its
+descendants recorded by pid and create time, and :meth:`TwoNodeCluster.stop` ends them by
+pid (never ``ray stop``). :meth:`LocalNode.kill` stops one node's raylet by pid, the
+node-loss fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from miles_amd.files import atomic_write_text
+from miles_amd.recipe.plan import NODE_RESOURCE, NODE_ROOT_VAR
+from miles_amd.run.ray_head import (
+    TEMP_PREFIX,
+    TEMP_ROOT,
+    WORKER_PORTS,
+    OwnedProcess,
+    _wait_gone,
+    free_ports,
+    ray_executable,
+)
+
+HEAD_PORTS = (
+    "--port",
+    "--dashboard-port",
+    "--ray-client-server-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--metrics-export-port",
+    "--runtime-env-agent-port",
+    "--node-manager-port",
+    "--object-manager-port",
+)
+WORKER_NODE_PORTS = HEAD_PORTS[3:]  # a joining raylet has no GCS, dashboard or client server
+METRIC_PORT_VARS = ("AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT")
+
+
+@dataclass
+class LocalNode:
+    """One ``ray start --block`` we spawned, its temp dir and the processes under it."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    owned: OwnedProcess
+    temp_dir: Path
+    log_path: Path
+    descendants: set[OwnedProcess] = field(default_factory=set)
+
+    @property
+    def node_root(self) -> Path:
+        """What ``${MILES_AMD_NODE_ROOT}`` expands to on this node."""
+        return self.temp_dir / "node_root"
+
+    def record_descendants(self) -> None:
+        import psutil
+
+        try:
+            children = psutil.Process(self.owned.pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                self.descendants.add(OwnedProcess(child.pid, child.create_time()))
+
+    def kill(self) -> None:
+        """The node dies: SIGKILL its ``ray start`` and every process under it, by pid."""
+        self.record_descendants()
+        for proc in (self.owned, *self.descendants):
+            proc.signal(signal.SIGKILL)
+        _wait_gone([self.owned, *self.descendants], 10.0)
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        self.record_descendants()
+        self.owned.signal(signal.SIGTERM)
+        _wait_gone([self.owned, *self.descendants], grace_s)
+        for proc in (self.owned, *self.descendants):
+            proc.signal(signal.SIGKILL)
+        _wait_gone([self.owned, *self.descendants], 5.0)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+
+    def leftovers(self) -> list[OwnedProcess]:
+        return [p for p in (self.owned, *self.descendants) if p.alive()]
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no output)"
+        return " | ".join(text[-lines:]) or "(no output)"
+
+
+@dataclass
+class TwoNodeCluster:
+    """The head, the joined node, the shared token; :meth:`stop` on every exit path."""
+
+    nodes: list[LocalNode]
+    dashboard_url: str
+    gcs_address: str
+    token_dir: Path
+    token: str = field(repr=False)
+
+    @property
+    def token_path(self) -> Path:
+        return self.token_dir / "auth_token"
+
+    def client_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """A client's environment with this cluster as its ``RAY_ADDRESS``."""
+        return {
+            **env,
+            "RAY_ADDRESS": self.dashboard_url,
+            "RAY_AUTH_TOKEN_PATH": str(self.token_path),
+        }
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):  # the joined node first, the head last
+            node.stop()
+        for node in self.nodes:
+            shutil.rmtree(node.temp_dir, ignore_errors=True)
+        shutil.rmtree(self.token_dir, ignore_errors=True)
+
+    def leftovers(self) -> list[OwnedProcess]:
+        return [p for node in self.nodes for p in node.leftovers()]
+
+
+def _node_argv(ray_temp: Path, ports: dict[str, int], gpus: int) -> list[str]:
+    resources = json.dumps({NODE_RESOURCE: 1}) if gpus else "{}"
+    argv = [ray_executable(), "start", "--block", "--disable-usage-stats"]
+    argv += ["--num-cpus", "1", "--num-gpus", str(gpus), "--resources", resources]
+    argv += ["--temp-dir", str(ray_temp)]
+    argv += [str(x) for option, port in ports.items() for x in (option, port)]
+    return argv + list(WORKER_PORTS)
+
+
+def _spawn(name: str, argv: list[str], env: dict[str, str], temp_dir: Path) -> LocalNode:
+    import psutil
+
+    log_path = temp_dir / f"{name}.log"
+    (temp_dir / "node_root").mkdir()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    owned = OwnedProcess(process.pid, psutil.Process(process.pid).create_time())
+    return LocalNode(name, process, owned, temp_dir, log_path)
+
+
+def _node_env(base: Mapping[str, str], temp_dir: Path, token_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in ("RAY_AUTH_TOKEN", "RAY_ADDRESS")}
+    env.update(
+        {
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": str(token_path),
+            "TMPDIR": str(temp_dir),
+            NODE_ROOT_VAR: str(temp_dir / "node_root"),
+            # a node's `python` is the one with Ray (the pull-back's entrypoint runs it)
+            "PATH": os.pathsep.join((str(Path(sys.executable).parent), base.get("PATH", ""))),
+        }
+    )
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    return env
+
+
+def start_cluster(
+    env: Mapping[str, str], *, second_node_gpus: int = 8, timeout_s: float = 120.0
+) -> TwoNodeCluster:
+    """A head and a joined node, both with the fake node resource unless ``gpus`` is 0."""
+    token_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT))
+    token = secrets.token_hex(32)
+    atomic_write_text(token_dir / "auth_token", token, mode=0o600)
+    cluster = TwoNodeCluster([], "", "", token_dir, token)
+    try:
+        head_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT))
+        ports = dict(zip((*HEAD_PORTS, *METRIC_PORT_VARS), free_ports(11), strict=True))
+        head_env = _node_env(env, head_dir, cluster.token_path)
+        head_env.update({name: str(ports.pop(name)) for name in METRIC_PORT_VARS})
+        argv = _node_argv(head_dir / "ray", ports, 8)
+        argv[2:2] = ["--head", "--node-ip-address", "127.0.0.1", "--dashboard-host", "127.0.0.1"]
+        cluster.nodes.append(_spawn("head", argv, head_env, head_dir))
+        cluster.dashboard_url = f"http://127.0.0.1:{ports['--dashboard-port']}"
+        cluster.gcs_address = f"127.0.0.1:{ports['--port']}"
+        _wait_nodes(cluster, 1, timeout_s)
+        node_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT))
+        node_ports = dict(zip(WORKER_NODE_PORTS, free_ports(len(WORKER_NODE_PORTS)), strict=True))
+        argv = _node_argv(head_dir / "ray", node_ports, second_node_gpus)
+        argv[2:2] = ["--address", cluster.gcs_address, "--node-ip-address", "127.0.0.1"]
+        node_env = _node_env(env, node_dir, cluster.token_path)
+        cluster.nodes.append(_spawn("node", argv, node_env, node_dir))
+        _wait_nodes(cluster, 2, timeout_s)
+    except BaseException:
+        cluster.stop()
+        raise
+    for node in cluster.nodes:
+        node.record_descendants()
+    return cluster
+
+
+def _wait_nodes(cluster: TwoNodeCluster, count: int, timeout_s: float) -> None:
+    """Until the dashboard lists ``count`` alive nodes (``/nodes?view=summary``)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{cluster.dashboard_url}/nodes?view=summary",
+        headers={"Authorization": f"Bearer {cluster.token}"},
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for node in cluster.nodes:
+            if node.process.poll() is not None:
+                raise RuntimeError(f"ray start ({node.name}) exited: {node.log_tail()}")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                summary = json.loads(response.read())["data"]["summary"]
+            alive = [n for n in summary if n.get("raylet", {}).get("state") == "ALIVE"]
+            if len(alive) >= count:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(1.0)
+    raise RuntimeError(f"{count} Ray nodes not alive after {timeout_s:.0f} s")

@@ -1,0 +1,197 @@
+"""Cluster mode on a real two-node Ray cluster (one CPU machine, two raylets, fake MI355X nodes).
+
+Both runs replay the example concurrently, each pinned to its own node by the node resource,
+each writing its evidence into a dir private to its node; the evidence is pulled back with
+verified sizes and sha256 and gated. The node-loss fault kills the joined node's raylet by
+pid mid-run: that run ends red with a named reason, the other's verdict stays PASS. A
+cluster without a suitable node is refused before anything is submitted. Every process of
+both nodes is checked gone, by pid, at the end.
+"""
+
+from __future__ import annotations
+
+import _thread
+import hashlib
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from miles_amd.recipe.plan import NODE_RESOURCE, NODE_ROOT_VAR, build_train_plan, ray_start_argv
+from miles_amd.recipe.settings import Recipe
+from miles_amd.run.cluster import ClusterError
+from miles_amd.run.driver import RunOutcome, execute
+from miles_amd.run.pullback import RECORD_FILE
+from miles_amd.run.ray_head import RayHead
+from miles_amd.run.variants_run import PATCHED_DIR_VAR, execute_variants, variant_env
+from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.testing.rehearsal import EXAMPLE_RUN, replay_prefix
+from miles_amd.testing.two_node import TwoNodeCluster, start_cluster
+
+pytestmark = pytest.mark.rehearsal
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[TwoNodeCluster]:
+    started = start_cluster(os.environ)
+    try:
+        yield started
+    finally:
+        started.stop()
+        left = started.leftovers()
+        assert not left, f"processes of the two nodes left: {[p.pid for p in left]}"
+
+
+def plans_for(cluster: TwoNodeCluster, tmp_path: Path, pace_s: float) -> dict:
+    env = {**cluster.client_env(os.environ), PATCHED_DIR_VAR: str(tmp_path / "aiter-patched")}
+    tag = uuid.uuid4().hex[:8]  # node dirs outlive a test: each run its own
+    return {
+        variant: build_train_plan(
+            Recipe(num_rollout=20),
+            variant_env(env, variant),
+            run_dir=str(tmp_path / variant),
+            entrypoint_prefix=replay_prefix(EXAMPLE_RUN, pace_s=pace_s),
+            node_root="${" + NODE_ROOT_VAR + "}",
+            run_id=tag,
+        )
+        for variant in ("stock", "patched")
+    }
+
+
+def run_both(cluster: TwoNodeCluster, tmp_path: Path, pace_s: float, during=None) -> dict:
+    """Both variants at once; the replay is the patched example, so both gate as patched."""
+    plans = plans_for(cluster, tmp_path, pace_s)
+    results: dict = {}
+    runner = threading.Thread(
+        target=lambda: results.update(
+            execute_variants(
+                plans,
+                {"stock": "patched", "patched": "patched"},
+                timeout_s=240,
+                watch_interval_s=2.0,
+                state_dir=str(tmp_path / "s"),
+                echo=lambda _line: None,
+            )
+        )
+    )
+    runner.start()
+    if during is not None:
+        during()
+    runner.join(timeout=300)
+    return results
+
+
+def node_of(cluster: TwoNodeCluster, run_dir: Path) -> list[int]:
+    """Indexes of the nodes whose private root holds the run's evidence dir."""
+    return [i for i, n in enumerate(cluster.nodes) if list(n.node_root.glob(f"{run_dir.name}-*"))]
+
+
+def test_no_suitable_node_is_refused_before_submission(tmp_path) -> None:
+    """A real head that declares no node resource and 0 GPUs: refused, nothing submitted."""
+    head = RayHead.start(
+        ray_start_argv(0, "127.0.0.1"), env=dict(os.environ), log_path=tmp_path / "head.log"
+    )
+    try:
+        env = {
+            **os.environ,
+            "RAY_ADDRESS": head.dashboard_url,
+            "RAY_AUTH_TOKEN_PATH": str(head.token_path),
+        }
+        plan = build_train_plan(
+            Recipe(num_rollout=20),
+            env,
+            run_dir=str(tmp_path / "run"),
+            entrypoint_prefix=replay_prefix(EXAMPLE_RUN, pace_s=0.1),
+        )
+        with pytest.raises(ClusterError) as refused:
+            execute(plan, timeout_s=60, state_dir=str(tmp_path / "s"), echo=lambda _l: None)
+        from ray.job_submission import JobSubmissionClient
+
+        jobs = JobSubmissionClient(head.dashboard_url, headers=head.auth_headers()).list_jobs()
+    finally:
+        head.stop()
+    message = str(refused.value)
+    assert f"0 node(s) with {NODE_RESOURCE} >= 1 and GPU >= 8" in message
+    assert f"no {NODE_RESOURCE}, GPU 0 < 8" in message and "nothing submitted" in message
+    assert jobs == []
+    assert not head.leftovers()
+
+
+def test_two_runs_concurrent_pinned_pulled_back_and_gated(cluster, tmp_path) -> None:
+    results = run_both(cluster, tmp_path, pace_s=0.3)
+    for name in ("stock", "patched"):
+        outcome = results[name]
+        assert isinstance(outcome, RunOutcome), outcome
+        assert outcome.verdict == "pass", outcome.summary()
+        assert outcome.pullback_error is None
+    records = {
+        n: json.loads((tmp_path / n / RECORD_FILE).read_text()) for n in ("stock", "patched")
+    }
+    assert {r["status"] for r in records.values()} == {"verified"}
+    assert records["stock"]["node_id"] != records["patched"]["node_id"], "both on one node"
+    patched_path = json.loads((tmp_path / "patched" / "plan.json").read_text())["job"]
+    entries = patched_path["runtime_env"]["env_vars"]["PYTHONPATH"].split(":")
+    assert str(tmp_path / "aiter-patched") in entries  # ahead of site-packages' stock aiter
+    assert sorted(
+        node_of(cluster, tmp_path / "stock") + node_of(cluster, tmp_path / "patched")
+    ) == [0, 1]
+    for name, record in records.items():
+        assert any(path.startswith("tensorboard/") for path in record["files"])
+        assert any(path.startswith("ci_history/") for path in record["files"])
+        for path, meta in record["files"].items():
+            data = (tmp_path / name / path).read_bytes()
+            assert len(data) == meta["size"]
+            assert hashlib.sha256(data).hexdigest() == meta["sha256"]
+
+
+def test_ctrl_c_stops_both_variants(cluster, tmp_path) -> None:
+    plans = plans_for(cluster, tmp_path, pace_s=1.0)
+    timer = threading.Timer(12.0, _thread.interrupt_main)  # Ctrl-C while both run
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            execute_variants(
+                plans,
+                {"stock": "patched", "patched": "patched"},
+                timeout_s=240,
+                watch_interval_s=2.0,
+                state_dir=str(tmp_path / "s"),
+                echo=lambda _line: None,
+            )
+    finally:
+        timer.cancel()
+    for variant in plans:
+        job = JobRecord.from_json(RunDir(tmp_path / variant).job_json.read_text())
+        assert (job.status, job.stopped_by) == ("STOPPED", "interrupt"), variant
+
+
+def test_node_lost_mid_run_ends_that_run_red_and_keeps_the_other(cluster, tmp_path) -> None:
+    joined = cluster.nodes[1]
+
+    def kill_joined_node_mid_run() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            events = list(joined.node_root.glob("*/tensorboard/**/events.*"))
+            if events and any(p.stat().st_size > 2000 for p in events):
+                joined.kill()
+                return
+            time.sleep(0.3)
+        raise AssertionError("no run reached the joined node")
+
+    results = run_both(cluster, tmp_path, pace_s=1.0, during=kill_joined_node_mid_run)
+    outcomes = {name: r for name, r in results.items() if isinstance(r, RunOutcome)}
+    assert len(outcomes) == 2, results
+    lost = [o for o in outcomes.values() if o.status == "FAILED"]
+    kept = [o for o in outcomes.values() if o.status == "SUCCEEDED"]
+    assert len(lost) == 1 and len(kept) == 1, [o.summary() for o in outcomes.values()]
+    assert lost[0].exit_code != 0 and lost[0].verdict != "pass"
+    assert lost[0].pullback_error and "pull-back failed" in lost[0].pullback_error
+    record = json.loads((lost[0].run_dir / RECORD_FILE).read_text())
+    assert record["status"] == "failed" and record["reason"] == lost[0].pullback_error
+    assert kept[0].verdict == "pass", kept[0].summary()
+    assert joined.leftovers() == []
