@@ -47,14 +47,12 @@ from miles_amd.testing.faults import (
     transform_series,
 )
 from miles_amd.testing.miles_writer import CI_CAPTURED_KEYS, STEP_KEYS, ActorPids, MilesRunWriter
-from miles_amd.testing.replay import (
-    REQUIRED_KEYS,
+from miles_amd.testing.replay import REQUIRED_KEYS, rollout_metrics, source_rollouts
+from miles_amd.testing.replay_argv import (
     ReplayRefused,
     argv_difference,
     check_argv,
     recipe_from_argv,
-    rollout_metrics,
-    source_rollouts,
 )
 
 SOURCE_ROLLOUTS = 5
