@@ -162,6 +162,25 @@ class OwnedProcess:
             pass
 
 
+def spawn_logged(
+    argv: list[str], env: dict[str, str], log_path: Path
+) -> tuple[subprocess.Popen[bytes], OwnedProcess]:
+    """Start ``argv`` in its own session, output to ``log_path``; the process and its identity."""
+    import psutil
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    return process, OwnedProcess(process.pid, psutil.Process(process.pid).create_time())
+
+
 @dataclass
 class RayHead:
     """A running head started by :meth:`start`; call :meth:`stop` on every exit path."""
@@ -228,19 +247,7 @@ class RayHead:
         log_path: Path,
         token: str,
     ) -> RayHead:
-        import psutil
-
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
-        owned = OwnedProcess(process.pid, psutil.Process(process.pid).create_time())
+        process, owned = spawn_logged(argv, env, log_path)
         return cls(process, owned, ports, temp_dir, log_path, token)
 
     def _wait_ready(self, timeout_s: float) -> None:

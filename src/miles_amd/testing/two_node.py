@@ -57,6 +57,7 @@ from miles_amd.run.ray_head import (
     _wait_gone,
     free_ports,
     ray_executable,
+    spawn_logged,
 )
 
 HEAD_PORTS = (
@@ -172,20 +173,9 @@ def _node_argv(ray_temp: Path, ports: dict[str, int], gpus: int) -> list[str]:
 
 
 def _spawn(name: str, argv: list[str], env: dict[str, str], temp_dir: Path) -> LocalNode:
-    import psutil
-
     log_path = temp_dir / f"{name}.log"
     (temp_dir / "node_root").mkdir()
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-    owned = OwnedProcess(process.pid, psutil.Process(process.pid).create_time())
+    process, owned = spawn_logged(argv, env, log_path)
     return LocalNode(name, process, owned, temp_dir, log_path)
 
 
