@@ -47,6 +47,12 @@ def test_incremental_frames_append_and_verify(tmp_path: Path) -> None:
     assert (tmp_path / "ci_history/x.jsonl").read_bytes() == b"line1\nline2\n"
 
 
+def test_an_empty_file_arrives_as_an_empty_file(tmp_path: Path) -> None:
+    """miles' driver leaves a 0-byte CI-history record; the local copy must mirror it."""
+    apply_frame(tmp_path, frame("ci_history/driver.jsonl", b""))
+    assert (tmp_path / "ci_history/driver.jsonl").read_bytes() == b""
+
+
 def test_truncated_or_corrupt_transfer_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     good = frame("tensorboard/e", b"0123456789")
     cut = Frame(good.path, good.size, good.sha256, 0, good.data[:7])

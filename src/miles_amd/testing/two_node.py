@@ -50,6 +50,8 @@ from pathlib import Path
 from miles_amd.files import atomic_write_text
 from miles_amd.recipe.plan import NODE_RESOURCE, NODE_ROOT_VAR
 from miles_amd.run.ray_head import (
+    PORT_ENV_VARS,
+    PORT_OPTIONS,
     TEMP_PREFIX,
     TEMP_ROOT,
     WORKER_PORTS,
@@ -60,19 +62,11 @@ from miles_amd.run.ray_head import (
     spawn_logged,
 )
 
-HEAD_PORTS = (
-    "--port",
-    "--dashboard-port",
-    "--ray-client-server-port",
-    "--dashboard-agent-listen-port",
-    "--dashboard-agent-grpc-port",
-    "--metrics-export-port",
-    "--runtime-env-agent-port",
-    "--node-manager-port",
-    "--object-manager-port",
+# The head's ports are the tool's own head's (ray_head); a joining raylet has no GCS,
+# dashboard or client server, so it takes the rest.
+WORKER_NODE_PORTS = tuple(
+    p for p in PORT_OPTIONS if p not in ("--port", "--dashboard-port", "--ray-client-server-port")
 )
-WORKER_NODE_PORTS = HEAD_PORTS[3:]  # a joining raylet has no GCS, dashboard or client server
-METRIC_PORT_VARS = ("AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT")
 
 
 @dataclass
@@ -205,9 +199,15 @@ def start_cluster(
     cluster = TwoNodeCluster([], "", "", token_dir, token)
     try:
         head_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT))
-        ports = dict(zip((*HEAD_PORTS, *METRIC_PORT_VARS), free_ports(11), strict=True))
+        ports = dict(
+            zip(
+                (*PORT_OPTIONS, *PORT_ENV_VARS),
+                free_ports(len(PORT_OPTIONS) + len(PORT_ENV_VARS)),
+                strict=True,
+            )
+        )
         head_env = _node_env(env, head_dir, cluster.token_path)
-        head_env.update({name: str(ports.pop(name)) for name in METRIC_PORT_VARS})
+        head_env.update({name: str(ports.pop(name)) for name in PORT_ENV_VARS})
         argv = _node_argv(head_dir / "ray", ports, 8)
         argv[2:2] = ["--head", "--node-ip-address", "127.0.0.1", "--dashboard-host", "127.0.0.1"]
         cluster.nodes.append(_spawn("head", argv, head_env, head_dir))
