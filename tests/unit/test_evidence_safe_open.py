@@ -45,13 +45,13 @@ def example_run(tmp_path: Path) -> Path:
 
 
 def event_file(run_dir: Path) -> Path:
-    (path,) = (run_dir / "tensorboard").rglob("*tfevents*")
-    return path
+    """The trainer's event file (the others are miles' header-only files of other processes)."""
+    return max((run_dir / "tensorboard").rglob("*tfevents*"), key=lambda p: p.stat().st_size)
 
 
 def record_file(run_dir: Path) -> Path:
-    (path,) = (run_dir / "ci_history").glob("*.jsonl")
-    return path
+    """The trainer's CI record (miles' driver leaves a 0-byte one beside it)."""
+    return max((run_dir / "ci_history").glob("*.jsonl"), key=lambda p: p.stat().st_size)
 
 
 # Each entry: where an untrusted file goes, as a function of the run dir.
@@ -99,9 +99,9 @@ def test_a_fifo_anywhere_is_refused_without_blocking(tmp_path: Path, place: str)
     assert_refused(run_dir, path, "is a FIFO (named pipe), not a regular file")
 
 
-def test_a_socket_is_refused(tmp_path: Path) -> None:
+def test_a_socket_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_dir = example_run(tmp_path)
-    os.chdir(run_dir)  # a short relative name: AF_UNIX paths are limited to 107 bytes
+    monkeypatch.chdir(run_dir)  # a short relative name: AF_UNIX paths are limited to 107 bytes
     (run_dir / "job.log").unlink()
     with socket.socket(socket.AF_UNIX) as server:
         server.bind("job.log")
