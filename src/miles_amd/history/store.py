@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from miles_amd import strict_json
+
 SCHEMA_VERSION = 1
 HISTORY_ENV = "MILES_AMD_HISTORY"
 
@@ -129,6 +131,22 @@ _RUN_COLUMNS = (
 )  # the leading columns of the runs table, in order; failed_checks (JSON) follows
 
 
+_OPTIONAL = (str, type(None))
+_COLUMN_TYPES: dict[str, type | tuple[type, ...]] = {
+    "run_id": int,
+    "created_at": str,
+    "recipe": str,
+    "variant": _OPTIONAL,
+    "baseline": str,
+    "image": _OPTIONAL,
+    "commit_sha": _OPTIONAL,
+    "run_dir": str,
+    "verdict": str,
+    "reason": str,
+    "rollouts": int,
+}  # SQLite keeps whatever a writer put in a column: each is checked when read
+
+
 @dataclass(frozen=True)
 class StoredRun:
     """A run read back: its row and its per-metric summaries."""
@@ -146,6 +164,14 @@ class StoredRun:
     rollouts: int
     failed_checks: tuple[str, ...]
     summaries: Mapping[str, Summary]
+
+
+@dataclass(frozen=True)
+class HistoryRead:
+    """The runs read back, and one line per row that could not be read (skipped)."""
+
+    runs: list[StoredRun]
+    skipped: list[str]
 
 
 class HistoryStore:
@@ -232,28 +258,68 @@ class HistoryStore:
     def runs(
         self, *, variant: str | None = None, baseline: str | None = None, limit: int | None = None
     ) -> list[StoredRun]:
+        """The readable runs of :meth:`read_runs` (its ``skipped`` lines are dropped)."""
+        return self.read_runs(variant=variant, baseline=baseline, limit=limit).runs
+
+    def read_runs(
+        self, *, variant: str | None = None, baseline: str | None = None, limit: int | None = None
+    ) -> HistoryRead:
         """Runs in the order they were appended (oldest first), optionally filtered; the
-        newest ``limit`` when given."""
+        newest ``limit`` when given. A row that cannot be read (a corrupt page, a value of the
+        wrong type, bad JSON) is skipped and named in ``skipped``; the rest are listed. When
+        even the list of run ids cannot be read, each id up to the largest is tried alone."""
         where, args = [], []
         for column, value in (("variant", variant), ("baseline", baseline)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
-        sql = "SELECT * FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql = "SELECT run_id FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
         sql += " ORDER BY run_id DESC" + (f" LIMIT {int(limit)}" if limit else "")
-        rows = list(reversed(self._db.execute(sql, args).fetchall()))
-        return [self._stored(row) for row in rows]
+        try:
+            ids = sorted(int(row[0]) for row in self._db.execute(sql, args).fetchall())
+        except sqlite3.DatabaseError:
+            ids = self._every_id()
+        runs: list[StoredRun] = []
+        skipped: list[str] = []
+        for run_id in ids:
+            try:
+                row = self._db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+                run = None if row is None else self._stored(row)
+            except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
+                reason = " ".join(str(exc).split())
+                skipped.append(f"history: run {run_id} of {self.path} skipped: {reason}")
+                continue
+            if run is not None and variant in (None, run.variant) and baseline in (None, run.baseline):
+                runs.append(run)
+        return HistoryRead(runs[-limit:] if limit else runs, skipped)
+
+    def _every_id(self) -> list[int]:
+        try:
+            row = self._db.execute("SELECT max(run_id) FROM runs").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(f"{self.path}: the runs table cannot be read ({exc})") from exc
+        return list(range(1, int(row[0] or 0) + 1))
 
     def _stored(self, row: tuple) -> StoredRun:
-        summaries = {
-            metric: Summary(n, mean, sd, low, high)
-            for metric, n, mean, sd, low, high in self._db.execute(
-                "SELECT metric, n, mean, sd, min, max FROM summaries WHERE run_id = ?", (row[0],)
-            )
-        }
         head = dict(zip(_RUN_COLUMNS, row[: len(_RUN_COLUMNS)], strict=True))
-        failed = tuple(json.loads(row[len(_RUN_COLUMNS)]))
-        return StoredRun(**head, failed_checks=failed, summaries=summaries)
+        for column, kinds in _COLUMN_TYPES.items():
+            value = head[column]
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                raise ValueError(f"column {column} holds {type(value).__name__} {value!r:.60}")
+        failed = strict_json.loads(row[len(_RUN_COLUMNS)])
+        if not isinstance(failed, list) or not all(isinstance(f, str) for f in failed):
+            raise ValueError("column failed_checks is not a JSON list of names")
+        summaries = {}
+        for metric, n, mean, sd, low, high in self._db.execute(
+            "SELECT metric, n, mean, sd, min, max FROM summaries WHERE run_id = ?", (row[0],)
+        ):
+            numbers = (mean, low, high) if sd is None else (mean, sd, low, high)
+            if not (isinstance(metric, str) and isinstance(n, int) and n > 0) or not all(
+                isinstance(v, (int, float)) and math.isfinite(v) for v in numbers
+            ):
+                raise ValueError(f"summary of {metric!r:.60} is not n > 0 and finite numbers")
+            summaries[metric] = Summary(n, mean, sd, low, high)
+        return StoredRun(**head, failed_checks=tuple(failed), summaries=summaries)
 
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
         """The finite per-rollout values of one stored run, per metric, in step order."""
