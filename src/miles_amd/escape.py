@@ -13,9 +13,10 @@ sink it is written to:
 - :func:`markdown`: inline text of ``report.md`` (CI appends it to the GitHub job summary,
   which renders markdown and some HTML). On top of :func:`terminal`, whitespace is folded,
   ``& < >`` become HTML entities (no tag, comment or entity survives) and the characters that
-  open markdown constructs (a backslash, a backtick, ``* [ ] | #``) are backslash-escaped,
-  so a value can neither end its table cell nor start a link, an image, a code span, a
-  heading or a list.
+  open markdown constructs (a backslash, a backtick, ``* [ ] |``, and a leading ``#``) are
+  backslash-escaped, so a value can neither end its table cell nor start a link, an image,
+  a code span or a heading. :func:`markdown_code` shows a value (a path) as a code span, where
+  markdown and HTML are not interpreted; one holding a backtick falls back to :func:`markdown`.
 
 Decides nothing about content; a pure leaf.
 """
@@ -24,10 +25,10 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["markdown", "terminal"]
+__all__ = ["markdown", "markdown_code", "terminal"]
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufeff]")
-_MARKDOWN = re.compile(r"([\\`*\[\]|#])")
+_MARKDOWN = re.compile(r"([\\`*\[\]|]|^#)")
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
@@ -47,3 +48,9 @@ def markdown(text: object) -> str:
     safe = terminal(" ".join(str(text).split()))
     safe = "".join(_HTML.get(char, char) for char in safe)
     return _MARKDOWN.sub(r"\\\1", safe)
+
+
+def markdown_code(text: object) -> str:
+    """``text`` as an inline code span (see the module doc)."""
+    safe = terminal(" ".join(str(text).split()))
+    return markdown(text) if "`" in safe or not safe else f"`{safe}`"

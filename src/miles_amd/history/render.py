@@ -157,7 +157,7 @@ def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
 
 def drift_section(found: Sequence[Drift], k: int, runs: int, run_id: int, path: str) -> str:
     """The markdown the gate adds to report.md after appending the run to the history."""
-    lines = ["### Drift across runs", "", f"Appended as run {run_id} to the history {_md(path)}."]
+    lines = ["### Drift across runs", "", f"Appended as run {run_id} to the history {escape.markdown_code(path)}."]
     return "\n".join([*lines, *(f"- {_md(line)}" for line in drift_lines(found, k, runs))]) + "\n"
 
 

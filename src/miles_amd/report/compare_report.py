@@ -128,8 +128,8 @@ def render_markdown(c: Comparison) -> str:
     lines = [
         f"**miles-amd compare** - {headline}",
         "",
-        f"A = {escape.markdown(c.run_a)}, B = {escape.markdown(c.run_b)}; metrics of baseline "
-        f"{escape.markdown(c.baseline_name)}; "
+        f"A = {escape.markdown_code(c.run_a)}, B = {escape.markdown_code(c.run_b)}; metrics of "
+        f"baseline {escape.markdown_code(c.baseline_name)}; "
         "Δ = B - A, paired by rollout.",
         "",
         "| metric | n | mean A | mean B | Δ | 95% CI | d_z | detectable shift (80% power) |",

@@ -278,8 +278,9 @@ def render_markdown(verdict: Verdict) -> str:
     lines = [
         f"**miles-amd gate: {verdict.verdict.upper()}** - {_cell(verdict_sentence(verdict))}",
         "",
-        f"Run {_cell(verdict.run_dir)} against baseline {_cell(verdict.baseline_name)} "
-        f"({_cell(verdict.baseline_run_id)}), {verdict.expected_rollouts} rollouts expected. "
+        f"Run {escape.markdown_code(verdict.run_dir)} against baseline "
+        f"{escape.markdown_code(verdict.baseline_name)} ({_cell(verdict.baseline_run_id)}), "
+        f"{verdict.expected_rollouts} rollouts expected. "
         f"{_cell(verdict.reason)}",
         "",
         *_markdown_checks(verdict),
