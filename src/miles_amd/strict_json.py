@@ -54,7 +54,7 @@ class _Refused(str):
     """A value refused while parsing, kept until the walk knows its JSON path."""
 
 
-class _DuplicateKeys(dict):  # type: ignore[type-arg]
+class _DuplicateKeys(dict[str, Any]):
     """An object holding a key twice; ``duplicate`` is the first such key."""
 
     duplicate: str = ""
@@ -89,9 +89,7 @@ def _float(text: str) -> float | _Refused:
     return _Refused(f"non-finite number {shown} (beyond the float range)")
 
 
-def loads(
-    text: str | bytes, *, non_finite: bool = False, max_depth: int = MAX_DEPTH
-) -> Any:
+def loads(text: str | bytes, *, non_finite: bool = False, max_depth: int = MAX_DEPTH) -> Any:
     """The JSON value of ``text``, strictly (see the module doc); :class:`StrictJsonError`."""
     if isinstance(text, bytes):
         try:

@@ -49,9 +49,7 @@ def test_only_the_size_given_is_read() -> None:
 
 @pytest.mark.parametrize("length", [MAX_LINE + 1, 2 * MAX_LINE + 7, 5 * CHUNK])
 @pytest.mark.parametrize("lead", [0, 10, CHUNK - 3])
-def test_an_overlong_line_comes_in_pieces_and_the_numbering_goes_on(
-    length: int, lead: int
-) -> None:
+def test_an_overlong_line_comes_in_pieces_and_the_numbering_goes_on(length: int, lead: int) -> None:
     data = b"a" * lead + b"\n" + b"y" * length + b"\nafter\n"
     blocks = blocks_of(data)
     assert all(len(text) <= MAX_LINE + CHUNK for _, text in blocks)  # bounded memory

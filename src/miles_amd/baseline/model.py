@@ -12,7 +12,8 @@ A file is valid when, in order:
 1. it is strict JSON (``miles_amd.strict_json``): finite numbers only (no ``NaN``/``Infinity``,
    no ``1e999``), no duplicate key (a second ``"threshold"`` would replace the reviewed one),
    bounded depth and integers, each refused with the JSON path of the value; and it matches
-   ``src/miles_amd/baseline/baseline.schema.json`` (Draft 2020-12), whose bounds on ``k``, ``z`` and ``expected_status`` say why;
+   ``src/miles_amd/baseline/baseline.schema.json`` (Draft 2020-12), whose bounds on ``k``,
+   ``z`` and ``expected_status`` say why;
 2. rule ids are unique; every metric a rule names has a ``finite`` and a ``steps_complete``
    rule, required whenever any rule on that metric is required (so "every gated value
    finite, every step present" cannot be forgotten);

@@ -5,7 +5,8 @@ verdict, identity and the run means of the gated metrics) and the trend figure (
 metric: each identity's run means across runs, a pass as a dot and a fail as a red cross,
 error bars of one standard error of the run mean; a metric with a drift finding has a red
 title). Stored strings (identity, commit, run dir) are escaped for their sink
-(``miles_amd.escape``). Pure but for :func:`trend_png`, which imports matplotlib (Agg) and returns bytes.
+(``miles_amd.escape``). Pure but for :func:`trend_png`, which imports matplotlib (Agg) and
+returns bytes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import math
 from collections.abc import Sequence
 
-from miles_amd import escape
+from miles_amd import escape, numeric
 from miles_amd.history.drift import Drift
 from miles_amd.history.store import StoredRun
 
@@ -68,7 +69,7 @@ def sparkline(values: Sequence[float]) -> str:
     if high == low:
         return SPARKS[3] * len(values)
     top = len(SPARKS) - 1
-    return "".join(SPARKS[round((v - low) / (high - low) * top)] for v in values)
+    return "".join(SPARKS[round(numeric.position(v, low, high) * top)] for v in values)
 
 
 def trend_table(runs: Sequence[StoredRun]) -> list[str]:
@@ -157,7 +158,11 @@ def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
 
 def drift_section(found: Sequence[Drift], k: int, runs: int, run_id: int, path: str) -> str:
     """The markdown the gate adds to report.md after appending the run to the history."""
-    lines = ["### Drift across runs", "", f"Appended as run {run_id} to the history {escape.markdown_code(path)}."]
+    lines = [
+        "### Drift across runs",
+        "",
+        f"Appended as run {run_id} to the history {escape.markdown_code(path)}.",
+    ]
     return "\n".join([*lines, *(f"- {_md(line)}" for line in drift_lines(found, k, runs))]) + "\n"
 
 

@@ -22,12 +22,11 @@ import json
 import math
 import os
 import sqlite3
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from miles_amd import strict_json
+from miles_amd import numeric, strict_json
 
 SCHEMA_VERSION = 1
 HISTORY_ENV = "MILES_AMD_HISTORY"
@@ -94,8 +93,9 @@ def summarize(values: Sequence[float]) -> Summary | None:
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return None
-    sd = statistics.stdev(finite) if len(finite) >= 2 else None
-    return Summary(len(finite), math.fsum(finite) / len(finite), sd, min(finite), max(finite))
+    sd = numeric.stdev(finite) if len(finite) >= 2 else None
+    sd = sd if sd is None or math.isfinite(sd) else None  # beyond the float range: unknown
+    return Summary(len(finite), numeric.mean(finite), sd, min(finite), max(finite))
 
 
 @dataclass(frozen=True)
@@ -289,7 +289,11 @@ class HistoryStore:
                 reason = " ".join(str(exc).split())
                 skipped.append(f"history: run {run_id} of {self.path} skipped: {reason}")
                 continue
-            if run is not None and variant in (None, run.variant) and baseline in (None, run.baseline):
+            if (
+                run is not None
+                and variant in (None, run.variant)
+                and baseline in (None, run.baseline)
+            ):
                 runs.append(run)
         return HistoryRead(runs[-limit:] if limit else runs, skipped)
 

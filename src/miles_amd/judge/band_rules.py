@@ -15,6 +15,7 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from miles_amd import numeric
 from miles_amd.baseline import bands
 from miles_amd.judge.checks import (
     Check,
@@ -38,11 +39,8 @@ COVER_MAX_WIDENING = 2.0
 
 
 def _mean(values: list[float]) -> float:
-    """The mean; NaN (in no band) when finite values sum beyond the float range."""
-    try:
-        return math.fsum(values) / len(values)
-    except OverflowError:
-        return math.nan
+    """The mean (``miles_amd.numeric``: finite for any finite values)."""
+    return numeric.mean(values)
 
 
 def check_band(rule: Rule, series: Series, ctx: RuleContext) -> Check:
@@ -217,7 +215,7 @@ def expected_paired(rule: Rule, baseline: Baseline, rollouts: int) -> str:
 def reference_series(rule: Rule, baseline: Baseline) -> str:
     assert rule.metric is not None
     values = baseline.series[rule.metric]
-    return f"series of {len(values)} rollouts, mean {math.fsum(values) / len(values):.6g}"
+    return f"series of {len(values)} rollouts, mean {numeric.mean(values):.6g}"
 
 
 def validate_paired(rule: Rule, baseline: Baseline) -> Problem | None:

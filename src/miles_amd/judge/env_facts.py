@@ -50,7 +50,9 @@ def env_json_problems(env: Mapping[str, object]) -> list[str]:
             continue
         seen[name] = fact
         if fact["status"] != "ok":
-            problems.append(f"fact {name!r} is {fact['status']}: {fact.get('message') or 'no message'}")
+            problems.append(
+                f"fact {name!r} is {fact['status']}: {fact.get('message') or 'no message'}"
+            )
     if problems:
         return problems
     all_ok = bool(seen) and all(f["status"] == "ok" for f in seen.values())

@@ -20,7 +20,8 @@ A value is read whatever the fact's status (a ``wrong`` 4-GPU reading is still 4
 A field the baseline records as null (the shipped references did not publish their aiter
 version) is not compared. Outcome: any mismatch fails, naming field, run value and baseline
 value. An env.json whose facts are malformed, contradictory or failed
-(``judge.env_facts``) fails it whatever else it says. Without env.json the check is ``not_measured`` (the CPU main job has no GPUs to
+(``judge.env_facts``) fails it whatever else it says. Without env.json the check is
+``not_measured`` (the CPU main job has no GPUs to
 probe) unless ``require_env`` (``--require-env``: the hardware path), which fails it, as it
 fails a field the baseline records but env.json does not, and a baseline that does not record
 the GPU arch, GPU count and ROCm (one recorded without a preflight cannot vouch for hardware).

@@ -31,6 +31,7 @@ import statistics
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from miles_amd import numeric
 from miles_amd.baseline import bands
 from miles_amd.judge.checks import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
 
@@ -83,7 +84,7 @@ def check_trend(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     steps, values = [s for s, _ in points], [v for _, v in points]
     z = mann_kendall_z(values)
     slope, intercept = theil_sen(steps, values)
-    mean = math.fsum(values) / len(values)
+    mean = numeric.mean(values)
     relative = f" ({slope / mean:+.2%} of the mean per step)" if mean else ""
     detail = (
         f"Mann-Kendall Z {z:+.2f} over {len(values)} values; Theil-Sen slope "
@@ -141,7 +142,7 @@ def check_sd_floor(rule: Rule, series: Series, ctx: RuleContext) -> Check:
         bad = tuple(s for s, v in series if not math.isfinite(v))
         detail = f"spread undefined: non-finite at {steps_text(bad)}"
         return rule_check(rule, "fail", math.nan, expected, detail, failing_steps=bad)
-    sd = statistics.stdev(values) if len(values) >= 2 else 0.0
+    sd = numeric.stdev(values)
     distinct = len(set(values))
     detail = f"sd {fmt(sd)} over {len(values)} values ({distinct} distinct); floor {fmt(floor)}"
     if sd < floor:

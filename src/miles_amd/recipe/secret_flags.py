@@ -18,7 +18,8 @@ The spellings refused, each a way the value could reach miles' argv:
   unknown, but only after the value sat in the argv;
 - an abbreviation: a prefix of a credential flag that reaches its last word (``--wandb-k``,
   ``--hf-t``, ``--sglang-api-k``; shorter prefixes are ambiguous to argparse and an ending
-  like ``-t`` is too common to refuse). The pinned miles parses with Megatron's ``ArgumentParser(allow_abbrev=False)``
+  like ``-t`` is too common to refuse). The pinned miles parses with Megatron's
+  ``ArgumentParser(allow_abbrev=False)``
   (``megatron/training/arguments.py``), yet its ``parse_args_train_backend`` pre-parse uses a
   default parser (``allow_abbrev=True``) on the same argv, and a later miles may drop it.
 """
@@ -43,9 +44,7 @@ _NON_SECRET_TOKEN_FLAGS = frozenset(
     }
 )
 _ABBREVIATIONS = frozenset(
-    flag[:end]
-    for flag in SECRET_FLAGS
-    for end in range(flag.rindex("-") + 2, len(flag) + 1)
+    flag[:end] for flag in SECRET_FLAGS for end in range(flag.rindex("-") + 2, len(flag) + 1)
 )  # "--wandb-k", "--wandb-ke", "--wandb-key", "--hf-t", ...
 
 

@@ -19,7 +19,8 @@ flag the recipe pins is an error, unless ``override_pinned`` is set: then the pi
 its values are removed from the recipe's argv and the extra arg takes its place at the end.
 An extra arg that carries a credential (``recipe.secret_flags``: every spelling argparse
 would accept) is always an error whose message never repeats the value: an argv is visible
-to every user of the host (``ps``), in Ray's job table and in the printed plan. The W&B key reaches the job as ``WANDB_API_KEY``.
+to every user of the host (``ps``), in Ray's job table and in the printed plan. The W&B key
+reaches the job as ``WANDB_API_KEY``.
 
 Messages name the CLI flag a field comes from (:data:`FIELD_FLAGS`), so ``num_rollout`` is
 reported as ``--num-rollouts``; fields no flag sets are named as fields.
@@ -74,6 +75,7 @@ FIELD_FLAGS: dict[str, str] = {
     "extra_args": "--extra-args",
     "override_pinned": "--override-pinned",
 }
+
 
 def flag_of(field_name: str) -> str:
     """The CLI flag that sets ``field_name``, or the field's own name when no flag does."""

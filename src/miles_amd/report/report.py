@@ -3,7 +3,8 @@
 Decides where the report goes and that a reader never sees half of it: each file is written
 whole or not at all, into the run dir's report directory (``RunDir.report``,
 ``<run-dir>/report/``) unless another is given, never through a link
-(``miles_amd.report.safe_dir``: a ``report`` link in the run dir is refused, nothing written). What the files
+(``miles_amd.report.safe_dir``: a ``report`` link in the run dir is refused, nothing written).
+What the files
 say is ``miles_amd.report.render``'s (text) and ``miles_amd.report.plot``'s (the figure).
 """
 

@@ -15,6 +15,7 @@ Decides where report bytes may go; what they say is ``render``'s and ``plot``'s.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -34,10 +35,8 @@ class UnsafeReportDir(OSError):
 def _open_dir(out_dir: Path) -> int:
     parent = os.open(out_dir.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(out_dir.name, 0o755, dir_fd=parent)
-        except FileExistsError:
-            pass
         try:
             return os.open(out_dir.name, _DIR_FLAGS, dir_fd=parent)
         except OSError as error:
@@ -77,7 +76,5 @@ def _write_one(dir_fd: int, name: str, data: bytes, mode: int) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dir_fd)
-        except FileNotFoundError:
-            pass

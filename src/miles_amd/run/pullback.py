@@ -28,7 +28,8 @@ bytes it read; the client writes ``held bytes + new bytes`` atomically and check
 size and sha256 of the result; a frame list without the closing ``MILES_AMD_PULL_END`` (or
 with another count) is a cut transfer; a frame that is not strict JSON
 (``miles_amd.strict_json``) with every field of its type, or that announces a file over the
-gate's cap for its kind (``evidence.safe_open``), is malformed. Any of these, or a node that is gone, is a
+gate's cap for its kind (``evidence.safe_open``), is malformed. Any of these, or a node that is
+gone, is a
 :class:`PullError` with a named reason; :meth:`PullBack.final` then removes the pulled
 evidence, leaving the two dirs empty (``evidence.load`` reports a present source that holds
 nothing as a problem, so the gate cannot pass), and writes ``pullback.json`` with the reason;
@@ -45,8 +46,8 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import re
 import json
+import re
 import shlex
 import shutil
 import time
@@ -65,7 +66,10 @@ from miles_amd.run_dir import RunDir
 FRAME, END, ERROR = "MILES_AMD_PULL ", "MILES_AMD_PULL_END ", "MILES_AMD_PULL_ERROR "
 SUBDIRS = ("tensorboard", "ci_history")
 RECORD_FILE = "pullback.json"
-CAPS = {"tensorboard": safe_open.EVENT_FILE, "ci_history": safe_open.RECORD_FILE}  # the gate's caps, per subdir
+CAPS = {
+    "tensorboard": safe_open.EVENT_FILE,
+    "ci_history": safe_open.RECORD_FILE,
+}  # the gate's caps, per subdir
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -125,8 +129,9 @@ def _frame(raw: dict[str, Any]) -> Frame:
     if not isinstance(path, str) or not isinstance(sha, str) or not isinstance(data, str):
         raise ValueError("path, sha256 and data must be strings")
     cap = CAPS[safe_relpath(path).parts[0]].cap
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (size, offset)):
+    if not (_is_int(size) and _is_int(offset)):
         raise ValueError("size and offset must be integers")
+    assert isinstance(size, int) and isinstance(offset, int)
     if not 0 <= offset <= size:
         raise ValueError(f"{path}: offset {offset} outside 0..{size}")
     if size > cap:
@@ -146,6 +151,10 @@ def safe_relpath(path: str) -> Path:
     return rel
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def apply_frame(root: Path, frame: Frame) -> None:
     """Write ``held bytes[:offset] + frame bytes`` atomically and verify size and sha256."""
     rel = safe_relpath(frame.path)
@@ -157,7 +166,9 @@ def apply_frame(root: Path, frame: Frame) -> None:
     except (OSError, RefusedFile) as exc:
         raise PullError(f"{frame.path}: the local copy cannot be read ({exc})") from None
     if frame.offset > len(held or b""):
-        raise PullError(f"{frame.path}: node sent bytes from {frame.offset}, {len(held or b'')} held")
+        raise PullError(
+            f"{frame.path}: node sent bytes from {frame.offset}, {len(held or b'')} held"
+        )
     data = (held or b"")[: frame.offset] + frame.data
     if len(data) != frame.size:
         raise PullError(f"{frame.path}: truncated: {len(data)} of {frame.size} bytes arrived")

@@ -53,7 +53,9 @@ def read_dir(root, subdirs, offsets):
         if os.path.islink(top):
             return {"error": f"{sub} is a symbolic link on the node; the pull-back follows none"}
         for dirpath, dirs, names in os.walk(top):  # followlinks=False
-            for name in sorted(names) + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+            for name in sorted(names) + [
+                d for d in dirs if os.path.islink(os.path.join(dirpath, d))
+            ]:
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, root)
                 data = read_regular(path, rel, CAPS.get(sub, 0))
