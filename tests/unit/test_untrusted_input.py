@@ -122,7 +122,7 @@ def write_record(run_dir: Path, line: str) -> None:
     (run_dir / "ci_history" / "9-x.jsonl").write_text(line + "\n")
 
 
-RUN_DIR_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
+RUN_DIR_CASES: dict[str, tuple[Callable[[Path], object], str]] = {
     "duplicate key hiding a NaN in a CI-history record": (
         lambda d: write_record(
             d, '{"metric": "rollout/raw_reward", "series": [[0, NaN]], "series": [[0, 0.5]]}'
@@ -191,7 +191,8 @@ def test_a_fatal_line_after_megabytes_of_carriage_returns_is_seen(tmp_path: Path
 
 
 def env_json(run_dir: Path, facts: list[dict], **top: object) -> None:
-    doc = {"facts": facts, "ok": all(f["status"] == "ok" for f in facts), **top}
+    doc: dict[str, object] = {"facts": facts, "ok": all(f["status"] == "ok" for f in facts)}
+    doc.update(top)
     (run_dir / "env.json").write_text(json.dumps(doc))
 
 
@@ -200,7 +201,7 @@ def fact(name: str, value: str, status: str = "ok") -> dict:
 
 
 GOOD_FACTS = [fact("gpus", "8x gfx950 (torch)"), fact("rocm", "7.2.0 (x)")]
-ENV_CASES = {
+ENV_CASES: dict[str, tuple[list[dict], dict[str, object], str]] = {
     "a fact recorded twice": (
         [*GOOD_FACTS, fact("gpus", "4x gfx942 (torch)")],
         {},
@@ -222,10 +223,7 @@ def test_contradictory_or_failed_env_facts_fail_the_environment_check(
 ) -> None:
     facts, top, named = ENV_CASES[case]
     run_dir = example(tmp_path)
-    env_json(run_dir, facts)
-    if top:
-        doc = json.loads((run_dir / "env.json").read_text())
-        (run_dir / "env.json").write_text(json.dumps({**doc, **top}))
+    env_json(run_dir, facts, **top)
     assert gate(run_dir).exit_code == 1
     identity = check(run_dir, "environment.identity")
     assert identity["status"] == "fail" and named in identity["detail"]
