@@ -29,7 +29,7 @@ import pytest
 from tests.conformance.checkout import add_options
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline
+    from miles_amd.rules.model import Baseline
 
 TESTS_DIR = Path(__file__).resolve().parent
 TIERS = ("snapshot", "unit", "rehearsal", "conformance", "mi355x")

@@ -20,9 +20,9 @@ from typing import Literal
 
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.files import atomic_write_bytes, atomic_write_text
-from miles_amd.judge.checks import axis
 from miles_amd.judge.compare import Comparison, MetricDiff, rate_ruled_out
 from miles_amd.report import figure_layout as layout
+from miles_amd.rules.check import axis
 
 Format = Literal["text", "json", "markdown"]
 

@@ -4,7 +4,7 @@ Decides the figure: one panel per metric a baseline rule names AND the run measu
 unmeasured metric gets no empty panel: the figure's footer lists them in one line), with
 the run's series (blue, solid, dots), the baseline's published series when it has one
 (black, dashed, hollow squares, drawn above the run so it never hides under it), each
-rule's hint (the ``plot`` its kind declares in ``miles_amd.judge.rules.KINDS``: a mean
+rule's hint (its kind's hint in ``miles_amd.report.rule_hints``: a mean
 band, a max bound, a spike threshold (a line when the data reach near it, else a note, so
 the data are never squeezed into a strip), a ±atol strip, a Theil-Sen trend line), and the
 failing points marked (a non-finite one as a labelled triangle at the top). Every panel has
@@ -20,11 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import RunEvidence, Series
-from miles_amd.judge.checks import axis
-from miles_amd.judge.gate import Check, Verdict
-from miles_amd.judge.rules import KINDS
+from miles_amd.judge.gate import Verdict
 from miles_amd.report.figure_layout import (
     LABEL_SIZE,
     TICK_SIZE,
@@ -37,6 +34,9 @@ from miles_amd.report.figure_layout import (
     style_panel,
 )
 from miles_amd.report.render import verdict_sentence
+from miles_amd.report.rule_hints import HINTS
+from miles_amd.rules.check import Check, axis
+from miles_amd.rules.model import Baseline
 
 # What each gated metric is, with its unit (log-probabilities are natural logs: nats).
 Y_LABELS = {
@@ -87,9 +87,9 @@ def _draw_panel(ax: Any, metric: str, checks: list[Check], series: Series, basel
     finite = [v for _, v in series if math.isfinite(v)]
     log_scale = False
     for check in checks:
-        kind = KINDS.get(check.kind)
-        if kind is not None and kind.plot is not None and check.numbers:
-            log_scale = kind.plot(ax, check, finite) or log_scale
+        hint = HINTS.get(check.kind)
+        if hint is not None and check.numbers:
+            log_scale = hint(ax, check, finite) or log_scale
     _mark_failing(ax, series, {step for c in checks for step in c.failing_steps})
     if log_scale:
         ax.set_yscale("log")
