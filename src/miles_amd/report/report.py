@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.judge.gate import Verdict
 from miles_amd.report.plot import metrics_png
 from miles_amd.report.render import render_json, render_markdown
 from miles_amd.report.safe_dir import write_files
+from miles_amd.rules.model import Baseline
 
 __all__ = ["ReportFiles", "write_report"]
 
