@@ -20,7 +20,8 @@ from typing import Annotated
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP, fail
+from miles_amd.cli.errors import fail
+from miles_amd.exit_codes import EXIT_CODES_HELP
 from miles_amd.cli.gate import OutputFormat
 
 

@@ -31,7 +31,7 @@ from typing import Annotated
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP
+from miles_amd.exit_codes import EXIT_CODES_HELP
 from miles_amd.cli.errors import fail as _fail
 from miles_amd.cli.options import NoHistoryOpt, RequireEnvOpt
 

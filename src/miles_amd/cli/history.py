@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP, fail
+from miles_amd.cli.errors import fail
+from miles_amd.exit_codes import EXIT_CODES_HELP
 from miles_amd.cli.gate import OutputFormat
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP, EXIT_FAILED, fail
+from miles_amd.cli.errors import fail
+from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 from miles_amd.cli.options import (
     DEFAULT_DATA_DIR,
     DEFAULT_MODEL_DIR,

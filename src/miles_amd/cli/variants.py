@@ -15,7 +15,8 @@ from pathlib import Path
 
 import typer
 
-from miles_amd.cli.errors import EXIT_FAILED, fail
+from miles_amd.cli.errors import fail
+from miles_amd.exit_codes import EXIT_FAILED
 from miles_amd.recipe.plan import build_train_plan, format_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.variants import AITER_VARIANTS
