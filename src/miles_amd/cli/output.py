@@ -52,7 +52,7 @@ def guard_std_streams() -> None:
         except (AttributeError, OSError, ValueError):
             continue  # not a real file (captured): nothing to guard
         safe = io.TextIOWrapper(
-            io.BufferedWriter(PipeSafeWriter(fd)),
+            io.BufferedWriter(PipeSafeWriter(fd)),  # type: ignore[type-var]
             encoding=stream.encoding,
             errors=stream.errors,
             line_buffering=True,

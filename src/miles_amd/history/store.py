@@ -10,17 +10,17 @@ refused, never migrated silently. Standard library only (``sqlite3``); appends a
 transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) never leave half
 a run.
 
-Where: ``--history PATH``, else ``$MILES_AMD_HISTORY``, else
-``$XDG_DATA_HOME/miles-amd/history.sqlite`` (``~/.local/share/...``) (:func:`default_path`).
-It does not decide what a drift is (``miles_amd.history.drift``) nor when to append (the CLI:
-``miles-amd gate`` appends unless ``--no-history``).
+Where: the file the CLI names (``--history PATH`` or ``$MILES_AMD_HISTORY``;
+``miles_amd.cli.options.named_history``); there is no default file. A store opened
+``read_only`` (listing) is never created, initialised or modified. It does not decide what a
+drift is (``miles_amd.history.drift``) nor when to append (``miles-amd gate`` and
+``train --gate``, when a history is named).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
 import statistics
 from collections.abc import Mapping, Sequence
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-HISTORY_ENV = "MILES_AMD_HISTORY"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -68,14 +67,6 @@ CREATE INDEX IF NOT EXISTS runs_identity_idx ON runs (recipe, variant, baseline,
 
 class HistoryError(ValueError):
     """A history file that cannot be used; ``str()`` names the file and the fix."""
-
-
-def default_path() -> Path:
-    """``$MILES_AMD_HISTORY``, else ``$XDG_DATA_HOME/miles-amd/history.sqlite``."""
-    if os.environ.get(HISTORY_ENV):
-        return Path(os.environ[HISTORY_ENV])
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "miles-amd" / "history.sqlite"
 
 
 @dataclass(frozen=True)
@@ -149,15 +140,26 @@ class StoredRun:
 
 
 class HistoryStore:
-    """The SQLite file at ``path`` (created with its directory when absent)."""
+    """The SQLite file at ``path``: created with its directory when absent, unless
+    ``read_only`` (then it must exist and hold a history, and is opened read-only)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30.0)
-            self._db.execute("PRAGMA foreign_keys = ON")
+            if read_only:
+                uri = self.path.resolve().as_uri() + "?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, timeout=30.0)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, timeout=30.0)
+                self._db.execute("PRAGMA foreign_keys = ON")
             found = self._version()
+            if found is None and read_only:
+                self._db.close()
+                raise HistoryError(
+                    f"{self.path}: not a miles-amd history (no schema in it); point --history "
+                    "at a file `miles-amd gate --history` wrote"
+                )
             if found is None:
                 with self._db:
                     self._db.executescript(_SCHEMA)
