@@ -102,7 +102,8 @@ def load_baseline_option(spec: str, flag: str) -> Baseline:
     except UnknownBaselineError as exc:
         fail(str(exc))  # it names the flag and the fix
     except BaselineError as exc:
-        fail(f"{flag} {spec}: {exc}")
+        message = str(exc)  # it starts with the file's path when the file was read
+        fail(f"{flag} {message}" if message.startswith(spec) else f"{flag} {spec}: {message}")
 
 
 def existing_run_dir(path: Path, flag: str = "--run-dir") -> Path:
@@ -110,20 +111,20 @@ def existing_run_dir(path: Path, flag: str = "--run-dir") -> Path:
     from miles_amd.run_dir import RunDir
 
     if path.is_file():
-        fail(f"{flag} {path}: is a file, not a directory; point it at a run directory")
+        fail(f"{flag} {path}: is a file, not a directory; fix: point it at a run directory")
     if not path.is_dir():
-        fail(f"{flag} {path}: no such directory; point it at a run directory")
+        fail(f"{flag} {path}: no such directory; fix: point it at a run directory")
     run = RunDir(path)
     if not run.is_run_dir:
         names = ", ".join(p.name + ("/" if p.suffix == "" else "") for p in run.markers)
-        fail(f"{flag} {path}: not a run directory (none of {names} in it); point it at one")
+        fail(f"{flag} {path}: not a run directory (none of {names} in it); fix: point it at one")
     return path
 
 
 def new_run_dir(path: Path, flag: str = "--run-dir") -> Path:
     """``path`` if it is a directory or absent (a run creates it); a file exits 2."""
     if path.exists() and not path.is_dir():
-        fail(f"{flag} {path}: is a file, not a directory; name a directory for the run")
+        fail(f"{flag} {path}: is a file, not a directory; fix: name a directory for the run")
     return path
 
 
