@@ -25,8 +25,8 @@ import pytest
 from miles_amd.recipe.plan import NODE_RESOURCE, NODE_ROOT_VAR, build_train_plan, ray_start_argv
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.cluster import ClusterError
-from miles_amd.run.driver import RunOutcome, execute
 from miles_amd.run.dashboard import auth_headers
+from miles_amd.run.driver import RunOutcome, execute
 from miles_amd.run.ray_head import RayHead
 from miles_amd.run.variants_run import PATCHED_DIR_VAR, execute_variants, variant_env
 from miles_amd.run_dir import JobRecord, RunDir

@@ -16,10 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 import typer
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from miles_amd.cli.main import app
 from miles_amd.exit_codes import EXIT_CODES_HELP
@@ -31,11 +30,11 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
 
 
-def invoke(*args: str) -> click.testing.Result:
+def invoke(*args: str) -> Result:
     return CliRunner().invoke(app, list(args))
 
 
-def one_error_line(result: click.testing.Result, *needles: str) -> None:
+def one_error_line(result: Result, *needles: str) -> None:
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("miles-amd: error: "), result.stderr
@@ -69,6 +68,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
+def gate(run_dir: Path) -> list[str]:
+    return ["gate", "--run-dir", str(run_dir), "--baseline", "patched"]
+
+
+def record(run_dir: Path) -> list[str]:
+    return ["baseline", "record", "--run-dir", str(run_dir)]
+
+
+def compare(a: Path, b: Path) -> list[str]:
+    return ["compare", "--run-dir", str(a), "--run-dir", str(b)]
+
+
 def closed_pipe_cases(runs: dict[str, Path]) -> dict[str, tuple[list[str], int]]:
     """Every command, with the exit code it owes whatever happens to its output."""
     out = runs["out"]
@@ -80,26 +91,19 @@ def closed_pipe_cases(runs: dict[str, Path]) -> dict[str, tuple[list[str], int]]
         "train": (["train", "--dry-run", "--json"], 0),
         "full-train": (["full-train", "--dry-run"], 0),
         "preflight-bad": (["preflight", "--run-dir", str(runs["file"])], 2),
-        "gate-pass": (
-            ["gate", "--run-dir", str(runs["pass"]), "--baseline", "patched"]
-            + ["--report-dir", str(out / "gp"), "--no-history"],
-            0,
-        ),
+        "gate-pass": ([*gate(runs["pass"]), "--report-dir", str(out / "gp"), "--no-history"], 0),
         "gate-fail": (
-            ["gate", "--run-dir", str(runs["fail"]), "--baseline", "patched"]
-            + ["--report-dir", str(out / "gf"), "--no-history", "--format", "json"],
+            [*gate(runs["fail"]), "--report-dir", str(out / "gf"), "--no-history", "--format=json"],
             1,
         ),
-        "gate-bad": (["gate", "--run-dir", str(runs["plain"]), "--baseline", "patched"], 2),
+        "gate-bad": (gate(runs["plain"]), 2),
         "baseline-diff": (["baseline", "diff", "stock", "patched"], 0),
         "baseline-record-bad": (
-            ["baseline", "record", "--run-dir", str(runs["plain"]), "--variant", "patched"]
-            + ["--out", str(out / "b.json")],
+            [*record(runs["plain"]), "--variant", "patched", "--out", str(out / "b.json")],
             2,
         ),
         "compare": (
-            ["compare", "--run-dir", str(runs["pass"]), "--run-dir", str(runs["fail"])]
-            + ["--out-dir", str(out / "cmp")],
+            [*compare(runs["pass"], runs["fail"]), "--out-dir", str(out / "cmp")],
             0,
         ),
         "history": (["history", "--history", str(runs["history"])], 0),
@@ -152,11 +156,10 @@ def test_closed_stdout_and_stderr_change_no_exit_code(runs: dict[str, Path], cas
 
 
 def test_every_commands_help_lists_the_exit_codes() -> None:
-    group = typer.main.get_command(app)
-    assert isinstance(group, click.Group)
+    group = typer.main.get_command(app)  # typer's own click: groups have `commands`
     paths: list[list[str]] = [[]]
-    for name, command in group.commands.items():
-        if isinstance(command, click.Group):
+    for name, command in getattr(group, "commands", {}).items():
+        if hasattr(command, "commands"):
             paths += [[name, sub] for sub in command.commands]
         else:
             paths.append([name])
@@ -184,10 +187,15 @@ def test_a_dir_that_is_no_run_dir_is_one_line_and_nothing_written(
     target = runs[kind] if kind != "missing" else tmp_path / "missing"
     before = tree(target) if target.is_dir() else None
     args = {
-        "gate": ["gate", "--run-dir", str(target), "--baseline", "patched"],
-        "compare": ["compare", "--run-dir", str(runs["pass"]), "--run-dir", str(target)],
-        "baseline record": ["baseline", "record", "--run-dir", str(target)]
-        + ["--variant", "patched", "--out", str(tmp_path / "b.json")],
+        "gate": gate(target),
+        "compare": compare(runs["pass"], target),
+        "baseline record": [
+            *record(target),
+            "--variant",
+            "patched",
+            "--out",
+            str(tmp_path / "b.json"),
+        ],
     }[command]
     result = invoke(*args)
     expected = {"plain": "not a run directory", "file": "is a file", "missing": "no such"}
@@ -215,19 +223,20 @@ def test_gate_appends_only_to_a_named_history(
     monkeypatch.delenv("MILES_AMD_HISTORY", raising=False)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
-    gate = ["gate", "--run-dir", str(runs["pass"]), "--baseline", "patched", "--report-dir"]
-    unnamed = invoke(*gate, str(tmp_path / "r1"))
+    args = [*gate(runs["pass"]), "--report-dir"]
+    unnamed = invoke(*args, str(tmp_path / "r1"))
     assert unnamed.exit_code == 0, unnamed.output
     assert "history:" not in unnamed.output
-    assert list(home.rglob("*")) == []
+    assert not (home / "data").exists() and not (home / ".local").exists()
+    assert [p for p in home.rglob("*") if p.suffix == ".sqlite"] == []  # (matplotlib caches)
     named = tmp_path / "h.sqlite"
-    result = invoke(*gate, str(tmp_path / "r2"), "--history", str(named))
+    result = invoke(*args, str(tmp_path / "r2"), "--history", str(named))
     assert result.exit_code == 0, result.output
     assert f"history: appended as run 1 to {named}" in result.stdout
     monkeypatch.setenv("MILES_AMD_HISTORY", str(named))
-    from_env = invoke(*gate, str(tmp_path / "r3"))
+    from_env = invoke(*args, str(tmp_path / "r3"))
     assert f"history: appended as run 2 to {named}" in from_env.stdout
-    ignored = invoke(*gate, str(tmp_path / "r4"), "--no-history")
+    ignored = invoke(*args, str(tmp_path / "r4"), "--no-history")
     assert ignored.exit_code == 0 and "history:" not in ignored.output
     with HistoryStore(named, read_only=True) as store:
         assert [r.verdict for r in store.runs()] == ["pass", "pass"]
@@ -272,9 +281,10 @@ def test_an_unknown_variant_is_refused(runs: dict[str, Path]) -> None:
 def test_num_rollouts_is_the_gates_flag_and_the_old_spelling_still_parses(
     runs: dict[str, Path], tmp_path: Path
 ) -> None:
-    gate = ["gate", "--run-dir", str(runs["pass"]), "--baseline", "patched", "--no-history"]
     for flag in ("--num-rollouts", "--expected-rollouts"):
-        result = invoke(*gate, "--report-dir", str(tmp_path / flag), flag, "19")
+        result = invoke(
+            *gate(runs["pass"]), "--no-history", "--report-dir", str(tmp_path / flag), flag, "19"
+        )
         assert result.exit_code == 1, result.output  # 20 rollouts where 19 are expected
         report = json.loads((tmp_path / flag / "report.json").read_text())
         assert report["expected_rollouts"] == 19
