@@ -251,7 +251,7 @@ def test_empty_run_dir_is_an_error_with_a_report(tmp_path: Path) -> None:
     assert line.startswith(f"miles-amd: error: --run-dir {run_dir}: nothing readable in")
     report = report_of(run_dir / "report")
     assert report["verdict"] == "error" and report["exit_code"] == 2
-    assert "no metric source" in report["reason"]
+    assert "no event files" in report["reason"]
 
 
 def test_a_run_dir_of_only_corrupt_evidence_is_an_error(tmp_path: Path) -> None:
