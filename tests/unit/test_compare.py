@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.compare import compare, fisher_exact, rate_ruled_out, t_quantile
+from miles_amd.rules.model import Baseline
 from tests.cli_runs import run_cli
 from tests.run_dirs import write_run
 

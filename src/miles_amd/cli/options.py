@@ -40,7 +40,7 @@ from miles_amd.recipe import settings
 from miles_amd.variants import AITER_VARIANTS
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline
+    from miles_amd.rules.model import Baseline
 
 DEFAULT_MODEL_DIR = Path(settings.DEFAULT_MODEL_DIR)
 DEFAULT_DATA_DIR = Path(settings.DEFAULT_DATA_DIR)

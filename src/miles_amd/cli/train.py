@@ -75,7 +75,7 @@ from miles_amd.recipe.plan import (
 from miles_amd.recipe.settings import Hardware, Recipe, RecipeError, parse_hardware
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline
+    from miles_amd.rules.model import Baseline
 
 
 def register(app: typer.Typer) -> None:

@@ -21,11 +21,12 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from miles_amd.baseline.model import RECIPE_DIR, Baseline
+from miles_amd.baseline.model import RECIPE_DIR
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.history.drift import calibrated_k, metric_count
 from miles_amd.history.store import HistoryRecord, HistoryStore, StoredRun
 from miles_amd.judge.gate import Verdict
+from miles_amd.rules.model import Baseline
 from miles_amd.variants import AITER_VARIANTS
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.compare import Comparison, compare
 from miles_amd.report.compare_report import CompareFiles, write_compare
+from miles_amd.rules.model import Baseline
 from miles_amd.run_dir import RunDir
 
 

@@ -47,8 +47,8 @@ from miles_amd.run.watcher import FailFastWatcher, Trip
 from miles_amd.run_dir import JobRecord, RunDir
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline
     from miles_amd.report.gate_run import Judgment
+    from miles_amd.rules.model import Baseline
     from miles_amd.run.pullback import PullBack
     from miles_amd.run.ray_head import RayHead
 

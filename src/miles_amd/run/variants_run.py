@@ -29,8 +29,8 @@ from miles_amd.recipe.plan import LaunchPlan
 from miles_amd.run.driver import RunOutcome, execute
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline
     from miles_amd.report.compare_run import ComparedRuns
+    from miles_amd.rules.model import Baseline
 
 PATCHED_DIR_VAR = "AITER_PATCHED_DIR"
 
