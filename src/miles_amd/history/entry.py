@@ -11,8 +11,8 @@ baseline's gated metrics.
 :func:`append_verdict` opens the store, appends, and returns the runs of that identity
 including the new one with the k :func:`~miles_amd.history.drift.calibrated_k` gives for
 the metrics they hold, for the drift check (``miles_amd.history.drift``). Only the
-CLI calls it (``miles-amd gate`` and ``miles-amd train --gate``, through
-``miles_amd.cli.history``), so judging stays free of side effects.
+CLI calls it (``miles-amd gate`` and ``train --gate``, when a history is named), so judging
+stays free of side effects.
 """
 
 from __future__ import annotations
