@@ -19,12 +19,11 @@ import pytest
 from miles_amd.rules.bands import Band
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
 from miles_amd.testing.rehearsal import EXAMPLE_RUN, expectation_problems, rehearse
+from tests.constants import LOGPROB, REWARD
 
 pytestmark = pytest.mark.rehearsal
 
 SHIPPED_PATCHED = Path(__file__).resolve().parents[2] / "baselines/gpt_oss_20b_lora/patched.json"
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
 
 
 def miles_amd(*args: str) -> subprocess.CompletedProcess[str]:
