@@ -87,7 +87,11 @@ def hardware_test_script() -> str:
 
 
 def junit_of(tmp_path: Path, test_source: str) -> Path:
-    """A real JUnit file: pytest runs ``test_source`` in an empty project under tmp_path."""
+    """A real JUnit file: pytest runs ``test_source`` in an empty project under tmp_path.
+
+    Only pytest's own plugins load (JUnit XML is one of them): the installed ones (hypothesis,
+    xdist, ...) would cost this child seconds of imports and change nothing it writes.
+    """
     project = tmp_path / "project"
     project.mkdir()
     (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
@@ -96,6 +100,7 @@ def junit_of(tmp_path: Path, test_source: str) -> Path:
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
         cwd=project,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
         capture_output=True,
         text=True,
         timeout=120,
