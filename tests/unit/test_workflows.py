@@ -359,6 +359,8 @@ def test_invariant_checker_catches_a_broken_workflow(
 def test_patched_aiter_has_no_moving_default() -> None:
     """The patched aiter is an exact commit: no branch fallback, and the step refuses a non-SHA."""
     steps = steps_of(load_workflow(MI355X_WORKFLOW)["jobs"][GPU_JOB])
-    build = steps[find_step(steps, "aiter-src")]
+    index = find_step(steps, "aiter-src")
+    assert index is not None, "amd-mi355x.yml has no aiter-src step"
+    build = steps[index]
     assert "'" not in build["env"]["AITER_REF"], build["env"]["AITER_REF"]
     assert "^[0-9a-f]{40}$" in build["run"]
