@@ -34,8 +34,8 @@ import typer
 from miles_amd.cli.errors import fail as _fail
 from miles_amd.cli.options import (
     BASELINE_METAVAR,
-    INT,
     BASELINE_VARIANT_METAVAR,
+    INT,
     BaselineVariant,
     existing_run_dir,
     load_baseline_option,

@@ -63,9 +63,8 @@ def allreduce_check(evidence: RunEvidence, variant: str | None, *, require_env: 
     if _names_for(want) & hits.keys():
         where = ", ".join(f"line {h.first_line} x{h.count}" for h in _ordered(hits, want))
         return _check("pass", _observed(hits), expected, f"job.log: {where}", require_env)
-    detail = (
-        "not measured: job.log has no SGLang [AR] line saying which all-reduce ran"
-        + (f"; the preflight predicted {predicted}" if predicted else "")
+    detail = "not measured: job.log has no SGLang [AR] line saying which all-reduce ran" + (
+        f"; the preflight predicted {predicted}" if predicted else ""
     )
     return _check("fail" if require_env else "not_measured", None, expected, detail, require_env)
 
@@ -84,8 +83,11 @@ def _ordered(hits: dict[str, SentinelHit], route: str) -> list[SentinelHit]:
 
 
 def _observed(hits: dict[str, SentinelHit]) -> str:
-    seen = [f"{name} x{hits[name].count}" for name in sorted(_names_for("aiter") | _names_for(
-        "sglang")) if name in hits]
+    seen = [
+        f"{name} x{hits[name].count}"
+        for name in sorted(_names_for("aiter") | _names_for("sglang"))
+        if name in hits
+    ]
     return ", ".join(seen)
 
 

@@ -63,7 +63,8 @@ if spec is not None and spec.submodule_search_locations:
 for dist in md.distributions():
     name = re.sub(r"[-_.]+", "-", dist.metadata.get("Name") or "").lower()
     if name == "amd-aiter":
-        out["dists"].append({"version": dist.version, "direct_url": dist.read_text("direct_url.json")})
+        direct_url = dist.read_text("direct_url.json")
+        out["dists"].append({"version": dist.version, "direct_url": direct_url})
 try:
     import aiter.dist.device_communicators.custom_all_reduce  # noqa: F401  (as SGLang does)
 except BaseException as exc:
@@ -143,7 +144,8 @@ def aiter_commit_fact(reading: Mapping[str, object], git_commit: str | None) -> 
     if git_commit:
         return Fact(name, "ok", f"{git_commit} (git checkout {package})")
     looked = [f"{package} is no git checkout"]
-    dists = [d for d in reading.get("dists") or [] if isinstance(d, dict)]
+    listed = reading.get("dists")
+    dists = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
     for dist in dists:
         commit = _direct_url_commit(dist.get("direct_url"))
         if commit:
