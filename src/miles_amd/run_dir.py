@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from miles_amd import strict_json
+
 __all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "RunDir", "json_object"]
 
 JOB_STATES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
@@ -159,15 +161,10 @@ def _number(data: dict[str, object], name: str) -> float | None:
 
 
 def json_object(text: str | bytes) -> dict[str, object]:
-    """The JSON object in a run-dir file's ``text``; ``ValueError`` saying what is wrong."""
-    try:
-        data = json.loads(text)
-    except UnicodeDecodeError:
-        raise ValueError("not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"bad JSON at line {error.lineno} column {error.colno}: {error.msg}"
-        ) from None
+    """The JSON object in a run-dir file's ``text``, read by ``miles_amd.strict_json`` (no
+    duplicate key, no non-finite number, bounded depth and integers); ``ValueError`` saying
+    what is wrong and where (its JSON path)."""
+    data = strict_json.loads(text)
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, found {type(data).__name__}")
     return data

@@ -31,8 +31,11 @@ EXIT_CODES_HELP = (
 
 
 def error_line(message: str) -> str:
-    """``message`` as the one stderr line every command prints."""
-    return ERROR_PREFIX + " ".join(message.split())
+    """``message`` as the one stderr line every command prints (control characters and
+    escape sequences of a run dir's strings shown escaped: ``miles_amd.escape.terminal``)."""
+    from miles_amd.escape import terminal
+
+    return ERROR_PREFIX + terminal(" ".join(message.split()))
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

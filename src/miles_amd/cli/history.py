@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from miles_amd import escape
 from miles_amd.cli.errors import EXIT_CODES_HELP, fail
 from miles_amd.cli.output_format import OutputFormat
 
@@ -68,24 +69,31 @@ def record_gate(
     path: Path, verdict: Verdict, evidence: RunEvidence, baseline: Baseline, files: ReportFiles
 ) -> list[str]:
     """``miles-amd gate``'s append: store the verdict, add the drift section to report.md,
-    return the lines to print."""
-    from miles_amd.files import atomic_write_text
+    return the lines to print. Runs after judging, so it never raises: a history that cannot
+    be appended to (or a report.md that cannot be extended) is one line saying so, and the
+    verdict (exit code, report) stands."""
     from miles_amd.history.drift import drifts
     from miles_amd.history.entry import append_verdict, history_record
     from miles_amd.history.render import drift_lines, drift_section
     from miles_amd.history.store import HistoryError
+    from miles_amd.report.safe_dir import write_files
 
     record = history_record(verdict, evidence, baseline, environ=os.environ)
     try:
-        run_id, same, k = append_verdict(path, record)
-    except (HistoryError, sqlite3.Error, OSError) as exc:
-        fail(f"--history {path}: the verdict was not appended ({exc}); pass --no-history")
+        run_id, same, k, skipped = append_verdict(path, record)
+    except (HistoryError, sqlite3.Error, OSError, ValueError) as exc:
+        reason = " ".join(str(exc).split())
+        return [f"history: the verdict was NOT appended to {path} ({reason}); it stands as judged"]
     found = drifts(same, k)
+    lines = [f"history: appended as run {run_id} to {path}", *skipped]
     section = drift_section(found, k, len(same), run_id, str(path))
-    if files.markdown.is_file():
-        report = files.markdown.read_text(encoding="utf-8")
-        atomic_write_text(files.markdown, report + "\n" + section)
-    return [f"history: appended as run {run_id} to {path}", *drift_lines(found, k, len(same))]
+    try:
+        if files.markdown.is_file():
+            report = files.markdown.read_text(encoding="utf-8") + "\n" + section
+            write_files(files.markdown.parent, {files.markdown.name: report.encode("utf-8")})
+    except OSError as exc:
+        lines.append(f"history: report.md not extended with the drift section ({exc})")
+    return [*lines, *drift_lines(found, k, len(same))]
 
 
 def record_driver_gate(path: Path, run_dir: Path, gate: str, rollouts: int) -> list[str]:
@@ -139,7 +147,13 @@ def history(
     except HistoryError as exc:
         fail(f"--history {path}: {exc}")
     with store:
-        runs = store.runs(variant=variant, baseline=baseline, limit=limit)
+        try:
+            read = store.read_runs(variant=variant, baseline=baseline, limit=limit)
+        except HistoryError as exc:
+            fail(f"--history {path}: {exc}")
+        runs = read.runs
+        for line in read.skipped:  # a corrupt row is named and skipped, the rest listed
+            typer.echo(escape.terminal(line), err=True)
         k = calibrated_k(metric_count(runs))
         found = []
         for identity in dict.fromkeys((r.variant, r.baseline) for r in runs):
@@ -162,6 +176,8 @@ def history(
                 )
         except OSError as exc:
             fail(f"--plot/--export: cannot write ({exc}); choose a writable path")
+        except sqlite3.DatabaseError as exc:
+            fail(f"--history {path}: --export cannot read the stored values ({exc})")
     from miles_amd.history import render
 
     text = {

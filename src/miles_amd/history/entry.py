@@ -63,10 +63,13 @@ def history_record(
     )
 
 
-def append_verdict(path: Path, record: HistoryRecord) -> tuple[int, list[StoredRun], int]:
+def append_verdict(
+    path: Path, record: HistoryRecord
+) -> tuple[int, list[StoredRun], int, list[str]]:
     """Append ``record`` to the store at ``path``; return its id, the runs of its identity
-    (oldest first, the new one last) and the calibrated k for them."""
+    (oldest first, the new one last), the calibrated k for them and a line per stored row
+    that could not be read (skipped)."""
     with HistoryStore(path) as store:
         run_id = store.append(record)
-        same = store.runs(variant=record.variant, baseline=record.baseline)
-    return run_id, same, calibrated_k(metric_count(same))
+        read = store.read_runs(variant=record.variant, baseline=record.baseline)
+    return run_id, read.runs, calibrated_k(metric_count(read.runs)), read.skipped

@@ -33,6 +33,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
+from miles_amd import numeric
 from miles_amd.evidence.types import RunEvidence, Series
 from miles_amd.rules import bands
 from miles_amd.rules.kinds.all_below import ThresholdParams
@@ -137,8 +138,8 @@ def paired_diff(metric: str, a: Series, b: Series, samples: int | None) -> Metri
     xs, ys = [va[s] for s in steps], [vb[s] for s in steps]
     n = len(steps)
     diffs = [y - x for x, y in zip(xs, ys, strict=True)]
-    mean_diff = math.fsum(diffs) / n
-    sd = statistics.stdev(diffs) if n >= 2 else 0.0
+    mean_diff = numeric.mean(diffs)
+    sd = numeric.stdev(diffs)
     floor = False
     se = sd / math.sqrt(n)
     if samples is not None:
@@ -150,8 +151,8 @@ def paired_diff(metric: str, a: Series, b: Series, samples: int | None) -> Metri
     return MetricDiff(
         metric=metric,
         n=n,
-        mean_a=math.fsum(xs) / n,
-        mean_b=math.fsum(ys) / n,
+        mean_a=numeric.mean(xs),
+        mean_b=numeric.mean(ys),
         diff=mean_diff,
         se=se,
         ci_low=mean_diff - t * se,

@@ -20,6 +20,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
+from miles_amd import numeric
 from miles_amd.evidence.types import Series
 from miles_amd.rules.check import Check, RuleContext, fmt, passed, rule_check, steps_text
 from miles_amd.rules.kind import KindSpec
@@ -72,7 +73,7 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     steps, values = [s for s, _ in points], [v for _, v in points]
     z = mann_kendall_z(values)
     slope, intercept = theil_sen(steps, values)
-    mean = math.fsum(values) / len(values)
+    mean = numeric.mean(values)
     relative = f" ({slope / mean:+.2%} of the mean per step)" if mean else ""
     detail = (
         f"Mann-Kendall Z {z:+.2f} over {len(values)} values; Theil-Sen slope "
