@@ -18,7 +18,8 @@ trusted run means at every gate. Fixed seeds: the same command prints the same f
 
 Last line: ``drift_false_flag_100=<patched, end to end> ci_high=<its Wilson upper bound>
 table_ok=<1|0> power_rise2_12=<p> power_rise2_by20=<p>``; exit 1 when the table disagrees
-with its re-measurement or the end-to-end upper bound exceeds ``drift.LIFE_ALPHA``.
+with its re-measurement (a value outside the Wilson interval) or an end-to-end rate is
+measurably above ``drift.LIFE_ALPHA`` (the lower bound of its interval above it).
 
 Run: ``python benchmarks/bench_drift.py [--quick]`` (full: 200,000 histories for the table,
 about 1 minute on one core; quick: 20,000 and fewer end-to-end histories, ~15 s).
@@ -65,7 +66,7 @@ def table(histories: int, rng: np.random.Generator) -> bool:
     )
     n = len(maxima)
     sample = rng.random((200, drift.WINDOW))
-    agree = all(drift.mann_kendall(list(row)) == window_s(row[None])[0, 0] for row in sample)
+    agree = all(drift.mann_kendall(row.tolist()) == window_s(row[None])[0, 0] for row in sample)
     print(f"1. |S| thresholds over {n} healthy {drift.LIFE_RUNS}-run histories (window 12)")
     print("| |S| >= | measured per-metric life rate | Wilson 95% | table | in interval |")
     print("|---|---|---|---|---|")
@@ -84,7 +85,9 @@ def stored(run_id: int, means: dict[str, float], verdict: str) -> StoredRun:
     return StoredRun(
         created_at="",
         recipe="gpt_oss_20b_lora",
+        recipe_digest=None,
         variant="patched",
+        aiter_commit=None,
         baseline="patched",
         image=None,
         commit_sha=None,
@@ -94,7 +97,7 @@ def stored(run_id: int, means: dict[str, float], verdict: str) -> StoredRun:
         rollouts=20,
         failed_checks=(),
         run_id=run_id,
-        summaries={m: Summary(20, v, 0.0, v, v) for m, v in means.items()},
+        summaries={m: Summary(20, float(v), 0.0, float(v), float(v)) for m, v in means.items()},
     )
 
 
@@ -108,7 +111,9 @@ def end_to_end(metrics: int, histories: int, rng: np.random.Generator) -> tuple[
         for run_id in range(1, drift.LIFE_RUNS + 1):
             failed = run_id % 10 == 0
             values = rng.normal(1.0, 0.04, metrics) + (5.0 if failed else 0.0)
-            runs.append(stored(run_id, dict(zip(names, values)), "fail" if failed else "pass"))
+            runs.append(
+                stored(run_id, dict(zip(names, values, strict=True)), "fail" if failed else "pass")
+            )
             if drift.drifts(runs[-40:], cutoff):  # every append, as the gate checks
                 flagged += 1
                 break
@@ -132,14 +137,14 @@ def main() -> int:
     table_ok = table(20_000 if args.quick else 200_000, rng)
     print()
     print("2. End to end (drift.drifts at every append; a failed gate every 10th run)")
-    worst = 0.0
+    above = False
     e2e_runs = 150 if args.quick else 1500
     for name, metrics in (("patched", 7), ("stock", 4)):
         hits, n = end_to_end(metrics, e2e_runs, rng)
         low, high = wilson(hits, n)
         if name == "patched":
             rate, ci_high = hits / n, high
-        worst = max(worst, high)
+        above |= low > drift.LIFE_ALPHA  # measurably above the stated life-time alpha
         print(
             f"{name}: {metrics} metrics, |S| >= {drift.threshold(metrics)}: flagged "
             f"{hits}/{n} = {hits / n:.2%} (Wilson 95% {low:.2%}-{high:.2%}); "
@@ -154,7 +159,7 @@ def main() -> int:
         at_12, by_20 = results[label]
         print(f"cv {cv:.1%} ({label}): at the 12th rising run {at_12:.1%}, by the 20th {by_20:.1%}")
     at_12, by_20 = results["with run effect"]
-    ok = table_ok and worst <= drift.LIFE_ALPHA
+    ok = table_ok and not above
     print()
     print(
         f"drift_false_flag_100={rate:.4f} ci_high={ci_high:.4f} table_ok={int(table_ok)} "

@@ -168,7 +168,9 @@ def _build(store: HistoryStore, root: Path) -> Export:
         metrics = [k for k in TARGET_METRIC_KEYS if k in seen]
         _write(root / upstream_test_path(variant), upstream_test_file(variant, metrics))
     _write(root / INDEX, "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows))
-    return Export(len(rows), skipped, tuple(upstream_test_path(v) for v in sorted(metrics_by_variant)))
+    return Export(
+        len(rows), skipped, tuple(upstream_test_path(v) for v in sorted(metrics_by_variant))
+    )
 
 
 def export_upstream(store: HistoryStore, out_dir: Path) -> Export:
