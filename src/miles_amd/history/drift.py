@@ -64,7 +64,7 @@ def mann_kendall(values: Sequence[float]) -> int:
     s = 0
     for i, earlier in enumerate(values):
         for later in values[i + 1 :]:
-            s += (later > earlier) - (later < earlier)
+            s += int(later > earlier) - int(later < earlier)
     return s
 
 
