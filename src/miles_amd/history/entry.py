@@ -14,9 +14,9 @@ are the baseline's gated metrics, every point (a non-finite one included).
 
 :func:`append_verdict` opens the store, appends, and returns the runs of the new run's
 identity including it, with the drift threshold for the metrics they hold
-(``miles_amd.history.drift``). Only the CLI calls it (``miles-amd gate`` and ``miles-amd
-train --gate``, through ``miles_amd.cli.history``), so judging stays free of side effects;
-:func:`read_plan` is the CLI's read of plan.json.
+(``miles_amd.history.drift``). Only the CLI calls it (``miles-amd gate`` and ``train
+--gate``, when a history is named), so judging stays free of side effects; :func:`read_plan`
+is the CLI's read of plan.json.
 """
 
 from __future__ import annotations

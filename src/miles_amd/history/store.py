@@ -13,17 +13,17 @@ a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: t
 named and skipped, the rest listed). Columns are the dataclasses' fields, each spelled once
 with its SQL type; every INSERT and SELECT names its columns.
 
-Where: ``--history PATH``, else ``$MILES_AMD_HISTORY``, else
-``$XDG_DATA_HOME/miles-amd/history.sqlite`` (``~/.local/share/...``) (:func:`default_path`).
-It does not decide what a drift is (``miles_amd.history.drift``) nor when to append (the CLI:
-``miles-amd gate`` appends unless ``--no-history``).
+Where: the file the CLI names (``--history PATH`` or ``$MILES_AMD_HISTORY``;
+``miles_amd.cli.options.named_history``); there is no default file. A store opened
+``read_only`` (listing) is never created, initialised or modified. It does not decide what a
+drift is (``miles_amd.history.drift``) nor when to append (``miles-amd gate`` and
+``train --gate``, when a history is named).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass, field, fields
@@ -34,19 +34,10 @@ from miles_amd import numeric, strict_json
 
 SCHEMA_VERSION = 2
 _MARKERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # upstream's capture markers
-HISTORY_ENV = "MILES_AMD_HISTORY"
 
 
 class HistoryError(ValueError):
     """A history file that cannot be used; ``str()`` names the file and the fix."""
-
-
-def default_path() -> Path:
-    """``$MILES_AMD_HISTORY``, else ``$XDG_DATA_HOME/miles-amd/history.sqlite``."""
-    if os.environ.get(HISTORY_ENV):
-        return Path(os.environ[HISTORY_ENV])
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "miles-amd" / "history.sqlite"
 
 
 def _column(sql: str, *, as_json: bool = False) -> dict[str, Any]:
@@ -228,15 +219,26 @@ def _summary(metric: object, figures: Sequence[Any]) -> Summary:
 
 
 class HistoryStore:
-    """The SQLite file at ``path`` (created with its directory when absent)."""
+    """The SQLite file at ``path``: created with its directory when absent, unless
+    ``read_only`` (then it must exist and hold a history, and is opened read-only)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30.0)
-            self._db.execute("PRAGMA foreign_keys = ON")
+            if read_only:
+                uri = self.path.resolve().as_uri() + "?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, timeout=30.0)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, timeout=30.0)
+                self._db.execute("PRAGMA foreign_keys = ON")
             found = self._version()
+            if found is None and read_only:
+                self._db.close()
+                raise HistoryError(
+                    f"{self.path}: not a miles-amd history (no schema in it); point --history "
+                    "at a file `miles-amd gate --history` wrote"
+                )
             if found is None:
                 with self._db:
                     self._db.executescript(_SCHEMA)

@@ -65,7 +65,6 @@ from miles_amd.run_dir import RunDir
 
 FRAME, END, ERROR = "MILES_AMD_PULL ", "MILES_AMD_PULL_END ", "MILES_AMD_PULL_ERROR "
 SUBDIRS = ("tensorboard", "ci_history")
-RECORD_FILE = "pullback.json"
 CAPS = {
     "tensorboard": safe_open.EVENT_FILE,
     "ci_history": safe_open.RECORD_FILE,
@@ -256,7 +255,7 @@ class PullBack:
     def _record(self, data: dict[str, object]) -> None:
         data = {**data, "job_id": self.job_id, "node_dir": self.node_dir, "pulls": self.pulls}
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-        atomic_write_text(self.run_dir.root / RECORD_FILE, text)
+        atomic_write_text(self.run_dir.pullback_json, text)
 
     def _job_node(self) -> str:
         try:
