@@ -22,7 +22,7 @@ with its re-measurement (a value outside the Wilson interval) or an end-to-end r
 measurably above ``drift.LIFE_ALPHA`` (the lower bound of its interval above it).
 
 Run: ``python benchmarks/bench_drift.py [--quick]`` (full: 200,000 histories for the table,
-about 1 minute on one core; quick: 20,000 and fewer end-to-end histories, ~15 s).
+about 4 minutes on one core; quick: 20,000 and fewer end-to-end histories, ~25 s).
 """
 
 from __future__ import annotations

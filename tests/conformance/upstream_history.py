@@ -1,8 +1,9 @@
 """Run inside miles' sources: seed miles' own store from a ``history --export`` and gate a run.
 
 Usage (cwd = the export directory, as upstream runs from its repo root; ``PYTHONPATH`` = the
-miles checkout, so ``tests.ci`` is upstream's): ``python upstream_history.py TEST_PATH
-CANDIDATE_RECORD_DIR``. Prints one JSON object:
+miles checkout, so ``tests.ci`` and ``miles`` are upstream's): ``python upstream_history.py
+TEST_PATH CANDIDATE_JSON``, the candidate's values ``{"<step>": {"<metric>": value}}`` (in
+step order). Prints one JSON object:
 
 - ``loaded``: per ``runs.jsonl`` row (oldest first), how upstream read its record: the
   record directory merged by upstream's ``ci_utils._merge_attempt_records``, the merged record
@@ -11,19 +12,25 @@ CANDIDATE_RECORD_DIR``. Prints one JSON object:
   metric, a non-finite value). Each row is then written with ``SQLiteMetricHistoryStore
   .write_run``: the row's identity, provenance, ``created_at`` and ``trusted``, and one
   value per coordinate upstream selected, as ``ci_utils.run_gate_hook`` writes them.
-- ``gate``: the candidate's record directory merged the same way and gated by
+- ``gate``: the candidate's values logged step by step through miles' own capture backend
+  (``CiHistoryBackend``, ``MILES_CI_GATE_RECORD_DIR`` set), the record merged the same way and
+  gated by
   ``evaluate_gate(TEST_PATH, merged, store)``: the identity is the one upstream parses from
   ``TEST_PATH``'s ``register_rocm_ci``, so rows that carry another identity give it no history.
 
-Only the standard library and miles' ``tests/ci`` (itself standard library only) are used.
+Only the standard library, miles' ``tests/ci`` and its capture backend (standard library only)
+are used.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
+
+from miles.utils.tracking_utils.ci_history import RECORD_DIR_ENV, CiHistoryBackend
 
 from tests.ci.ci_register import ut_parse_one_file
 from tests.ci.ci_utils import _merge_attempt_records
@@ -44,7 +51,18 @@ def merged(record_dir: str, scratch: Path) -> str:
     return str(out)
 
 
-def main(test_path: str, candidate_dir: str) -> dict[str, object]:
+def captured(values: dict[str, dict[str, float]], record_dir: Path) -> str:
+    """The candidate's record directory, written by miles' capture backend."""
+    os.environ[RECORD_DIR_ENV] = str(record_dir)
+    backend = CiHistoryBackend()
+    backend.init(None)
+    for step, metrics in values.items():
+        backend.log(metrics, step=int(step))
+    backend.finish()
+    return str(record_dir)
+
+
+def main(test_path: str, candidate_json: str) -> dict[str, object]:
     registry = ut_parse_one_file(test_path)[0]
     store = SQLiteMetricHistoryStore(":memory:")
     scratch = Path(tempfile.mkdtemp())
@@ -69,6 +87,8 @@ def main(test_path: str, candidate_dir: str) -> dict[str, object]:
         )
         errors = [m.reason for m in reading.metrics if m.historical_status is GateStatus.ERROR]
         loaded.append({"run_id": row["miles_amd"]["run_id"], "errors": errors})
+    values = json.loads(Path(candidate_json).read_text(encoding="utf-8"))
+    candidate_dir = captured(values, Path(tempfile.mkdtemp()) / "attempt-1")
     result = evaluate_gate(test_path, merged(candidate_dir, scratch), store)
     return {
         "loaded": loaded,

@@ -13,14 +13,15 @@ the chance, per metric, that *any* look of a healthy history of :data:`LIFE_RUNS
 reaches ``|S| >= c`` (every window of 12 from run 12 to run 100, 89 looks), measured on
 200,000 simulated histories (``benchmarks/bench_drift.py`` re-measures it; seed 20261130).
 :func:`threshold` picks the smallest c with ``metrics · LIFE_RATE[c] <= LIFE_ALPHA`` (5%,
-Bonferroni over the metrics stored): the patched baseline's 7 gated metrics get c = 54 (a
-false flag in 2.4% of healthy 100-run histories; measured 2.4%), the stock baseline's 4 get
-c = 52 (3.2%; measured 3.1%).
+Bonferroni over the metrics stored): the patched baseline's 7 gated metrics get c = 54 (bound
+2.4% of healthy 100-run histories falsely flagged; measured end to end with a failed gate
+every 10th run: 1.4%, Wilson 95% 0.9-2.1%, 1,500 histories), the stock baseline's 4 get
+c = 52 (bound 3.2%; measured 3.3%, 2.5-4.3%).
 
 Power against a steady rise of +2% of the metric's mean per run (logprob diff, run-mean
 coefficient of variation 3.8%: the published within-run 2.3% plus a 3% run-level effect) at
-c = 54: flagged at the look that ends the 12th rising run in 30% of histories, by the 20th
-rising run in 66%; 88% and 99% without the run-level effect (``bench_drift.py``). Not
+c = 54: flagged at the look that ends the 12th rising run in 30.0% of histories, by the 20th
+rising run in 73.6%; 87.4% and 99.6% without the run-level effect (``bench_drift.py``). Not
 covered: autocorrelated healthy runs (a slowly wandering environment is flagged as a drift,
 which is what it is) and steps (a one-off jump raises S by at most ``6 · 6`` pairs of 66).
 """

@@ -153,7 +153,9 @@ def _write(path: Path, text: str) -> None:
 
 
 def _build(store: HistoryStore, root: Path) -> Export:
-    rows, metrics_by_variant, skipped = [], {}, 0
+    rows: list[dict[str, object]] = []
+    metrics_by_variant: dict[str, set[str]] = {}
+    skipped = 0
     for run in store.runs():
         if run.variant is None:
             skipped += 1

@@ -1,12 +1,15 @@
 """The run-history store: one SQLite file, schema versioned, every gate verdict appended.
 
 Decides what is kept of a judged run and where: a row in ``runs`` (the fields of
-:class:`RunRow`: when, recipe, aiter variant, baseline, image, commit, run dir, verdict,
-reason, rollouts, the failed checks), its per-metric summary in ``summaries`` (the fields of
-:class:`Summary`: n, mean, sd, min, max of the finite values) and its
-finite per-rollout values in ``metric_values`` (the shape of upstream miles'
-``tests/ci/metric_history`` store: non-finite values never enter it; the verdict records the
-failure). ``meta.schema_version`` is :data:`SCHEMA_VERSION`; a file of another version is
+:class:`RunRow`: when, recipe and its digest, aiter variant and commit, baseline, image,
+commit, run dir, verdict, reason, rollouts, the failed checks), its per-metric summary in
+``summaries`` (the fields of :class:`Summary`: n, mean, sd, min, max of the finite values),
+its finite per-rollout values in ``metric_values`` and its non-finite ones in
+``nonfinite_values`` as upstream's capture markers (``NaN``, ``Infinity``, ``-Infinity``:
+the export writes what the run had), and in ``untrusted_marks`` the runs a maintainer took out
+of the trend (:meth:`HistoryStore.mark`, reversible). A run's :class:`Identity` (recipe,
+digest, aiter variant and commit) and whether it is ``trusted`` (a pass not marked) are read
+from the row, never from the baseline's name. ``meta.schema_version`` is :data:`SCHEMA_VERSION`; a file of another version is
 refused, never migrated silently. Standard library only (``sqlite3``); appends are one
 transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) never leave half
 a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: the row is
