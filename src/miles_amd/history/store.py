@@ -9,7 +9,8 @@ its finite per-rollout values in ``metric_values`` and its non-finite ones in
 the export writes what the run had), and in ``untrusted_marks`` the runs a maintainer took out
 of the trend (:meth:`HistoryStore.mark`, reversible). A run's :class:`Identity` (recipe,
 digest, aiter variant and commit) and whether it is ``trusted`` (a pass not marked) are read
-from the row, never from the baseline's name. ``meta.schema_version`` is :data:`SCHEMA_VERSION`; a file of another version is
+from the row, never from the baseline's name. ``meta.schema_version`` is
+:data:`SCHEMA_VERSION` (2 since the identity, markers and marks); a file of another version is
 refused, never migrated silently. Standard library only (``sqlite3``); appends are one
 transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) never leave half
 a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: the row is
