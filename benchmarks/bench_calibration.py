@@ -16,10 +16,7 @@ seeds: the same command prints the same tables.
    runs), at the same N; and the smallest N on a grid (5 .. 160) at which it fails at least
    95% of them (">160" when none does).
 
-3. **Cross-run drift** (``miles_amd.history.drift``): ``k`` for the patched baseline's gated
-   metrics, the fraction of ``--histories`` healthy histories of ``k + 1`` simulated runs the
-   drift check flags (bound ``2·m/(k+1)!``), and the fraction it flags when the logprob-diff
-   mean rises 2% per run (each run in band).
+Cross-run drift is ``benchmarks/bench_drift.py``'s.
 
 The last line reads ``false_alarm_20=<worst of the two baselines> power_spike05_20=...
 power_spike10_20=... rollouts_for_95pct_spike10=<N>``.
@@ -32,14 +29,8 @@ about 3 minutes on one core).
 from __future__ import annotations
 
 import argparse
-import math
-
-import numpy as np
 
 from miles_amd.baseline.model import load_baseline
-from miles_amd.history.drift import calibrated_k, drifts
-from miles_amd.history.entry import gated_metrics
-from miles_amd.history.store import StoredRun, summarize
 from miles_amd.testing import simulate
 
 SIZES = (5, 10, 20, 40)
@@ -52,48 +43,11 @@ def _top(by_check: dict[str, int], runs: int) -> str:
     return ", ".join(f"{name} {count / runs:.2%}" for name, count in worst) or "-"
 
 
-def drift_rate(model, metrics: list[str], k: int, histories: int, seed: int, rise: float) -> float:
-    """Fraction of simulated histories of k + 1 runs the drift check flags."""
-    rng = np.random.default_rng(seed)
-    flagged = 0
-    for _ in range(histories):
-        values = model.simulate(k + 1, 20, rng)
-        runs = []
-        for run in range(k + 1):
-            scale = {simulate.LOGPROB: 1.0 + rise * run}
-            measured = {
-                m: summarize(list(values[m][run] * scale.get(m, 1.0)))
-                for m in metrics
-                if m in values
-            }
-            summaries = {m: s for m, s in measured.items() if s is not None}
-            runs.append(
-                StoredRun(
-                    created_at="",
-                    recipe="",
-                    variant="patched",
-                    baseline="patched",
-                    image=None,
-                    commit_sha=None,
-                    run_dir="",
-                    verdict="pass",
-                    reason="",
-                    rollouts=20,
-                    failed_checks=(),
-                    run_id=run,
-                    summaries=summaries,
-                )
-            )
-        flagged += bool(drifts(runs, k))
-    return flagged / histories
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=4000, help="healthy runs per cell")
     parser.add_argument("--power-runs", type=int, default=1000, help="runs per power cell")
     parser.add_argument("--search-runs", type=int, default=400, help="runs per N searched")
-    parser.add_argument("--histories", type=int, default=2000, help="histories for drift")
     args = parser.parse_args()
 
     patched, stock = load_baseline("patched"), load_baseline("stock")
@@ -156,17 +110,6 @@ def main() -> None:
                 needed[regression.name] = str(n)
                 break
         print(f"| {regression.name} | {' | '.join(cells)} | {needed[regression.name]} |")
-    metrics = gated_metrics(baseline)
-    k = calibrated_k(len(metrics))
-    print()
-    print(f"Cross-run drift over {len(metrics)} metrics: k = {k} consecutive same-way moves")
-    healthy = drift_rate(model, metrics, k, args.histories, seed=9000, rise=0.0)
-    rising = drift_rate(model, metrics, k, args.histories, seed=9001, rise=0.02)
-    bound = 2 * len(metrics) / math.factorial(k + 1)
-    print(
-        f"healthy histories flagged: {healthy:.2%} (bound {bound:.2%}); "
-        f"logprob mean +2% a run flagged: {rising:.1%} ({args.histories} histories of {k + 1} runs)"
-    )
     print()
     print(
         f"false_alarm_20={false_alarm_20:.4f} power_spike05_20={power['spike05', 20]:.3f} "

@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str | None] = {
     "bench_log.py": None,
     "bench_rehearsal.py": None,
     "bench_cluster.py": None,
+    "bench_drift.py": None,
     "bench_calibration.py": (
         "no --quick mode yet (being rewritten with one); remove this reason when it has one"
     ),

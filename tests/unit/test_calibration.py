@@ -137,7 +137,7 @@ def test_the_benchmark_prints_its_figures_last(tmp_path: Path) -> None:
     import sys
 
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_calibration.py"
-    small = ["--runs", "10", "--power-runs", "5", "--search-runs", "5", "--histories", "5"]
+    small = ["--runs", "10", "--power-runs", "5", "--search-runs", "5"]
     result = subprocess.run(
         [sys.executable, str(script), *small], capture_output=True, text=True, timeout=600
     )
@@ -148,6 +148,4 @@ def test_the_benchmark_prints_its_figures_last(tmp_path: Path) -> None:
         r"rollouts_for_95pct_spike10=(\d+|>160)"
     )
     assert re.fullmatch(pattern, last), last
-    assert (
-        "| constant_reward |" in result.stdout and "Cross-run drift over 7 metrics" in result.stdout
-    )
+    assert "| constant_reward |" in result.stdout  # cross-run drift: bench_drift.py
