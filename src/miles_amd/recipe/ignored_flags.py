@@ -23,6 +23,9 @@ Read in the pinned sources (miles 31f1ca961, 2026-12-01):
 - ``hf_validate_args`` (``miles/utils/arguments.py``) compares hidden size, heads, layers,
   FFN size, embedding tying, norm epsilon and rotary base with ``config.json`` and refuses a
   mismatch: those flags must be right although the model never reads them.
+- ``--moe-router-use-torch-mm`` (named in miles #3263 with ``--moe-router-dtype``) is not a
+  flag of the pinned miles or Megatron-LM at all; the recipe does not pass it, so it is not
+  listed.
 """
 
 from __future__ import annotations
@@ -95,10 +98,6 @@ IGNORED_FLAGS: tuple[IgnoredFlag, ...] = (
         "--moe-router-dtype",
         "miles #3263: the LoRA bridge builder does not copy it; the router GEMM runs in "
         "bf16 (config fidelity only, not fatal)",
-    ),
-    _model(
-        "--moe-router-use-torch-mm",
-        "miles #3263: dropped like --moe-router-dtype (the recipe does not pass it)",
     ),
     _model("--moe-grouped-gemm", f"{_FROM_CONFIG} (the provider sets grouped GEMM itself)"),
     _model("--attention-dropout"),
