@@ -177,7 +177,12 @@ class Recipe:
                 "remove it and set WANDB_API_KEY (or HF_TOKEN) in the environment instead"
             )
         object.__setattr__(self, "_extra", extra)
-        _check_target_modules("--extra-args --target-modules", extra_target_modules(extra))
+        for source, names in (
+            ("target_modules", self.target_modules),
+            ("--extra-args --target-modules", extra_target_modules(extra)),
+        ):
+            if message := unmapped_targets_message(source, names):
+                raise RecipeError(message)
         repeated = sorted(pinned_flags(self) & _flags_in(extra))
         if repeated and not self.override_pinned:
             raise RecipeError(
@@ -267,7 +272,6 @@ def _check_invariants(r: Recipe) -> None:
             "miles ignores --sglang-max-lora-rank and gives SGLang max_lora_rank = --lora-rank "
             f"({r.lora_rank}); set both to the same rank so the argv says what runs"
         )
-    _check_target_modules("target_modules", r.target_modules)
     if r.use_dynamic_batch_size and r.qkv_format == "bshd":
         raise RecipeError(
             "use_dynamic_batch_size with qkv_format bshd: sink attention needs BSHD in "
@@ -277,12 +281,6 @@ def _check_invariants(r: Recipe) -> None:
         raise RecipeError(
             f"sglang_mem_fraction_static must be in (0, 1), got {r.sglang_mem_fraction_static}"
         )
-
-
-def _check_target_modules(source: str, names: Sequence[str]) -> None:
-    message = unmapped_targets_message(source, names)
-    if message:
-        raise RecipeError(message)
 
 
 def _flags_in(argv: Sequence[str]) -> set[str]:
