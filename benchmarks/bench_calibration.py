@@ -69,7 +69,19 @@ def drift_rate(model, metrics: list[str], k: int, histories: int, seed: int, ris
             summaries = {m: s for m, s in measured.items() if s is not None}
             runs.append(
                 StoredRun(
-                    run, "", "", "patched", "patched", None, None, "", "pass", "", 20, (), summaries
+                    created_at="",
+                    recipe="",
+                    variant="patched",
+                    baseline="patched",
+                    image=None,
+                    commit_sha=None,
+                    run_dir="",
+                    verdict="pass",
+                    reason="",
+                    rollouts=20,
+                    failed_checks=(),
+                    run_id=run,
+                    summaries=summaries,
                 )
             )
         flagged += bool(drifts(runs, k))

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.compare import compare, fisher_exact, rate_ruled_out, t_quantile
+from miles_amd.rules.model import Baseline
 from tests.cli_runs import run_cli
 from tests.run_dirs import write_run
 
@@ -149,7 +150,7 @@ def test_compare_bad_input_is_one_line_exit_2(
 
 def test_compare_refuses_a_run_dir_without_metrics(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
-    empty.mkdir()
+    (empty / "tensorboard").mkdir(parents=True)
     result = run_cli("compare", "--run-dir", str(empty), "--run-dir", str(EXAMPLE))
     assert result.returncode == 2
     assert f"--run-dir {empty}: no metric in it" in result.stderr

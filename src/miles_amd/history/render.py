@@ -4,18 +4,21 @@ Decides how stored runs read (text, JSON, markdown: one row a run, oldest first,
 verdict, identity and the run means of the gated metrics) and the trend figure (one panel a
 metric: each identity's run means across runs, a pass as a dot and a fail as a red cross,
 error bars of one standard error of the run mean; a metric with a drift finding has a red
-title). Pure but for :func:`trend_png`, which imports matplotlib (Agg) and returns bytes.
+title). Stored strings (identity, commit, run dir) are escaped for their sink
+(``miles_amd.escape``). Pure but for :func:`trend_figure` (matplotlib on the Agg canvas, laid
+out by ``miles_amd.report.figure_layout``) and :func:`trend_png`, its PNG bytes.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Sequence
 
+from miles_amd import escape, numeric
 from miles_amd.history.drift import Drift
 from miles_amd.history.store import StoredRun
+from miles_amd.report import figure_layout as layout
 
 SHOWN = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward")
 
@@ -27,6 +30,10 @@ def _mean(run: StoredRun, metric: str) -> str:
 
 def _identity(run: StoredRun) -> str:
     return f"{run.variant or '?'}/{run.baseline}"
+
+
+def _md(text: object) -> str:
+    return escape.markdown(text)
 
 
 def render_text(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
@@ -41,7 +48,7 @@ def render_text(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> st
         )
     lines.append("")
     lines += drift_lines(found, k)
-    return "\n".join(lines) + "\n"
+    return "\n".join(escape.terminal(line) for line in lines) + "\n"
 
 
 def drift_lines(found: Sequence[Drift], k: int, runs: int | None = None) -> list[str]:
@@ -62,7 +69,7 @@ def sparkline(values: Sequence[float]) -> str:
     if high == low:
         return SPARKS[3] * len(values)
     top = len(SPARKS) - 1
-    return "".join(SPARKS[round((v - low) / (high - low) * top)] for v in values)
+    return "".join(SPARKS[round(numeric.position(v, low, high) * top)] for v in values)
 
 
 def trend_table(runs: Sequence[StoredRun]) -> list[str]:
@@ -81,7 +88,7 @@ def trend_table(runs: Sequence[StoredRun]) -> list[str]:
             ]
             if means:
                 lines.append(
-                    f"| {metric} | {identity} | `{sparkline(means)}` | {means[-1]:.4g} "
+                    f"| {_md(metric)} | {_md(identity)} | `{sparkline(means)}` | {means[-1]:.4g} "
                     f"| {min(means):.4g} | {max(means):.4g} |"
                 )
     return lines
@@ -98,10 +105,12 @@ def render_markdown(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -
     ]
     for run in runs:
         lines.append(
-            f"| {run.run_id} | {run.created_at} | {_identity(run)} | {run.verdict.upper()} "
-            f"| {(run.commit_sha or '-')[:12]} | " + " | ".join(_mean(run, m) for m in SHOWN) + " |"
+            f"| {run.run_id} | {_md(run.created_at)} | {_md(_identity(run))} "
+            f"| {_md(run.verdict.upper())} | {_md((run.commit_sha or '-')[:12])} | "
+            + " | ".join(_mean(run, m) for m in SHOWN)
+            + " |"
         )
-    drift = [f"- {line}" for line in drift_lines(found, k)]
+    drift = [f"- {_md(line)}" for line in drift_lines(found, k)]
     return "\n".join([*lines, "", *trend_table(runs), "", *drift]) + "\n"
 
 
@@ -149,34 +158,39 @@ def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
 
 def drift_section(found: Sequence[Drift], k: int, runs: int, run_id: int, path: str) -> str:
     """The markdown the gate adds to report.md after appending the run to the history."""
-    lines = ["### Drift across runs", "", f"Appended as run {run_id} to the history `{path}`."]
-    return "\n".join([*lines, *(f"- {line}" for line in drift_lines(found, k, runs))]) + "\n"
+    lines = [
+        "### Drift across runs",
+        "",
+        f"Appended as run {run_id} to the history {escape.markdown_code(path)}.",
+    ]
+    return "\n".join([*lines, *(f"- {_md(line)}" for line in drift_lines(found, k, runs))]) + "\n"
 
 
 def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:
-    """Per-metric run means across runs (see the module doc) as PNG bytes."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+    """:func:`trend_figure` as PNG bytes."""
+    return layout.png_bytes(trend_figure(runs, found))
 
+
+def trend_figure(runs: Sequence[StoredRun], found: Sequence[Drift]):
+    """Per-metric run means across runs (see the module doc), one panel a metric."""
     from miles_amd.report.plot import Y_LABELS
 
     metrics = sorted({m for r in runs for m in r.summaries})
     drifted = {d.metric for d in found}
-    columns = 2 if len(metrics) > 1 else 1
-    rows = max(1, math.ceil(len(metrics) / columns))
-    figure = Figure(figsize=(7 * columns, 3 * rows + 0.6), layout="constrained")
-    FigureCanvasAgg(figure)
-    figure.suptitle(f"run history: {len(runs)} run(s); mean per run ± 1 SE", fontsize=9)
-    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    figure = layout.new_figure(
+        len(metrics), f"run history: {len(runs)} run(s); mean per run ± 1 SE"
+    )
+    axes = layout.panel_axes(figure, len(metrics))
     order = {r.run_id: i for i, r in enumerate(runs)}
     for ax, metric in zip(axes, metrics, strict=False):
+        drawn: list[float] = []
         for identity in sorted({_identity(r) for r in runs}):
             points = [r for r in runs if _identity(r) == identity and metric in r.summaries]
             if not points:
                 continue
             xs = [order[r.run_id] for r in points]
             means = [r.summaries[metric].mean for r in points]
+            drawn += means
             errors = [
                 (r.summaries[metric].sd or 0.0) / math.sqrt(r.summaries[metric].n) for r in points
             ]
@@ -194,22 +208,21 @@ def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:
                     mew=2,
                     label=f"{identity} failed gate",
                 )
-        colour = "tab:red" if metric in drifted else "black"
-        ax.set_title(metric + ("  (drift)" if metric in drifted else ""), fontsize=9, color=colour)
-        if len(order) <= 20:  # each run named by its history id; more would crowd the axis
+        crowded = len(order) > 20  # each run named by its history id; more would crowd the axis
+        layout.style_panel(
+            ax,
+            metric + ("  (drift)" if metric in drifted else ""),
+            "run, oldest first" if crowded else "history run id (oldest first)",
+            Y_LABELS.get(metric, metric),
+            "tab:red" if metric in drifted else "black",
+        )
+        if not crowded:
             ax.set_xticks(list(order.values()), [str(r) for r in order])
-            ax.set_xlabel("history run id (oldest first)", fontsize=8)
-        else:
-            ax.set_xlabel("run, oldest first", fontsize=8)
-        ax.set_ylabel(Y_LABELS.get(metric, metric), fontsize=8)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.tick_params(labelsize=7)
-        ax.grid(True, color="0.9", linewidth=0.5)
-        ax.legend(fontsize=6, loc="best")
-    for ax in axes[len(metrics) :]:
-        ax.set_axis_off()
+        note = layout.series_note(drawn, "run means")
+        if note is not None:
+            layout.draw_note(ax, note)
+        layout.legend_below(ax)
     if not metrics:
-        axes[0].text(0.5, 0.5, "no run in the history", ha="center", va="center")
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90)
-    return buffer.getvalue()
+        axes[0].set_axis_off()
+        layout.draw_note(axes[0], "no run in the history")
+    return figure

@@ -1,59 +1,129 @@
 """The run-history store: one SQLite file, schema versioned, every gate verdict appended.
 
-Decides what is kept of a judged run and where: a row in ``runs`` (when, recipe, aiter
-variant, baseline, image, commit, run dir, verdict, reason, rollouts, the failed checks),
-its per-metric summary in ``summaries`` (n, mean, sd, min, max of the finite values) and its
+Decides what is kept of a judged run and where: a row in ``runs`` (the fields of
+:class:`RunRow`: when, recipe, aiter variant, baseline, image, commit, run dir, verdict,
+reason, rollouts, the failed checks), its per-metric summary in ``summaries`` (the fields of
+:class:`Summary`: n, mean, sd, min, max of the finite values) and its
 finite per-rollout values in ``metric_values`` (the shape of upstream miles'
 ``tests/ci/metric_history`` store: non-finite values never enter it; the verdict records the
 failure). ``meta.schema_version`` is :data:`SCHEMA_VERSION`; a file of another version is
 refused, never migrated silently. Standard library only (``sqlite3``); appends are one
 transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) never leave half
-a run.
+a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: the row is
+named and skipped, the rest listed). Columns are the dataclasses' fields, each spelled once
+with its SQL type; every INSERT and SELECT names its columns.
 
-Where: ``--history PATH``, else ``$MILES_AMD_HISTORY``, else
-``$XDG_DATA_HOME/miles-amd/history.sqlite`` (``~/.local/share/...``) (:func:`default_path`).
-It does not decide what a drift is (``miles_amd.history.drift``) nor when to append (the CLI:
-``miles-amd gate`` appends unless ``--no-history``).
+Where: the file the CLI names (``--history PATH`` or ``$MILES_AMD_HISTORY``;
+``miles_amd.cli.options.named_history``); there is no default file. A store opened
+``read_only`` (listing) is never created, initialised or modified. It does not decide what a
+drift is (``miles_amd.history.drift``) nor when to append (``miles-amd gate`` and
+``train --gate``, when a history is named).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
-import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
+from typing import Any
+
+from miles_amd import numeric, strict_json
 
 SCHEMA_VERSION = 1
-HISTORY_ENV = "MILES_AMD_HISTORY"
 
-_SCHEMA = """
+
+class HistoryError(ValueError):
+    """A history file that cannot be used; ``str()`` names the file and the fix."""
+
+
+def _column(sql: str, *, as_json: bool = False) -> dict[str, Any]:
+    """A field's metadata: a column of SQL type ``sql`` (``as_json``: stored as a JSON list)."""
+    return {"sql": sql, "json": as_json}
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The ``summaries`` columns of one metric of one run (after ``run_id`` and ``metric``)."""
+
+    n: int = field(metadata=_column("INTEGER NOT NULL"))
+    mean: float = field(metadata=_column("REAL NOT NULL"))
+    sd: float | None = field(metadata=_column("REAL"))
+    min: float = field(metadata=_column("REAL NOT NULL"))
+    max: float = field(metadata=_column("REAL NOT NULL"))
+
+
+def summarize(values: Sequence[float]) -> Summary | None:
+    """The summary of the finite ``values`` (None when there is none)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return None
+    sd = numeric.stdev(finite) if len(finite) >= 2 else None
+    sd = sd if sd is None or math.isfinite(sd) else None  # beyond the float range: unknown
+    return Summary(len(finite), numeric.mean(finite), sd, min(finite), max(finite))
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """The columns of the ``runs`` table, in table order (``run_id`` comes first, the store's)."""
+
+    created_at: str = field(metadata=_column("TEXT NOT NULL"))  # ISO-8601, UTC
+    recipe: str = field(metadata=_column("TEXT NOT NULL"))
+    variant: str | None = field(metadata=_column("TEXT"))
+    baseline: str = field(metadata=_column("TEXT NOT NULL"))
+    image: str | None = field(metadata=_column("TEXT"))
+    commit_sha: str | None = field(metadata=_column("TEXT"))
+    run_dir: str = field(metadata=_column("TEXT NOT NULL"))
+    verdict: str = field(metadata=_column("TEXT NOT NULL"))
+    reason: str = field(metadata=_column("TEXT NOT NULL"))
+    rollouts: int = field(metadata=_column("INTEGER NOT NULL"))
+    failed_checks: tuple[str, ...] = field(metadata=_column("TEXT NOT NULL", as_json=True))
+
+
+@dataclass(frozen=True)
+class HistoryRecord(RunRow):
+    """One judged run as the store keeps it: its row and its per-rollout series."""
+
+    series: Mapping[str, Sequence[tuple[int, float]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoredRun(RunRow):
+    """A run read back: its row, its id and its per-metric summaries."""
+
+    run_id: int
+    summaries: Mapping[str, Summary]
+
+
+@dataclass(frozen=True)
+class HistoryRead:
+    """The runs read back, and one line per row that could not be read (skipped)."""
+
+    runs: list[StoredRun]
+    skipped: list[str]
+
+
+_RUN_FIELDS = fields(RunRow)
+_RUN_COLUMNS = ", ".join(f.name for f in _RUN_FIELDS)
+_SUMMARY_COLUMNS = ", ".join(f.name for f in fields(Summary))
+
+
+def _columns_sql(dataclass_fields: tuple[Any, ...]) -> str:
+    return ",\n    ".join(f"{f.name} {f.metadata['sql']}" for f in dataclass_fields)
+
+
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
-    run_id        INTEGER PRIMARY KEY AUTOINCREMENT,
-    created_at    TEXT NOT NULL,
-    recipe        TEXT NOT NULL,
-    variant       TEXT,
-    baseline      TEXT NOT NULL,
-    image         TEXT,
-    commit_sha    TEXT,
-    run_dir       TEXT NOT NULL,
-    verdict       TEXT NOT NULL,
-    reason        TEXT NOT NULL,
-    rollouts      INTEGER NOT NULL,
-    failed_checks TEXT NOT NULL
+    run_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    {_columns_sql(_RUN_FIELDS)}
 );
 CREATE TABLE IF NOT EXISTS summaries (
     run_id INTEGER NOT NULL REFERENCES runs(run_id),
     metric TEXT NOT NULL,
-    n      INTEGER NOT NULL,
-    mean   REAL NOT NULL,
-    sd     REAL,
-    min    REAL NOT NULL,
-    max    REAL NOT NULL,
+    {_columns_sql(fields(Summary))},
     PRIMARY KEY (run_id, metric)
 );
 CREATE TABLE IF NOT EXISTS metric_values (
@@ -66,98 +136,70 @@ CREATE INDEX IF NOT EXISTS runs_identity_idx ON runs (recipe, variant, baseline,
 """
 
 
-class HistoryError(ValueError):
-    """A history file that cannot be used; ``str()`` names the file and the fix."""
+def _to_row(record: RunRow) -> list[Any]:
+    values = []
+    for f in _RUN_FIELDS:
+        value = getattr(record, f.name)
+        values.append(json.dumps(list(value)) if f.metadata["json"] else value)
+    return values
 
 
-def default_path() -> Path:
-    """``$MILES_AMD_HISTORY``, else ``$XDG_DATA_HOME/miles-amd/history.sqlite``."""
-    if os.environ.get(HISTORY_ENV):
-        return Path(os.environ[HISTORY_ENV])
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "miles-amd" / "history.sqlite"
+def _from_row(row: Sequence[Any]) -> dict[str, Any]:
+    """The fields of a stored row, each checked against its column's type (SQLite keeps
+    whatever a writer put in a column); ``ValueError`` naming the column."""
+    found = {}
+    for f, value in zip(_RUN_FIELDS, row, strict=True):
+        sql = f.metadata["sql"]
+        if f.metadata["json"]:
+            value = strict_json.loads(value) if isinstance(value, str) else None
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"column {f.name} is not a JSON list of names")
+            value = tuple(value)
+        elif not _of_type(value, sql):
+            raise ValueError(f"column {f.name} holds {type(value).__name__} {value!r:.60}")
+        found[f.name] = value
+    return found
 
 
-@dataclass(frozen=True)
-class Summary:
-    n: int
-    mean: float
-    sd: float | None
-    min: float
-    max: float
+def _of_type(value: object, sql: str) -> bool:
+    if value is None:
+        return "NOT NULL" not in sql
+    kind = int if sql.startswith("INTEGER") else str
+    return isinstance(value, kind) and not isinstance(value, bool)
 
 
-def summarize(values: Sequence[float]) -> Summary | None:
-    """The summary of the finite ``values`` (None when there is none)."""
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return None
-    sd = statistics.stdev(finite) if len(finite) >= 2 else None
-    return Summary(len(finite), math.fsum(finite) / len(finite), sd, min(finite), max(finite))
-
-
-@dataclass(frozen=True)
-class HistoryRecord:
-    """One judged run as the store keeps it."""
-
-    created_at: str  # ISO-8601, UTC
-    recipe: str
-    variant: str | None
-    baseline: str
-    image: str | None
-    commit_sha: str | None
-    run_dir: str
-    verdict: str
-    reason: str
-    rollouts: int
-    failed_checks: tuple[str, ...]
-    series: Mapping[str, Sequence[tuple[int, float]]] = field(default_factory=dict)
-
-
-_RUN_COLUMNS = (
-    "run_id",
-    "created_at",
-    "recipe",
-    "variant",
-    "baseline",
-    "image",
-    "commit_sha",
-    "run_dir",
-    "verdict",
-    "reason",
-    "rollouts",
-)  # the leading columns of the runs table, in order; failed_checks (JSON) follows
-
-
-@dataclass(frozen=True)
-class StoredRun:
-    """A run read back: its row and its per-metric summaries."""
-
-    run_id: int
-    created_at: str
-    recipe: str
-    variant: str | None
-    baseline: str
-    image: str | None
-    commit_sha: str | None
-    run_dir: str
-    verdict: str
-    reason: str
-    rollouts: int
-    failed_checks: tuple[str, ...]
-    summaries: Mapping[str, Summary]
+def _summary(metric: object, figures: Sequence[Any]) -> Summary:
+    """A stored summary, checked: a metric name, n > 0 and finite numbers (sd may be null)."""
+    n, mean, sd, low, high = figures
+    numbers = (mean, low, high) if sd is None else (mean, sd, low, high)
+    if not (isinstance(metric, str) and isinstance(n, int) and n > 0) or not all(
+        isinstance(v, (int, float)) and math.isfinite(v) for v in numbers
+    ):
+        raise ValueError(f"summary of {metric!r:.60} is not n > 0 and finite numbers")
+    return Summary(n, mean, sd, low, high)
 
 
 class HistoryStore:
-    """The SQLite file at ``path`` (created with its directory when absent)."""
+    """The SQLite file at ``path``: created with its directory when absent, unless
+    ``read_only`` (then it must exist and hold a history, and is opened read-only)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30.0)
-            self._db.execute("PRAGMA foreign_keys = ON")
+            if read_only:
+                uri = self.path.resolve().as_uri() + "?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, timeout=30.0)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, timeout=30.0)
+                self._db.execute("PRAGMA foreign_keys = ON")
             found = self._version()
+            if found is None and read_only:
+                self._db.close()
+                raise HistoryError(
+                    f"{self.path}: not a miles-amd history (no schema in it); point --history "
+                    "at a file `miles-amd gate --history` wrote"
+                )
             if found is None:
                 with self._db:
                     self._db.executescript(_SCHEMA)
@@ -196,23 +238,9 @@ class HistoryStore:
     def append(self, record: HistoryRecord) -> int:
         """Add one run (one transaction); return its ``run_id``."""
         with self._db:
+            marks = ", ".join("?" * len(_RUN_FIELDS))
             cursor = self._db.execute(
-                "INSERT INTO runs (created_at, recipe, variant, baseline, image, commit_sha, "
-                "run_dir, verdict, reason, rollouts, failed_checks) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.created_at,
-                    record.recipe,
-                    record.variant,
-                    record.baseline,
-                    record.image,
-                    record.commit_sha,
-                    record.run_dir,
-                    record.verdict,
-                    record.reason,
-                    record.rollouts,
-                    json.dumps(list(record.failed_checks)),
-                ),
+                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks})", _to_row(record)
             )
             run_id = int(cursor.lastrowid or 0)
             for metric, points in sorted(record.series.items()):
@@ -220,11 +248,12 @@ class HistoryStore:
                 if summary is None:
                     continue
                 self._db.execute(
-                    "INSERT INTO summaries VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, metric, summary.n, summary.mean, summary.sd, summary.min, summary.max),
+                    f"INSERT INTO summaries (run_id, metric, {_SUMMARY_COLUMNS}) "
+                    f"VALUES (?, ?, {', '.join('?' * len(fields(Summary)))})",
+                    (run_id, metric, *astuple(summary)),
                 )
                 self._db.executemany(
-                    "INSERT INTO metric_values VALUES (?, ?, ?, ?)",
+                    "INSERT INTO metric_values (run_id, metric, step, value) VALUES (?, ?, ?, ?)",
                     [(run_id, metric, s, v) for s, v in points if math.isfinite(v)],
                 )
         return run_id
@@ -232,28 +261,61 @@ class HistoryStore:
     def runs(
         self, *, variant: str | None = None, baseline: str | None = None, limit: int | None = None
     ) -> list[StoredRun]:
+        """The readable runs of :meth:`read_runs` (its ``skipped`` lines are dropped)."""
+        return self.read_runs(variant=variant, baseline=baseline, limit=limit).runs
+
+    def read_runs(
+        self, *, variant: str | None = None, baseline: str | None = None, limit: int | None = None
+    ) -> HistoryRead:
         """Runs in the order they were appended (oldest first), optionally filtered; the
-        newest ``limit`` when given."""
+        newest ``limit`` when given. A row that cannot be read (a corrupt page, a value of the
+        wrong type, bad JSON) is skipped and named in ``skipped``; the rest are listed. When
+        even the list of run ids cannot be read, each id up to the largest is tried alone."""
         where, args = [], []
         for column, value in (("variant", variant), ("baseline", baseline)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
-        sql = "SELECT * FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql = "SELECT run_id FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
         sql += " ORDER BY run_id DESC" + (f" LIMIT {int(limit)}" if limit else "")
-        rows = list(reversed(self._db.execute(sql, args).fetchall()))
-        return [self._stored(row) for row in rows]
+        try:
+            ids = sorted(int(row[0]) for row in self._db.execute(sql, args).fetchall())
+        except sqlite3.DatabaseError:
+            ids = self._every_id()
+        runs: list[StoredRun] = []
+        skipped: list[str] = []
+        for run_id in ids:
+            try:
+                row = self._db.execute(
+                    f"SELECT run_id, {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                run = None if row is None else self._stored(row)
+            except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
+                reason = " ".join(str(exc).split())
+                skipped.append(f"history: run {run_id} of {self.path} skipped: {reason}")
+                continue
+            if run is None or variant not in (None, run.variant):
+                continue
+            if baseline in (None, run.baseline):
+                runs.append(run)
+        return HistoryRead(runs[-limit:] if limit else runs, skipped)
 
-    def _stored(self, row: tuple) -> StoredRun:
+    def _every_id(self) -> list[int]:
+        try:
+            row = self._db.execute("SELECT max(run_id) FROM runs").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(f"{self.path}: the runs table cannot be read ({exc})") from exc
+        return list(range(1, int(row[0] or 0) + 1))
+
+    def _stored(self, row: Sequence[Any]) -> StoredRun:
+        run_id, *columns = row
         summaries = {
-            metric: Summary(n, mean, sd, low, high)
-            for metric, n, mean, sd, low, high in self._db.execute(
-                "SELECT metric, n, mean, sd, min, max FROM summaries WHERE run_id = ?", (row[0],)
+            metric: _summary(metric, figures)
+            for metric, *figures in self._db.execute(
+                f"SELECT metric, {_SUMMARY_COLUMNS} FROM summaries WHERE run_id = ?", (run_id,)
             )
         }
-        head = dict(zip(_RUN_COLUMNS, row[: len(_RUN_COLUMNS)], strict=True))
-        failed = tuple(json.loads(row[len(_RUN_COLUMNS)]))
-        return StoredRun(**head, failed_checks=failed, summaries=summaries)
+        return StoredRun(**_from_row(columns), run_id=run_id, summaries=summaries)
 
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
         """The finite per-rollout values of one stored run, per metric, in step order."""

@@ -13,7 +13,7 @@ prompt-difficulty spread (the reward's largest noise) from the difference.
   logged): steps present once in both, with finite values; ``Δ = mean(B_i - A_i)``, its
   standard error from the sample sd of the differences — for a reward (a metric with a
   ``multiple_of`` grid: a fraction of ``samples_per_rollout`` 0/1 samples) at least the
-  binomial floor, as ``miles_amd.baseline.bands.paired_effect`` does — and a 95% confidence
+  binomial floor, as ``miles_amd.rules.bands.paired_effect`` does — and a 95% confidence
   interval with Student's t (:func:`t_quantile`). Rollouts where either run is above the
   metric's spike threshold are left out of its paired difference (the spike test below
   counts them), so one spike neither hides nor fakes a shift of the typical value. Effect
@@ -33,9 +33,11 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from miles_amd.baseline import bands
-from miles_amd.baseline.model import Baseline
+from miles_amd import numeric
 from miles_amd.evidence.types import RunEvidence, Series
+from miles_amd.rules import bands
+from miles_amd.rules.kinds.all_below import ThresholdParams
+from miles_amd.rules.model import Baseline
 
 _Z975, _Z80 = 1.959964, 0.841621
 _T975_SMALL = {1: 12.706, 2: 4.303}
@@ -136,8 +138,8 @@ def paired_diff(metric: str, a: Series, b: Series, samples: int | None) -> Metri
     xs, ys = [va[s] for s in steps], [vb[s] for s in steps]
     n = len(steps)
     diffs = [y - x for x, y in zip(xs, ys, strict=True)]
-    mean_diff = math.fsum(diffs) / n
-    sd = statistics.stdev(diffs) if n >= 2 else 0.0
+    mean_diff = numeric.mean(diffs)
+    sd = numeric.stdev(diffs)
     floor = False
     se = sd / math.sqrt(n)
     if samples is not None:
@@ -149,8 +151,8 @@ def paired_diff(metric: str, a: Series, b: Series, samples: int | None) -> Metri
     return MetricDiff(
         metric=metric,
         n=n,
-        mean_a=math.fsum(xs) / n,
-        mean_b=math.fsum(ys) / n,
+        mean_a=numeric.mean(xs),
+        mean_b=numeric.mean(ys),
         diff=mean_diff,
         se=se,
         ci_low=mean_diff - t * se,
@@ -166,7 +168,9 @@ def compare(a: RunEvidence, b: RunEvidence, baseline: Baseline) -> Comparison:
     """Compare run B with run A on every metric the baseline's rules name; see the module doc."""
     metrics = list(dict.fromkeys(r.metric for r in baseline.rules if r.metric is not None))
     grids = {r.metric for r in baseline.rules if r.kind == "multiple_of"}
-    thresholds = {r.metric: r.threshold for r in baseline.rules if r.kind == "all_below"}
+    thresholds = {
+        r.metric: ThresholdParams.of(r).threshold for r in baseline.rules if r.kind == "all_below"
+    }
     samples = baseline.run_shape.samples_per_rollout
     diffs, unpaired = [], []
     for metric in metrics:
@@ -183,15 +187,16 @@ def compare(a: RunEvidence, b: RunEvidence, baseline: Baseline) -> Comparison:
             diffs.append(found)
     spikes = []
     for rule in baseline.rules:
-        if rule.kind != "all_below" or rule.metric is None or rule.threshold is None:
+        if rule.kind != "all_below" or rule.metric is None:
             continue
+        threshold = ThresholdParams.of(rule).threshold
         sa, sb = a.series.get(rule.metric, ()), b.series.get(rule.metric, ())
         if not sa or not sb:
             continue
-        count_a = sum(not v <= rule.threshold for _, v in sa)  # NaN counts as a spike
-        count_b = sum(not v <= rule.threshold for _, v in sb)
+        count_a = sum(not v <= threshold for _, v in sa)  # NaN counts as a spike
+        count_b = sum(not v <= threshold for _, v in sb)
         p = fisher_exact(count_a, len(sa), count_b, len(sb))
-        spikes.append(Spikes(rule.metric, rule.threshold, count_a, len(sa), count_b, len(sb), p))
+        spikes.append(Spikes(rule.metric, threshold, count_a, len(sa), count_b, len(sb), p))
     return Comparison(
         run_a=a.run_dir,
         run_b=b.run_dir,

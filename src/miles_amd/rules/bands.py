@@ -250,13 +250,13 @@ def derivation_text(method: str, origin: str, n_ref: int, k: float, cover: str) 
         return (
             f"{origin}; band = center ± k·sd·sqrt(1/N + 1/{n_ref}) with k = {k:g}, "
             f"widened to cover {cover}; edges rounded outward to 4 significant digits; "
-            "rescaled for N rollouts by miles_amd.baseline.bands.mean_band"
+            "rescaled for N rollouts by miles_amd.rules.bands.mean_band"
         )
     return (
         f"{origin}; upper bound = center + (E[max of N standard normals] + k)·sd with "
         f"k = {k:g} (E = {expected_max(n_ref):.4f} for N = {n_ref}), raised to cover {cover}; "
         "no lower bound; rounded up to 4 significant digits; rescaled for N rollouts by "
-        "miles_amd.baseline.bands.max_band"
+        "miles_amd.rules.bands.max_band"
     )
 
 
