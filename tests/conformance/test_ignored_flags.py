@@ -31,7 +31,8 @@ from miles_amd.recipe.ignored_flags import BRIDGE_BUILDER, BY_FLAG, IGNORED_FLAG
 from miles_amd.recipe.settings import Recipe
 from tests.conformance.checkout import MilesCheckout
 
-pytestmark = pytest.mark.conformance
+# shares the one probe run with test_semantics (xdist --dist loadgroup)
+pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("semantics")]
 
 # Source this path does not run, relative to the miles or Megatron-LM checkout.
 NOT_THIS_PATH = {

@@ -27,7 +27,8 @@ import pytest
 from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
 from miles_amd.recipe.settings import Recipe, RecipeError
 
-pytestmark = pytest.mark.conformance
+# one probe run for this module and test_ignored_flags (xdist --dist loadgroup)
+pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("semantics")]
 
 
 def test_the_derived_arithmetic_is_the_recipes(semantics: dict[str, Any]) -> None:

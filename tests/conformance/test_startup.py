@@ -36,7 +36,8 @@ from tests.conformance import startup, startup_evidence
 from tests.conformance.checkout import MilesCheckout
 from tests.conformance.fake_inputs import MODEL_SUBDIR, STAND_IN_TOKENIZER_SCRIPT, make_fake_inputs
 
-pytestmark = pytest.mark.conformance
+# one run of train() for the module's tests (xdist --dist loadgroup)
+pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("startup")]
 
 DRIVER_TIMEOUT_S = 420.0  # a wedged start, not a slow one: the run takes ~3 min
 
