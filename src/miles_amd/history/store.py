@@ -18,6 +18,8 @@ Where: the file the CLI names (``--history PATH`` or ``$MILES_AMD_HISTORY``;
 ``read_only`` (listing) is never created, initialised or modified. It does not decide what a
 drift is (``miles_amd.history.drift``) nor when to append (``miles-amd gate`` and
 ``train --gate``, when a history is named).
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ prompt-difficulty spread (the reward's largest noise) from the difference.
   Fisher's exact test (two-sided, the sum of hypergeometric probabilities no larger than the
   observed one); and what a run with no spike rules out: a per-rollout spike rate above
   ``1 - 0.05^(1/N)`` (the 95% upper bound; about 3/N).
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations
