@@ -1,0 +1,197 @@
+"""Honest error rates of the gate: record a simulated reference, judge simulated runs with it.
+
+Benchmark support (``benchmarks/bench_calibration.py``). For each replicate of
+``miles_amd.testing.honest`` it records the simulated reference of a variant with the real
+``miles_amd.baseline.record.record_baseline`` (the template is the shipped baseline of that
+variant with each ``cover`` value replaced by the simulated other run's mean or max, as a
+recording next to that other run would carry), then judges ``k`` simulated test runs of the
+variant with the real gate (``miles_amd.judge.gate.judge``, ``expected_rollouts`` = N). It
+decides nothing about the gate; it counts. A reference ``record`` refuses (a cover beyond
+twice the derived reach, a simulated reference failing its own rules) is counted as refused
+and its replicate skipped, as a maintainer would record another run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from miles_amd.baseline.model import Baseline, Rule, build_baseline
+from miles_amd.testing.honest import CHOSEN, HEALTHY, Fault, HonestModel
+from miles_amd.testing.simulate import KL, LOGPROB, REWARD, evidence
+
+REFERENCE_ROLLOUTS = 20
+
+
+@dataclass
+class Tally:
+    """Outcomes of one cell: failures per recorded reference, and per check."""
+
+    per_reference: int
+    failures: list[int] = field(default_factory=list)
+    by_check: dict[str, int] = field(default_factory=dict)
+    refused: int = 0
+    proposed: list[int] = field(default_factory=list)  # failures of the proposed set
+    proposed_by_check: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> int:
+        return len(self.failures) * self.per_reference
+
+    @property
+    def rate(self) -> float:
+        return sum(self.failures) / self.runs if self.runs else math.nan
+
+    def merge(self, other: Tally) -> Tally:
+        return Tally(
+            self.per_reference,
+            self.failures + other.failures,
+            _add(self.by_check, other.by_check),
+            self.refused + other.refused,
+            self.proposed + other.proposed,
+            _add(self.proposed_by_check, other.proposed_by_check),
+        )
+
+
+def _add(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    out = dict(a)
+    for name, count in b.items():
+        out[name] = out.get(name, 0) + count
+    return out
+
+
+def _covered(template: Baseline, other: dict[str, np.ndarray]) -> Baseline:
+    """The template with every cover value replaced by the other run's mean (or max)."""
+    rules: list[Rule] = []
+    for rule in template.rules:
+        if rule.derive is not None and rule.derive.cover and rule.metric in other:
+            values = other[rule.metric]
+            value = float(values.mean() if rule.kind == "mean_within" else values.max())
+            rule = replace(rule, derive=replace(rule.derive, cover=(value,)))
+        rules.append(rule)
+    return replace(template, rules=tuple(rules))
+
+
+def record(template: Baseline, run: dict[str, np.ndarray], other: dict[str, np.ndarray]):
+    """The baseline ``baseline record`` makes of ``run`` (None when it refuses)."""
+    from miles_amd.baseline.record import RecordError, record_baseline
+
+    values = {m: v[None, :] for m, v in run.items()}
+    try:
+        doc = record_baseline(
+            evidence(values, 0, name="reference"),
+            _covered(template, other),
+            variant=template.name,
+            name=template.name,
+            recorded_at="simulated",
+            allow_no_preflight=True,
+        )
+    except RecordError:
+        return None
+    return build_baseline(doc, f"<simulated {template.name}>")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measurement: a model, a variant's template, the run length, the fault."""
+
+    model: HonestModel
+    template: Baseline
+    rollouts: int
+    per_reference: int
+    fault: Fault = HEALTHY
+
+
+# Today's checks the proposed statistics replace (``miles_amd.judge.honest_checks``).
+REPLACED = ("mean_within", "max_within", "paired_mean_diff", "no_rising_trend")
+DECLARED = CHOSEN  # the run effects and autocorrelation the proposed tolerances declare
+Z_BAND, Z_ONE_SIDED, ALPHA_SCAN = 3.5, 3.0, 0.002
+
+
+def proposed_failures(baseline: Baseline, run: dict[str, list[float]], rollouts: int) -> list[str]:
+    """Names of the proposed checks ``run`` fails against ``baseline``."""
+    from miles_amd.judge import honest_checks as hc
+    from miles_amd.judge.trend_rules import mann_kendall_z
+
+    failed = []
+    rho = DECLARED.rho
+    gap, ref_gap = run[LOGPROB], baseline.series[LOGPROB]
+    if abs(hc.mean_z(gap, ref_gap, run_sd=DECLARED.run_logprob, rho=rho)) > Z_BAND:
+        failed.append("p.logprob.mean")
+    high = hc.max_bound(
+        ref_gap, rollouts, run_sd=DECLARED.run_logprob, rho=rho, z=Z_ONE_SIDED, log=True
+    )
+    if max(gap) > high:
+        failed.append("p.logprob.max")
+    step = hc.suffix_step_z(gap, ref_gap, run_sd=DECLARED.run_logprob, rho=rho)
+    if step > hc.scan_threshold(ALPHA_SCAN):
+        failed.append("p.logprob.step")
+    if mann_kendall_z(gap) / math.sqrt(hc.inflation(rho)) > Z_ONE_SIDED:
+        failed.append("p.logprob.trend")
+    if KL in baseline.series and KL in run:
+        kl, ref_kl = run[KL], baseline.series[KL]
+        if hc.mean_z(kl, ref_kl, run_sd=DECLARED.run_kl, rho=rho, log=True) > Z_ONE_SIDED:
+            failed.append("p.kl.mean")
+        high = hc.max_bound(
+            ref_kl, rollouts, run_sd=DECLARED.run_kl, rho=rho, z=Z_ONE_SIDED, log=True
+        )
+        if max(kl) > high:
+            failed.append("p.kl.max")
+    other = next(
+        (r.derive.cover[0] for r in baseline.rules if r.metric == REWARD and r.derive and r.derive.cover),
+        None,
+    )
+    z = hc.paired_drop_z(
+        run[REWARD],
+        baseline.series[REWARD],
+        other_mean=other,
+        samples=baseline.run_shape.samples_per_rollout,
+        groups=baseline.run_shape.prompts_per_rollout,
+        run_sd=DECLARED.run_reward,
+    )
+    if z < -Z_ONE_SIDED:
+        failed.append("p.reward.drop")
+    return failed
+
+
+def run_cell(cell: Cell, references: int, seed: int) -> Tally:
+    """Judge ``references`` x ``per_reference`` simulated runs; fixed ``seed``."""
+    from miles_amd.judge.gate import judge
+
+    rng = np.random.default_rng(seed)
+    variant = cell.template.name
+    other_variant = "stock" if variant == "patched" else "patched"
+    tally = Tally(cell.per_reference)
+    length = max(REFERENCE_ROLLOUTS, cell.rollouts)
+    for _ in range(references):
+        prompts = cell.model.prompts(rng, length)
+        head = prompts[:REFERENCE_ROLLOUTS]
+        ref = cell.model.runs(head, 1, variant, rng)
+        other = cell.model.runs(head, 1, other_variant, rng)
+        baseline = record(
+            cell.template, {m: v[0] for m, v in ref.items()}, {m: v[0] for m, v in other.items()}
+        )
+        if baseline is None:
+            tally.refused += 1
+            continue
+        runs = cell.model.runs(
+            prompts[: cell.rollouts], cell.per_reference, variant, rng, cell.fault
+        )
+        failed = proposed = 0
+        for index in range(cell.per_reference):
+            verdict = judge(evidence(runs, index), baseline, expected_rollouts=cell.rollouts)
+            failed += verdict.verdict != "pass"
+            kept = [c.name for c in verdict.failures if c.kind not in REPLACED]
+            new = proposed_failures(
+                baseline, {m: [float(x) for x in v[index]] for m, v in runs.items()}, cell.rollouts
+            )
+            proposed += bool(kept or new)
+            for name in [c.name for c in verdict.failures]:
+                tally.by_check[name] = tally.by_check.get(name, 0) + 1
+            for name in new:
+                tally.proposed_by_check[name] = tally.proposed_by_check.get(name, 0) + 1
+        tally.failures.append(failed)
+        tally.proposed.append(proposed)
+    return tally
