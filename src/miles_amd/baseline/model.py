@@ -73,6 +73,8 @@ class Derive:
     method: Literal["mean_band", "max_band"]
     k: float
     cover: tuple[float, ...] = ()
+    run_sd: float = 0.0  # relative sd of a run-level effect (miles_amd.baseline.bands)
+    rho: float = 0.0  # lag-1 autocorrelation of the per-rollout values (mean_band only)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,11 @@ class Rule:
     atol: float | None = None
     z: float | None = None
     floor: float | None = None
+    rho: float | None = None  # no_rising_trend, step_rise: declared lag-1 autocorrelation
+    run_sd: float | None = None  # step_rise, paired_mean_diff (lower): run-level effect
+    side: str | None = None  # paired_mean_diff: "both" (default) or "lower"
+    pool: float | None = None  # paired_mean_diff (lower): the other run's mean, same prompts
+    alpha: float | None = None  # step_rise: one-sided false-alarm rate of the threshold
 
 
 @dataclass(frozen=True)
@@ -151,9 +158,10 @@ class Baseline:
         if rule.derive is None or rule.metric is None:
             raise ValueError(f"rule {rule.id} has no derive block")
         spread = self.spread(rule.metric)
-        if rule.derive.method == "mean_band":
-            return bands.mean_band(spread, n_rollouts, rule.derive.k, rule.derive.cover)
-        return bands.max_band(spread, n_rollouts, rule.derive.k, rule.derive.cover)
+        d = rule.derive
+        if d.method == "mean_band":
+            return bands.mean_band(spread, n_rollouts, d.k, d.cover, d.run_sd, d.rho)
+        return bands.max_band(spread, n_rollouts, d.k, d.cover, d.run_sd)
 
 
 def baselines_root() -> Path:
@@ -247,11 +255,22 @@ def build_baseline(raw: Mapping[str, Any], path: str) -> Baseline:
                 band=None if band is None else Band(band["low"], band["high"]),
                 derive=None
                 if derive is None
-                else Derive(derive["method"], derive["k"], tuple(derive.get("cover", ()))),
+                else Derive(
+                    derive["method"],
+                    derive["k"],
+                    tuple(derive.get("cover", ())),
+                    derive.get("run_sd", 0.0),
+                    derive.get("rho", 0.0),
+                ),
                 quantum=entry.get("quantum"),
                 atol=entry.get("atol"),
                 z=entry.get("z"),
                 floor=entry.get("floor"),
+                rho=entry.get("rho"),
+                run_sd=entry.get("run_sd"),
+                side=entry.get("side"),
+                pool=entry.get("pool"),
+                alpha=entry.get("alpha"),
             )
         )
     return Baseline(

@@ -12,8 +12,9 @@ writing it and printing are ``miles_amd.cli.baseline``'s; bands are
 The method (the file the gate later reads must be one the loader accepts unchanged):
 
 - **Rules** are the template's: the same ids, kinds, required flags, rationales, thresholds,
-  quanta, ``atol``, ``z`` and ``derive`` blocks (``k``, ``cover``), so only the reviewed rules
-  gate runs. ``run_shape`` is the template's with ``rollouts = N``.
+  quanta, ``atol``, ``z``, ``alpha``, ``side``, ``pool``, ``rho``, ``run_sd`` and ``derive``
+  blocks (``k``, ``cover``, ``run_sd``, ``rho``), so only the reviewed rules gate runs.
+  ``run_shape`` is the template's with ``rollouts = N``.
 - **Evidence**: every metric a rule names that the run logged becomes ``evidence.series``
   (rollout 0 first) with a summary (``n``, ``min``, ``mean``, ``max``, and what the kinds
   ruling it add: the count above the spike threshold for ``all_below``). Values are stored
@@ -218,7 +219,8 @@ def _band_derivation(rule: Rule, draft: Baseline, rec: _Recording) -> str:
         f"{spread.n}-rollout series of run {rec.run_id}, recorded by miles-amd baseline "
         f"record; k and cover {cover} kept from the shipped {rec.template.name} baseline)"
     )
-    return bands.derivation_text(rule.derive.method, origin, spread.n, rule.derive.k, cover)
+    d = rule.derive
+    return bands.derivation_text(d.method, origin, spread.n, d.k, cover, d.run_sd, d.rho)
 
 
 def _rule_entry(rule: Rule, draft: Baseline, rec: _Recording) -> dict[str, Any]:
@@ -226,11 +228,15 @@ def _rule_entry(rule: Rule, draft: Baseline, rec: _Recording) -> dict[str, Any]:
     if rule.metric is not None:
         entry["metric"] = rule.metric
     entry["required"] = rule.required
-    for key in ("expected_status", "threshold", "quantum", "atol", "z"):
+    for key in ("expected_status", "threshold", "quantum", "atol", "z", "alpha", "side", "pool"):
         value = getattr(rule, key)
         if value is not None:
             entry[key] = value
     recorded = KINDS[rule.kind].recorded
+    for key in ("rho", "run_sd"):
+        value = getattr(rule, key)
+        if value is not None:
+            entry[key] = value
     entry.update(recorded(rule, draft, rec.rollouts) if recorded is not None else {})
     derivation = rule.derivation
     if KINDS[rule.kind].derive_method is not None and rule.derive is not None:
@@ -241,6 +247,10 @@ def _rule_entry(rule: Rule, draft: Baseline, rec: _Recording) -> dict[str, Any]:
             "k": rule.derive.k,
             "cover": list(rule.derive.cover),
         }
+        if rule.derive.run_sd:
+            entry["derive"]["run_sd"] = rule.derive.run_sd
+        if rule.derive.rho:
+            entry["derive"]["rho"] = rule.derive.rho
         if rule.metric in draft.series:
             derivation = _band_derivation(rule, draft, rec)
     entry["rationale"] = rule.rationale

@@ -28,7 +28,7 @@ from miles_amd.judge.checks import (
 from miles_amd.judge.value_rules import reference_max
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline, Rule
+    from miles_amd.baseline.model import Baseline, Derive, Rule
     from miles_amd.evidence.types import Series
 
 COVER_MAX_WIDENING = 2.0
@@ -99,6 +99,8 @@ def reference_spread(rule: Rule, baseline: Baseline) -> str:
         f"mean {spread.mean:.6g}, sd {spread.sd:.6g}, n {spread.n} ({spread.how}); "
         f"k {rule.derive.k:.6g}, cover [{cover}]"
     )
+    if rule.derive.run_sd or rule.derive.rho:
+        text += f", run_sd {rule.derive.run_sd:.6g}, rho {rule.derive.rho:.6g}"
     top = reference_max(baseline, rule.metric) if rule.kind == "max_within" else None
     return text + (f", max {top:.6g}" if top is not None else "")
 
@@ -119,7 +121,7 @@ def validate_band(rule: Rule, baseline: Baseline) -> Problem | None:
             ("add a series, or a summary with sd, min/max or bounds"),
         )
     for cover in rule.derive.cover:
-        limit = _cover_limit(rule.kind, spread, baseline.run_shape.rollouts, rule.derive.k)
+        limit = _cover_limit(rule.kind, spread, baseline.run_shape.rollouts, rule.derive)
         if abs(cover - spread.mean) > limit:
             return (
                 ".derive.cover",
@@ -142,12 +144,12 @@ def validate_band(rule: Rule, baseline: Baseline) -> Problem | None:
     return None
 
 
-def _cover_limit(kind: str, spread: bands.Spread, n: int, k: float) -> float:
+def _cover_limit(kind: str, spread: bands.Spread, n: int, derive: Derive) -> float:
     """How far from the centre a cover value may lie: COVER_MAX_WIDENING x the derived reach."""
     if kind == "mean_within":
-        reach = k * spread.sd * math.sqrt(1.0 / n + 1.0 / spread.n)
+        reach = bands.mean_half_width(spread, n, derive.k, derive.run_sd, derive.rho)
     else:
-        reach = (bands.expected_max(n) + k) * spread.sd
+        reach = bands.max_reach(spread, n, derive.k, derive.run_sd)
     return COVER_MAX_WIDENING * reach
 
 
@@ -177,17 +179,15 @@ def check_paired(rule: Rule, series: Series, ctx: RuleContext) -> Check:
         detail = f"paired effect undefined: non-finite at rollout {steps_text(bad)}"
         return rule_check(rule, "fail", math.nan, expected, detail, failing_steps=tuple(bad))
     try:
-        effect = bands.paired_effect(
-            [v for _, v, _ in pairs],
-            [r for _, _, r in pairs],
-            samples_per_rollout=ctx.baseline.run_shape.samples_per_rollout,
-        )
+        effect = _effect(rule, ctx.baseline, pairs)
     except OverflowError:
         detail = "paired effect undefined: the values are too large to difference in floats"
         return rule_check(rule, "fail", math.nan, expected, detail)
+    lower = rule.side == "lower"
+    ok = effect.mean_diff >= -rule.z * effect.se if lower else abs(effect.z) <= rule.z
     return rule_check(
         rule,
-        passed(abs(effect.mean_diff) <= rule.z * effect.se),
+        passed(ok),
         effect.mean_diff,
         expected,
         _paired_detail(effect, ctx.baseline.run_id),
@@ -201,6 +201,31 @@ def check_paired(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     )
 
 
+def _effect(rule: Rule, baseline: Baseline, pairs: list[tuple[int, float, float]]):
+    """The paired effect: two-sided with the observed/floor SE, or ``side: lower``'s."""
+    shape = baseline.run_shape
+    if rule.side != "lower":
+        return bands.paired_effect(
+            [v for _, v, _ in pairs],
+            [r for _, _, r in pairs],
+            samples_per_rollout=shape.samples_per_rollout,
+        )
+    assert rule.metric is not None
+    series = baseline.series[rule.metric]
+    paired = {s for s, _, _ in pairs}
+    # the paired reference values first (their order matches the run's), then the rest:
+    # all of the reference gives its mean and prompt variance
+    reference = [r for _, _, r in pairs] + [v for s, v in enumerate(series) if s not in paired]
+    return bands.paired_drop(
+        [v for _, v, _ in pairs],
+        reference,
+        samples_per_rollout=shape.samples_per_rollout,
+        groups=shape.prompts_per_rollout,
+        run_sd=rule.run_sd or 0.0,
+        pool=rule.pool,
+    )
+
+
 def _paired_detail(effect: bands.PairedEffect, run_id: str) -> str:
     observed_sd = "n/a" if effect.sd_observed is None else f"{effect.sd_observed:.4f}"
     return (
@@ -211,6 +236,9 @@ def _paired_detail(effect: bands.PairedEffect, run_id: str) -> str:
 
 
 def expected_paired(rule: Rule, baseline: Baseline, rollouts: int) -> str:
+    if rule.side == "lower":
+        pooled = f", reference pooled with {rule.pool:g}" if rule.pool is not None else ""
+        return f"mean paired Δ ≥ -{rule.z:g} SE (binomial SE{pooled})"
     return f"|mean paired Δ| ≤ {rule.z:g} SE"
 
 
@@ -227,4 +255,20 @@ def validate_paired(rule: Rule, baseline: Baseline) -> Problem | None:
             f"paired comparison needs a per-rollout series of {rule.metric}",
             ("add it to evidence.series or drop the rule"),
         )
+    if rule.side != "lower" and (rule.pool is not None or rule.run_sd is not None):
+        return (".side", "pool and run_sd apply to side lower only", "set side to lower")
+    if rule.pool is not None:
+        covers = {
+            c
+            for r in baseline.rules
+            if r.kind == "mean_within" and r.metric == rule.metric and r.derive is not None
+            for c in r.derive.cover
+        }
+        if not any(_same(rule.pool, c) for c in covers):
+            return (
+                ".pool",
+                f"pool {rule.pool:g} is no cover value of a mean_within rule on {rule.metric} "
+                f"(covers: {sorted(covers)})",
+                "pool only the other published run the mean band covers, or drop pool",
+            )
     return None

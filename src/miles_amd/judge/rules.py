@@ -33,21 +33,27 @@ What each kind judges, and where its tolerance comes from:
 - ``all_below``: no value above ``threshold`` (the spike rule); NaN counts as not below.
   Bounded: above the reference's largest value, at most 20x it.
 - ``mean_within`` / ``max_within``: the mean / max lies in the band derived for ``N``
-  rollouts (``Baseline.band_for``); the band is re-derived; ``k`` is bounded by the schema;
-  a ``cover`` value may stretch the band to at most twice the derived reach.
+  rollouts (``Baseline.band_for``); the band is re-derived; ``k``, ``run_sd`` (a run-level
+  effect) and ``rho`` (lag-1 autocorrelation) are bounded by the schema; a ``cover`` value
+  may stretch the band to at most twice the derived reach.
 - ``multiple_of``: every value within ``atol`` of a multiple of ``quantum``; ``quantum`` is
   derived (``1 / samples_per_rollout``), ``atol`` at most 1% of it.
 - ``near_zero``: every ``|value| <= atol``; ``atol`` is derived (half the smallest per-token
   rate one token can make, rounded down to 4 significant digits).
-- ``no_rising_trend``: the one-sided Mann-Kendall Z of the series is at most ``z``
-  (``miles_amd.judge.trend_rules``); ``z`` is bounded by the schema and calibrated by
-  ``benchmarks/bench_calibration.py``.
+- ``no_rising_trend``: the one-sided Mann-Kendall Z of the series, Hamed-Rao corrected for
+  the declared lag-1 ``rho``, is at most ``z`` (``miles_amd.judge.trend_rules``); ``z`` and
+  ``rho`` are bounded by the schema and calibrated by ``benchmarks/bench_calibration.py``.
+- ``step_rise``: the second half's mean rises above a level from the first half and the
+  reference by at most the Student t quantile at ``alpha`` (``miles_amd.judge.step_rules``);
+  ``alpha``, ``rho`` and ``run_sd`` are bounded by the schema.
 - ``sd_at_least``: the run's sample sd is at least ``floor`` (the binomial spread of a 0/1
   reward at its ``Φ(-z)`` quantile, ``miles_amd.baseline.bands.binomial_sd_floor``);
   ``floor`` is derived and re-derived, ``z`` bounded by the schema.
 - ``paired_mean_diff``: the mean per-rollout difference to the reference series lies within
-  ``z`` standard errors (``miles_amd.baseline.bands.paired_effect``); ``z`` is bounded by
-  the schema.
+  ``z`` standard errors (``miles_amd.baseline.bands.paired_effect``); with ``side: lower``
+  only a drop fails, with the exact binomial SE and the reference pooled with ``pool`` (the
+  other published run, a cover value of the metric's mean band; ``bands.paired_drop``);
+  ``z`` and ``run_sd`` are bounded by the schema.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from miles_amd.judge import band_rules as band
+from miles_amd.judge import step_rules as step
 from miles_amd.judge import trend_rules as trend
 from miles_amd.judge import value_rules as value
 from miles_amd.judge.checks import Check, Problem, RuleContext, Status, rule_check
@@ -146,6 +153,13 @@ KINDS: Mapping[str, RuleKind] = {
         reference=trend.reference_mean,
         validate=trend.validate_floor,
         recorded=trend.recorded_floor,
+    ),
+    "step_rise": RuleKind(
+        check=step.check_step,
+        expected=step.expected_step,
+        plot=step.plot_step,
+        reference=step.reference_step,
+        validate=step.validate_step,
     ),
 }
 

@@ -12,7 +12,10 @@ The check, expected sentence, plot hint and validation of two kinds (declared in
   does not make a trend (the spike rule judges that). The Theil-Sen slope (median of the
   pairwise slopes) is reported with the test and drawn on the plot. Below 5 values no
   continuity-corrected Z can reach 2, so a short run cannot fail it; the power table says
-  how many rollouts it needs. ``z`` is bounded by the schema to [2, 6].
+  how many rollouts it needs. ``z`` is bounded by the schema to [2, 6]. With ``rho`` (the
+  declared lag-1 autocorrelation) ``Var S`` is inflated by Hamed & Rao's factor for an AR(1)
+  series (:func:`hamed_rao_factor`): autocorrelated rollouts make runs of rises that are no
+  trend (measured: 0.6-0.8% false alarms at Z 3 with lag-1 0.3, not 0.13%).
 - ``sd_at_least``: the run's sample sd of the metric is at least a floor: a reward that is
   (nearly) the same value at every rollout carries no learning signal, or the reward is
   broken, and passes every other rule. The floor is
@@ -59,6 +62,23 @@ def mann_kendall_z(values: list[float]) -> float:
     return (s - math.copysign(1, s)) / math.sqrt(var)
 
 
+def hamed_rao_factor(n: int, rho: float) -> float:
+    """Hamed & Rao's (1998) inflation of the Mann-Kendall ``Var S`` for AR(1) ``rho``.
+
+    ``1 + 2/(n(n-1)(n-2))·Σ_{k=1}^{n-3} (n-k)(n-k-1)(n-k-2)·ρ_s(k)`` with the rank
+    autocorrelation of a Gaussian AR(1) series, ``ρ_s(k) = (6/π)·asin(ρ^k/2)``; ``rho`` is
+    declared (a 20-rollout run's own estimate has a standard error of 0.22). 1.65 for
+    n = 20, rho = 0.3.
+    """
+    if n < 4 or rho == 0.0:
+        return 1.0
+    total = math.fsum(
+        (n - k) * (n - k - 1) * (n - k - 2) * (6 / math.pi) * math.asin(rho**k / 2)
+        for k in range(1, n - 2)
+    )
+    return 1.0 + 2.0 * total / (n * (n - 1) * (n - 2))
+
+
 def theil_sen(steps: list[int], values: list[float]) -> tuple[float, float]:
     """(slope, intercept): the median pairwise slope and the median of ``v - slope·step``."""
     slopes = [
@@ -81,7 +101,7 @@ def check_trend(rule: Rule, series: Series, ctx: RuleContext) -> Check:
         detail = f"trend undefined: non-finite at {steps_text(bad)}"
         return rule_check(rule, "fail", math.nan, expected, detail, failing_steps=tuple(bad))
     steps, values = [s for s, _ in points], [v for _, v in points]
-    z = mann_kendall_z(values)
+    z = mann_kendall_z(values) / math.sqrt(hamed_rao_factor(len(values), rule.rho or 0.0))
     slope, intercept = theil_sen(steps, values)
     mean = math.fsum(values) / len(values)
     relative = f" ({slope / mean:+.2%} of the mean per step)" if mean else ""
@@ -103,6 +123,8 @@ def check_trend(rule: Rule, series: Series, ctx: RuleContext) -> Check:
 
 
 def expected_trend(rule: Rule, baseline: Baseline, rollouts: int) -> str:
+    if rule.rho:
+        return f"Mann-Kendall Z ≤ {rule.z:g} (no rising trend; Hamed-Rao, lag-1 {rule.rho:g})"
     return f"Mann-Kendall Z ≤ {rule.z:g} (no rising trend)"
 
 

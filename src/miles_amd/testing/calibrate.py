@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from miles_amd.baseline.model import Baseline, Rule, build_baseline
-from miles_amd.testing.honest import CHOSEN, HEALTHY, Fault, HonestModel
-from miles_amd.testing.simulate import KL, LOGPROB, REWARD, evidence
+from miles_amd.testing.honest import HEALTHY, Fault, HonestModel
+from miles_amd.testing.simulate import evidence
 
 REFERENCE_ROLLOUTS = 20
 
@@ -33,8 +33,6 @@ class Tally:
     failures: list[int] = field(default_factory=list)
     by_check: dict[str, int] = field(default_factory=dict)
     refused: int = 0
-    proposed: list[int] = field(default_factory=list)  # failures of the proposed set
-    proposed_by_check: dict[str, int] = field(default_factory=dict)
 
     @property
     def runs(self) -> int:
@@ -50,8 +48,6 @@ class Tally:
             self.failures + other.failures,
             _add(self.by_check, other.by_check),
             self.refused + other.refused,
-            self.proposed + other.proposed,
-            _add(self.proposed_by_check, other.proposed_by_check),
         )
 
 
@@ -63,13 +59,16 @@ def _add(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
 
 
 def _covered(template: Baseline, other: dict[str, np.ndarray]) -> Baseline:
-    """The template with every cover value replaced by the other run's mean (or max)."""
+    """The template with every cover value (and the paired ``pool``, a cover of the mean
+    band) replaced by the other run's mean (or max)."""
     rules: list[Rule] = []
     for rule in template.rules:
-        if rule.derive is not None and rule.derive.cover and rule.metric in other:
+        if rule.metric in other and rule.derive is not None and rule.derive.cover:
             values = other[rule.metric]
             value = float(values.mean() if rule.kind == "mean_within" else values.max())
             rule = replace(rule, derive=replace(rule.derive, cover=(value,)))
+        if rule.metric in other and rule.pool is not None:
+            rule = replace(rule, pool=float(other[rule.metric].mean()))
         rules.append(rule)
     return replace(template, rules=tuple(rules))
 
@@ -104,58 +103,6 @@ class Cell:
     fault: Fault = HEALTHY
 
 
-# Today's checks the proposed statistics replace (``miles_amd.judge.honest_checks``).
-REPLACED = ("mean_within", "max_within", "paired_mean_diff", "no_rising_trend")
-DECLARED = CHOSEN  # the run effects and autocorrelation the proposed tolerances declare
-Z_BAND, Z_ONE_SIDED, ALPHA_SCAN = 3.5, 3.0, 0.002
-
-
-def proposed_failures(baseline: Baseline, run: dict[str, list[float]], rollouts: int) -> list[str]:
-    """Names of the proposed checks ``run`` fails against ``baseline``."""
-    from miles_amd.judge import honest_checks as hc
-    from miles_amd.judge.trend_rules import mann_kendall_z
-
-    failed = []
-    rho = DECLARED.rho
-    gap, ref_gap = run[LOGPROB], baseline.series[LOGPROB]
-    if abs(hc.mean_z(gap, ref_gap, run_sd=DECLARED.run_logprob, rho=rho)) > Z_BAND:
-        failed.append("p.logprob.mean")
-    high = hc.max_bound(
-        ref_gap, rollouts, run_sd=DECLARED.run_logprob, rho=rho, z=Z_ONE_SIDED, log=True
-    )
-    if max(gap) > high:
-        failed.append("p.logprob.max")
-    step = hc.suffix_step_z(gap, ref_gap, run_sd=DECLARED.run_logprob, rho=rho)
-    if step > hc.scan_threshold(ALPHA_SCAN):
-        failed.append("p.logprob.step")
-    if mann_kendall_z(gap) / math.sqrt(hc.inflation(rho)) > Z_ONE_SIDED:
-        failed.append("p.logprob.trend")
-    if KL in baseline.series and KL in run:
-        kl, ref_kl = run[KL], baseline.series[KL]
-        if hc.mean_z(kl, ref_kl, run_sd=DECLARED.run_kl, rho=rho, log=True) > Z_ONE_SIDED:
-            failed.append("p.kl.mean")
-        high = hc.max_bound(
-            ref_kl, rollouts, run_sd=DECLARED.run_kl, rho=rho, z=Z_ONE_SIDED, log=True
-        )
-        if max(kl) > high:
-            failed.append("p.kl.max")
-    other = next(
-        (r.derive.cover[0] for r in baseline.rules if r.metric == REWARD and r.derive and r.derive.cover),
-        None,
-    )
-    z = hc.paired_drop_z(
-        run[REWARD],
-        baseline.series[REWARD],
-        other_mean=other,
-        samples=baseline.run_shape.samples_per_rollout,
-        groups=baseline.run_shape.prompts_per_rollout,
-        run_sd=DECLARED.run_reward,
-    )
-    if z < -Z_ONE_SIDED:
-        failed.append("p.reward.drop")
-    return failed
-
-
 def run_cell(cell: Cell, references: int, seed: int) -> Tally:
     """Judge ``references`` x ``per_reference`` simulated runs; fixed ``seed``."""
     from miles_amd.judge.gate import judge
@@ -179,19 +126,11 @@ def run_cell(cell: Cell, references: int, seed: int) -> Tally:
         runs = cell.model.runs(
             prompts[: cell.rollouts], cell.per_reference, variant, rng, cell.fault
         )
-        failed = proposed = 0
+        failed = 0
         for index in range(cell.per_reference):
             verdict = judge(evidence(runs, index), baseline, expected_rollouts=cell.rollouts)
             failed += verdict.verdict != "pass"
-            kept = [c.name for c in verdict.failures if c.kind not in REPLACED]
-            new = proposed_failures(
-                baseline, {m: [float(x) for x in v[index]] for m, v in runs.items()}, cell.rollouts
-            )
-            proposed += bool(kept or new)
-            for name in [c.name for c in verdict.failures]:
-                tally.by_check[name] = tally.by_check.get(name, 0) + 1
-            for name in new:
-                tally.proposed_by_check[name] = tally.proposed_by_check.get(name, 0) + 1
+            for check in verdict.failures:
+                tally.by_check[check.name] = tally.by_check.get(check.name, 0) + 1
         tally.failures.append(failed)
-        tally.proposed.append(proposed)
     return tally

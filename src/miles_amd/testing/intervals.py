@@ -5,58 +5,15 @@ Runs judged against one recorded reference are not independent (one unlucky refe
 several of them), so the count is first shrunk to its effective size with the design effect
 of the clusters (Kish: ``1 + (k - 1)·ICC``, the intra-reference correlation from a one-way
 ANOVA of the 0/1 outcomes), then the exact Clopper-Pearson interval is taken on the
-effective count (Korn & Graubard, 1998). Pure arithmetic; no numpy, no scipy.
+effective count (Korn & Graubard, 1998). Pure arithmetic; the incomplete beta is
+``miles_amd.judge.distributions``'.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        m2 = 2 * m
-        for num in (
-            m * (b - m) * x / ((a + m2 - 1) * (a + m2)),
-            -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1)),
-        ):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-14:
-            break
-    return h
-
-
-def beta_cdf(x: float, a: float, b: float) -> float:
-    """The regularized incomplete beta function ``I_x(a, b)``."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
-
-
-def beta_quantile(q: float, a: float, b: float) -> float:
-    """``x`` with ``I_x(a, b) = q``, by bisection (to 1e-12)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if beta_cdf(mid, a, b) < q else (lo, mid)
-    return (lo + hi) / 2
+from miles_amd.judge.distributions import beta_quantile
 
 
 def clopper_pearson(x: float, n: float, level: float = 0.95) -> tuple[float, float]:
