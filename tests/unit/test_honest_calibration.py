@@ -8,6 +8,8 @@ the regression it is for, through the real gate, and the statistics by hand.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -129,6 +131,10 @@ def test_the_statistics_by_hand() -> None:
     # a run level within the declared run effect (3%) barely moves it
     level = [1.03 + 0.1 * (-1) ** i for i in range(20)]
     assert abs(step_rules.step_rise_z(level, reference, run_sd=0.03, rho=0.0)[0]) < 1
+    stock = load_baseline("stock")
+    logs = step_rules.log_spread(stock, LOGPROB)  # from the published min/mean/max
+    assert logs.sd == pytest.approx(math.log(0.0202 / 0.014) / bands.expected_range(20))
+    assert math.exp(logs.mean + logs.sd**2 / 2) == pytest.approx(0.0171)
     assert step_rules.threshold(0.0025, 20, 20) == pytest.approx(2.99, abs=0.02)  # t, 37 dof
     assert bands.mean_variance(10, 0.0) == pytest.approx(0.1)
     assert bands.mean_variance(10, 0.3) > 0.1 * 1.5
@@ -150,3 +156,63 @@ def test_the_statistics_by_hand() -> None:
     assert (
         bands.mean_band(spread, 20, 4.0, (), 0.03, 0.3).high > bands.mean_band(spread, 20, 4.0).high
     )
+
+
+# ---------------------------------------------------------------------------- the gate on
+# the published series: the regressions issue 19 found passing now fail, by the named rule
+
+
+def _published(patched: Baseline) -> dict[str, list[float]]:
+    return {
+        LOGPROB: list(patched.series[LOGPROB]),
+        REWARD: [round(v * 64) / 64 for v in patched.series[REWARD]],
+        "train/pg_clipfrac": [0.0] * 20,
+    }
+
+
+def _judge(values: dict[str, list[float]], baseline: Baseline):
+    from miles_amd.judge.gate import judge
+    from miles_amd.testing.simulate import evidence
+
+    return judge(evidence({m: np.asarray([v]) for m, v in values.items()}, 0), baseline)
+
+
+def _status(verdict, name: str) -> str:
+    (check,) = [c for c in verdict.checks if c.name == name]
+    return check.status
+
+
+def test_a_late_reward_collapse_fails_the_paired_rule_it_passed_before(baselines) -> None:
+    from dataclasses import replace
+
+    patched = baselines[0]
+    values = _published(patched)
+    # the reward halves in the last 7 rollouts; elsewhere it differs by ±5/64 (sampling)
+    noisy = [v + (5 / 64 if i % 2 else -5 / 64) for i, v in enumerate(values[REWARD])]
+    values[REWARD] = noisy[:13] + [round(v * 32) / 64 for v in noisy[13:]]
+    assert _status(_judge(values, patched), "raw_reward.paired") == "fail"
+    assert _status(_judge(values, patched), "raw_reward.mean") == "pass"  # the blind spot
+    # the two-sided test with the observed SE (before issue 19) let it through
+    rules = tuple(
+        replace(r, side=None, pool=None, run_sd=None) if r.id == "raw_reward.paired" else r
+        for r in patched.rules
+    )
+    assert _status(_judge(values, replace(patched, rules=rules)), "raw_reward.paired") == "pass"
+
+
+def test_a_reward_rise_is_no_regression(baselines) -> None:
+    values = _published(baselines[0])
+    values[REWARD] = [min(1.0, v + 6 / 64) for v in values[REWARD]]
+    assert _status(_judge(values, baselines[0]), "raw_reward.paired") == "pass"
+
+
+def test_a_mid_run_step_fails_the_step_rule_inside_the_mean_band(baselines) -> None:
+    for baseline in baselines:
+        values = _published(baselines[0])
+        values[LOGPROB] = values[LOGPROB][:10] + [v * 1.3 for v in values[LOGPROB][10:]]
+        verdict = _judge(values, baseline)
+        assert _status(verdict, "logprob_abs_diff.step") == "fail", baseline.name
+        assert _status(verdict, "logprob_abs_diff.mean") == "pass", baseline.name
+        assert _status(_judge(_published(baselines[0]), baseline), "logprob_abs_diff.step") == (
+            "pass"
+        )

@@ -6,11 +6,15 @@ other kinds). It closes the blind spot issue 19 measured: a logprob gap that ste
 half-way through a run moves the run's mean by 12.5%, inside the mean band once the band
 carries the run-to-run variation, and is caught by the trend test about 3 runs in 4.
 
-The statistic (:func:`step_rise_z`): with ``c = N // 2``, the rise of the mean of rollouts
-``c..N-1`` over a level ``a·head + (1-a)·m``, the run's first-half mean and the reference
-mean weighted by their inverse variances (head: the AR(1) variance of a mean of ``c`` with
-the declared lag-1 ``rho``; reference: ``sd²·V(n_ref) + 2·(run_sd·m)²``, a run-level effect
-``run_sd`` separating two runs). Its variance is exact for AR(1) within the run
+The statistic (:func:`step_rise_z`), on the logarithms (the gap is positive and right-skewed,
+and a step is a factor: on the log scale its tails are symmetric and a run-level factor
+``run_sd`` is an additive shift of that size): with ``c = N // 2``, the rise of the mean of
+rollouts ``c..N-1`` over a level ``a·head + (1-a)·m``, the run's first-half mean and the
+reference mean weighted by their inverse variances (head: the AR(1) variance of a mean of
+``c`` with the declared lag-1 ``rho``; reference: ``sd²·V(n_ref) + 2·run_sd²``, the
+run-level effect separating two runs). The reference's log-scale spread is its series'
+(:func:`log_spread`), or from a published min/max, ``ln(max/min)/d2(n)`` around
+``ln(mean) - sd²/2``. Its variance is exact for AR(1) within the run
 (``miles_amd.baseline.bands.ar1_variance``) plus ``(1-a)²`` times the reference's. ``sd`` is
 the reference's per-rollout sd (``Baseline.spread``) pooled with the run's residual sd
 around its two halves' means: a reference whose 20 values happen to lie close together
@@ -40,10 +44,27 @@ if TYPE_CHECKING:
 MIN_HALF = 2  # rollouts each half needs for a spread
 
 
+def log_spread(baseline: Baseline, metric: str) -> bands.Spread:
+    """The reference's per-rollout spread of ``ln(metric)``: its series', else its summary's."""
+    if metric in baseline.series:
+        values = baseline.series[metric]
+        if min(values) <= 0:
+            raise ValueError(f"a non-positive reference value of {metric} has no logarithm")
+        return bands.series_spread([math.log(v) for v in values])
+    summary = baseline.summaries.get(metric, {})
+    if not {"min", "mean", "max", "n"} <= set(summary) or float(summary["min"]) <= 0:
+        raise KeyError(f"no series and no positive min/mean/max summary of {metric}")
+    n = int(summary["n"])
+    sd = math.log(float(summary["max"]) / float(summary["min"])) / bands.expected_range(n)
+    mean = math.log(float(summary["mean"])) - sd * sd / 2
+    return bands.Spread(mean, sd, n, f"ln(max/min) / d2({n}) of the published summary")
+
+
 def step_rise_z(
     run: list[float], spread: bands.Spread, *, run_sd: float, rho: float
 ) -> tuple[float, float, float]:
-    """(z, head mean, tail mean) of the second half's rise; see the module doc."""
+    """(z, head mean, tail mean) of the second half's rise, all on the scale of ``run`` and
+    ``spread`` (the caller passes logarithms); ``run_sd`` is an absolute level sd there."""
     n = len(run)
     c = n // 2
     head = math.fsum(run[:c]) / c
@@ -53,7 +74,7 @@ def step_rise_z(
     )
     dof_ref, dof_run = spread.n - 1, n - 2
     sd2 = (dof_ref * spread.sd**2 + residual) / (dof_ref + dof_run)
-    v_ref = sd2 * bands.mean_variance(spread.n, rho) + 2 * (run_sd * spread.mean) ** 2
+    v_ref = sd2 * bands.mean_variance(spread.n, rho) + 2 * run_sd**2
     v_head = sd2 * bands.mean_variance(c, rho)
     if v_head <= 0 or v_ref <= 0:
         return 0.0, head, tail
@@ -83,12 +104,18 @@ def check_step(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     if len(values) < 2 * MIN_HALF:
         detail = f"{len(values)} values: too few to compare two halves (needs {2 * MIN_HALF})"
         return rule_check(rule, "pass", None, expected, detail)
-    spread = ctx.baseline.spread(rule.metric)
-    z, head, tail = step_rise_z(values, spread, run_sd=rule.run_sd or 0.0, rho=rule.rho or 0.0)
+    zero = [s for s, v in points if v <= 0]
+    if zero:
+        detail = f"step undefined: non-positive value (no logarithm) at {steps_text(zero)}"
+        return rule_check(rule, "fail", math.nan, expected, detail, failing_steps=tuple(zero))
+    spread = log_spread(ctx.baseline, rule.metric)
+    logs = [math.log(v) for v in values]
+    z, head, tail = step_rise_z(logs, spread, run_sd=rule.run_sd or 0.0, rho=rule.rho or 0.0)
+    head, tail = math.exp(head), math.exp(tail)  # geometric means, for the detail and plot
     limit = threshold(rule.alpha, len(values), spread.n)
     split = points[len(values) // 2][0]
     detail = (
-        f"second half (from step {split}) mean {fmt(tail)} vs first half {fmt(head)}: "
+        f"second half (from step {split}) geometric mean {fmt(tail)} vs first half {fmt(head)}: "
         f"rise {z:+.2f} SE (limit {limit:.2f})"
     )
     if z > limit:
@@ -107,7 +134,7 @@ def check_step(rule: Rule, series: Series, ctx: RuleContext) -> Check:
 
 def expected_step(rule: Rule, baseline: Baseline, rollouts: int) -> str:
     assert rule.metric is not None and rule.alpha is not None
-    n_ref = baseline.spread(rule.metric).n
+    n_ref = log_spread(baseline, rule.metric).n
     limit = threshold(rule.alpha, rollouts, n_ref)
     return f"second-half rise ≤ {limit:.2f} SE (one-sided, α {rule.alpha:g})"
 
@@ -123,16 +150,16 @@ def plot_step(ax: Any, check: Check, finite: list[float]) -> bool:
         [numbers["tail"]] * 2,
         color=colour,
         linewidth=1.5,
-        label=f"halves' means (rise {numbers['z']:+.1f} SE)",
+        label=f"halves' geometric means (rise {numbers['z']:+.1f} SE)",
     )
     return False
 
 
 def reference_step(rule: Rule, baseline: Baseline) -> str:
     assert rule.metric is not None
-    spread = baseline.spread(rule.metric)
+    spread = log_spread(baseline, rule.metric)
     return (
-        f"mean {spread.mean:.6g}, sd {spread.sd:.6g}, n {spread.n} ({spread.how}); "
+        f"log-scale mean {spread.mean:.6g}, sd {spread.sd:.6g}, n {spread.n} ({spread.how}); "
         f"rho {rule.rho:g}, run_sd {rule.run_sd:g}"
     )
 
@@ -140,11 +167,11 @@ def reference_step(rule: Rule, baseline: Baseline) -> str:
 def validate_step(rule: Rule, baseline: Baseline) -> Problem | None:
     assert rule.metric is not None
     try:
-        baseline.spread(rule.metric)
+        log_spread(baseline, rule.metric)
     except (KeyError, ValueError) as exc:
         return (
             ".metric",
-            f"cannot take the reference spread of {rule.metric}: {exc}",
-            "add a series, or a summary with sd, min/max or bounds",
+            f"cannot take the reference's log-scale spread of {rule.metric}: {exc}",
+            "add a positive series, or a summary with a positive min, mean and max",
         )
     return None
