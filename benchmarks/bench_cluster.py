@@ -11,7 +11,9 @@ Then the pull-back's throughput: a job writes ``--pull-mb`` MB of event-file-lik
 its node, and one full :class:`~miles_amd.run.pullback.PullBack` pull brings it back
 verified (sha256). Every process of both nodes is stopped by pid at the end.
 
-Usage: ``python benchmarks/bench_cluster.py [--pace S] [--pull-mb N]``. Prints one line
+Usage: ``python benchmarks/bench_cluster.py [--pace S] [--pull-mb N] [--quick]``
+(``--quick``, for CI's ``benchmarks/run_quick.py``: pace 0.1 s, a 1 s watch interval and a
+1 MB pull; the same runs and checks). Prints one line
 per phase; the last line is ``sequential_s=… concurrent_s=… ratio=…`` followed by the
 pull-back figure on the line before it. Exit 1 when a run did not pass.
 
@@ -95,12 +97,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pace", type=float, default=0.5, help="seconds per replayed rollout")
     parser.add_argument("--pull-mb", type=int, default=8, help="MB for the pull-back figure")
+    parser.add_argument(
+        "--quick", action="store_true", help="CI: pace 0.1 s, 1 MB (overrides both flags)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.pace, args.pull_mb = 0.1, 1
     root = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     cluster = start_cluster(os.environ)
     ok = True
     try:
-        common = {"timeout_s": 600, "watch_interval_s": 2.0, "echo": lambda _line: None}
+        interval = 1.0 if args.quick else 2.0
+        common = {"timeout_s": 600, "watch_interval_s": interval, "echo": lambda _line: None}
         started = time.monotonic()
         sequential = {
             v: execute(plan, baseline=BASELINES[v], state_dir=str(root / "s"), **common)

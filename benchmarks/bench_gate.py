@@ -55,7 +55,9 @@ also wrong: it switched the collector off for every thread while the watcher's t
 read. The one fast path kept is ``job_log``'s regex for dicts of plain numbers: without it
 the gate misses the 1 s target.
 
-Run: ``/work/venv/bin/python benchmarks/bench_gate.py [--rollouts N] [--repeat K]``.
+Run: ``/work/venv/bin/python benchmarks/bench_gate.py [--rollouts N] [--repeat K] [--quick]``;
+``--quick`` (CI, ``benchmarks/run_quick.py``) is 100 rollouts x 30 tags, one gate run: the
+same agreement checks on a small run.
 """
 
 from __future__ import annotations
@@ -247,7 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tags", type=int, default=150)
     parser.add_argument("--repeat", type=int, default=3, help="gate runs; the median is reported")
     parser.add_argument("--seed", type=int, default=20260528)
+    parser.add_argument(
+        "--quick", action="store_true", help="CI: 100 rollouts, 30 tags, 1 repeat (overrides)"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rollouts, args.tags, args.repeat = 100, 30, 1
 
     baseline = load_baseline("patched")
     with tempfile.TemporaryDirectory(prefix="bench_gate_") as tmp:

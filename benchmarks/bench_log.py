@@ -27,7 +27,9 @@ copy when it holds colour escapes) and the sentinel scan read it a second time; 
 ``str.find`` pass runs at ~2.4 GB/s; one regex alternation of the needles is slower), the
 rest the metric-line regex, decoding and newline counting.
 
-Run: ``/work/venv/bin/python benchmarks/bench_log.py [--gib 1.0] [--rollouts N] [--tags K]``.
+Run: ``/work/venv/bin/python benchmarks/bench_log.py [--gib 1.0] [--rollouts N] [--tags K]
+[--quick]``; ``--quick`` (CI, ``benchmarks/run_quick.py``) is a 0.02 GiB log of 100 rollouts x
+30 tags: the same completeness checks on a small log.
 """
 
 from __future__ import annotations
@@ -123,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gib", type=float, default=1.0, help="log size in GiB")
     parser.add_argument("--rollouts", type=int, default=1000)
     parser.add_argument("--tags", type=int, default=150)
+    parser.add_argument(
+        "--quick", action="store_true", help="CI: 0.02 GiB, 100 rollouts, 30 tags (overrides)"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.gib, args.rollouts, args.tags = 0.02, 100, 30
     with tempfile.TemporaryDirectory(prefix="bench_log_") as tmp:
         run_dir = Path(tmp) / "run"
         run_dir.mkdir()

@@ -7,6 +7,11 @@ carries a tier marker itself keeps it instead (``test_planning_imports_no_heavy_
 with no tier, or with two, stops the session at collection with the list of such tests, so
 ``pytest -m <tier>`` over the five tiers selects every collected test exactly once.
 
+``pytest.ini`` runs the suite on pytest-xdist workers (``-n auto --dist loadgroup``); every
+``rehearsal`` test is in the xdist group ``ray``, so one worker runs them all in order: they
+share that worker's session Ray head and never contend with each other for the 2 cores'
+Ray processes, while the other workers take the unit, snapshot and conformance tests.
+
 Hardware options and the ``mi355x`` skip live in the root ``conftest.py``; the rehearsal's
 Ray head and the node options in their own directories' conftests. The conformance options
 (``--miles-src``, ``--megatron-src``, ``--miles-python``; ``tests.conformance.checkout``) are
@@ -24,7 +29,7 @@ import pytest
 from tests.conformance.checkout import add_options
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline
+    from miles_amd.rules.model import Baseline
 
 TESTS_DIR = Path(__file__).resolve().parent
 TIERS = ("snapshot", "unit", "rehearsal", "conformance", "mi355x")
@@ -62,6 +67,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     problems = tier_problems(items)
+    for item in items:  # under xdist (--dist loadgroup) one worker runs every Ray test
+        if item.get_closest_marker("rehearsal") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))
     if problems:
         raise pytest.UsageError(
             "every test needs exactly one tier marker; fix: put it under tests/<tier>/ or mark "

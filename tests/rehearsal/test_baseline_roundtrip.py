@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.baseline.bands import Band
+from miles_amd.rules.bands import Band
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
 from miles_amd.testing.rehearsal import EXAMPLE_RUN, expectation_problems, rehearse
 

@@ -27,7 +27,7 @@ from miles_amd.recipe.settings import Recipe
 from miles_amd.run.cluster import ClusterError
 from miles_amd.run.driver import RunOutcome, execute
 from miles_amd.run.pullback import RECORD_FILE
-from miles_amd.run.ray_head import RayHead
+from miles_amd.run.ray_head import RayHead, auth_headers
 from miles_amd.run.variants_run import PATCHED_DIR_VAR, execute_variants, variant_env
 from miles_amd.run_dir import JobRecord, RunDir
 from miles_amd.testing.rehearsal import EXAMPLE_RUN, replay_prefix
@@ -150,24 +150,53 @@ def test_two_runs_concurrent_pinned_pulled_back_and_gated(cluster, tmp_path) -> 
 
 
 def test_ctrl_c_stops_both_variants(cluster, tmp_path) -> None:
+    """Ctrl-C once both jobs stream their logs (not after a fixed delay: on a loaded machine
+    the node check and submission alone can outlast any fixed delay)."""
     plans = plans_for(cluster, tmp_path, pace_s=1.0)
-    timer = threading.Timer(12.0, _thread.interrupt_main)  # Ctrl-C while both run
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            execute_variants(
-                plans,
-                {"stock": "patched", "patched": "patched"},
-                timeout_s=240,
-                watch_interval_s=2.0,
-                state_dir=str(tmp_path / "s"),
-                echo=lambda _line: None,
-            )
-    finally:
-        timer.cancel()
+    logs = [RunDir(tmp_path / variant).job_log for variant in plans]
+
+    def interrupt_once_both_run() -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if all(log.exists() and log.stat().st_size > 0 for log in logs):
+                _thread.interrupt_main()
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=interrupt_once_both_run, daemon=True)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt):
+        execute_variants(
+            plans,
+            {"stock": "patched", "patched": "patched"},
+            timeout_s=240,
+            watch_interval_s=2.0,
+            state_dir=str(tmp_path / "s"),
+            echo=lambda _line: None,
+        )
     for variant in plans:
         job = JobRecord.from_json(RunDir(tmp_path / variant).job_json.read_text())
         assert (job.status, job.stopped_by) == ("STOPPED", "interrupt"), variant
+        assert "before the job was submitted" not in job.message, job
+
+
+def test_interrupt_before_submission_still_writes_job_json(cluster, tmp_path) -> None:
+    """The early window: cancelled before the job is submitted, nothing is submitted and
+    job.json still says the run was stopped by an interrupt."""
+    plan = plans_for(cluster, tmp_path, pace_s=1.0)["stock"]
+    cancel = threading.Event()
+    cancel.set()
+    outcome = execute(
+        plan, timeout_s=60, state_dir=str(tmp_path / "s"), echo=lambda _l: None, cancel=cancel
+    )
+    job = JobRecord.from_json(RunDir(tmp_path / "stock").job_json.read_text())
+    assert (job.status, job.stopped_by) == ("STOPPED", "interrupt")
+    assert "nothing ran" in job.message and outcome.exit_code != 0
+    from ray.job_submission import JobSubmissionClient
+
+    headers = auth_headers(cluster.token_path.read_text().strip())
+    jobs = JobSubmissionClient(cluster.dashboard_url, headers=headers).list_jobs()
+    assert job.job_id not in {j.submission_id for j in jobs}
 
 
 def test_node_lost_mid_run_ends_that_run_red_and_keeps_the_other(cluster, tmp_path) -> None:

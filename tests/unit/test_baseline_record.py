@@ -4,7 +4,7 @@ Run dirs are the embedded example (copied) or written by ``miles_amd.testing.mil
 three formats), with ``job.json`` in the driver's form and ``env.json`` written by the real
 ``preflight.write_env_json``. Exit codes are checked through a real subprocess (``python -m
 miles_amd.cli.main``) where a CI step would see them, through typer's CliRunner elsewhere. The
-expected bands are computed here from the run's values with ``miles_amd.baseline.bands``
+expected bands are computed here from the run's values with ``miles_amd.rules.bands``
 directly, not
 through the recording code.
 """
@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from miles_amd.baseline import bands
 from miles_amd.baseline.diff import changed_bands, diff_baselines, render_markdown
 from miles_amd.baseline.model import load_baseline
 from miles_amd.baseline.record import RecordError, record_baseline
@@ -30,6 +29,8 @@ from miles_amd.cli.main import app
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import judge
 from miles_amd.report.gate_run import gate_run_dir
+from miles_amd.rules import bands
+from miles_amd.rules.band import BandParams
 from miles_amd.run.preflight import Fact, write_env_json
 from tests.cli_runs import run_cli
 from tests.run_dirs import published_values, write_run
@@ -315,7 +316,7 @@ def test_a_short_run_is_refused_unless_its_count_is_given(tmp_path: Path) -> Non
     spread = bands.series_spread([v for _, v in load_run(run_dir).series[LOGPROB]])
     expected = bands.mean_band(spread, 15, 4.0, [0.0171], 0.03, 0.3)
     (rule,) = [r for r in recorded.rules if r.id == "logprob_abs_diff.mean"]
-    assert rule.band == expected
+    assert BandParams.of(rule).band == expected
     assert judge(load_run(run_dir), recorded, expected_rollouts=15).verdict == "pass"
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.baseline import bands
 from miles_amd.baseline.model import (
     BASELINES_DIR_ENV,
     SCHEMA_PATH,
@@ -23,6 +22,8 @@ from miles_amd.baseline.model import (
     load_baseline,
     parse_baseline,
 )
+from miles_amd.rules import bands
+from miles_amd.rules.band import BandParams, band_for
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_DIR = REPO / "baselines" / "gpt_oss_20b_lora"
@@ -132,7 +133,7 @@ def test_required_rules_cover_the_issue_list() -> None:
         assert ("mean_within", metric) in optional
     assert ("job_status", None) in optional
     spike = next(r for r in patched.rules if r.kind == "all_below")
-    assert spike.threshold == 0.15
+    assert spike.params["threshold"] == 0.15
 
 
 def test_patched_bands_recomputed_from_the_shipped_series_match_the_file() -> None:
@@ -173,14 +174,16 @@ def test_patched_bands_recomputed_from_the_shipped_series_match_the_file() -> No
     # and through the module a future `baseline record` uses: exactly the file's numbers
     patched = load_baseline("patched")
     for r in patched.rules:
-        if r.band is not None:
-            assert patched.band_for(r, 20) == r.band
+        if r.kind in ("mean_within", "max_within"):
+            assert band_for(r, patched, 20) == BandParams.of(r).band
 
 
 def test_the_published_runs_lie_inside_each_others_bands() -> None:
     stock, patched = load_baseline("stock"), load_baseline("patched")
-    stock_mean = next(r for r in stock.rules if r.id == "logprob_abs_diff.mean").band
-    patched_mean = next(r for r in patched.rules if r.id == "logprob_abs_diff.mean").band
+    stock_mean = BandParams.of(next(r for r in stock.rules if r.id == "logprob_abs_diff.mean")).band
+    patched_mean = BandParams.of(
+        next(r for r in patched.rules if r.id == "logprob_abs_diff.mean")
+    ).band
     assert stock_mean.contains(0.0170) and patched_mean.contains(0.0171)
     assert stock_mean.contains(statistics.fmean(PUBLISHED_LOGPROB))
 
@@ -188,13 +191,13 @@ def test_the_published_runs_lie_inside_each_others_bands() -> None:
 def test_fixed_tolerances_follow_from_the_run_shape() -> None:
     patched = load_baseline("patched")
     fingerprint = next(r for r in patched.rules if r.kind == "multiple_of")
-    assert fingerprint.quantum == 1 / 64
+    assert fingerprint.params["quantum"] == 1 / 64
     for value in PUBLISHED_REWARD:  # the published rounding is within 5e-5 of k/64
         assert abs(value * 64 - round(value * 64)) / 64 <= 5e-5
     clip = next(r for r in patched.rules if r.kind == "near_zero")
     one_token = bands.single_token_fraction(64, 4096)
-    assert clip.atol == pytest.approx(one_token / 2, rel=1e-3)
-    assert clip.atol < one_token
+    assert clip.params["atol"] == pytest.approx(one_token / 2, rel=1e-3)
+    assert clip.params["atol"] < one_token
 
 
 def test_shipped_files_pass_the_check_jsonschema_tool() -> None:
@@ -577,13 +580,6 @@ def test_every_tolerance_parameter_is_derived_or_bounded_in_the_schema() -> None
     assert (rule_fields["z"]["minimum"], rule_fields["z"]["maximum"]) == (2, 6)
     k = schema["$defs"]["derive"]["properties"]["k"]
     assert (k["minimum"], k["maximum"]) == (2, 6)
-
-
-def test_the_rule_registry_and_the_schema_name_the_same_kinds() -> None:
-    from miles_amd.judge.rules import KINDS
-
-    schema = json.loads(SCHEMA_PATH.read_text())
-    assert set(schema["$defs"]["rule"]["properties"]["kind"]["enum"]) == set(KINDS)
 
 
 def test_shipped_environment_is_the_recipes_node() -> None:

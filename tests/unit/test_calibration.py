@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from miles_amd.baseline import bands
-from miles_amd.baseline.model import Baseline, BaselineError, load_baseline, parse_baseline
-from miles_amd.judge.trend_rules import mann_kendall_z, theil_sen
+from miles_amd.baseline.model import BaselineError, load_baseline, parse_baseline
+from miles_amd.rules import bands
+from miles_amd.rules.kinds.no_rising_trend import mann_kendall_z, theil_sen
+from miles_amd.rules.model import Baseline
 from miles_amd.testing import simulate
 from miles_amd.testing.simulate import KL, LOGPROB, REWARD, Regression
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.compare import (
     compare,
@@ -21,6 +21,7 @@ from miles_amd.judge.compare import (
     t_quantile,
 )
 from miles_amd.judge.distributions import t_two_sided_p
+from miles_amd.rules.model import Baseline
 from tests.cli_runs import run_cli
 from tests.run_dirs import write_run
 

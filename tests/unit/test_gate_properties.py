@@ -8,9 +8,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.types import JobRecord, RunEvidence
 from miles_amd.judge.gate import judge
+from miles_amd.rules.model import Baseline
 
 REQUIRED = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward", "train/pg_clipfrac")
 BASELINES = {name: load_baseline(name) for name in ("stock", "patched")}

@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from miles_amd.baseline.model import Baseline, load_baseline
+from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.judge.gate import Check, Verdict, hard_failures, judge
+from miles_amd.rules.model import Baseline
 
 LOGPROB = "train/train_rollout_logprob_abs_diff"
 REWARD = "rollout/raw_reward"
@@ -477,7 +478,7 @@ def test_hard_failures_ignore_what_a_partial_run_has_not_logged(patched: Baselin
 
 @pytest.mark.parametrize("name", ["stock", "patched"])
 def test_the_gate_and_the_diff_state_each_tolerance_in_the_same_sentence(name: str) -> None:
-    """One expected-value sentence per rule kind (judge.rules.KINDS), wherever it is shown."""
+    """One expected-value sentence per rule kind (its ``expected``), wherever it is shown."""
     from miles_amd.baseline.diff import diff_baselines
 
     baseline = load_baseline(name)

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sqlite3
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ from miles_amd.history.store import (
     HistoryError,
     HistoryRecord,
     HistoryStore,
+    RunRow,
+    Summary,
 )
 from tests.cli_runs import run_cli
 from tests.run_dirs import write_run
@@ -63,6 +66,24 @@ def test_store_round_trip_keeps_summaries_and_only_finite_values(tmp_path: Path)
         assert store.runs(variant="stock") == []
     version = sqlite3.connect(path).execute("SELECT value FROM meta").fetchone()
     assert version == (str(SCHEMA_VERSION),)
+
+
+def test_the_tables_columns_are_the_dataclass_fields_and_a_row_reads_back_whole(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "h.sqlite"
+    written = record(0.017, verdict="fail")
+    with HistoryStore(path) as store:
+        run_id = store.append(written)
+        (stored,) = store.runs()
+    db = sqlite3.connect(path)
+    columns = [row[1] for row in db.execute("PRAGMA table_info(runs)")]
+    assert columns == ["run_id", *(f.name for f in fields(RunRow))]
+    summary_columns = [row[1] for row in db.execute("PRAGMA table_info(summaries)")]
+    assert summary_columns == ["run_id", "metric", *(f.name for f in fields(Summary))]
+    for f in fields(RunRow):
+        assert getattr(stored, f.name) == getattr(written, f.name), f.name
+    assert stored.run_id == run_id
 
 
 def test_another_schema_version_is_refused(tmp_path: Path) -> None:

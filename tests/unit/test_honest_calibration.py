@@ -13,10 +13,11 @@ import math
 import numpy as np
 import pytest
 
-from miles_amd.baseline import bands
-from miles_amd.baseline.model import Baseline, load_baseline
-from miles_amd.judge import step_rules
-from miles_amd.judge.trend_rules import hamed_rao_factor
+from miles_amd.baseline.model import load_baseline
+from miles_amd.rules import bands
+from miles_amd.rules.kinds import step_rise as step_rules
+from miles_amd.rules.kinds.no_rising_trend import hamed_rao_factor
+from miles_amd.rules.model import Baseline
 from miles_amd.testing import calibrate, honest
 from miles_amd.testing.intervals import clopper_pearson, clustered_interval, design_effect
 from miles_amd.testing.simulate import KL, LOGPROB, REWARD
@@ -85,8 +86,9 @@ def test_a_simulated_reference_is_recorded_with_the_real_record_code(model, base
     assert recorded is not None
     assert recorded.series[REWARD] == tuple(float(v) for v in ref[REWARD])
     (mean_rule,) = [r for r in recorded.rules if r.id == "raw_reward.mean"]
-    assert mean_rule.derive is not None
-    assert mean_rule.derive.cover == (pytest.approx(float(other[REWARD].mean())),)
+    assert mean_rule.params["derive"]["cover"] == [pytest.approx(float(other[REWARD].mean()))]
+    (paired,) = [r for r in recorded.rules if r.id == "raw_reward.paired"]
+    assert paired.params["pool"] == pytest.approx(float(other[REWARD].mean()))
 
 
 def test_healthy_runs_pass_the_gate_against_a_recorded_simulated_reference(
@@ -101,10 +103,14 @@ def test_the_bands_without_the_run_effect_fail_healthy_runs(model, baselines) ->
     from dataclasses import replace
 
     patched = baselines[0]
-    rules = tuple(
-        replace(r, derive=replace(r.derive, run_sd=0.0, rho=0.0)) if r.derive else r
-        for r in patched.rules
-    )
+
+    def without(rule):
+        derive = {
+            k: v for k, v in rule.params.get("derive", {}).items() if k not in ("run_sd", "rho")
+        }
+        return replace(rule, params={**rule.params, "derive": derive}) if derive else rule
+
+    rules = tuple(without(r) for r in patched.rules)
     tally = calibrate.run_cell(calibrate.Cell(model, replace(patched, rules=rules), 20, 5), 30, 2)
     assert tally.rate > 0.03, tally.by_check
 
@@ -193,9 +199,9 @@ def test_a_late_reward_collapse_fails_the_paired_rule_it_passed_before(baselines
     assert _status(_judge(values, patched), "raw_reward.paired") == "fail"
     assert _status(_judge(values, patched), "raw_reward.mean") == "pass"  # the blind spot
     # the two-sided test with the observed SE (before issue 19) let it through
+    two_sided = {"z": 3.0}
     rules = tuple(
-        replace(r, side=None, pool=None, run_sd=None) if r.id == "raw_reward.paired" else r
-        for r in patched.rules
+        replace(r, params=two_sided) if r.id == "raw_reward.paired" else r for r in patched.rules
     )
     assert _status(_judge(values, replace(patched, rules=rules)), "raw_reward.paired") == "pass"
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.judge.gate import Verdict, judge
 from miles_amd.report.plot import metrics_figure
 from miles_amd.report.render import ordered_checks, render, render_markdown, render_text, to_json
 from miles_amd.report.report import write_report
+from miles_amd.rules.model import Baseline
 
 LOGPROB = "train/train_rollout_logprob_abs_diff"
 REWARD = "rollout/raw_reward"

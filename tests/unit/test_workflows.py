@@ -102,8 +102,9 @@ CODEOWNERS = REPO_ROOT / ".github" / "CODEOWNERS"
 # What needs a maintainer's review: the references, the rules that judge against them, CI.
 REVIEWED_PATHS = (
     "baselines/gpt_oss_20b_lora/stock.json",
-    "src/miles_amd/judge/rules.py",
-    "src/miles_amd/baseline/bands.py",
+    "src/miles_amd/rules/registry.py",
+    "src/miles_amd/rules/kinds/all_below.py",
+    "src/miles_amd/rules/bands.py",
     "src/miles_amd/baseline/baseline.schema.json",
     ".github/workflows/amd-mi355x.yml",
     ".github/action-pins.json",

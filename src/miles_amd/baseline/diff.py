@@ -2,7 +2,7 @@
 
 Decides what a reviewer sees when two loaded baselines are compared (``miles-amd baseline
 diff``); it judges no run and writes nothing. Per rule: its tolerance, in the very sentence
-the gate shows as the check's ``expected`` (``miles_amd.judge.rules.expected_text`` for the
+the gate shows as the check's ``expected`` (``miles_amd.rules.registry.expected_text`` for the
 baseline's own rollout count), and the reference it is derived from (the kind's
 ``reference``: the spread, ``k`` and ``cover`` of a band rule, the series of a paired rule),
 before and after, and which of kind, required flag, tolerance and reference changed; plus
@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from miles_amd.baseline.model import Baseline, Rule
-from miles_amd.judge.rules import KINDS, expected_text
+from miles_amd.rules.model import Baseline, Rule
+from miles_amd.rules.registry import KINDS, expected_text
 
 Aspect = Literal["kind", "required", "tolerance", "reference"]
 RowChange = Literal["same", "changed", "added", "removed"]

@@ -1,11 +1,12 @@
-"""Baseline files: find, parse, validate and type them.
+"""Baseline files: find, parse and validate them.
 
 A baseline (``baselines/gpt_oss_20b_lora/<name>.json``) holds one reference run's published
 evidence, its provenance and the acceptance rules the gate applies, each with its tolerance,
 a one-line rationale and how the number was derived. This module decides what a valid
-baseline is; it does not judge runs (``miles_amd.judge.gate``) and does not derive bands
-(``miles_amd.baseline.bands``), it only checks that the bands in the file are the ones the method
-gives.
+baseline is; the types it returns and their JSON spelling are ``miles_amd.rules.model``'s
+(:class:`~miles_amd.rules.model.Baseline`); it does not judge runs (``miles_amd.judge.gate``)
+and does not derive bands (``miles_amd.rules.bands``), it only checks that the bands in the
+file are the ones the method gives.
 
 A file is valid when, in order:
 
@@ -21,8 +22,9 @@ A file is valid when, in order:
 4. every per-rollout series has ``run_shape.rollouts`` values, and the rest of ``run_shape``
    (train steps, samples and prompts per rollout, response-length cap) is the recipe's
    (``Recipe``'s defaults: 1, 64, 8, 4096), since tolerances are derived from it;
-5. every rule's tolerance is derived as its kind declares, or lies in its declared sane
-   range (``miles_amd.judge.rules.validate_rule``): a band equals the one its ``derive``
+5. every rule has exactly its kind's fields, and its tolerance is derived as its kind
+   declares or lies in its declared sane range (``miles_amd.rules.registry.validate_rule``,
+   the kind modules of ``miles_amd.rules.kinds``): a band equals the one its ``derive``
    block gives for ``run_shape.rollouts`` (bands come from data, not from taste), a grid's
    quantum is ``1/samples_per_rollout``, a spike threshold lies above the reference's max
    and within 20x it, ... so an absurd but self-consistent baseline is refused.
@@ -39,23 +41,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
 
-from miles_amd.baseline import bands, json_text, schema_check
-from miles_amd.baseline.bands import Band, Spread
+from miles_amd.baseline import json_text, schema_check
 from miles_amd.package_data import package_path
+from miles_amd.rules.model import Baseline, RunShape
+from miles_amd.rules.registry import validate_rule
 from miles_amd.variants import AITER_VARIANTS
 
 RECIPE_DIR = "gpt_oss_20b_lora"
 SHIPPED: tuple[str, ...] = AITER_VARIANTS  # one shipped baseline per aiter variant, same name
 BASELINES_DIR_ENV = "MILES_AMD_BASELINES_DIR"
 SCHEMA_PATH = schema_check.SCHEMA_PATH
-
-# A key of miles_amd.judge.rules.KINDS; the schema enumerates the same names.
-RuleKind = str
 
 
 class BaselineError(ValueError):
@@ -64,104 +62,6 @@ class BaselineError(ValueError):
 
 class UnknownBaselineError(BaselineError):
     """A baseline name or path that names no file; ``str()`` starts with the flag used."""
-
-
-@dataclass(frozen=True)
-class Derive:
-    """How a rule's band is computed from the baseline's evidence (``miles_amd.baseline.bands``)."""
-
-    method: Literal["mean_band", "max_band"]
-    k: float
-    cover: tuple[float, ...] = ()
-    run_sd: float = 0.0  # relative sd of a run-level effect (miles_amd.baseline.bands)
-    rho: float = 0.0  # lag-1 autocorrelation of the per-rollout values (mean_band only)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One acceptance rule. Which optional fields are set depends on ``kind``."""
-
-    id: str
-    kind: RuleKind
-    metric: str | None
-    required: bool
-    rationale: str
-    derivation: str
-    expected_status: str | None = None
-    threshold: float | None = None
-    band: Band | None = None
-    derive: Derive | None = None
-    quantum: float | None = None
-    atol: float | None = None
-    z: float | None = None
-    floor: float | None = None
-    rho: float | None = None  # no_rising_trend, step_rise: declared lag-1 autocorrelation
-    run_sd: float | None = None  # step_rise, paired_mean_diff (lower): run-level effect
-    side: str | None = None  # paired_mean_diff: "both" (default) or "lower"
-    pool: float | None = None  # paired_mean_diff (lower): the other run's mean, same prompts
-    alpha: float | None = None  # step_rise: one-sided false-alarm rate of the threshold
-
-
-@dataclass(frozen=True)
-class RunShape:
-    rollouts: int  # default expected rollouts: rollout/step 0..rollouts-1
-    train_steps_per_rollout: int
-    samples_per_rollout: int
-    prompts_per_rollout: int
-    max_response_tokens: int
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """A validated baseline. ``series[m][i]`` is the reference value of ``m`` at rollout ``i``."""
-
-    name: str
-    path: str
-    description: str
-    provenance: Mapping[str, Any]
-    run_shape: RunShape
-    series: Mapping[str, tuple[float, ...]]
-    summaries: Mapping[str, Mapping[str, Any]]
-    rules: tuple[Rule, ...]
-
-    @property
-    def run_id(self) -> str:
-        return str(self.provenance["run_id"])
-
-    def spread(self, metric: str) -> Spread:
-        """Per-rollout spread of ``metric`` in the reference run (see ``miles_amd.baseline.bands``).
-
-        Series first; else a summary's stated ``sd``, its min/max, or its bounds.
-        """
-        if metric in self.series:
-            return bands.series_spread(self.series[metric])
-        summary = self.summaries.get(metric)
-        if summary is None:
-            raise KeyError(f"no series or summary for {metric}")
-        mean, n = float(summary["mean"]), int(summary["n"])
-        if "sd" in summary:
-            return Spread(mean, float(summary["sd"]), n, str(summary["sd_source"]))
-        if "min" in summary and "max" in summary:
-            return bands.range_spread(mean, float(summary["min"]), float(summary["max"]), n)
-        if "bounds" in summary:
-            lower, upper = (float(b) for b in summary["bounds"])
-            groups = self.run_shape.prompts_per_rollout
-            return bands.bounded_spread(mean, lower, upper, groups=groups, n=n)
-        raise KeyError(f"summary of {metric} has no sd, min/max or bounds")
-
-    def band_for(self, rule: Rule, n_rollouts: int) -> Band:
-        """The band of a ``mean_within``/``max_within`` rule for a run of ``n_rollouts``.
-
-        For ``n_rollouts == run_shape.rollouts`` this is the band written in the file (the
-        loader checked they agree); other counts rescale it with the same method.
-        """
-        if rule.derive is None or rule.metric is None:
-            raise ValueError(f"rule {rule.id} has no derive block")
-        spread = self.spread(rule.metric)
-        d = rule.derive
-        if d.method == "mean_band":
-            return bands.mean_band(spread, n_rollouts, d.k, d.cover, d.run_sd, d.rho)
-        return bands.max_band(spread, n_rollouts, d.k, d.cover, d.run_sd)
 
 
 def baselines_root() -> Path:
@@ -226,69 +126,9 @@ def parse_baseline(text: str, *, path: str) -> Baseline:
         schema_check.validate(raw, path)
     except schema_check.SchemaError as exc:
         raise BaselineError(str(exc)) from exc
-    baseline = build_baseline(raw, path)
+    baseline = Baseline.from_json(raw, path)
     _check_consistency(baseline, path)
     return baseline
-
-
-def build_baseline(raw: Mapping[str, Any], path: str) -> Baseline:
-    """Type a baseline document WITHOUT validating it (``parse_baseline`` validates first).
-
-    For a document this package has just made (``baseline record`` judges the run against
-    its draft before the loader's verdict on the file), never for a file read from disk.
-    """
-    shape = raw["run_shape"]
-    rules = []
-    for entry in raw["rules"]:
-        band = entry.get("band")
-        derive = entry.get("derive")
-        rules.append(
-            Rule(
-                id=entry["id"],
-                kind=entry["kind"],
-                metric=entry.get("metric"),
-                required=entry["required"],
-                rationale=entry["rationale"],
-                derivation=entry["derivation"],
-                expected_status=entry.get("expected_status"),
-                threshold=entry.get("threshold"),
-                band=None if band is None else Band(band["low"], band["high"]),
-                derive=None
-                if derive is None
-                else Derive(
-                    derive["method"],
-                    derive["k"],
-                    tuple(derive.get("cover", ())),
-                    derive.get("run_sd", 0.0),
-                    derive.get("rho", 0.0),
-                ),
-                quantum=entry.get("quantum"),
-                atol=entry.get("atol"),
-                z=entry.get("z"),
-                floor=entry.get("floor"),
-                rho=entry.get("rho"),
-                run_sd=entry.get("run_sd"),
-                side=entry.get("side"),
-                pool=entry.get("pool"),
-                alpha=entry.get("alpha"),
-            )
-        )
-    return Baseline(
-        name=raw["name"],
-        path=path,
-        description=raw["description"],
-        provenance=dict(raw["provenance"]),
-        run_shape=RunShape(
-            rollouts=shape["rollouts"],
-            train_steps_per_rollout=shape["train_steps_per_rollout"],
-            samples_per_rollout=shape["samples_per_rollout"],
-            prompts_per_rollout=shape["prompts_per_rollout"],
-            max_response_tokens=shape["max_response_tokens"],
-        ),
-        series={m: tuple(float(v) for v in vs) for m, vs in raw["evidence"]["series"].items()},
-        summaries={m: dict(s) for m, s in raw["evidence"]["summaries"].items()},
-        rules=tuple(rules),
-    )
 
 
 # A refusal: (JSON path, what is wrong, the fix).
@@ -330,8 +170,6 @@ def _problems(baseline: Baseline) -> Iterator[_Problem]:
         )
     yield from _missing_guards(baseline)
     yield from _shape_problems(baseline.run_shape)
-    from miles_amd.judge.rules import validate_rule  # the registry types rules it validates
-
     for index, rule in enumerate(baseline.rules):
         problem = validate_rule(rule, baseline)
         if problem is not None:

@@ -7,14 +7,16 @@ variant as template, and returns the new file's JSON object. When a run is refus
 baseline, ``judge.gate.judge``: a spike, an off-grid reward or a clipped token makes a
 broken run, not a reference). The file's text is ``miles_amd.baseline.json_text``'s;
 writing it and printing are ``miles_amd.cli.baseline``'s; bands are
-``miles_amd.baseline.bands``'; what each rule kind records is ``miles_amd.judge.rules``'.
+``miles_amd.rules.bands``'; what each rule kind records is its ``KindSpec``'s
+(``summary``, ``rederive``; ``miles_amd.rules.kinds``). The file's fields are spelled once,
+by ``miles_amd.rules.model.Baseline.to_json``, the very shape the loader reads.
 
 The method (the file the gate later reads must be one the loader accepts unchanged):
 
 - **Rules** are the template's: the same ids, kinds, required flags, rationales, thresholds,
-  quanta, ``atol``, ``z``, ``alpha``, ``side``, ``pool``, ``rho``, ``run_sd`` and ``derive``
-  blocks (``k``, ``cover``, ``run_sd``, ``rho``), so only the reviewed rules gate runs.
-  ``run_shape`` is the template's with ``rollouts = N``.
+  quanta, ``atol``, ``z`` and ``derive`` blocks (``k``, ``cover``, ``run_sd``, ``rho``) and
+  every other param of a kind (``side``, ``pool``, ``alpha``, ...), so only the reviewed
+  rules gate runs. ``run_shape`` is the template's with ``rollouts = N``.
 - **Evidence**: every metric a rule names that the run logged becomes ``evidence.series``
   (rollout 0 first) with a summary (``n``, ``min``, ``mean``, ``max``, and what the kinds
   ruling it add: the count above the spike threshold for ``all_below``). Values are stored
@@ -22,11 +24,13 @@ The method (the file the gate later reads must be one the loader accepts unchang
   the recorded band centre is the run's own mean to the last bit. An optional metric the run
   did not log keeps the template's summary, marked in its ``note`` and ``provenance.notes``.
 - **Bands**: the band of every kind with a ``derive_method`` is derived for ``N`` rollouts
-  by ``Baseline.band_for`` -- the very code the loader checks written bands with -- from the
+  by ``miles_amd.rules.band.band_for`` -- the very code the loader checks written bands
+  with -- from the
   spread ``Baseline.spread`` takes (sample sd of the series; else the carried summary's),
   and its ``derivation`` text is rewritten with the new centre and sd
-  (``bands.derivation_text``). Other rules keep their derivation text (their tolerances do
-  not depend on the reference run's values).
+  (``bands.derivation_text``). The reward's sd floor is re-derived from the run's mean.
+  Other rules keep their derivation text (their tolerances do not depend on the reference
+  run's values).
 - **Provenance**: run id (job.json ``job_id``), job status and duration, hardware (the
   ``gpus`` fact), ROCm (``rocm``), image (an ``image`` fact, if preflight recorded one) and
   aiter (``aiter`` fact with the variant) from env.json; ``environment``, the identity the
@@ -46,21 +50,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from miles_amd import variants
-from miles_amd.baseline import bands, refusals
+from miles_amd.baseline import refusals
 from miles_amd.baseline.json_text import baseline_json_text
-from miles_amd.baseline.model import (
-    Baseline,
-    BaselineError,
-    Rule,
-    RunShape,
-    build_baseline,
-    parse_baseline,
-)
+from miles_amd.baseline.model import BaselineError, parse_baseline
 from miles_amd.baseline.refusals import RecordError
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.judge.environment import Environment, env_facts, run_environment
 from miles_amd.judge.gate import judge
-from miles_amd.judge.rules import KINDS
+from miles_amd.rules import bands
+from miles_amd.rules.band import BandParams
+from miles_amd.rules.model import Baseline, Rule
+from miles_amd.rules.registry import KINDS
 
 __all__ = ["NAME_PATTERN", "RecordError", "record_baseline"]
 
@@ -211,51 +211,30 @@ def _provenance(rec: _Recording, recorded, carried, preflight: str, source: str)
 
 def _band_derivation(rule: Rule, draft: Baseline, rec: _Recording) -> str:
     """The derivation text of a band recomputed from the run's series."""
-    assert rule.derive is not None and rule.metric is not None
+    assert rule.metric is not None
+    derive = BandParams.of(rule).derive
     spread = draft.spread(rule.metric)
-    cover = "[" + ", ".join(f"{c:g}" for c in rule.derive.cover) + "]"
+    cover = "[" + ", ".join(f"{c:g}" for c in derive.cover) + "]"
     origin = (
         f"center {spread.mean:.6g}, per-rollout sd {spread.sd:.4g} (sample sd of the "
         f"{spread.n}-rollout series of run {rec.run_id}, recorded by miles-amd baseline "
         f"record; k and cover {cover} kept from the shipped {rec.template.name} baseline)"
     )
-    d = rule.derive
-    return bands.derivation_text(d.method, origin, spread.n, d.k, cover, d.run_sd, d.rho)
+    return bands.derivation_text(
+        derive.method, origin, spread.n, derive.k, cover, derive.run_sd, derive.rho
+    )
 
 
-def _rule_entry(rule: Rule, draft: Baseline, rec: _Recording) -> dict[str, Any]:
-    entry: dict[str, Any] = {"id": rule.id, "kind": rule.kind}
-    if rule.metric is not None:
-        entry["metric"] = rule.metric
-    entry["required"] = rule.required
-    for key in ("expected_status", "threshold", "quantum", "atol", "z", "alpha", "side", "pool"):
-        value = getattr(rule, key)
-        if value is not None:
-            entry[key] = value
-    recorded = KINDS[rule.kind].recorded
-    for key in ("rho", "run_sd"):
-        value = getattr(rule, key)
-        if value is not None:
-            entry[key] = value
-    entry.update(recorded(rule, draft, rec.rollouts) if recorded is not None else {})
+def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
+    """The template's rule with the params its kind re-derives from the recorded run."""
+    kind = KINDS[rule.kind]
+    params = dict(rule.params)
+    if kind.rederive is not None:
+        params.update(kind.rederive(rule, draft, rec.rollouts))
     derivation = rule.derivation
-    if KINDS[rule.kind].derive_method is not None and rule.derive is not None:
-        band = draft.band_for(rule, rec.rollouts)
-        entry["band"] = {"low": band.low, "high": band.high}
-        entry["derive"] = {
-            "method": rule.derive.method,
-            "k": rule.derive.k,
-            "cover": list(rule.derive.cover),
-        }
-        if rule.derive.run_sd:
-            entry["derive"]["run_sd"] = rule.derive.run_sd
-        if rule.derive.rho:
-            entry["derive"]["rho"] = rule.derive.rho
-        if rule.metric in draft.series:
-            derivation = _band_derivation(rule, draft, rec)
-    entry["rationale"] = rule.rationale
-    entry["derivation"] = derivation
-    return entry
+    if kind.derive_method is not None and rule.metric in draft.series:
+        derivation = _band_derivation(rule, draft, rec)
+    return replace(rule, params=params, derivation=derivation)
 
 
 # ---------------------------------------------------------------------------- the document
@@ -332,49 +311,20 @@ def record_baseline(
         summaries=summaries,
         rules=(),
     )
-    doc = _document(draft, rec, schema_ref)
-    _check_round_trip(doc, evidence, n)
-    return doc
+    recorded_rules = tuple(_recorded_rule(rule, draft, rec) for rule in template.rules)
+    document = replace(draft, rules=recorded_rules, schema_ref=schema_ref)
+    _check_round_trip(document, evidence, n)
+    return document.to_json()
 
 
-def _document(draft: Baseline, rec: _Recording, schema_ref: str | None) -> dict[str, Any]:
-    """The file's JSON object: the draft's fields, the template's rules recorded for it."""
-    doc: dict[str, Any] = {} if schema_ref is None else {"$schema": schema_ref}
-    doc.update(
-        {
-            "schema_version": 1,
-            "name": draft.name,
-            "description": draft.description,
-            "provenance": dict(draft.provenance),
-            "run_shape": _run_shape_json(draft.run_shape),
-            "evidence": {
-                "series": {m: list(vs) for m, vs in draft.series.items()},
-                "summaries": dict(draft.summaries),
-            },
-            "rules": [_rule_entry(rule, draft, rec) for rule in rec.template.rules],
-        }
-    )
-    return doc
-
-
-def _run_shape_json(shape: RunShape) -> dict[str, int]:
-    return {
-        "rollouts": shape.rollouts,
-        "train_steps_per_rollout": shape.train_steps_per_rollout,
-        "samples_per_rollout": shape.samples_per_rollout,
-        "prompts_per_rollout": shape.prompts_per_rollout,
-        "max_response_tokens": shape.max_response_tokens,
-    }
-
-
-def _check_round_trip(doc: Mapping[str, Any], evidence: RunEvidence, rollouts: int) -> None:
-    """The run must pass the document, and the loader must accept it.
+def _check_round_trip(document: Baseline, evidence: RunEvidence, rollouts: int) -> None:
+    """The run must pass the document, and the loader must accept its file text.
 
     Judged first, so a broken run (a spike above a threshold, which the loader would also
     refuse as a threshold below the reference's max) is refused as what it is.
     """
-    where = f"<recorded {doc['name']}>"
-    verdict = judge(evidence, build_baseline(doc, where), expected_rollouts=rollouts)
+    where = f"<recorded {document.name}>"
+    verdict = judge(evidence, document, expected_rollouts=rollouts)
     if verdict.verdict != "pass":
         failed = [f"{c.name} ({c.detail})" for c in verdict.failures]
         shown = "; ".join(failed[:3]) + (
@@ -382,11 +332,11 @@ def _check_round_trip(doc: Mapping[str, Any], evidence: RunEvidence, rollouts: i
         )
         raise RecordError(
             f"--run-dir {evidence.run_dir}: the run fails the rules of its own recorded baseline: "
-            f"{shown}; fix: record a run that passes the {doc['name']} rules (a spike, an "
+            f"{shown}; fix: record a run that passes the {document.name} rules (a spike, an "
             "off-grid reward or a clipped token is a broken run, not a reference)"
         )
     try:
-        parse_baseline(baseline_json_text(doc), path=where)
+        parse_baseline(baseline_json_text(document.to_json()), path=where)
     except BaselineError as exc:
         raise RecordError(
             f"--run-dir {evidence.run_dir}: the recorded baseline does not load ({exc}); "

@@ -28,10 +28,10 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.judge.environment import env_facts
-from miles_amd.judge.rules import KINDS
+from miles_amd.rules.model import Baseline
+from miles_amd.rules.registry import KINDS
 from miles_amd.run_dir import RunDir
 
 _LIST_LIMIT = 8

@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 
 from miles_amd.cli.errors import EXIT_CODES_HELP, fail
-from miles_amd.cli.gate import OutputFormat
+from miles_amd.cli.output_format import OutputFormat
 
 
 def register(app: typer.Typer) -> None:

@@ -25,7 +25,6 @@ Reading (``miles_amd.evidence``), judging (``miles_amd.judge.gate``) and reporti
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -34,12 +33,7 @@ import typer
 from miles_amd.cli.errors import EXIT_CODES_HELP
 from miles_amd.cli.errors import fail as _fail
 from miles_amd.cli.options import NoHistoryOpt, RequireEnvOpt
-
-
-class OutputFormat(str, Enum):
-    text = "text"
-    json = "json"
-    markdown = "markdown"
+from miles_amd.cli.output_format import OutputFormat
 
 
 def register(app: typer.Typer) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from miles_amd.cli.errors import EXIT_CODES_HELP, fail
-from miles_amd.cli.gate import OutputFormat
+from miles_amd.cli.output_format import OutputFormat
 
 if TYPE_CHECKING:
     from miles_amd.baseline.model import Baseline

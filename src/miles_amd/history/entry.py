@@ -11,7 +11,8 @@ baseline's gated metrics.
 :func:`append_verdict` opens the store, appends, and returns the runs of that identity
 including the new one with the k :func:`~miles_amd.history.drift.calibrated_k` gives for
 the metrics they hold, for the drift check (``miles_amd.history.drift``). Only the
-CLI calls it (``miles-amd gate``), so judging stays free of side effects.
+CLI calls it (``miles-amd gate`` and ``miles-amd train --gate``, through
+``miles_amd.cli.history``), so judging stays free of side effects.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from miles_amd.baseline.model import RECIPE_DIR, Baseline
+from miles_amd.baseline.model import RECIPE_DIR
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.history.drift import calibrated_k, metric_count
 from miles_amd.history.store import HistoryRecord, HistoryStore, StoredRun
 from miles_amd.judge.gate import Verdict
+from miles_amd.rules.model import Baseline
 from miles_amd.variants import AITER_VARIANTS
 
 

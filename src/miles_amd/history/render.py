@@ -4,18 +4,19 @@ Decides how stored runs read (text, JSON, markdown: one row a run, oldest first,
 verdict, identity and the run means of the gated metrics) and the trend figure (one panel a
 metric: each identity's run means across runs, a pass as a dot and a fail as a red cross,
 error bars of one standard error of the run mean; a metric with a drift finding has a red
-title). Pure but for :func:`trend_png`, which imports matplotlib (Agg) and returns bytes.
+title). Pure but for :func:`trend_figure` (matplotlib on the Agg canvas, laid out by
+``miles_amd.report.figure_layout``) and :func:`trend_png`, its PNG bytes.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Sequence
 
 from miles_amd.history.drift import Drift
 from miles_amd.history.store import StoredRun
+from miles_amd.report import figure_layout as layout
 
 SHOWN = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward")
 
@@ -154,29 +155,30 @@ def drift_section(found: Sequence[Drift], k: int, runs: int, run_id: int, path: 
 
 
 def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:
-    """Per-metric run means across runs (see the module doc) as PNG bytes."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+    """:func:`trend_figure` as PNG bytes."""
+    return layout.png_bytes(trend_figure(runs, found))
 
+
+def trend_figure(runs: Sequence[StoredRun], found: Sequence[Drift]):
+    """Per-metric run means across runs (see the module doc), one panel a metric."""
     from miles_amd.report.plot import Y_LABELS
 
     metrics = sorted({m for r in runs for m in r.summaries})
     drifted = {d.metric for d in found}
-    columns = 2 if len(metrics) > 1 else 1
-    rows = max(1, math.ceil(len(metrics) / columns))
-    figure = Figure(figsize=(7 * columns, 3 * rows + 0.6), layout="constrained")
-    FigureCanvasAgg(figure)
-    figure.suptitle(f"run history: {len(runs)} run(s); mean per run ± 1 SE", fontsize=9)
-    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    figure = layout.new_figure(
+        len(metrics), f"run history: {len(runs)} run(s); mean per run ± 1 SE"
+    )
+    axes = layout.panel_axes(figure, len(metrics))
     order = {r.run_id: i for i, r in enumerate(runs)}
     for ax, metric in zip(axes, metrics, strict=False):
+        drawn: list[float] = []
         for identity in sorted({_identity(r) for r in runs}):
             points = [r for r in runs if _identity(r) == identity and metric in r.summaries]
             if not points:
                 continue
             xs = [order[r.run_id] for r in points]
             means = [r.summaries[metric].mean for r in points]
+            drawn += means
             errors = [
                 (r.summaries[metric].sd or 0.0) / math.sqrt(r.summaries[metric].n) for r in points
             ]
@@ -194,22 +196,21 @@ def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:
                     mew=2,
                     label=f"{identity} failed gate",
                 )
-        colour = "tab:red" if metric in drifted else "black"
-        ax.set_title(metric + ("  (drift)" if metric in drifted else ""), fontsize=9, color=colour)
-        if len(order) <= 20:  # each run named by its history id; more would crowd the axis
+        crowded = len(order) > 20  # each run named by its history id; more would crowd the axis
+        layout.style_panel(
+            ax,
+            metric + ("  (drift)" if metric in drifted else ""),
+            "run, oldest first" if crowded else "history run id (oldest first)",
+            Y_LABELS.get(metric, metric),
+            "tab:red" if metric in drifted else "black",
+        )
+        if not crowded:
             ax.set_xticks(list(order.values()), [str(r) for r in order])
-            ax.set_xlabel("history run id (oldest first)", fontsize=8)
-        else:
-            ax.set_xlabel("run, oldest first", fontsize=8)
-        ax.set_ylabel(Y_LABELS.get(metric, metric), fontsize=8)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.tick_params(labelsize=7)
-        ax.grid(True, color="0.9", linewidth=0.5)
-        ax.legend(fontsize=6, loc="best")
-    for ax in axes[len(metrics) :]:
-        ax.set_axis_off()
+        note = layout.series_note(drawn, "run means")
+        if note is not None:
+            layout.draw_note(ax, note)
+        layout.legend_below(ax)
     if not metrics:
-        axes[0].text(0.5, 0.5, "no run in the history", ha="center", va="center")
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90)
-    return buffer.getvalue()
+        axes[0].set_axis_off()
+        layout.draw_note(axes[0], "no run in the history")
+    return figure

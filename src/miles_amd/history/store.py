@@ -1,14 +1,16 @@
 """The run-history store: one SQLite file, schema versioned, every gate verdict appended.
 
-Decides what is kept of a judged run and where: a row in ``runs`` (when, recipe, aiter
-variant, baseline, image, commit, run dir, verdict, reason, rollouts, the failed checks),
-its per-metric summary in ``summaries`` (n, mean, sd, min, max of the finite values) and its
+Decides what is kept of a judged run and where: a row in ``runs`` (the fields of
+:class:`RunRow`: when, recipe, aiter variant, baseline, image, commit, run dir, verdict,
+reason, rollouts, the failed checks), its per-metric summary in ``summaries`` (the fields of
+:class:`Summary`: n, mean, sd, min, max of the finite values) and its
 finite per-rollout values in ``metric_values`` (the shape of upstream miles'
 ``tests/ci/metric_history`` store: non-finite values never enter it; the verdict records the
 failure). ``meta.schema_version`` is :data:`SCHEMA_VERSION`; a file of another version is
 refused, never migrated silently. Standard library only (``sqlite3``); appends are one
 transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) never leave half
-a run.
+a run. Columns are the dataclasses' fields, each spelled once with its SQL type; every
+INSERT and SELECT names its columns.
 
 Where: ``--history PATH``, else ``$MILES_AMD_HISTORY``, else
 ``$XDG_DATA_HOME/miles-amd/history.sqlite`` (``~/.local/share/...``) (:func:`default_path`).
@@ -24,46 +26,12 @@ import os
 import sqlite3
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 SCHEMA_VERSION = 1
 HISTORY_ENV = "MILES_AMD_HISTORY"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id        INTEGER PRIMARY KEY AUTOINCREMENT,
-    created_at    TEXT NOT NULL,
-    recipe        TEXT NOT NULL,
-    variant       TEXT,
-    baseline      TEXT NOT NULL,
-    image         TEXT,
-    commit_sha    TEXT,
-    run_dir       TEXT NOT NULL,
-    verdict       TEXT NOT NULL,
-    reason        TEXT NOT NULL,
-    rollouts      INTEGER NOT NULL,
-    failed_checks TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS summaries (
-    run_id INTEGER NOT NULL REFERENCES runs(run_id),
-    metric TEXT NOT NULL,
-    n      INTEGER NOT NULL,
-    mean   REAL NOT NULL,
-    sd     REAL,
-    min    REAL NOT NULL,
-    max    REAL NOT NULL,
-    PRIMARY KEY (run_id, metric)
-);
-CREATE TABLE IF NOT EXISTS metric_values (
-    run_id INTEGER NOT NULL REFERENCES runs(run_id),
-    metric TEXT NOT NULL,
-    step   INTEGER NOT NULL,
-    value  REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_identity_idx ON runs (recipe, variant, baseline, created_at);
-"""
 
 
 class HistoryError(ValueError):
@@ -78,13 +46,20 @@ def default_path() -> Path:
     return Path(data) / "miles-amd" / "history.sqlite"
 
 
+def _column(sql: str, *, as_json: bool = False) -> dict[str, Any]:
+    """A field's metadata: a column of SQL type ``sql`` (``as_json``: stored as a JSON list)."""
+    return {"sql": sql, "json": as_json}
+
+
 @dataclass(frozen=True)
 class Summary:
-    n: int
-    mean: float
-    sd: float | None
-    min: float
-    max: float
+    """The ``summaries`` columns of one metric of one run (after ``run_id`` and ``metric``)."""
+
+    n: int = field(metadata=_column("INTEGER NOT NULL"))
+    mean: float = field(metadata=_column("REAL NOT NULL"))
+    sd: float | None = field(metadata=_column("REAL"))
+    min: float = field(metadata=_column("REAL NOT NULL"))
+    max: float = field(metadata=_column("REAL NOT NULL"))
 
 
 def summarize(values: Sequence[float]) -> Summary | None:
@@ -97,55 +72,81 @@ def summarize(values: Sequence[float]) -> Summary | None:
 
 
 @dataclass(frozen=True)
-class HistoryRecord:
-    """One judged run as the store keeps it."""
+class RunRow:
+    """The columns of the ``runs`` table, in table order (``run_id`` comes first, the store's)."""
 
-    created_at: str  # ISO-8601, UTC
-    recipe: str
-    variant: str | None
-    baseline: str
-    image: str | None
-    commit_sha: str | None
-    run_dir: str
-    verdict: str
-    reason: str
-    rollouts: int
-    failed_checks: tuple[str, ...]
-    series: Mapping[str, Sequence[tuple[int, float]]] = field(default_factory=dict)
-
-
-_RUN_COLUMNS = (
-    "run_id",
-    "created_at",
-    "recipe",
-    "variant",
-    "baseline",
-    "image",
-    "commit_sha",
-    "run_dir",
-    "verdict",
-    "reason",
-    "rollouts",
-)  # the leading columns of the runs table, in order; failed_checks (JSON) follows
+    created_at: str = field(metadata=_column("TEXT NOT NULL"))  # ISO-8601, UTC
+    recipe: str = field(metadata=_column("TEXT NOT NULL"))
+    variant: str | None = field(metadata=_column("TEXT"))
+    baseline: str = field(metadata=_column("TEXT NOT NULL"))
+    image: str | None = field(metadata=_column("TEXT"))
+    commit_sha: str | None = field(metadata=_column("TEXT"))
+    run_dir: str = field(metadata=_column("TEXT NOT NULL"))
+    verdict: str = field(metadata=_column("TEXT NOT NULL"))
+    reason: str = field(metadata=_column("TEXT NOT NULL"))
+    rollouts: int = field(metadata=_column("INTEGER NOT NULL"))
+    failed_checks: tuple[str, ...] = field(metadata=_column("TEXT NOT NULL", as_json=True))
 
 
 @dataclass(frozen=True)
-class StoredRun:
-    """A run read back: its row and its per-metric summaries."""
+class HistoryRecord(RunRow):
+    """One judged run as the store keeps it: its row and its per-rollout series."""
+
+    series: Mapping[str, Sequence[tuple[int, float]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoredRun(RunRow):
+    """A run read back: its row, its id and its per-metric summaries."""
 
     run_id: int
-    created_at: str
-    recipe: str
-    variant: str | None
-    baseline: str
-    image: str | None
-    commit_sha: str | None
-    run_dir: str
-    verdict: str
-    reason: str
-    rollouts: int
-    failed_checks: tuple[str, ...]
     summaries: Mapping[str, Summary]
+
+
+_RUN_FIELDS = fields(RunRow)
+_RUN_COLUMNS = ", ".join(f.name for f in _RUN_FIELDS)
+_SUMMARY_COLUMNS = ", ".join(f.name for f in fields(Summary))
+
+
+def _columns_sql(dataclass_fields: tuple[Any, ...]) -> str:
+    return ",\n    ".join(f"{f.name} {f.metadata['sql']}" for f in dataclass_fields)
+
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    {_columns_sql(_RUN_FIELDS)}
+);
+CREATE TABLE IF NOT EXISTS summaries (
+    run_id INTEGER NOT NULL REFERENCES runs(run_id),
+    metric TEXT NOT NULL,
+    {_columns_sql(fields(Summary))},
+    PRIMARY KEY (run_id, metric)
+);
+CREATE TABLE IF NOT EXISTS metric_values (
+    run_id INTEGER NOT NULL REFERENCES runs(run_id),
+    metric TEXT NOT NULL,
+    step   INTEGER NOT NULL,
+    value  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_identity_idx ON runs (recipe, variant, baseline, created_at);
+"""
+
+
+def _to_row(record: RunRow) -> list[Any]:
+    values = []
+    for f in _RUN_FIELDS:
+        value = getattr(record, f.name)
+        values.append(json.dumps(list(value)) if f.metadata["json"] else value)
+    return values
+
+
+def _from_row(row: Sequence[Any]) -> dict[str, Any]:
+    return {
+        f.name: tuple(json.loads(value)) if f.metadata["json"] else value
+        for f, value in zip(_RUN_FIELDS, row, strict=True)
+    }
 
 
 class HistoryStore:
@@ -196,23 +197,9 @@ class HistoryStore:
     def append(self, record: HistoryRecord) -> int:
         """Add one run (one transaction); return its ``run_id``."""
         with self._db:
+            marks = ", ".join("?" * len(_RUN_FIELDS))
             cursor = self._db.execute(
-                "INSERT INTO runs (created_at, recipe, variant, baseline, image, commit_sha, "
-                "run_dir, verdict, reason, rollouts, failed_checks) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.created_at,
-                    record.recipe,
-                    record.variant,
-                    record.baseline,
-                    record.image,
-                    record.commit_sha,
-                    record.run_dir,
-                    record.verdict,
-                    record.reason,
-                    record.rollouts,
-                    json.dumps(list(record.failed_checks)),
-                ),
+                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks})", _to_row(record)
             )
             run_id = int(cursor.lastrowid or 0)
             for metric, points in sorted(record.series.items()):
@@ -220,11 +207,12 @@ class HistoryStore:
                 if summary is None:
                     continue
                 self._db.execute(
-                    "INSERT INTO summaries VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, metric, summary.n, summary.mean, summary.sd, summary.min, summary.max),
+                    f"INSERT INTO summaries (run_id, metric, {_SUMMARY_COLUMNS}) "
+                    f"VALUES (?, ?, {', '.join('?' * len(fields(Summary)))})",
+                    (run_id, metric, *astuple(summary)),
                 )
                 self._db.executemany(
-                    "INSERT INTO metric_values VALUES (?, ?, ?, ?)",
+                    "INSERT INTO metric_values (run_id, metric, step, value) VALUES (?, ?, ?, ?)",
                     [(run_id, metric, s, v) for s, v in points if math.isfinite(v)],
                 )
         return run_id
@@ -239,21 +227,21 @@ class HistoryStore:
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
-        sql = "SELECT * FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql = f"SELECT run_id, {_RUN_COLUMNS} FROM runs"
+        sql += f" WHERE {' AND '.join(where)}" if where else ""
         sql += " ORDER BY run_id DESC" + (f" LIMIT {int(limit)}" if limit else "")
         rows = list(reversed(self._db.execute(sql, args).fetchall()))
         return [self._stored(row) for row in rows]
 
-    def _stored(self, row: tuple) -> StoredRun:
+    def _stored(self, row: Sequence[Any]) -> StoredRun:
+        run_id, *columns = row
         summaries = {
-            metric: Summary(n, mean, sd, low, high)
-            for metric, n, mean, sd, low, high in self._db.execute(
-                "SELECT metric, n, mean, sd, min, max FROM summaries WHERE run_id = ?", (row[0],)
+            metric: Summary(*figures)
+            for metric, *figures in self._db.execute(
+                f"SELECT metric, {_SUMMARY_COLUMNS} FROM summaries WHERE run_id = ?", (run_id,)
             )
         }
-        head = dict(zip(_RUN_COLUMNS, row[: len(_RUN_COLUMNS)], strict=True))
-        failed = tuple(json.loads(row[len(_RUN_COLUMNS)]))
-        return StoredRun(**head, failed_checks=failed, summaries=summaries)
+        return StoredRun(**_from_row(columns), run_id=run_id, summaries=summaries)
 
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
         """The finite per-rollout values of one stored run, per metric, in step order."""

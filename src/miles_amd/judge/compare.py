@@ -13,7 +13,7 @@ prompt-difficulty spread (the reward's largest noise) from the difference.
   logged): steps present once in both, with finite values; ``Δ = mean(B_i - A_i)``, its
   standard error from the sample sd of the differences — for a reward (a metric with a
   ``multiple_of`` grid: a fraction of ``samples_per_rollout`` 0/1 samples) at least the
-  binomial floor, as ``miles_amd.baseline.bands.paired_effect`` does — and a 95% confidence
+  binomial floor, as ``miles_amd.rules.bands.paired_effect`` does — and a 95% confidence
   interval with Student's t (:func:`t_quantile`). Rollouts where either run is above the
   metric's spike threshold are left out of its paired difference (the spike test below
   counts them), so one spike neither hides nor fakes a shift of the typical value. Effect
@@ -42,10 +42,11 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from miles_amd.baseline import bands
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import RunEvidence, Series
 from miles_amd.judge.distributions import binomial_pmf, t_two_sided_p
+from miles_amd.rules import bands
+from miles_amd.rules.kinds.all_below import ThresholdParams
+from miles_amd.rules.model import Baseline
 
 ALPHA = 0.05
 SPIKE_RATES = (0.05, 0.10)
@@ -227,7 +228,9 @@ def compare(a: RunEvidence, b: RunEvidence, baseline: Baseline) -> Comparison:
     """Compare run B with run A on every metric the baseline's rules name; see the module doc."""
     metrics = list(dict.fromkeys(r.metric for r in baseline.rules if r.metric is not None))
     grids = {r.metric for r in baseline.rules if r.kind == "multiple_of"}
-    thresholds = {r.metric: r.threshold for r in baseline.rules if r.kind == "all_below"}
+    thresholds = {
+        r.metric: ThresholdParams.of(r).threshold for r in baseline.rules if r.kind == "all_below"
+    }
     samples = baseline.run_shape.samples_per_rollout
     diffs, unpaired = [], []
     for metric in metrics:
@@ -244,15 +247,16 @@ def compare(a: RunEvidence, b: RunEvidence, baseline: Baseline) -> Comparison:
             diffs.append(found)
     spikes = []
     for rule in baseline.rules:
-        if rule.kind != "all_below" or rule.metric is None or rule.threshold is None:
+        if rule.kind != "all_below" or rule.metric is None:
             continue
+        threshold = ThresholdParams.of(rule).threshold
         sa, sb = a.series.get(rule.metric, ()), b.series.get(rule.metric, ())
         if not sa or not sb:
             continue
-        count_a = sum(not v <= rule.threshold for _, v in sa)  # NaN counts as a spike
-        count_b = sum(not v <= rule.threshold for _, v in sb)
+        count_a = sum(not v <= threshold for _, v in sa)  # NaN counts as a spike
+        count_b = sum(not v <= threshold for _, v in sb)
         p = fisher_fewer(count_a, len(sa), count_b, len(sb))
-        spikes.append(Spikes(rule.metric, rule.threshold, count_a, len(sa), count_b, len(sb), p))
+        spikes.append(Spikes(rule.metric, threshold, count_a, len(sa), count_b, len(sb), p))
     adjusted = holm([d.p_value for d in diffs])
     diffs = [replace(d, p_holm=p) for d, p in zip(diffs, adjusted, strict=True)]
     return Comparison(

@@ -32,11 +32,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from miles_amd.judge.checks import Check, Status
+from miles_amd.rules.check import Check, Status
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline
     from miles_amd.evidence.types import RunEvidence
+    from miles_amd.rules.model import Baseline
 
 HARDWARE = ("gpu_arch", "gpu_count", "rocm")  # what --require-env needs the baseline to record
 _GPUS = re.compile(r"^\s*(\d+)x\s+([A-Za-z0-9_,]+)")

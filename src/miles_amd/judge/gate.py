@@ -1,9 +1,9 @@
 """The acceptance gate: one run's evidence + a baseline -> checks -> a verdict.
 
 Pure and read-only: :func:`judge` takes a :class:`~miles_amd.evidence.types.RunEvidence`
-(already read by ``miles_amd.evidence``) and a :class:`~miles_amd.baseline.model.Baseline`
+(already read by ``miles_amd.evidence``) and a :class:`~miles_amd.rules.model.Baseline`
 and returns a :class:`Verdict`; it opens no file. Writing the report is
-``miles_amd.report``'s job; what each baseline rule judges is ``miles_amd.judge.rules``'.
+``miles_amd.report``'s job; what each baseline rule judges is its kind's (``miles_amd.rules``).
 
 What is judged, in this order:
 
@@ -19,9 +19,10 @@ What is judged, in this order:
    unless ``require_env`` (``--require-env``, the hardware path) makes it a failure.
 3. **Sentinels**: each ``fatal`` hit of ``job.log`` is a failed check naming the sentinel,
    its count and first line. ``known`` hits never fail; the report lists every hit.
-4. **Baseline rules**, each with its tolerance from the baseline file (``judge.rules``). A
-   rule whose metric has no series is ``not_measured`` when optional and ``fail`` with "not
-   measured" when required: a missing metric is never a pass. No rule demands a reward
+4. **Baseline rules**, each with its tolerance from the baseline file, judged by its kind
+   (``miles_amd.rules.kinds``). A rule whose metric has no series is ``not_measured`` when
+   optional and ``fail`` with "not measured" when required: a missing metric is never a
+   pass. No rule demands a reward
    trend (learning); ``no_rising_trend`` fails a rising logprob gap, ``sd_at_least`` a flat
    reward. The whole gate's false-alarm rate and power are measured by
    ``benchmarks/bench_calibration.py`` (tables in ``baselines/README.md``).
@@ -30,9 +31,9 @@ Verdict: ``error`` when nothing at all was readable (no metric, no job.json, no 
 hit); else ``fail`` when any check is ``fail`` or ``error``; else ``pass``.
 
 :func:`hard_failures` is the fail-fast subset for a watcher on a partial run: the rules
-``judge.rules.KINDS`` marks ``hard`` (spikes, non-finite values) and fatal sentinels, applied
-by the very same functions to whatever has been read so far; only checks that already failed
-are returned.
+whose kind is ``hard`` (spikes, non-finite values; ``miles_amd.rules.kind.KindSpec``) and
+fatal sentinels, applied by the very same functions to whatever has been read so far; only
+checks that already failed are returned.
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import Conflict, RunEvidence, SentinelHit, SourceProblem
-from miles_amd.judge.checks import Check, RuleContext, fmt, listed, passed
 from miles_amd.judge.environment import environment_check
-from miles_amd.judge.rules import KINDS, evaluate_rule
+from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
+from miles_amd.rules.model import Baseline
+from miles_amd.rules.registry import KINDS, evaluate_rule
 
 __all__ = ["EXIT_CODES", "Check", "Verdict", "hard_failures", "judge"]
 
@@ -213,7 +214,7 @@ def hard_failures(evidence: RunEvidence, baseline: Baseline) -> list[Check]:
     """Checks that already failed on a partial run and mean the run is lost.
 
     A spike above the threshold (names the rollout), a non-finite gated value (names metric
-    and step), a fatal sentinel: the ``hard`` kinds of ``judge.rules.KINDS`` and
+    and step), a fatal sentinel: the ``hard`` kinds of ``miles_amd.rules.registry.KINDS`` and
     :func:`sentinel_checks`, applied to what has been read so far; a metric not logged yet
     is no failure here.
     """

@@ -6,12 +6,12 @@ Decides how a :class:`~miles_amd.judge.compare.Comparison` reads and where its f
 words and draws them: one line per metric (Δ = B - A with its 95% CI, the effect size, and
 "with N rollouts this comparison could detect ..."), the spike counts with Fisher's exact
 p, and a figure with one panel per paired metric (A and B over the rollouts, the title
-carrying Δ and its CI). matplotlib is imported inside :func:`compare_png`.
+carrying Δ and its CI; the grid, sizes, legends and flat-series notes are
+``figure_layout``'s). matplotlib is imported inside :func:`compare_png`.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from dataclasses import dataclass
@@ -20,7 +20,6 @@ from typing import Literal
 
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.files import atomic_write_bytes, atomic_write_text
-from miles_amd.judge.checks import axis
 from miles_amd.judge.compare import (
     ALPHA,
     MAX_SEARCH_ROLLOUTS,
@@ -31,6 +30,8 @@ from miles_amd.judge.compare import (
     rate_ruled_out,
     rollouts_for_power,
 )
+from miles_amd.report import figure_layout as layout
+from miles_amd.rules.check import axis
 
 Format = Literal["text", "json", "markdown"]
 
@@ -192,25 +193,26 @@ def render(c: Comparison, fmt: Format) -> str:
 
 
 def compare_png(c: Comparison, a: RunEvidence, b: RunEvidence) -> bytes:
-    """One panel per paired metric: A and B over the rollouts; Δ and its CI in the title."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+    """:func:`compare_figure` as PNG bytes."""
+    return layout.png_bytes(compare_figure(c, a, b))
 
+
+def compare_figure(c: Comparison, a: RunEvidence, b: RunEvidence):
+    """One panel per paired metric: A and B over the rollouts; Δ and its CI in the title."""
     from miles_amd.report.plot import Y_LABELS
 
-    columns = 2 if len(c.diffs) > 1 else 1
-    rows = max(1, math.ceil(len(c.diffs) / columns))
-    figure = Figure(figsize=(7 * columns, 3.2 * rows + 0.6), layout="constrained")
-    FigureCanvasAgg(figure)
-    figure.suptitle(f"B {c.run_b} vs A {c.run_a}: Δ = B - A, paired by rollout", fontsize=9)
-    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    title = f"B {c.run_b} vs A {c.run_a}: Δ = B - A, paired by rollout"
+    figure = layout.new_figure(len(c.diffs), title)
+    axes = layout.panel_axes(figure, len(c.diffs))
     for ax, d in zip(axes, c.diffs, strict=False):
+        drawn: list[float] = []
         for label, run, style in (
             ("A", a, dict(color="tab:gray", linestyle="--", marker="s", markerfacecolor="none")),
             ("B", b, dict(color="tab:blue", marker="o")),
         ):
-            points = [(s, v) for s, v in run.series.get(d.metric, ()) if math.isfinite(v)]
+            values = run.series.get(d.metric, ())
+            drawn += [v for _, v in values]
+            points = [(s, v) for s, v in values if math.isfinite(v)]
             ax.plot(
                 [s for s, _ in points],
                 [v for _, v in points],
@@ -218,25 +220,21 @@ def compare_png(c: Comparison, a: RunEvidence, b: RunEvidence) -> bytes:
                 label=f"{label} {Path(run.run_dir).name}",
                 **style,
             )
-        colour = "tab:red" if d.significant else "black"
-        ax.set_title(
+        layout.style_panel(
+            ax,
             f"{d.metric}\nΔ {d.diff:+.3g}, 95% CI [{d.ci_low:.3g}, {d.ci_high:.3g}]",
-            fontsize=8,
-            color=colour,
+            axis(d.metric),
+            Y_LABELS.get(d.metric, d.metric),
+            "tab:red" if d.significant else "black",
         )
-        ax.set_xlabel(axis(d.metric), fontsize=8)
-        ax.set_ylabel(Y_LABELS.get(d.metric, d.metric), fontsize=8)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.tick_params(labelsize=7)
-        ax.grid(True, color="0.9", linewidth=0.5)
-        ax.legend(fontsize=6, loc="best")
-    for ax in axes[len(c.diffs) :]:
-        ax.set_axis_off()
+        note = layout.series_note(drawn, "values of A and B")
+        if note is not None:
+            layout.draw_note(ax, note)
+        layout.legend_below(ax)
     if not c.diffs:
-        axes[0].text(0.5, 0.5, "no metric logged by both runs", ha="center", va="center")
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90)
-    return buffer.getvalue()
+        axes[0].set_axis_off()
+        layout.draw_note(axes[0], "no metric logged by both runs")
+    return figure
 
 
 @dataclass(frozen=True)

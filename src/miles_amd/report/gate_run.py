@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.load import load_run
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.judge.gate import Verdict, judge
 from miles_amd.report.report import ReportFiles, write_report
+from miles_amd.rules.model import Baseline
 from miles_amd.run_dir import RunDir
 
 

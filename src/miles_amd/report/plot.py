@@ -4,28 +4,39 @@ Decides the figure: one panel per metric a baseline rule names AND the run measu
 unmeasured metric gets no empty panel: the figure's footer lists them in one line), with
 the run's series (blue, solid, dots), the baseline's published series when it has one
 (black, dashed, hollow squares, drawn above the run so it never hides under it), each
-rule's hint (the ``plot`` its kind declares in ``miles_amd.judge.rules.KINDS``: a mean
+rule's hint (its kind's hint in ``miles_amd.report.rule_hints``: a mean
 band, a max bound, a spike threshold (a line when the data reach near it, else a note, so
 the data are never squeezed into a strip), a ±atol strip, a Theil-Sen trend line), and the
 failing points marked (a non-finite one as a labelled triangle at the top). Every panel has
-its y label with the unit (:data:`Y_LABELS`) and integer step ticks. The title carries the
-plain-English verdict. matplotlib is imported inside :func:`metrics_figure` and drawn on
-the Agg canvas (headless, no pyplot state); the PNG's bytes are returned, writing them is
-``miles_amd.report.report``'s.
+its y label with the unit (:data:`Y_LABELS`) and integer step ticks; a flat series or one
+with no finite value carries a note saying so. The one-line title carries the verdict and its
+plain-English sentence. Grid, sizes, legends and notes are ``figure_layout``'s (shared with
+the compare and trend plots); matplotlib is drawn on the Agg canvas (headless, no pyplot
+state); the PNG's bytes are returned, writing them is ``miles_amd.report.report``'s.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Any
 
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import RunEvidence, Series
-from miles_amd.judge.checks import axis
-from miles_amd.judge.gate import Check, Verdict
-from miles_amd.judge.rules import KINDS
-from miles_amd.report.render import headline, verdict_sentence
+from miles_amd.judge.gate import Verdict
+from miles_amd.report.figure_layout import (
+    LABEL_SIZE,
+    TICK_SIZE,
+    draw_note,
+    legend_below,
+    new_figure,
+    panel_axes,
+    png_bytes,
+    series_note,
+    style_panel,
+)
+from miles_amd.report.render import verdict_sentence
+from miles_amd.report.rule_hints import HINTS
+from miles_amd.rules.check import Check, axis
+from miles_amd.rules.model import Baseline
 
 # What each gated metric is, with its unit (log-probabilities are natural logs: nats).
 Y_LABELS = {
@@ -69,26 +80,23 @@ def _draw_series(ax: Any, metric: str, series: Series, baseline: Baseline) -> No
 
 
 def _draw_panel(ax: Any, metric: str, checks: list[Check], series: Series, baseline: Baseline):
-    from matplotlib.ticker import MaxNLocator
-
-    ax.set_title(metric, fontsize=9, color="tab:red" if any(c.failed for c in checks) else "black")
-    ax.set_xlabel(axis(metric), fontsize=8)
-    ax.set_ylabel(Y_LABELS.get(metric, metric), fontsize=8)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.tick_params(labelsize=7)
-    ax.grid(True, color="0.9", linewidth=0.5)
+    failed = any(c.failed for c in checks)
+    ylabel = Y_LABELS.get(metric, metric)
+    style_panel(ax, metric, axis(metric), ylabel, "tab:red" if failed else "black")
     _draw_series(ax, metric, series, baseline)
     finite = [v for _, v in series if math.isfinite(v)]
     log_scale = False
     for check in checks:
-        kind = KINDS.get(check.kind)
-        if kind is not None and kind.plot is not None and check.numbers:
-            log_scale = kind.plot(ax, check, finite) or log_scale
+        hint = HINTS.get(check.kind)
+        if hint is not None and check.numbers:
+            log_scale = hint(ax, check, finite) or log_scale
     _mark_failing(ax, series, {step for c in checks for step in c.failing_steps})
     if log_scale:
         ax.set_yscale("log")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    note = series_note([v for _, v in series])
+    if note is not None:
+        draw_note(ax, note)
+    legend_below(ax)
 
 
 def _mark_failing(ax: Any, series: Series, steps: set[int]) -> None:
@@ -113,42 +121,39 @@ def _mark_failing(ax: Any, series: Series, steps: set[int]) -> None:
         ax.plot([s], [0.97], marker="v", color="tab:red", transform=ax.get_xaxis_transform())
         text = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
         where = ("data", "axes fraction")
-        ax.annotate(text, (s, 0.9), xycoords=where, fontsize=7, color="tab:red", ha="center")
+        ax.annotate(
+            text, (s, 0.9), xycoords=where, fontsize=TICK_SIZE, color="tab:red", ha="center"
+        )
 
 
 def metrics_figure(verdict: Verdict, evidence: RunEvidence, baseline: Baseline):
     """The metrics figure (a matplotlib ``Figure`` on the Agg canvas), one panel a metric."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     gated = _gated_metrics(baseline)
     measured = [m for m in gated if evidence.series.get(m)]
     unmeasured = [m for m in gated if m not in measured]
-    columns = 2 if len(measured) > 1 else 1
-    rows = max(1, math.ceil(len(measured) / columns))
-    figure = Figure(figsize=(8 * columns, 3.2 * rows + 0.8), layout="constrained")
-    FigureCanvasAgg(figure)
     colour = {"pass": "darkgreen", "fail": "tab:red", "error": "tab:red"}[verdict.verdict]
-    figure.suptitle(
-        f"{verdict.verdict.upper()}: {verdict_sentence(verdict)}\n{headline(verdict)}",
-        fontsize=9,
-        color=colour,
-    )
-    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    figure = new_figure(len(measured), title(verdict), colour)
+    axes = panel_axes(figure, len(measured))
     for ax, metric in zip(axes, measured, strict=False):
         checks = [c for c in verdict.checks if c.metric == metric]
         _draw_panel(ax, metric, checks, evidence.series[metric], baseline)
-    for ax in axes[len(measured) :]:
-        ax.set_axis_off()
     if not measured:
-        axes[0].text(0.5, 0.5, "no gated metric was measured", ha="center", va="center")
+        axes[0].set_axis_off()
+        draw_note(axes[0], "no gated metric was measured")
     if unmeasured:
-        figure.supxlabel(f"not measured (no data): {', '.join(unmeasured)}", fontsize=7)
+        figure.supxlabel(f"not measured (no data): {', '.join(unmeasured)}", fontsize=LABEL_SIZE)
     return figure
 
 
+def title(verdict: Verdict) -> str:
+    """One line: the verdict, its sentence, the run's name and the rollouts expected."""
+    run = verdict.run_dir.rstrip("/").rsplit("/", 1)[-1] or verdict.run_dir
+    return (
+        f"{verdict.verdict.upper()}: {verdict_sentence(verdict)} "
+        f"(run {run}, {verdict.expected_rollouts} rollouts expected)"
+    )
+
+
 def metrics_png(verdict: Verdict, evidence: RunEvidence, baseline: Baseline) -> bytes:
-    """The figure as PNG bytes (90 dpi)."""
-    buffer = io.BytesIO()
-    metrics_figure(verdict, evidence, baseline).savefig(buffer, format="png", dpi=90)
-    return buffer.getvalue()
+    """The figure as PNG bytes."""
+    return png_bytes(metrics_figure(verdict, evidence, baseline))

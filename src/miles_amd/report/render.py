@@ -25,8 +25,8 @@ import math
 from collections.abc import Mapping
 from typing import Literal
 
-from miles_amd.judge.checks import listed
 from miles_amd.judge.gate import Check, Verdict
+from miles_amd.rules.check import listed
 
 Format = Literal["text", "json", "markdown"]
 

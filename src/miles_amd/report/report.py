@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.files import atomic_write_bytes, atomic_write_text
 from miles_amd.judge.gate import Verdict
 from miles_amd.report.plot import metrics_png
 from miles_amd.report.render import render_json, render_markdown
+from miles_amd.rules.model import Baseline
 
 __all__ = ["ReportFiles", "write_report"]
 

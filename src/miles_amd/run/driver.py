@@ -17,7 +17,10 @@ Decides the side effects of a run, in order (one function per step in :func:`exe
 8. gate the run dir when a baseline is asked for (judging is the gate's job).
 
 On every exit path (success, failure, timeout, Ctrl-C, exception) the job is stopped if still
-running and the head this call started is stopped by pid; nothing else is touched.
+running and the head this call started is stopped by pid; nothing else is touched. A Ctrl-C
+(or ``cancel``) that lands after the run dir is laid out but before the job is followed (a
+slow node check or submission on a loaded machine) still writes ``job.json``: ``STOPPED`` by
+``interrupt``, saying whether the submission may have reached Ray (then it is stopped too).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import json
 import os
 import shlex
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -40,7 +44,7 @@ from miles_amd.run.watcher import FailFastWatcher, Trip
 from miles_amd.run_dir import JobRecord, RunDir
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline
+    from miles_amd.rules.model import Baseline
     from miles_amd.run.pullback import PullBack
     from miles_amd.run.ray_head import RayHead
 
@@ -111,8 +115,18 @@ def execute(
     watcher = FailFastWatcher(run_dir.root, judge_partial or _hard_failures(watch_reference))
     follow = Follow(timeout_s=timeout_s, interval_s=watch_interval_s, echo=echo, cancel=cancel)
     with _cluster(plan, run_dir, state_file) as cluster:
-        _check_nodes(plan, cluster)
-        job = _submit(spec, cluster, run_dir, echo)
+        job_id, client = f"miles-amd-{uuid.uuid4().hex[:12]}", None
+        try:
+            _check_nodes(plan, cluster)
+            if cancel is not None and cancel.is_set():
+                raise KeyboardInterrupt
+            client = _client(cluster.address, cluster.headers)
+            job = _submit(spec, client, job_id, cluster.address, run_dir, echo)
+        except KeyboardInterrupt:  # before the job is followed: its end is still written
+            record = _interrupted_before_follow(client, job_id, run_dir)
+            if cancel is None or not cancel.is_set():
+                raise
+            return _outcome(plan, run_dir, record, None, reference, require_env, cluster.pids())
         pull = _pullback(plan, job)
         record = job.run(PullingWatcher(watcher, pull) if pull else watcher, follow, cluster.head)
         pull_error = pull.final() if pull else None
@@ -251,9 +265,9 @@ def _cluster_token_headers(token_path: str | None) -> dict[str, str]:
     return auth_headers(token)
 
 
-def _submit(spec: JobSpec, cluster: Cluster, run_dir: RunDir, echo: Echo) -> RayJob:
-    job_id = f"miles-amd-{uuid.uuid4().hex[:12]}"
-    client = _client(cluster.address, cluster.headers)
+def _submit(
+    spec: JobSpec, client: Any, job_id: str, address: str, run_dir: RunDir, echo: Echo
+) -> RayJob:
     try:
         client.submit_job(
             entrypoint=shlex.join(spec.entrypoint),
@@ -263,8 +277,29 @@ def _submit(spec: JobSpec, cluster: Cluster, run_dir: RunDir, echo: Echo) -> Ray
         )
     except Exception as exc:
         raise DriverError(f"could not start the job: {exc}") from exc
-    echo(f"submitted {job_id} to {cluster.address}; log: {run_dir.job_log}")
+    echo(f"submitted {job_id} to {address}; log: {run_dir.job_log}")
     return RayJob(client, job_id, run_dir)
+
+
+def _interrupted_before_follow(client: Any, job_id: str, run_dir: RunDir) -> JobRecord:
+    """Ctrl-C (or ``cancel``) before the job was followed: stop it if it was submitted at
+    all (a submission cut by Ctrl-C may have reached Ray), and write its ``job.json``."""
+    submitted = False
+    if client is not None:
+        with contextlib.suppress(Exception):  # not found: the submission never arrived
+            client.stop_job(job_id)
+            submitted = True
+    record = JobRecord(
+        job_id=job_id,
+        status="STOPPED",
+        message="interrupted while submitting; stop requested"
+        if submitted
+        else "interrupted before the job was submitted; nothing ran",
+        stopped_by="interrupt",
+        stop_requested_at=time.time(),
+    )
+    atomic_write_text(run_dir.job_json, record.to_json())
+    return record
 
 
 def _client(address: str, headers: dict[str, str]) -> Any:

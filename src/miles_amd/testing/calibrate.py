@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from miles_amd.baseline.model import Baseline, Rule, build_baseline
+from miles_amd.rules.model import Baseline, Rule
 from miles_amd.testing.honest import HEALTHY, Fault, HonestModel
 from miles_amd.testing.simulate import evidence
 
@@ -63,13 +63,14 @@ def _covered(template: Baseline, other: dict[str, np.ndarray]) -> Baseline:
     band) replaced by the other run's mean (or max)."""
     rules: list[Rule] = []
     for rule in template.rules:
-        if rule.metric in other and rule.derive is not None and rule.derive.cover:
-            values = other[rule.metric]
+        params = dict(rule.params)
+        values = other.get(rule.metric) if rule.metric is not None else None
+        if values is not None and params.get("derive", {}).get("cover"):
             value = float(values.mean() if rule.kind == "mean_within" else values.max())
-            rule = replace(rule, derive=replace(rule.derive, cover=(value,)))
-        if rule.metric in other and rule.pool is not None:
-            rule = replace(rule, pool=float(other[rule.metric].mean()))
-        rules.append(rule)
+            params["derive"] = {**params["derive"], "cover": [value]}
+        if values is not None and params.get("pool") is not None:
+            params["pool"] = float(values.mean())
+        rules.append(replace(rule, params=params))
     return replace(template, rules=tuple(rules))
 
 
@@ -89,7 +90,7 @@ def record(template: Baseline, run: dict[str, np.ndarray], other: dict[str, np.n
         )
     except RecordError:
         return None
-    return build_baseline(doc, f"<simulated {template.name}>")
+    return Baseline.from_json(doc, f"<simulated {template.name}>")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from miles_amd.baseline.model import Baseline
+from miles_amd.rules.model import Baseline
 from miles_amd.testing.simulate import (
     CLIPFRAC,
     GRAD_NORM,

@@ -4,7 +4,7 @@ Test and benchmark support (``benchmarks/bench_calibration.py``, the calibration
 decides how a simulated run's per-rollout values are drawn and which regressions can be
 injected; it judges nothing (simulated runs go through the real ``miles_amd.judge.gate``).
 The gate never imports it: the rules' tolerances are derived from the baseline's data by
-``miles_amd.baseline.bands``; this model only measures how often those rules are wrong.
+``miles_amd.rules.bands``; this model only measures how often those rules are wrong.
 
 What is fitted, from what (every number comes from a shipped baseline's evidence):
 
@@ -46,8 +46,8 @@ from functools import cached_property
 
 import numpy as np
 
-from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import JobRecord, RunEvidence
+from miles_amd.rules.model import Baseline
 
 LOGPROB = "train/train_rollout_logprob_abs_diff"
 REWARD = "rollout/raw_reward"

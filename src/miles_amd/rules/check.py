@@ -3,8 +3,8 @@
 Decides the shape of a :class:`Check` (one rule's outcome on one run), the
 :class:`RuleContext` a rule reads (the evidence, the baseline and the rollout count, and the
 step axis of a metric), and how numbers, steps and lists are written in a check's detail.
-It judges nothing: which rules exist and how each judges is ``miles_amd.judge.rules``; the
-verdict is ``miles_amd.judge.gate``.
+It judges nothing: which rules exist and how each judges is ``miles_amd.rules.registry``;
+the verdict is ``miles_amd.judge.gate``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline, Rule
     from miles_amd.evidence.types import RunEvidence
+    from miles_amd.rules.model import Baseline, Rule
 
 Status = Literal["pass", "fail", "not_measured", "error"]
 # A refused baseline tolerance: (JSON path below the rule, what is wrong, the fix).

@@ -376,14 +376,14 @@ def derivation_text(
             formula = f"center ± k·sd·sqrt(1/N + 1/{n_ref}) with k = {k:g}"
         return (
             f"{origin}; band = {formula}, widened to cover {cover}; edges rounded outward to 4 "
-            "significant digits; rescaled for N rollouts by miles_amd.baseline.bands.mean_band"
+            "significant digits; rescaled for N rollouts by miles_amd.rules.bands.mean_band"
         )
     level = f" + k·√2·run_sd·center with run_sd = {run_sd:g}" if run_sd else ""
     return (
         f"{origin}; upper bound = center + (E[max of N standard normals] + k)·sd{level} with "
         f"k = {k:g} (E = {expected_max(n_ref):.4f} for N = {n_ref}), raised to cover {cover}; "
         "no lower bound; rounded up to 4 significant digits; rescaled for N rollouts by "
-        "miles_amd.baseline.bands.max_band"
+        "miles_amd.rules.bands.max_band"
     )
 
 

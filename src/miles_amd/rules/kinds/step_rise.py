@@ -1,8 +1,6 @@
-"""The ``step_rise`` rule kind: the second half of a run rising above its first half.
+"""``step_rise``: the second half of a run rising above its first half (issue 19).
 
-Check, expected sentence, plot hint, reference text and validation of ``step_rise``
-(declared in :data:`miles_amd.judge.rules.KINDS`; to move into ``miles_amd.rules`` with the
-other kinds). It closes the blind spot issue 19 measured: a logprob gap that steps up by 25%
+It closes the blind spot issue 19 measured: a logprob gap that steps up by 25%
 half-way through a run moves the run's mean by 12.5%, inside the mean band once the band
 carries the run-to-run variation, and is caught by the trend test about 3 runs in 4.
 
@@ -15,7 +13,7 @@ reference mean weighted by their inverse variances (head: the AR(1) variance of 
 run-level effect separating two runs). The reference's log-scale spread is its series'
 (:func:`log_spread`), or from a published min/max, ``ln(max/min)/d2(n)`` around
 ``ln(mean) - sd²/2``. Its variance is exact for AR(1) within the run
-(``miles_amd.baseline.bands.ar1_variance``) plus ``(1-a)²`` times the reference's. ``sd`` is
+(``miles_amd.rules.bands.ar1_variance``) plus ``(1-a)²`` times the reference's. ``sd`` is
 the reference's per-rollout sd (``Baseline.spread``) pooled with the run's residual sd
 around its two halves' means: a reference whose 20 values happen to lie close together
 would otherwise fail many healthy runs (measured: false alarms came in clusters of one
@@ -26,22 +24,29 @@ pooled sd's ``n_ref - 1 + N - 2`` degrees of freedom (2.99 for 20 and 20 at alph
 3.07 at 0.2%). ``alpha`` is bounded by the schema to (0, 1%]; ``rho`` and ``run_sd`` are
 declared and bounded as the bands' (``miles_amd.testing.honest.Noise`` says how they were
 chosen). A scan that also splits at the last third was measured: it costs more power
-against a mid-run step (87% at 0.24% false alarms) than it buys. Pure: no file is read.
+against a mid-run step (87% at 0.24% false alarms) than it buys. The plot hint (the halves'
+geometric means) is ``miles_amd.report.rule_hints.step``. Pure: no file is read.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
 
-from miles_amd.baseline import bands
-from miles_amd.judge.checks import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
-
-if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline, Rule
-    from miles_amd.evidence.types import Series
+from miles_amd.evidence.types import Series
+from miles_amd.rules import bands
+from miles_amd.rules.check import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
+from miles_amd.rules.kind import KindSpec
+from miles_amd.rules.model import Baseline, Params, Rule
 
 MIN_HALF = 2  # rollouts each half needs for a spread
+
+
+@dataclass(frozen=True)
+class StepParams(Params):
+    alpha: float
+    rho: float
+    run_sd: float
 
 
 def log_spread(baseline: Baseline, metric: str) -> bands.Spread:
@@ -87,32 +92,40 @@ def step_rise_z(
 
 def threshold(alpha: float, n_run: int, n_ref: int) -> float:
     """The one-sided Student t quantile at ``alpha``, pooled degrees of freedom."""
-    from miles_amd.judge.compare import t_quantile
+    from statistics import NormalDist
 
-    return t_quantile(1.0 - alpha, max(1, n_ref - 1 + n_run - 2))
+    # Student t by the Cornish-Fisher expansion (as miles_amd.judge.compare.t_quantile)
+    z, v = NormalDist().inv_cdf(1.0 - alpha), float(max(1, n_ref - 1 + n_run - 2))
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+    )
 
 
-def check_step(rule: Rule, series: Series, ctx: RuleContext) -> Check:
-    assert rule.metric is not None and rule.alpha is not None
-    expected = expected_step(rule, ctx.baseline, ctx.rollouts)
+def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
+    assert rule.metric is not None
+    params = StepParams.of(rule)
+    wanted = expected(rule, ctx.baseline, ctx.rollouts)
     points = sorted(series)
     bad = [s for s, v in points if not math.isfinite(v)]
     if bad:
         detail = f"step undefined: non-finite at {steps_text(bad)}"
-        return rule_check(rule, "fail", math.nan, expected, detail, failing_steps=tuple(bad))
+        return rule_check(rule, "fail", math.nan, wanted, detail, failing_steps=tuple(bad))
     values = [v for _, v in points]
     if len(values) < 2 * MIN_HALF:
         detail = f"{len(values)} values: too few to compare two halves (needs {2 * MIN_HALF})"
-        return rule_check(rule, "pass", None, expected, detail)
+        return rule_check(rule, "pass", None, wanted, detail)
     zero = [s for s, v in points if v <= 0]
     if zero:
         detail = f"step undefined: non-positive value (no logarithm) at {steps_text(zero)}"
-        return rule_check(rule, "fail", math.nan, expected, detail, failing_steps=tuple(zero))
+        return rule_check(rule, "fail", math.nan, wanted, detail, failing_steps=tuple(zero))
     spread = log_spread(ctx.baseline, rule.metric)
     logs = [math.log(v) for v in values]
-    z, head, tail = step_rise_z(logs, spread, run_sd=rule.run_sd or 0.0, rho=rule.rho or 0.0)
+    z, head, tail = step_rise_z(logs, spread, run_sd=params.run_sd, rho=params.rho)
     head, tail = math.exp(head), math.exp(tail)  # geometric means, for the detail and plot
-    limit = threshold(rule.alpha, len(values), spread.n)
+    limit = threshold(params.alpha, len(values), spread.n)
     split = points[len(values) // 2][0]
     detail = (
         f"second half (from step {split}) geometric mean {fmt(tail)} vs first half {fmt(head)}: "
@@ -129,42 +142,27 @@ def check_step(rule: Rule, series: Series, ctx: RuleContext) -> Check:
         "split_step": split,
         "last_step": points[-1][0],
     }
-    return rule_check(rule, passed(z <= limit), z, expected, detail, numbers=numbers)
+    return rule_check(rule, passed(z <= limit), z, wanted, detail, numbers=numbers)
 
 
-def expected_step(rule: Rule, baseline: Baseline, rollouts: int) -> str:
-    assert rule.metric is not None and rule.alpha is not None
-    n_ref = log_spread(baseline, rule.metric).n
-    limit = threshold(rule.alpha, rollouts, n_ref)
-    return f"second-half rise ≤ {limit:.2f} SE (one-sided, α {rule.alpha:g})"
+def expected(rule: Rule, baseline: Baseline, rollouts: int) -> str:
+    assert rule.metric is not None
+    alpha = StepParams.of(rule).alpha
+    limit = threshold(alpha, rollouts, log_spread(baseline, rule.metric).n)
+    return f"second-half rise ≤ {limit:.2f} SE (one-sided, α {alpha:g})"
 
 
-def plot_step(ax: Any, check: Check, finite: list[float]) -> bool:
-    """The two halves' means as horizontal segments (red when the rise failed)."""
-    numbers = check.numbers
-    first, split, last = numbers["first_step"], numbers["split_step"], numbers["last_step"]
-    colour = "tab:red" if check.failed else "tab:brown"
-    ax.plot([first, split], [numbers["head"]] * 2, color=colour, linewidth=1.5, gid="step")
-    ax.plot(
-        [split, last],
-        [numbers["tail"]] * 2,
-        color=colour,
-        linewidth=1.5,
-        label=f"halves' geometric means (rise {numbers['z']:+.1f} SE)",
-    )
-    return False
-
-
-def reference_step(rule: Rule, baseline: Baseline) -> str:
+def reference(rule: Rule, baseline: Baseline) -> str:
     assert rule.metric is not None
     spread = log_spread(baseline, rule.metric)
+    params = StepParams.of(rule)
     return (
         f"log-scale mean {spread.mean:.6g}, sd {spread.sd:.6g}, n {spread.n} ({spread.how}); "
-        f"rho {rule.rho:g}, run_sd {rule.run_sd:g}"
+        f"rho {params.rho:g}, run_sd {params.run_sd:g}"
     )
 
 
-def validate_step(rule: Rule, baseline: Baseline) -> Problem | None:
+def validate(rule: Rule, baseline: Baseline) -> Problem | None:
     assert rule.metric is not None
     try:
         log_spread(baseline, rule.metric)
@@ -175,3 +173,13 @@ def validate_step(rule: Rule, baseline: Baseline) -> Problem | None:
             "add a positive series, or a summary with a positive min, mean and max",
         )
     return None
+
+
+SPEC = KindSpec(
+    name="step_rise",
+    params=StepParams,
+    check=check,
+    expected=expected,
+    reference=reference,
+    validate=validate,
+)

@@ -1,0 +1,134 @@
+"""The layout every PNG we draw shares: metrics.png, compare.png and the history trend plot.
+
+Decides the grid (exactly the panels drawn: on two columns an odd last panel spans the row,
+so no cell is blank), the text sizes (legible at the saved size, 90 dpi: nothing below
+:data:`LEGEND_SIZE` points), the figure title (one line, literal text: newlines folded,
+``$`` never read as mathtext, cut at :data:`TITLE_LIMIT` characters, its font made smaller
+down to :data:`LEGEND_SIZE` when the line is wider than the figure), each panel's legend
+(under its panel, so the data keep the width) and the note a panel carries when its series
+cannot be read as a line (flat, or no finite value). It does not decide what a panel shows:
+its callers draw the data. matplotlib objects are passed in; nothing here imports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+DPI = 90
+PANEL_WIDTH_IN = 6.5
+PANEL_HEIGHT_IN = 3.4
+TITLE_SIZE = 12
+PANEL_TITLE_SIZE = 10
+LABEL_SIZE = 9
+TICK_SIZE = 9
+LEGEND_SIZE = 8
+NOTE_SIZE = 10
+TITLE_LIMIT = 200
+
+
+def columns_for(panels: int) -> int:
+    """Two columns from two panels on, one for a single panel."""
+    return 2 if panels > 1 else 1
+
+
+def new_figure(panels: int, title: str, colour: str = "black") -> Any:
+    """A figure on the Agg canvas sized for ``panels`` (at least one), titled in one line."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    columns = columns_for(panels)
+    rows = max(1, math.ceil(panels / columns))
+    size = (PANEL_WIDTH_IN * columns, PANEL_HEIGHT_IN * rows + 0.5)
+    figure = Figure(figsize=size, layout="constrained")
+    canvas = FigureCanvasAgg(figure)
+    text = figure.suptitle(one_line(title), fontsize=TITLE_SIZE, color=colour)
+    room = 0.98 * size[0] * figure.dpi
+    width = text.get_window_extent(canvas.get_renderer()).width
+    if width > room:  # a long sentence: a smaller font, never below the legend's
+        text.set_fontsize(max(LEGEND_SIZE, TITLE_SIZE * room / width))
+    return figure
+
+
+def panel_axes(figure: Any, panels: int) -> list[Any]:
+    """``panels`` axes filling the grid (one axes, the whole figure, for zero panels)."""
+    count = max(1, panels)
+    columns = columns_for(count)
+    rows = math.ceil(count / columns)
+    grid = figure.add_gridspec(rows, columns)
+    axes = []
+    for index in range(count):
+        row, column = divmod(index, columns)
+        last_alone = index == count - 1 and column == 0 and columns > 1
+        axes.append(figure.add_subplot(grid[row, :] if last_alone else grid[row, column]))
+    return axes
+
+
+def one_line(text: str, limit: int = TITLE_LIMIT) -> str:
+    """``text`` as one literal line of at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    if len(flat) > limit:
+        flat = flat[: limit - 1].rstrip() + "…"
+    return flat.replace("$", r"\$")
+
+
+def style_panel(ax: Any, title: str, xlabel: str, ylabel: str, title_colour: str) -> None:
+    """Title, axis labels, integer x ticks, tick sizes and a light grid."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_title(title.replace("$", r"\$"), fontsize=PANEL_TITLE_SIZE, color=title_colour)
+    ax.set_xlabel(xlabel, fontsize=LABEL_SIZE)
+    ax.set_ylabel(ylabel, fontsize=LABEL_SIZE)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.tick_params(labelsize=TICK_SIZE)
+    ax.yaxis.get_offset_text().set_fontsize(TICK_SIZE)
+    ax.grid(True, color="0.9", linewidth=0.5)
+
+
+def legend_below(ax: Any) -> None:
+    """The panel's legend under its x label, two columns, when the panel has labelled lines."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(
+            fontsize=LEGEND_SIZE,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.2),
+            ncols=2,
+            frameon=False,
+        )
+
+
+def series_note(values: Sequence[float], noun: str = "values") -> str | None:
+    """Why a panel's ``values`` do not read as a line: flat, or none finite; None when they do."""
+    finite = [v for v in values if math.isfinite(v)]
+    if values and not finite:
+        return f"no finite value: all {len(values)} {noun} are NaN or inf"
+    if len(finite) > 1 and min(finite) == max(finite):
+        which = noun if len(finite) == len(values) else f"finite {noun}"
+        return f"flat: all {len(finite)} {which} are {finite[0]:.6g}"
+    return None
+
+
+def draw_note(ax: Any, text: str) -> None:
+    """``text`` boxed in the middle of the panel, above the data (gid ``note``)."""
+    ax.text(
+        0.5,
+        0.5,
+        text.replace("$", r"\$"),
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=NOTE_SIZE,
+        zorder=10,
+        bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "0.6", "alpha": 0.9},
+        gid="note",
+    )
+
+
+def png_bytes(figure: Any) -> bytes:
+    """The figure as PNG bytes at :data:`DPI`."""
+    import io
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()

@@ -1,0 +1,111 @@
+"""What each rule kind draws on its metric's panel of ``metrics.png``: a band, a bound, a line.
+
+Decides the hint of a kind (keyed by kind name, ``miles_amd.rules.kinds``) from the
+figures of its check (``Check.numbers``): a mean band, a max bound, a spike threshold (a
+line when the data reach near it, else a note, so the data are never squeezed into a
+strip), a ±atol strip, a Theil-Sen trend line, a step's two halves. A hint returns True
+to ask for a log y axis.
+A kind without a hint draws nothing. The panel itself is ``miles_amd.report.plot``'s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from miles_amd.rules.check import Check
+from miles_amd.rules.model import KindName
+
+THRESHOLD_NEAR = 1.5  # a spike threshold is drawn as a line when within 1.5x the run's max
+
+# (matplotlib axes, the rule's check, the run's finite values) -> log y axis wanted
+Hint = Callable[[Any, Check, list[float]], bool]
+
+
+def threshold(ax: Any, check: Check, finite: list[float]) -> bool:
+    """The spike threshold as a line when the data reach near it; else a note at the top.
+
+    A threshold far above every value (0.15 over a healthy 0.015..0.021) would squeeze the
+    data into a strip on a linear axis and hide their spread on a log one, so it is named
+    instead (a legend entry), with how far above the run's max it lies.
+    """
+    limit = check.numbers["threshold"]
+    top = max(finite, default=limit)
+    if top <= 0 or limit <= THRESHOLD_NEAR * top:
+        label = f"spike threshold {limit:g}"
+        ax.axhline(limit, color="darkred", linewidth=1, label=label, gid="threshold")
+        return False
+    note = f"spike threshold {limit:g}: off scale, {limit / top:.1f}x this run's max"
+    ax.plot([], [], color="darkred", linewidth=1, label=note, gid="threshold")
+    return False
+
+
+def mean_band(ax: Any, check: Check, finite: list[float]) -> bool:
+    low, high = check.numbers.get("low"), check.numbers.get("high")
+    if low is not None and high is not None:
+        label = f"band for the mean ({check.name})"
+        ax.axhspan(low, high, color="tab:green", alpha=0.15, label=label, gid=f"band:{check.name}")
+    value = check.numbers.get("value")
+    if value is not None and math.isfinite(value):
+        ax.axhline(value, color="tab:green", linestyle=":", linewidth=1, label="run mean")
+    return False
+
+
+def max_bound(ax: Any, check: Check, finite: list[float]) -> bool:
+    high = check.numbers.get("high")
+    if high is not None:
+        ax.axhline(
+            high, color="tab:orange", linestyle="--", linewidth=1, label="max bound", gid="max"
+        )
+    return False
+
+
+def near_zero(ax: Any, check: Check, finite: list[float]) -> bool:
+    atol = check.numbers["atol"]
+    ax.axhspan(-atol, atol, color="tab:green", alpha=0.3, label=f"|value| ≤ {atol:g}")
+    return False
+
+
+def trend(ax: Any, check: Check, finite: list[float]) -> bool:
+    first, last = check.numbers["first_step"], check.numbers["last_step"]
+    slope, intercept = check.numbers["slope"], check.numbers["intercept"]
+    colour = "tab:red" if check.failed else "tab:purple"
+    ax.plot(
+        [first, last],
+        [intercept + slope * first, intercept + slope * last],
+        color=colour,
+        linestyle="-.",
+        linewidth=1,
+        label=f"Theil-Sen trend (Z {check.numbers['z']:+.1f})",
+        gid="trend",
+    )
+    return False
+
+
+def step(ax: Any, check: Check, finite: list[float]) -> bool:
+    """``step_rise``: the two halves' geometric means as segments (red when it failed)."""
+    numbers = check.numbers
+    if "split_step" not in numbers:  # too few values to split
+        return False
+    first, split, last = numbers["first_step"], numbers["split_step"], numbers["last_step"]
+    colour = "tab:red" if check.failed else "tab:brown"
+    ax.plot([first, split], [numbers["head"]] * 2, color=colour, linewidth=1.5, gid="step")
+    ax.plot(
+        [split, last],
+        [numbers["tail"]] * 2,
+        color=colour,
+        linewidth=1.5,
+        label=f"halves' geometric means (rise {numbers['z']:+.1f} SE)",
+    )
+    return False
+
+
+HINTS: Mapping[KindName, Hint] = {
+    "all_below": threshold,
+    "mean_within": mean_band,
+    "max_within": max_bound,
+    "near_zero": near_zero,
+    "no_rising_trend": trend,
+    "step_rise": step,
+}

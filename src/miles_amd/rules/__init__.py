@@ -1,0 +1,37 @@
+"""Acceptance rules: a baseline's stored shape and every kind of rule, one module each.
+
+A leaf package: it imports only ``miles_amd.evidence.types`` and ``miles_amd.run_dir``, so
+the loader (``miles_amd.baseline``), the gate (``miles_amd.judge``) and the report
+(``miles_amd.report``) all build on it and it on none of them.
+
+- ``model``: :class:`~miles_amd.rules.model.Baseline`, ``RunShape`` and ``Rule`` with
+  ``to_json``/``from_json`` (the one spelling of a baseline file), ``Params`` (the base of a
+  kind's fields);
+- ``bands``: the statistics tolerances are derived with (spread, bands, paired effect);
+- ``check``: what a judged rule returns (``Check``) and what it reads (``RuleContext``);
+- ``kind``: ``KindSpec``, what one kind declares;
+- ``kinds/<kind>.py``: one module per kind (its params, check, expected sentence,
+  validation, tolerance derivation), ``band``: what the two band kinds share;
+- ``registry``: ``KINDS`` (every module of ``kinds``), ``evaluate_rule``,
+  ``expected_text``, ``validate_rule``.
+
+Plot hints (what a kind draws on its metric's panel of ``metrics.png``) are the report's:
+``miles_amd.report.rule_hints``.
+
+How to add a rule kind ``my_kind``:
+
+1. Write ``src/miles_amd/rules/kinds/my_kind.py`` (copy ``all_below.py``): a frozen
+   dataclass ``MyKindParams(Params)`` whose fields are the rule's JSON keys beyond ``id``,
+   ``kind``, ``metric``, ``required``, ``rationale`` and ``derivation`` (override
+   ``from_json``/``to_json`` only for a field that is not a plain JSON value, as
+   ``band.BandParams`` does); ``check`` (rule, the metric's non-empty series, context ->
+   ``Check``; build it with ``check.rule_check``); ``expected`` (one sentence); and, as
+   the kind needs, ``validate`` (a tolerance derived or bounded, so an absurd baseline is
+   refused), ``reference``, ``summary``, ``rederive``, ``hard``; then
+   ``SPEC = KindSpec(name="my_kind", params=MyKindParams, ...)``. The registry finds it.
+2. Add ``my_kind`` to the ``kind`` enum of ``src/miles_amd/baseline/baseline.schema.json``,
+   its fields to the rule's ``properties`` (with a description: how the value is derived
+   or why it is bounded), and an ``allOf`` entry requiring them for ``my_kind``.
+   ``tests/unit/test_rule_registry.py`` fails until kinds and fields agree both ways.
+3. Optionally, a plot hint in ``miles_amd.report.rule_hints.HINTS``.
+"""

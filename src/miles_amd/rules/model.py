@@ -1,0 +1,196 @@
+"""The stored shape of a baseline, spelled once: dataclasses with ``to_json``/``from_json``.
+
+Decides how a baseline document (``baselines/gpt_oss_20b_lora/<name>.json``) maps to
+:class:`Baseline`, :class:`RunShape` and :class:`Rule`, both ways, so the loader
+(``miles_amd.baseline.model``) and the writer (``miles_amd.baseline.record``) cannot
+disagree: ``Baseline.from_json(b.to_json(), path) == b``. It validates nothing (the schema
+and the loader do) and knows no rule kind: a rule's kind-specific fields stay the JSON
+values they are in the file (:attr:`Rule.params`), typed by the kind's :class:`Params`
+(``miles_amd.rules.kinds.<kind>``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+from miles_amd.rules import bands
+from miles_amd.rules.bands import Spread
+
+SCHEMA_VERSION = 1
+
+# The name of a rule kind, as written in a rule's ``kind`` (a module of miles_amd.rules.kinds).
+KindName = str
+
+# The fields every rule has, in the order a file writes them (params go between the two).
+_HEAD = ("id", "kind", "metric", "required")
+_TAIL = ("rationale", "derivation")
+
+P = TypeVar("P", bound="Params")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One acceptance rule: the fields every rule has, plus its kind's own ``params``."""
+
+    id: str
+    kind: KindName
+    metric: str | None
+    required: bool
+    rationale: str
+    derivation: str
+    # The kind's fields as written in the file (a band is {"low", "high"}), in file order.
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> Rule:
+        params = {k: v for k, v in entry.items() if k not in _HEAD + _TAIL}
+        return cls(
+            id=entry["id"],
+            kind=entry["kind"],
+            metric=entry.get("metric"),
+            required=entry["required"],
+            rationale=entry["rationale"],
+            derivation=entry["derivation"],
+            params=params,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"id": self.id, "kind": self.kind}
+        if self.metric is not None:
+            entry["metric"] = self.metric
+        entry["required"] = self.required
+        entry.update(self.params)
+        entry["rationale"] = self.rationale
+        entry["derivation"] = self.derivation
+        return entry
+
+
+@dataclass(frozen=True)
+class Params:
+    """Base of a kind's fields (``Params`` of each ``miles_amd.rules.kinds`` module).
+
+    A subclass is a frozen dataclass whose field names are the rule's JSON keys; override
+    ``from_json``/``to_json`` only for a field that is not a plain JSON value.
+    """
+
+    @classmethod
+    def of(cls: type[P], rule: Rule) -> P:
+        """``rule``'s params typed (the loader checked they are this kind's)."""
+        return cls.from_json(rule.params)
+
+    @classmethod
+    def from_json(cls: type[P], raw: Mapping[str, Any]) -> P:
+        return cls(**raw)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The JSON keys of this kind's fields."""
+        return tuple(f.name for f in fields(cls))
+
+
+@dataclass(frozen=True)
+class NoParams(Params):
+    """The params of a kind without any (``steps_complete``, ``finite``)."""
+
+
+@dataclass(frozen=True)
+class RunShape:
+    rollouts: int  # default expected rollouts: rollout/step 0..rollouts-1
+    train_steps_per_rollout: int
+    samples_per_rollout: int
+    prompts_per_rollout: int
+    max_response_tokens: int
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> RunShape:
+        return cls(**{f.name: raw[f.name] for f in fields(cls)})
+
+    def to_json(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline. ``series[m][i]`` is the reference value of ``m`` at rollout ``i``."""
+
+    name: str
+    path: str  # where it was read from (not stored in the file)
+    description: str
+    provenance: Mapping[str, Any]
+    run_shape: RunShape
+    series: Mapping[str, tuple[float, ...]]
+    summaries: Mapping[str, Mapping[str, Any]]
+    rules: tuple[Rule, ...]
+    schema_ref: str | None = None  # the file's ``$schema``
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any], path: str) -> Baseline:
+        """Type a baseline document WITHOUT validating it (``parse_baseline`` validates)."""
+        evidence = raw["evidence"]
+        return cls(
+            name=raw["name"],
+            path=path,
+            description=raw["description"],
+            provenance=dict(raw["provenance"]),
+            run_shape=RunShape.from_json(raw["run_shape"]),
+            series={m: tuple(float(v) for v in vs) for m, vs in evidence["series"].items()},
+            summaries={m: dict(s) for m, s in evidence["summaries"].items()},
+            rules=tuple(Rule.from_json(entry) for entry in raw["rules"]),
+            schema_ref=raw.get("$schema"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The document, in the order a file writes it."""
+        doc: dict[str, Any] = {} if self.schema_ref is None else {"$schema": self.schema_ref}
+        doc.update(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "name": self.name,
+                "description": self.description,
+                "provenance": dict(self.provenance),
+                "run_shape": self.run_shape.to_json(),
+                "evidence": {
+                    "series": {m: list(vs) for m, vs in self.series.items()},
+                    "summaries": {m: dict(s) for m, s in self.summaries.items()},
+                },
+                "rules": [rule.to_json() for rule in self.rules],
+            }
+        )
+        return doc
+
+    @property
+    def run_id(self) -> str:
+        return str(self.provenance["run_id"])
+
+    def spread(self, metric: str) -> Spread:
+        """Per-rollout spread of ``metric`` in the reference run (see ``miles_amd.rules.bands``).
+
+        Series first; else a summary's stated ``sd``, its min/max, or its bounds.
+        """
+        if metric in self.series:
+            return bands.series_spread(self.series[metric])
+        summary = self.summaries.get(metric)
+        if summary is None:
+            raise KeyError(f"no series or summary for {metric}")
+        mean, n = float(summary["mean"]), int(summary["n"])
+        if "sd" in summary:
+            return Spread(mean, float(summary["sd"]), n, str(summary["sd_source"]))
+        if "min" in summary and "max" in summary:
+            return bands.range_spread(mean, float(summary["min"]), float(summary["max"]), n)
+        if "bounds" in summary:
+            lower, upper = (float(b) for b in summary["bounds"])
+            groups = self.run_shape.prompts_per_rollout
+            return bands.bounded_spread(mean, lower, upper, groups=groups, n=n)
+        raise KeyError(f"summary of {metric} has no sd, min/max or bounds")
+
+    def reference_max(self, metric: str) -> float | None:
+        """The reference run's largest value of ``metric``: its series, else its summary's max."""
+        if metric in self.series:
+            return max(self.series[metric])
+        top = self.summaries.get(metric, {}).get("max")
+        return None if top is None else float(top)

@@ -1,0 +1,102 @@
+"""The benchmark runner (``benchmarks/run_quick.py``): every script registered and run by CI,
+each with a quick mode, and what the runner counts as a pass, on real child processes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from benchmarks.run_quick import BENCHMARKS, HERE, figures_problem, run_benchmark
+
+REPO = HERE.parent
+
+
+def declares_quick(script: Path) -> bool:
+    """Whether the script's argparse declares ``--quick`` (read from its source, not run)."""
+    for node in ast.walk(ast.parse(script.read_text())):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+            and any(isinstance(a, ast.Constant) and a.value == "--quick" for a in node.args)
+        ):
+            return True
+    return False
+
+
+def test_every_benchmark_script_is_registered_with_the_runner() -> None:
+    scripts = {p.name for p in HERE.glob("*.py")} - {"run_quick.py", "__init__.py"}
+    assert scripts, f"no benchmark scripts found in {HERE}"
+    assert scripts == set(BENCHMARKS), (
+        f"not registered in run_quick.BENCHMARKS: {sorted(scripts - set(BENCHMARKS))}; "
+        f"registered but missing: {sorted(set(BENCHMARKS) - scripts)}"
+    )
+
+
+def test_every_run_benchmark_has_a_quick_mode_and_every_skip_reason_is_still_true() -> None:
+    for name, skip_reason in BENCHMARKS.items():
+        if skip_reason is None:
+            assert declares_quick(HERE / name), f"{name} has no --quick option"
+        else:
+            assert not declares_quick(HERE / name), (
+                f"{name} has --quick now: remove its skip reason from run_quick.BENCHMARKS"
+            )
+
+
+def test_ci_runs_the_runner() -> None:
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
+    checks = [line.split() for line in lines if line.startswith("check ")]
+    assert ["check", "benchmarks", "python", "benchmarks/run_quick.py"] in checks, checks
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("gate_s=0.189 accumulator_s=0.408 ratio=0.463", None),
+        ("runs=3 false_green=0 rollouts_for_95pct=>160", None),
+        ("", "the last line is empty (no figures printed)"),
+        ("done in 3 s", "'done' is not key=value"),
+        ("gate_s=0.1  ratio=0.4", "'' is not key=value"),
+        ("gate_s=", "'gate_s=' is not key=value"),
+        ("2x=1", "'2x=1' is not key=value"),
+        ("runs=3 failfast_median_s=nan", "figure failfast_median_s is nan"),
+        ("ratio=inf", "figure ratio is inf"),
+    ],
+)
+def test_figures_line_format(line: str, problem: str | None) -> None:
+    assert figures_problem(line) == problem
+
+
+def script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "bench_fake.py"
+    path.write_text("import sys, time\n" + body)
+    return path
+
+
+def test_a_script_that_passes_and_prints_figures_passes(tmp_path: Path) -> None:
+    body = "assert sys.argv[1:] == ['--quick']\nprint('setting up')\nprint('a=1 b=2.5')\n"
+    outcome = run_benchmark(script(tmp_path, body))
+    assert outcome.problem is None and outcome.name == "bench_fake.py"
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("print('a=1')\nsys.exit(1)\n", "exit 1"),
+        ("print('a=1')\nprint('finished')\n", "'finished' is not key=value"),
+        ("pass\n", "the last line is empty (no figures printed)"),
+        ("print('a=nan')\n", "figure a is nan"),
+        ("raise SystemExit('bad input')\n", "exit 1"),
+    ],
+)
+def test_a_script_failing_its_condition_or_the_format_fails(
+    tmp_path: Path, body: str, problem: str
+) -> None:
+    assert run_benchmark(script(tmp_path, body)).problem == problem
+
+
+def test_a_script_that_does_not_exit_fails(tmp_path: Path) -> None:
+    outcome = run_benchmark(script(tmp_path, "time.sleep(60)\n"), timeout_s=1.0)
+    assert outcome.problem == "no exit after 1 s"

@@ -1,0 +1,126 @@
+"""The rule registry and the baseline schema name the same kinds, with the same fields.
+
+A kind is one module of ``miles_amd.rules.kinds`` plus its entry in
+``baseline.schema.json``; these tests fail when either has a kind, or a kind a field, the
+other lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from miles_amd.baseline.model import (
+    SCHEMA_PATH,
+    BaselineError,
+    parse_baseline,
+    resolve_baseline_path,
+)
+from miles_amd.report.rule_hints import HINTS
+from miles_amd.rules.registry import KINDS
+
+
+def schema_kinds(schema: Mapping[str, Any]) -> set[str]:
+    return set(schema["$defs"]["rule"]["properties"]["kind"]["enum"])
+
+
+def schema_fields(schema: Mapping[str, Any], kind: str) -> set[str]:
+    """The fields the schema requires of a rule of ``kind`` beyond every rule's own."""
+    rule = schema["$defs"]["rule"]
+    required: set[str] = set()
+    for branch in rule["allOf"]:
+        condition = branch["if"]["properties"]["kind"]
+        names = condition["enum"] if "enum" in condition else [condition["const"]]
+        taken = branch["then"] if kind in names else branch.get("else", {})
+        required.update(taken.get("required", ()))
+    return required - set(rule["required"]) - {"metric"}
+
+
+def mismatches(kinds: Mapping[str, tuple[str, ...]], schema: Mapping[str, Any]) -> list[str]:
+    """Every disagreement between ``kinds`` (name -> params fields) and the schema."""
+    found = [
+        f"{k}: in the registry, not in the schema"
+        for k in sorted(set(kinds) - schema_kinds(schema))
+    ]
+    found += [
+        f"{k}: in the schema, not in the registry"
+        for k in sorted(schema_kinds(schema) - set(kinds))
+    ]
+    properties = set(schema["$defs"]["rule"]["properties"])
+    for name in sorted(set(kinds) & schema_kinds(schema)):
+        required = sorted(schema_fields(schema, name))
+        if sorted(kinds[name]) != required:
+            found.append(f"{name}: fields {sorted(kinds[name])}, schema requires {required}")
+        found += [
+            f"{name}: field {f} not in the schema's properties"
+            for f in kinds[name]
+            if f not in properties
+        ]
+    return found
+
+
+def registry() -> dict[str, tuple[str, ...]]:
+    """Each kind's required fields: its params without a default (an optional field, such as
+    ``paired_mean_diff``'s ``side``, has one; the schema lists it but does not require it)."""
+    return {
+        name: tuple(
+            f.name
+            for f in dataclasses.fields(spec.params)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+        for name, spec in KINDS.items()
+    }
+
+
+def load_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def test_the_registry_and_the_schema_agree_on_kinds_and_their_fields() -> None:
+    assert len(KINDS) >= 11
+    assert mismatches(registry(), load_schema()) == []
+    properties = set(load_schema()["$defs"]["rule"]["properties"])
+    optional = {f for spec in KINDS.values() for f in spec.params.names()} - {
+        f for fields in registry().values() for f in fields
+    }
+    assert optional <= properties, optional - properties
+
+
+def test_a_kind_or_a_field_on_one_side_only_is_a_mismatch() -> None:
+    schema = load_schema()
+    kinds = registry()
+    extra = {**kinds, "my_kind": ("gamma",)}
+    assert mismatches(extra, schema) == ["my_kind: in the registry, not in the schema"]
+    schema["$defs"]["rule"]["properties"]["kind"]["enum"].append("my_kind")
+    assert mismatches(kinds, schema) == ["my_kind: in the schema, not in the registry"]
+    assert mismatches(extra, schema) == [
+        "my_kind: fields ['gamma'], schema requires []",
+        "my_kind: field gamma not in the schema's properties",
+    ]
+    fewer = {**kinds, "all_below": ()}
+    assert mismatches(fewer, load_schema()) == [
+        "all_below: fields [], schema requires ['threshold']"
+    ]
+
+
+def test_every_kind_module_is_named_as_its_kind_and_every_hint_names_a_kind() -> None:
+    for name, spec in KINDS.items():
+        assert spec.name == name
+        assert spec.check.__module__.startswith("miles_amd.rules.")
+    assert set(HINTS) <= set(KINDS)
+
+
+def test_a_field_of_another_kind_is_refused_naming_the_rule_and_field() -> None:
+    text = resolve_baseline_path("patched").read_text(encoding="utf-8")
+    raw = json.loads(text)
+    index = next(i for i, r in enumerate(raw["rules"]) if r["kind"] == "all_below")
+    raw["rules"][index]["z"] = 3
+    with pytest.raises(
+        BaselineError,
+        match=rf"\$\.rules\[{index}\]\.z: all_below takes threshold, not z; fix: remove z",
+    ):
+        parse_baseline(json.dumps(raw), path="edited.json")
