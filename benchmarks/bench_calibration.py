@@ -29,14 +29,16 @@ Printed: the false alarms of both baselines at N = 20 with the checks that fail 
 sensitivity table (run effect none / chosen / doubled x autocorrelation 0 / 0.3 / 0.5,
 patched); the skewed-KL row; power against the regressions maintainers fear (reward halved
 in the last third, logprob gap +25% from mid-run, reward -0.08 / -0.05, KL x2, spikes at 5%
-and 10% of rollouts) for both baselines. The last line:
-``honest_false_alarm_20=<rate> ci_high=<rate> power_late_collapse=<p> power_step=<p>
-power_drop08=<p> power_drop05=<p> power_kl2=<p>`` (today's gate, patched baseline, the
-worse of the two baselines for the false alarm). Exit 1 when that false alarm's upper bound
-exceeds 1.5% (the goal: rate <= 1%, upper bound <= 1.5%, no check above 0.3%).
+and 10% of rollouts) for both baselines; in full mode also the cross-run drift check's
+rates (``miles_amd.history.drift``, on ``simulate``'s fitted model, as before). The last
+line: ``honest_false_alarm_20=<rate> ci_high=<rate> power_late_collapse=<p>
+power_step=<p> power_drop08=<p> power_drop05=<p> power_kl2=<p>`` (the patched baseline's
+power; the false alarm of the worse of the two baselines). Exit 1 when that false alarm's
+upper bound exceeds 1.5% (the goal: rate <= 1%, upper bound <= 1.5%, no check above 0.3%).
 
-Run: ``python benchmarks/bench_calibration.py [--quick] [--workers 2]`` (full: about 8
-minutes on 2 cores; ``--quick``: about 1.5 minutes, fewer replicates, no sensitivity grid).
+Run: ``python benchmarks/bench_calibration.py [--quick] [--workers 2]`` (full: about 4
+minutes of CPU on each of 2 cores; ``--quick``: about 40 s of CPU, 1.5 minutes on a loaded
+2-core machine: 1500 healthy runs a baseline, 200 a power cell, no sensitivity grid).
 """
 
 from __future__ import annotations
@@ -46,8 +48,13 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
+import numpy as np
+
 from miles_amd.baseline.model import load_baseline
-from miles_amd.testing import honest
+from miles_amd.history.drift import calibrated_k, drifts
+from miles_amd.history.entry import gated_metrics
+from miles_amd.history.store import StoredRun, summarize
+from miles_amd.testing import honest, simulate
 from miles_amd.testing.calibrate import Cell, Tally, run_cell
 from miles_amd.testing.intervals import clustered_interval
 
@@ -82,12 +89,52 @@ def _top(by_check: dict[str, int], runs: int) -> str:
     return ", ".join(f"{name} {count / runs:.2%}" for name, count in worst) or "-"
 
 
+def drift_rate(model, metrics: list[str], k: int, histories: int, seed: int, rise: float) -> float:
+    """Fraction of simulated histories of k + 1 runs the cross-run drift check flags
+    (kept from the previous version of this benchmark; issue 19's item 3 is another's)."""
+    rng = np.random.default_rng(seed)
+    flagged = 0
+    for _ in range(histories):
+        values = model.simulate(k + 1, 20, rng)
+        runs = []
+        for run in range(k + 1):
+            scale = {simulate.LOGPROB: 1.0 + rise * run}
+            measured = {
+                m: summarize(list(values[m][run] * scale.get(m, 1.0)))
+                for m in metrics
+                if m in values
+            }
+            runs.append(
+                StoredRun(
+                    created_at="",
+                    recipe="",
+                    variant="patched",
+                    baseline="patched",
+                    image=None,
+                    commit_sha=None,
+                    run_dir="",
+                    verdict="pass",
+                    reason="",
+                    rollouts=20,
+                    failed_checks=(),
+                    run_id=run,
+                    summaries={m: s for m, s in measured.items() if s is not None},
+                )
+            )
+        flagged += bool(drifts(runs, k))
+    return flagged / histories
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI mode: fewer replicates")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--references", type=int, help="healthy references per baseline")
+    parser.add_argument("--power-references", type=int, help="references per power cell")
     args = parser.parse_args()
     healthy_refs, grid_refs, power_refs = (300, 0, 40) if args.quick else (1200, 200, 120)
+    healthy_refs = args.references or healthy_refs
+    power_refs = args.power_references or power_refs
 
     patched, stock = load_baseline("patched"), load_baseline("stock")
     model = honest.honest_model(patched, stock)
@@ -148,6 +195,18 @@ def main() -> int:
                     summary[fault.name] = tally.rate
             print(f"| {fault.name} | {' | '.join(cells)} |")
 
+    if not args.quick:
+        metrics = gated_metrics(patched)
+        k = calibrated_k(len(metrics))
+        fitted = simulate.fit(patched)
+        healthy = drift_rate(fitted, metrics, k, 2000, seed=9000, rise=0.0)
+        rising = drift_rate(fitted, metrics, k, 2000, seed=9001, rise=0.02)
+        print()
+        print(
+            f"Cross-run drift over {len(metrics)} metrics, k = {k}: healthy histories flagged "
+            f"{healthy:.2%}; logprob mean +2% a run flagged {rising:.1%} (2000 histories of "
+            f"{k + 1} runs, simulate's fitted model)"
+        )
     print()
     print(
         f"honest_false_alarm_20={summary['false_alarm']:.4f} ci_high={summary['ci_high']:.4f} "

@@ -160,7 +160,7 @@ def test_markdown_verdict_first_failures_first_then_sentinels_then_evidence(fail
     assert statuses[0] == "FAIL" and statuses[-1] == "pass"
     assert "NOT MEASURED" not in text  # one short list after the passes instead
     (unmeasured,) = [line for line in lines if line.startswith("Not measured (optional")]
-    assert "train_rollout_kl (steps, finite, mean, max)" in unmeasured
+    assert "train_rollout_kl (steps, finite, mean)" in unmeasured
     assert lines.index(unmeasured) > lines.index(table[len(judged) - 1])
     assert text.index("### Checks") < text.index("### Sentinel hits") < text.index("### Evidence")
     sentinels = text[text.index("### Sentinel hits") : text.index("### Evidence")]
@@ -182,7 +182,7 @@ def test_markdown_of_a_passing_run(passing) -> None:
         "**miles-amd gate: PASS** - this run is accepted: all 19 measured checks agree with "
         "baseline patched (jvvnhop9); 12 optional checks were not measured"
     )
-    assert "train_rollout_kl (steps, finite, mean, max)" in text
+    assert "train_rollout_kl (steps, finite, mean)" in text
     assert "| FAIL |" not in text
 
 
