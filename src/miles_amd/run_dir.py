@@ -2,8 +2,8 @@
 
 Decides the layout and nothing else. The hardware run, the CPU rehearsal's replay and the
 embedded example all produce it; the driver, the watcher, the preflight, the readers, the
-gate, the report and ``baseline record`` all find their files through :class:`RunDir`, so
-no other module spells a file name of the run dir::
+gate, the report, ``compare`` and ``baseline record`` all find their files through
+:class:`RunDir`, so no other module spells a path of the run dir::
 
     tensorboard/          TensorBoard event files (miles' TENSORBOARD_DIR)
     ci_history/*.jsonl    miles' CI-history records (miles' MILES_CI_GATE_RECORD_DIR)
@@ -11,8 +11,13 @@ no other module spells a file name of the run dir::
     job.json              the job's end state, written by the driver (:class:`JobRecord`)
     env.json              the preflight's facts about the node
     report/               the gate's report.json, report.md, metrics.png
+    report/compare/       ``miles-amd compare``'s files when this run is its B (default)
     plan.json             the launch plan the driver executed (secrets redacted)
     ray_head.log          output of the Ray head the driver started, when it started one
+    pullback.json         cluster mode: what was pulled back from the job's node
+    <variant>/            ``train --variants``: one run dir per aiter variant
+
+A directory holding none of :attr:`RunDir.markers` is not a run dir (:attr:`RunDir.is_run_dir`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
+
+from miles_amd import strict_json
 
 __all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "RunDir", "json_object"]
 
@@ -59,6 +66,29 @@ class RunDir:
     @property
     def report(self) -> Path:
         return self.root / "report"
+
+    @property
+    def compare_report(self) -> Path:
+        return self.report / "compare"
+
+    @property
+    def pullback_json(self) -> Path:
+        return self.root / "pullback.json"
+
+    def variant(self, name: str) -> RunDir:
+        """``train --variants``: the run dir of aiter variant ``name`` under this one."""
+        return RunDir(self.root / name)
+
+    @property
+    def markers(self) -> tuple[Path, ...]:
+        """What any run leaves, even one that failed at once (the driver writes job.log and
+        plan.json before submitting; the preflight writes env.json)."""
+        return (*self.evidence, self.env_json, self.plan_json)
+
+    @property
+    def is_run_dir(self) -> bool:
+        """A directory holding at least one of :attr:`markers`."""
+        return self.root.is_dir() and any(p.exists() for p in self.markers)
 
     @property
     def evidence(self) -> tuple[Path, ...]:
@@ -159,15 +189,10 @@ def _number(data: dict[str, object], name: str) -> float | None:
 
 
 def json_object(text: str | bytes) -> dict[str, object]:
-    """The JSON object in a run-dir file's ``text``; ``ValueError`` saying what is wrong."""
-    try:
-        data = json.loads(text)
-    except UnicodeDecodeError:
-        raise ValueError("not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"bad JSON at line {error.lineno} column {error.colno}: {error.msg}"
-        ) from None
+    """The JSON object in a run-dir file's ``text``, read by ``miles_amd.strict_json`` (no
+    duplicate key, no non-finite number, bounded depth and integers); ``ValueError`` saying
+    what is wrong and where (its JSON path)."""
+    data = strict_json.loads(text)
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, found {type(data).__name__}")
     return data

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from miles_amd.history.store import HistoryStore
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE
 from miles_amd.run_dir import JobRecord, RunDir
 from miles_amd.testing.rehearsal import EXAMPLE_RUN
@@ -31,7 +32,10 @@ runpy.run_module("miles_amd.testing.replay", run_name="__main__")
 """
 
 
-def test_train_with_gate_runs_and_exits_with_the_verdict(tmp_path: Path) -> None:
+@pytest.mark.parametrize("require_env", [False, True], ids=["gate", "gate-require-env"])
+def test_train_with_gate_runs_and_exits_with_the_verdict(tmp_path: Path, require_env: bool) -> None:
+    """The run is judged once: with ``--require-env`` and no env.json (no preflight ran) the
+    verdict is fail, and the exit code, the report and the named history all say so."""
     write_checkpoint(tmp_path / "models", mxfp4=False)
     dataset = tmp_path / "data" / "dapo-math-17k" / "dapo-math-17k.jsonl"
     dataset.parent.mkdir(parents=True)
@@ -44,6 +48,9 @@ def test_train_with_gate_runs_and_exits_with_the_verdict(tmp_path: Path) -> None
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["HOME"] = str(tmp_path)  # the tool's state file goes to ~/.cache/miles_amd
     run_dir = tmp_path / "run"
+    history = tmp_path / "history.sqlite"
+    extra = ["--require-env", "--history", str(history)] if require_env else []
+    env.pop("MILES_AMD_HISTORY", None)  # only --history names one here
     done = subprocess.run(
         [
             sys.executable,
@@ -64,14 +71,24 @@ def test_train_with_gate_runs_and_exits_with_the_verdict(tmp_path: Path) -> None
             "patched",
             "--timeout",
             "180",
+            *extra,
         ],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "gate: PASS" in done.stdout
+    verdict = "fail" if require_env else "pass"
+    assert done.returncode == (1 if require_env else 0), done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"gate: {verdict.upper()}" in done.stdout
     assert JobRecord.from_json(RunDir(run_dir).job_json.read_text()).status == "SUCCEEDED"
-    assert json.loads((RunDir(run_dir).report / "report.json").read_text())["verdict"] == "pass"
+    report = json.loads((RunDir(run_dir).report / "report.json").read_text())
+    assert report["verdict"] == verdict
+    if require_env:
+        assert f"history: appended as run 1 to {history}" in done.stdout
+        with HistoryStore(history, read_only=True) as store:
+            (run,) = store.runs()
+        assert (run.verdict, run.failed_checks) == ("fail", ("environment.identity",))
+    else:
+        assert not history.exists()
     assert not (tmp_path / ".cache" / "miles_amd" / RAY_HEAD_STATE_FILE).exists()

@@ -25,9 +25,9 @@ import pytest
 from miles_amd.recipe.plan import NODE_RESOURCE, NODE_ROOT_VAR, build_train_plan, ray_start_argv
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.cluster import ClusterError
+from miles_amd.run.dashboard import auth_headers
 from miles_amd.run.driver import RunOutcome, execute
-from miles_amd.run.pullback import RECORD_FILE
-from miles_amd.run.ray_head import RayHead, auth_headers
+from miles_amd.run.ray_head import RayHead
 from miles_amd.run.variants_run import PATCHED_DIR_VAR, execute_variants, variant_env
 from miles_amd.run_dir import JobRecord, RunDir
 from miles_amd.testing.rehearsal import EXAMPLE_RUN, replay_prefix
@@ -130,7 +130,7 @@ def test_two_runs_concurrent_pinned_pulled_back_and_gated(cluster, tmp_path) -> 
         assert outcome.verdict == "pass", outcome.summary()
         assert outcome.pullback_error is None
     records = {
-        n: json.loads((tmp_path / n / RECORD_FILE).read_text()) for n in ("stock", "patched")
+        n: json.loads(RunDir(tmp_path / n).pullback_json.read_text()) for n in ("stock", "patched")
     }
     assert {r["status"] for r in records.values()} == {"verified"}
     assert records["stock"]["node_id"] != records["patched"]["node_id"], "both on one node"
@@ -220,7 +220,7 @@ def test_node_lost_mid_run_ends_that_run_red_and_keeps_the_other(cluster, tmp_pa
     assert len(lost) == 1 and len(kept) == 1, [o.summary() for o in outcomes.values()]
     assert lost[0].exit_code != 0 and lost[0].verdict != "pass"
     assert lost[0].pullback_error and "pull-back failed" in lost[0].pullback_error
-    record = json.loads((lost[0].run_dir / RECORD_FILE).read_text())
+    record = json.loads(RunDir(lost[0].run_dir).pullback_json.read_text())
     assert record["status"] == "failed" and record["reason"] == lost[0].pullback_error
     assert kept[0].verdict == "pass", kept[0].summary()
     assert joined.leftovers() == []

@@ -169,7 +169,7 @@ def test_compare_bad_input_is_one_line_exit_2(
 
 def test_compare_refuses_a_run_dir_without_metrics(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
-    empty.mkdir()
+    (empty / "tensorboard").mkdir(parents=True)
     result = run_cli("compare", "--run-dir", str(empty), "--run-dir", str(EXAMPLE))
     assert result.returncode == 2
     assert f"--run-dir {empty}: no metric in it" in result.stderr

@@ -72,7 +72,9 @@ def test_different_values_at_one_step_within_a_file_are_an_error(tmp_path: Path)
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        ('{"metric": "m", "series": [[0, 1.0]', "bad JSON"),
+        ('{"metric": "m", "series": [[0, 1.0]', "invalid JSON"),
+        ('{"metric": "m", "series": [[0, NaN]], "series": [[0, 1.0]]}', "duplicate key 'series'"),
+        ('{"metric": "m", "series": [[99999999999999999999, 1.0]]}', "does not fit 64 bits"),
         ('["m", [[0, 1.0]]]', "expected an object"),
         ('{"series": [[0, 1.0]]}', '"metric" must be a non-empty string'),
         ('{"metric": "", "series": []}', '"metric" must be a non-empty string'),
@@ -84,7 +86,7 @@ def test_different_values_at_one_step_within_a_file_are_an_error(tmp_path: Path)
         ('{"metric": "m", "series": [[0, 1.0], [1, "nan"]]}', "point 1 of 'm'"),
         ('{"metric": "m", "series": [[0, false]]}', "point 0 of 'm'"),
         ('{"metric": "m", "series": [[0, null]]}', "point 0 of 'm'"),
-        ('{"metric": "m", "series": [[0, 1e999999]]}', None),  # json reads inf: allowed
+        ('{"metric": "m", "series": [[0, 1e999999]]}', r"\$\.series\[0\]\[1\]: non-finite"),
     ],
 )
 def test_malformed_lines_are_named_with_file_and_line(
@@ -111,7 +113,7 @@ def test_a_metric_twice_in_one_file_is_an_error(tmp_path: Path) -> None:
 
 def test_an_unterminated_last_line_is_an_error_unless_live(tmp_path: Path) -> None:
     (tmp_path / "1-a.jsonl").write_text('{"metric": "m", "series": [[0, 1]]}\n{"metric": "m2", "se')
-    with pytest.raises(MetricsFormatError, match="bad JSON"):
+    with pytest.raises(MetricsFormatError, match="invalid JSON"):
         read_ci_history_dir(tmp_path)
     assert read_ci_history_dir(tmp_path, live=True) == {"m": ((0, 1.0),)}
 

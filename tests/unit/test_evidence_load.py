@@ -168,7 +168,7 @@ def test_a_run_dir_without_any_metric_source_is_a_problem(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("text", "detail"),
     [
-        ("{not json", "bad JSON at line 1"),
+        ("{not json", "line 1 column 2: invalid JSON"),
         ("[1, 2]", "expected a JSON object, found list"),
         (json.dumps({**JOB, "status": "succeeded"}), '"status" must be one of'),
         (json.dumps({k: v for k, v in JOB.items() if k != "job_id"}), '"job_id" must be'),

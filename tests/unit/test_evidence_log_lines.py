@@ -49,12 +49,23 @@ def test_only_the_size_given_is_read() -> None:
 
 @pytest.mark.parametrize("length", [MAX_LINE + 1, 2 * MAX_LINE + 7, 5 * CHUNK])
 @pytest.mark.parametrize("lead", [0, 10, CHUNK - 3])
-def test_an_overlong_line_is_cut_and_the_numbering_goes_on(length: int, lead: int) -> None:
+def test_an_overlong_line_comes_in_pieces_and_the_numbering_goes_on(length: int, lead: int) -> None:
     data = b"a" * lead + b"\n" + b"y" * length + b"\nafter\n"
-    texts = "".join(text for _, text in blocks_of(data)).split("\n")
-    assert texts[0] == "a" * lead
-    assert texts[1] == "y" * MAX_LINE  # cut at MAX_LINE bytes, whatever the alignment
-    assert texts[2:] == ["after", ""]
+    blocks = blocks_of(data)
+    assert all(len(text) <= MAX_LINE + CHUNK for _, text in blocks)  # bounded memory
+    pieces = [text for line, text in blocks if "\n" not in text]  # of the unfinished line 2
+    assert all(len(piece) <= MAX_LINE for piece in pieces)
+    assert sum(text.count("y") for _, text in blocks) >= length  # nothing skipped
+    ((first, text),) = [(line, text) for line, text in blocks if "after" in text]
+    assert first + text[: text.index("after")].count("\n") == 3
+
+
+def test_a_long_progress_line_is_cut_after_a_carriage_return() -> None:
+    data = b"step 1%\r" * (MAX_LINE // 4) + b"Fatal Python error: x\n"
+    blocks = blocks_of(data)
+    assert all(text.endswith("\r") for _, text in blocks[:-1])  # no update split
+    assert blocks[-1][1].endswith("Fatal Python error: x\n")
+    assert {line for line, _ in blocks} == {1}
 
 
 def test_a_line_of_exactly_max_line_bytes_is_whole() -> None:

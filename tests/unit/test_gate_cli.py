@@ -225,21 +225,33 @@ def test_missing_run_dir_is_unusable_input(tmp_path: Path) -> None:
     assert result.stdout == ""
     (line,) = result.stderr.splitlines()
     assert line == (
-        f"miles-amd: error: --run-dir {missing}: no such directory; point it at a run directory"
+        f"miles-amd: error: --run-dir {missing}: no such directory; fix: point it at a run "
+        "directory"
     )
     assert not missing.exists()
 
 
-def test_empty_run_dir_is_an_error_with_a_report(tmp_path: Path) -> None:
+def test_a_dir_that_is_no_run_dir_is_refused_and_nothing_written(tmp_path: Path) -> None:
     run_dir = tmp_path / "empty"
     run_dir.mkdir()
+    result = gate_subprocess("--run-dir", str(run_dir), "--baseline", "patched")
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"miles-amd: error: --run-dir {run_dir}: not a run directory")
+    assert list(run_dir.iterdir()) == []
+
+
+def test_empty_run_dir_is_an_error_with_a_report(tmp_path: Path) -> None:
+    """A run dir (its evidence dirs are there) with nothing readable: the report says why."""
+    run_dir = tmp_path / "empty"
+    (run_dir / "tensorboard").mkdir(parents=True)
     result = gate_subprocess("--run-dir", str(run_dir), "--baseline", "patched")
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"miles-amd: error: --run-dir {run_dir}: nothing readable in")
     report = report_of(run_dir / "report")
     assert report["verdict"] == "error" and report["exit_code"] == 2
-    assert "no metric source" in report["reason"]
+    assert "no event files" in report["reason"]
 
 
 def test_a_run_dir_of_only_corrupt_evidence_is_an_error(tmp_path: Path) -> None:
@@ -264,7 +276,7 @@ def test_malformed_baseline_is_unusable_input_and_writes_nothing(tmp_path: Path)
     )
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
-    assert line.startswith(f"miles-amd: error: --baseline: {bad}: $.rules[4].threshold: ")
+    assert line.startswith(f"miles-amd: error: --baseline {bad}: $.rules[4].threshold: ")
     assert "; fix: " in line
     assert not out.exists()
 

@@ -236,9 +236,12 @@ def test_gate_with_an_unusable_history_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "example-report").exists()
 
 
-def test_train_gate_appends_the_drivers_verdict(tmp_path: Path) -> None:
-    """`train --gate`'s append (the driver wrote the report; the same judge re-derives it)."""
-    from miles_amd.cli.history import record_driver_gate
+def test_the_append_records_the_verdict_judged_with_the_flags_given(tmp_path: Path) -> None:
+    """`train --gate X --require-env` appends the driver's judgment itself: a run without
+    env.json fails with --require-env, and the history says fail, not a re-judged pass."""
+    from miles_amd.baseline.model import load_baseline
+    from miles_amd.cli.history import append_judgment
+    from miles_amd.report.gate_run import judge_run_dir
 
     values = {
         LOGPROB: [0.0165, 0.0175] * 10,
@@ -246,18 +249,15 @@ def test_train_gate_appends_the_drivers_verdict(tmp_path: Path) -> None:
         CLIPFRAC: [0.0] * 20,
     }
     run_dir = write_run(tmp_path / "run", values)
-    assert (
-        run_cli("gate", "--run-dir", str(run_dir), "--baseline", "stock", "--no-history").returncode
-        == 0
-    )
+    stock = load_baseline("stock")
+    assert judge_run_dir(run_dir, stock, report_dir=tmp_path / "r").verdict.verdict == "pass"
+    judgment = judge_run_dir(run_dir, stock, require_env=True)
+    assert judgment.exit_code == 1
     history = tmp_path / "h.sqlite"
-    lines = record_driver_gate(history, run_dir, "stock", 20)
+    lines = append_judgment(history, judgment)
     assert lines[0] == f"history: appended as run 1 to {history}"
     with HistoryStore(history) as store:
         (run,) = store.runs()
-    assert (run.verdict, run.baseline, run.variant) == ("pass", "stock", "stock")
+    assert (run.verdict, run.baseline, run.variant) == ("fail", "stock", "stock")
+    assert run.failed_checks == ("environment.identity",)
     assert "### Drift across runs" in (run_dir / "report" / "report.md").read_text()
-    dry = run_cli(
-        "train", "--dry-run", "--gate", "stock", "--no-history", "--run-dir", str(tmp_path / "d")
-    )
-    assert dry.returncode == 0, dry.stderr

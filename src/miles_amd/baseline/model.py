@@ -10,10 +10,11 @@ file are the ones the method gives.
 
 A file is valid when, in order:
 
-1. it is strict JSON with finite numbers only: no ``NaN``/``Infinity``, and no number that
-   overflows a float (``1e999`` parses as infinity in Python's ``json``), refused with the
-   JSON path of the value; and it matches ``src/miles_amd/baseline/baseline.schema.json``
-   (Draft 2020-12), whose bounds on ``k``, ``z`` and ``expected_status`` say why;
+1. it is strict JSON (``miles_amd.strict_json``): finite numbers only (no ``NaN``/``Infinity``,
+   no ``1e999``), no duplicate key (a second ``"threshold"`` would replace the reviewed one),
+   bounded depth and integers, each refused with the JSON path of the value; and it matches
+   ``src/miles_amd/baseline/baseline.schema.json`` (Draft 2020-12), whose bounds on ``k``,
+   ``z`` and ``expected_status`` say why;
 2. rule ids are unique; every metric a rule names has a ``finite`` and a ``steps_complete``
    rule, required whenever any rule on that metric is required (so "every gated value
    finite, every step present" cannot be forgotten);
@@ -39,12 +40,12 @@ the repo a link to the top-level ``baselines/``, in an installed wheel a copy of
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from miles_amd.baseline import json_text, schema_check
+from miles_amd import strict_json
+from miles_amd.baseline import schema_check
 from miles_amd.package_data import package_path
 from miles_amd.rules.model import Baseline, RunShape
 from miles_amd.rules.registry import validate_rule
@@ -114,14 +115,10 @@ def load_baseline(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> 
 def parse_baseline(text: str, *, path: str) -> Baseline:
     """Validate baseline JSON ``text`` (``path`` only names it in errors)."""
     try:
-        raw = json_text.loads_finite(text)
-    except json.JSONDecodeError as exc:
-        raise BaselineError(
-            f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg}); "
-            "fix: correct the JSON syntax there"
-        ) from exc
-    except json_text.NonFiniteNumberError as exc:
-        raise BaselineError(f"{path}: {exc}; fix: write a finite number") from exc
+        raw = strict_json.loads(text)
+    except strict_json.StrictJsonError as exc:
+        fix = "write a finite number" if "non-finite" in exc.reason else "correct the JSON there"
+        raise BaselineError(f"{path}: {exc}; fix: {fix}") from None
     try:
         schema_check.validate(raw, path)
     except schema_check.SchemaError as exc:

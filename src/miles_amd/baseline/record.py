@@ -35,10 +35,11 @@ The method (the file the gate later reads must be one the loader accepts unchang
   ``gpus`` fact), ROCm (``rocm``), image (an ``image`` fact, if preflight recorded one) and
   aiter (``aiter`` fact with the variant) from env.json; ``environment``, the identity the
   gate compares later runs with (``judge.environment.run_environment`` of env.json, all null
-  without one, and the variant asked for); ``rollouts``/``optimizer_steps``, ``source`` (the
-  recording command) and ``notes`` (``recorded_at``, the preflight outcome, where each series
-  came from, what was carried over, known log signatures). The schema has no dedicated
-  ``recorded_at``/``preflight`` field, so both are items of ``notes``.
+  without one or from a preflight that did not pass, and the variant asked for);
+  ``rollouts``/``optimizer_steps``, ``source`` (the recording command) and ``notes``
+  (``recorded_at``, the preflight outcome, where each series came from, what was carried
+  over, known log signatures). The schema has no dedicated ``recorded_at``/``preflight``
+  field, so both are items of ``notes``.
 """
 
 from __future__ import annotations
@@ -155,7 +156,9 @@ def _aiter_text(env: Mapping[str, object] | None, variant: str) -> str:
 
 
 def _environment(env: Mapping[str, object] | None, variant: str) -> dict[str, object]:
-    found = Environment() if env is None else run_environment(env)
+    """The identity to compare later runs with: none from a preflight that did not pass (its
+    readings cannot vouch for hardware; the gate fails such an env.json)."""
+    found = run_environment(env) if env is not None and env.get("ok") is True else Environment()
     return replace(found, aiter_variant=variant).to_json()
 
 

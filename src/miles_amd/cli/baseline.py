@@ -16,8 +16,8 @@ when a run is refused is ``miles_amd.baseline.record``'s (its module doc states 
   provenance before -> after (``--format markdown`` for a PR comment). Exit 0 whenever both
   load (it is a report, not a gate); 2 when either does not.
 
-Everything beyond typer, the standard library and ``miles_amd.variants`` (the variant names
-``--variant`` takes) is imported inside the commands, so registering them costs the CLI's
+Everything beyond typer, the standard library and ``miles_amd.cli.options`` (the variant
+names ``--variant`` takes) is imported inside the commands, so registering them costs the CLI's
 start-up nothing.
 """
 
@@ -31,16 +31,18 @@ from typing import Annotated
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP
 from miles_amd.cli.errors import fail as _fail
-from miles_amd.cli.options import new_app
-from miles_amd.variants import AITER_VARIANTS
+from miles_amd.cli.options import (
+    BASELINE_METAVAR,
+    INT,
+    AiterVariant,
+    existing_run_dir,
+    load_baseline_option,
+    new_app,
+)
+from miles_amd.exit_codes import EXIT_CODES_HELP
 
 baseline_app = new_app("Record a baseline from a finished run; diff two baselines.")
-
-
-# stock, or patched (with ROCm/aiter#5694): miles_amd.variants declares them.
-Variant = Enum("Variant", [(name, name) for name in AITER_VARIANTS], type=str)  # type: ignore[misc]
 
 
 class DiffFormat(str, Enum):
@@ -58,17 +60,29 @@ def record(
     run_dir: Annotated[
         Path,
         typer.Option(
-            "--run-dir", help="A finished run: tensorboard/, ci_history/, job.*, env.json."
+            "--run-dir",
+            metavar="<path>",
+            help="A finished run: tensorboard/, ci_history/, job.*, env.json.",
         ),
     ],
     variant: Annotated[
-        Variant, typer.Option("--variant", help="The run's aiter: stock, or patched (#5694).")
+        AiterVariant,
+        typer.Option(
+            "--variant",
+            metavar="<stock|patched>",
+            help="The run's aiter: stock, or patched (#5694).",
+        ),
     ],
-    out: Annotated[Path, typer.Option("--out", help="The baseline JSON file to write.")],
+    out: Annotated[
+        Path, typer.Option("--out", metavar="<path>", help="The baseline JSON file to write.")
+    ],
     num_rollouts: Annotated[
         int | None,
         typer.Option(
-            "--num-rollouts", min=2, help="Rollouts the run had (default: the template's, 20)."
+            "--num-rollouts",
+            min=2,
+            metavar=INT,
+            help="Rollouts the run had (default: the template's, 20).",
         ),
     ] = None,
     allow_no_preflight: Annotated[
@@ -82,7 +96,9 @@ def record(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
     name: Annotated[
         str | None,
-        typer.Option("--name", help="The baseline's name (default: the --out file's stem)."),
+        typer.Option(
+            "--name", metavar="<name>", help="The baseline's name (default: the --out file's stem)."
+        ),
     ] = None,
 ) -> None:
     """Record a baseline from a run that passed preflight and finished all rollouts."""
@@ -90,8 +106,7 @@ def record(
         _fail(f"--out {out}: is a directory; fix: name the baseline JSON file to write")
     if out.exists() and not force:
         _fail(f"--out {out}: already exists; fix: pass --force to replace it, or another --out")
-    if not run_dir.is_dir():
-        _fail(f"--run-dir {run_dir}: no such directory; fix: point it at a finished run's dir")
+    existing_run_dir(run_dir)
 
     from miles_amd.baseline.json_text import baseline_json_text
     from miles_amd.baseline.model import SCHEMA_PATH, BaselineError, load_baseline
@@ -137,22 +152,23 @@ def record(
 
 @baseline_app.command("diff", epilog=EXIT_CODES_HELP)
 def diff(
-    old: Annotated[str, typer.Argument(help="stock, patched, or a baseline file path.")],
-    new: Annotated[str, typer.Argument(help="stock, patched, or a baseline file path.")],
+    old: Annotated[
+        str,
+        typer.Argument(metavar=BASELINE_METAVAR, help="stock, patched, or a baseline file path."),
+    ],
+    new: Annotated[
+        str,
+        typer.Argument(metavar=BASELINE_METAVAR, help="stock, patched, or a baseline file path."),
+    ],
     output_format: Annotated[
-        DiffFormat, typer.Option("--format", help="text, or markdown for a PR comment.")
+        DiffFormat,
+        typer.Option(
+            "--format", metavar="<text|markdown>", help="text, or markdown for a PR comment."
+        ),
     ] = DiffFormat.text,
 ) -> None:
     """Print what a reviewer must look at between two baselines (exit 0 when both load)."""
     from miles_amd.baseline.diff import diff_baselines, render_diff
-    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
 
-    loaded = []
-    for label, spec in (("OLD", old), ("NEW", new)):
-        try:
-            loaded.append(load_baseline(spec, flag=label))
-        except UnknownBaselineError as exc:
-            _fail(str(exc))
-        except BaselineError as exc:
-            _fail(f"{label} {spec}: {exc}")
+    loaded = [load_baseline_option(spec, label) for label, spec in (("OLD", old), ("NEW", new))]
     typer.echo(render_diff(diff_baselines(*loaded), output_format.value), nl=False)

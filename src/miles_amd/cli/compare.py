@@ -20,8 +20,15 @@ from typing import Annotated
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP, fail
-from miles_amd.cli.output_format import OutputFormat
+from miles_amd.cli.errors import fail
+from miles_amd.cli.options import (
+    BASELINE_METAVAR,
+    FormatOpt,
+    OutputFormat,
+    existing_run_dir,
+    load_baseline_option,
+)
+from miles_amd.exit_codes import EXIT_CODES_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -32,54 +39,46 @@ def register(app: typer.Typer) -> None:
 def compare(
     run_dirs: Annotated[
         list[Path],
-        typer.Option("--run-dir", help="Give it twice: run A (e.g. stock), then run B (patched)."),
+        typer.Option(
+            "--run-dir",
+            metavar="<path>",
+            help="Give it twice: run A (e.g. stock), then run B (patched).",
+        ),
     ],
     baseline: Annotated[
         str,
         typer.Option(
-            "--baseline", help="Whose metrics and spike threshold: stock, patched or a path."
+            "--baseline",
+            metavar=BASELINE_METAVAR,
+            help="Whose metrics and spike threshold: stock, patched or a path.",
         ),
     ] = "patched",
     out_dir: Annotated[
         Path | None,
-        typer.Option("--out-dir", help="Where compare.* go (default: B/report/compare)."),
+        typer.Option(
+            "--out-dir", metavar="<path>", help="Where compare.* go (default: B/report/compare)."
+        ),
     ] = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", help="What to print to stdout.")
-    ] = OutputFormat.text,
+    output_format: FormatOpt = OutputFormat.text,
 ) -> None:
     """Paired A/B of two runs: differences with 95% CIs, spike counts, what N can detect."""
     if len(run_dirs) != 2:
         fail(f"--run-dir: given {len(run_dirs)} time(s); give it exactly twice (run A, then run B)")
     for run_dir in run_dirs:
-        if not run_dir.is_dir():
-            fail(f"--run-dir {run_dir}: no such directory; point it at a run directory")
-    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
-
-    try:
-        reference = load_baseline(baseline, flag="--baseline")
-    except UnknownBaselineError as exc:
-        fail(str(exc))
-    except BaselineError as exc:
-        fail(f"--baseline: {exc}")
-    from miles_amd.evidence.load import load_run
-    from miles_amd.judge.compare import compare as compare_runs
-    from miles_amd.report.compare_report import render, write_compare
+        existing_run_dir(run_dir)
+    reference = load_baseline_option(baseline, "--baseline")
+    from miles_amd.report.compare_report import render
+    from miles_amd.report.compare_run import NoMetricsError, compare_run_dirs
     from miles_amd.run_dir import RunDir
 
-    a, b = (load_run(run_dir) for run_dir in run_dirs)
-    for run_dir, evidence in zip(run_dirs, (a, b), strict=True):
-        if not evidence.series:
-            fail(
-                f"--run-dir {run_dir}: no metric in it (tensorboard/, ci_history/, job.log); "
-                "point it at a finished run"
-            )
-    comparison = compare_runs(a, b, reference)
-    target = out_dir if out_dir is not None else RunDir(run_dirs[1]).report / "compare"
     try:
-        files = write_compare(comparison, a, b, target)
+        compared = compare_run_dirs(run_dirs[0], run_dirs[1], reference, out_dir=out_dir)
+    except NoMetricsError as exc:
+        fail(f"--run-dir {exc}; point it at a finished run")
     except OSError as exc:
+        target = out_dir or RunDir(run_dirs[1]).compare_report
         fail(f"--out-dir {target}: cannot write ({exc}); choose a writable directory")
-    typer.echo(render(comparison, output_format.value), nl=False)
+    typer.echo(render(compared.comparison, output_format.value), nl=False)
+    files = compared.files
     written = f"comparison written to {files.markdown} (also {files.json.name}, {files.plot.name})"
     typer.echo(written, err=output_format is not OutputFormat.text)

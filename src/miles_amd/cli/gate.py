@@ -1,23 +1,27 @@
 """``miles-amd gate``: judge a run directory against a baseline and write the report.
 
-Decides the command's options, output and exit code: 0 pass, 1 fail (a check failed),
-2 unusable input (no run dir, nothing readable in it, a malformed or missing baseline, an
-unwritable report dir), with one line on stderr naming the flag and the fix. The report goes
-to ``--report-dir`` (default ``<run-dir>/report/``): report.json, report.md, metrics.png; the
+Decides the command's options, output and exit code (``miles_amd.exit_codes``): 0 pass,
+1 fail (a check failed), 2 unusable input (no run dir, a file or a directory that is not a
+run dir, nothing readable in it, a malformed or missing baseline, an unwritable report dir,
+an unusable history), with one line on stderr naming the flag and the fix. The run is
+judged once (``miles_amd.report.gate_run.judge_run_dir``); what is printed, written to the
+report, appended to the history and returned is that verdict. The report goes to
+``--report-dir`` (default ``<run-dir>/report/``): report.json, report.md, metrics.png; the
 chosen ``--format`` is printed to stdout, then, last, where the report was written (on
-stderr for ``json``/``markdown``, whose stdout is the document). A bad baseline or a missing
-run dir writes nothing.
-When the run dir exists but nothing in it is readable, the report (verdict ``error``) is
-still written, so CI shows why. ``--expected-rollouts N`` judges a run of N rollouts (a
-3-rollout smoke, a 1000-rollout benchmark): it sets the expected steps and rescales the bands.
+stderr for ``json``/``markdown``, whose stdout is the document). A bad baseline, a missing
+run dir or a directory holding none of a run dir's files writes nothing.
+When the run dir has a run's files but nothing in them is readable, the report (verdict
+``error``) is still written, so CI shows why. ``--num-rollouts N`` judges a run of N
+rollouts (a 3-rollout smoke, a 1000-rollout benchmark): it sets the expected steps and
+rescales the bands (``--expected-rollouts`` is its old, hidden spelling).
 ``--require-env`` (the hardware path: the mi355x test and CI) fails a run whose run dir has
 no ``env.json``; without it the environment check is "not measured" there (the CPU main job
 has no GPUs to probe). A recorded environment that differs from the baseline's fails either
 way. An unknown ``--baseline`` name or path exits 2 naming ``--baseline``.
-Every verdict is appended to the run history (``--history PATH``, default
-``$MILES_AMD_HISTORY`` or ``$XDG_DATA_HOME/miles-amd/history.sqlite``; ``--no-history``
-opts out; ``miles_amd.cli.history.record_gate``): the store is opened before judging (an
-unusable one exits 2), and report.md gets a "Drift across runs" section.
+The verdict is appended to a run history only when one is named (``--history PATH``, else
+``$MILES_AMD_HISTORY``; ``--no-history`` ignores both; ``miles_amd.cli.history``): the store
+is opened before judging (an unusable one exits 2), and report.md gets a "Drift across
+runs" section.
 
 Reading (``miles_amd.evidence``), judging (``miles_amd.judge.gate``) and reporting
 (``miles_amd.report``) are imported inside the command, so registering it costs nothing.
@@ -30,10 +34,21 @@ from typing import Annotated
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP
-from miles_amd.cli.errors import fail as _fail
-from miles_amd.cli.options import NoHistoryOpt, RequireEnvOpt
-from miles_amd.cli.output_format import OutputFormat
+from miles_amd.cli.errors import fail
+from miles_amd.cli.options import (
+    BASELINE_METAVAR,
+    INT,
+    FormatOpt,
+    HistoryOpt,
+    NoHistoryOpt,
+    OutputFormat,
+    RequireEnvOpt,
+    existing_run_dir,
+    load_baseline_option,
+    named_history,
+    resolve_alias,
+)
+from miles_amd.exit_codes import EXIT_CODES_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -45,66 +60,76 @@ def gate(
     run_dir: Annotated[
         Path,
         typer.Option(
-            "--run-dir", help="Run directory: tensorboard/, ci_history/, job.log, job.json."
+            "--run-dir",
+            metavar="<path>",
+            help="Run directory: tensorboard/, ci_history/, job.log, job.json.",
         ),
     ],
     baseline: Annotated[
         str,
-        typer.Option("--baseline", help="stock, patched, or the path of a baseline JSON file."),
+        typer.Option(
+            "--baseline",
+            metavar=BASELINE_METAVAR,
+            help="stock, patched, or the path of a baseline JSON file.",
+        ),
     ],
     report_dir: Annotated[
         Path | None,
-        typer.Option("--report-dir", help="Where the report goes (default: RUN_DIR/report)."),
+        typer.Option(
+            "--report-dir",
+            metavar="<path>",
+            help="Where the report goes (default: RUN_DIR/report).",
+        ),
     ] = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", help="What to print to stdout.")
-    ] = OutputFormat.text,
-    expected_rollouts: Annotated[
+    output_format: FormatOpt = OutputFormat.text,
+    num_rollouts: Annotated[
         int | None,
         typer.Option(
-            "--expected-rollouts",
+            "--num-rollouts",
             min=1,
+            metavar=INT,
             help="Rollouts the run must have (default: the baseline's, 20).",
         ),
     ] = None,
-    require_env: RequireEnvOpt = False,
-    history_file: Annotated[
-        Path | None,
-        typer.Option("--history", help="Append the verdict to this history store (SQLite)."),
+    expected_rollouts: Annotated[
+        int | None, typer.Option("--expected-rollouts", min=1, hidden=True)
     ] = None,
+    require_env: RequireEnvOpt = False,
+    history_file: HistoryOpt = None,
     no_history: NoHistoryOpt = False,
 ) -> None:
     """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
-    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
+    rollouts = resolve_alias(
+        num_rollouts,
+        expected_rollouts,
+        default=None,
+        names=("--num-rollouts", "--expected-rollouts"),
+    )
+    reference = load_baseline_option(baseline, "--baseline")
+    existing_run_dir(run_dir)
 
-    try:
-        reference = load_baseline(baseline, flag="--baseline")
-    except UnknownBaselineError as exc:
-        _fail(str(exc))
-    except BaselineError as exc:
-        _fail(f"--baseline: {exc}")
-    if not run_dir.is_dir():
-        _fail(f"--run-dir {run_dir}: no such directory; point it at a run directory")
-
-    from miles_amd.cli.history import open_history, record_gate
+    from miles_amd.cli.history import append_judgment, open_history
     from miles_amd.report.gate_run import judge_run_dir
     from miles_amd.report.render import render
     from miles_amd.run_dir import RunDir
 
-    store = None if no_history else open_history(history_file)
+    history = named_history(history_file, no_history)
+    if history is not None:
+        open_history(history)
     out_dir = report_dir if report_dir is not None else RunDir(run_dir).report
     try:
-        verdict, evidence, files = judge_run_dir(
+        judgment = judge_run_dir(
             run_dir,
             reference,
-            expected_rollouts=expected_rollouts,
+            expected_rollouts=rollouts,
             report_dir=out_dir,
             require_env=require_env,
         )
     except OSError as exc:
-        _fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
+        fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
+    verdict, files = judgment.verdict, judgment.files
     # the append is this command's side effect, never the judge's; it adds to report.md
-    history_lines = [] if store is None else record_gate(store, verdict, evidence, reference, files)
+    history_lines = [] if history is None else append_judgment(history, judgment)
     if output_format is OutputFormat.markdown:
         typer.echo(files.markdown.read_text(encoding="utf-8"), nl=False)
     else:
@@ -115,7 +140,7 @@ def gate(
     written = f"report written to {files.markdown} (also {files.json.name}, {files.plot.name})"
     typer.echo(written, err=output_format is not OutputFormat.text)
     if verdict.verdict == "error":
-        _fail(
+        fail(
             f"--run-dir {run_dir}: {verdict.reason}; "
             f"point it at a run directory with tensorboard/, ci_history/, job.log or job.json "
             f"(report: {files.json})",

@@ -1,16 +1,20 @@
-"""``miles-amd history``: list past gate verdicts, plot their trends, check drift, export.
+"""``miles-amd history``: list past gate verdicts, plot their trends, check drift, export;
+and the append of a judged run to a named history (``gate``, ``train --gate``).
 
-Decides the command's options and output. Reads the history store (``--history PATH``,
-else ``$MILES_AMD_HISTORY``, else ``$XDG_DATA_HOME/miles-amd/history.sqlite``;
-``miles_amd.history.store``), never creates one: a missing file or one of another schema
-version exits 2 naming ``--history`` and the fix. Lists the runs (``--variant``,
-``--baseline``, ``--limit`` filter), oldest first, with the drift findings of each identity
-(variant and baseline; ``miles_amd.history.drift``, k calibrated for the metrics stored);
-``--plot PATH`` writes the per-metric trend PNG; ``--export DIR`` writes the history in
-upstream miles' metric-history JSONL shape (``miles_amd.history.export``). Exit 0 when
-listed (a drift is reported, not an exit code: the gate's verdict is the gate's). Also the
-home of the ``--history``/``--no-history`` options ``miles-amd gate`` shares, and of the
-gate's append (:func:`record_gate`).
+Decides the command's options and output. Reads the history the user names (``--history
+PATH``, else ``$MILES_AMD_HISTORY``; ``miles_amd.cli.options.named_history``) read-only:
+it never creates or modifies a file; none named, a missing file, a file that is no history
+(an empty one included) or one of another schema version exits 2 naming ``--history`` and
+the fix. Lists the runs (``--variant``, ``--baseline``, ``--limit`` filter), oldest first,
+with the drift findings of each identity (variant and baseline; ``miles_amd.history.drift``,
+k calibrated for the metrics stored); ``--plot PATH`` writes the per-metric trend PNG;
+``--export DIR`` writes the history in upstream miles' metric-history JSONL shape
+(``miles_amd.history.export``). Exit 0 when listed (a drift is reported, not an exit code:
+the gate's verdict is the gate's).
+
+:func:`append_judgment` is the one append: the verdict a command judged (once,
+``miles_amd.report.gate_run.judge_run_dir``) goes into the store as is, and report.md gets
+its "Drift across runs" section.
 """
 
 from __future__ import annotations
@@ -22,23 +26,21 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP, fail
-from miles_amd.cli.output_format import OutputFormat
+from miles_amd import escape
+from miles_amd.cli.errors import fail
+from miles_amd.cli.options import (
+    HISTORY_ENV,
+    INT,
+    AiterVariant,
+    FormatOpt,
+    HistoryOpt,
+    OutputFormat,
+    named_history,
+)
+from miles_amd.exit_codes import EXIT_CODES_HELP
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.model import Baseline
-    from miles_amd.evidence.types import RunEvidence
-    from miles_amd.judge.gate import Verdict
-    from miles_amd.report.report import ReportFiles
-
-HistoryOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--history",
-        help="History store (SQLite; default $MILES_AMD_HISTORY or "
-        "$XDG_DATA_HOME/miles-amd/history.sqlite).",
-    ),
-]
+    from miles_amd.report.gate_run import Judgment
 
 
 def register(app: typer.Typer) -> None:
@@ -46,17 +48,10 @@ def register(app: typer.Typer) -> None:
     app.command("history", epilog=EXIT_CODES_HELP)(history)
 
 
-def history_path(given: Path | None) -> Path:
-    from miles_amd.history.store import default_path
-
-    return given if given is not None else default_path()
-
-
-def open_history(given: Path | None) -> Path:
-    """Check the store at ``--history`` (or the default) opens, before anything is judged."""
+def open_history(path: Path) -> Path:
+    """Check the named store opens (creating it if new), before anything is judged or run."""
     from miles_amd.history.store import HistoryError, HistoryStore
 
-    path = history_path(given)
     try:
         HistoryStore(path).close()
     except HistoryError as exc:
@@ -64,82 +59,92 @@ def open_history(given: Path | None) -> Path:
     return path
 
 
-def record_gate(
-    path: Path, verdict: Verdict, evidence: RunEvidence, baseline: Baseline, files: ReportFiles
-) -> list[str]:
-    """``miles-amd gate``'s append: store the verdict, add the drift section to report.md,
-    return the lines to print."""
-    from miles_amd.files import atomic_write_text
+def append_judgment(path: Path, judgment: Judgment) -> list[str]:
+    """Store ``judgment``'s verdict in the history at ``path``, add the drift section to its
+    report.md, return the lines to print. Runs after judging, so it never raises: a history
+    that cannot be appended to (or a report.md that cannot be extended) is one line saying
+    so, and the verdict (exit code, report) stands."""
     from miles_amd.history.drift import drifts
     from miles_amd.history.entry import append_verdict, history_record
     from miles_amd.history.render import drift_lines, drift_section
     from miles_amd.history.store import HistoryError
+    from miles_amd.report.safe_dir import write_files
 
-    record = history_record(verdict, evidence, baseline, environ=os.environ)
+    record = history_record(
+        judgment.verdict, judgment.evidence, judgment.baseline, environ=os.environ
+    )
     try:
-        run_id, same, k = append_verdict(path, record)
-    except (HistoryError, sqlite3.Error, OSError) as exc:
-        fail(f"--history {path}: the verdict was not appended ({exc}); pass --no-history")
+        run_id, same, k, skipped = append_verdict(path, record)
+    except (HistoryError, sqlite3.Error, OSError, ValueError) as exc:
+        reason = " ".join(str(exc).split())
+        return [f"history: the verdict was NOT appended to {path} ({reason}); it stands as judged"]
     found = drifts(same, k)
+    lines = [f"history: appended as run {run_id} to {path}", *skipped]
     section = drift_section(found, k, len(same), run_id, str(path))
-    if files.markdown.is_file():
-        report = files.markdown.read_text(encoding="utf-8")
-        atomic_write_text(files.markdown, report + "\n" + section)
-    return [f"history: appended as run {run_id} to {path}", *drift_lines(found, k, len(same))]
-
-
-def record_driver_gate(path: Path, run_dir: Path, gate: str, rollouts: int) -> list[str]:
-    """``train --gate``'s append: the driver judged and reported the run; the same pure judge
-    on the same evidence gives the same verdict, which is appended like ``gate``'s."""
-    from miles_amd.baseline.model import load_baseline
-    from miles_amd.evidence.load import load_run
-    from miles_amd.judge.gate import judge
-    from miles_amd.report.report import ReportFiles
-    from miles_amd.run_dir import RunDir
-
-    baseline = load_baseline(gate, flag="--gate")
-    evidence = load_run(run_dir)
-    verdict = judge(evidence, baseline, expected_rollouts=rollouts)
-    files = ReportFiles.in_dir(RunDir(run_dir).report)
-    return record_gate(path, verdict, evidence, baseline, files)
+    files = judgment.files
+    try:
+        if files.markdown.is_file():
+            report = files.markdown.read_text(encoding="utf-8") + "\n" + section
+            write_files(files.markdown.parent, {files.markdown.name: report.encode("utf-8")})
+    except OSError as exc:
+        lines.append(f"history: report.md not extended with the drift section ({exc})")
+    return [*lines, *drift_lines(found, k, len(same))]
 
 
 def history(
     history_file: HistoryOpt = None,
     variant: Annotated[
-        str | None, typer.Option("--variant", help="Only this aiter variant.")
+        AiterVariant | None,
+        typer.Option("--variant", metavar="<stock|patched>", help="Only this aiter variant."),
     ] = None,
     baseline: Annotated[
-        str | None, typer.Option("--baseline", help="Only runs judged against this baseline.")
+        str | None,
+        typer.Option(
+            "--baseline", metavar="<name>", help="Only runs judged against this baseline."
+        ),
     ] = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="Only the newest N runs.")
+        int | None, typer.Option("--limit", min=1, metavar=INT, help="Only the newest N runs.")
     ] = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", help="What to print to stdout.")
-    ] = OutputFormat.text,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write the trend PNG here.")] = None,
+    output_format: FormatOpt = OutputFormat.text,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", metavar="<path>", help="Write the trend PNG here.")
+    ] = None,
     export: Annotated[
         Path | None,
-        typer.Option("--export", help="Write upstream metric-history JSONL into this directory."),
+        typer.Option(
+            "--export",
+            metavar="<path>",
+            help="Write upstream metric-history JSONL into this directory.",
+        ),
     ] = None,
 ) -> None:
     """List past gate verdicts with drift findings; plot trends; export for upstream miles."""
     from miles_amd.history.drift import calibrated_k, drifts, metric_count
     from miles_amd.history.store import HistoryError, HistoryStore
 
-    path = history_path(history_file)
+    path = named_history(history_file)
+    if path is None:
+        fail(f"no history named; fix: pass --history PATH or set ${HISTORY_ENV}")
     if not path.is_file():
         fail(
-            f"--history {path}: no history there; fix: run `miles-amd gate` first, or point "
-            "--history at the store"
+            f"--history {path}: no history there; fix: run `miles-amd gate --history {path}` "
+            "first, or point --history at the store"
         )
     try:
-        store = HistoryStore(path)
+        store = HistoryStore(path, read_only=True)
     except HistoryError as exc:
         fail(f"--history {path}: {exc}")
     with store:
-        runs = store.runs(variant=variant, baseline=baseline, limit=limit)
+        try:
+            read = store.read_runs(
+                variant=variant.value if variant else None, baseline=baseline, limit=limit
+            )
+        except HistoryError as exc:
+            fail(f"--history {path}: {exc}")
+        runs = read.runs
+        for line in read.skipped:  # a corrupt row is named and skipped, the rest listed
+            typer.echo(escape.terminal(line), err=True)
         k = calibrated_k(metric_count(runs))
         found = []
         for identity in dict.fromkeys((r.variant, r.baseline) for r in runs):
@@ -162,6 +167,8 @@ def history(
                 )
         except OSError as exc:
             fail(f"--plot/--export: cannot write ({exc}); choose a writable path")
+        except sqlite3.DatabaseError as exc:
+            fail(f"--history {path}: --export cannot read the stored values ({exc})")
     from miles_amd.history import render
 
     text = {

@@ -5,11 +5,14 @@ Decides which commands exist (each lives in its own module: ``prepare``, ``train
 ``--version``, and how the process exits: :func:`main` runs the app without click's
 standalone handling, so a usage error click finds (unknown flag, value out of range) is
 reported like every other bad input, as one
-``miles-amd: error:`` line and exit 2 (``miles_amd.cli.errors`` lists the exit codes).
+``miles-amd: error:`` line and exit 2 (``miles_amd.exit_codes`` lists the exit codes), and a
+reader that closes stdout or stderr early changes no exit code (``miles_amd.cli.output``).
 typer >= 0.2x vendors click as ``typer._click`` (older typer uses ``click`` itself); the
 exception classes are taken from the module of ``typer.BadParameter``, so either works.
 Top-level imports stay light (no ray, torch, tensorboard or matplotlib) so ``--dry-run`` and
 the snapshot suite are fast.
+
+Explained for people in ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from miles_amd.cli import history as history_command
 from miles_amd.cli import preflight as preflight_command
 from miles_amd.cli import prepare as prepare_command
 from miles_amd.cli import train as train_command
-from miles_amd.cli.errors import EXIT_CODES_HELP, EXIT_INTERRUPTED, fail
+from miles_amd.cli.errors import fail
 from miles_amd.cli.options import new_app
+from miles_amd.cli.output import guard_std_streams
+from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_INTERRUPTED
 
 PROG_NAME = "miles-amd"
 APP_HELP = "gpt-oss-20b MoE LoRA GRPO on 8x AMD MI355X/MI350X: plan, run and gate it."
@@ -74,6 +79,7 @@ def _root(
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Run the CLI on ``argv`` (default: ``sys.argv[1:]``) and exit with its code."""
+    guard_std_streams()
     command = typer.main.get_command(app)
     try:
         try:

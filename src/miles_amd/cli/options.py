@@ -13,21 +13,34 @@ Defaults of the recipe's directories are :class:`miles_amd.recipe.settings.Recip
 dir default is shared by ``preflight`` and ``train``, so the preflight's ``env.json`` lands
 in the dir the run writes and ``baseline record --run-dir`` reads.
 
-Old spellings stay as hidden aliases (``--num-rollout``, ``--gpus``): they parse but are not
-shown in help; :func:`resolve_alias` merges one into its flag.
+Also declared here, once: the output format (``--format``), the run history (``--history``,
+``--no-history``; a history is written only when one is named, by ``--history`` or
+``$MILES_AMD_HISTORY``: there is no per-user default), and the aiter-variant choice (from
+``miles_amd.variants``). Every placeholder in help names the value's type (``<path>``,
+``<int>``, ``<stock|patched>``).
+
+One flag name per concept: a count of rollouts is ``--num-rollouts`` everywhere (``train``'s
+recipe, ``gate``'s expected count, ``baseline record``'s recorded count). Old spellings stay
+as hidden aliases (``--num-rollout``, ``--gpus``, ``gate --expected-rollouts``): they parse
+but are not shown in help; :func:`resolve_alias` merges one into its flag.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from miles_amd.cli.errors import fail
 from miles_amd.recipe import settings
+from miles_amd.variants import AITER_VARIANTS
+
+if TYPE_CHECKING:
+    from miles_amd.rules.model import Baseline
 
 DEFAULT_MODEL_DIR = Path(settings.DEFAULT_MODEL_DIR)
 DEFAULT_DATA_DIR = Path(settings.DEFAULT_DATA_DIR)
@@ -38,6 +51,24 @@ DEFAULT_HARDWARE = settings.Recipe.hardware.value
 DEFAULT_NUM_GPUS = settings.Recipe.num_gpus
 DEFAULT_NUM_ROLLOUTS = settings.Recipe.num_rollout
 DEFAULT_TIMEOUT_S = 5400.0  # the published 20-rollout runs took about 66 minutes
+HISTORY_ENV = "MILES_AMD_HISTORY"
+T = TypeVar("T", int, int | None)
+BASELINE_METAVAR = "<stock|patched|path>"
+INT = "<int>"
+
+
+class OutputFormat(str, Enum):
+    """What a report-printing command writes to stdout."""
+
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+
+
+# The choices of every aiter-variant flag, built from the one declaration of the variants.
+AiterVariant = Enum(  # type: ignore[misc]
+    "AiterVariant", {name: name for name in AITER_VARIANTS}, type=str
+)
 
 
 def new_app(help_text: str) -> typer.Typer:
@@ -62,7 +93,52 @@ def finite_positive_seconds(value: float) -> float:
     return value
 
 
-def resolve_alias(value: int, alias: int | None, *, default: int, names: tuple[str, str]) -> int:
+def load_baseline_option(spec: str, flag: str) -> Baseline:
+    """The baseline ``spec`` (stock, patched or a path) names, loaded once; else exit 2."""
+    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
+
+    try:
+        return load_baseline(spec, flag=flag)
+    except UnknownBaselineError as exc:
+        fail(str(exc))  # it names the flag and the fix
+    except BaselineError as exc:
+        message = str(exc)  # it starts with the file's path when the file was read
+        fail(f"{flag} {message}" if message.startswith(spec) else f"{flag} {spec}: {message}")
+
+
+def existing_run_dir(path: Path, flag: str = "--run-dir") -> Path:
+    """``path`` if it is a run dir (``RunDir.is_run_dir``); else exit 2 naming ``flag``."""
+    from miles_amd.run_dir import RunDir
+
+    if path.is_file():
+        fail(f"{flag} {path}: is a file, not a directory; fix: point it at a run directory")
+    if not path.is_dir():
+        fail(f"{flag} {path}: no such directory; fix: point it at a run directory")
+    run = RunDir(path)
+    if not run.is_run_dir:
+        names = ", ".join(p.name + ("/" if p.suffix == "" else "") for p in run.markers)
+        fail(f"{flag} {path}: not a run directory (none of {names} in it); fix: point it at one")
+    return path
+
+
+def new_run_dir(path: Path, flag: str = "--run-dir") -> Path:
+    """``path`` if it is a directory or absent (a run creates it); a file exits 2."""
+    if path.exists() and not path.is_dir():
+        fail(f"{flag} {path}: is a file, not a directory; fix: name a directory for the run")
+    return path
+
+
+def named_history(given: Path | None, no_history: bool = False) -> Path | None:
+    """The history to append to: ``--history``, else ``$MILES_AMD_HISTORY``, else none."""
+    if no_history:
+        return None
+    if given is not None:
+        return given
+    from_env = os.environ.get(HISTORY_ENV)
+    return Path(from_env) if from_env else None
+
+
+def resolve_alias(value: T, alias: T | None, *, default: T, names: tuple[str, str]) -> T:
     """The value of a flag given either as ``names[0]`` or its hidden old spelling ``names[1]``.
 
     The old spelling wins unless the flag was also set to a different value (an error).
@@ -79,9 +155,16 @@ def _dir_option(flag: str, help_text: str) -> typer.models.OptionInfo:
 
 
 HardwareOpt = Annotated[
-    str, typer.Option("--hardware", help="MI355X, MI350X, or auto (detect from the GPUs).")
+    str,
+    typer.Option(
+        "--hardware",
+        metavar="<MI355X|MI350X|auto>",
+        help="MI355X, MI350X, or auto (detect from the GPUs).",
+    ),
 ]
-NumGpusOpt = Annotated[int, typer.Option("--num-gpus", min=1, help="GPUs on the node.")]
+NumGpusOpt = Annotated[
+    int, typer.Option("--num-gpus", min=1, metavar=INT, help="GPUs on the node (>= 1).")
+]
 GpusAliasOpt = Annotated[int | None, typer.Option("--gpus", min=1, hidden=True)]
 ModelDirOpt = Annotated[Path, _dir_option("--model-dir", "Holds gpt-oss-20b-bf16/.")]
 DataDirOpt = Annotated[Path, _dir_option("--data-dir", "Holds dapo-math-17k/dapo-math-17k.jsonl.")]
@@ -96,13 +179,15 @@ RunDirOpt = Annotated[
     ),
 ]
 NumRolloutsOpt = Annotated[
-    int, typer.Option("--num-rollouts", min=1, help="Rollouts (= optimizer steps).")
+    int,
+    typer.Option("--num-rollouts", min=1, metavar=INT, help="Rollouts (= optimizer steps, >= 1)."),
 ]
 NumRolloutAliasOpt = Annotated[int | None, typer.Option("--num-rollout", min=1, hidden=True)]
 ExtraArgsOpt = Annotated[
     str,
     typer.Option(
         "--extra-args",
+        metavar="<args>",
         help="Extra train args, appended last (shell-split). Credentials (--wandb-key, "
         "--hf-token, --*-api-key, --*-token) are refused: use WANDB_API_KEY / HF_TOKEN.",
     ),
@@ -114,6 +199,7 @@ GateOpt = Annotated[
     str | None,
     typer.Option(
         "--gate",
+        metavar=BASELINE_METAVAR,
         help="After the run, gate it against this baseline: stock, patched, or a baseline "
         "JSON file (checked before anything runs).",
     ),
@@ -122,6 +208,7 @@ TimeoutOpt = Annotated[
     float,
     typer.Option(
         "--timeout",
+        metavar="<seconds>",
         callback=finite_positive_seconds,
         help="Overall timeout of the job, seconds (finite, > 0).",
     ),
@@ -138,6 +225,7 @@ RayAddressOpt = Annotated[
     str | None,
     typer.Option(
         "--ray-address",
+        metavar="<url>",
         help="Run on this existing Ray cluster (its Jobs API, e.g. http://head:8265; "
         "overrides RAY_ADDRESS): the job takes one whole node with miles_amd_mi355x_node "
         "and 8 GPUs, its evidence is pulled back (README: Run on a Ray cluster).",
@@ -147,6 +235,7 @@ NodeRootOpt = Annotated[
     str,
     typer.Option(
         "--node-root",
+        metavar="<path>",
         help="Cluster mode: the dir on the job's node under which it writes its evidence, "
         "pulled back into --run-dir (may use ${VAR} of the node's environment).",
     ),
@@ -163,13 +252,47 @@ VariantsOpt = Annotated[
     str | None,
     typer.Option(
         "--variants",
+        metavar="<stock,patched>",
         help="Cluster mode: run these aiter variants at once, one node each (e.g. "
         "stock,patched), each in --run-dir/<variant> gated against its baseline, then the "
         "A/B comparison. The patched job gets AITER_PATCHED_DIR on its PYTHONPATH.",
     ),
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="With --dry-run: print the plan as JSON.")]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="With --dry-run (only): print the plan as JSON.")
+]
+
+
+def check_json_needs_dry_run(as_json: bool, dry_run: bool) -> None:
+    """``--json`` describes a plan; without ``--dry-run`` nothing would print one (exit 2)."""
+    if as_json and not dry_run:
+        fail("--json prints the plan and needs --dry-run; fix: add --dry-run, or drop --json")
+
+
+FormatOpt = Annotated[
+    OutputFormat,
+    typer.Option("--format", metavar="<text|json|markdown>", help="What to print to stdout."),
+]
+HistoryOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--history",
+        metavar="<path>",
+        help=f"The run history (SQLite; default ${HISTORY_ENV}; none when neither is set).",
+    ),
+]
 NoHistoryOpt = Annotated[
-    bool, typer.Option("--no-history", help="Do not append the verdict to the run history.")
+    bool,
+    typer.Option(
+        "--no-history", help=f"Do not append the verdict to a history (not even ${HISTORY_ENV})."
+    ),
+]
+AiterVariantOpt = Annotated[
+    AiterVariant | None,
+    typer.Option(
+        "--aiter-variant",
+        metavar="<stock|patched>",
+        help="The image's aiter: stock, or patched (ROCm/aiter#5694).",
+    ),
 ]

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import platform
 import socket
-from enum import Enum
-from typing import Annotated
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP, EXIT_FAILED, fail
+from miles_amd.cli.errors import fail
 from miles_amd.cli.options import (
     DEFAULT_DATA_DIR,
     DEFAULT_MEGATRON_DIR,
@@ -26,6 +24,7 @@ from miles_amd.cli.options import (
     DEFAULT_MODEL_DIR,
     DEFAULT_NUM_GPUS,
     DEFAULT_RUN_DIR,
+    AiterVariantOpt,
     DataDirOpt,
     GpusAliasOpt,
     MegatronDirOpt,
@@ -33,18 +32,10 @@ from miles_amd.cli.options import (
     ModelDirOpt,
     NumGpusOpt,
     RunDirOpt,
+    new_run_dir,
     resolve_alias,
 )
-from miles_amd.variants import AITER_VARIANTS
-
-# The choices of --aiter-variant, built from the one declaration of the variants.
-AiterVariantChoice = Enum(  # type: ignore[misc]
-    "AiterVariantChoice", {name: name for name in AITER_VARIANTS}, type=str
-)
-AiterVariantOpt = Annotated[
-    AiterVariantChoice | None,
-    typer.Option("--aiter-variant", help="The image's aiter: stock, or patched (ROCm/aiter#5694)."),
-]
+from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 
 
 def register(app: typer.Typer) -> None:
@@ -74,6 +65,7 @@ def preflight(
         write_env_json,
     )
 
+    new_run_dir(run_dir)
     expected_gpus = resolve_alias(
         num_gpus, gpus, default=DEFAULT_NUM_GPUS, names=("--num-gpus", "--gpus")
     )

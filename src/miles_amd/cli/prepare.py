@@ -6,7 +6,7 @@ decides the steps). ``hf`` is the Hugging Face CLI: the console script of
 dependency of this package; it reads ``HF_TOKEN`` from the inherited environment, so no
 token is ever on a command line. It is looked up on ``PATH`` and then beside this
 interpreter (a venv used without activation). Without it the command exits 2 saying what
-to install; a failed download exits 1.
+to install; a failed download exits 1; ``--json`` without ``--dry-run`` exits 2.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP, EXIT_FAILED, fail
+from miles_amd.cli.errors import fail
 from miles_amd.cli.options import (
     DEFAULT_DATA_DIR,
     DEFAULT_MODEL_DIR,
@@ -27,7 +27,9 @@ from miles_amd.cli.options import (
     DryRunOpt,
     JsonOpt,
     ModelDirOpt,
+    check_json_needs_dry_run,
 )
+from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 from miles_amd.recipe.plan import LaunchPlan, build_prepare_plan, format_plan
 from miles_amd.recipe.settings import Recipe
 
@@ -46,6 +48,7 @@ def prepare(
     as_json: JsonOpt = False,
 ) -> None:
     """Download the BF16 checkpoint and the dataset with `hf download`."""
+    check_json_needs_dry_run(as_json, dry_run)
     plan = build_prepare_plan(Recipe(model_dir=str(model_dir), data_dir=str(data_dir)))
     if dry_run:
         print_plan(plan, as_json)

@@ -1,15 +1,17 @@
 """``miles-amd train`` and ``miles-amd full-train``: build the recipe and its plan, check, run.
 
 Decides the commands' options, what is checked before anything runs and in which order:
-flags (parsed and range-checked by ``cli.options``), then the recipe's invariants and
-``--extra-args`` (``recipe.settings``; credentials there are refused), then ``--gate``
-(the baseline must load), and, for a real run only, the checkpoint, the dataset and the miles
-checkout (``recipe.inputs``). Any of these is one line on stderr and exit 2, with nothing
-started and no run dir written. Running is ``run.driver``'s, imported only for a real run.
-``full-train`` is ``prepare`` then ``train``, with exactly ``train``'s options. A gated
-run's verdict is appended to the run history like ``miles-amd gate``'s
-(``miles_amd.cli.history``; the store, ``$MILES_AMD_HISTORY`` or the default, is checked
-before the run), unless ``--no-history``.
+flags (parsed and range-checked by ``cli.options``; ``--json`` needs ``--dry-run``; a
+``--run-dir`` that is a file is refused), then the recipe's invariants and ``--extra-args``
+(``recipe.settings``; credentials there are refused), then ``--gate`` (the baseline is
+loaded, once: the driver judges with that object), and, for a real run only, the
+checkpoint, the dataset and the miles checkout (``recipe.inputs``). Any of these is one line
+on stderr and exit 2, with nothing started and no run dir written. Running is
+``run.driver``'s, imported only for a real run. ``full-train`` is ``prepare`` then
+``train``, with exactly ``train``'s options. A gated run is judged once, by the driver, with
+the flags given (``--require-env`` included); its one verdict is printed, returned as the
+exit code and, when a history is named (``--history`` or ``$MILES_AMD_HISTORY``, checked
+before the run; ``--no-history`` ignores both), appended to it (``miles_amd.cli.history``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from __future__ import annotations
 import inspect
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from miles_amd.cli.errors import EXIT_CODES_HELP, EXIT_FAILED, fail
+from miles_amd.cli.errors import fail
 from miles_amd.cli.options import (
     DEFAULT_DATA_DIR,
     DEFAULT_HARDWARE,
@@ -38,6 +41,7 @@ from miles_amd.cli.options import (
     ExtraArgsOpt,
     GateOpt,
     HardwareOpt,
+    HistoryOpt,
     JsonOpt,
     MegatronDirOpt,
     MilesDirOpt,
@@ -54,9 +58,14 @@ from miles_amd.cli.options import (
     SharedFsOpt,
     TimeoutOpt,
     VariantsOpt,
+    check_json_needs_dry_run,
+    load_baseline_option,
+    named_history,
+    new_run_dir,
     resolve_alias,
 )
 from miles_amd.cli.prepare import print_plan, run_prepare
+from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 from miles_amd.recipe.plan import (
     DEFAULT_NODE_ROOT,
     build_prepare_plan,
@@ -64,6 +73,9 @@ from miles_amd.recipe.plan import (
     format_plan,
 )
 from miles_amd.recipe.settings import Hardware, Recipe, RecipeError, parse_hardware
+
+if TYPE_CHECKING:
+    from miles_amd.rules.model import Baseline
 
 
 def register(app: typer.Typer) -> None:
@@ -93,11 +105,14 @@ def train(
     variants: VariantsOpt = None,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
+    history_file: HistoryOpt = None,
     no_history: NoHistoryOpt = False,
 ) -> None:
     """Run the recipe as a Ray job, write the run dir, and optionally gate it."""
+    check_json_needs_dry_run(as_json, dry_run)
+    new_run_dir(run_dir)
     recipe = make_recipe(**_recipe_options(locals()))
-    check_gate(gate)
+    reference = check_gate(gate)
     env = launch_env(ray_address)
     root = None if shared_fs else node_root
     if variants is not None:
@@ -119,23 +134,27 @@ def train(
         )
         return
     run_train(
-        recipe,
-        run_dir,
-        gate,
-        require_env,
-        timeout,
-        dry_run,
-        as_json,
-        env,
-        root,
-        history=not no_history,
+        TrainRequest(
+            recipe=recipe,
+            run_dir=run_dir,
+            env=env,
+            node_root=root,
+            timeout_s=timeout,
+            gate=reference,
+            require_env=require_env,
+            history=named_history(history_file, no_history),
+            dry_run=dry_run,
+            as_json=as_json,
+        )
     )
 
 
 def full_train(**options: Any) -> None:
     """`prepare`, then `train` (same options as `train`)."""
+    check_json_needs_dry_run(options["as_json"], options["dry_run"])
+    new_run_dir(options["run_dir"])
     recipe = make_recipe(**_recipe_options(options))
-    check_gate(options["gate"])
+    reference = check_gate(options["gate"])
     if options["variants"] is not None:
         fail("--variants: run `miles-amd prepare` on the nodes, then `miles-amd train`")
     prepare_plan = build_prepare_plan(recipe)
@@ -155,16 +174,17 @@ def full_train(**options: Any) -> None:
     else:
         run_prepare(prepare_plan)
     run_train(
-        recipe,
-        run_dir,
-        options["gate"],
-        options["require_env"],
-        options["timeout"],
-        dry_run,
-        False,
-        env,
-        node_root,
-        history=not options["no_history"],
+        TrainRequest(
+            recipe=recipe,
+            run_dir=run_dir,
+            env=env,
+            node_root=node_root,
+            timeout_s=options["timeout"],
+            gate=reference,
+            require_env=options["require_env"],
+            history=named_history(options["history_file"], options["no_history"]),
+            dry_run=dry_run,
+        )
     )
 
 
@@ -225,18 +245,9 @@ def make_recipe(
         fail(str(exc))
 
 
-def check_gate(gate: str | None) -> None:
-    """``--gate`` must name a baseline that loads, checked before an hour of GPUs is spent."""
-    if gate is None:
-        return
-    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
-
-    try:
-        load_baseline(gate, flag="--gate")
-    except UnknownBaselineError as exc:
-        fail(str(exc))  # it names --gate and the fix
-    except BaselineError as exc:
-        fail(f"--gate {gate}: {exc}")
+def check_gate(gate: str | None) -> Baseline | None:
+    """``--gate``'s baseline, loaded before an hour of GPUs is spent (and not again)."""
+    return None if gate is None else load_baseline_option(gate, "--gate")
 
 
 def check_inputs(recipe: Recipe) -> None:
@@ -260,38 +271,53 @@ def launch_env(ray_address: str | None) -> dict[str, str]:
     return env
 
 
-def run_train(
-    recipe: Recipe,
-    run_dir: Path,
-    gate: str | None,
-    require_env: bool,
-    timeout: float,
-    dry_run: bool,
-    as_json: bool,
-    env: dict[str, str],
-    node_root: str | None = DEFAULT_NODE_ROOT,
-    *,
-    history: bool = True,
-) -> None:
-    plan = build_train_plan(recipe, env, run_dir=str(run_dir), node_root=node_root)
-    if dry_run:
-        print_plan(plan, as_json)
+@dataclass(frozen=True)
+class TrainRequest:
+    """One ``train`` as the user asked for it, every option checked."""
+
+    recipe: Recipe
+    run_dir: Path
+    env: dict[str, str]
+    node_root: str | None
+    timeout_s: float
+    gate: Baseline | None = None  # loaded once, by check_gate
+    require_env: bool = False
+    history: Path | None = None  # append the gate's verdict here (named_history)
+    dry_run: bool = False
+    as_json: bool = False
+
+
+def run_train(request: TrainRequest) -> None:
+    """Print the plan (``dry_run``), or run it, print the outcome and exit with its code."""
+    recipe = request.recipe
+    plan = build_train_plan(
+        recipe, request.env, run_dir=str(request.run_dir), node_root=request.node_root
+    )
+    if request.dry_run:
+        print_plan(plan, request.as_json)
         return
     if plan.node_run_dir is None:  # with private node storage these are the node's paths
         check_inputs(recipe)
-    from miles_amd.cli.history import open_history, record_driver_gate
+    from miles_amd.cli.history import append_judgment, open_history
     from miles_amd.run.cluster import ClusterError
     from miles_amd.run.driver import DriverError, execute
 
-    store = open_history(None) if history and gate is not None else None
+    history = request.history if request.gate is not None else None
+    if history is not None:
+        open_history(history)
     try:
-        outcome = execute(plan, timeout_s=timeout, baseline=gate, require_env=require_env)
+        outcome = execute(
+            plan,
+            timeout_s=request.timeout_s,
+            baseline=request.gate,
+            require_env=request.require_env,
+        )
     except ClusterError as exc:
         fail(str(exc))  # bad input: nothing was submitted
     except DriverError as exc:
         fail(str(exc), code=EXIT_FAILED)
     typer.echo(outcome.summary())
-    if store is not None and gate is not None and outcome.verdict is not None:
-        for line in record_driver_gate(store, run_dir, gate, recipe.num_rollout):
+    if history is not None and outcome.judgment is not None:
+        for line in append_judgment(history, outcome.judgment):
             typer.echo(line)
     raise typer.Exit(outcome.exit_code)

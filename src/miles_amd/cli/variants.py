@@ -2,8 +2,10 @@
 
 Decides the option's parsing and the command's output and exit code: one run dir per variant
 under ``--run-dir``, each gated against the baseline of its name, one summary line each,
-then the A/B comparison (``miles_amd.run.variants_run.ab_compare``); the exit code is the worst of
-the variants' (and of the comparison's, when it ran). Bad input (an unknown variant, no
+then the A/B comparison (``miles_amd.run.variants_run.ab_compare``, printed like
+``miles-amd compare``'s); the exit code is the worst of the variants' (and of the
+comparison's, when it ran: 2 when a run dir has no metric to compare). Each baseline is
+loaded once, here, and judged with by the variant's driver. Bad input (an unknown variant, no
 cluster, no ``AITER_PATCHED_DIR``, too few suitable nodes) is one line and exit 2 with
 nothing submitted. Running is ``miles_amd.run.variants_run``'s.
 """
@@ -15,9 +17,11 @@ from pathlib import Path
 
 import typer
 
-from miles_amd.cli.errors import EXIT_FAILED, fail
+from miles_amd.cli.errors import error_line, fail
+from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from miles_amd.recipe.plan import build_train_plan, format_plan
 from miles_amd.recipe.settings import Recipe
+from miles_amd.run_dir import RunDir
 from miles_amd.variants import AITER_VARIANTS
 
 
@@ -48,7 +52,10 @@ def run_variants(
     try:
         plans = {
             v: build_train_plan(
-                recipe, variant_env(env, v), run_dir=str(run_dir / v), node_root=node_root
+                recipe,
+                variant_env(env, v),
+                run_dir=str(RunDir(run_dir).variant(v).root),
+                node_root=node_root,
             )
             for v in variants
         }
@@ -64,15 +71,20 @@ def run_variants(
 
 
 def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> int:
+    from miles_amd.cli.options import load_baseline_option
+    from miles_amd.report.compare_report import render
+    from miles_amd.report.compare_run import NoMetricsError
     from miles_amd.run.cluster import ClusterError
+    from miles_amd.run.dashboard import DashboardError
     from miles_amd.run.driver import RunOutcome
-    from miles_amd.run.variants_run import ab_compare, execute_variants
+    from miles_amd.run.variants_run import VariantsError, ab_compare, execute_variants
 
+    baselines = {v: load_baseline_option(v, "--variants") for v in plans}
     try:
         results = execute_variants(
-            plans, {v: v for v in plans}, timeout_s=timeout, require_env=require_env
+            plans, baselines, timeout_s=timeout, require_env=require_env, echo=typer.echo
         )
-    except ClusterError as exc:
+    except (ClusterError, DashboardError, VariantsError) as exc:
         fail(str(exc))
     code = 0
     for variant, result in results.items():
@@ -83,5 +95,17 @@ def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> i
             typer.echo(f"{variant}: could not run: {result}", err=True)
             code = max(code, EXIT_FAILED)
     if set(plans) == {"stock", "patched"}:
-        code = max(code, ab_compare(run_dir / "stock", run_dir / "patched"))
+        root = RunDir(run_dir)
+        try:
+            compared = ab_compare(
+                root.variant("stock").root, root.variant("patched").root, baselines["patched"]
+            )
+        except NoMetricsError as exc:
+            typer.echo(error_line(f"compare --run-dir {exc}; no comparison"), err=True)
+            return max(code, EXIT_BAD_INPUT)
+        except OSError as exc:
+            typer.echo(error_line(f"compare: cannot write the comparison ({exc})"), err=True)
+            return max(code, EXIT_BAD_INPUT)
+        typer.echo(render(compared.comparison, "text"), nl=False)
+        typer.echo(f"comparison written to {compared.files.markdown}")
     return code

@@ -7,8 +7,10 @@ through ``<file>.tmp`` + ``os.replace`` on every log call, so a reader never see
 snapshot. Format facts: the extension is ``.jsonl`` in the recipe's runs and ``.ndjson`` in
 some miles versions (both are read; ``*.tmp`` files are writes in flight and are not);
 non-finite values appear either as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` or,
-from a plain ``json.dumps``, as the bare tokens ``NaN``/``Infinity``/``-Infinity`` (Python's
-``json`` reads both); the backend records ``step=None`` when a caller passed no step, which
+from a plain ``json.dumps``, as the bare tokens ``NaN``/``Infinity``/``-Infinity`` (both are
+read, as the values they mark: the gate names a non-finite gated value as a failure); a line
+is read by ``miles_amd.strict_json`` (a duplicate key, which would hide a NaN behind a second
+``"series"``, is refused); the backend records ``step=None`` when a caller passed no step, which
 is an error here because such a point cannot be placed.
 
 Decides: what the records say, strictly. Only the directory's top level is read. Every
@@ -26,11 +28,11 @@ wins (``merge``).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 
+from miles_amd import strict_json
 from miles_amd.evidence.errors import MetricsFormatError
 from miles_amd.evidence.safe_open import RECORD_FILE, read_regular, regular_files
 from miles_amd.evidence.series import normalise_map
@@ -134,11 +136,9 @@ def read_record_file(
 
 def _parse_line(line: str, path: str, number: int) -> tuple[str, list[Point]]:
     try:
-        record = json.loads(line)
-    except ValueError as error:
-        raise MetricsFormatError(
-            path, number, f"bad JSON ({error}); truncated or corrupt line"
-        ) from None
+        record = strict_json.loads(line, non_finite=True)
+    except strict_json.StrictJsonError as error:
+        raise MetricsFormatError(path, number, f"{error}; truncated or corrupt line") from None
     if not isinstance(record, dict):
         raise MetricsFormatError(path, number, 'expected an object {"metric": ..., "series": ...}')
     metric = record.get("metric")

@@ -6,10 +6,16 @@ sentinel scan of ``sentinels``, which ``load`` feeds from one pass): blocks of a
 become U+FFFD), each with the 1-based number of its first line. Lines are split on ``\\n``
 only, so line numbers match ``grep -n`` even where progress bars wrote a bare ``\\r``.
 
-A line longer than :data:`MAX_LINE` bytes is cut to its first :data:`MAX_LINE` bytes and the
-rest of it is skipped: memory stays bounded even for a log without newlines. No line the
-recipe prints comes near it (a metric line of 150 metrics is about 8 kB); a metric line that
-long fails to parse and is named by its line, a sentinel in the part kept is still found.
+A line longer than :data:`MAX_LINE` bytes is not kept whole, and none of it is skipped:
+it comes as pieces of at most :data:`MAX_LINE` bytes, each yielded with the line's number and
+no ``\\n`` of its own (only the line's last piece ends with one), so memory stays bounded even
+for a log without newlines and the sentinel scan sees every byte (a fatal message after
+megabytes of ``\\r`` progress output on one line is found). A piece is cut just after the
+last ``\\r`` in it when there is one, so a progress update is never split; a piece without
+any ``\\r`` is cut at :data:`MAX_LINE` bytes and the next one starts :data:`OVERLAP` bytes
+earlier, so a signature across the cut is still whole in one piece (and may be counted in
+both). No line the recipe prints comes near the limit (a metric line of 150 metrics is about
+8 kB); a metric line that long fails to parse and is named by its line.
 
 ``live`` (the watcher's view of a log still being written) leaves out an unterminated last
 line: it is the write in flight. At most ``size`` bytes are read (the size the file had when
@@ -28,48 +34,47 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 CHUNK = 1 << 20  # bytes read at a time
-MAX_LINE = 1 << 20  # bytes of one line kept (>= CHUNK keeps each block's lines whole)
+MAX_LINE = 1 << 20  # bytes of one line (or one piece of a longer line) yielded at a time
+OVERLAP = 4096  # bytes a hard-cut piece repeats of the previous one (> any signature)
 
 
 def line_blocks(handle: BinaryIO, size: int, *, live: bool = False) -> Iterator[tuple[int, str]]:
-    """``(first line number, text)`` for each block of whole lines of the first ``size`` bytes.
+    """``(line number, text)`` for each block of whole lines of the first ``size`` bytes, and
+    for each piece of an over-long line (see the module doc).
 
     Each block but the last ends with ``\\n``; the last may be an unterminated final line
-    (never when ``live``).
+    (never when ``live``: it is left out, but for the pieces of it already over the limit).
     """
     line = 1
     carry = b""  # the start of a line whose end is not read yet
-    skipping = False  # inside the rest of a line already cut and yielded
     remaining = size
     while remaining > 0:
         data = handle.read(min(CHUNK, remaining))
         if not data:
             break
         remaining -= len(data)
-        start = 0
-        if skipping:
-            newline = data.find(b"\n")
-            if newline < 0:
-                continue
-            start, skipping = newline + 1, False
-        end = data.rfind(b"\n", start)
+        end = data.rfind(b"\n")
         if end < 0:
-            carry += data[start:]
-            if len(carry) > MAX_LINE:
-                yield line, _text(carry[:MAX_LINE]) + "\n"
-                line, carry, skipping = line + 1, b"", True
+            carry += data
+            while len(carry) > MAX_LINE:
+                piece, carry = _cut(carry)
+                yield line, _text(piece)
             continue
-        first_end = data.find(b"\n", start)
-        if carry and len(carry) + first_end - start > MAX_LINE:
-            yield line, _text((carry + data[start:first_end])[:MAX_LINE]) + "\n"
-            line, carry, start = line + 1, b"", first_end + 1
-        block = carry + data[start : end + 1]
+        block = carry + data[: end + 1]
         carry = data[end + 1 :]
-        if block:
-            yield line, _text(block)
-            line += block.count(b"\n")
+        yield line, _text(block)
+        line += block.count(b"\n")
     if carry and not live:
         yield line, _text(carry)
+
+
+def _cut(carry: bytes) -> tuple[bytes, bytes]:
+    """``(piece, rest)`` of an over-long unterminated line: after its last ``\\r`` within the
+    limit, else at the limit with :data:`OVERLAP` bytes kept for the next piece."""
+    cr = carry.rfind(b"\r", 0, MAX_LINE)
+    if cr >= 0:
+        return carry[: cr + 1], carry[cr + 1 :]
+    return carry[:MAX_LINE], carry[MAX_LINE - OVERLAP :]
 
 
 def _text(raw: bytes) -> str:

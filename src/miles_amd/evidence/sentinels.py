@@ -26,6 +26,11 @@ Format facts the patterns rely on:
 - aiter logs ``shape is M:.., N:.., K:.., not found tuned config in <csv>, will use default
   config!`` once per untuned GEMM shape, with varying text in between.
 
+A carriage return ends a segment for matching (a fatal message printed after ``\\r``
+progress updates on the same line is a line of its own for the patterns; its line number is
+the ``\\n``-counted one), and a line of any length is scanned whole (``log_lines`` yields an
+over-long line in pieces, none skipped).
+
 Speed: a line is only tried against a sentinel's regex when it contains one of the
 sentinel's literal ``needles``, and the log is scanned as blocks of whole lines
 (``log_lines``) first tested as one string, so clean lines cost one substring search per
@@ -233,8 +238,7 @@ class SentinelScan:
             starts = _needle_lines(text, sentinel.needles)
             line_number, counted_to = first_line, 0
             for start in starts:
-                end = text.find("\n", start)
-                line = text[start:] if end < 0 else text[start:end]
+                line = text[start : _segment_end(text, start)]
                 if not sentinel.pattern.search(line):
                     continue
                 line_number += text.count("\n", counted_to, start)
@@ -263,17 +267,31 @@ class SentinelScan:
 
 
 def _needle_lines(text: str, needles: tuple[str, ...]) -> list[int]:
-    """The start offsets of the lines of ``text`` holding any of ``needles``, in order."""
+    """The start offsets of the segments of ``text`` holding any of ``needles``, in order.
+
+    A segment is a line, or the part of a line between carriage returns: a progress bar's
+    ``\\r`` updates are lines of their own for matching (the line numbers still count
+    ``\\n`` only)."""
     starts: set[int] = set()
     for needle in needles:
         at = text.find(needle)
         while at >= 0:
-            starts.add(text.rfind("\n", 0, at) + 1)
-            end = text.find("\n", at)
-            if end < 0:
+            line_start = text.rfind("\n", 0, at) + 1
+            cr = text.rfind("\r", line_start, at)
+            starts.add(line_start if cr < 0 else cr + 1)
+            end = _segment_end(text, at)
+            if end == len(text):
                 break
             at = text.find(needle, end)
     return sorted(starts)
+
+
+def _segment_end(text: str, at: int) -> int:
+    """Where the segment holding offset ``at`` ends: the next ``\\n`` or ``\\r``, or the end."""
+    newline = text.find("\n", at)
+    line_end = len(text) if newline < 0 else newline
+    cr = text.find("\r", at, line_end)
+    return line_end if cr < 0 else cr
 
 
 def scan_log(path: Path, *, root: Path | None = None) -> tuple[SentinelHit, ...]:

@@ -11,8 +11,8 @@ baseline's gated metrics.
 :func:`append_verdict` opens the store, appends, and returns the runs of that identity
 including the new one with the k :func:`~miles_amd.history.drift.calibrated_k` gives for
 the metrics they hold, for the drift check (``miles_amd.history.drift``). Only the
-CLI calls it (``miles-amd gate`` and ``miles-amd train --gate``, through
-``miles_amd.cli.history``), so judging stays free of side effects.
+CLI calls it (``miles-amd gate`` and ``train --gate``, when a history is named), so judging
+stays free of side effects.
 """
 
 from __future__ import annotations
@@ -63,10 +63,13 @@ def history_record(
     )
 
 
-def append_verdict(path: Path, record: HistoryRecord) -> tuple[int, list[StoredRun], int]:
+def append_verdict(
+    path: Path, record: HistoryRecord
+) -> tuple[int, list[StoredRun], int, list[str]]:
     """Append ``record`` to the store at ``path``; return its id, the runs of its identity
-    (oldest first, the new one last) and the calibrated k for them."""
+    (oldest first, the new one last), the calibrated k for them and a line per stored row
+    that could not be read (skipped)."""
     with HistoryStore(path) as store:
         run_id = store.append(record)
-        same = store.runs(variant=record.variant, baseline=record.baseline)
-    return run_id, same, calibrated_k(metric_count(same))
+        read = store.read_runs(variant=record.variant, baseline=record.baseline)
+    return run_id, read.runs, calibrated_k(metric_count(read.runs)), read.skipped

@@ -4,8 +4,9 @@ Decides how stored runs read (text, JSON, markdown: one row a run, oldest first,
 verdict, identity and the run means of the gated metrics) and the trend figure (one panel a
 metric: each identity's run means across runs, a pass as a dot and a fail as a red cross,
 error bars of one standard error of the run mean; a metric with a drift finding has a red
-title). Pure but for :func:`trend_figure` (matplotlib on the Agg canvas, laid out by
-``miles_amd.report.figure_layout``) and :func:`trend_png`, its PNG bytes.
+title). Stored strings (identity, commit, run dir) are escaped for their sink
+(``miles_amd.escape``). Pure but for :func:`trend_figure` (matplotlib on the Agg canvas, laid
+out by ``miles_amd.report.figure_layout``) and :func:`trend_png`, its PNG bytes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import math
 from collections.abc import Sequence
 
+from miles_amd import escape, numeric
 from miles_amd.history.drift import Drift
 from miles_amd.history.store import StoredRun
 from miles_amd.report import figure_layout as layout
@@ -30,6 +32,10 @@ def _identity(run: StoredRun) -> str:
     return f"{run.variant or '?'}/{run.baseline}"
 
 
+def _md(text: object) -> str:
+    return escape.markdown(text)
+
+
 def render_text(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
     if not runs:
         return "no run in the history\n"
@@ -42,7 +48,7 @@ def render_text(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> st
         )
     lines.append("")
     lines += drift_lines(found, k)
-    return "\n".join(lines) + "\n"
+    return "\n".join(escape.terminal(line) for line in lines) + "\n"
 
 
 def drift_lines(found: Sequence[Drift], k: int, runs: int | None = None) -> list[str]:
@@ -63,7 +69,7 @@ def sparkline(values: Sequence[float]) -> str:
     if high == low:
         return SPARKS[3] * len(values)
     top = len(SPARKS) - 1
-    return "".join(SPARKS[round((v - low) / (high - low) * top)] for v in values)
+    return "".join(SPARKS[round(numeric.position(v, low, high) * top)] for v in values)
 
 
 def trend_table(runs: Sequence[StoredRun]) -> list[str]:
@@ -82,7 +88,7 @@ def trend_table(runs: Sequence[StoredRun]) -> list[str]:
             ]
             if means:
                 lines.append(
-                    f"| {metric} | {identity} | `{sparkline(means)}` | {means[-1]:.4g} "
+                    f"| {_md(metric)} | {_md(identity)} | `{sparkline(means)}` | {means[-1]:.4g} "
                     f"| {min(means):.4g} | {max(means):.4g} |"
                 )
     return lines
@@ -99,10 +105,12 @@ def render_markdown(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -
     ]
     for run in runs:
         lines.append(
-            f"| {run.run_id} | {run.created_at} | {_identity(run)} | {run.verdict.upper()} "
-            f"| {(run.commit_sha or '-')[:12]} | " + " | ".join(_mean(run, m) for m in SHOWN) + " |"
+            f"| {run.run_id} | {_md(run.created_at)} | {_md(_identity(run))} "
+            f"| {_md(run.verdict.upper())} | {_md((run.commit_sha or '-')[:12])} | "
+            + " | ".join(_mean(run, m) for m in SHOWN)
+            + " |"
         )
-    drift = [f"- {line}" for line in drift_lines(found, k)]
+    drift = [f"- {_md(line)}" for line in drift_lines(found, k)]
     return "\n".join([*lines, "", *trend_table(runs), "", *drift]) + "\n"
 
 
@@ -150,8 +158,12 @@ def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
 
 def drift_section(found: Sequence[Drift], k: int, runs: int, run_id: int, path: str) -> str:
     """The markdown the gate adds to report.md after appending the run to the history."""
-    lines = ["### Drift across runs", "", f"Appended as run {run_id} to the history `{path}`."]
-    return "\n".join([*lines, *(f"- {line}" for line in drift_lines(found, k, runs))]) + "\n"
+    lines = [
+        "### Drift across runs",
+        "",
+        f"Appended as run {run_id} to the history {escape.markdown_code(path)}.",
+    ]
+    return "\n".join([*lines, *(f"- {_md(line)}" for line in drift_lines(found, k, runs))]) + "\n"
 
 
 def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:

@@ -9,41 +9,36 @@ finite per-rollout values in ``metric_values`` (the shape of upstream miles'
 failure). ``meta.schema_version`` is :data:`SCHEMA_VERSION`; a file of another version is
 refused, never migrated silently. Standard library only (``sqlite3``); appends are one
 transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) never leave half
-a run. Columns are the dataclasses' fields, each spelled once with its SQL type; every
-INSERT and SELECT names its columns.
+a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: the row is
+named and skipped, the rest listed). Columns are the dataclasses' fields, each spelled once
+with its SQL type; every INSERT and SELECT names its columns.
 
-Where: ``--history PATH``, else ``$MILES_AMD_HISTORY``, else
-``$XDG_DATA_HOME/miles-amd/history.sqlite`` (``~/.local/share/...``) (:func:`default_path`).
-It does not decide what a drift is (``miles_amd.history.drift``) nor when to append (the CLI:
-``miles-amd gate`` appends unless ``--no-history``).
+Where: the file the CLI names (``--history PATH`` or ``$MILES_AMD_HISTORY``;
+``miles_amd.cli.options.named_history``); there is no default file. A store opened
+``read_only`` (listing) is never created, initialised or modified. It does not decide what a
+drift is (``miles_amd.history.drift``) nor when to append (``miles-amd gate`` and
+``train --gate``, when a history is named).
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from miles_amd import numeric, strict_json
+
 SCHEMA_VERSION = 1
-HISTORY_ENV = "MILES_AMD_HISTORY"
 
 
 class HistoryError(ValueError):
     """A history file that cannot be used; ``str()`` names the file and the fix."""
-
-
-def default_path() -> Path:
-    """``$MILES_AMD_HISTORY``, else ``$XDG_DATA_HOME/miles-amd/history.sqlite``."""
-    if os.environ.get(HISTORY_ENV):
-        return Path(os.environ[HISTORY_ENV])
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "miles-amd" / "history.sqlite"
 
 
 def _column(sql: str, *, as_json: bool = False) -> dict[str, Any]:
@@ -67,8 +62,9 @@ def summarize(values: Sequence[float]) -> Summary | None:
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return None
-    sd = statistics.stdev(finite) if len(finite) >= 2 else None
-    return Summary(len(finite), math.fsum(finite) / len(finite), sd, min(finite), max(finite))
+    sd = numeric.stdev(finite) if len(finite) >= 2 else None
+    sd = sd if sd is None or math.isfinite(sd) else None  # beyond the float range: unknown
+    return Summary(len(finite), numeric.mean(finite), sd, min(finite), max(finite))
 
 
 @dataclass(frozen=True)
@@ -101,6 +97,14 @@ class StoredRun(RunRow):
 
     run_id: int
     summaries: Mapping[str, Summary]
+
+
+@dataclass(frozen=True)
+class HistoryRead:
+    """The runs read back, and one line per row that could not be read (skipped)."""
+
+    runs: list[StoredRun]
+    skipped: list[str]
 
 
 _RUN_FIELDS = fields(RunRow)
@@ -143,22 +147,61 @@ def _to_row(record: RunRow) -> list[Any]:
 
 
 def _from_row(row: Sequence[Any]) -> dict[str, Any]:
-    return {
-        f.name: tuple(json.loads(value)) if f.metadata["json"] else value
-        for f, value in zip(_RUN_FIELDS, row, strict=True)
-    }
+    """The fields of a stored row, each checked against its column's type (SQLite keeps
+    whatever a writer put in a column); ``ValueError`` naming the column."""
+    found = {}
+    for f, value in zip(_RUN_FIELDS, row, strict=True):
+        sql = f.metadata["sql"]
+        if f.metadata["json"]:
+            value = strict_json.loads(value) if isinstance(value, str) else None
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"column {f.name} is not a JSON list of names")
+            value = tuple(value)
+        elif not _of_type(value, sql):
+            raise ValueError(f"column {f.name} holds {type(value).__name__} {value!r:.60}")
+        found[f.name] = value
+    return found
+
+
+def _of_type(value: object, sql: str) -> bool:
+    if value is None:
+        return "NOT NULL" not in sql
+    kind = int if sql.startswith("INTEGER") else str
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+def _summary(metric: object, figures: Sequence[Any]) -> Summary:
+    """A stored summary, checked: a metric name, n > 0 and finite numbers (sd may be null)."""
+    n, mean, sd, low, high = figures
+    numbers = (mean, low, high) if sd is None else (mean, sd, low, high)
+    if not (isinstance(metric, str) and isinstance(n, int) and n > 0) or not all(
+        isinstance(v, (int, float)) and math.isfinite(v) for v in numbers
+    ):
+        raise ValueError(f"summary of {metric!r:.60} is not n > 0 and finite numbers")
+    return Summary(n, mean, sd, low, high)
 
 
 class HistoryStore:
-    """The SQLite file at ``path`` (created with its directory when absent)."""
+    """The SQLite file at ``path``: created with its directory when absent, unless
+    ``read_only`` (then it must exist and hold a history, and is opened read-only)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30.0)
-            self._db.execute("PRAGMA foreign_keys = ON")
+            if read_only:
+                uri = self.path.resolve().as_uri() + "?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, timeout=30.0)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, timeout=30.0)
+                self._db.execute("PRAGMA foreign_keys = ON")
             found = self._version()
+            if found is None and read_only:
+                self._db.close()
+                raise HistoryError(
+                    f"{self.path}: not a miles-amd history (no schema in it); point --history "
+                    "at a file `miles-amd gate --history` wrote"
+                )
             if found is None:
                 with self._db:
                     self._db.executescript(_SCHEMA)
@@ -220,23 +263,56 @@ class HistoryStore:
     def runs(
         self, *, variant: str | None = None, baseline: str | None = None, limit: int | None = None
     ) -> list[StoredRun]:
+        """The readable runs of :meth:`read_runs` (its ``skipped`` lines are dropped)."""
+        return self.read_runs(variant=variant, baseline=baseline, limit=limit).runs
+
+    def read_runs(
+        self, *, variant: str | None = None, baseline: str | None = None, limit: int | None = None
+    ) -> HistoryRead:
         """Runs in the order they were appended (oldest first), optionally filtered; the
-        newest ``limit`` when given."""
+        newest ``limit`` when given. A row that cannot be read (a corrupt page, a value of the
+        wrong type, bad JSON) is skipped and named in ``skipped``; the rest are listed. When
+        even the list of run ids cannot be read, each id up to the largest is tried alone."""
         where, args = [], []
         for column, value in (("variant", variant), ("baseline", baseline)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
-        sql = f"SELECT run_id, {_RUN_COLUMNS} FROM runs"
-        sql += f" WHERE {' AND '.join(where)}" if where else ""
+        sql = "SELECT run_id FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
         sql += " ORDER BY run_id DESC" + (f" LIMIT {int(limit)}" if limit else "")
-        rows = list(reversed(self._db.execute(sql, args).fetchall()))
-        return [self._stored(row) for row in rows]
+        try:
+            ids = sorted(int(row[0]) for row in self._db.execute(sql, args).fetchall())
+        except sqlite3.DatabaseError:
+            ids = self._every_id()
+        runs: list[StoredRun] = []
+        skipped: list[str] = []
+        for run_id in ids:
+            try:
+                row = self._db.execute(
+                    f"SELECT run_id, {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                run = None if row is None else self._stored(row)
+            except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
+                reason = " ".join(str(exc).split())
+                skipped.append(f"history: run {run_id} of {self.path} skipped: {reason}")
+                continue
+            if run is None or variant not in (None, run.variant):
+                continue
+            if baseline in (None, run.baseline):
+                runs.append(run)
+        return HistoryRead(runs[-limit:] if limit else runs, skipped)
+
+    def _every_id(self) -> list[int]:
+        try:
+            row = self._db.execute("SELECT max(run_id) FROM runs").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(f"{self.path}: the runs table cannot be read ({exc})") from exc
+        return list(range(1, int(row[0] or 0) + 1))
 
     def _stored(self, row: Sequence[Any]) -> StoredRun:
         run_id, *columns = row
         summaries = {
-            metric: Summary(*figures)
+            metric: _summary(metric, figures)
             for metric, *figures in self._db.execute(
                 f"SELECT metric, {_SUMMARY_COLUMNS} FROM summaries WHERE run_id = ?", (run_id,)
             )

@@ -33,6 +33,8 @@ prompt-difficulty spread (the reward's largest noise) from the difference.
   intermittent rates the seed's stock runs showed) and B never does, and the rollouts a
   run (equal counts) needs for 95% power (:func:`rollouts_for_power`); and what a run with
   no spike rules out: a per-rollout spike rate above ``1 - 0.05^(1/N)`` (95%; about 3/N).
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from miles_amd import numeric
 from miles_amd.evidence.types import RunEvidence, Series
 from miles_amd.judge.distributions import binomial_pmf, t_two_sided_p
 from miles_amd.rules import bands
@@ -192,8 +195,8 @@ def paired_diff(metric: str, a: Series, b: Series, samples: int | None) -> Metri
     xs, ys = [va[s] for s in steps], [vb[s] for s in steps]
     n = len(steps)
     diffs = [y - x for x, y in zip(xs, ys, strict=True)]
-    mean_diff = math.fsum(diffs) / n
-    sd = statistics.stdev(diffs) if n >= 2 else 0.0
+    mean_diff = numeric.mean(diffs)
+    sd = numeric.stdev(diffs)
     floor = False
     se = sd / math.sqrt(n)
     if samples is not None:
@@ -209,8 +212,8 @@ def paired_diff(metric: str, a: Series, b: Series, samples: int | None) -> Metri
     return MetricDiff(
         metric=metric,
         n=n,
-        mean_a=math.fsum(xs) / n,
-        mean_b=math.fsum(ys) / n,
+        mean_a=numeric.mean(xs),
+        mean_b=numeric.mean(ys),
         diff=mean_diff,
         se=se,
         ci_low=mean_diff - t * se,

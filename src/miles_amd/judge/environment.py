@@ -19,7 +19,10 @@ What env.json says, and how it is read:
 A value is read whatever the fact's status (a ``wrong`` 4-GPU reading is still 4 GPUs).
 A field the baseline records as null (the shipped references did not publish their aiter
 version) is not compared. Outcome: any mismatch fails, naming field, run value and baseline
-value. Without env.json the check is ``not_measured`` (the CPU main job has no GPUs to
+value. An env.json whose facts are malformed, contradictory or failed
+(``judge.env_facts``) fails it whatever else it says, whenever it is to vouch for hardware
+(``--require-env``, or a baseline that records any of the hardware). Without env.json the check is
+``not_measured`` (the CPU main job has no GPUs to
 probe) unless ``require_env`` (``--require-env``: the hardware path), which fails it, as it
 fails a field the baseline records but env.json does not, and a baseline that does not record
 the GPU arch, GPU count and ROCm (one recorded without a preflight cannot vouch for hardware).
@@ -32,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from miles_amd.judge.env_facts import env_json_problems
 from miles_amd.rules.check import Check, Status
 
 if TYPE_CHECKING:
@@ -152,6 +156,11 @@ def environment_check(evidence: RunEvidence, baseline: Baseline, *, require_env:
             "--aiter-variant stock|patched` before the run"
         )
         return _check(absent, None, expected, detail, require_env)
+    unbelievable = env_json_problems(evidence.env)
+    vouches = require_env or len(unknown) < len(HARDWARE)  # env.json stands for hardware
+    if unbelievable and vouches:
+        detail = f"env.json cannot vouch for this node: {'; '.join(unbelievable)}"
+        return _check("fail", None, expected, detail, True)
     run = run_environment(evidence.env)
     mismatched, unrecorded = compare(run, reference)
     recorded = sum(getattr(reference, f.name) is not None for f in fields(Environment))

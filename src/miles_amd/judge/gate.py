@@ -34,25 +34,23 @@ hit); else ``fail`` when any check is ``fail`` or ``error``; else ``pass``.
 whose kind is ``hard`` (spikes, non-finite values; ``miles_amd.rules.kind.KindSpec``) and
 fatal sentinels, applied by the very same functions to whatever has been read so far; only
 checks that already failed are returned.
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from miles_amd.evidence.types import Conflict, RunEvidence, SentinelHit, SourceProblem
+from miles_amd.exit_codes import VERDICT_EXIT_CODES, VerdictName
 from miles_amd.judge.environment import environment_check
 from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
 from miles_amd.rules.model import Baseline
 from miles_amd.rules.registry import KINDS, evaluate_rule
 
-__all__ = ["EXIT_CODES", "Check", "Verdict", "hard_failures", "judge"]
-
-VerdictName = Literal["pass", "fail", "error"]
-
-EXIT_CODES: Mapping[VerdictName, int] = {"pass": 0, "fail": 1, "error": 2}
+__all__ = ["Check", "Verdict", "VerdictName", "hard_failures", "judge"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.verdict]
+        return VERDICT_EXIT_CODES[self.verdict]
 
     @property
     def failures(self) -> tuple[Check, ...]:

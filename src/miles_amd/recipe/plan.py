@@ -156,7 +156,7 @@ def job_env_vars(
         "PYTHONUNBUFFERED": "1",
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
         "NCCL_NVLS_ENABLE": "0",
-        "no_proxy": f"127.0.0.1,{master_addr}",
+        "no_proxy": ",".join(dict.fromkeys(("127.0.0.1", master_addr))),
         "MASTER_ADDR": master_addr,
         "PYTHONPATH": pythonpath,
         **device_env(env),

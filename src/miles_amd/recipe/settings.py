@@ -17,9 +17,10 @@ Invariants checked on construction (each error names the broken one):
 Extra args (one string, split with ``shlex``) are appended last. An extra arg that repeats a
 flag the recipe pins is an error, unless ``override_pinned`` is set: then the pinned flag and
 its values are removed from the recipe's argv and the extra arg takes its place at the end.
-An extra arg that carries a credential (:func:`secret_flags_in`) is always an error whose
-message never repeats the value: an argv is visible to every user of the host (``ps``), in
-Ray's job table and in the printed plan. The W&B key reaches the job as ``WANDB_API_KEY``.
+An extra arg that carries a credential (``recipe.secret_flags``: every spelling argparse
+would accept) is always an error whose message never repeats the value: an argv is visible
+to every user of the host (``ps``), in Ray's job table and in the printed plan. The W&B key
+reaches the job as ``WANDB_API_KEY``.
 
 Messages name the CLI flag a field comes from (:data:`FIELD_FLAGS`), so ``num_rollout`` is
 reported as ``--num-rollouts``; fields no flag sets are named as fields.
@@ -30,11 +31,12 @@ once, as the defaults of :class:`Recipe`'s fields; the CLI and the tests read th
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
+
+from miles_amd.recipe.secret_flags import secret_flags_in
 
 Arg = tuple[str, tuple[str, ...]]  # a flag and its values, e.g. ("--lora-rank", ("32",))
 
@@ -74,40 +76,10 @@ FIELD_FLAGS: dict[str, str] = {
     "override_pinned": "--override-pinned",
 }
 
-# Flags that carry a credential, refused in extra args. miles' only one is ``--wandb-key``
-# (miles/utils/arguments.py); the suffixes catch SGLang's ``--api-key`` passed through as
-# ``--sglang-api-key`` and any ``--hf-token``-like flag. Megatron's ``--fim-*-token`` flags
-# name vocabulary tokens, not credentials, and stay allowed.
-SECRET_FLAGS = frozenset({"--wandb-key", "--wandb-api-key", "--api-key", "--hf-token"})
-SECRET_FLAG_PATTERN = re.compile(
-    r"^--[a-z0-9-]*-(api-key|token|secret|password|passwd|credentials?)$"
-)
-NON_SECRET_TOKEN_FLAGS = frozenset(
-    {
-        "--fim-eod-token",
-        "--fim-middle-token",
-        "--fim-pad-token",
-        "--fim-prefix-token",
-        "--fim-suffix-token",
-    }
-)
-
 
 def flag_of(field_name: str) -> str:
     """The CLI flag that sets ``field_name``, or the field's own name when no flag does."""
     return FIELD_FLAGS.get(field_name, field_name)
-
-
-def secret_flags_in(argv: Sequence[str]) -> list[str]:
-    """The flags of ``argv`` that carry a credential (their values are never returned)."""
-    found = []
-    for flag in sorted(_flags_in(argv)):
-        name = flag.lower()
-        if name in NON_SECRET_TOKEN_FLAGS:
-            continue
-        if name in SECRET_FLAGS or SECRET_FLAG_PATTERN.match(name):
-            found.append(flag)
-    return found
 
 
 def parse_hardware(value: str) -> Hardware:

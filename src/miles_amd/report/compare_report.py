@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from miles_amd import escape
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.files import atomic_write_bytes, atomic_write_text
 from miles_amd.judge.compare import (
@@ -154,7 +155,7 @@ def render_text(c: Comparison) -> str:
     lines += ["", *spike_sentences(c)]
     if c.unpaired:
         lines.append(f"not in both runs: {', '.join(c.unpaired)}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(escape.terminal(line) for line in lines) + "\n"
 
 
 def render_markdown(c: Comparison) -> str:
@@ -168,7 +169,8 @@ def render_markdown(c: Comparison) -> str:
     lines = [
         f"**miles-amd compare** - {headline}",
         "",
-        f"A = `{c.run_a}`, B = `{c.run_b}`; metrics of baseline `{c.baseline_name}`; "
+        f"A = {escape.markdown_code(c.run_a)}, B = {escape.markdown_code(c.run_b)}; metrics of "
+        f"baseline {escape.markdown_code(c.baseline_name)}; "
         "Δ = B - A, paired by rollout.",
         "",
         "| metric | n | mean A | mean B | Δ | 95% CI | d_z | detectable shift (80% power) |",
@@ -182,7 +184,7 @@ def render_markdown(c: Comparison) -> str:
         )
     lines += ["", *(f"- {line}" for line in spike_sentences(c))]
     if c.unpaired:
-        lines.append(f"- not in both runs: {', '.join(c.unpaired)}")
+        lines.append(f"- not in both runs: {escape.markdown(', '.join(c.unpaired))}")
     return "\n".join(lines) + "\n"
 
 

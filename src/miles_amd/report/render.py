@@ -16,6 +16,9 @@ judges and writes nothing (``miles_amd.report.report`` writes the files).
   the evidence sources, problems and conflicts.
 - text: the same order in aligned plain lines; where the report was written is the CLI's
   last line (``miles-amd gate``).
+
+Every string from the run dir (tag names, paths, job.json fields, log lines) is escaped for
+its sink by ``miles_amd.escape``: ``markdown`` in report.md, ``terminal`` in text.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import math
 from collections.abc import Mapping
 from typing import Literal
 
+from miles_amd import escape
 from miles_amd.judge.gate import Check, Verdict
 from miles_amd.rules.check import listed
 
@@ -203,14 +207,14 @@ def render_text(verdict: Verdict) -> str:
     for conflict in verdict.conflicts:
         values = ", ".join(f"{k}={v!r}" for k, v in sorted(conflict.values.items()))
         lines.append(f"evidence conflict: {conflict.metric} at step {conflict.step}: {values}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(escape.terminal(line) for line in lines) + "\n"
 
 
 # ---------------------------------------------------------------------------- markdown
 
 
 def _cell(text: object) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return escape.markdown(text)
 
 
 def _markdown_checks(verdict: Verdict) -> list[str]:
@@ -272,10 +276,11 @@ def _markdown_evidence(verdict: Verdict) -> list[str]:
 def render_markdown(verdict: Verdict) -> str:
     """A reviewer's page: the verdict sentence, failures, passes, not measured, hits, evidence."""
     lines = [
-        f"**miles-amd gate: {verdict.verdict.upper()}** - {verdict_sentence(verdict)}",
+        f"**miles-amd gate: {verdict.verdict.upper()}** - {_cell(verdict_sentence(verdict))}",
         "",
-        f"Run `{verdict.run_dir}` against baseline `{verdict.baseline_name}` "
-        f"({verdict.baseline_run_id}), {verdict.expected_rollouts} rollouts expected. "
+        f"Run {escape.markdown_code(verdict.run_dir)} against baseline "
+        f"{escape.markdown_code(verdict.baseline_name)} ({_cell(verdict.baseline_run_id)}), "
+        f"{verdict.expected_rollouts} rollouts expected. "
         f"{_cell(verdict.reason)}",
         "",
         *_markdown_checks(verdict),

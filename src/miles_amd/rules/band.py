@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from miles_amd import numeric
 from miles_amd.evidence.types import Series
 from miles_amd.rules import bands
 from miles_amd.rules.bands import Band
@@ -80,11 +81,8 @@ def band_for(rule: Rule, baseline: Baseline, n_rollouts: int) -> Band:
 
 
 def _mean(values: list[float]) -> float:
-    """The mean; NaN (in no band) when finite values sum beyond the float range."""
-    try:
-        return math.fsum(values) / len(values)
-    except OverflowError:
-        return math.nan
+    """The mean (``miles_amd.numeric``: finite for any finite values)."""
+    return numeric.mean(values)
 
 
 def check_band(rule: Rule, series: Series, ctx: RuleContext) -> Check:

@@ -8,26 +8,27 @@ on its own such node and a second job waits for a free one; refusing here turns 
 forever" into a one-line error naming what is missing. It does not submit or place anything.
 
 The node list is the dashboard's State API, ``GET /api/v0/nodes?detail=1`` (the endpoint
-``ray list nodes`` uses), read with the same ``Authorization`` header the Jobs API gets, so
-the check needs nothing the submission does not. Resource names there are Ray's own
+``ray list nodes`` uses), read with the same ``Authorization`` header the Jobs API gets
+(``miles_amd.run.dashboard``), so the check needs nothing the submission does not. Resource
+names there are Ray's own
 (``miles_amd_mi355x_node``); the dashboard's ``/nodes?view=summary`` camel-cases them
 (``milesAmdMi355XNode``, measured with Ray 2.60), so it is not used.
 
 GPU counts are what each raylet declares: on a CPU raylet ``ray start --num-gpus 8`` is
 accepted and the node then counts as 8 GPUs to the scheduler (the rehearsal uses that);
 whether the GPUs are MI355X is the node's preflight's question (``env.json``), not Ray's.
+
+Explained for people in ``docs/cluster.md``.
 """
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from miles_amd.recipe.plan import NODE_RESOURCE
+from miles_amd.run.dashboard import DashboardAuthError, DashboardError, get_json
 
 NODES_PATH = "/api/v0/nodes?limit=10000&detail=1"
 
@@ -79,15 +80,15 @@ def parse_nodes(payload: Mapping[str, object]) -> list[Node]:
 
 def list_nodes(address: str, headers: Mapping[str, str], timeout_s: float = 15.0) -> list[Node]:
     """The cluster's nodes through the dashboard at ``address`` (the Jobs API address)."""
-    request = urllib.request.Request(address.rstrip("/") + NODES_PATH, headers=dict(headers))
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return parse_nodes(json.loads(response.read()))
-    except urllib.error.HTTPError as exc:
-        hint = "; set RAY_AUTH_TOKEN_PATH to the cluster's token" if exc.code in (401, 403) else ""
-        raise ClusterError(f"{address}: cannot list the nodes: HTTP {exc.code}{hint}") from None
-    except (OSError, ValueError) as exc:
+        answer = get_json(address, NODES_PATH, headers, timeout_s=timeout_s)
+    except DashboardAuthError as exc:
+        raise ClusterError(f"cannot list the nodes: {exc}") from None
+    except DashboardError as exc:
         raise ClusterError(f"{address}: cannot list the nodes: {exc}") from None
+    if not isinstance(answer, Mapping):
+        raise ClusterError(f"{address}: the State API answered without a node list")
+    return parse_nodes(answer)
 
 
 def suitable_nodes(nodes: Sequence[Node], *, gpus: int, count: int, address: str) -> list[Node]:

@@ -14,7 +14,9 @@ Decides the side effects of a run, in order (one function per step in :func:`exe
    is pulled from the job's node before each watcher poll (``miles_amd.run.pullback``);
 7. write ``job.json`` (:class:`~miles_amd.run_dir.JobRecord`) when the job ends; in cluster
    mode pull the evidence completely and verify it (a failed pull is a named red);
-8. gate the run dir when a baseline is asked for (judging is the gate's job).
+8. gate the run dir when a baseline is asked for, once (``report.gate_run.judge_run_dir``):
+   the outcome carries that :class:`~miles_amd.report.gate_run.Judgment`, so the caller
+   prints and records the very verdict the exit code is.
 
 On every exit path (success, failure, timeout, Ctrl-C, exception) the job is stopped if still
 running and the head this call started is stopped by pid; nothing else is touched. A Ctrl-C
@@ -33,10 +35,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from miles_amd.exit_codes import EXIT_FAILED, EXIT_OK
 from miles_amd.files import atomic_write_text
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, JobSpec, LaunchPlan
 from miles_amd.run.job import Echo, Follow, RayJob
@@ -44,12 +47,12 @@ from miles_amd.run.watcher import FailFastWatcher, Trip
 from miles_amd.run_dir import JobRecord, RunDir
 
 if TYPE_CHECKING:
+    from miles_amd.report.gate_run import Judgment
     from miles_amd.rules.model import Baseline
     from miles_amd.run.pullback import PullBack
     from miles_amd.run.ray_head import RayHead
 
 EVIDENCE_DIR_VARS = ("TENSORBOARD_DIR", "MILES_CI_GATE_RECORD_DIR")
-EXIT_PASS, EXIT_FAIL = 0, 1
 
 
 class DriverError(RuntimeError):
@@ -68,6 +71,7 @@ class RunOutcome:
     exit_code: int
     head_pids: tuple[int, ...] = ()  # the Ray head this run started and all it spawned
     pullback_error: str | None = None  # cluster mode: why the evidence did not come back
+    judgment: Judgment | None = field(default=None, repr=False)  # the gate's, once
 
     def summary(self) -> str:
         parts = [f"job {self.job_id}: {self.status}"]
@@ -92,7 +96,7 @@ def execute(
     plan: LaunchPlan,
     *,
     timeout_s: float,
-    baseline: str | None = None,
+    baseline: Baseline | str | None = None,
     require_env: bool = False,
     watch_interval_s: float = 10.0,
     state_dir: str | None = None,
@@ -102,6 +106,8 @@ def execute(
 ) -> RunOutcome:
     """Run ``plan`` to the end, write the run dir, gate it if ``baseline`` is given.
 
+    ``baseline`` is a loaded :class:`~miles_amd.baseline.model.Baseline` (the CLI loads it
+    once, when it checks ``--gate``) or a name or path to load here.
     ``judge_partial`` overrides the watcher's rules (default: the gate's ``hard_failures``
     against ``baseline``, or the patched baseline when none is given: the spike threshold,
     finiteness and fatal sentinels are the same in both). ``require_env`` makes the gate fail
@@ -133,7 +139,7 @@ def execute(
     outcome = _outcome(plan, run_dir, record, job.trip, reference, require_env, cluster.pids())
     if pull_error is None:
         return outcome
-    return replace(outcome, pullback_error=pull_error, exit_code=EXIT_FAIL)
+    return replace(outcome, pullback_error=pull_error, exit_code=EXIT_FAILED)
 
 
 class PullingWatcher:
@@ -170,10 +176,12 @@ def _job_and_run_dir(plan: LaunchPlan) -> tuple[JobSpec, RunDir]:
     return plan.job, RunDir(Path(plan.run_dir))
 
 
-def _load_baselines(baseline: str | None) -> tuple[Baseline | None, Baseline]:
+def _load_baselines(baseline: Baseline | str | None) -> tuple[Baseline | None, Baseline]:
     """The gate's baseline (if asked for) and the watcher's (the patched one by default)."""
     from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
 
+    if baseline is not None and not isinstance(baseline, str):
+        return baseline, baseline
     try:
         reference = load_baseline(baseline, flag="--gate") if baseline is not None else None
         return reference, reference or load_baseline("patched")
@@ -245,24 +253,13 @@ def _cluster(plan: LaunchPlan, run_dir: RunDir, state_file: Path) -> Iterator[Cl
 
 
 def _cluster_token_headers(token_path: str | None) -> dict[str, str]:
-    """Auth headers for a ``RAY_ADDRESS`` cluster from ``RAY_AUTH_TOKEN_PATH``, if set.
-
-    Without it Ray's SDK applies its own rule in this process: with ``RAY_AUTH_MODE=token``
-    it sends ``RAY_AUTH_TOKEN`` or the token in ``~/.ray/auth_token``.
-    """
-    if token_path is None:
-        return {}
-    from miles_amd.run.ray_head import auth_headers
+    """Auth headers for a ``RAY_ADDRESS`` cluster from ``RAY_AUTH_TOKEN_PATH``, if set."""
+    from miles_amd.run.dashboard import DashboardError, token_headers
 
     try:
-        token = Path(token_path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DriverError(
-            f"RAY_AUTH_TOKEN_PATH={token_path}: cannot read the token ({exc})"
-        ) from None
-    if not token:
-        raise DriverError(f"RAY_AUTH_TOKEN_PATH={token_path}: the file is empty")
-    return auth_headers(token)
+        return token_headers(token_path)
+    except DashboardError as exc:
+        raise DriverError(str(exc)) from None
 
 
 def _submit(
@@ -304,20 +301,12 @@ def _interrupted_before_follow(client: Any, job_id: str, run_dir: RunDir) -> Job
 
 def _client(address: str, headers: dict[str, str]) -> Any:
     """A Jobs API client; Ray's 401/403 become a one-line error that says so."""
-    from ray.exceptions import AuthenticationError
-    from ray.job_submission import JobSubmissionClient
+    from miles_amd.run.dashboard import DashboardError, jobs_client
 
     try:
-        return JobSubmissionClient(address, headers=headers or None)
-    except AuthenticationError as exc:
-        wrong = exc.message.startswith("Authentication failed")
-        code = "HTTP 403: the token sent is wrong" if wrong else "HTTP 401: no token sent"
-        raise DriverError(
-            f"Ray at {address} requires token authentication ({code}); set "
-            "RAY_AUTH_TOKEN_PATH to a file holding the cluster's token"
-        ) from exc
-    except Exception as exc:
-        raise DriverError(f"no Ray Jobs API at {address}: {exc}") from exc
+        return jobs_client(address, headers)
+    except DashboardError as exc:
+        raise DriverError(str(exc)) from exc
 
 
 def _hard_failures(reference: Any) -> Callable[[Any], Any]:
@@ -335,20 +324,21 @@ def _outcome(
     require_env: bool,
     head_pids: tuple[int, ...],
 ) -> RunOutcome:
-    """The run's outcome; the gate's verdict and exit code when a baseline was given."""
-    verdict = None
+    """The run's outcome; the gate's judgment, verdict and exit code when a baseline was
+    given."""
+    verdict, judgment = None, None
     passed = record.status == "SUCCEEDED" and not record.stopped_by
-    exit_code = EXIT_PASS if passed else EXIT_FAIL
+    exit_code = EXIT_OK if passed else EXIT_FAILED
     if reference is not None:
-        from miles_amd.report.gate_run import gate_run_dir
+        from miles_amd.report.gate_run import judge_run_dir
 
-        judged, _ = gate_run_dir(
+        judgment = judge_run_dir(
             run_dir.root,
             reference,
             expected_rollouts=plan.recipe.num_rollout,
             require_env=require_env,
         )
-        verdict, exit_code = judged.verdict, judged.exit_code
+        verdict, exit_code = judgment.verdict.verdict, judgment.exit_code
     return RunOutcome(
         run_dir=run_dir.root,
         job_id=record.job_id,
@@ -359,6 +349,7 @@ def _outcome(
         verdict=verdict,
         exit_code=exit_code,
         head_pids=head_pids,
+        judgment=judgment,
     )
 
 

@@ -26,7 +26,10 @@ pure append between two pulls.
 Integrity: the node reads each file once and reports its size and sha256 over exactly the
 bytes it read; the client writes ``held bytes + new bytes`` atomically and checks the
 size and sha256 of the result; a frame list without the closing ``MILES_AMD_PULL_END`` (or
-with another count) is a cut transfer. Any of these, or a node that is gone, is a
+with another count) is a cut transfer; a frame that is not strict JSON
+(``miles_amd.strict_json``) with every field of its type, or that announces a file over the
+gate's cap for its kind (``evidence.safe_open``), is malformed. Any of these, or a node that is
+gone, is a
 :class:`PullError` with a named reason; :meth:`PullBack.final` then removes the pulled
 evidence, leaving the two dirs empty (``evidence.load`` reports a present source that holds
 nothing as a problem, so the gate cannot pass), and writes ``pullback.json`` with the reason;
@@ -36,13 +39,17 @@ the run's exit code is 1 whatever the gate says. A successful final pull writes
 With a shared filesystem (the node's evidence dir is visible to the client, e.g. NFS), none
 of this is needed: point the run's evidence at the shared dir (no ``RAY_ADDRESS``-mode node
 root), and the watcher and gate read it in place; the pull-back then only costs a job start.
+
+Explained for people in ``docs/cluster.md``.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
+import re
 import shlex
 import shutil
 import time
@@ -52,12 +59,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from miles_amd import strict_json
+from miles_amd.evidence import safe_open
+from miles_amd.evidence.safe_open import RefusedFile, read_regular
 from miles_amd.files import atomic_write_bytes, atomic_write_text
 from miles_amd.run_dir import RunDir
 
 FRAME, END, ERROR = "MILES_AMD_PULL ", "MILES_AMD_PULL_END ", "MILES_AMD_PULL_ERROR "
 SUBDIRS = ("tensorboard", "ci_history")
-RECORD_FILE = "pullback.json"
+CAPS = {
+    "tensorboard": safe_open.EVENT_FILE,
+    "ci_history": safe_open.RECORD_FILE,
+}  # the gate's caps, per subdir
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
@@ -75,30 +89,59 @@ class Frame:
 
 
 def parse_frames(log: str) -> list[Frame]:
-    """The frames of a pull job's log; :class:`PullError` for an error or a cut transfer."""
+    """The frames of a pull job's log; :class:`PullError` for an error, a cut transfer or any
+    malformed or oversized frame (naming its log line)."""
     frames: list[Frame] = []
     end: dict[str, Any] | None = None
-    for line in log.splitlines():
-        if line.startswith(ERROR):
-            raise PullError(json.loads(line[len(ERROR) :])["reason"])
-        if line.startswith(END):
-            end = json.loads(line[len(END) :])
-        elif line.startswith(FRAME):
-            raw = json.loads(line[len(FRAME) :])
-            frames.append(
-                Frame(
-                    str(raw["path"]),
-                    int(raw["size"]),
-                    str(raw["sha256"]),
-                    int(raw["offset"]),
-                    base64.b64decode(raw["data"], validate=True),
-                )
-            )
+    for number, line in enumerate(log.splitlines(), start=1):
+        if not line.startswith((ERROR, END, FRAME)):
+            continue
+        try:
+            if line.startswith(ERROR):
+                reason = _object(line[len(ERROR) :]).get("reason")
+                raise PullError(f"the node says: {reason}")
+            if line.startswith(END):
+                end = _object(line[len(END) :])
+            else:
+                frames.append(_frame(_object(line[len(FRAME) :])))
+        except (ValueError, TypeError, binascii.Error) as exc:
+            raise PullError(f"malformed frame at line {number} of the pull log: {exc}") from None
     if end is None:
         raise PullError(f"transfer cut: no end marker after {len(frames)} file frame(s)")
-    if int(end["files"]) != len(frames):
-        raise PullError(f"transfer cut: {len(frames)} of {end['files']} file frame(s) arrived")
+    count = end.get("files")
+    if not isinstance(count, int) or isinstance(count, bool) or count != len(frames):
+        raise PullError(f"transfer cut: {len(frames)} of {count!r} file frame(s) arrived")
     return frames
+
+
+def _object(payload: str) -> dict[str, Any]:
+    data = strict_json.loads(payload)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+def _frame(raw: dict[str, Any]) -> Frame:
+    """One file frame, every field checked: a path under :data:`SUBDIRS`, a size within the
+    gate's cap for its kind, an offset within it, a sha256, base64 of the missing bytes."""
+    path, size, offset, sha, data = (
+        raw.get(k) for k in ("path", "size", "offset", "sha256", "data")
+    )
+    if not isinstance(path, str) or not isinstance(sha, str) or not isinstance(data, str):
+        raise ValueError("path, sha256 and data must be strings")
+    cap = CAPS[safe_relpath(path).parts[0]].cap
+    if not (_is_int(size) and _is_int(offset)):
+        raise ValueError("size and offset must be integers")
+    assert isinstance(size, int) and isinstance(offset, int)
+    if not 0 <= offset <= size:
+        raise ValueError(f"{path}: offset {offset} outside 0..{size}")
+    if size > cap:
+        raise PullError(f"{path}: {size:,} bytes, over the gate's {cap:,}-byte cap for it")
+    if not _SHA256.fullmatch(sha):
+        raise ValueError(f"{path}: sha256 is not 64 hex digits")
+    if len(data) > 4 * ((size - offset + 2) // 3):
+        raise ValueError(f"{path}: more data than the {size - offset} bytes it announces")
+    return Frame(path, size, sha, offset, base64.b64decode(data, validate=True))
 
 
 def safe_relpath(path: str) -> Path:
@@ -109,21 +152,36 @@ def safe_relpath(path: str) -> Path:
     return rel
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def apply_frame(root: Path, frame: Frame) -> None:
     """Write ``held bytes[:offset] + frame bytes`` atomically and verify size and sha256."""
-    target = root / safe_relpath(frame.path)
-    held = target.read_bytes() if target.is_file() else b""
-    if frame.offset > len(held):
-        raise PullError(f"{frame.path}: node sent bytes from {frame.offset}, {len(held)} held")
-    data = held[: frame.offset] + frame.data
+    rel = safe_relpath(frame.path)
+    target = root / rel
+    try:
+        held = read_regular(target, CAPS[rel.parts[0]], root=root)
+    except FileNotFoundError:
+        held = None
+    except (OSError, RefusedFile) as exc:
+        raise PullError(f"{frame.path}: the local copy cannot be read ({exc})") from None
+    if frame.offset > len(held or b""):
+        raise PullError(
+            f"{frame.path}: node sent bytes from {frame.offset}, {len(held or b'')} held"
+        )
+    data = (held or b"")[: frame.offset] + frame.data
     if len(data) != frame.size:
         raise PullError(f"{frame.path}: truncated: {len(data)} of {frame.size} bytes arrived")
     digest = hashlib.sha256(data).hexdigest()
     if digest != frame.sha256:
         raise PullError(f"{frame.path}: sha256 {digest[:12]} != node's {frame.sha256[:12]}")
-    if data != held or not target.is_file():  # an empty file arrives too (miles' 0-byte record)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(target, data)
+    if data != held:  # an empty file arrives too (miles' 0-byte record)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(target, data)
+        except OSError as exc:
+            raise PullError(f"{frame.path}: cannot be written locally ({exc})") from None
 
 
 def node_script() -> str:
@@ -162,8 +220,11 @@ class PullBack:
             self.held[frame.path] = (frame.size, frame.sha256)
             self.bytes_in += len(frame.data)
         for gone in set(self.held) - {frame.path for frame in frames}:
-            (self.run_dir.root / safe_relpath(gone)).unlink(missing_ok=True)  # a writer's
-            del self.held[gone]  # temp file, since renamed: the local copy mirrors the node
+            try:  # a writer's temp file, since renamed: the local copy mirrors the node
+                (self.run_dir.root / safe_relpath(gone)).unlink(missing_ok=True)
+            except OSError as exc:
+                raise PullError(f"{gone}: cannot be removed locally ({exc})") from None
+            del self.held[gone]
         self.pulls += 1
         self.seconds += time.monotonic() - started
         return frames
@@ -196,7 +257,7 @@ class PullBack:
     def _record(self, data: dict[str, object]) -> None:
         data = {**data, "job_id": self.job_id, "node_dir": self.node_dir, "pulls": self.pulls}
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-        atomic_write_text(self.run_dir.root / RECORD_FILE, text)
+        atomic_write_text(self.run_dir.pullback_json, text)
 
     def _job_node(self) -> str:
         try:

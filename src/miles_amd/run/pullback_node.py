@@ -14,17 +14,23 @@ store; the entrypoint prints one ``MILES_AMD_PULL`` frame per file (base64) and 
 
 ``${VAR}`` in the dir is expanded on the node exactly as Ray expands runtime-env values
 (``os.path.expandvars``, then an unset ``${VAR}`` becomes empty), so it names the dir the job
-wrote. Only regular files are read; symlinks are skipped.
+wrote. Only regular files are read, opened without following links; a link below the dir
+and a file over the gate's cap for its kind are errors (the gate would refuse them too).
 """
 
 import base64
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 import sys
 
 FRAME, END, ERROR = "MILES_AMD_PULL ", "MILES_AMD_PULL_END ", "MILES_AMD_PULL_ERROR "
+# The gate's caps (miles_amd.evidence.safe_open EVENT_FILE, RECORD_FILE), repeated here: this
+# file runs on a node without miles_amd (a test checks they agree).
+CAPS = {"tensorboard": 256 << 20, "ci_history": 64 << 20}
 
 
 def expand(path):
@@ -32,21 +38,31 @@ def expand(path):
 
 
 def read_dir(root, subdirs, offsets):
-    """Every regular file under ``root/<subdir>``: size, sha256 and the bytes past offset."""
+    """Every regular file under ``root/<subdir>``: size, sha256 and the bytes past offset.
+
+    No link below ``root`` is followed (a linked subdir or file is an error, as the gate's
+    readers refuse it), nothing but regular files is opened (``O_NOFOLLOW | O_NONBLOCK``,
+    then ``fstat``), and a file over its subdir's cap (:data:`CAPS`) is an error.
+    """
     root = expand(root)
     if not os.path.isdir(root):
         return {"error": f"no evidence dir {root} on node"}
     files = []
     for sub in subdirs:
         top = os.path.join(root, sub)
-        for dirpath, _dirs, names in os.walk(top):
-            for name in sorted(names):
+        if os.path.islink(top):
+            return {"error": f"{sub} is a symbolic link on the node; the pull-back follows none"}
+        for dirpath, dirs, names in os.walk(top):  # followlinks=False
+            for name in sorted(names) + [
+                d for d in dirs if os.path.islink(os.path.join(dirpath, d))
+            ]:
                 path = os.path.join(dirpath, name)
-                if os.path.islink(path) or not os.path.isfile(path):
-                    continue
-                with open(path, "rb") as handle:
-                    data = handle.read()
                 rel = os.path.relpath(path, root)
+                data = read_regular(path, rel, CAPS.get(sub, 0))
+                if isinstance(data, dict):
+                    return data
+                if data is None:
+                    continue
                 offset, held_sha = offsets.get(rel, (0, ""))
                 if offset > len(data) or hashlib.sha256(data[:offset]).hexdigest() != held_sha:
                     offset = 0  # the file was rewritten, not appended to: send it whole
@@ -60,6 +76,33 @@ def read_dir(root, subdirs, offsets):
                     }
                 )
     return {"root": root, "files": files}
+
+
+def read_regular(path, rel, cap):
+    """The bytes of ``path``; None for a FIFO, socket or device (not evidence); an error dict
+    for a link or a file over ``cap``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return {"error": f"{rel} is a symbolic link on the node; the pull-back follows none"}
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if info.st_size > cap:
+            return {"error": f"{rel} is {info.st_size} bytes, over the {cap}-byte cap"}
+        chunks, left = [], info.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def main(request):

@@ -49,12 +49,16 @@ of Ray's processes and of the job stay in it. Removed when the head stops.
 Stopping. ``ray start --block`` (in a new session) registers a SIGTERM handler that shuts
 down the processes it spawned; :meth:`RayHead.stop` sends it SIGTERM, then terminates (and
 after a grace period kills) every descendant it recorded, matched by pid *and* create time
-so a recycled pid is never touched. ``ray stop`` is never used: it stops every Ray process
+so a recycled pid is never touched (``miles_amd.run.process_tree``, which the test
+cluster's nodes use too). HTTP to the dashboard is
+``miles_amd.run.dashboard``'s. ``ray stop`` is never used: it stops every Ray process
 of the user. A state file records the head so a later run can clear this tool's own
 leftovers (:func:`clear_leftovers`), again only by recorded pid and create time.
 
 Measured on a 2-core CPU machine (Ray 2.60): start to dashboard-ready about 5-8 s, stop
 about 2-6 s.
+
+Explained for people in ``docs/ray-head-and-secrets.md``.
 """
 
 from __future__ import annotations
@@ -65,17 +69,16 @@ import secrets
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from miles_amd.files import atomic_write_text
+from miles_amd.run.dashboard import DashboardAuthError, DashboardError, auth_headers, get_json
+from miles_amd.run.process_tree import OwnedProcess, ProcessTree, spawn_logged, wait_gone
 
 PORT_OPTIONS = (
     "--port",
@@ -109,11 +112,6 @@ def free_ports(count: int) -> list[int]:
         return [int(sock.getsockname()[1]) for sock in socks]
 
 
-def auth_headers(token: str) -> dict[str, str]:
-    """The HTTP header Ray's dashboard checks (``Authorization: Bearer <token>``)."""
-    return {"Authorization": f"Bearer {token}"}
-
-
 def head_environment(
     env: Mapping[str, str], temp_dir: Path, token_path: Path, ports: Mapping[str, int]
 ) -> dict[str, str]:
@@ -137,61 +135,13 @@ def ray_executable() -> str:
     return str(sibling) if sibling.exists() else (shutil.which("ray") or "ray")
 
 
-@dataclass(frozen=True)
-class OwnedProcess:
-    pid: int
-    create_time: float
-
-    def alive(self) -> bool:
-        import psutil
-
-        try:
-            proc = psutil.Process(self.pid)
-            return proc.create_time() == self.create_time and proc.status() != "zombie"
-        except psutil.Error:
-            return False
-
-    def signal(self, sig: int) -> None:
-        import psutil
-
-        try:
-            proc = psutil.Process(self.pid)
-            if proc.create_time() == self.create_time:
-                proc.send_signal(sig)
-        except psutil.Error:
-            pass
-
-
-def spawn_logged(
-    argv: list[str], env: dict[str, str], log_path: Path
-) -> tuple[subprocess.Popen[bytes], OwnedProcess]:
-    """Start ``argv`` in its own session, output to ``log_path``; the process and its identity."""
-    import psutil
-
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-    return process, OwnedProcess(process.pid, psutil.Process(process.pid).create_time())
-
-
-@dataclass
-class RayHead:
+@dataclass(kw_only=True)
+class RayHead(ProcessTree):
     """A running head started by :meth:`start`; call :meth:`stop` on every exit path."""
 
-    process: subprocess.Popen[bytes]
-    owned: OwnedProcess
     ports: dict[str, int]  # every port the head listens on except workers' (kernel-assigned)
     temp_dir: Path
-    log_path: Path
     token: str = field(repr=False)
-    descendants: set[OwnedProcess] = field(default_factory=set)
 
     @property
     def dashboard_url(self) -> str:
@@ -248,77 +198,35 @@ class RayHead:
         token: str,
     ) -> RayHead:
         process, owned = spawn_logged(argv, env, log_path)
-        return cls(process, owned, ports, temp_dir, log_path, token)
+        return cls(process, owned, log_path, ports=ports, temp_dir=temp_dir, token=token)
 
     def _wait_ready(self, timeout_s: float) -> None:
-        """Poll ``/api/version`` with the token until 200; a 401/403 is an auth failure."""
+        """Poll ``/api/version`` with the token until it answers; a 401/403 is an auth
+        failure, not a slow start."""
         deadline = time.monotonic() + timeout_s
-        request = urllib.request.Request(
-            f"{self.dashboard_url}/api/version", headers=self.auth_headers()
-        )
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RayHeadError(
-                    f"ray start exited with code {self.process.returncode}: {self._log_tail()}"
+                    f"ray start exited with code {self.process.returncode}: {self.log_tail()}"
                 )
             try:
-                with urllib.request.urlopen(request, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except urllib.error.HTTPError as error:
-                if error.code in (401, 403):
-                    raise RayHeadError(
-                        f"the Ray dashboard at {self.dashboard_url} refused this tool's own "
-                        f"token: HTTP {error.code} ({error.reason}); the head did not load "
-                        f"{self.token_path}: {self._log_tail()}"
-                    ) from None
-            except OSError:
+                get_json(self.dashboard_url, "/api/version", self.auth_headers(), timeout_s=2)
+                return
+            except DashboardAuthError as error:
+                raise RayHeadError(
+                    f"the Ray dashboard at {self.dashboard_url} refused this tool's own "
+                    f"token: HTTP {error.status}; the head did not load "
+                    f"{self.token_path}: {self.log_tail()}"
+                ) from None
+            except DashboardError:
                 pass
             time.sleep(0.5)
-        raise RayHeadError(f"Ray dashboard not ready after {timeout_s:.0f} s: {self._log_tail()}")
-
-    def _log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return "(no output)"
-        return " | ".join(text[-lines:]) or "(no output)"
-
-    def record_descendants(self) -> None:
-        """Remember every process under the head now (workers, job entrypoints included)."""
-        import psutil
-
-        try:
-            children = psutil.Process(self.owned.pid).children(recursive=True)
-        except psutil.Error:
-            return
-        for child in children:
-            try:
-                self.descendants.add(OwnedProcess(child.pid, child.create_time()))
-            except psutil.Error:
-                continue
+        raise RayHeadError(f"Ray dashboard not ready after {timeout_s:.0f} s: {self.log_tail()}")
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM the head, then terminate/kill whatever it spawned that is still alive."""
-        self.record_descendants()
-        self.owned.signal(signal.SIGTERM)
-        _wait_gone([self.owned, *self.descendants], grace_s)
-        for proc in self.descendants:
-            proc.signal(signal.SIGTERM)
-        _wait_gone(list(self.descendants), 5.0)
-        for proc in (self.owned, *self.descendants):
-            proc.signal(signal.SIGKILL)
-        _wait_gone([self.owned, *self.descendants], 5.0)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=5)
+        """Stop the tree (:meth:`ProcessTree.stop`), then remove the private temp dir."""
+        super().stop(grace_s)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-    def pids(self) -> tuple[int, ...]:
-        """The head's pid and every descendant's recorded so far."""
-        return tuple(p.pid for p in (self.owned, *self.descendants))
-
-    def leftovers(self) -> list[OwnedProcess]:
-        return [p for p in (self.owned, *self.descendants) if p.alive()]
 
     def state(self) -> dict[str, object]:
         """What :func:`clear_leftovers` needs (no token: it stays in the temp dir)."""
@@ -329,12 +237,6 @@ class RayHead:
             "temp_dir": str(self.temp_dir),
             "descendants": [[p.pid, p.create_time] for p in self.descendants],
         }
-
-
-def _wait_gone(procs: list[OwnedProcess], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(p.alive() for p in procs):
-        time.sleep(0.2)
 
 
 def write_state(state_file: Path, head: RayHead) -> None:
@@ -359,10 +261,10 @@ def clear_leftovers(state_file: Path) -> list[int]:
     alive = [p for p in procs if p.alive()]
     for proc in alive:
         proc.signal(signal.SIGTERM)
-    _wait_gone(alive, 15.0)
+    wait_gone(alive, 15.0)
     for proc in alive:
         proc.signal(signal.SIGKILL)
-    _wait_gone(alive, 5.0)
+    wait_gone(alive, 5.0)
     temp_dir = Path(str(state.get("temp_dir", "")))
     if temp_dir.parent == TEMP_ROOT and temp_dir.name.startswith(TEMP_PREFIX):
         shutil.rmtree(temp_dir, ignore_errors=True)

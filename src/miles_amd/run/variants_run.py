@@ -7,8 +7,8 @@ variant before anything is submitted (``miles_amd.run.cluster``, count = variant
 jobs run concurrently, each followed by the real driver in its own thread (each job asks for
 the whole-node resource, so Ray puts them on different nodes); Ctrl-C or an error stops
 every job still running (each driver gets the same ``cancel`` event); the overall timeout
-is each driver's. After both verdicts the A/B comparison runs (:func:`ab_compare`:
-``miles-amd compare``).
+is each driver's. After both verdicts the A/B comparison runs (:func:`ab_compare`: the
+function ``miles-amd compare`` calls, ``miles_amd.report.compare_run``).
 
 The patched variant's runtime env: ``AITER_PATCHED_DIR`` (a dir on the nodes holding the
 patched aiter build, importable as ``aiter``) is put on the job's ``PYTHONPATH`` (after the
@@ -16,18 +16,23 @@ miles and Megatron checkouts, which hold no ``aiter``; every ``PYTHONPATH`` entr
 site-packages, where the image's stock aiter is), so the patched job imports that build and
 the stock job the image's. The dir must exist at that path on every node that may take the
 patched job (the cluster decides the node). It does not judge or compare runs itself.
+
+Explained for people in ``docs/cluster.md``.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from miles_amd.recipe.plan import LaunchPlan
-from miles_amd.run.driver import RunOutcome, _client, _cluster_token_headers, execute
+from miles_amd.run.driver import RunOutcome, execute
+
+if TYPE_CHECKING:
+    from miles_amd.report.compare_run import ComparedRuns
+    from miles_amd.rules.model import Baseline
 
 PATCHED_DIR_VAR = "AITER_PATCHED_DIR"
 
@@ -52,7 +57,7 @@ def variant_env(env: Mapping[str, str], variant: str) -> dict[str, str]:
 
 def execute_variants(
     plans: Mapping[str, LaunchPlan],
-    baselines: Mapping[str, str],
+    baselines: Mapping[str, Baseline | str],
     *,
     timeout_s: float,
     require_env: bool = False,
@@ -62,7 +67,8 @@ def execute_variants(
 ) -> dict[str, RunOutcome | BaseException]:
     """Run every plan concurrently, each gated against ``baselines[variant]``.
 
-    ``ClusterError`` (before anything is submitted) when the cluster lacks a node per plan.
+    ``ClusterError`` (before anything is submitted) when the cluster lacks a node per plan,
+    ``DashboardError`` when it cannot be reached or refuses the token.
     A variant whose driver raised has its exception as its result; the others keep theirs.
     """
     _check_nodes(plans)
@@ -103,17 +109,20 @@ def execute_variants(
 
 def _check_nodes(plans: Mapping[str, LaunchPlan]) -> None:
     from miles_amd.run.cluster import check_cluster
+    from miles_amd.run.dashboard import jobs_client, token_headers
 
     first = next(iter(plans.values()))
     if first.ray_address is None:
         raise VariantsError("--variants needs a Ray cluster (--ray-address): one node each")
-    headers = _cluster_token_headers(first.ray_auth_token_path)
-    _client(first.ray_address, headers)  # a missing/wrong token is named first
+    headers = token_headers(first.ray_auth_token_path)
+    jobs_client(first.ray_address, headers)  # a missing/wrong token is named first
     check_cluster(first.ray_address, headers, gpus=first.recipe.num_gpus, count=len(plans))
 
 
-def ab_compare(stock: Path, patched: Path) -> int:
-    """The A/B step: ``miles-amd compare --run-dir STOCK --run-dir PATCHED``; its exit code."""
-    argv = [sys.executable, "-m", "miles_amd.cli", "compare"]
-    argv += ["--run-dir", str(stock), "--run-dir", str(patched)]
-    return subprocess.run(argv, check=False).returncode
+def ab_compare(stock: Path, patched: Path, baseline: Baseline) -> ComparedRuns:
+    """The A/B step: ``miles-amd compare``'s function on the two run dirs (A stock, B
+    patched), its files in B's ``report/compare``; ``NoMetricsError`` or ``OSError`` as
+    :func:`~miles_amd.report.compare_run.compare_run_dirs` raises them."""
+    from miles_amd.report.compare_run import compare_run_dirs
+
+    return compare_run_dirs(stock, patched, baseline)

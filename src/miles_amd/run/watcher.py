@@ -134,13 +134,21 @@ def read_lines(path: Path) -> list[str]:
     from miles_amd.evidence.safe_open import JOB_LOG, RefusedFile, open_regular
 
     lines: list[str] = []
+    pending: list[str] = []  # the pieces of a line whose end is not read yet (log_lines)
     try:
         handle, size = open_regular(path, JOB_LOG)
         with handle:
             for _first, text in line_blocks(handle, size):
-                lines.extend(text.removesuffix("\n").split("\n"))
+                parts = text.split("\n")
+                if len(parts) > 1:
+                    lines.append("".join([*pending, parts[0]]))
+                    lines.extend(parts[1:-1])
+                    pending = []
+                pending.append(parts[-1])
     except (OSError, RefusedFile):
         return []
+    if "".join(pending):
+        lines.append("".join(pending))
     return lines
 
 

@@ -25,21 +25,20 @@ and Ray resolves ``127.0.0.1`` to the host's routable address. Token auth stays 
 fresh token for both nodes), every listening port is chosen here, worker ports are
 kernel-assigned. It does not decide what runs on the cluster.
 
-Every process is ours: each ``ray start --block`` is spawned in a new session, its
-descendants recorded by pid and create time, and :meth:`TwoNodeCluster.stop` ends them by
-pid (never ``ray stop``). :meth:`LocalNode.kill` stops one node's raylet by pid, the
-node-loss fault.
+Every process is ours: each ``ray start --block`` is a
+:class:`~miles_amd.run.process_tree.ProcessTree` (the class the driver's head is), spawned
+in a new session, its descendants recorded by pid and create time, and
+:meth:`TwoNodeCluster.stop` ends them by pid (never ``ray stop``). :meth:`LocalNode.kill`
+stops one node's raylet by pid, the node-loss fault. The dashboard is asked through
+``miles_amd.run.dashboard``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,17 +48,16 @@ from pathlib import Path
 
 from miles_amd.files import atomic_write_text
 from miles_amd.recipe.plan import NODE_RESOURCE, NODE_ROOT_VAR
+from miles_amd.run.dashboard import DashboardError, auth_headers, get_json
+from miles_amd.run.process_tree import OwnedProcess, ProcessTree, spawn_logged
 from miles_amd.run.ray_head import (
     PORT_ENV_VARS,
     PORT_OPTIONS,
     TEMP_PREFIX,
     TEMP_ROOT,
     WORKER_PORTS,
-    OwnedProcess,
-    _wait_gone,
     free_ports,
     ray_executable,
-    spawn_logged,
 )
 
 # The head's ports are the tool's own head's (ray_head); a joining raylet has no GCS,
@@ -69,59 +67,18 @@ WORKER_NODE_PORTS = tuple(
 )
 
 
-@dataclass
-class LocalNode:
-    """One ``ray start --block`` we spawned, its temp dir and the processes under it."""
+@dataclass(kw_only=True)
+class LocalNode(ProcessTree):
+    """One ``ray start --block`` we spawned, its temp dir and the processes under it;
+    :meth:`~miles_amd.run.process_tree.ProcessTree.kill` is the node dying."""
 
     name: str
-    process: subprocess.Popen[bytes]
-    owned: OwnedProcess
     temp_dir: Path
-    log_path: Path
-    descendants: set[OwnedProcess] = field(default_factory=set)
 
     @property
     def node_root(self) -> Path:
         """What ``${MILES_AMD_NODE_ROOT}`` expands to on this node."""
         return self.temp_dir / "node_root"
-
-    def record_descendants(self) -> None:
-        import psutil
-
-        try:
-            children = psutil.Process(self.owned.pid).children(recursive=True)
-        except psutil.Error:
-            return
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                self.descendants.add(OwnedProcess(child.pid, child.create_time()))
-
-    def kill(self) -> None:
-        """The node dies: SIGKILL its ``ray start`` and every process under it, by pid."""
-        self.record_descendants()
-        for proc in (self.owned, *self.descendants):
-            proc.signal(signal.SIGKILL)
-        _wait_gone([self.owned, *self.descendants], 10.0)
-
-    def stop(self, grace_s: float = 15.0) -> None:
-        self.record_descendants()
-        self.owned.signal(signal.SIGTERM)
-        _wait_gone([self.owned, *self.descendants], grace_s)
-        for proc in (self.owned, *self.descendants):
-            proc.signal(signal.SIGKILL)
-        _wait_gone([self.owned, *self.descendants], 5.0)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=5)
-
-    def leftovers(self) -> list[OwnedProcess]:
-        return [p for p in (self.owned, *self.descendants) if p.alive()]
-
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return "(no output)"
-        return " | ".join(text[-lines:]) or "(no output)"
 
 
 @dataclass
@@ -170,7 +127,7 @@ def _spawn(name: str, argv: list[str], env: dict[str, str], temp_dir: Path) -> L
     log_path = temp_dir / f"{name}.log"
     (temp_dir / "node_root").mkdir()
     process, owned = spawn_logged(argv, env, log_path)
-    return LocalNode(name, process, owned, temp_dir, log_path)
+    return LocalNode(process, owned, log_path, name=name, temp_dir=temp_dir)
 
 
 def _node_env(base: Mapping[str, str], temp_dir: Path, token_path: Path) -> dict[str, str]:
@@ -231,25 +188,19 @@ def start_cluster(
 
 def _wait_nodes(cluster: TwoNodeCluster, count: int, timeout_s: float) -> None:
     """Until the dashboard lists ``count`` alive nodes (``/nodes?view=summary``)."""
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(
-        f"{cluster.dashboard_url}/nodes?view=summary",
-        headers={"Authorization": f"Bearer {cluster.token}"},
-    )
     deadline = time.monotonic() + timeout_s
+    headers = auth_headers(cluster.token)
     while time.monotonic() < deadline:
         for node in cluster.nodes:
             if node.process.poll() is not None:
                 raise RuntimeError(f"ray start ({node.name}) exited: {node.log_tail()}")
         try:
-            with urllib.request.urlopen(request, timeout=5) as response:
-                summary = json.loads(response.read())["data"]["summary"]
+            answer = get_json(cluster.dashboard_url, "/nodes?view=summary", headers, timeout_s=5)
+            summary = answer["data"]["summary"]
             alive = [n for n in summary if n.get("raylet", {}).get("state") == "ALIVE"]
             if len(alive) >= count:
                 return
-        except (OSError, ValueError, KeyError):
+        except (DashboardError, KeyError, TypeError, AttributeError):
             pass
         time.sleep(1.0)
     raise RuntimeError(f"{count} Ray nodes not alive after {timeout_s:.0f} s")

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from miles_amd import numeric
 from miles_amd.evidence.types import Series
 from miles_amd.rules.check import Check, RuleContext, fmt, passed, rule_check, steps_text
 from miles_amd.rules.kind import KindSpec
@@ -99,7 +100,7 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     steps, values = [s for s, _ in points], [v for _, v in points]
     z = mann_kendall_z(values) / math.sqrt(hamed_rao_factor(len(values), params.rho or 0.0))
     slope, intercept = theil_sen(steps, values)
-    mean = math.fsum(values) / len(values)
+    mean = numeric.mean(values)
     relative = f" ({slope / mean:+.2%} of the mean per step)" if mean else ""
     detail = (
         f"Mann-Kendall Z {z:+.2f} over {len(values)} values; Theil-Sen slope "

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from miles_amd import numeric
 from miles_amd.evidence.types import Series
 from miles_amd.rules import bands
 from miles_amd.rules.check import Check, Problem, RuleContext, passed, rule_check, steps_text
@@ -129,7 +130,7 @@ def expected(rule: Rule, baseline: Baseline, rollouts: int) -> str:
 def reference(rule: Rule, baseline: Baseline) -> str:
     assert rule.metric is not None
     values = baseline.series[rule.metric]
-    return f"series of {len(values)} rollouts, mean {math.fsum(values) / len(values):.6g}"
+    return f"series of {len(values)} rollouts, mean {numeric.mean(values):.6g}"
 
 
 def validate(rule: Rule, baseline: Baseline) -> Problem | None:

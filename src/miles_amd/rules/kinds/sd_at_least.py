@@ -12,10 +12,10 @@ other counts; ``z`` is bounded by the schema. Pure: no file is read.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from miles_amd import numeric
 from miles_amd.evidence.types import Series
 from miles_amd.rules import bands
 from miles_amd.rules.check import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
@@ -45,7 +45,7 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
         bad = tuple(s for s, v in series if not math.isfinite(v))
         detail = f"spread undefined: non-finite at {steps_text(bad)}"
         return rule_check(rule, "fail", math.nan, wanted, detail, failing_steps=bad)
-    sd = statistics.stdev(values) if len(values) >= 2 else 0.0
+    sd = numeric.stdev(values)
     distinct = len(set(values))
     detail = f"sd {fmt(sd)} over {len(values)} values ({distinct} distinct); floor {fmt(floor)}"
     if sd < floor:
