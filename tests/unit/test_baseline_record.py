@@ -178,9 +178,12 @@ def test_a_complete_run_with_passing_preflight_records_and_round_trips(tmp_path:
             continue
         series = [v for _, v in evidence.series[rule["metric"]]]
         spread = bands.series_spread(series)
-        method = bands.mean_band if rule["kind"] == "mean_within" else bands.max_band
         derive = rule["derive"]
-        expected = method(spread, 20, derive["k"], derive["cover"])
+        run_sd, rho = derive.get("run_sd", 0.0), derive.get("rho", 0.0)
+        if rule["kind"] == "mean_within":
+            expected = bands.mean_band(spread, 20, derive["k"], derive["cover"], run_sd, rho)
+        else:
+            expected = bands.max_band(spread, 20, derive["k"], derive["cover"], run_sd)
         assert band_of(raw, rule["id"]) == (expected.low, expected.high), rule["id"]
         assert band_of(raw, rule["id"]) != band_of(template, rule["id"]), rule["id"]
 
@@ -329,7 +332,7 @@ def test_a_short_run_is_refused_unless_its_count_is_given(tmp_path: Path) -> Non
     recorded = load_baseline(out)
     assert recorded.run_shape.rollouts == 15 and len(recorded.series[LOGPROB]) == 15
     spread = bands.series_spread([v for _, v in load_run(run_dir).series[LOGPROB]])
-    expected = bands.mean_band(spread, 15, 4.0, [0.0171])
+    expected = bands.mean_band(spread, 15, 4.0, [0.0171], 0.03, 0.3)
     (rule,) = [r for r in recorded.rules if r.id == "logprob_abs_diff.mean"]
     assert BandParams.of(rule).band == expected
     assert judge(load_run(run_dir), recorded, expected_rollouts=15).verdict == "pass"
@@ -517,7 +520,7 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
     old, new = json.loads((SHIPPED / "patched.json").read_text()), json.loads(out.read_text())
     band_ids = [r["id"] for r in old["rules"] if "band" in r]
     changed = {i for i in band_ids if band_of(old, i) != band_of(new, i)}
-    assert len(changed) == 7  # every mean/max band moved with the shifted run
+    assert len(changed) == 6  # every mean/max band moved with the shifted run
     blocks = rule_blocks(result.stdout)
     assert set(blocks) == {r["id"] for r in old["rules"]}
     for rule_id, block in blocks.items():

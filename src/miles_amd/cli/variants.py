@@ -6,10 +6,10 @@ has none, against the stock baseline, which the gate then applies baseline-free:
 ``miles_amd.judge.control_arm``), one summary line each, then the A/B comparison of every
 other variant against stock (``miles_amd.run.variants_run.ab_compare``, printed like
 ``miles-amd compare``'s; B is patched or rccl); the exit code is the worst of the
-variants' (and of the comparison's, when it ran: 2 when a run dir has no metric to compare). Each baseline is
-loaded once, here, and judged with by the variant's driver. Bad input (an unknown variant, no
-cluster, no ``AITER_PATCHED_DIR``, too few suitable nodes) is one line and exit 2 with
-nothing submitted. Running is ``miles_amd.run.variants_run``'s.
+variants' (and of the comparison's, when it ran: 2 when a run dir has no metric to
+compare). Each baseline is loaded once, here, and judged with by the variant's driver.
+Bad input (an unknown variant, no cluster, no ``AITER_PATCHED_DIR``, too few suitable
+nodes) is one line and exit 2 with nothing submitted. Running is ``miles_amd.run.variants_run``'s.
 """
 
 from __future__ import annotations

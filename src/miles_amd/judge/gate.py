@@ -40,6 +40,8 @@ hit); else ``fail`` when any check is ``fail`` or ``error``; else ``pass``.
 whose kind is ``hard`` (spikes, non-finite values; ``miles_amd.rules.kind.KindSpec``) and
 fatal sentinels, applied by the very same functions to whatever has been read so far; only
 checks that already failed are returned.
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations

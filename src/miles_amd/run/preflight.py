@@ -16,6 +16,8 @@ Adding a probe: write ``def probe_<name>(config: PreflightConfig) -> Fact`` in i
 (the fact's ``name`` is ``<name>``; ``config.recipe()`` gives the recipe when the probe needs
 its argv), import it here and add it to :data:`PROBES` where its row should appear. Nothing
 else changes: the CLI prints every fact, and ``env.json`` records every fact.
+
+Explained for people in ``docs/node.md``.
 """
 
 from __future__ import annotations
