@@ -86,6 +86,20 @@ def write_env(run_dir: Path, *, ok: bool = True, variant: str | None = "patched"
     write_env_json(facts, run_dir, {"host": "node-1"})
 
 
+# SGLang's INFO line when its rollout all-reduce is aiter's (sglang 0.5.16
+# custom_all_reduce.py), as Ray prefixes an engine's output in the job log.
+AR_LINE = (
+    "\x1b[36m(SGLangEngine pid=5151)\x1b[0m [2026-11-20 10:01:02 TP0] "
+    "[AR] Using AiterCustomAllreduce (AMD default)\n"
+)
+
+
+def write_ar_line(run_dir: Path) -> None:
+    """The job log says which all-reduce ran, as a node's log does (allreduce.path)."""
+    with open(run_dir / "job.log", "a", encoding="utf-8") as log:
+        log.write(AR_LINE)
+
+
 def copy_example(tmp_path: Path) -> Path:
     run_dir = tmp_path / "run"
     shutil.copytree(EXAMPLE, run_dir, ignore=shutil.ignore_patterns("report"))
@@ -130,6 +144,7 @@ def test_a_complete_run_with_passing_preflight_records_and_round_trips(tmp_path:
     values = shifted_values()
     run_dir = write_run(tmp_path / "run", values)
     write_env(run_dir)
+    write_ar_line(run_dir)
     out = tmp_path / "baselines" / "new.json"
     result = record_subprocess("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert result.returncode == 0, result.stderr
@@ -234,6 +249,7 @@ def test_the_example_needs_allow_no_preflight_and_then_round_trips(tmp_path: Pat
         "rocm": None,
         "aiter_variant": "patched",  # declared by --variant
         "aiter_version": None,
+        "aiter_commit": None,
     }
     assert recorded.provenance["source"].endswith("--allow-no-preflight")
     # the example lacks KL, response length and truncation: their summaries are carried over
@@ -254,6 +270,7 @@ def test_the_example_needs_allow_no_preflight_and_then_round_trips(tmp_path: Pat
 def test_the_example_with_a_passing_preflight_needs_no_flag(tmp_path: Path) -> None:
     run_dir = copy_example(tmp_path)
     write_env(run_dir)
+    write_ar_line(run_dir)
     out = tmp_path / "example.json"
     result = record_cli(run_dir, out)
     assert result.exit_code == 0, result.stderr
@@ -266,6 +283,7 @@ def test_the_example_with_a_passing_preflight_needs_no_flag(tmp_path: Path) -> N
         "rocm": "7.2",
         "aiter_variant": "patched",
         "aiter_version": "amd-aiter 0.1.5 (commit 1a2b3c4)",
+        "aiter_commit": None,  # this env.json has no aiter_commit fact
     }
     assert judge(load_run(run_dir), recorded, require_env=True).verdict == "pass"
     # a run with another aiter build is not judged by this reference

@@ -244,8 +244,8 @@ def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
 
 
 def _check_request(template: Baseline, variant: str, name: str, rollouts: int) -> None:
-    if variant not in variants.AITER_VARIANTS:
-        choices = ", ".join(variants.AITER_VARIANTS)
+    if variant not in variants.BASELINE_VARIANTS:
+        choices = ", ".join(variants.BASELINE_VARIANTS)
         raise RecordError(f"--variant {variant}: unknown; fix: use one of {choices}")
     if not NAME_PATTERN.match(name):
         raise RecordError(

@@ -33,6 +33,7 @@ from miles_amd.cli.errors import fail
 from miles_amd.cli.options import (
     HISTORY_ENV,
     INT,
+    VARIANT_METAVAR,
     AiterVariant,
     FormatOpt,
     HistoryOpt,
@@ -137,7 +138,7 @@ def history(
     history_file: HistoryOpt = None,
     variant: Annotated[
         AiterVariant | None,
-        typer.Option("--variant", metavar="<stock|patched>", help="Only this aiter variant."),
+        typer.Option("--variant", metavar=VARIANT_METAVAR, help="Only this aiter variant."),
     ] = None,
     baseline: Annotated[
         str | None,
