@@ -26,7 +26,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--aiter-variant",
         choices=AITER_VARIANTS,
         default="patched",
-        help="the aiter build in this image: stock, or patched with ROCm/aiter#5694",
+        help="the aiter build in this image: stock, patched with ROCm/aiter#5694, or rccl "
+        "(the control arm: SGLANG_USE_AITER_AR=0)",
     )
     group.addoption(
         "--model-dir", default=settings.DEFAULT_MODEL_DIR, help="holds gpt-oss-20b-bf16/"

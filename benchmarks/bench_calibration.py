@@ -1,179 +1,168 @@
-"""Benchmark: the gate's A/A false-alarm rate and its power, on simulated runs.
+"""Benchmark: the gate's honest false-alarm rate and its power (issue 19).
 
-Simulates healthy runs of the recipe with ``miles_amd.testing.simulate`` (a noise model
-fitted to the shipped baselines' published series and summaries; its module doc says what
-is fitted from what) and judges each with the real gate (``miles_amd.judge.gate.judge``,
-``expected_rollouts`` = N, so bands are rescaled as for a real run of N rollouts). Fixed
-seeds: the same command prints the same tables.
+Honest: the reference is simulated too. Each replicate (``miles_amd.testing.honest``) draws
+one prompt sequence, a simulated patched and a simulated stock reference on it (each one is
+the other's ``cover`` run), records each with the real ``baseline record`` code
+(``miles_amd.testing.calibrate.record``), and judges ``k`` simulated runs of that variant
+with the real gate at N rollouts. The model adds to the fitted per-rollout noise
+(``miles_amd.testing.simulate``) a run-level random effect and lag-1 autocorrelation, whose
+sizes and how each was chosen from the published data (the two published runs' means,
+jvvnhop9's per-rollout series, its KL summary; the example run is jvvnhop9 reconstructed,
+no further data) are in ``miles_amd.testing.honest.Noise``:
 
-1. **False alarms (A/A)**: the fraction of healthy runs the whole gate fails (any check),
-   against the stock and the patched baseline, at N = 5, 10, 20, 40 rollouts, with the
-   checks that failed them. Target: at most 1% at N = 20.
-2. **Power**: the fraction of runs with an injected regression (``simulate.REGRESSIONS``:
-   spikes at 5% / 10% of rollouts, logprob-diff mean +20% / +50%, reward -0.05 / -0.10,
-   KL x2, a steady logprob-diff drift of ±2 sd inside the bands, a constant reward) the gate
-   fails, against the patched baseline (the one with a per-rollout series, so every rule
-   runs), at the same N; and the smallest N on a grid (5 .. 160) at which it fails at least
-   95% of them (">160" when none does).
+- run effect: logprob gap 3% (two runs' means differ by 0.7%; 90% upper bound 3.5%), KL 6%
+  (KL scales with the gap squared), reward 0.005 on every prompt's success probability
+  (the stock mean's rounding; the two runs agree within half their binomial sd);
+- lag-1 autocorrelation 0.3 (jvvnhop9's logprob series: -0.007, bias corrected +0.04,
+  90% upper bound 0.33) on the logprob gap, the KL and the grad norm.
 
-3. **Cross-run drift** (``miles_amd.history.drift``): ``k`` for the patched baseline's gated
-   metrics, the fraction of ``--histories`` healthy histories of ``k + 1`` simulated runs the
-   drift check flags (bound ``2·m/(k+1)!``), and the fraction it flags when the logprob-diff
-   mean rises 2% per run (each run in band).
+Besides the model's lognormal KL, a **skewed KL** (``c + LogNormal`` matching the published
+KL min / mean / max) is a shape the model does not have.
 
-The last line reads ``false_alarm_20=<worst of the two baselines> power_spike05_20=...
-power_spike10_20=... rollouts_for_95pct_spike10=<N>``.
+Each rate is given with its 95% Clopper-Pearson interval on the effective count (runs judged
+against one reference are correlated: Korn-Graubard, ``miles_amd.testing.intervals``). The
+gate is the real one with the shipped rules (bands with the run effect and autocorrelation,
+the one-sided pooled paired reward test with its binomial SE, the Hamed-Rao trend, the
+second-half step rule).
 
-Run: ``/work/venv/bin/python benchmarks/bench_calibration.py [--runs R] [--search-runs S]``
-(defaults 4000 healthy runs per cell, 1000 per power cell, 400 per step of the N search;
-about 3 minutes on one core).
+Printed: the false alarms of both baselines at N = 20 with the checks that fail most; the
+sensitivity table (run effect none / chosen / doubled x autocorrelation 0 / 0.3 / 0.5,
+patched); the skewed-KL row; power against the regressions maintainers fear (reward halved
+in the last third, logprob gap +25% from mid-run, reward -0.08 / -0.05, KL x2, spikes at 5%
+and 10% of rollouts) for both baselines (the cross-run drift check's rates are
+``benchmarks/bench_drift.py``'s). The last
+line: ``honest_false_alarm_20=<rate> ci_high=<rate> power_late_collapse=<p>
+power_step=<p> power_drop08=<p> power_drop05=<p> power_kl2=<p>`` (the patched baseline's
+power; the false alarm of the worse of the two baselines). Exit 1 when that false alarm's
+upper bound exceeds 1.5% (the goal: rate <= 1%, upper bound <= 1.5%, no check above 0.3%).
+
+Run: ``python benchmarks/bench_calibration.py [--quick] [--workers 2]`` (full: about 4
+minutes of CPU on each of 2 cores; ``--quick``: about 40 s of CPU, 1.5 minutes on a loaded
+2-core machine: 1500 healthy runs a baseline, 200 a power cell, no sensitivity grid).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-
-import numpy as np
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 
 from miles_amd.baseline.model import load_baseline
-from miles_amd.history.drift import calibrated_k, drifts
-from miles_amd.history.entry import gated_metrics
-from miles_amd.history.store import StoredRun, summarize
-from miles_amd.testing import simulate
+from miles_amd.testing import honest
+from miles_amd.testing.calibrate import Cell, Tally, run_cell
+from miles_amd.testing.intervals import clustered_interval
 
-SIZES = (5, 10, 20, 40)
-SEARCH = (5, 10, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 160)
-TARGET_POWER = 0.95
+PER_REFERENCE = 5
+GOAL_HIGH = 0.015
+ROLLOUTS = 20
+
+
+def _chunk(args: tuple[Cell, int, int]) -> Tally:
+    cell, references, seed = args
+    return run_cell(cell, references, seed)
+
+
+def measure(pool: ProcessPoolExecutor, cell: Cell, references: int, seed: int) -> Tally:
+    """``references`` replicates split over the pool's workers."""
+    chunks = max(1, min(8, references // 25))
+    sizes = [references // chunks + (i < references % chunks) for i in range(chunks)]
+    jobs = [(cell, size, seed * 1000 + i) for i, size in enumerate(sizes)]
+    total = Tally(cell.per_reference)
+    for part in pool.map(_chunk, jobs):
+        total = total.merge(part)
+    return total
+
+
+def _interval(failures: list[int]) -> str:
+    rate, low, high = clustered_interval(failures, PER_REFERENCE)
+    return f"{rate:.2%} [{low:.2%}, {high:.2%}]"
 
 
 def _top(by_check: dict[str, int], runs: int) -> str:
-    worst = sorted(by_check.items(), key=lambda kv: -kv[1])[:3]
+    worst = sorted(by_check.items(), key=lambda kv: -kv[1])[:4]
     return ", ".join(f"{name} {count / runs:.2%}" for name, count in worst) or "-"
 
 
-def drift_rate(model, metrics: list[str], k: int, histories: int, seed: int, rise: float) -> float:
-    """Fraction of simulated histories of k + 1 runs the drift check flags."""
-    rng = np.random.default_rng(seed)
-    flagged = 0
-    for _ in range(histories):
-        values = model.simulate(k + 1, 20, rng)
-        runs = []
-        for run in range(k + 1):
-            scale = {simulate.LOGPROB: 1.0 + rise * run}
-            measured = {
-                m: summarize(list(values[m][run] * scale.get(m, 1.0)))
-                for m in metrics
-                if m in values
-            }
-            summaries = {m: s for m, s in measured.items() if s is not None}
-            runs.append(
-                StoredRun(
-                    created_at="",
-                    recipe="",
-                    variant="patched",
-                    baseline="patched",
-                    image=None,
-                    commit_sha=None,
-                    run_dir="",
-                    verdict="pass",
-                    reason="",
-                    rollouts=20,
-                    failed_checks=(),
-                    run_id=run,
-                    summaries=summaries,
-                )
-            )
-        flagged += bool(drifts(runs, k))
-    return flagged / histories
-
-
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=4000, help="healthy runs per cell")
-    parser.add_argument("--power-runs", type=int, default=1000, help="runs per power cell")
-    parser.add_argument("--search-runs", type=int, default=400, help="runs per N searched")
-    parser.add_argument("--histories", type=int, default=2000, help="histories for drift")
+    parser.add_argument("--quick", action="store_true", help="CI mode: fewer replicates")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--references", type=int, help="healthy references per baseline")
+    parser.add_argument("--power-references", type=int, help="references per power cell")
     args = parser.parse_args()
+    healthy_refs, grid_refs, power_refs = (300, 0, 40) if args.quick else (1200, 200, 120)
+    healthy_refs = args.references or healthy_refs
+    power_refs = args.power_references or power_refs
 
     patched, stock = load_baseline("patched"), load_baseline("stock")
-    models = {
-        "stock": (simulate.fit(patched, stock), stock),
-        "patched": (simulate.fit(patched), patched),
-    }
+    model = honest.honest_model(patched, stock)
+    templates = {"patched": patched, "stock": stock}
+    summary: dict[str, float] = {}
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        runs = healthy_refs * PER_REFERENCE
+        print(f"False alarms at N = {ROLLOUTS}: {runs} healthy runs, {PER_REFERENCE} per")
+        print("recorded reference; 95% Clopper-Pearson on the effective count")
+        print("| baseline | rate [95% CI] | most frequent failing checks |")
+        print("|---|---|---|")
+        worst = (-1.0, 0.0)
+        for index, (name, template) in enumerate(templates.items()):
+            cell = Cell(model, template, ROLLOUTS, PER_REFERENCE)
+            tally = measure(pool, cell, healthy_refs, 1 + index)
+            rate, _, high = clustered_interval(tally.failures, PER_REFERENCE)
+            worst = max(worst, (rate, high))
+            print(f"| {name} | {_interval(tally.failures)} | {_top(tally.by_check, tally.runs)} |")
+            if tally.refused:
+                print(f"(record refused {tally.refused} simulated {name} references)")
+        summary["false_alarm"], summary["ci_high"] = worst
 
-    print(f"A/A false alarms: fraction of {args.runs} healthy simulated runs the gate fails")
-    columns = " | ".join(f"N={n}" for n in SIZES)
-    print(f"| baseline | {columns} | most frequent failing checks at N=20 |")
-    print(f"|---|{'---|' * len(SIZES)}---|")
-    false_alarm_20 = 0.0
-    for name, (model, baseline) in models.items():
-        cells, top = [], "-"
-        for index, n in enumerate(SIZES):
-            out = simulate.gate_outcome(
-                model, baseline, runs=args.runs, rollouts=n, seed=100 + index
-            )
-            cells.append(f"{out.rate:.2%}")
-            if n == 20:
-                false_alarm_20 = max(false_alarm_20, out.rate)
-                top = _top(out.by_check, out.runs)
-        print(f"| {name} | {' | '.join(cells)} | {top} |")
+        skewed = replace(model, noise=replace(model.noise, kl_shape="skewed"))
+        tally = measure(pool, Cell(skewed, patched, ROLLOUTS, PER_REFERENCE), healthy_refs // 2, 7)
+        print()
+        print(
+            f"Skewed KL (c + LogNormal matching the published min/mean/max; patched, "
+            f"{tally.runs} runs): {_interval(tally.failures)} ({_top(tally.by_check, tally.runs)})"
+        )
 
-    model, baseline = models["patched"]
+        if grid_refs:
+            print()
+            runs = grid_refs * PER_REFERENCE
+            print(f"Sensitivity (patched, N = {ROLLOUTS}, {runs} runs a cell): false alarms")
+            print("| run effect | rho 0 | rho 0.3 | rho 0.5 |")
+            print("|---|---|---|---|")
+            for label, factor in (("none", 0.0), ("chosen", 1.0), ("doubled", 2.0)):
+                cells = []
+                for r_index, rho in enumerate((0.0, 0.3, 0.5)):
+                    noise = replace(honest.CHOSEN.scaled(factor), rho=rho)
+                    cell = Cell(replace(model, noise=noise), patched, ROLLOUTS, PER_REFERENCE)
+                    tally = measure(pool, cell, grid_refs, 20 + 3 * int(factor * 2) + r_index)
+                    cells.append(_interval(tally.failures))
+                print(f"| {label} | {' | '.join(cells)} |")
+
+        print()
+        runs = power_refs * PER_REFERENCE
+        print(f"Power at N = {ROLLOUTS} ({runs} runs a cell): fraction failed [95% CI]")
+        print("| regression | patched | stock |")
+        print("|---|---|---|")
+        for f_index, fault in enumerate(honest.FEARED):
+            cells = []
+            for name, template in templates.items():
+                cell = Cell(model, template, ROLLOUTS, PER_REFERENCE, fault)
+                tally = measure(pool, cell, power_refs, 100 + 2 * f_index + (name == "stock"))
+                cells.append(_interval(tally.failures))
+                if name == "patched":
+                    summary[fault.name] = tally.rate
+            print(f"| {fault.name} | {' | '.join(cells)} |")
+
     print()
     print(
-        f"Power: fraction of {args.power_runs} simulated runs with the regression the gate "
-        "fails (patched baseline)"
+        f"honest_false_alarm_20={summary['false_alarm']:.4f} ci_high={summary['ci_high']:.4f} "
+        f"power_late_collapse={summary['late_collapse']:.3f} power_step={summary['step']:.3f} "
+        f"power_drop08={summary['drop08']:.3f} power_drop05={summary['drop05']:.3f} "
+        f"power_kl2={summary['kl2']:.3f}"
     )
-    print(f"| regression | {columns} | N for 95% |")
-    print(f"|---|{'---|' * len(SIZES)}---|")
-    power: dict[tuple[str, int], float] = {}
-    needed: dict[str, str] = {}
-    for r_index, regression in enumerate(simulate.REGRESSIONS):
-        cells = []
-        for index, n in enumerate(SIZES):
-            out = simulate.gate_outcome(
-                model,
-                baseline,
-                runs=args.power_runs,
-                rollouts=n,
-                seed=1000 + 10 * r_index + index,
-                regression=regression,
-            )
-            power[regression.name, n] = out.rate
-            cells.append(f"{out.rate:.1%}")
-        needed[regression.name] = f">{SEARCH[-1]}"
-        for s_index, n in enumerate(SEARCH):
-            out = simulate.gate_outcome(
-                model,
-                baseline,
-                runs=args.search_runs,
-                rollouts=n,
-                seed=5000 + 100 * r_index + s_index,
-                regression=regression,
-            )
-            if out.rate >= TARGET_POWER:
-                needed[regression.name] = str(n)
-                break
-        print(f"| {regression.name} | {' | '.join(cells)} | {needed[regression.name]} |")
-    metrics = gated_metrics(baseline)
-    k = calibrated_k(len(metrics))
-    print()
-    print(f"Cross-run drift over {len(metrics)} metrics: k = {k} consecutive same-way moves")
-    healthy = drift_rate(model, metrics, k, args.histories, seed=9000, rise=0.0)
-    rising = drift_rate(model, metrics, k, args.histories, seed=9001, rise=0.02)
-    bound = 2 * len(metrics) / math.factorial(k + 1)
-    print(
-        f"healthy histories flagged: {healthy:.2%} (bound {bound:.2%}); "
-        f"logprob mean +2% a run flagged: {rising:.1%} ({args.histories} histories of {k + 1} runs)"
-    )
-    print()
-    print(
-        f"false_alarm_20={false_alarm_20:.4f} power_spike05_20={power['spike05', 20]:.3f} "
-        f"power_spike10_20={power['spike10', 20]:.3f} "
-        f"rollouts_for_95pct_spike10={needed['spike10']}"
-    )
+    return 1 if summary["ci_high"] > GOAL_HIGH else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

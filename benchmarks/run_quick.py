@@ -29,9 +29,8 @@ BENCHMARKS: dict[str, str | None] = {
     "bench_log.py": None,
     "bench_rehearsal.py": None,
     "bench_cluster.py": None,
-    "bench_calibration.py": (
-        "no --quick mode yet (being rewritten with one); remove this reason when it has one"
-    ),
+    "bench_drift.py": None,
+    "bench_calibration.py": None,
 }
 # A hang guard, not a speed target: the quick modes take seconds to about a minute each.
 TIMEOUT_S = 600.0

@@ -54,7 +54,7 @@ REQUIRED_CONTAINER_FLAGS = (
 # job's cleanup reach other jobs' processes.
 FORBIDDEN_CONTAINER_FLAGS = ("--privileged", "--pid=host")
 CACHE_MOUNT_TARGETS = ("/root/models", "/root/datasets")
-AITER_VARIANTS = ["stock", "patched"]
+AITER_VARIANTS = ["stock", "patched", "rccl"]
 # Fork pull requests never run on the self-hosted node; they get a failing job instead of a
 # skipped one, because a skipped check reads as a pass.
 SAME_REPO_ONLY = (
@@ -116,7 +116,9 @@ def trigger_problems(on: Any) -> list[str]:
     ]
     variant = inputs.get("aiter_variant") or {}
     if variant and not set(AITER_VARIANTS) <= set(variant.get("options") or []):
-        problems.append("on.workflow_dispatch.inputs.aiter_variant: must offer stock and patched")
+        problems.append(
+            "on.workflow_dispatch.inputs.aiter_variant: must offer stock, patched and rccl"
+        )
     crons = [c.get("cron") for c in on.get("schedule") or [] if isinstance(c, dict)]
     if not any(isinstance(c, str) and len(c.split()) == 5 for c in crons):
         problems.append("on.schedule: needs a nightly cron entry")
@@ -216,6 +218,12 @@ def step_problems(job: Mapping[str, Any]) -> list[str]:
     test = order["pytest -m mi355x"]
     if test is not None:
         problems += hardware_test_step_problems(job, steps[test])
+    preflight = order["miles-amd preflight"]
+    if preflight is not None:  # env.json's variant sets the job env it records and is judged by
+        env = {**(job.get("env") or {}), **(steps[preflight].get("env") or {})}
+        variant = flag_value(str(steps[preflight]["run"]), "--aiter-variant")
+        if variant is None or resolve_env(variant, env).replace(" ", "") != "${{matrix.aiter}}":
+            problems.append("preflight step: --aiter-variant must be the matrix variant")
     for index, step in enumerate(steps):
         if "${{" in str(step.get("run", "")):
             problems.append(f"steps[{index}].run: pass values through env, not ${{{{ }}}}")

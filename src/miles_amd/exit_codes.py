@@ -12,6 +12,8 @@ of this package, so the judge, the driver and the CLI all take their codes from 
 
 The code is the verdict whatever happens to stdout or stderr: a reader that closes the pipe
 early (``| head -2``) changes nothing (``miles_amd.cli.output``).
+
+Explained for people in ``docs/cli.md``.
 """
 
 from __future__ import annotations

@@ -1,24 +1,61 @@
-"""The two aiter builds the recipe is validated with, declared once.
+"""The aiter variants a run can be labelled with, declared once, and the SGLang env of each.
 
 ``stock`` is the aiter the image ships; ``patched`` is ROCm/aiter with the kernel fix of
-pull request 5694 (intermittent ``train/train_rollout_logprob_abs_diff`` spikes). Each has
-its own shipped baseline of the same name. Decides the names and their descriptions only.
+pull request 5694 (block barriers of aiter's custom all-reduce; intermittent
+``train/train_rollout_logprob_abs_diff`` spikes). Each has its own shipped baseline of the
+same name (:data:`BASELINE_VARIANTS`). ``rccl`` is the control arm: aiter as installed, but
+SGLang's tensor-parallel all-reduce is SGLang's own (``SGLANG_USE_AITER_AR=0``), so a spike
+that survives it is not aiter's all-reduce. It has no published baseline: it is judged by
+the gate's baseline-free checks and by ``miles-amd compare`` against a stock run of the same
+node.
+
+:func:`sglang_env` is what the job's runtime env sets for a variant (``recipe.plan``):
+``SGLANG_USE_AITER=1`` always (the image sets it too; the job no longer relies on that), and
+``SGLANG_USE_AITER_AR`` ``1`` for stock/patched (the A/B premise: the fix lives in aiter's
+all-reduce) or ``0`` for rccl. Without a variant only ``SGLANG_USE_AITER`` is set. Decides
+the names, their descriptions and those env values only.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["AITER_VARIANTS", "AiterVariant", "describe"]
+__all__ = [
+    "AITER_FIX",
+    "AITER_VARIANTS",
+    "BASELINE_VARIANTS",
+    "AiterVariant",
+    "aiter_allreduce_expected",
+    "describe",
+    "sglang_env",
+]
 
-AiterVariant = Literal["stock", "patched"]
-AITER_VARIANTS: tuple[AiterVariant, ...] = ("stock", "patched")
+AiterVariant = Literal["stock", "patched", "rccl"]
+AITER_VARIANTS: tuple[AiterVariant, ...] = ("stock", "patched", "rccl")
+BASELINE_VARIANTS: tuple[AiterVariant, ...] = ("stock", "patched")  # one shipped baseline each
+AITER_FIX = "ROCm/aiter#5694"
 _DESCRIPTIONS: dict[str, str] = {
-    "stock": "stock (as shipped in the image, without ROCm/aiter#5694)",
-    "patched": "patched (with the kernel fix ROCm/aiter#5694)",
+    "stock": f"stock (as shipped in the image, without {AITER_FIX})",
+    "patched": f"patched (with the kernel fix {AITER_FIX})",
+    "rccl": "rccl control arm (aiter as installed, SGLang's own all-reduce: SGLANG_USE_AITER_AR=0)",
 }
 
 
 def describe(variant: str) -> str:
     """One line for reports and recorded provenance; ``KeyError`` for an unknown name."""
     return _DESCRIPTIONS[variant]
+
+
+def aiter_allreduce_expected(variant: str | None) -> bool:
+    """Whether the variant's rollout all-reduce must be aiter's (every variant but rccl)."""
+    return variant != "rccl"
+
+
+def sglang_env(variant: str | None) -> dict[str, str]:
+    """The SGLang aiter switches the job's runtime env sets for ``variant`` (see module doc)."""
+    env = {"SGLANG_USE_AITER": "1"}
+    if variant is not None:
+        if variant not in AITER_VARIANTS:
+            raise KeyError(variant)
+        env["SGLANG_USE_AITER_AR"] = "1" if aiter_allreduce_expected(variant) else "0"
+    return env

@@ -78,6 +78,18 @@ def _given(config: pytest.Config) -> dict[str, str]:
     return values
 
 
+def miles_src(config: pytest.Config) -> Path:
+    """The miles checkout alone (for code of miles' that needs no interpreter of its own, such
+    as ``tests/ci/``); skips with :data:`HOW_TO_PROVIDE` when none is given."""
+    given = _given(config).get("--miles-src")
+    if given is None:
+        pytest.skip(HOW_TO_PROVIDE)
+    path = Path(given)
+    if not (path / "tests" / "ci" / "metric_history" / "gate.py").is_file():
+        pytest.fail(f"conformance: --miles-src {given}: no tests/ci/metric_history there")
+    return path.resolve()
+
+
 def resolve(config: pytest.Config) -> MilesCheckout:
     """The checkout to test against; skips with :data:`HOW_TO_PROVIDE` when none is given."""
     given = _given(config)

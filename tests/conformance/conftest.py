@@ -9,12 +9,15 @@ parse. Do not add ``-n`` (xdist) for this tier: every worker would run its parse
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
+from miles_amd.recipe.ignored_flags import BY_FLAG
+from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
 from miles_amd.run.parse_probe import ParseOutcome
 from tests.conformance import harness
 from tests.conformance.checkout import MilesCheckout, resolve
@@ -25,6 +28,11 @@ from tests.conformance.fake_inputs import MODEL_SUBDIR, make_fake_inputs
 UNKNOWN_FLAGS = ("--ci-enable-metrics-capture", "--no-such-flag")
 
 F = TypeVar("F", bound=Callable[..., object])
+SEMANTIC_PROBE = Path(__file__).resolve().parent / "semantic_probe.py"
+GPU_STUBS = Path(__file__).resolve().parents[2] / "src" / "miles_amd" / "run" / "miles_parse.py"
+IGNORED = set(BY_FLAG)
+# Names the probe maps one by one: the recipe's allowed table and gpt-oss's own expert name.
+LORA_NAMES = (*LORA_TARGET_MODULES, "gate_up_proj")
 
 
 def parses(*job_names: str) -> Callable[[F], F]:
@@ -94,3 +102,22 @@ def outcomes(
     """The parses of the jobs the selected tests name, all run at once."""
     wanted = set().union(*(_jobs_of(item) for item in request.session.items))
     return harness.parse_all(checkout, {name: jobs[name] for name in sorted(wanted)})
+
+
+@pytest.fixture(scope="session")
+def semantics(
+    checkout: MilesCheckout, jobs: dict[str, harness.Job], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """``semantic_probe.py`` on the default job: what miles' own code makes of its argv."""
+    job = jobs["variant:default"]
+    result = tmp_path_factory.mktemp("semantics") / "result.json"
+    flags = sorted({token for token in job.train_argv if token.startswith("--")} | IGNORED)
+    command = [
+        str(checkout.python), str(SEMANTIC_PROBE), "--result", str(result),
+        "--stubs", str(GPU_STUBS), "--lora-names", ",".join(LORA_NAMES),
+        f"--recipe-flags={','.join(flags)}", "--", *job.train_argv,
+    ]  # fmt: skip
+    done = subprocess.run(command, env=job.env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and result.is_file(), done.stderr[-4000:]
+    probed: dict[str, Any] = json.loads(result.read_text())
+    return probed

@@ -12,6 +12,14 @@ Layout (the same relative paths the recipe uses, so ``miles-amd train --model-di
 
     <root>/models/gpt-oss-20b-bf16/config.json
     <root>/datasets/dapo-math-17k/dapo-math-17k.jsonl
+
+The start-up smoke goes further than a parse: miles' rollout manager loads the dataset with
+the checkpoint's tokenizer (``miles/rollout/data_source.py``: ``AutoTokenizer`` on
+``--hf-checkpoint``, then ``apply_chat_template``). :data:`STAND_IN_TOKENIZER_SCRIPT` writes a
+stand-in there: a word-level fast tokenizer over the dataset row's words with a chat template,
+made with ``transformers`` by the conformance python (the test's own python need not have it).
+Without a tokenizer, ``train()`` stops at the data source: a stop for the fake checkpoint, not
+for the argv.
 """
 
 from __future__ import annotations
@@ -115,3 +123,26 @@ def make_fake_inputs(root: Path) -> tuple[Path, Path]:
     dataset.write_text(json.dumps(DATASET_ROW) + "\n")
 
     return model_dir, data_dir
+
+
+# Run by the conformance python with the checkpoint dir as argv[1]: the stand-in tokenizer.
+STAND_IN_TOKENIZER_SCRIPT = r"""
+import sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+words = "<unk> <|endoftext|> <|start|> <|end|> user assistant what is 1 + ? put the final"
+words += " answer in \\boxed{} 2"
+vocab = {word: i for i, word in enumerate(dict.fromkeys(words.split()))}
+tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+fast = PreTrainedTokenizerFast(
+    tokenizer_object=tokenizer, unk_token="<unk>", eos_token="<|endoftext|>",
+    pad_token="<|endoftext|>",
+)
+fast.chat_template = (
+    "{% for m in messages %}<|start|>{{ m['role'] }} {{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
+fast.save_pretrained(sys.argv[1])
+"""

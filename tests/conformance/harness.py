@@ -15,6 +15,8 @@ checkout), so a variant added there is checked here too.
 Parses run concurrently (:func:`parse_all`, one worker per CPU): each one is a fresh
 interpreter (~13 s of CPU, nearly all imports), because ``parse_args`` reads ``sys.argv``
 and ``os.environ`` and configures logging, and Megatron keeps global args.
+
+Explained for people in ``docs/conformance.md``.
 """
 
 from __future__ import annotations

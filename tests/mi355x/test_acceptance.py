@@ -26,6 +26,7 @@ from miles_amd.run.preflight import (
     write_env_json,
 )
 from miles_amd.run_dir import RunDir
+from miles_amd.variants import BASELINE_VARIANTS
 
 pytestmark = pytest.mark.mi355x
 
@@ -52,7 +53,7 @@ def test_preflight(node) -> None:
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 600)
-@pytest.mark.parametrize("variant", ["stock", "patched"])
+@pytest.mark.parametrize("variant", ["stock", "patched", "rccl"])
 def test_recipe_matches_baseline(node, variant: str) -> None:
     if variant != node.aiter_variant:
         pytest.skip(
@@ -70,8 +71,10 @@ def test_recipe_matches_baseline(node, variant: str) -> None:
         megatron_dir=str(node.megatron_dir),
         num_rollout=node.num_rollouts,
     )
-    plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir))
-    outcome = execute(plan, timeout_s=RUN_TIMEOUT_S, baseline=variant, require_env=True)
+    plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir), aiter_variant=variant)
+    # the rccl control arm has no baseline: stock's, applied baseline-free (judge/control_arm)
+    baseline = variant if variant in BASELINE_VARIANTS else "stock"
+    outcome = execute(plan, timeout_s=RUN_TIMEOUT_S, baseline=baseline, require_env=True)
     report_md = RunDir(run_dir).report / "report.md"
     report = json.loads((RunDir(run_dir).report / "report.json").read_text())
     failing = [row for row in report["checks"] if row["status"] not in ("pass", "not_measured")]

@@ -63,22 +63,23 @@ def plans_for(cluster: TwoNodeCluster, tmp_path: Path, pace_s: float) -> dict:
     }
 
 
-def run_both(cluster: TwoNodeCluster, tmp_path: Path, pace_s: float, during=None) -> dict:
+def execute_both(plans: dict, tmp_path: Path) -> dict:
     """Both variants at once; the replay is the patched example, so both gate as patched."""
+    return execute_variants(
+        plans,
+        {"stock": "patched", "patched": "patched"},
+        timeout_s=240,
+        watch_interval_s=2.0,
+        state_dir=str(tmp_path / "s"),
+        echo=lambda _line: None,
+    )
+
+
+def run_both(cluster: TwoNodeCluster, tmp_path: Path, pace_s: float, during=None) -> dict:
+    """Both variants at once, in a thread while ``during`` runs."""
     plans = plans_for(cluster, tmp_path, pace_s)
     results: dict = {}
-    runner = threading.Thread(
-        target=lambda: results.update(
-            execute_variants(
-                plans,
-                {"stock": "patched", "patched": "patched"},
-                timeout_s=240,
-                watch_interval_s=2.0,
-                state_dir=str(tmp_path / "s"),
-                echo=lambda _line: None,
-            )
-        )
-    )
+    runner = threading.Thread(target=lambda: results.update(execute_both(plans, tmp_path)))
     runner.start()
     if during is not None:
         during()
@@ -166,14 +167,7 @@ def test_ctrl_c_stops_both_variants(cluster, tmp_path) -> None:
     watcher = threading.Thread(target=interrupt_once_both_run, daemon=True)
     watcher.start()
     with pytest.raises(KeyboardInterrupt):
-        execute_variants(
-            plans,
-            {"stock": "patched", "patched": "patched"},
-            timeout_s=240,
-            watch_interval_s=2.0,
-            state_dir=str(tmp_path / "s"),
-            echo=lambda _line: None,
-        )
+        execute_both(plans, tmp_path)
     for variant in plans:
         job = JobRecord.from_json(RunDir(tmp_path / variant).job_json.read_text())
         assert (job.status, job.stopped_by) == ("STOPPED", "interrupt"), variant

@@ -11,12 +11,11 @@ difference: the set of event files and CI records, every TensorBoard event but i
 log with pids and timestamps masked, per process.
 
 Needs (skips without, saying so): miles' source tree in ``$MILES_AMD_MILES_SRC`` (on a node
-``/root/miles``; here ``tar -xzf ../shared/upstream/miles-31f1ca961.tar.gz -C DIR`` and
-``DIR/miles``), and in this Python: ``torch==2.13.0`` (the CPU wheel), ``sglang==0.5.16``
-with ``--no-deps`` plus what miles' writer modules import through it (``httpx``,
-``transformers``, ``pydantic``, ``orjson``, ``pybase64``, ``msgspec``, ``pyzmq``,
-``partial_json_parser``, ``sentencepiece``, ``dill``, ``openai``, ``apache-tvm-ffi``,
-``xgrammar --no-deps``, ``polars``, ``sglang-router``, ``ipython``). ``triton`` and
+``/root/miles``; here ``.ci/conformance-env`` unpacks the pinned one and ``source
+.conformance/env.sh`` exports it), and in this Python: ``torch==2.13.0`` (the CPU wheel),
+``sglang==0.5.16`` with ``--no-deps`` and what miles' writer modules import through it. The
+conformance env has them: install the project into it and run this file with
+``$MILES_AMD_MILES_PYTHON -m pytest`` (the skip reason gives the commands). ``triton`` and
 ``torchvision`` get inert stand-ins (``real_writers`` docstring).
 
 Wall time (measured 2026-11-30 on 2 shared cores): the seven verdict cases 4 min 35 s, the
@@ -48,9 +47,11 @@ pytestmark = [
     pytest.mark.skipif(
         not Path(MILES_SRC, "miles").is_dir() or bool(_MISSING),
         reason=(
-            f"needs miles' source in ${MILES_SRC_ENV} (a node: /root/miles; here: unpack "
-            "../shared/upstream/miles-*.tar.gz) and torch==2.13.0 + sglang --no-deps in this "
-            f"Python (missing: {', '.join(_MISSING) or 'none'}); see this module's docstring"
+            f"needs miles' source in ${MILES_SRC_ENV} and torch + sglang in this Python "
+            f"(missing: {', '.join(_MISSING) or 'none'}): run `.ci/conformance-env && source "
+            ".conformance/env.sh && $MILES_AMD_MILES_PYTHON -m pip install -e '.[test]' "
+            "-r requirements/real-writers.txt`, then `$MILES_AMD_MILES_PYTHON -m pytest -m "
+            "conformance tests/rehearsal/test_real_writers.py` (README: Conformance)"
         ),
     ),
 ]

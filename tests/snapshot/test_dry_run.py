@@ -50,6 +50,8 @@ CASES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "run_dir": (("train", "--run-dir", "/runs/r1"), {}),
     "prepare": (("prepare", "--model-dir", "/data/models", "--data-dir", "/data/sets"), {}),
     "full_train": (("full-train",), {}),
+    "aiter_stock": (("train", "--aiter-variant", "stock"), {}),
+    "aiter_rccl": (("train", "--aiter-variant", "rccl"), {}),
 }
 
 

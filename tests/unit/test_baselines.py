@@ -126,19 +126,25 @@ def test_patched_bands_recomputed_from_the_shipped_series_match_the_file() -> No
     """Independent arithmetic (statistics module, the formulas of the derivation text)."""
     raw = shipped_raw("patched")
     n = 20
-    for metric, short, cover_mean, cover_max in (
-        (LOGPROB, "logprob_abs_diff", 0.0171, 0.0202),
-        (REWARD, "raw_reward", 0.57, None),
+
+    def ar1_mean_variance(rho: float) -> float:  # (1/n²) Σ_ij rho^|i-j|, by brute force
+        return sum(rho ** abs(i - j) for i in range(n) for j in range(n)) / n**2
+
+    for metric, short, cover_mean, cover_max, run_sd, rho in (
+        (LOGPROB, "logprob_abs_diff", 0.0171, 0.0202, 0.03, 0.3),
+        (REWARD, "raw_reward", 0.57, None, 0.0, 0.0),
     ):
         values = raw["evidence"]["series"][metric]
         mean, sd = statistics.fmean(values), statistics.stdev(values)
-        half = max(4 * sd * math.sqrt(1 / n + 1 / n), abs(cover_mean - mean))
+        var = sd**2 * 2 * ar1_mean_variance(rho) + 2 * (run_sd * mean) ** 2
+        half = max(4 * math.sqrt(var), abs(cover_mean - mean))
         band = rule(raw, f"{short}.mean")["band"]
         assert band["low"] == pytest.approx(mean - half, rel=1e-3)
         assert band["high"] == pytest.approx(mean + half, rel=1e-3)
         assert band["low"] <= mean - half and band["high"] >= mean + half  # rounded outward
         if cover_max is not None:
-            high = max(mean + (bands.expected_max(n) + 4) * sd, cover_max)
+            level = 4 * math.sqrt(2) * run_sd * mean
+            high = max(mean + (bands.expected_max(n) + 4) * sd + level, cover_max)
             max_band = rule(raw, f"{short}.max")["band"]
             assert max_band["low"] is None
             assert max_band["high"] == pytest.approx(high, rel=1e-3)
@@ -146,7 +152,8 @@ def test_patched_bands_recomputed_from_the_shipped_series_match_the_file() -> No
     # the summaries-only metrics, by the same method
     kl_sd = (1.53e-3 - 6.95e-4) / bands.expected_range(20)
     kl = rule(raw, "train_rollout_kl.mean")["band"]
-    assert kl["low"] == pytest.approx(8.79e-4 - 4 * kl_sd * math.sqrt(0.1), rel=1e-3)
+    kl_var = kl_sd**2 * 2 * ar1_mean_variance(0.3) + 2 * (0.06 * 8.79e-4) ** 2
+    assert kl["low"] == pytest.approx(8.79e-4 - 4 * math.sqrt(kl_var), rel=1e-3)
     truncation_sd = math.sqrt(0.41 * 0.59 / 8)
     truncation = rule(raw, "truncated_ratio.mean")["band"]
     assert truncation["high"] == pytest.approx(0.41 + 4 * truncation_sd * math.sqrt(0.1), rel=1e-3)

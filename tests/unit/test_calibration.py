@@ -81,7 +81,9 @@ def test_healthy_runs_pass_the_whole_gate(model: simulate.NoiseModel, patched: B
 @pytest.mark.parametrize(
     ("regression", "rule", "at_least"),
     [
-        (Regression("drift", drift_sd=2.0), "logprob_abs_diff.trend", 0.8),
+        # with the trend's variance inflated for lag-1 0.3 (Hamed-Rao, issue 19) a ±2 sd ramp
+        # is caught less often than the 90% of independent rollouts (baselines/README.md)
+        (Regression("drift", drift_sd=2.0), "logprob_abs_diff.trend", 0.4),
         (Regression("constant", constant_reward=True), "raw_reward.spread", 1.0),
     ],
 )
@@ -97,11 +99,14 @@ def test_each_new_rule_fires_on_its_regression_class(
 def test_a_steady_drift_inside_every_band_passed_before_the_trend_rule(
     model: simulate.NoiseModel, patched: Baseline
 ) -> None:
-    """The blind spot the trend rule closes: the drift fails nothing else."""
+    """The blind spot the trend rule closes: the drift fails nothing but the two shape rules
+    (the trend, and the second-half step rule, which a ramp also lifts)."""
     drift = Regression("drift", drift_sd=2.0)
     out = simulate.gate_outcome(model, patched, runs=100, rollouts=20, seed=13, regression=drift)
-    others = {name: n for name, n in out.by_check.items() if name != "logprob_abs_diff.trend"}
+    shape = {"logprob_abs_diff.trend", "logprob_abs_diff.step"}
+    others = {name: n for name, n in out.by_check.items() if name not in shape}
     assert sum(others.values()) <= 3, others
+    assert out.rate >= 0.6, out.by_check
 
 
 def test_mann_kendall_and_theil_sen_by_hand() -> None:
@@ -131,23 +136,23 @@ def test_the_loader_re_derives_the_sd_floor(patched: Baseline, tmp_path: Path) -
 
 
 def test_the_benchmark_prints_its_figures_last(tmp_path: Path) -> None:
-    """Tiny counts (the figures are the benchmark's); only the shape of its output."""
+    """Tiny counts (the figures are the benchmark's); only the shape of its output. With 20
+    healthy runs the interval is wide, so the exit code may be 1 (the bound above 1.5%)."""
     import re
     import subprocess
     import sys
 
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_calibration.py"
-    small = ["--runs", "10", "--power-runs", "5", "--search-runs", "5", "--histories", "5"]
+    small = ["--quick", "--references", "4", "--power-references", "1"]
     result = subprocess.run(
         [sys.executable, str(script), *small], capture_output=True, text=True, timeout=600
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode in (0, 1), result.stderr
     last = result.stdout.splitlines()[-1]
+    figure = r"\d\.\d{3,4}"
     pattern = (
-        r"false_alarm_20=\d\.\d{4} power_spike05_20=\d\.\d{3} power_spike10_20=\d\.\d{3} "
-        r"rollouts_for_95pct_spike10=(\d+|>160)"
+        rf"honest_false_alarm_20={figure} ci_high={figure} power_late_collapse={figure} "
+        rf"power_step={figure} power_drop08={figure} power_drop05={figure} power_kl2={figure}"
     )
     assert re.fullmatch(pattern, last), last
-    assert (
-        "| constant_reward |" in result.stdout and "Cross-run drift over 7 metrics" in result.stdout
-    )
+    assert "| late_collapse |" in result.stdout and "Skewed KL" in result.stdout

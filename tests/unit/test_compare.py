@@ -11,7 +11,16 @@ import pytest
 
 from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.load import load_run
-from miles_amd.judge.compare import compare, fisher_exact, rate_ruled_out, t_quantile
+from miles_amd.judge.compare import (
+    compare,
+    fisher_fewer,
+    holm,
+    rate_ruled_out,
+    rollouts_for_power,
+    spike_power,
+    t_quantile,
+)
+from miles_amd.judge.distributions import t_two_sided_p
 from miles_amd.rules.model import Baseline
 from tests.cli_runs import run_cli
 from tests.constants import CLIPFRAC, EXAMPLE, LOGPROB, REWARD
@@ -45,8 +54,12 @@ def test_statistics_by_hand() -> None:
     assert t_quantile(0.975, 19) == pytest.approx(2.093, abs=0.002)
     assert t_quantile(0.975, 5) == pytest.approx(2.571, abs=0.01)
     assert t_quantile(0.975, 1) == 12.706
-    assert fisher_exact(1, 10, 11, 14) == pytest.approx(0.002759, rel=1e-3)  # classic table
-    assert fisher_exact(3, 10, 3, 10) == 1.0
+    # one-sided: B has b spikes or fewer of the a + b; 5 of 5 in A, 0 of 5 in B: 1/C(10,5)
+    assert fisher_fewer(5, 5, 0, 5) == pytest.approx(1 / 252)
+    assert fisher_fewer(0, 5, 5, 5) == 1.0
+    assert fisher_fewer(2, 20, 0, 20) == pytest.approx(190 / 780)
+    assert t_two_sided_p(2.093, 19) == pytest.approx(0.05, abs=1e-3)
+    assert t_two_sided_p(0.0, 7) == 1.0
     assert rate_ruled_out(20) == pytest.approx(0.139, abs=0.001)  # about 3/N
     assert rate_ruled_out(300) == pytest.approx(3 / 300, rel=0.01)
 
@@ -76,7 +89,8 @@ def test_a_worse_run_differs_and_its_spikes_are_counted_not_paired(
     assert by_metric[REWARD].diff == pytest.approx(4 / 64)
     assert by_metric[REWARD].significant
     (spikes,) = result.spikes
-    assert (spikes.count_a, spikes.count_b) == (2, 0) and 0.4 < spikes.p_value < 0.6
+    assert (spikes.count_a, spikes.count_b) == (2, 0)
+    assert spikes.p_value == pytest.approx(190 / 780)  # one-sided: B spikes less than A
 
 
 def test_compare_cli_on_real_run_dirs(worse_run: Path, tmp_path: Path) -> None:
@@ -88,7 +102,12 @@ def test_compare_cli_on_real_run_dirs(worse_run: Path, tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith(f"miles-amd compare: B {EXAMPLE} vs A {worse_run}")
     assert any("could detect a shift of" in line for line in lines)
-    assert any("A 2/20, B 0/20 rollouts (Fisher's exact p = " in line for line in lines)
+    assert any(
+        "A 2/20, B 0/20 rollouts (one-sided Fisher's exact p = 0.244" in line for line in lines
+    )
+    assert any(
+        "the data cannot decide whether B spikes less often than A" in line for line in lines
+    )
     assert (
         lines[-1] == f"comparison written to {out / 'compare.md'} (also compare.json, compare.png)"
     )
@@ -149,3 +168,42 @@ def test_compare_refuses_a_run_dir_without_metrics(tmp_path: Path) -> None:
     result = run_cli("compare", "--run-dir", str(empty), "--run-dir", str(EXAMPLE))
     assert result.returncode == 2
     assert f"--run-dir {empty}: no metric in it" in result.stderr
+
+
+def test_holm_adjusts_step_down_and_stays_monotone() -> None:
+    # sorted 0.01, 0.03, 0.04 -> 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04)
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
+
+
+def test_the_spike_test_states_its_power_and_the_rollouts_it_needs() -> None:
+    """20 vs 20 rollouts cannot show a 10% spike rate gone; the rollouts for 95% can."""
+    assert spike_power(0.10, 20, 20) < 0.10
+    needed = rollouts_for_power(0.10)
+    assert needed is not None and 60 < needed < 120
+    assert spike_power(0.10, needed, needed) >= 0.95 > spike_power(0.10, needed - 1, needed - 1)
+    assert (rollouts_for_power(0.05) or 0) > needed
+    # power by hand: A at rate 1 spikes every rollout, B never: p = 1/C(2n, n) <= 5% from n = 3
+    assert spike_power(1.0, 3, 3) == 1.0 and spike_power(1.0, 2, 2) == 0.0
+
+
+def test_a_a_comparisons_call_a_difference_rarely_with_holm() -> None:
+    """Healthy pairs of simulated runs on one prompt sequence: Holm keeps the
+    family-wise rate near 5%; without it a 'difference' shows up far more often."""
+    import numpy as np
+
+    from miles_amd.testing import honest, simulate
+
+    patched, stock = load_baseline("patched"), load_baseline("stock")
+    model = honest.honest_model(patched, stock, honest.Noise(0.0, 0.0, 0.0, 0.0))
+    rng = np.random.default_rng(5)
+    any_raw = any_holm = 0
+    pairs = 150
+    for _ in range(pairs):
+        runs = model.runs(model.prompts(rng, 20), 2, "patched", rng)
+        result = compare(simulate.evidence(runs, 0), simulate.evidence(runs, 1), patched)
+        any_raw += any(d.p_value <= 0.05 for d in result.diffs)
+        any_holm += any(d.significant for d in result.diffs)
+    assert any_holm / pairs <= 0.09
+    assert any_raw > any_holm

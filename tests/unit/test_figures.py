@@ -84,7 +84,7 @@ def test_a_failing_verdict_with_a_long_sentence_still_fits_one_line(patched: Bas
     figure = metrics_figure(verdict, run, patched)
     assert_laid_out(figure, 3)
     title = figure.get_suptitle()
-    assert title.startswith("FAIL: this run is NOT accepted: 6 of 18 checks")
+    assert title.startswith("FAIL: this run is NOT accepted: 7 of 19 checks")
     assert "PASS" not in title
     assert len(title) <= figure_layout.TITLE_LIMIT
 
@@ -161,7 +161,9 @@ def stored(run_id: int, values: dict[str, list[float]], verdict: str = "pass") -
         run_id=run_id,
         created_at="",
         recipe="",
+        recipe_digest=None,
         variant="patched",
+        aiter_commit=None,
         baseline="patched",
         image=None,
         commit_sha=None,

@@ -170,5 +170,7 @@ def test_require_env_fails_the_example_and_names_env_json(tmp_path: Path) -> Non
 
 def test_require_env_passes_a_matching_node(tmp_path: Path) -> None:
     run_dir = run_dir_with_env(tmp_path)
+    with open(run_dir / "job.log", "a", encoding="utf-8") as log:  # the node's SGLang says so
+        log.write("(SGLangEngine pid=77) [AR] Using AiterCustomAllreduce (AMD default)\n")
     result = gate("--run-dir", str(run_dir), "--baseline", "patched", "--require-env")
     assert result.exit_code == 0, result.stdout

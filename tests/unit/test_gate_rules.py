@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -195,11 +196,11 @@ def test_value_at_the_threshold_is_no_spike(patched: Baseline) -> None:
 
 def test_logprob_mean_outside_band_fails(patched: Baseline) -> None:
     values = published(patched)
-    values[LOGPROB] = [v + 0.004 for v in values[LOGPROB]]
+    values[LOGPROB] = [v + 0.0045 for v in values[LOGPROB]]
     result = check(judge(evidence(values), patched), "logprob_abs_diff.mean")
     assert result.status == "fail"
-    assert "outside [0.0148, 0.01915]" in result.detail
-    assert result.numbers["low"] == 0.0148
+    assert "outside [0.01288, 0.02107]" in result.detail
+    assert result.numbers["low"] == 0.01288
 
 
 def test_collapsed_logprob_diff_fails_the_lower_edge(patched: Baseline) -> None:
@@ -229,12 +230,12 @@ def test_kl_response_length_and_truncation_bands(patched: Baseline) -> None:
     values = published(patched)
     values.update({KL: [8.8e-4] * 20, RESPONSE: [2900.0] * 20, TRUNCATED: [0.4] * 20})
     verdict = judge(evidence(values), patched)
-    for name in ("train_rollout_kl.mean", "train_rollout_kl.max", "response_len.mean"):
+    for name in ("train_rollout_kl.mean", "response_len.mean"):
         assert check(verdict, name).status == "pass"
     assert check(verdict, "truncated_ratio.mean").status == "pass"
     values.update({KL: [5e-3] * 20, RESPONSE: [4000.0] * 20, TRUNCATED: [0.95] * 20})
     verdict = judge(evidence(values), patched)
-    for name in ("train_rollout_kl.mean", "train_rollout_kl.max", "response_len.mean"):
+    for name in ("train_rollout_kl.mean", "response_len.mean"):
         assert check(verdict, name).status == "fail"
     assert check(verdict, "truncated_ratio.mean").status == "fail"
     assert verdict.verdict == "fail"
@@ -284,7 +285,9 @@ def test_paired_reward_drop_fails_with_the_effect_reported(patched: Baseline) ->
     verdict = judge(evidence(values), patched)
     paired = check(verdict, "raw_reward.paired")
     assert paired.status == "fail"
-    assert paired.numbers["mean_diff"] == pytest.approx(-5 / 64, abs=1e-4)
+    # against the level pooled with the stock run's 0.57 on the same prompts
+    pooled = -5 / 64 - (0.57 - statistics.fmean(patched.series[REWARD])) / 2
+    assert paired.numbers["mean_diff"] == pytest.approx(pooled, abs=1e-4)
     assert paired.numbers["n"] == 20
     assert paired.numbers["z"] < -3
     assert "over 20 rollouts paired with jvvnhop9" in paired.detail

@@ -10,10 +10,11 @@ import sqlite3
 from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from miles_amd.history.drift import calibrated_k, drifts
-from miles_amd.history.export import export_jsonl
+from miles_amd.history.drift import LIFE_RATE, WINDOW, drifts, mann_kendall, threshold
+from miles_amd.history.export import SUITE, export_upstream
 from miles_amd.history.store import (
     SCHEMA_VERSION,
     HistoryError,
@@ -27,12 +28,16 @@ from tests.constants import CLIPFRAC, EXAMPLE, LOGPROB, REWARD
 from tests.run_dirs import write_run
 
 
-def record(mean: float, *, verdict: str = "pass", variant: str = "patched") -> HistoryRecord:
+def record(
+    mean: float, *, verdict: str = "pass", variant: str | None = "patched", aiter: str = "0a1b"
+) -> HistoryRecord:
     values = [(i, mean + (0.001 if i % 2 else -0.001)) for i in range(20)]
     return HistoryRecord(
         created_at="2026-11-30T12:00:00+00:00",
         recipe="gpt_oss_20b_lora",
+        recipe_digest="d1g3st",
         variant=variant,
+        aiter_commit=aiter,
         baseline="patched",
         image="img",
         commit_sha="c0ffee",
@@ -55,8 +60,9 @@ def test_store_round_trip_keeps_summaries_and_only_finite_values(tmp_path: Path)
         assert runs[1].failed_checks == ("logprob_abs_diff.mean",)
         assert runs[0].summaries[LOGPROB].mean == pytest.approx(0.017)
         assert runs[0].summaries[LOGPROB].n == 20
-        assert runs[0].summaries[REWARD].n == 1  # the NaN is not kept
-        assert store.series(first)[REWARD] == [(0, 0.5)]
+        assert runs[0].summaries[REWARD].n == 1  # the NaN is not summarised
+        (kept, nan) = store.series(first)[REWARD]  # but kept as a point
+        assert kept == (0, 0.5) and nan[0] == 1 and math.isnan(nan[1])
         assert [r.run_id for r in store.runs(limit=1)] == [first + 1]
         assert store.runs(variant="stock") == []
     version = sqlite3.connect(path).execute("SELECT value FROM meta").fetchone()
@@ -86,47 +92,133 @@ def test_another_schema_version_is_refused(tmp_path: Path) -> None:
     HistoryStore(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(HistoryError, match="history schema version 99, this miles-amd writes 1"):
+    with pytest.raises(HistoryError, match="history schema version 99, this miles-amd writes 2"):
         HistoryStore(path)
     (tmp_path / "junk.sqlite").write_text("not a database at all, just text " * 20)
     with pytest.raises(HistoryError, match="cannot open the history"):
         HistoryStore(tmp_path / "junk.sqlite")
 
 
-def test_calibrated_k_bounds_the_false_flag_rate() -> None:
-    assert calibrated_k(7) == 6  # 2*7/7! = 0.28%; k = 5 would give 1.9%
-    assert calibrated_k(3) == 5
+def test_threshold_keeps_the_false_flags_over_a_100_run_history_at_5_percent() -> None:
+    assert threshold(7) == 54 and threshold(4) == 52  # the patched / stock gated metrics
     for metrics in (1, 3, 7, 20):
-        k = calibrated_k(metrics)
-        assert 2 * metrics / math.factorial(k + 1) <= 0.01 < 2 * metrics / math.factorial(k)
+        cutoff = threshold(metrics)
+        assert metrics * LIFE_RATE[cutoff] <= 0.05
+        assert cutoff == min(LIFE_RATE) or metrics * LIFE_RATE[cutoff - 2] > 0.05
 
 
-def test_drift_needs_k_moves_the_same_way(tmp_path: Path) -> None:
+def test_life_rate_table_agrees_with_a_fresh_simulation() -> None:
+    """4,000 healthy 100-run histories, every window of 12 (another seed than the table's)."""
+    rng = np.random.default_rng(7)
+    pairs = np.triu_indices(WINDOW, 1)
+    x = rng.random((4000, 100))
+    windows = np.lib.stride_tricks.sliding_window_view(x, WINDOW, axis=1)
+    maxima = np.abs(np.sign(windows[..., pairs[1]] - windows[..., pairs[0]]).sum(-1)).max(1)
+    for cutoff in (48, 50, 52):
+        rate, tabled = float((maxima >= cutoff).mean()), LIFE_RATE[cutoff]
+        assert abs(rate - tabled) < 4 * math.sqrt(tabled * (1 - tabled) / 4000) + 1e-9, cutoff
+    assert mann_kendall(list(x[0, :WINDOW])) == int(
+        np.sign(windows[0, 0][pairs[1]] - windows[0, 0][pairs[0]]).sum()
+    )
+
+
+def test_mann_kendall_counts_rising_minus_falling_pairs() -> None:
+    assert mann_kendall([1, 2, 3, 4]) == 6 and mann_kendall([4, 3, 2, 1]) == -6
+    assert mann_kendall([1, 3, 2]) == 1 and mann_kendall([1, 1, 1]) == 0
+
+
+def rising(tmp_path: Path, verdicts: dict[int, str]) -> list:
+    """13 runs whose logprob mean rises every run (``verdicts``: index -> a failed gate)."""
     with HistoryStore(tmp_path / "h.sqlite") as store:
-        for mean in (0.0170, 0.0169, 0.0171, 0.0172, 0.0173, 0.0174, 0.0175):
-            store.append(record(mean))
-        runs = store.runs()
-    (found,) = drifts(runs, 5)
-    assert found.metric == LOGPROB and found.direction == "up"
-    assert found.sentence().startswith(f"{LOGPROB} went up in 5 consecutive runs (0.0169 -> ")
-    assert drifts(runs, 6) == []  # the 0.0170 -> 0.0169 move breaks a run of 6
-    assert drifts(runs[:4], 5) == []  # too few runs
+        for index in range(13):
+            store.append(record(0.0170 + 0.0002 * index, verdict=verdicts.get(index, "pass")))
+        return store.runs()
 
 
-def test_export_is_upstream_merged_record_shape(tmp_path: Path) -> None:
+def test_drift_is_a_trend_over_the_last_12_trusted_runs(tmp_path: Path) -> None:
+    runs = rising(tmp_path, {})
+    (found,) = [d for d in drifts(runs, threshold(2)) if d.metric == LOGPROB]
+    assert (found.direction, found.s, len(found.means)) == ("up", 66, WINDOW)
+    assert found.run_ids == tuple(r.run_id for r in runs[-WINDOW:])
+    assert f"{LOGPROB} trends up over the last 12 trusted runs (Mann-Kendall S = +66" in (
+        found.sentence()
+    )
+    assert drifts(runs[:11], threshold(2)) == []  # fewer than 12 runs: not checked
+
+
+def test_failed_and_untrusted_runs_never_feed_the_trend(tmp_path: Path) -> None:
+    runs = rising(tmp_path, {3: "fail"})
+    with HistoryStore(tmp_path / "h.sqlite") as store:
+        assert store.mark(runs[5].run_id, untrusted=True, now="t") is True
+        assert store.mark(runs[5].run_id, untrusted=True, now="t") is False  # already
+        marked = store.runs()
+    assert [r.trusted for r in marked].count(False) == 2
+    assert drifts(marked, threshold(2)) == []  # 11 trusted runs: not checked
+    with HistoryStore(tmp_path / "h.sqlite") as store:
+        assert store.mark(runs[5].run_id, untrusted=False, now="t") is True
+        back = store.runs()
+        with pytest.raises(HistoryError, match="no run 99"):
+            store.mark(99, untrusted=True, now="t")
+    (found,) = [d for d in drifts(back, threshold(2)) if d.metric == LOGPROB]
+    assert runs[3].run_id not in found.run_ids and runs[5].run_id in found.run_ids
+
+
+def test_identity_comes_from_the_run_not_the_baseline(tmp_path: Path) -> None:
+    from miles_amd.baseline.model import load_baseline
+    from miles_amd.evidence.load import load_run
+    from miles_amd.history.entry import history_record, recipe_digest
+    from miles_amd.judge.gate import judge
+
+    run_dir = write_run(tmp_path / "run", {LOGPROB: [0.017] * 20, REWARD: [0.5] * 20})
+    env = {
+        "facts": [{"name": "aiter", "status": "ok", "value": "amd-aiter 0.1.5 @ 0123456789ab"}],
+        "aiter_variant": "stock",
+    }
+    (run_dir / "env.json").write_text(json.dumps(env))
+    plan = {"recipe": {"lr": 1e-5, "model_dir": "/a", "num_rollout": 20}}
+    moved = {"recipe": {"lr": 1e-5, "model_dir": "/elsewhere", "num_rollout": 20}}
+    patched = load_baseline("patched")
+    evidence = load_run(run_dir)
+    verdict = judge(evidence, patched, expected_rollouts=20)
+    made = history_record(verdict, evidence, patched, environ={}, plan=plan)
+    assert (made.variant, made.aiter_commit, made.baseline) == ("stock", "0123456789ab", "patched")
+    assert made.recipe_digest == recipe_digest(moved) != recipe_digest({"recipe": {"lr": 2e-5}})
+    (run_dir / "env.json").unlink()
+    bare = load_run(run_dir)
+    unrecorded = history_record(verdict, bare, patched, environ={}, plan=None)
+    assert (unrecorded.variant, unrecorded.aiter_commit, unrecorded.recipe_digest) == (None,) * 3
+
+
+def test_export_is_what_upstream_capture_would_have_written(tmp_path: Path) -> None:
     with HistoryStore(tmp_path / "h.sqlite") as store:
         store.append(record(0.017))
         store.append(record(0.02, verdict="fail", variant="stock"))
-        paths = export_jsonl(store, tmp_path / "out")
-    rows = [json.loads(line) for line in (tmp_path / "out" / "runs.jsonl").read_text().splitlines()]
-    assert [r["trusted"] for r in rows] == [True, False]
-    assert [r["suite"] for r in rows] == ["patched", "stock"]
-    assert set(rows[0]) >= {"test_path", "backend", "suite", "commit_sha", "created_at", "trusted"}
-    lines = [json.loads(line) for line in paths[1].read_text().splitlines()]
-    assert {line["metric"] for line in lines} == {LOGPROB, REWARD}
-    for line in lines:  # what upstream's gate.parse_merged_record reads
-        assert set(line) == {"metric", "series"}
-        assert all(isinstance(s, int) and isinstance(v, float) for s, v in line["series"])
+        store.append(record(0.02, variant=None))
+        done = export_upstream(store, tmp_path / "out")
+    out = tmp_path / "out"
+    assert (done.runs, done.without_variant) == (2, 1)
+    rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert [(r["test_path"], r["backend"], r["suite"], r["trusted"]) for r in rows] == [
+        ("tests/e2e/amd/test_gpt_oss_20b_lora_patched.py", "rocm", SUITE, True),
+        ("tests/e2e/amd/test_gpt_oss_20b_lora_stock.py", "rocm", SUITE, False),
+    ]
+    for row in rows:  # the index is outside every record directory, which holds records only
+        files = list((out / row["record_dir"]).iterdir())
+        assert [f.suffix for f in files] == [".jsonl"]
+        lines = [json.loads(line) for line in files[0].read_text().splitlines()]
+        assert [line["metric"] for line in lines] == [LOGPROB, REWARD]  # upstream's key order
+        assert lines[1]["series"] == [[0, 0.5], [1, "NaN"]]  # capture's marker, not dropped
+        assert (out / row["test_path"]).is_file()
+    test_file = (out / rows[0]["test_path"]).read_text()
+    assert f'register_rocm_ci(est_time=4000, suite="{SUITE}", labels=["amd", "lora"])' in (
+        test_file
+    )
+    assert f'register_ci_gate(metric_key="{LOGPROB}")' in test_file
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "mine.txt").write_text("keep")
+    with HistoryStore(tmp_path / "h.sqlite") as store, pytest.raises(FileExistsError):
+        export_upstream(store, tmp_path / "busy")
+    assert (tmp_path / "busy" / "mine.txt").read_text() == "keep"
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -157,7 +249,7 @@ def test_gate_appends_and_history_lists(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[-3] == f"history: appended as run 1 to {history}"
-    assert lines[-2].startswith("drift: not checked yet (1 run(s); k = 5 moves need 6)")
+    assert lines[-2].startswith("drift: not checked yet (1 trusted run(s) of this recipe")
     assert lines[-1].startswith("report written to ")
     report_md = (tmp_path / "example-report" / "report.md").read_text()
     assert "### Drift across runs" in report_md and f"run 1 to the history `{history}`" in report_md
@@ -166,7 +258,7 @@ def test_gate_appends_and_history_lists(tmp_path: Path) -> None:
     (run,) = json.loads(listed.stdout)["runs"]
     assert (run["verdict"], run["variant"], run["commit_sha"], run["image"]) == (
         "pass",
-        "patched",
+        None,  # the example has no env.json: its variant is not recorded, not the baseline's
         "0123456789abcdef",
         "rocm/img:tag",
     )
@@ -178,35 +270,54 @@ def test_gate_appends_and_history_lists(tmp_path: Path) -> None:
 
 
 def test_a_slow_drift_inside_the_bands_is_flagged_across_runs(tmp_path: Path) -> None:
-    """Six runs, each in band, the logprob gap a little higher each time: a drift."""
+    """Twelve runs, each in band, the logprob gap a little higher each time: a drift; the
+    twelfth is gated through the CLI, the first eleven appended as the gate would."""
+    from miles_amd.baseline.model import load_baseline
+    from miles_amd.evidence.load import load_run
+    from miles_amd.history.entry import history_record
+    from miles_amd.judge.gate import judge
+
     history = tmp_path / "history.sqlite"
+    patched = load_baseline("patched")
     base = [0.0165, 0.0175] * 10
-    for index in range(6):
+    dirs = []
+    for index in range(12):
         values = {
-            LOGPROB: [v + 0.0002 * index for v in base],
+            LOGPROB: [v + 0.0001 * index for v in base],
             REWARD: [0.5, 0.5625, 0.625, 0.4375] * 5,
             CLIPFRAC: [0.0] * 20,
         }
-        run_dir = write_run(tmp_path / f"run{index}", values)
-        result = gate(run_dir, history)
-        assert result.returncode == 0, result.stdout + result.stderr
-    assert f"DRIFT: {LOGPROB} went up in 5 consecutive runs (0.017 -> 0.0172 -> " in result.stdout
-    report_md = (tmp_path / "run5-report" / "report.md").read_text()
-    assert f"- DRIFT: {LOGPROB} went up in 5 consecutive runs" in report_md
+        dirs.append(write_run(tmp_path / f"run{index}", values))
+    with HistoryStore(history) as store:
+        for run_dir in dirs[:11]:
+            evidence = load_run(run_dir)
+            verdict = judge(evidence, patched, expected_rollouts=20)
+            assert verdict.verdict == "pass", verdict.reason
+            store.append(history_record(verdict, evidence, patched, environ={}))
+    result = gate(dirs[11], history)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"DRIFT: {LOGPROB} trends up over the last 12 trusted runs" in result.stdout
+    report_md = (tmp_path / "run11-report" / "report.md").read_text()
+    assert f"- DRIFT: {LOGPROB} trends up over the last 12 trusted runs" in report_md
+    marked = run_cli("history", "mark-untrusted", "3", "--history", str(history))
+    assert marked.returncode == 0 and "run 3 marked untrusted" in marked.stdout, marked.stderr
     plot = tmp_path / "trend.png"
     listed = run_cli(
-        "history",
-        "--history",
-        str(history),
-        "--plot",
-        str(plot),
-        "--export",
-        str(tmp_path / "export"),
-    )
+        "history", "--history", str(history), "--plot", str(plot),
+        "--export", str(tmp_path / "export"),
+    )  # fmt: skip
     assert listed.returncode == 0, listed.stderr
-    assert f"DRIFT: {LOGPROB} went up" in listed.stdout
+    assert "PASS UNTRUSTED" in listed.stdout
+    assert "drift: no trend over the last 12 trusted runs" in listed.stdout  # 11 trusted now
     assert plot.read_bytes().startswith(b"\x89PNG")
-    assert len(list((tmp_path / "export").glob("*.jsonl"))) == 7  # 6 records + runs.jsonl
+    assert "exported 0 run(s)" in listed.stdout and "12 run(s) without a recorded aiter" in (
+        listed.stdout
+    )
+    back = run_cli("history", "mark-trusted", "3", "--history", str(history))
+    assert back.returncode == 0 and "run 3 marked trusted again" in back.stdout
+    assert "DRIFT" in run_cli("history", "--history", str(history)).stdout
+    missing = run_cli("history", "mark-untrusted", "99", "--history", str(history))
+    assert missing.returncode == 2 and "no run 99" in missing.stderr
 
 
 @pytest.mark.parametrize("kind", ["missing", "junk"])
@@ -253,6 +364,7 @@ def test_the_append_records_the_verdict_judged_with_the_flags_given(tmp_path: Pa
     assert lines[0] == f"history: appended as run 1 to {history}"
     with HistoryStore(history) as store:
         (run,) = store.runs()
-    assert (run.verdict, run.baseline, run.variant) == ("fail", "stock", "stock")
-    assert run.failed_checks == ("environment.identity",)
+    assert (run.verdict, run.baseline, run.variant) == ("fail", "stock", None)  # no env.json
+    # neither env.json nor an SGLang [AR] line: both unproven on the hardware path
+    assert run.failed_checks == ("environment.identity", "allreduce.path")
     assert "### Drift across runs" in (run_dir / "report" / "report.md").read_text()

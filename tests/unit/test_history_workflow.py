@@ -6,6 +6,8 @@ from pathlib import Path
 
 import yaml
 
+from miles_amd.history.store import SCHEMA_VERSION
+
 WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "amd-mi355x.yml"
 
 
@@ -37,7 +39,11 @@ def test_history_is_restored_appended_shown_and_saved() -> None:
     assert save["uses"].startswith("actions/cache/save@")
     assert save["with"]["key"] == restore["with"]["key"]
     assert save["with"]["path"] == restore["with"]["path"] == "runs/history"
-    assert restore["with"]["restore-keys"].strip() == "mi355x-history-${{ matrix.aiter }}-"
+    # The cache key names the history's schema: a cached file of an older schema is refused
+    # by the store, so a new SCHEMA_VERSION must start a new cache line.
+    prefix = f"mi355x-history-v{SCHEMA_VERSION}-${{{{ matrix.aiter }}}}-"
+    assert restore["with"]["restore-keys"].strip() == prefix
+    assert restore["with"]["key"].startswith(prefix)
     assert record["if"] == save["if"] == "always()"
     assert "miles-amd gate" in record["run"] and "miles-amd history" in record["run"]
     assert "--plot" in record["run"] and "history.md" in summary["run"]

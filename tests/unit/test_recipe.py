@@ -92,6 +92,17 @@ def test_override_replaces_the_pinned_flag_and_its_value() -> None:
         ({"num_gpus": 4, "rollout_num_gpus_per_engine": 8}, "rollout_num_gpus_per_engine"),
         ({"num_gpus": 16}, "one MI355X node has 8 GPUs"),
         ({"lora_rank": 16}, "lora_rank 16 != sglang_max_lora_rank 32"),
+        ({"lora_rank": 16}, "miles ignores --sglang-max-lora-rank"),
+        ({"target_modules": ("gate_up_proj",)}, "target_modules: LoRA target gate_up_proj"),
+        ({"target_modules": ("down_proj", "experts")}, "LoRA target experts is not a name"),
+        (
+            {"extra_args": "--target-modules gate_up_proj,down_proj", "override_pinned": True},
+            "--extra-args --target-modules: LoRA target gate_up_proj",
+        ),
+        (
+            {"extra_args": "--target-modules=gate_up_proj", "override_pinned": True},
+            "use names from q_proj",
+        ),
         ({"use_dynamic_batch_size": True}, "use_dynamic_batch_size with qkv_format bshd"),
         ({"hardware": "H100"}, "--hardware H100"),
         ({"extra_args": "--lr 2e-5"}, "--extra-args repeats flags the recipe pins: --lr"),
@@ -161,3 +172,9 @@ def test_default_dirs_are_the_images_layout() -> None:
         "/root/miles",
         "/root/Megatron-LM",
     )
+
+
+def test_mapped_target_names_pass_in_the_field_and_in_extra_args() -> None:
+    assert Recipe(target_modules=("linear_fc1", "linear_fc2")).target_modules[0] == "linear_fc1"
+    extra = "--target-modules=gate_proj,up_proj"
+    assert Recipe(extra_args=extra, override_pinned=True).train_argv()[-1] == extra

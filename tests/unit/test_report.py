@@ -145,7 +145,7 @@ def test_markdown_verdict_first_failures_first_then_sentinels_then_evidence(fail
     text = render_markdown(verdict)
     lines = text.splitlines()
     assert lines[0].startswith(
-        "**miles-amd gate: FAIL** - this run is NOT accepted: 11 of 19 checks"
+        "**miles-amd gate: FAIL** - this run is NOT accepted: 11 of 20 checks"
     )
     assert "against baseline patched (jvvnhop9) failed (" in lines[0]
     assert lines[2].startswith("Run `runs/r` against baseline `patched` (jvvnhop9)")
@@ -157,7 +157,7 @@ def test_markdown_verdict_first_failures_first_then_sentinels_then_evidence(fail
     assert statuses[0] == "FAIL" and statuses[-1] == "pass"
     assert "NOT MEASURED" not in text  # one short list after the passes instead
     (unmeasured,) = [line for line in lines if line.startswith("Not measured (optional")]
-    assert "train_rollout_kl (steps, finite, mean, max)" in unmeasured
+    assert "train_rollout_kl (steps, finite, mean)" in unmeasured
     assert lines.index(unmeasured) > lines.index(table[len(judged) - 1])
     assert text.index("### Checks") < text.index("### Sentinel hits") < text.index("### Evidence")
     sentinels = text[text.index("### Sentinel hits") : text.index("### Evidence")]
@@ -176,10 +176,10 @@ def test_markdown_of_a_passing_run(passing) -> None:
     assert text.startswith("**miles-amd gate: PASS**")
     assert "Problems: none." in text and "Conflicts: none." in text
     assert text.splitlines()[0].startswith(
-        "**miles-amd gate: PASS** - this run is accepted: all 18 measured checks agree with "
+        "**miles-amd gate: PASS** - this run is accepted: all 19 measured checks agree with "
         "baseline patched (jvvnhop9); 13 optional checks were not measured"
     )
-    assert "train_rollout_kl (steps, finite, mean, max)" in text
+    assert "train_rollout_kl (steps, finite, mean)" in text
     assert "| FAIL |" not in text
 
 
@@ -191,7 +191,7 @@ def test_text_output_is_ordered_like_the_markdown(failing) -> None:
     text = render_text(verdict)
     lines = text.splitlines()
     assert lines[0].startswith("miles-amd gate: FAIL - run runs/r against baseline patched")
-    assert lines[1].startswith("FAIL: this run is NOT accepted: 11 of 19 checks")
+    assert lines[1].startswith("FAIL: this run is NOT accepted: 11 of 20 checks")
     names = [c.name for c in ordered_checks(verdict) if c.status != "not_measured"]
     positions = [text.index(f"  {name}  ") for name in names]
     assert positions == sorted(positions)

@@ -66,6 +66,18 @@ SAMPLES: dict[str, list[str]] = {
         TRAIN + "router.py:64 - Using a large number of experts (e.g. >=32) without fp32 "
         "routing. Consider enabling moe_router_dtype for better numerical stability.",
     ],
+    "sglang_allreduce_aiter": [
+        "(SGLangEngine pid=6001) [2026-11-20 10:01:02 TP0] [AR] Using AiterCustomAllreduce "
+        "(AMD default)",
+    ],
+    "sglang_allreduce_fallback": [
+        "(SGLangEngine pid=6001) [2026-11-20 10:01:02 TP1] [AR] Aiter custom all-reduce not "
+        "available; falling back to sglang CustomAllreduce. Details: No module named 'aiter'",
+    ],
+    "sglang_allreduce_one_stage": [
+        "(SGLangEngine pid=6001) [2026-11-20 10:01:00] AMD/ROCm: Using 1-stage all-reduce "
+        "kernel (deterministic)",
+    ],
     "aiter_untuned_gemm_config": [
         "(SGLangEngine pid=6001) [aiter] shape is M:4096, N:2880, K:2880, not found tuned config "
         "in /sgl-workspace/aiter/aiter/configs/bf16_tuned_gemm.csv, will use default config!",

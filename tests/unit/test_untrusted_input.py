@@ -289,8 +289,8 @@ def test_flags_that_only_look_alike_stay_allowed() -> None:
 
 def record(run_dir: str) -> HistoryRecord:
     return HistoryRecord(
-        "2026-01-01T00:00:00+00:00", "gpt_oss_20b_lora", "patched", "patched", None, None,
-        run_dir, "pass", "ok", 20, (), {"rollout/raw_reward": [(0, 0.5), (1, 1e308)]},
+        "2026-01-01T00:00:00+00:00", "gpt_oss_20b_lora", None, "patched", None, "patched",
+        None, None, run_dir, "pass", "ok", 20, (), {"rollout/raw_reward": [(0, 0.5), (1, 1e308)]},
     )  # fmt: skip
 
 

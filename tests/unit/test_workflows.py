@@ -240,7 +240,9 @@ BROKEN_WORKFLOWS = [
         "must fail",
         id="fork-job-passes",
     ),
-    pytest.param("aiter: [stock, patched]", "aiter: [stock]", "strategy.matrix.aiter", id="matrix"),
+    pytest.param(
+        "aiter: [stock, patched, rccl]", "aiter: [stock]", "strategy.matrix.aiter", id="matrix"
+    ),
     pytest.param("fail-fast: false", "fail-fast: true", "strategy.fail-fast", id="fail-fast"),
     pytest.param(
         "cancel-in-progress: false",
@@ -281,10 +283,16 @@ BROKEN_WORKFLOWS = [
     pytest.param("--runslow \\\n", "\\\n", "missing --runslow", id="no-runslow"),
     pytest.param('python3 - "$RUN_ROOT', 'cat - "$RUN_ROOT', "no JUnit guard", id="no-junit-guard"),
     pytest.param(
-        '--aiter-variant "$AITER_VARIANT"',
-        "--aiter-variant stock",
-        "matrix variant",
+        '            --aiter-variant "$AITER_VARIANT" \\\n',
+        "            --aiter-variant stock \\\n",
+        "test step: --aiter-variant must be the matrix variant",
         id="fixed-variant",
+    ),
+    pytest.param(
+        '          --aiter-variant "$AITER_VARIANT"\n          --run-dir',
+        "          --aiter-variant stock\n          --run-dir",
+        "preflight step: --aiter-variant must be the matrix variant",
+        id="preflight-fixed-variant",
     ),
     pytest.param(
         "            runs/mi355x/${{ matrix.aiter }}/env.json\n",

@@ -49,10 +49,10 @@ from miles_amd.baseline import schema_check
 from miles_amd.package_data import package_path
 from miles_amd.rules.model import Baseline, RunShape
 from miles_amd.rules.registry import validate_rule
-from miles_amd.variants import AITER_VARIANTS
+from miles_amd.variants import BASELINE_VARIANTS
 
 RECIPE_DIR = "gpt_oss_20b_lora"
-SHIPPED: tuple[str, ...] = AITER_VARIANTS  # one shipped baseline per aiter variant, same name
+SHIPPED: tuple[str, ...] = BASELINE_VARIANTS  # one shipped baseline per variant, same name
 BASELINES_DIR_ENV = "MILES_AMD_BASELINES_DIR"
 SCHEMA_PATH = schema_check.SCHEMA_PATH
 

@@ -14,8 +14,9 @@ by ``miles_amd.rules.model.Baseline.to_json``, the very shape the loader reads.
 The method (the file the gate later reads must be one the loader accepts unchanged):
 
 - **Rules** are the template's: the same ids, kinds, required flags, rationales, thresholds,
-  quanta, ``atol``, ``z`` and ``derive`` blocks (``k``, ``cover``), so only the reviewed rules
-  gate runs. ``run_shape`` is the template's with ``rollouts = N``.
+  quanta, ``atol``, ``z`` and ``derive`` blocks (``k``, ``cover``, ``run_sd``, ``rho``) and
+  every other param of a kind (``side``, ``pool``, ``alpha``, ...), so only the reviewed
+  rules gate runs. ``run_shape`` is the template's with ``rollouts = N``.
 - **Evidence**: every metric a rule names that the run logged becomes ``evidence.series``
   (rollout 0 first) with a summary (``n``, ``min``, ``mean``, ``max``, and what the kinds
   ruling it add: the count above the spike threshold for ``all_below``). Values are stored
@@ -222,7 +223,9 @@ def _band_derivation(rule: Rule, draft: Baseline, rec: _Recording) -> str:
         f"{spread.n}-rollout series of run {rec.run_id}, recorded by miles-amd baseline "
         f"record; k and cover {cover} kept from the shipped {rec.template.name} baseline)"
     )
-    return bands.derivation_text(derive.method, origin, spread.n, derive.k, cover)
+    return bands.derivation_text(
+        derive.method, origin, spread.n, derive.k, cover, derive.run_sd, derive.rho
+    )
 
 
 def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
@@ -241,8 +244,8 @@ def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
 
 
 def _check_request(template: Baseline, variant: str, name: str, rollouts: int) -> None:
-    if variant not in variants.AITER_VARIANTS:
-        choices = ", ".join(variants.AITER_VARIANTS)
+    if variant not in variants.BASELINE_VARIANTS:
+        choices = ", ".join(variants.BASELINE_VARIANTS)
         raise RecordError(f"--variant {variant}: unknown; fix: use one of {choices}")
     if not NAME_PATTERN.match(name):
         raise RecordError(

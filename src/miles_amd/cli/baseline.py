@@ -34,8 +34,9 @@ import typer
 from miles_amd.cli.errors import fail as _fail
 from miles_amd.cli.options import (
     BASELINE_METAVAR,
+    BASELINE_VARIANT_METAVAR,
     INT,
-    AiterVariant,
+    BaselineVariant,
     existing_run_dir,
     load_baseline_option,
     new_app,
@@ -66,10 +67,10 @@ def record(
         ),
     ],
     variant: Annotated[
-        AiterVariant,
+        BaselineVariant,
         typer.Option(
             "--variant",
-            metavar="<stock|patched>",
+            metavar=BASELINE_VARIANT_METAVAR,
             help="The run's aiter: stock, or patched (#5694).",
         ),
     ],

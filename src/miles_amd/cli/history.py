@@ -6,11 +6,13 @@ PATH``, else ``$MILES_AMD_HISTORY``; ``miles_amd.cli.options.named_history``) re
 it never creates or modifies a file; none named, a missing file, a file that is no history
 (an empty one included) or one of another schema version exits 2 naming ``--history`` and
 the fix. Lists the runs (``--variant``, ``--baseline``, ``--limit`` filter), oldest first,
-with the drift findings of each identity (variant and baseline; ``miles_amd.history.drift``,
-k calibrated for the metrics stored); ``--plot PATH`` writes the per-metric trend PNG;
-``--export DIR`` writes the history in upstream miles' metric-history JSONL shape
-(``miles_amd.history.export``). Exit 0 when listed (a drift is reported, not an exit code:
-the gate's verdict is the gate's).
+with the drift findings of each identity (recipe and aiter build, from the run;
+``miles_amd.history.drift``: a trend test over its last 12 trusted runs); ``--plot PATH``
+writes the per-metric trend PNG; ``--export DIR`` writes what upstream miles' CI capture
+would have written for the runs (``miles_amd.history.export``). Exit 0 when listed (a drift
+is reported, not an exit code: the gate's verdict is the gate's). ``history mark-untrusted
+ID`` / ``mark-trusted ID`` (the only writes of this command) take a run out of the trend
+(and the export's trusted runs) and put it back; a failed gate is never trusted.
 
 :func:`append_judgment` is the one append: the verdict a command judged (once,
 ``miles_amd.report.gate_run.judge_run_dir``) goes into the store as is, and report.md gets
@@ -31,6 +33,7 @@ from miles_amd.cli.errors import fail
 from miles_amd.cli.options import (
     HISTORY_ENV,
     INT,
+    VARIANT_METAVAR,
     AiterVariant,
     FormatOpt,
     HistoryOpt,
@@ -44,8 +47,45 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``history`` command to ``app``."""
-    app.command("history", epilog=EXIT_CODES_HELP)(history)
+    """Add the ``history`` command (listing) and its ``mark-*`` subcommands to ``app``."""
+    group = typer.Typer(add_completion=False)
+    group.callback(invoke_without_command=True, epilog=EXIT_CODES_HELP)(history)
+    group.command("mark-untrusted", epilog=EXIT_CODES_HELP)(mark_untrusted)
+    group.command("mark-trusted", epilog=EXIT_CODES_HELP)(mark_trusted)
+    app.add_typer(group, name="history")
+
+
+RunIdArg = Annotated[int, typer.Argument(metavar="ID", help="The run's id in the history.")]
+
+
+def _mark(history_file: Path | None, run_id: int, *, untrusted: bool) -> None:
+    from datetime import datetime, timezone
+
+    from miles_amd.history.store import HistoryError, HistoryStore
+
+    path = named_history(history_file)
+    if path is None:
+        fail(f"no history named; fix: pass --history PATH or set ${HISTORY_ENV}")
+    if not path.is_file():
+        fail(f"--history {path}: no history there; fix: point --history at the store")
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    try:
+        with HistoryStore(path) as store:
+            changed = store.mark(run_id, untrusted=untrusted, now=now)
+    except (HistoryError, sqlite3.Error) as exc:
+        fail(f"--history {path}: {exc}; fix: `miles-amd history --history {path}` lists the ids")
+    state = "untrusted" if untrusted else "trusted again"
+    typer.echo(f"run {run_id} {'marked' if changed else 'was already'} {state} in {path}")
+
+
+def mark_untrusted(run_id: RunIdArg, history_file: HistoryOpt = None) -> None:
+    """Take run ID out of the drift trend and the export's trusted runs (reversible)."""
+    _mark(history_file, run_id, untrusted=True)
+
+
+def mark_trusted(run_id: RunIdArg, history_file: HistoryOpt = None) -> None:
+    """Undo mark-untrusted for run ID (a failed gate stays untrusted)."""
+    _mark(history_file, run_id, untrusted=False)
 
 
 def open_history(path: Path) -> Path:
@@ -64,14 +104,16 @@ def append_judgment(path: Path, judgment: Judgment) -> list[str]:
     report.md, return the lines to print. Runs after judging, so it never raises: a history
     that cannot be appended to (or a report.md that cannot be extended) is one line saying
     so, and the verdict (exit code, report) stands."""
-    from miles_amd.history.drift import drifts
-    from miles_amd.history.entry import append_verdict, history_record
+    from miles_amd.history.drift import drifts, trusted
+    from miles_amd.history.entry import append_verdict, history_record, read_plan
     from miles_amd.history.render import drift_lines, drift_section
     from miles_amd.history.store import HistoryError
     from miles_amd.report.safe_dir import write_files
 
+    verdict = judgment.verdict
+    plan = read_plan(Path(verdict.run_dir))
     record = history_record(
-        judgment.verdict, judgment.evidence, judgment.baseline, environ=os.environ
+        verdict, judgment.evidence, judgment.baseline, environ=os.environ, plan=plan
     )
     try:
         run_id, same, k, skipped = append_verdict(path, record)
@@ -80,7 +122,7 @@ def append_judgment(path: Path, judgment: Judgment) -> list[str]:
         return [f"history: the verdict was NOT appended to {path} ({reason}); it stands as judged"]
     found = drifts(same, k)
     lines = [f"history: appended as run {run_id} to {path}", *skipped]
-    section = drift_section(found, k, len(same), run_id, str(path))
+    section = drift_section(found, k, len(trusted(same)), run_id, str(path))
     files = judgment.files
     try:
         if files.markdown.is_file():
@@ -88,14 +130,15 @@ def append_judgment(path: Path, judgment: Judgment) -> list[str]:
             write_files(files.markdown.parent, {files.markdown.name: report.encode("utf-8")})
     except OSError as exc:
         lines.append(f"history: report.md not extended with the drift section ({exc})")
-    return [*lines, *drift_lines(found, k, len(same))]
+    return [*lines, *drift_lines(found, k, len(trusted(same)))]
 
 
 def history(
+    ctx: typer.Context,
     history_file: HistoryOpt = None,
     variant: Annotated[
         AiterVariant | None,
-        typer.Option("--variant", metavar="<stock|patched>", help="Only this aiter variant."),
+        typer.Option("--variant", metavar=VARIANT_METAVAR, help="Only this aiter variant."),
     ] = None,
     baseline: Annotated[
         str | None,
@@ -120,9 +163,11 @@ def history(
     ] = None,
 ) -> None:
     """List past gate verdicts with drift findings; plot trends; export for upstream miles."""
-    from miles_amd.history.drift import calibrated_k, drifts, metric_count
+    from miles_amd.history.drift import drifts, metric_count, threshold
     from miles_amd.history.store import HistoryError, HistoryStore
 
+    if ctx.invoked_subcommand is not None:
+        return
     path = named_history(history_file)
     if path is None:
         fail(f"no history named; fix: pass --history PATH or set ${HISTORY_ENV}")
@@ -145,11 +190,11 @@ def history(
         runs = read.runs
         for line in read.skipped:  # a corrupt row is named and skipped, the rest listed
             typer.echo(escape.terminal(line), err=True)
-        k = calibrated_k(metric_count(runs))
+        cutoff = threshold(metric_count(runs))
         found = []
-        for identity in dict.fromkeys((r.variant, r.baseline) for r in runs):
-            group = [r for r in runs if (r.variant, r.baseline) == identity]
-            found += drifts(group, calibrated_k(metric_count(group)))
+        for identity in dict.fromkeys(r.identity for r in runs):
+            group = [r for r in runs if r.identity == identity]
+            found += drifts(group, threshold(metric_count(group)))
         written = []
         try:
             if plot is not None:
@@ -159,15 +204,22 @@ def history(
                 atomic_write_bytes(plot, trend_png(runs, found))
                 written.append(f"trend plot written to {plot}")
             if export is not None:
-                from miles_amd.history.export import export_jsonl
+                from miles_amd.history.export import export_upstream
 
-                paths = export_jsonl(store, export)
+                done = export_upstream(store, export)
                 written.append(
-                    f"exported {len(paths) - 1} run record(s) and runs.jsonl to {export}"
+                    f"exported {done.runs} run(s) to {export} (runs.jsonl, records/, "
+                    f"{', '.join(done.test_files) or 'no test file'})"
+                    + (
+                        f"; {done.without_variant} run(s) without a recorded aiter variant "
+                        "left out (no upstream identity)"
+                        if done.without_variant
+                        else ""
+                    )
                 )
         except OSError as exc:
             fail(f"--plot/--export: cannot write ({exc}); choose a writable path")
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, ValueError) as exc:
             fail(f"--history {path}: --export cannot read the stored values ({exc})")
     from miles_amd.history import render
 
@@ -175,7 +227,7 @@ def history(
         "text": render.render_text,
         "markdown": render.render_markdown,
         "json": render.to_json,
-    }[output_format.value](runs, found, k)
+    }[output_format.value](runs, found, cutoff)
     typer.echo(text, nl=False)
     for line in written:
         typer.echo(line, err=output_format is not OutputFormat.text)

@@ -11,6 +11,8 @@ typer >= 0.2x vendors click as ``typer._click`` (older typer uses ``click`` itse
 exception classes are taken from the module of ``typer.BadParameter``, so either works.
 Top-level imports stay light (no ray, torch, tensorboard or matplotlib) so ``--dry-run`` and
 the snapshot suite are fast.
+
+Explained for people in ``docs/cli.md``.
 """
 
 from __future__ import annotations

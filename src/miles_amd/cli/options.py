@@ -15,9 +15,10 @@ in the dir the run writes and ``baseline record --run-dir`` reads.
 
 Also declared here, once: the output format (``--format``), the run history (``--history``,
 ``--no-history``; a history is written only when one is named, by ``--history`` or
-``$MILES_AMD_HISTORY``: there is no per-user default), and the aiter-variant choice (from
-``miles_amd.variants``). Every placeholder in help names the value's type (``<path>``,
-``<int>``, ``<stock|patched>``).
+``$MILES_AMD_HISTORY``: there is no per-user default), and the aiter-variant choices (from
+``miles_amd.variants``: :data:`AiterVariant` every variant, the rccl control arm included;
+:data:`BaselineVariant` the variants with a shipped baseline). Every placeholder in help
+names the value's type (``<path>``, ``<int>``, ``<stock|patched|rccl>``).
 
 One flag name per concept: a count of rollouts is ``--num-rollouts`` everywhere (``train``'s
 recipe, ``gate``'s expected count, ``baseline record``'s recorded count). Old spellings stay
@@ -37,7 +38,7 @@ import typer
 
 from miles_amd.cli.errors import fail
 from miles_amd.recipe import settings
-from miles_amd.variants import AITER_VARIANTS
+from miles_amd.variants import AITER_VARIANTS, BASELINE_VARIANTS
 
 if TYPE_CHECKING:
     from miles_amd.rules.model import Baseline
@@ -69,6 +70,12 @@ class OutputFormat(str, Enum):
 AiterVariant = Enum(  # type: ignore[misc]
     "AiterVariant", {name: name for name in AITER_VARIANTS}, type=str
 )
+# The variants a baseline can be recorded for (the rccl control arm has none).
+BaselineVariant = Enum(  # type: ignore[misc]
+    "BaselineVariant", {name: name for name in BASELINE_VARIANTS}, type=str
+)
+VARIANT_METAVAR = "<" + "|".join(AITER_VARIANTS) + ">"
+BASELINE_VARIANT_METAVAR = "<" + "|".join(BASELINE_VARIANTS) + ">"
 
 
 def new_app(help_text: str) -> typer.Typer:
@@ -252,10 +259,11 @@ VariantsOpt = Annotated[
     str | None,
     typer.Option(
         "--variants",
-        metavar="<stock,patched>",
+        metavar="<stock,patched|stock,rccl>",
         help="Cluster mode: run these aiter variants at once, one node each (e.g. "
-        "stock,patched), each in --run-dir/<variant> gated against its baseline, then the "
-        "A/B comparison. The patched job gets AITER_PATCHED_DIR on its PYTHONPATH.",
+        "stock,patched), each in --run-dir/<variant> gated against its baseline (rccl: the "
+        "stock baseline's baseline-free checks), then the A/B comparison (patched or rccl "
+        "against stock). The patched job gets AITER_PATCHED_DIR on its PYTHONPATH.",
     ),
 ]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")]
@@ -292,7 +300,9 @@ AiterVariantOpt = Annotated[
     AiterVariant | None,
     typer.Option(
         "--aiter-variant",
-        metavar="<stock|patched>",
-        help="The image's aiter: stock, or patched (ROCm/aiter#5694).",
+        metavar=VARIANT_METAVAR,
+        help="The run's aiter: stock, patched (ROCm/aiter#5694), or rccl (the control arm: "
+        "aiter as installed, SGLANG_USE_AITER_AR=0, SGLang's own all-reduce). Sets the job's "
+        "SGLANG_USE_AITER / SGLANG_USE_AITER_AR.",
     ),
 ]

@@ -36,6 +36,7 @@ from miles_amd.cli.options import (
     DEFAULT_NUM_ROLLOUTS,
     DEFAULT_RUN_DIR,
     DEFAULT_TIMEOUT_S,
+    AiterVariantOpt,
     DataDirOpt,
     DryRunOpt,
     ExtraArgsOpt,
@@ -103,6 +104,7 @@ def train(
     node_root: NodeRootOpt = DEFAULT_NODE_ROOT,
     shared_fs: SharedFsOpt = False,
     variants: VariantsOpt = None,
+    aiter_variant: AiterVariantOpt = None,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
     history_file: HistoryOpt = None,
@@ -120,6 +122,8 @@ def train(
 
         if gate is not None:
             fail("--variants gates each variant against its own baseline; drop --gate")
+        if aiter_variant is not None:
+            fail("--variants sets each job's aiter variant; drop --aiter-variant")
         names = parse_variants(variants)
         run_variants(
             recipe,
@@ -145,6 +149,7 @@ def train(
             history=named_history(history_file, no_history),
             dry_run=dry_run,
             as_json=as_json,
+            aiter_variant=aiter_variant.value if aiter_variant else None,
         )
     )
 
@@ -161,8 +166,11 @@ def full_train(**options: Any) -> None:
     run_dir, dry_run = options["run_dir"], options["dry_run"]
     env = launch_env(options["ray_address"])
     node_root = None if options["shared_fs"] else options["node_root"]
+    variant = options["aiter_variant"].value if options["aiter_variant"] else None
     if dry_run and options["as_json"]:
-        train_plan = build_train_plan(recipe, env, run_dir=str(run_dir), node_root=node_root)
+        train_plan = build_train_plan(
+            recipe, env, run_dir=str(run_dir), node_root=node_root, aiter_variant=variant
+        )
         merged = train_plan.to_dict()
         train_steps = merged["steps"]
         assert isinstance(train_steps, list)
@@ -184,6 +192,7 @@ def full_train(**options: Any) -> None:
             require_env=options["require_env"],
             history=named_history(options["history_file"], options["no_history"]),
             dry_run=dry_run,
+            aiter_variant=variant,
         )
     )
 
@@ -285,13 +294,18 @@ class TrainRequest:
     history: Path | None = None  # append the gate's verdict here (named_history)
     dry_run: bool = False
     as_json: bool = False
+    aiter_variant: str | None = None  # miles_amd.variants: the job's SGLang aiter env
 
 
 def run_train(request: TrainRequest) -> None:
     """Print the plan (``dry_run``), or run it, print the outcome and exit with its code."""
     recipe = request.recipe
     plan = build_train_plan(
-        recipe, request.env, run_dir=str(request.run_dir), node_root=request.node_root
+        recipe,
+        request.env,
+        run_dir=str(request.run_dir),
+        node_root=request.node_root,
+        aiter_variant=request.aiter_variant,
     )
     if request.dry_run:
         print_plan(plan, request.as_json)

@@ -1,13 +1,15 @@
-"""``miles-amd train --variants stock,patched``: both aiter variants at once on a Ray cluster.
+"""``miles-amd train --variants stock,patched``: aiter variants at once on a Ray cluster.
 
 Decides the option's parsing and the command's output and exit code: one run dir per variant
-under ``--run-dir``, each gated against the baseline of its name, one summary line each,
-then the A/B comparison (``miles_amd.run.variants_run.ab_compare``, printed like
-``miles-amd compare``'s); the exit code is the worst of the variants' (and of the
-comparison's, when it ran: 2 when a run dir has no metric to compare). Each baseline is
-loaded once, here, and judged with by the variant's driver. Bad input (an unknown variant, no
-cluster, no ``AITER_PATCHED_DIR``, too few suitable nodes) is one line and exit 2 with
-nothing submitted. Running is ``miles_amd.run.variants_run``'s.
+under ``--run-dir``, each gated against the baseline of its name (the rccl control arm, which
+has none, against the stock baseline, which the gate then applies baseline-free:
+``miles_amd.judge.control_arm``), one summary line each, then the A/B comparison of every
+other variant against stock (``miles_amd.run.variants_run.ab_compare``, printed like
+``miles-amd compare``'s; B is patched or rccl); the exit code is the worst of the
+variants' (and of the comparison's, when it ran: 2 when a run dir has no metric to
+compare). Each baseline is loaded once, here, and judged with by the variant's driver.
+Bad input (an unknown variant, no cluster, no ``AITER_PATCHED_DIR``, too few suitable
+nodes) is one line and exit 2 with nothing submitted. Running is ``miles_amd.run.variants_run``'s.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from miles_amd.recipe.plan import build_train_plan, format_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run_dir import RunDir
-from miles_amd.variants import AITER_VARIANTS
+from miles_amd.variants import AITER_VARIANTS, BASELINE_VARIANTS
 
 
 def parse_variants(value: str) -> tuple[str, ...]:
@@ -56,6 +58,7 @@ def run_variants(
                 variant_env(env, v),
                 run_dir=str(RunDir(run_dir).variant(v).root),
                 node_root=node_root,
+                aiter_variant=v,
             )
             for v in variants
         }
@@ -79,7 +82,7 @@ def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> i
     from miles_amd.run.driver import RunOutcome
     from miles_amd.run.variants_run import VariantsError, ab_compare, execute_variants
 
-    baselines = {v: load_baseline_option(v, "--variants") for v in plans}
+    baselines = {v: load_baseline_option(baseline_of(v), "--variants") for v in plans}
     try:
         results = execute_variants(
             plans, baselines, timeout_s=timeout, require_env=require_env, echo=typer.echo
@@ -94,11 +97,11 @@ def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> i
         else:
             typer.echo(f"{variant}: could not run: {result}", err=True)
             code = max(code, EXIT_FAILED)
-    if set(plans) == {"stock", "patched"}:
-        root = RunDir(run_dir)
+    root = RunDir(run_dir)
+    for other in [v for v in plans if v != "stock"] if "stock" in plans else []:
         try:
             compared = ab_compare(
-                root.variant("stock").root, root.variant("patched").root, baselines["patched"]
+                root.variant("stock").root, root.variant(other).root, baselines[other]
             )
         except NoMetricsError as exc:
             typer.echo(error_line(f"compare --run-dir {exc}; no comparison"), err=True)
@@ -109,3 +112,8 @@ def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> i
         typer.echo(render(compared.comparison, "text"), nl=False)
         typer.echo(f"comparison written to {compared.files.markdown}")
     return code
+
+
+def baseline_of(variant: str) -> str:
+    """The shipped baseline a variant is gated against: its own, else (rccl) stock's."""
+    return variant if variant in BASELINE_VARIANTS else "stock"

@@ -49,6 +49,9 @@ from miles_amd.evidence.safe_open import JOB_LOG, open_regular
 from miles_amd.evidence.types import SentinelHit, Severity
 
 _BLOCK_LINES = 4096
+ALLREDUCE_AITER = "sglang_allreduce_aiter"
+ALLREDUCE_FALLBACK = "sglang_allreduce_fallback"
+ALLREDUCE_ONE_STAGE = "sglang_allreduce_one_stage"
 _MAX_TEXT = 500  # characters of the first matching line kept in a hit
 
 
@@ -189,6 +192,33 @@ SENTINELS: tuple[Sentinel, ...] = (
         "radixark/miles#3263",
         "config fidelity only: the bridge LoRA setup drops moe_router_dtype, so the router "
         "GEMM runs bf16; printed once per trainer rank (8 expected)",
+    ),
+    # SGLang's all-reduce route (sglang custom_all_reduce.py dispatch_custom_allreduce and
+    # server_args.py), judged by the gate's allreduce.path check (miles_amd.judge.allreduce)
+    _sentinel(
+        ALLREDUCE_AITER,
+        "known",
+        re.escape("[AR] Using AiterCustomAllreduce"),
+        ("Using AiterCustomAllreduce",),
+        "sglang custom_all_reduce.py: aiter's all-reduce taken",
+        "SGLang's rollout all-reduce is aiter's custom all-reduce (where ROCm/aiter#5694 "
+        "lives): the premise of the stock/patched comparison",
+    ),
+    _sentinel(
+        ALLREDUCE_FALLBACK,
+        "known",
+        re.escape("[AR] Aiter custom all-reduce not available; falling back to sglang"),
+        ("Aiter custom all-reduce not available",),
+        "sglang custom_all_reduce.py: aiter's all-reduce did not import",
+        "SGLang fell back to its own all-reduce: aiter's custom all-reduce did not import",
+    ),
+    _sentinel(
+        ALLREDUCE_ONE_STAGE,
+        "known",
+        re.escape("AMD/ROCm: Using 1-stage all-reduce kernel (deterministic)"),
+        ("Using 1-stage all-reduce kernel",),
+        "sglang server_args.py: deterministic inference",
+        "deterministic inference: SGLang takes its own 1-stage all-reduce, not aiter's",
     ),
     _sentinel(
         "aiter_untuned_gemm_config",

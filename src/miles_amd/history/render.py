@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 
 from miles_amd import escape, numeric
-from miles_amd.history.drift import Drift
+from miles_amd.history.drift import WINDOW, Drift
 from miles_amd.history.store import StoredRun
 from miles_amd.report import figure_layout as layout
 
@@ -29,34 +29,46 @@ def _mean(run: StoredRun, metric: str) -> str:
 
 
 def _identity(run: StoredRun) -> str:
-    return f"{run.variant or '?'}/{run.baseline}"
+    return run.identity.label()
+
+
+def _verdict(run: StoredRun) -> str:
+    """PASS / FAIL, and ``UNTRUSTED`` after a pass marked untrusted (out of the trend)."""
+    return (
+        "PASS UNTRUSTED" if run.verdict == "pass" and run.marked_untrusted else run.verdict.upper()
+    )
 
 
 def _md(text: object) -> str:
     return escape.markdown(text)
 
 
-def render_text(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
+def render_text(runs: Sequence[StoredRun], found: Sequence[Drift], cutoff: int) -> str:
     if not runs:
         return "no run in the history\n"
     lines = [f"{len(runs)} run(s), oldest first; mean of {', '.join(SHOWN)}"]
     for run in runs:
         commit = (run.commit_sha or "-")[:12]
         lines.append(
-            f"{run.run_id:>5}  {run.created_at}  {_identity(run):<18} {run.verdict.upper():<5} "
+            f"{run.run_id:>5}  {run.created_at}  {_identity(run):<18} {_verdict(run):<5} "
             f"commit {commit:<12}  {'  '.join(_mean(run, m) for m in SHOWN)}  {run.run_dir}"
         )
     lines.append("")
-    lines += drift_lines(found, k)
+    lines += drift_lines(found, cutoff)
     return "\n".join(escape.terminal(line) for line in lines) + "\n"
 
 
-def drift_lines(found: Sequence[Drift], k: int, runs: int | None = None) -> list[str]:
-    """The drift findings as lines; ``runs``: how many runs of the identity there are."""
-    if runs is not None and runs < k + 1:
-        return [f"drift: not checked yet ({runs} run(s); k = {k} moves need {k + 1})"]
+def drift_lines(found: Sequence[Drift], cutoff: int, trusted: int | None = None) -> list[str]:
+    """The drift findings as lines; ``trusted``: how many trusted runs the identity has."""
+    if trusted is not None and trusted < WINDOW:
+        return [
+            f"drift: not checked yet ({trusted} trusted run(s) of this recipe and aiter build; "
+            f"the trend test needs {WINDOW})"
+        ]
     if not found:
-        return [f"drift: no metric moved the same way in {k} consecutive runs"]
+        return [
+            f"drift: no trend over the last {WINDOW} trusted runs (Mann-Kendall |S| < {cutoff})"
+        ]
     return [f"DRIFT: {d.sentence()}" for d in found]
 
 
@@ -94,7 +106,7 @@ def trend_table(runs: Sequence[StoredRun]) -> list[str]:
     return lines
 
 
-def render_markdown(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
+def render_markdown(runs: Sequence[StoredRun], found: Sequence[Drift], cutoff: int) -> str:
     lines = [
         "### Run history",
         "",
@@ -106,15 +118,15 @@ def render_markdown(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -
     for run in runs:
         lines.append(
             f"| {run.run_id} | {_md(run.created_at)} | {_md(_identity(run))} "
-            f"| {_md(run.verdict.upper())} | {_md((run.commit_sha or '-')[:12])} | "
+            f"| {_md(_verdict(run))} | {_md((run.commit_sha or '-')[:12])} | "
             + " | ".join(_mean(run, m) for m in SHOWN)
             + " |"
         )
-    drift = [f"- {_md(line)}" for line in drift_lines(found, k)]
+    drift = [f"- {_md(line)}" for line in drift_lines(found, cutoff)]
     return "\n".join([*lines, "", *trend_table(runs), "", *drift]) + "\n"
 
 
-def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
+def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], cutoff: int) -> str:
     def number(v: float | None) -> float | None:
         return v if v is not None and math.isfinite(v) else None
 
@@ -124,7 +136,11 @@ def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
                 "run_id": r.run_id,
                 "created_at": r.created_at,
                 "recipe": r.recipe,
+                "recipe_digest": r.recipe_digest,
                 "variant": r.variant,
+                "aiter_commit": r.aiter_commit,
+                "trusted": r.trusted,
+                "marked_untrusted": r.marked_untrusted,
                 "baseline": r.baseline,
                 "image": r.image,
                 "commit_sha": r.commit_sha,
@@ -141,11 +157,13 @@ def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
             for r in runs
         ],
         "drift": {
-            "k": k,
+            "window": WINDOW,
+            "threshold": cutoff,
             "findings": [
                 {
                     "metric": d.metric,
                     "direction": d.direction,
+                    "s": d.s,
                     "means": list(d.means),
                     "run_ids": list(d.run_ids),
                 }
@@ -156,14 +174,17 @@ def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], k: int) -> str:
     return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
-def drift_section(found: Sequence[Drift], k: int, runs: int, run_id: int, path: str) -> str:
+def drift_section(found: Sequence[Drift], cutoff: int, trusted: int, run_id: int, path: str) -> str:
     """The markdown the gate adds to report.md after appending the run to the history."""
     lines = [
         "### Drift across runs",
         "",
         f"Appended as run {run_id} to the history {escape.markdown_code(path)}.",
     ]
-    return "\n".join([*lines, *(f"- {_md(line)}" for line in drift_lines(found, k, runs))]) + "\n"
+    return (
+        "\n".join([*lines, *(f"- {_md(line)}" for line in drift_lines(found, cutoff, trusted))])
+        + "\n"
+    )
 
 
 def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:

@@ -1,12 +1,16 @@
 """The run-history store: one SQLite file, schema versioned, every gate verdict appended.
 
 Decides what is kept of a judged run and where: a row in ``runs`` (the fields of
-:class:`RunRow`: when, recipe, aiter variant, baseline, image, commit, run dir, verdict,
-reason, rollouts, the failed checks), its per-metric summary in ``summaries`` (the fields of
-:class:`Summary`: n, mean, sd, min, max of the finite values) and its
-finite per-rollout values in ``metric_values`` (the shape of upstream miles'
-``tests/ci/metric_history`` store: non-finite values never enter it; the verdict records the
-failure). ``meta.schema_version`` is :data:`SCHEMA_VERSION`; a file of another version is
+:class:`RunRow`: when, recipe and its digest, aiter variant and commit, baseline, image,
+commit, run dir, verdict, reason, rollouts, the failed checks), its per-metric summary in
+``summaries`` (the fields of :class:`Summary`: n, mean, sd, min, max of the finite values),
+its finite per-rollout values in ``metric_values`` and its non-finite ones in
+``nonfinite_values`` as upstream's capture markers (``NaN``, ``Infinity``, ``-Infinity``:
+the export writes what the run had), and in ``untrusted_marks`` the runs a maintainer took out
+of the trend (:meth:`HistoryStore.mark`, reversible). A run's :class:`Identity` (recipe,
+digest, aiter variant and commit) and whether it is ``trusted`` (a pass not marked) are read
+from the row, never from the baseline's name. ``meta.schema_version`` is
+:data:`SCHEMA_VERSION` (2 since the identity, markers and marks); a file of another version is
 refused, never migrated silently. Standard library only (``sqlite3``); appends are one
 transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) never leave half
 a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: the row is
@@ -18,6 +22,8 @@ Where: the file the CLI names (``--history PATH`` or ``$MILES_AMD_HISTORY``;
 ``read_only`` (listing) is never created, initialised or modified. It does not decide what a
 drift is (``miles_amd.history.drift``) nor when to append (``miles-amd gate`` and
 ``train --gate``, when a history is named).
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from typing import Any
 
 from miles_amd import numeric, strict_json
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_MARKERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # upstream's capture markers
 
 
 class HistoryError(ValueError):
@@ -66,12 +73,29 @@ def summarize(values: Sequence[float]) -> Summary | None:
 
 
 @dataclass(frozen=True)
+class Identity:
+    """The runs whose means may be compared: one recipe, one aiter build."""
+
+    recipe: str
+    recipe_digest: str | None
+    variant: str | None
+    aiter_commit: str | None
+
+    def label(self) -> str:
+        commit = f"@{self.aiter_commit}" if self.aiter_commit else ""
+        digest = f" {self.recipe_digest}" if self.recipe_digest else ""
+        return f"{self.variant or '?'}{commit}{digest}"
+
+
+@dataclass(frozen=True)
 class RunRow:
     """The columns of the ``runs`` table, in table order (``run_id`` comes first, the store's)."""
 
     created_at: str = field(metadata=_column("TEXT NOT NULL"))  # ISO-8601, UTC
     recipe: str = field(metadata=_column("TEXT NOT NULL"))
-    variant: str | None = field(metadata=_column("TEXT"))
+    recipe_digest: str | None = field(metadata=_column("TEXT"))  # of plan.json's recipe
+    variant: str | None = field(metadata=_column("TEXT"))  # env.json's aiter_variant
+    aiter_commit: str | None = field(metadata=_column("TEXT"))  # env.json's aiter fact
     baseline: str = field(metadata=_column("TEXT NOT NULL"))
     image: str | None = field(metadata=_column("TEXT"))
     commit_sha: str | None = field(metadata=_column("TEXT"))
@@ -95,6 +119,17 @@ class StoredRun(RunRow):
 
     run_id: int
     summaries: Mapping[str, Summary]
+    marked_untrusted: bool = False
+
+    @property
+    def trusted(self) -> bool:
+        """A gate pass not marked untrusted: what the drift trend and the export trust."""
+        return self.verdict == "pass" and not self.marked_untrusted
+
+    @property
+    def identity(self) -> Identity:
+        """What the run was (from the run itself): never the baseline it was judged by."""
+        return Identity(self.recipe, self.recipe_digest, self.variant, self.aiter_commit)
 
 
 @dataclass(frozen=True)
@@ -132,7 +167,17 @@ CREATE TABLE IF NOT EXISTS metric_values (
     step   INTEGER NOT NULL,
     value  REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS runs_identity_idx ON runs (recipe, variant, baseline, created_at);
+CREATE TABLE IF NOT EXISTS nonfinite_values (
+    run_id INTEGER NOT NULL REFERENCES runs(run_id),
+    metric TEXT NOT NULL,
+    step   INTEGER NOT NULL,
+    marker TEXT NOT NULL CHECK (marker IN ('NaN', 'Infinity', '-Infinity'))
+);
+CREATE TABLE IF NOT EXISTS untrusted_marks (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(run_id),
+    marked_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_identity_idx ON runs (recipe, variant, aiter_commit, created_at);
 """
 
 
@@ -252,11 +297,37 @@ class HistoryStore:
                     f"VALUES (?, ?, {', '.join('?' * len(fields(Summary)))})",
                     (run_id, metric, *astuple(summary)),
                 )
+            for metric, points in sorted(record.series.items()):
                 self._db.executemany(
                     "INSERT INTO metric_values (run_id, metric, step, value) VALUES (?, ?, ?, ?)",
                     [(run_id, metric, s, v) for s, v in points if math.isfinite(v)],
                 )
+                self._db.executemany(
+                    "INSERT INTO nonfinite_values (run_id, metric, step, marker) "
+                    "VALUES (?, ?, ?, ?)",
+                    [
+                        (run_id, metric, s, _MARKERS[str(v)])
+                        for s, v in points
+                        if not math.isfinite(v)
+                    ],
+                )
         return run_id
+
+    def mark(self, run_id: int, *, untrusted: bool, now: str) -> bool:
+        """Mark run ``run_id`` untrusted (or trusted again); True when that changed anything.
+        ``HistoryError`` when there is no such run."""
+        with self._db:
+            if (
+                self._db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+                is None
+            ):
+                raise HistoryError(f"{self.path}: no run {run_id} in the history")
+            if untrusted:
+                sql = "INSERT OR IGNORE INTO untrusted_marks (run_id, marked_at) VALUES (?, ?)"
+                cursor = self._db.execute(sql, (run_id, now))
+            else:
+                cursor = self._db.execute("DELETE FROM untrusted_marks WHERE run_id = ?", (run_id,))
+        return cursor.rowcount > 0
 
     def runs(
         self, *, variant: str | None = None, baseline: str | None = None, limit: int | None = None
@@ -315,14 +386,28 @@ class HistoryStore:
                 f"SELECT metric, {_SUMMARY_COLUMNS} FROM summaries WHERE run_id = ?", (run_id,)
             )
         }
-        return StoredRun(**_from_row(columns), run_id=run_id, summaries=summaries)
+        marked = self._db.execute(
+            "SELECT 1 FROM untrusted_marks WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return StoredRun(
+            **_from_row(columns),
+            run_id=run_id,
+            summaries=summaries,
+            marked_untrusted=marked is not None,
+        )
 
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
-        """The finite per-rollout values of one stored run, per metric, in step order."""
+        """Every stored per-rollout value of one run (non-finite ones as NaN/±inf), per
+        metric, in step order (a repeated step in the order it was appended)."""
         found: dict[str, list[tuple[int, float]]] = {}
         for metric, step, value in self._db.execute(
-            "SELECT metric, step, value FROM metric_values WHERE run_id = ? ORDER BY metric, step",
-            (run_id,),
+            "SELECT metric, step, value FROM ("
+            " SELECT rowid AS n, 0 AS t, metric, step, value FROM metric_values WHERE run_id = ?"
+            " UNION ALL"
+            " SELECT rowid, 1, metric, step, CAST(marker AS TEXT) FROM nonfinite_values"
+            " WHERE run_id = ?) ORDER BY metric, step, t, n",
+            (run_id, run_id),
         ):
-            found.setdefault(metric, []).append((step, value))
+            number = float(value)  # a marker: float("NaN"), float("-Infinity"), ...
+            found.setdefault(metric, []).append((step, number))
         return found

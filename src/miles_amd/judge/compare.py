@@ -18,12 +18,23 @@ prompt-difficulty spread (the reward's largest noise) from the difference.
   metric's spike threshold are left out of its paired difference (the spike test below
   counts them), so one spike neither hides nor fakes a shift of the typical value. Effect
   sizes: ``d_z = Δ / sd(diffs)`` and ``Δ`` relative to A's mean.
+- **Multiplicity**: each metric's two-sided p (Student's t of Δ/SE, ``n - 1`` dof) is
+  Holm-adjusted over the metrics compared (:func:`holm`), and a metric "differs" only when
+  its adjusted p is at most 5%: an A/A comparison of 6-7 metrics then calls a difference in
+  at most 5% of comparisons, not one in four.
 - **Power statement**: the smallest shift this many pairs detects with 80% power at 5%
-  two-sided, ``(t_{0.975} + t_{0.80})·SE``.
+  two-sided, ``(t_{0.975} + t_{0.80})·SE``; when the CI holds both 0 and a shift of that
+  size, :attr:`MetricDiff.undecided` and the report says the data cannot decide.
 - **Spikes** (values above the baseline's ``all_below`` threshold): counts in A and B and
-  Fisher's exact test (two-sided, the sum of hypergeometric probabilities no larger than the
-  observed one); and what a run with no spike rules out: a per-rollout spike rate above
-  ``1 - 0.05^(1/N)`` (the 95% upper bound; about 3/N).
+  Fisher's exact test, one-sided: does B spike less often than A (the fix, B, against the
+  stock or earlier run, A)? p is the hypergeometric probability of B's count or fewer.
+  With it, :func:`spike_power`: the probability this test reaches 5% at the given rollout
+  counts when A spikes at a per-rollout rate of 5% or 10% (:data:`SPIKE_RATES`, the
+  intermittent rates the seed's stock runs showed) and B never does, and the rollouts a
+  run (equal counts) needs for 95% power (:func:`rollouts_for_power`); and what a run with
+  no spike rules out: a per-rollout spike rate above ``1 - 0.05^(1/N)`` (95%; about 3/N).
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations
@@ -31,13 +42,19 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from miles_amd import numeric
 from miles_amd.evidence.types import RunEvidence, Series
+from miles_amd.judge.distributions import binomial_pmf, t_two_sided_p
 from miles_amd.rules import bands
 from miles_amd.rules.kinds.all_below import ThresholdParams
 from miles_amd.rules.model import Baseline
+
+ALPHA = 0.05
+SPIKE_RATES = (0.05, 0.10)
+SPIKE_POWER = 0.95
+MAX_SEARCH_ROLLOUTS = 1000
 
 _Z975, _Z80 = 1.959964, 0.841621
 _T975_SMALL = {1: 12.706, 2: 4.303}
@@ -59,17 +76,43 @@ def t_quantile(p: float, dof: int) -> float:
     )
 
 
-def fisher_exact(a: int, n_a: int, b: int, n_b: int) -> float:
-    """Two-sided p of Fisher's exact test: ``a`` of ``n_a`` vs ``b`` of ``n_b``."""
+def fisher_fewer(a: int, n_a: int, b: int, n_b: int) -> float:
+    """One-sided p of Fisher's exact test that B (``b`` of ``n_b``) spikes less than A.
+
+    The hypergeometric probability that B has ``b`` or fewer of the ``a + b`` spikes.
+    """
     total, k = n_a + n_b, a + b
     denominator = math.comb(total, k)
+    ways = sum(math.comb(n_b, x) * math.comb(n_a, k - x) for x in range(max(0, k - n_a), b + 1))
+    return min(1.0, ways / denominator)
 
-    def prob(x: int) -> float:
-        return math.comb(n_a, x) * math.comb(n_b, k - x) / denominator
 
-    observed = prob(a)
-    support = range(max(0, k - n_b), min(k, n_a) + 1)
-    return min(1.0, sum(p for x in support if (p := prob(x)) <= observed * (1 + 1e-9)))
+def spike_power(rate: float, n_a: int, n_b: int, alpha: float = ALPHA) -> float:
+    """P(one-sided Fisher p <= ``alpha``) when A spikes at ``rate`` a rollout and B never."""
+    return math.fsum(
+        binomial_pmf(x, n_a, rate) for x in range(n_a + 1) if fisher_fewer(x, n_a, 0, n_b) <= alpha
+    )
+
+
+def rollouts_for_power(rate: float, power: float = SPIKE_POWER) -> int | None:
+    """The fewest rollouts per run (equal counts) for ``power``; None beyond the search."""
+    n = 2
+    while n <= MAX_SEARCH_ROLLOUTS:
+        if spike_power(rate, n, n) >= power:
+            return n
+        n += 1 if n < 100 else 10
+    return None
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order (monotone, at most 1)."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [1.0] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 def rate_ruled_out(n: int) -> float:
@@ -93,6 +136,8 @@ class MetricDiff:
     detectable: float  # the smallest |Δ| detected with 80% power at 5% two-sided
     binomial_floor: bool  # the SE is the reward's binomial floor, not the observed spread
     steps: tuple[int, ...]
+    p_value: float = 1.0  # two-sided, this metric alone
+    p_holm: float = 1.0  # Holm-adjusted over the metrics compared
 
     @property
     def relative(self) -> float | None:
@@ -100,7 +145,15 @@ class MetricDiff:
 
     @property
     def significant(self) -> bool:
-        return not self.ci_low <= 0.0 <= self.ci_high
+        """A difference after Holm's correction over the metrics compared."""
+        return self.p_holm <= ALPHA
+
+    @property
+    def undecided(self) -> bool:
+        """Not significant, and the CI still holds a shift as large as the detectable one."""
+        return not self.significant and (
+            self.ci_high >= self.detectable or self.ci_low <= -self.detectable
+        )
 
 
 @dataclass(frozen=True)
@@ -111,7 +164,11 @@ class Spikes:
     n_a: int
     count_b: int
     n_b: int
-    p_value: float
+    p_value: float  # one-sided: B spikes less often than A
+
+    def power(self, rate: float) -> float:
+        """This test's power at these counts when A spikes at ``rate`` and B never."""
+        return spike_power(rate, self.n_a, self.n_b)
 
 
 @dataclass(frozen=True)
@@ -148,6 +205,10 @@ def paired_diff(metric: str, a: Series, b: Series, samples: int | None) -> Metri
         se = effect.se
     t = t_quantile(0.975, max(n - 1, 1))
     detectable = (t + t_quantile(0.80, max(n - 1, 1))) * se
+    if se > 0:
+        p_value = t_two_sided_p(mean_diff / se, max(n - 1, 1))
+    else:
+        p_value = 1.0 if mean_diff == 0 else 0.0
     return MetricDiff(
         metric=metric,
         n=n,
@@ -161,6 +222,8 @@ def paired_diff(metric: str, a: Series, b: Series, samples: int | None) -> Metri
         detectable=detectable,
         binomial_floor=floor,
         steps=tuple(steps),
+        p_value=p_value,
+        p_holm=p_value,
     )
 
 
@@ -195,8 +258,10 @@ def compare(a: RunEvidence, b: RunEvidence, baseline: Baseline) -> Comparison:
             continue
         count_a = sum(not v <= threshold for _, v in sa)  # NaN counts as a spike
         count_b = sum(not v <= threshold for _, v in sb)
-        p = fisher_exact(count_a, len(sa), count_b, len(sb))
+        p = fisher_fewer(count_a, len(sa), count_b, len(sb))
         spikes.append(Spikes(rule.metric, threshold, count_a, len(sa), count_b, len(sb), p))
+    adjusted = holm([d.p_value for d in diffs])
+    diffs = [replace(d, p_holm=p) for d, p in zip(diffs, adjusted, strict=True)]
     return Comparison(
         run_a=a.run_dir,
         run_b=b.run_dir,

@@ -14,7 +14,15 @@ What env.json says, and how it is read:
 - aiter variant: the top-level ``aiter_variant`` (``stock``/``patched``, null when preflight
   ran without ``--aiter-variant``);
 - aiter version: the ``aiter`` fact's value when ``ok``, ``"amd-aiter 0.1.5 @ 0123456789ab"``,
-  compared as written.
+  compared as written;
+- aiter commit: the commit the ``aiter_commit`` fact names (``"1a2b3c4d (aiter/_version.py,
+  setuptools-scm +g)"``; ``"unknown: ..."`` records none), compared by prefix (a
+  setuptools-scm ``+g`` sha is abbreviated). A baseline's ``aiter_commit`` is the aiter its
+  reference ran (the patched one's contains ROCm/aiter#5694): a run claiming that variant on
+  another aiter build fails, with the fix.
+
+The rccl control arm (``control_arm``) is judged against the stock baseline's identity
+without its aiter variant (it runs the stock aiter under another variant name).
 
 A value is read whatever the fact's status (a ``wrong`` 4-GPU reading is still 4 GPUs).
 A field the baseline records as null (the shipped references did not publish their aiter
@@ -32,9 +40,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
+from miles_amd import variants
 from miles_amd.judge.env_facts import env_json_problems
 from miles_amd.rules.check import Check, Status
 
@@ -43,6 +52,7 @@ if TYPE_CHECKING:
     from miles_amd.rules.model import Baseline
 
 HARDWARE = ("gpu_arch", "gpu_count", "rocm")  # what --require-env needs the baseline to record
+_COMMIT = re.compile(r"^([0-9a-f]{7,64})(?:\s|$)")
 _GPUS = re.compile(r"^\s*(\d+)x\s+([A-Za-z0-9_,]+)")
 _MAJOR_MINOR = re.compile(r"^\s*(\d+)\.(\d+)")
 _RATIONALE = (
@@ -60,12 +70,15 @@ class Environment:
     rocm: str | None = None
     aiter_variant: str | None = None
     aiter_version: str | None = None
+    aiter_commit: str | None = None
 
     def describe(self) -> str:
         gpus = f"{self.gpu_count or '?'}x {self.gpu_arch or '?'}"
         aiter = f"aiter {self.aiter_variant or '?'}"
         if self.aiter_version:
             aiter += f" ({self.aiter_version})"
+        if self.aiter_commit:
+            aiter += f" @ {self.aiter_commit[:12]}"
         return f"{gpus}, ROCm {self.rocm or '?'}, {aiter}"
 
     def to_json(self) -> dict[str, object]:
@@ -88,12 +101,14 @@ def run_environment(env: Mapping[str, object]) -> Environment:
     aiter = facts.get("aiter", {})
     version = str(aiter.get("value") or "") if aiter.get("status") == "ok" else ""
     variant = env.get("aiter_variant")
+    commit = _COMMIT.match(str(facts.get("aiter_commit", {}).get("value") or ""))
     return Environment(
         gpu_arch=gpus.group(2).lower() if gpus else None,
         gpu_count=int(gpus.group(1)) if gpus else None,
         rocm=f"{rocm.group(1)}.{rocm.group(2)}" if rocm else None,
         aiter_variant=variant if isinstance(variant, str) and variant else None,
         aiter_version=version or None,
+        aiter_commit=commit.group(1) if commit else None,
     )
 
 
@@ -114,9 +129,26 @@ def compare(run: Environment, reference: Environment) -> tuple[list[str], list[s
             continue
         if found is None:
             unrecorded.append(name)
+        elif name == "aiter_commit" and _same_commit(str(found), str(expected)):
+            continue
         elif found != expected:
-            mismatched.append(f"{name}: run {found}, baseline {expected}")
+            mismatched.append(f"{name}: run {found}, baseline {expected}{_fix_of(name, reference)}")
     return mismatched, unrecorded
+
+
+def _same_commit(a: str, b: str) -> bool:
+    return a.startswith(b) or b.startswith(a)
+
+
+def _fix_of(name: str, reference: Environment) -> str:
+    if name != "aiter_commit":
+        return ""
+    build = f" ({variants.describe(reference.aiter_variant)})" if reference.aiter_variant else ""
+    return (
+        f" (the baseline's aiter{build}); fix: run on an aiter built from the baseline's commit "
+        "(AITER_PATCHED_REF / AITER_PATCHED_DIR for patched), or record a baseline from this "
+        "build with `miles-amd baseline record`"
+    )
 
 
 def _check(
@@ -135,9 +167,13 @@ def _check(
     )
 
 
-def environment_check(evidence: RunEvidence, baseline: Baseline, *, require_env: bool) -> Check:
+def environment_check(
+    evidence: RunEvidence, baseline: Baseline, *, require_env: bool, control_arm: bool = False
+) -> Check:
     """``environment.identity`` of ``evidence`` against ``baseline``; see the module doc."""
     reference = baseline_environment(baseline.provenance)
+    if control_arm:
+        reference = replace(reference, aiter_variant=None)
     expected = reference.describe()
     absent: Status = "fail" if require_env else "not_measured"
     unknown = [name for name in HARDWARE if getattr(reference, name) is None]

@@ -17,9 +17,15 @@ What is judged, in this order:
    env.json's GPU arch and count, ROCm, aiter variant and version against the baseline's
    ``provenance.environment``; a mismatch fails. Without env.json it is ``not_measured``,
    unless ``require_env`` (``--require-env``, the hardware path) makes it a failure.
-3. **Sentinels**: each ``fatal`` hit of ``job.log`` is a failed check naming the sentinel,
+3. **All-reduce path** (built in, ``allreduce.path``; ``miles_amd.judge.allreduce``): the job
+   log's SGLang ``[AR]`` lines and the preflight's ``sglang_allreduce`` fact against the
+   variant (aiter's all-reduce for stock/patched, SGLang's own for the rccl control arm);
+   no ``[AR]`` line is ``not_measured``, a failure with ``require_env``.
+   The rccl control arm, which has no baseline, is gated against the stock one with only
+   its baseline-free rules (``miles_amd.judge.control_arm``).
+4. **Sentinels**: each ``fatal`` hit of ``job.log`` is a failed check naming the sentinel,
    its count and first line. ``known`` hits never fail; the report lists every hit.
-4. **Baseline rules**, each with its tolerance from the baseline file, judged by its kind
+5. **Baseline rules**, each with its tolerance from the baseline file, judged by its kind
    (``miles_amd.rules.kinds``). A rule whose metric has no series is ``not_measured`` when
    optional and ``fail`` with "not measured" when required: a missing metric is never a
    pass. No rule demands a reward
@@ -34,6 +40,8 @@ hit); else ``fail`` when any check is ``fail`` or ``error``; else ``pass``.
 whose kind is ``hard`` (spikes, non-finite values; ``miles_amd.rules.kind.KindSpec``) and
 fatal sentinels, applied by the very same functions to whatever has been read so far; only
 checks that already failed are returned.
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations
@@ -43,6 +51,13 @@ from dataclasses import dataclass, field
 
 from miles_amd.evidence.types import Conflict, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.exit_codes import VERDICT_EXIT_CODES, VerdictName
+from miles_amd.judge.allreduce import allreduce_check
+from miles_amd.judge.control_arm import (
+    CONTROL_ARM,
+    control_arm_check,
+    reference_bound,
+    run_variant,
+)
 from miles_amd.judge.environment import environment_check
 from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
 from miles_amd.rules.model import Baseline
@@ -178,11 +193,19 @@ def judge(
     if rollouts < 1:
         raise ValueError(f"expected_rollouts must be >= 1, got {rollouts}")
     ctx = RuleContext(evidence, baseline, rollouts)
+    variant = run_variant(evidence, baseline)
+    control = variant == CONTROL_ARM
     checks = [
         *evidence_checks(evidence),
-        environment_check(evidence, baseline, require_env=require_env),
+        environment_check(evidence, baseline, require_env=require_env, control_arm=control),
+        allreduce_check(evidence, variant, require_env=require_env),
         *sentinel_checks(evidence.sentinels),
-        *(evaluate_rule(rule, ctx) for rule in baseline.rules),
+        *(
+            control_arm_check(rule, baseline, rollouts)
+            if control and reference_bound(rule)
+            else evaluate_rule(rule, ctx)
+            for rule in baseline.rules
+        ),
     ]
     if not _readable(evidence):
         verdict: VerdictName = "error"

@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from miles_amd import variants
 from miles_amd.recipe.settings import (
     CHECKPOINT_NAME,
     CHECKPOINT_REPO,
@@ -104,6 +105,7 @@ class LaunchPlan:
     process_env: Mapping[str, str] = field(default_factory=dict)
     ray_address: str | None = None
     run_dir: str | None = None
+    aiter_variant: str | None = None  # miles_amd.variants; sets the job's SGLang aiter env
     ray_auth_token_path: str | None = None  # the RAY_ADDRESS cluster's token file, if given
     node_run_dir: str | None = None  # cluster mode: where the job writes evidence on its node
     inherited_secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -125,6 +127,7 @@ class LaunchPlan:
             "ray_address": self.ray_address,
             "ray_auth_token_path": self.ray_auth_token_path,
             "run_dir": self.run_dir,
+            "aiter_variant": self.aiter_variant,
             **({"node_run_dir": self.node_run_dir} if self.node_run_dir else {}),
         }
 
@@ -142,12 +145,18 @@ def device_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def job_env_vars(
-    recipe: Recipe, env: Mapping[str, str], master_addr: str, run_dir: str | None
+    recipe: Recipe,
+    env: Mapping[str, str],
+    master_addr: str,
+    run_dir: str | None,
+    aiter_variant: str | None = None,
 ) -> dict[str, str]:
     """RECIPE.md's runtime env, plus where the evidence lands when a run dir is given.
 
     ``run_dir`` is the dir the *job* writes: the client's run dir on one node, the node-local
-    dir (:func:`node_run_dir`) in cluster mode.
+    dir (:func:`node_run_dir`) in cluster mode. SGLang's aiter switches are the variant's
+    (``miles_amd.variants.sglang_env``: ``SGLANG_USE_AITER=1`` always, ``SGLANG_USE_AITER_AR``
+    1 for stock/patched, 0 for the rccl control arm, unset without a variant).
     """
     pythonpath = ":".join(
         p for p in (recipe.miles_dir, recipe.megatron_dir, env.get("PYTHONPATH", "")) if p
@@ -160,6 +169,7 @@ def job_env_vars(
         "MASTER_ADDR": master_addr,
         "PYTHONPATH": pythonpath,
         **device_env(env),
+        **variants.sglang_env(aiter_variant),
     }
     if run_dir is not None:
         out["TENSORBOARD_DIR"] = f"{run_dir}/tensorboard"
@@ -209,6 +219,7 @@ def build_train_plan(
     entrypoint_prefix: tuple[str, ...] | None = None,
     node_root: str | None = None,
     run_id: str | None = None,
+    aiter_variant: str | None = None,
 ) -> LaunchPlan:
     """The plan for ``train``: cleanup, Ray head (unless ``RAY_ADDRESS``), the job.
 
@@ -223,6 +234,8 @@ def build_train_plan(
     (:func:`node_run_dir`; ``run_id``, a fresh random one by default, keeps runs apart there)
     and ``miles_amd.run.pullback`` brings it into ``run_dir``; without, the node is taken to
     see ``run_dir`` at the same path (shared storage) and writes there.
+    ``aiter_variant`` (``miles_amd.variants``; ``KeyError`` for an unknown one) sets the
+    job's SGLang aiter env (:func:`job_env_vars`).
     """
     if run_dir is not None and not recipe.capture_metrics:
         recipe = replace(recipe, capture_metrics=True)
@@ -236,7 +249,7 @@ def build_train_plan(
     on_node = None
     if ray_address and run_dir and node_root:
         on_node = node_run_dir(node_root, run_dir, run_id or uuid.uuid4().hex[:8])
-    job_vars = job_env_vars(recipe, env, master_addr, on_node or run_dir)
+    job_vars = job_env_vars(recipe, env, master_addr, on_node or run_dir, aiter_variant)
     resources = {NODE_RESOURCE: 1.0} if ray_address else {}
     return LaunchPlan(
         recipe=recipe,
@@ -247,6 +260,7 @@ def build_train_plan(
         process_env=device_env(env),
         ray_address=ray_address,
         run_dir=run_dir,
+        aiter_variant=aiter_variant,
         ray_auth_token_path=token_path,
         node_run_dir=on_node,
         inherited_secrets={} if ray_address else secrets,
@@ -332,6 +346,8 @@ def format_plan(plan: LaunchPlan) -> str:
     ]
     if plan.run_dir:
         lines.append(f"run dir: {plan.run_dir}")
+    if plan.aiter_variant:
+        lines.append(f"aiter variant: {variants.describe(plan.aiter_variant)}")
     for i, step in enumerate(plan.steps, 1):
         lines.append(f"{i}. {step.name}: {step.description}")
         if step.argv and step.name != "submit":

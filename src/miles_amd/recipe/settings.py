@@ -10,7 +10,10 @@ Invariants checked on construction (each error names the broken one):
 - ``rollout_batch_size * n_samples_per_prompt == global_batch_size``: one optimizer step per
   rollout, so N rollouts are N optimizer steps.
 - ``num_gpus`` divisible by the trainer TP and by the rollout engine TP.
-- ``lora_rank == sglang_max_lora_rank``: SGLang cannot load a larger adapter than it reserved.
+- ``lora_rank == sglang_max_lora_rank``: miles ignores the latter and sets SGLang's max LoRA
+  rank from ``--lora-rank`` (``recipe.ignored_flags``); equal, the argv says what runs.
+- every LoRA target name maps to a gpt-oss layer in miles (``recipe.lora_targets``), also in
+  ``--extra-args --target-modules``: an unmapped one (``gate_up_proj``) trains no adapter.
 - ``hardware`` is MI355X or MI350X (both 8 GPUs a node).
 - ``--qkv-format bshd`` (sink attention in TE) forbids ``--use-dynamic-batch-size``.
 
@@ -36,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
 
+from miles_amd.recipe.lora_targets import extra_target_modules, unmapped_targets_message
 from miles_amd.recipe.secret_flags import secret_flags_in
 
 Arg = tuple[str, tuple[str, ...]]  # a flag and its values, e.g. ("--lora-rank", ("32",))
@@ -150,6 +154,12 @@ class Recipe:
                 "remove it and set WANDB_API_KEY (or HF_TOKEN) in the environment instead"
             )
         object.__setattr__(self, "_extra", extra)
+        for source, names in (
+            ("target_modules", self.target_modules),
+            ("--extra-args --target-modules", extra_target_modules(extra)),
+        ):
+            if message := unmapped_targets_message(source, names):
+                raise RecipeError(message)
         repeated = sorted(pinned_flags(self) & _flags_in(extra))
         if repeated and not self.override_pinned:
             raise RecipeError(
@@ -236,7 +246,8 @@ def _check_invariants(r: Recipe) -> None:
     if r.lora_rank != r.sglang_max_lora_rank:
         raise RecipeError(
             f"lora_rank {r.lora_rank} != sglang_max_lora_rank {r.sglang_max_lora_rank}: "
-            "SGLang must reserve exactly the adapter rank it serves"
+            "miles ignores --sglang-max-lora-rank and gives SGLang max_lora_rank = --lora-rank "
+            f"({r.lora_rank}); set both to the same rank so the argv says what runs"
         )
     if r.use_dynamic_batch_size and r.qkv_format == "bshd":
         raise RecipeError(

@@ -21,7 +21,16 @@ from typing import Literal
 from miles_amd import escape
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.files import atomic_write_bytes, atomic_write_text
-from miles_amd.judge.compare import Comparison, MetricDiff, rate_ruled_out
+from miles_amd.judge.compare import (
+    ALPHA,
+    MAX_SEARCH_ROLLOUTS,
+    SPIKE_POWER,
+    SPIKE_RATES,
+    Comparison,
+    MetricDiff,
+    rate_ruled_out,
+    rollouts_for_power,
+)
 from miles_amd.report import figure_layout as layout
 from miles_amd.rules.check import axis
 
@@ -36,12 +45,24 @@ def diff_sentence(d: MetricDiff) -> str:
     relative = f" ({d.relative:+.1%} of A)" if d.relative is not None else ""
     effect = f", d_z {d.d_z:+.2f}" if d.d_z is not None else ""
     floor = " (SE at the binomial floor)" if d.binomial_floor else ""
-    verdict = "differs" if d.significant else "no detected difference"
-    return (
+    p = f"p {d.p_value:.3g}, Holm-adjusted {d.p_holm:.3g}"
+    verdict = f"differs ({p})" if d.significant else f"no detected difference ({p})"
+    text = (
         f"Δ = {d.diff:+.4g}{relative}, 95% CI [{_g(d.ci_low)}, {_g(d.ci_high)}]{floor}{effect}: "
         f"{verdict}; with {d.n} paired rollouts this comparison could detect a shift of "
         f"±{_g(d.detectable)} (80% power, 5% two-sided)"
     )
+    if d.undecided:
+        text += (
+            f"; the data cannot decide: the interval holds both no change and a shift of "
+            f"±{_g(d.detectable)}"
+        )
+    return text
+
+
+def _needed(rate: float) -> str:
+    n = rollouts_for_power(rate)
+    return f"more than {MAX_SEARCH_ROLLOUTS}" if n is None else str(n)
 
 
 def spike_sentences(comparison: Comparison) -> list[str]:
@@ -49,8 +70,20 @@ def spike_sentences(comparison: Comparison) -> list[str]:
     for s in comparison.spikes:
         line = (
             f"{s.metric} above {s.threshold:g}: A {s.count_a}/{s.n_a}, B {s.count_b}/{s.n_b} "
-            f"rollouts (Fisher's exact p = {s.p_value:.3g})"
+            f"rollouts (one-sided Fisher's exact p = {s.p_value:.3g} that B spikes less often "
+            "than A)"
         )
+        powers = ", ".join(f"{rate:.0%}: {s.power(rate):.0%}" for rate in SPIKE_RATES)
+        needed = ", ".join(f"{rate:.0%}: {_needed(rate)}" for rate in SPIKE_RATES)
+        line += (
+            f"; power of this test if A spikes at a per-rollout rate of {powers} (B never); "
+            f"rollouts each run needs for 95% power at {needed}"
+        )
+        if s.p_value > ALPHA and s.power(SPIKE_RATES[-1]) < SPIKE_POWER:
+            line += (
+                f"; the data cannot decide whether B spikes less often than A: "
+                f"{s.n_a} vs {s.n_b} rollouts are too few"
+            )
         clean = [
             (name, n)
             for name, count, n in (("A", s.count_a, s.n_a), ("B", s.count_b, s.n_b))
@@ -86,7 +119,10 @@ def to_json(c: Comparison) -> dict[str, object]:
                 "relative": number(d.relative),
                 "detectable_shift": d.detectable,
                 "binomial_floor": d.binomial_floor,
+                "p": d.p_value,
+                "p_holm": d.p_holm,
                 "significant": d.significant,
+                "undecided": d.undecided,
                 "summary": diff_sentence(d),
             }
             for d in c.diffs
@@ -97,7 +133,11 @@ def to_json(c: Comparison) -> dict[str, object]:
                 "threshold": s.threshold,
                 "a": [s.count_a, s.n_a],
                 "b": [s.count_b, s.n_b],
-                "fisher_p": s.p_value,
+                "fisher_p_b_fewer": s.p_value,
+                "power": {f"{rate:g}": s.power(rate) for rate in SPIKE_RATES},
+                "rollouts_for_95pct_power": {
+                    f"{rate:g}": rollouts_for_power(rate) for rate in SPIKE_RATES
+                },
             }
             for s in c.spikes
         ],

@@ -3,7 +3,8 @@
 Decides the hint of a kind (keyed by kind name, ``miles_amd.rules.kinds``) from the
 figures of its check (``Check.numbers``): a mean band, a max bound, a spike threshold (a
 line when the data reach near it, else a note, so the data are never squeezed into a
-strip), a ±atol strip, a Theil-Sen trend line. A hint returns True to ask for a log y axis.
+strip), a ±atol strip, a Theil-Sen trend line, a step's two halves. A hint returns True
+to ask for a log y axis.
 A kind without a hint draws nothing. The panel itself is ``miles_amd.report.plot``'s.
 """
 
@@ -82,10 +83,29 @@ def trend(ax: Any, check: Check, finite: list[float]) -> bool:
     return False
 
 
+def step(ax: Any, check: Check, finite: list[float]) -> bool:
+    """``step_rise``: the two halves' geometric means as segments (red when it failed)."""
+    numbers = check.numbers
+    if "split_step" not in numbers:  # too few values to split
+        return False
+    first, split, last = numbers["first_step"], numbers["split_step"], numbers["last_step"]
+    colour = "tab:red" if check.failed else "tab:brown"
+    ax.plot([first, split], [numbers["head"]] * 2, color=colour, linewidth=1.5, gid="step")
+    ax.plot(
+        [split, last],
+        [numbers["tail"]] * 2,
+        color=colour,
+        linewidth=1.5,
+        label=f"halves' geometric means (rise {numbers['z']:+.1f} SE)",
+    )
+    return False
+
+
 HINTS: Mapping[KindName, Hint] = {
     "all_below": threshold,
     "mean_within": mean_band,
     "max_within": max_bound,
     "near_zero": near_zero,
     "no_rising_trend": trend,
+    "step_rise": step,
 }

@@ -4,7 +4,10 @@
 the band derived for N rollouts by ``miles_amd.rules.bands`` (:func:`band_for`). The loader
 re-derives the written band (:func:`validate_band`); a ``cover`` value (another published
 run the band must include) may stretch it to at most :data:`COVER_MAX_WIDENING` times the
-derived reach; ``k`` is bounded by the schema. Not a kind itself. Pure: no file is read.
+derived reach; ``k``, ``run_sd`` (a run-level effect) and ``rho`` (lag-1 autocorrelation)
+are bounded by the schema (issue 19: without them a band ignores run-to-run variation and
+fails about one healthy run in ten; ``benchmarks/bench_calibration.py``). Not a kind
+itself. Pure: no file is read.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class Derive:
     method: Literal["mean_band", "max_band"]
     k: float
     cover: tuple[float, ...] = ()
+    run_sd: float = 0.0  # relative sd of a run-level effect (miles_amd.rules.bands)
+    rho: float = 0.0  # lag-1 autocorrelation of the per-rollout values (mean_band only)
 
 
 @dataclass(frozen=True)
@@ -43,15 +48,20 @@ class BandParams(Params):
         band, derive = raw["band"], raw["derive"]
         return cls(
             Band(band["low"], band["high"]),
-            Derive(derive["method"], derive["k"], tuple(derive.get("cover", ()))),
+            Derive(
+                derive["method"],
+                derive["k"],
+                tuple(derive.get("cover", ())),
+                derive.get("run_sd", 0.0),
+                derive.get("rho", 0.0),
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
-        derive = self.derive
-        return {
-            "band": {"low": self.band.low, "high": self.band.high},
-            "derive": {"method": derive.method, "k": derive.k, "cover": list(derive.cover)},
-        }
+        d = self.derive
+        derive: dict[str, Any] = {"method": d.method, "k": d.k, "cover": list(d.cover)}
+        derive.update({k: v for k, v in (("run_sd", d.run_sd), ("rho", d.rho)) if v})
+        return {"band": {"low": self.band.low, "high": self.band.high}, "derive": derive}
 
 
 def band_for(rule: Rule, baseline: Baseline, n_rollouts: int) -> Band:
@@ -64,8 +74,10 @@ def band_for(rule: Rule, baseline: Baseline, n_rollouts: int) -> Band:
     derive = BandParams.of(rule).derive
     spread = baseline.spread(rule.metric)
     if derive.method == "mean_band":
-        return bands.mean_band(spread, n_rollouts, derive.k, derive.cover)
-    return bands.max_band(spread, n_rollouts, derive.k, derive.cover)
+        return bands.mean_band(
+            spread, n_rollouts, derive.k, derive.cover, derive.run_sd, derive.rho
+        )
+    return bands.max_band(spread, n_rollouts, derive.k, derive.cover, derive.run_sd)
 
 
 def _mean(values: list[float]) -> float:
@@ -108,6 +120,8 @@ def reference_spread(rule: Rule, baseline: Baseline) -> str:
         f"mean {spread.mean:.6g}, sd {spread.sd:.6g}, n {spread.n} ({spread.how}); "
         f"k {derive.k:.6g}, cover [{cover}]"
     )
+    if derive.run_sd or derive.rho:
+        text += f", run_sd {derive.run_sd:.6g}, rho {derive.rho:.6g}"
     top = baseline.reference_max(rule.metric) if rule.kind == "max_within" else None
     return text + (f", max {top:.6g}" if top is not None else "")
 
@@ -132,7 +146,7 @@ def validate_band(rule: Rule, baseline: Baseline, method: str) -> Problem | None
             ("add a series, or a summary with sd, min/max or bounds"),
         )
     for cover in params.derive.cover:
-        limit = _cover_limit(rule.kind, spread, baseline.run_shape.rollouts, params.derive.k)
+        limit = _cover_limit(rule.kind, spread, baseline.run_shape.rollouts, params.derive)
         if abs(cover - spread.mean) > limit:
             return (
                 ".derive.cover",
@@ -163,12 +177,12 @@ def rederive_band(rule: Rule, draft: Baseline, rollouts: int) -> dict[str, Any]:
     return BandParams(band, params.derive).to_json()
 
 
-def _cover_limit(kind: str, spread: bands.Spread, n: int, k: float) -> float:
+def _cover_limit(kind: str, spread: bands.Spread, n: int, derive: Derive) -> float:
     """How far from the centre a cover value may lie: COVER_MAX_WIDENING x the derived reach."""
     if kind == "mean_within":
-        reach = k * spread.sd * math.sqrt(1.0 / n + 1.0 / spread.n)
+        reach = bands.mean_half_width(spread, n, derive.k, derive.run_sd, derive.rho)
     else:
-        reach = (bands.expected_max(n) + k) * spread.sd
+        reach = bands.max_reach(spread, n, derive.k, derive.run_sd)
     return COVER_MAX_WIDENING * reach
 
 

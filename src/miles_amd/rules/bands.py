@@ -14,13 +14,20 @@ The method, one rule per statistic:
   the bounds of a bounded per-sample quantity (Bhatia-Davis: a quantity in ``[lo, hi]`` with
   mean ``m`` has variance at most ``(hi - m)(m - lo)``; a rollout mean over ``groups``
   independent prompt groups has at most that divided by ``groups``; :func:`bounded_spread`).
-- **Band for a run's mean** (:func:`mean_band`): ``center ± k·sd·sqrt(1/n_run + 1/n_ref)``,
-  the standard error of the difference of two independent means, widened when needed so the
-  band covers every ``cover`` value (the other published run's mean).
+- **Band for a run's mean** (:func:`mean_band`): ``center ± k·sqrt(sd²·(V(n_run) + V(n_ref))
+  + 2·(run_sd·center)²)``, the standard error of the difference of two run means: ``V(n)``
+  the variance of a mean of ``n`` rollouts with lag-1 autocorrelation ``rho``
+  (:func:`mean_variance`, ``1/n`` when ``rho = 0``) and ``run_sd`` the relative sd of a
+  run-level effect (each run's level differs from the recipe's by it); widened when needed
+  so the band covers every ``cover`` value (the other published run's mean). ``run_sd`` and
+  ``rho`` are declared in the rule's ``derive`` block; how their sizes were chosen from the
+  published data is ``miles_amd.testing.honest.Noise``'s doc (``benchmarks/
+  bench_calibration.py`` measures the false alarms with and without them).
 - **Upper bound for a run's max** (:func:`max_band`): ``center + (E[max of n_run normals] +
-  k)·sd``; the expected maximum grows with the number of rollouts, so a 1000-rollout run is
-  not failed for being long. No lower bound: a small max is no failure by itself (the mean
-  band's lower edge catches a collapsed metric).
+  k)·sd + k·sqrt(2)·run_sd·center``; the expected maximum grows with the number of rollouts,
+  so a 1000-rollout run is not failed for being long; the last term is the level difference
+  of two runs. No lower bound: a small max is no failure by itself (the mean band's lower
+  edge catches a collapsed metric).
 - **Rounding**: band edges are rounded outward to :data:`SIGNIFICANT_DIGITS` significant
   digits, so rounding never tightens a band and the files hold short, exact numbers.
 - **Paired effect** (:func:`paired_effect`): with ``--rollout-shuffle`` and the default seed
@@ -178,26 +185,68 @@ def bounded_spread(mean: float, lower: float, upper: float, *, groups: int, n: i
     return Spread(mean, sd, n, how)
 
 
-def mean_band(spread: Spread, n_run: int, k: float, cover: Iterable[float] = ()) -> Band:
-    """Band for the mean of ``n_run`` rollouts: ``mean ± k·sd·sqrt(1/n_run + 1/n_ref)``.
+def ar1_variance(weights: Sequence[float], rho: float) -> float:
+    """``Var(Σ w_i·x_i) / σ²`` for a stationary AR(1) series with lag-1 correlation ``rho``."""
+    n = len(weights)
+    total = math.fsum(w * w for w in weights)
+    for lag in range(1, n):
+        r = rho**lag
+        if r == 0.0:
+            break
+        total += 2 * r * math.fsum(weights[i] * weights[i + lag] for i in range(n - lag))
+    return total
+
+
+def mean_variance(n: int, rho: float) -> float:
+    """``Var(mean of n rollouts) / σ²`` with lag-1 autocorrelation ``rho`` (``1/n`` at 0)."""
+    if rho == 0.0:
+        return 1.0 / n
+    return ar1_variance([1.0 / n] * n, rho)
+
+
+def mean_half_width(
+    spread: Spread, n_run: int, k: float, run_sd: float = 0.0, rho: float = 0.0
+) -> float:
+    """``k`` standard errors of the difference of a run's mean and the reference's."""
+    var = spread.sd**2 * (mean_variance(n_run, rho) + mean_variance(spread.n, rho))
+    return k * math.sqrt(var + 2.0 * (run_sd * spread.mean) ** 2)
+
+
+def mean_band(
+    spread: Spread,
+    n_run: int,
+    k: float,
+    cover: Iterable[float] = (),
+    run_sd: float = 0.0,
+    rho: float = 0.0,
+) -> Band:
+    """Band for the mean of ``n_run`` rollouts (see the module doc).
 
     The half width grows, if needed, to cover every value in ``cover``.
     """
     if n_run < 1:
         raise ValueError(f"a mean of {n_run} rollouts is undefined")
-    half = k * spread.sd * math.sqrt(1.0 / n_run + 1.0 / spread.n)
+    half = mean_half_width(spread, n_run, k, run_sd, rho)
     half = max([half, *(abs(c - spread.mean) for c in cover)])
     return Band(
         round_outward(spread.mean - half, up=False), round_outward(spread.mean + half, up=True)
     )
 
 
-def max_band(spread: Spread, n_run: int, k: float, cover: Iterable[float] = ()) -> Band:
-    """Upper bound for the max of ``n_run`` rollouts: ``mean + (E[max_n] + k)·sd``.
+def max_reach(spread: Spread, n_run: int, k: float, run_sd: float = 0.0) -> float:
+    """How far above the centre a run's max may lie: ``(E[max_n] + k)·sd + k·√2·run_sd·m``."""
+    level = k * math.sqrt(2.0) * run_sd * abs(spread.mean)
+    return (expected_max(n_run) + k) * spread.sd + level
+
+
+def max_band(
+    spread: Spread, n_run: int, k: float, cover: Iterable[float] = (), run_sd: float = 0.0
+) -> Band:
+    """Upper bound for the max of ``n_run`` rollouts: ``mean + max_reach``.
 
     Raised, if needed, to cover every value in ``cover`` (the other published run's max).
     """
-    high = spread.mean + (expected_max(n_run) + k) * spread.sd
+    high = spread.mean + max_reach(spread, n_run, k, run_sd)
     high = max([high, *cover])
     return Band(None, round_outward(high, up=True))
 
@@ -231,6 +280,68 @@ def paired_effect(
     )
 
 
+def prompt_variance(reference: Sequence[float], samples: int, groups: int) -> float:
+    """The prompt-difficulty variance ``v_p`` of a reward series (method of moments, >= 0).
+
+    A rollout's reward is ``groups`` prompts of ``samples/groups`` 0/1 samples each; its
+    variance is ``v_p/groups + (m(1-m) - v_p)/samples``, so ``v_p = (s² - m(1-m)/samples)·
+    samples/(samples/groups - 1)``.
+    """
+    n = len(reference)
+    m = math.fsum(reference) / n
+    s2 = math.fsum((v - m) ** 2 for v in reference) / (n - 1)
+    per_group = samples // groups
+    return max(0.0, (s2 - m * (1 - m) / samples) * samples / (per_group - 1))
+
+
+def paired_drop(
+    run: Sequence[float],
+    reference: Sequence[float],
+    *,
+    samples_per_rollout: int,
+    groups: int,
+    run_sd: float,
+    pool: float | None,
+) -> PairedEffect:
+    """One-sided paired effect of a reward fraction with its exact binomial SE.
+
+    ``run`` holds the run's values at the rollouts ``reference`` (the full reference series)
+    has, from rollout 0. Given the prompts, a rollout's reward varies by ``q/samples`` with
+    ``q = E[p(1-p)] = m(1-m) - v_p`` (:func:`prompt_variance` of the reference): the
+    difference of the run's and the reference's mean over ``n`` paired rollouts varies by
+    ``2q/(samples·n) + 2·run_sd²``. With ``pool`` (the other published run's mean on the
+    same prompts) the reference level is the average of the two runs: the reference part
+    halves and the other run adds ``q/(4·samples·n_ref)``: ``q/samples·(1/n + 1/(4n) +
+    1/(4·n_ref)) + 1.5·run_sd²``. The observed spread of the differences is reported, not
+    used: a collapse of a few rollouts would inflate it and hide itself.
+    """
+    n = len(run)
+    if n == 0 or n > len(reference):
+        raise ValueError("paired series must be non-empty and no longer than the reference")
+    n_ref = len(reference)
+    m_ref = math.fsum(reference) / n_ref
+    q = max(m_ref * (1 - m_ref) - prompt_variance(reference, samples_per_rollout, groups), 0.0)
+    per = q / samples_per_rollout
+    level = math.fsum(reference[:n]) / n
+    var = 2 * per / n + 2 * run_sd**2
+    if pool is not None:
+        level += (pool - m_ref) / 2
+        var = per / n + per / (4 * n) + per / (4 * n_ref) + 1.5 * run_sd**2
+    diffs = [r - b for r, b in zip(run, reference[:n], strict=True)]
+    mean_diff = math.fsum(run) / n - level
+    observed = None
+    if n >= 2:
+        centre = math.fsum(diffs) / n
+        observed = math.sqrt(math.fsum((d - centre) ** 2 for d in diffs) / (n - 1))
+    return PairedEffect(
+        mean_diff=mean_diff,
+        se=math.sqrt(var),
+        n=n,
+        sd_observed=observed,
+        sd_binomial_floor=math.sqrt(2 * per),
+    )
+
+
 def single_token_fraction(samples_per_rollout: int, max_response_tokens: int) -> float:
     """Smallest non-zero per-token fraction one token can produce in a rollout.
 
@@ -241,19 +352,35 @@ def single_token_fraction(samples_per_rollout: int, max_response_tokens: int) ->
     return 1.0 / (samples_per_rollout * max_response_tokens)
 
 
-def derivation_text(method: str, origin: str, n_ref: int, k: float, cover: str) -> str:
+def derivation_text(
+    method: str,
+    origin: str,
+    n_ref: int,
+    k: float,
+    cover: str,
+    run_sd: float = 0.0,
+    rho: float = 0.0,
+) -> str:
     """The derivation sentence of a band of ``method`` (``mean_band``/``max_band``).
 
     ``origin`` says where centre and sd came from; ``cover`` is the covered values as text.
     """
     if method == "mean_band":
+        if run_sd or rho:
+            formula = (
+                f"center ± k·sqrt(sd²·(V(N) + V({n_ref})) + 2·(run_sd·center)²) with k = {k:g}, "
+                f"run_sd = {run_sd:g} (a run-level effect) and V(n) the variance of a mean of "
+                f"n rollouts with lag-1 autocorrelation rho = {rho:g}"
+            )
+        else:
+            formula = f"center ± k·sd·sqrt(1/N + 1/{n_ref}) with k = {k:g}"
         return (
-            f"{origin}; band = center ± k·sd·sqrt(1/N + 1/{n_ref}) with k = {k:g}, "
-            f"widened to cover {cover}; edges rounded outward to 4 significant digits; "
-            "rescaled for N rollouts by miles_amd.rules.bands.mean_band"
+            f"{origin}; band = {formula}, widened to cover {cover}; edges rounded outward to 4 "
+            "significant digits; rescaled for N rollouts by miles_amd.rules.bands.mean_band"
         )
+    level = f" + k·√2·run_sd·center with run_sd = {run_sd:g}" if run_sd else ""
     return (
-        f"{origin}; upper bound = center + (E[max of N standard normals] + k)·sd with "
+        f"{origin}; upper bound = center + (E[max of N standard normals] + k)·sd{level} with "
         f"k = {k:g} (E = {expected_max(n_ref):.4f} for N = {n_ref}), raised to cover {cover}; "
         "no lower bound; rounded up to 4 significant digits; rescaled for N rollouts by "
         "miles_amd.rules.bands.max_band"

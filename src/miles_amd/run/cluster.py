@@ -17,6 +17,8 @@ names there are Ray's own
 GPU counts are what each raylet declares: on a CPU raylet ``ray start --num-gpus 8`` is
 accepted and the node then counts as 8 GPUs to the scheduler (the rehearsal uses that);
 whether the GPUs are MI355X is the node's preflight's question (``env.json``), not Ray's.
+
+Explained for people in ``docs/cluster.md``.
 """
 
 from __future__ import annotations

@@ -7,13 +7,17 @@ pass), when the preflight passes (every fact ``ok``), and what ``env.json`` hold
 ``baseline record`` can say which environment produced a run).
 
 Does not decide any single fact: the probes are in ``probes_node`` (GPUs, ROCm, torch) and
-``probes_stack`` (packages, checkouts, aiter, inputs, disk), a fact's shape in ``facts``.
+``probes_stack`` (packages, checkouts, aiter, inputs, disk), ``probes_allreduce`` (the A/B
+premise: the job's SGLang aiter env, aiter's commit, SGLang's all-reduce route), a fact's
+shape in ``facts``.
 Nothing on the machine is changed: no server is started and no GPU memory is allocated.
 
 Adding a probe: write ``def probe_<name>(config: PreflightConfig) -> Fact`` in its own module
 (the fact's ``name`` is ``<name>``; ``config.recipe()`` gives the recipe when the probe needs
 its argv), import it here and add it to :data:`PROBES` where its row should appear. Nothing
 else changes: the CLI prints every fact, and ``env.json`` records every fact.
+
+Explained for people in ``docs/node.md``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ from pathlib import Path
 from miles_amd.files import atomic_write_text
 from miles_amd.run.facts import IMAGE, Fact, FactStatus, PreflightConfig, one_line
 from miles_amd.run.parse_probe import probe_miles_argv
+from miles_amd.run.probes_allreduce import (
+    probe_aiter_commit,
+    probe_sglang_aiter_env,
+    probe_sglang_allreduce,
+)
 from miles_amd.run.probes_node import probe_gpus, probe_rocm, probe_torch
 from miles_amd.run.probes_stack import (
     probe_aiter,
@@ -73,6 +82,9 @@ PROBES: tuple[Probe, ...] = (
     probe_miles,
     probe_aiter,
     probe_aiter_variant,
+    probe_aiter_commit,
+    probe_sglang_aiter_env,
+    probe_sglang_allreduce,
     probe_checkpoint,
     probe_dataset,
     probe_miles_argv,

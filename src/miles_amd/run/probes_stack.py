@@ -173,7 +173,7 @@ def probe_aiter_variant(config: PreflightConfig) -> Fact:
             "aiter_variant",
             "ok",
             "unrecorded",
-            "pass --aiter-variant stock|patched to label the run's environment",
+            f"pass --aiter-variant {'|'.join(AITER_VARIANTS)} to label the run's environment",
         )
     if variant not in AITER_VARIANTS:
         return Fact(

@@ -39,6 +39,8 @@ the run's exit code is 1 whatever the gate says. A successful final pull writes
 With a shared filesystem (the node's evidence dir is visible to the client, e.g. NFS), none
 of this is needed: point the run's evidence at the shared dir (no ``RAY_ADDRESS``-mode node
 root), and the watcher and gate read it in place; the pull-back then only costs a job start.
+
+Explained for people in ``docs/cluster.md``.
 """
 
 from __future__ import annotations

@@ -57,6 +57,8 @@ leftovers (:func:`clear_leftovers`), again only by recorded pid and create time.
 
 Measured on a 2-core CPU machine (Ray 2.60): start to dashboard-ready about 5-8 s, stop
 about 2-6 s.
+
+Explained for people in ``docs/ray-head-and-secrets.md``.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ miles and Megatron checkouts, which hold no ``aiter``; every ``PYTHONPATH`` entr
 site-packages, where the image's stock aiter is), so the patched job imports that build and
 the stock job the image's. The dir must exist at that path on every node that may take the
 patched job (the cluster decides the node). It does not judge or compare runs itself.
+
+Explained for people in ``docs/cluster.md``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ driver, watcher, sentinels and gate are the real ones. :func:`expectation_proble
 rule both the rehearsal tests and ``benchmarks/bench_rehearsal.py`` apply: a healthy replay
 (or the harmless known sentinel) must PASS; every other fault must not, with the gate checks
 and the driver stop its catalogue entry (``miles_amd.testing.faults``) names.
+
+Explained for people in ``docs/rehearsal.md``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,17 @@
 
 With ``--rollout-shuffle`` and the default seed every run sees the same prompt sequence, so
 the mean per-rollout difference to the reference series must lie within ``z`` standard
-errors (``miles_amd.rules.bands.paired_effect``); ``z`` is bounded by the schema. Needs the
-reference's per-rollout series. Pure: no file is read.
+errors (``miles_amd.rules.bands.paired_effect``: two-sided, the SE the larger of the
+observed spread and a binomial floor); ``z`` is bounded by the schema. Needs the
+reference's per-rollout series.
+
+``side: lower`` (issue 19) fails only a drop, with the exact binomial SE of
+``samples_per_rollout`` 0/1 samples (``miles_amd.rules.bands.paired_drop``: ``E[p(1-p)]``
+from the reference series, plus a declared run-level shift ``run_sd``), and the reference
+level pooled with ``pool``, the other published run's mean on the same prompts (the loader
+checks it is a ``cover`` value of a ``mean_within`` rule on the metric). The observed spread
+is reported, not used: a collapse of the last third of a run inflated it and hid itself
+(caught 1 time in 4; now 99%). Pure: no file is read.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from miles_amd import numeric
 from miles_amd.evidence.types import Series
@@ -21,13 +31,20 @@ from miles_amd.rules.model import Baseline, Params, Rule
 
 
 @dataclass(frozen=True)
-class ZParams(Params):
+class PairedParams(Params):
     z: float
+    side: str | None = None  # "both" (the default) or "lower"
+    run_sd: float | None = None  # lower: sd of a run-level shift of every prompt's p
+    pool: float | None = None  # lower: the other published run's mean on the same prompts
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in super().to_json().items() if v is not None}
 
 
 def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     assert rule.metric is not None
-    z = ZParams.of(rule).z
+    params = PairedParams.of(rule)
+    z = params.z
     reference = ctx.baseline.series[rule.metric]
     counts = Counter(step for step, _ in series)
     pairs = [(s, v, reference[s]) for s, v in series if 0 <= s < len(reference) and counts[s] == 1]
@@ -43,17 +60,15 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
         detail = f"paired effect undefined: non-finite at rollout {steps_text(bad)}"
         return rule_check(rule, "fail", math.nan, wanted, detail, failing_steps=tuple(bad))
     try:
-        effect = bands.paired_effect(
-            [v for _, v, _ in pairs],
-            [r for _, _, r in pairs],
-            samples_per_rollout=ctx.baseline.run_shape.samples_per_rollout,
-        )
+        effect = _effect(params, ctx.baseline, reference, pairs)
     except OverflowError:
         detail = "paired effect undefined: the values are too large to difference in floats"
         return rule_check(rule, "fail", math.nan, wanted, detail)
+    lower = params.side == "lower"
+    ok = effect.mean_diff >= -z * effect.se if lower else abs(effect.mean_diff) <= z * effect.se
     return rule_check(
         rule,
-        passed(abs(effect.mean_diff) <= z * effect.se),
+        passed(ok),
         effect.mean_diff,
         wanted,
         _detail(effect, ctx.baseline.run_id),
@@ -67,6 +82,34 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     )
 
 
+def _effect(
+    params: PairedParams,
+    baseline: Baseline,
+    reference: tuple[float, ...],
+    pairs: list[tuple[int, float, float]],
+) -> bands.PairedEffect:
+    """Two-sided with the observed/floor SE, or ``side: lower``'s exact binomial SE."""
+    shape = baseline.run_shape
+    if params.side != "lower":
+        return bands.paired_effect(
+            [v for _, v, _ in pairs],
+            [r for _, _, r in pairs],
+            samples_per_rollout=shape.samples_per_rollout,
+        )
+    paired = {s for s, _, _ in pairs}
+    # the paired reference values first (in the run's order), then the rest: all of the
+    # reference gives its mean and its prompt variance
+    ordered = [r for _, _, r in pairs] + [v for s, v in enumerate(reference) if s not in paired]
+    return bands.paired_drop(
+        [v for _, v, _ in pairs],
+        ordered,
+        samples_per_rollout=shape.samples_per_rollout,
+        groups=shape.prompts_per_rollout,
+        run_sd=params.run_sd or 0.0,
+        pool=params.pool,
+    )
+
+
 def _detail(effect: bands.PairedEffect, run_id: str) -> str:
     observed_sd = "n/a" if effect.sd_observed is None else f"{effect.sd_observed:.4f}"
     return (
@@ -77,7 +120,11 @@ def _detail(effect: bands.PairedEffect, run_id: str) -> str:
 
 
 def expected(rule: Rule, baseline: Baseline, rollouts: int) -> str:
-    return f"|mean paired Δ| ≤ {ZParams.of(rule).z:g} SE"
+    params = PairedParams.of(rule)
+    if params.side == "lower":
+        pooled = f", reference pooled with {params.pool:g}" if params.pool is not None else ""
+        return f"mean paired Δ ≥ -{params.z:g} SE (binomial SE{pooled})"
+    return f"|mean paired Δ| ≤ {params.z:g} SE"
 
 
 def reference(rule: Rule, baseline: Baseline) -> str:
@@ -93,12 +140,29 @@ def validate(rule: Rule, baseline: Baseline) -> Problem | None:
             f"paired comparison needs a per-rollout series of {rule.metric}",
             ("add it to evidence.series or drop the rule"),
         )
+    params = PairedParams.of(rule)
+    if params.side != "lower" and (params.pool is not None or params.run_sd is not None):
+        return (".side", "pool and run_sd apply to side lower only", "set side to lower")
+    if params.pool is not None:
+        covers = {
+            c
+            for r in baseline.rules
+            if r.kind == "mean_within" and r.metric == rule.metric
+            for c in r.params.get("derive", {}).get("cover", ())
+        }
+        if not any(math.isclose(params.pool, c, rel_tol=1e-12) for c in covers):
+            return (
+                ".pool",
+                f"pool {params.pool:g} is no cover value of a mean_within rule on {rule.metric} "
+                f"(covers: {sorted(covers)})",
+                "pool only the other published run the mean band covers, or drop pool",
+            )
     return None
 
 
 SPEC = KindSpec(
     name="paired_mean_diff",
-    params=ZParams,
+    params=PairedParams,
     check=check,
     expected=expected,
     reference=reference,

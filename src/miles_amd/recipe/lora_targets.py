@@ -1,0 +1,53 @@
+"""Which LoRA target names reach a layer of gpt-oss in miles, and the refusal of the others.
+
+miles turns ``--target-modules`` into Megatron layer names with
+``convert_target_modules_to_megatron`` (``miles/backends/megatron_utils/lora_utils.py``):
+HF names map to Megatron's ``linear_*`` layers, Megatron names pass as they are, and any
+other name passes through unmapped, matches no layer and trains no adapter, without a
+warning. gpt-oss's own expert name ``gate_up_proj`` is such a name. This module lists the
+names that map (:data:`LORA_TARGET_MODULES`, standard LoRA, which miles uses by default) and
+words the refusal; ``recipe.settings`` raises it. The conformance tier checks the table
+against miles' own mapping. It decides nothing about which targets the recipe uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# name -> the Megatron layer of gpt-oss miles maps it to (standard LoRA)
+LORA_TARGET_MODULES: dict[str, str] = {
+    "q_proj": "linear_qkv",
+    "k_proj": "linear_qkv",
+    "v_proj": "linear_qkv",
+    "o_proj": "linear_proj",
+    "gate_proj": "linear_fc1",
+    "up_proj": "linear_fc1",
+    "down_proj": "linear_fc2",
+    "linear_qkv": "linear_qkv",
+    "linear_proj": "linear_proj",
+    "linear_fc1": "linear_fc1",
+    "linear_fc2": "linear_fc2",
+}
+
+
+def unmapped_targets_message(source: str, names: Sequence[str]) -> str | None:
+    """The one-line refusal for the names miles would not map, or None when all map."""
+    unknown = [name for name in names if name not in LORA_TARGET_MODULES]
+    if not unknown:
+        return None
+    return (
+        f"{source}: LoRA target {', '.join(unknown)} is not a name miles maps to a Megatron "
+        "layer, so it would match nothing and train no adapter; use names from "
+        f"{', '.join(LORA_TARGET_MODULES)} (gpt-oss's gate_up_proj is gate_proj,up_proj)"
+    )
+
+
+def extra_target_modules(extra: Sequence[str]) -> list[str]:
+    """The names of ``--target-modules`` in extra args (``X`` or ``=X`` form), else []."""
+    names: list[str] = []
+    for i, token in enumerate(extra):
+        if token.startswith("--target-modules="):
+            names += token.split("=", 1)[1].split(",")
+        elif token == "--target-modules" and i + 1 < len(extra):
+            names += extra[i + 1].split(",")
+    return [name.strip() for name in names]

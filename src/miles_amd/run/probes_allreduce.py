@@ -1,0 +1,216 @@
+"""Preflight probes of the A/B premise: the job's SGLang aiter env, aiter's build, the route.
+
+Decides the ``sglang_aiter_env``, ``aiter_commit`` and ``sglang_allreduce`` facts:
+
+- ``sglang_aiter_env``: ``SGLANG_USE_AITER``, ``SGLANG_USE_AITER_AR`` and
+  ``SGLANG_USE_1STAGE_ALLREDUCE`` as the job will see them: the runtime env's value
+  (``miles_amd.variants.sglang_env`` of ``--aiter-variant``), else the launching process's
+  (a Ray worker inherits the head's env), else ``unset``.
+- ``aiter_commit``: the git commit the aiter the job imports was built from, from (in order)
+  the git checkout holding the package (an editable/source build such as the workflow's
+  patched one), ``direct_url.json``'s ``vcs_info.commit_id`` of ``amd-aiter`` (a pip VCS
+  install), the setuptools-scm local version ``+g<sha>`` in ``aiter/_version.py`` (aiter's
+  ``pyproject.toml`` writes it there) or in the distribution's version; else ``unknown:``
+  with what was looked at (a release built from a tag carries no ``+g``). Never a failure.
+- ``sglang_allreduce``: the route of ``run.sglang_allreduce.allreduce_route``; ``wrong`` when
+  it is not the variant's (stock/patched need aiter's all-reduce, where ROCm/aiter#5694
+  lives; the rccl control arm needs SGLang's own).
+
+"As the job sees it": aiter is inspected in a child ``python3`` (the job's interpreter) with
+the job's ``PYTHONPATH`` (``recipe.plan.job_env_vars``; for patched, ``AITER_PATCHED_DIR``
+first when set, as ``run.variants_run.variant_env`` puts it), which imports
+``aiter.dist.device_communicators.custom_all_reduce`` as SGLang does; its failure is SGLang's
+fallback. The child runs once per preflight and is read as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+
+from miles_amd import variants
+from miles_amd.run.facts import Fact, PreflightConfig, one_line
+from miles_amd.run.probes_stack import _git_commit
+from miles_amd.run.sglang_allreduce import SGLANG_SOURCE, allreduce_route
+
+SGLANG_ENV_KEYS = ("SGLANG_USE_AITER", "SGLANG_USE_AITER_AR", "SGLANG_USE_1STAGE_ALLREDUCE")
+CHILD_TIMEOUT_S = 300.0  # importing aiter on a node loads its JIT modules
+_SCM_LOCAL = re.compile(r"\+g([0-9a-f]{7,40})(?:\.|$)")
+_HEX = re.compile(r"^[0-9a-f]{7,64}$")
+
+# Runs in the job's python3 with the job's PYTHONPATH; stdlib only; prints one JSON object.
+CHILD = r"""
+import importlib.metadata as md, importlib.util, json, os, re
+out = {"package_dir": None, "version_py": None, "dists": [], "ar_import_error": None}
+try:
+    spec = importlib.util.find_spec("aiter")
+except Exception as exc:
+    spec = None
+    out["ar_import_error"] = f"{type(exc).__name__}: {exc}"
+if spec is not None and spec.submodule_search_locations:
+    pkg = list(spec.submodule_search_locations)[0]
+    out["package_dir"] = pkg
+    try:
+        with open(os.path.join(pkg, "_version.py"), encoding="utf-8") as f:
+            out["version_py"] = f.read(4096)
+    except OSError:
+        pass
+for dist in md.distributions():
+    name = re.sub(r"[-_.]+", "-", dist.metadata.get("Name") or "").lower()
+    if name == "amd-aiter":
+        direct_url = dist.read_text("direct_url.json")
+        out["dists"].append({"version": dist.version, "direct_url": direct_url})
+try:
+    import aiter.dist.device_communicators.custom_all_reduce  # noqa: F401  (as SGLang does)
+except BaseException as exc:
+    out["ar_import_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+def job_sglang_env(variant: str | None, launch_env: Mapping[str, str]) -> dict[str, str]:
+    """The SGLang switches the job sees: runtime env, else inherited; absent keys left out."""
+    inherited = {k: launch_env[k] for k in SGLANG_ENV_KEYS if k in launch_env}
+    return {**inherited, **variants.sglang_env(variant)}
+
+
+def job_pythonpath(config: PreflightConfig, launch_env: Mapping[str, str]) -> str:
+    """The job's PYTHONPATH (``recipe.plan.job_env_vars``), the patched build first if given."""
+    from miles_amd.recipe.plan import job_env_vars
+
+    env = dict(launch_env)
+    patched = launch_env.get("AITER_PATCHED_DIR")
+    if config.aiter_variant == "patched" and patched:
+        env["PYTHONPATH"] = ":".join(p for p in (patched, env.get("PYTHONPATH", "")) if p)
+    return job_env_vars(config.recipe(), env, "127.0.0.1", None)["PYTHONPATH"]
+
+
+@lru_cache(maxsize=8)
+def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
+    """What the child finds (module doc); ``{"error": ...}`` when it cannot run or answer."""
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    try:
+        done = subprocess.run(
+            [python, "-c", CHILD],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            check=False,
+            cwd="/",
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"{python} could not run: {one_line(exc)}"}
+    lines = done.stdout.strip().splitlines()
+    try:
+        reading = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        reading = None
+    if not isinstance(reading, dict):
+        tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
+        return {"error": f"{python} gave no reading: {tail}"}
+    return reading
+
+
+def probe_sglang_aiter_env(config: PreflightConfig) -> Fact:
+    env = job_sglang_env(config.aiter_variant, os.environ)
+    return Fact("sglang_aiter_env", "ok", sglang_env_text(env))
+
+
+def sglang_env_text(env: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={env.get(k, 'unset')}" for k in SGLANG_ENV_KEYS)
+
+
+def probe_aiter_commit(config: PreflightConfig) -> Fact:
+    reading = read_job_aiter(job_pythonpath(config, os.environ))
+    package = reading.get("package_dir")
+    git = _git_commit(Path(str(package))) if isinstance(package, str) else None
+    return aiter_commit_fact(reading, git)
+
+
+def aiter_commit_fact(reading: Mapping[str, object], git_commit: str | None) -> Fact:
+    """The ``aiter_commit`` fact from the child's reading (module doc); pure."""
+    name = "aiter_commit"
+    if "error" in reading:
+        return Fact(name, "ok", f"unknown: {reading['error']}")
+    package = reading.get("package_dir")
+    if not isinstance(package, str):
+        return Fact(name, "ok", "unknown: the job's python3 finds no module aiter")
+    if git_commit:
+        return Fact(name, "ok", f"{git_commit} (git checkout {package})")
+    looked = [f"{package} is no git checkout"]
+    listed = reading.get("dists")
+    dists = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
+    for dist in dists:
+        commit = _direct_url_commit(dist.get("direct_url"))
+        if commit:
+            return Fact(name, "ok", f"{commit} (amd-aiter direct_url.json vcs_info)")
+    looked.append("no amd-aiter direct_url.json with vcs_info")
+    version_py = reading.get("version_py")
+    if isinstance(version_py, str):
+        if match := _SCM_LOCAL.search(_quoted_version(version_py)):
+            return Fact(name, "ok", f"{match.group(1)} (aiter/_version.py, setuptools-scm +g)")
+        looked.append(f"aiter/_version.py says {_quoted_version(version_py) or '?'!r}")
+    for dist in dists:
+        version = str(dist.get("version") or "")
+        if match := _SCM_LOCAL.search(version):
+            return Fact(name, "ok", f"{match.group(1)} (amd-aiter {version}, setuptools-scm +g)")
+        looked.append(f"amd-aiter {version} has no +g<sha> (a tagged release build)")
+    return Fact(name, "ok", "unknown: " + "; ".join(looked))
+
+
+def _direct_url_commit(text: object) -> str | None:
+    try:
+        data = json.loads(text) if isinstance(text, str) else None
+    except json.JSONDecodeError:
+        return None
+    vcs = data.get("vcs_info") if isinstance(data, dict) else None
+    commit = str(vcs.get("commit_id") or "") if isinstance(vcs, dict) else ""
+    return commit if _HEX.match(commit) else None
+
+
+def _quoted_version(version_py: str) -> str:
+    match = re.search(r"""__version__\s*=\s*['"]([^'"]+)['"]""", version_py)
+    return match.group(1) if match else ""
+
+
+def probe_sglang_allreduce(config: PreflightConfig) -> Fact:
+    reading = read_job_aiter(job_pythonpath(config, os.environ))
+    error = reading.get("error") or reading.get("ar_import_error")
+    return sglang_allreduce_fact(
+        config.aiter_variant,
+        job_sglang_env(config.aiter_variant, os.environ),
+        config.recipe().argv(),
+        str(error) if error else None,
+    )
+
+
+def sglang_allreduce_fact(
+    variant: str | None, env: Mapping[str, str], argv: list[str], import_error: str | None
+) -> Fact:
+    """The route against the variant's need; pure."""
+    route = allreduce_route(env, argv, import_error)
+    value = f"{route.text()} [{SGLANG_SOURCE}]"
+    if variant is None:
+        return Fact("sglang_allreduce", "ok", value)
+    want = "aiter" if variants.aiter_allreduce_expected(variant) else "sglang"
+    if route.route == want:
+        return Fact("sglang_allreduce", "ok", value)
+    why = (
+        f"the {variant} variant is about aiter's all-reduce ({variants.AITER_FIX} lives there)"
+        if want == "aiter"
+        else "the rccl control arm must run SGLang's own all-reduce"
+    )
+    return Fact(
+        "sglang_allreduce",
+        "wrong",
+        value,
+        f"{why}; fix: run with the job env miles-amd sets (--aiter-variant {variant}), unset "
+        "SGLANG_USE_1STAGE_ALLREDUCE, drop deterministic flags, and make aiter's "
+        "custom_all_reduce import in the job's python3",
+    )

@@ -1,0 +1,223 @@
+"""The honest calibration's parts: intervals, the honest model, the statistics of issue 19.
+
+Small fixed-seed counts (the big ones are ``benchmarks/bench_calibration.py``'s): the
+intervals against known values, the model against the published data it was fitted to, the
+real ``baseline record`` of a simulated reference, and each new or changed rule firing on
+the regression it is for, through the real gate, and the statistics by hand.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from miles_amd.baseline.model import load_baseline
+from miles_amd.rules import bands
+from miles_amd.rules.kinds import step_rise as step_rules
+from miles_amd.rules.kinds.no_rising_trend import hamed_rao_factor
+from miles_amd.rules.model import Baseline
+from miles_amd.testing import calibrate, honest
+from miles_amd.testing.intervals import clopper_pearson, clustered_interval, design_effect
+from miles_amd.testing.simulate import KL, LOGPROB, REWARD
+
+
+@pytest.fixture(scope="module")
+def baselines() -> tuple[Baseline, Baseline]:
+    return load_baseline("patched"), load_baseline("stock")
+
+
+@pytest.fixture(scope="module")
+def model(baselines) -> honest.HonestModel:
+    return honest.honest_model(*baselines)
+
+
+def test_clopper_pearson_matches_known_values() -> None:
+    assert clopper_pearson(0, 20)[1] == pytest.approx(1 - 0.025 ** (1 / 20))
+    low, high = clopper_pearson(5, 100)  # the textbook interval
+    assert (low, high) == (pytest.approx(0.01643, abs=1e-5), pytest.approx(0.11283, abs=1e-5))
+    with pytest.raises(ValueError):
+        clopper_pearson(3, 2)
+
+
+def test_clustered_failures_widen_the_interval() -> None:
+    """Five failures in one cluster of five are one event, not five."""
+    spread = [1] * 5 + [0] * 95
+    clumped = [5] + [0] * 99
+    assert design_effect(spread, 5) == 1.0
+    assert design_effect(clumped, 5) == pytest.approx(5.0, rel=0.05)
+    assert clustered_interval(clumped, 5)[2] > clustered_interval(spread, 5)[2] * 2
+
+
+def test_the_skewed_kl_reproduces_the_published_summary(baselines) -> None:
+    kl = baselines[0].summaries[KL]
+    c, mu, sigma = honest.skewed_kl(kl["min"], kl["mean"], kl["max"])
+    assert 0 < c < kl["min"]
+    draws = c + np.exp(mu + sigma * np.random.default_rng(3).standard_normal((4000, 20)))
+    assert draws.mean() == pytest.approx(kl["mean"], rel=0.03)
+    assert np.median(draws.min(axis=1)) == pytest.approx(kl["min"], rel=0.03)
+    assert np.median(draws.max(axis=1)) == pytest.approx(kl["max"], rel=0.1)
+
+
+def test_run_effects_and_autocorrelation_are_what_the_noise_declares(model) -> None:
+    rng = np.random.default_rng(4)
+    noisy = honest.honest_model(
+        model.base and load_baseline("patched"),
+        load_baseline("stock"),
+        honest.Noise(run_logprob=0.2, run_kl=0.0, run_reward=0.0, rho=0.5),
+    )
+    gaps = noisy.runs(noisy.prompts(rng, 20), 2000, "patched", rng)[LOGPROB]
+    logs = np.log(gaps)
+    run_level = logs.mean(axis=1)
+    assert run_level.std() == pytest.approx(0.2, rel=0.15)  # run effect dominates the mean
+    centred = logs - run_level[:, None]
+    lag1 = (centred[:, 1:] * centred[:, :-1]).mean() / (centred**2).mean()
+    assert 0.35 < lag1 < 0.5  # 0.5, less the bias of centring 20 values
+
+
+def test_a_simulated_reference_is_recorded_with_the_real_record_code(model, baselines) -> None:
+    patched = baselines[0]
+    rng = np.random.default_rng(6)
+    prompts = model.prompts(rng, 20)
+    ref = {m: v[0] for m, v in model.runs(prompts, 1, "patched", rng).items()}
+    other = {m: v[0] for m, v in model.runs(prompts, 1, "stock", rng).items()}
+    recorded = calibrate.record(patched, ref, other)
+    assert recorded is not None
+    assert recorded.series[REWARD] == tuple(float(v) for v in ref[REWARD])
+    (mean_rule,) = [r for r in recorded.rules if r.id == "raw_reward.mean"]
+    assert mean_rule.params["derive"]["cover"] == [pytest.approx(float(other[REWARD].mean()))]
+    (paired,) = [r for r in recorded.rules if r.id == "raw_reward.paired"]
+    assert paired.params["pool"] == pytest.approx(float(other[REWARD].mean()))
+
+
+def test_healthy_runs_pass_the_gate_against_a_recorded_simulated_reference(
+    model, baselines
+) -> None:
+    tally = calibrate.run_cell(calibrate.Cell(model, baselines[0], 20, 5), 30, 2)
+    assert tally.rate <= 0.03, tally.by_check
+
+
+def test_the_bands_without_the_run_effect_fail_healthy_runs(model, baselines) -> None:
+    """Issue 19's finding: bands that ignore run-to-run variation fail ~10% of healthy runs."""
+    from dataclasses import replace
+
+    patched = baselines[0]
+
+    def without(rule):
+        derive = {
+            k: v for k, v in rule.params.get("derive", {}).items() if k not in ("run_sd", "rho")
+        }
+        return replace(rule, params={**rule.params, "derive": derive}) if derive else rule
+
+    rules = tuple(without(r) for r in patched.rules)
+    tally = calibrate.run_cell(calibrate.Cell(model, replace(patched, rules=rules), 20, 5), 30, 2)
+    assert tally.rate > 0.03, tally.by_check
+
+
+@pytest.mark.parametrize(
+    ("fault", "check"),
+    [
+        (honest.Fault("late", late_reward_factor=0.5), "raw_reward.paired"),
+        (honest.Fault("drop", reward_shift=-0.12), "raw_reward.paired"),
+        (honest.Fault("step", step_from_mid=1.5), "logprob_abs_diff.step"),
+        (honest.Fault("kl", kl_scale=3.0), "train_rollout_kl.mean"),
+    ],
+)
+def test_each_changed_rule_fires_on_its_regression(model, baselines, fault, check) -> None:
+    tally = calibrate.run_cell(calibrate.Cell(model, baselines[0], 20, 5, fault), 8, 9)
+    assert tally.by_check.get(check, 0) / tally.runs >= 0.8, tally.by_check
+
+
+def test_the_statistics_by_hand() -> None:
+    reference = bands.series_spread([1.0 + 0.1 * (-1) ** i for i in range(20)])
+    flat = [1.0] * 10 + [2.0] * 10
+    assert step_rules.step_rise_z(flat, reference, run_sd=0.0, rho=0.0)[0] > 10
+    assert step_rules.step_rise_z(flat[::-1], reference, run_sd=0.0, rho=0.0)[0] < 0
+    # a run level within the declared run effect (3%) barely moves it
+    level = [1.03 + 0.1 * (-1) ** i for i in range(20)]
+    assert abs(step_rules.step_rise_z(level, reference, run_sd=0.03, rho=0.0)[0]) < 1
+    stock = load_baseline("stock")
+    logs = step_rules.log_spread(stock, LOGPROB)  # from the published min/mean/max
+    assert logs.sd == pytest.approx(math.log(0.0202 / 0.014) / bands.expected_range(20))
+    assert math.exp(logs.mean + logs.sd**2 / 2) == pytest.approx(0.0171)
+    assert step_rules.threshold(0.0025, 20, 20) == pytest.approx(2.99, abs=0.02)  # t, 37 dof
+    assert bands.mean_variance(10, 0.0) == pytest.approx(0.1)
+    assert bands.mean_variance(10, 0.3) > 0.1 * 1.5
+    assert hamed_rao_factor(20, 0.0) == 1.0
+    assert 1.5 < hamed_rao_factor(20, 0.3) < (1.3 / 0.7)
+    # the paired drop: the exact binomial SE, not the observed spread of the differences
+    ref = [0.5, 0.6] * 10
+    half = [v / 2 for v in ref[:14]] + ref[14:]
+    drop = bands.paired_drop(half, ref, samples_per_rollout=64, groups=8, run_sd=0.0, pool=None)
+    assert drop.z < -5
+    assert drop.sd_observed is not None and drop.sd_observed > drop.sd_binomial_floor
+    same = bands.paired_drop(ref, ref, samples_per_rollout=64, groups=8, run_sd=0.0, pool=None)
+    assert same.mean_diff == 0.0
+    pooled = bands.paired_drop(ref, ref, samples_per_rollout=64, groups=8, run_sd=0.0, pool=0.45)
+    assert pooled.mean_diff == pytest.approx(0.05) and pooled.se < same.se
+    # with rho and run_sd 0 the band is today's
+    spread = bands.Spread(1.0, 0.1, 20, "")
+    assert bands.mean_band(spread, 20, 4.0) == bands.mean_band(spread, 20, 4.0, (), 0.0, 0.0)
+    wider, today = bands.mean_band(spread, 20, 4.0, (), 0.03, 0.3), bands.mean_band(spread, 20, 4.0)
+    assert wider.high is not None and today.high is not None and wider.high > today.high
+
+
+# ---------------------------------------------------------------------------- the gate on
+# the published series: the regressions issue 19 found passing now fail, by the named rule
+
+
+def _published(patched: Baseline) -> dict[str, list[float]]:
+    return {
+        LOGPROB: list(patched.series[LOGPROB]),
+        REWARD: [round(v * 64) / 64 for v in patched.series[REWARD]],
+        "train/pg_clipfrac": [0.0] * 20,
+    }
+
+
+def _judge(values: dict[str, list[float]], baseline: Baseline):
+    from miles_amd.judge.gate import judge
+    from miles_amd.testing.simulate import evidence
+
+    return judge(evidence({m: np.asarray([v]) for m, v in values.items()}, 0), baseline)
+
+
+def _status(verdict, name: str) -> str:
+    (check,) = [c for c in verdict.checks if c.name == name]
+    return check.status
+
+
+def test_a_late_reward_collapse_fails_the_paired_rule_it_passed_before(baselines) -> None:
+    from dataclasses import replace
+
+    patched = baselines[0]
+    values = _published(patched)
+    # the reward halves in the last 7 rollouts; elsewhere it differs by ±5/64 (sampling)
+    noisy = [v + (5 / 64 if i % 2 else -5 / 64) for i, v in enumerate(values[REWARD])]
+    values[REWARD] = noisy[:13] + [round(v * 32) / 64 for v in noisy[13:]]
+    assert _status(_judge(values, patched), "raw_reward.paired") == "fail"
+    assert _status(_judge(values, patched), "raw_reward.mean") == "pass"  # the blind spot
+    # the two-sided test with the observed SE (before issue 19) let it through
+    two_sided = {"z": 3.0}
+    rules = tuple(
+        replace(r, params=two_sided) if r.id == "raw_reward.paired" else r for r in patched.rules
+    )
+    assert _status(_judge(values, replace(patched, rules=rules)), "raw_reward.paired") == "pass"
+
+
+def test_a_reward_rise_is_no_regression(baselines) -> None:
+    values = _published(baselines[0])
+    values[REWARD] = [min(1.0, v + 6 / 64) for v in values[REWARD]]
+    assert _status(_judge(values, baselines[0]), "raw_reward.paired") == "pass"
+
+
+def test_a_mid_run_step_fails_the_step_rule_inside_the_mean_band(baselines) -> None:
+    for baseline in baselines:
+        values = _published(baselines[0])
+        values[LOGPROB] = values[LOGPROB][:10] + [v * 1.3 for v in values[LOGPROB][10:]]
+        verdict = _judge(values, baseline)
+        assert _status(verdict, "logprob_abs_diff.step") == "fail", baseline.name
+        assert _status(verdict, "logprob_abs_diff.mean") == "pass", baseline.name
+        assert _status(_judge(_published(baselines[0]), baseline), "logprob_abs_diff.step") == (
+            "pass"
+        )
