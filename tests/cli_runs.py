@@ -1,17 +1,90 @@
-"""Run ``miles-amd`` as a user does: a real subprocess of this interpreter."""
+"""Run ``miles-amd`` as a user does: in this process, or as a real process where one is needed.
+
+:func:`run_cli` runs :func:`miles_amd.cli.main.main` itself, the console script's entry, so
+the exit path is the user's (a click usage error is one ``miles-amd: error:`` line and exit
+2, ``sys.exit`` gives the code), inside typer's ``CliRunner`` isolation: stdout and stderr
+captured apart, ``env`` (a whole environment, as ``subprocess.run`` takes it) put in place of
+``os.environ`` for the call, ``cwd`` entered for the call. An unexpected exception propagates
+to the test (where a process would print a traceback and exit 1).
+
+:func:`run_cli_process` starts ``python -m miles_amd.cli`` for what only a process shows: a
+closed pipe, a fresh interpreter's imports, the environment a child inherits.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from miles_amd.cli.main import main
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+@dataclass(frozen=True)
+class CliRun:
+    """What a finished run left: its exit code and its two streams (as ``CompletedProcess``)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def environment_overlay(env: Mapping[str, str]) -> dict[str, str | None]:
+    """``os.environ`` -> ``env`` as the overrides ``CliRunner`` takes (None deletes a key)."""
+    return {key: env.get(key) for key in {*os.environ, *env}}
+
+
+@contextlib.contextmanager
+def working_dir(cwd: Path | None) -> Iterator[None]:
+    """``cwd`` as the working directory for the block (``contextlib.chdir`` is 3.11+)."""
+    before = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> CliRun:
+    """``miles-amd ARGS`` in this process (see the module docstring)."""
+    overlay = environment_overlay(env) if env is not None else None
+    with (
+        CliRunner().isolation(env=overlay) as (stdout, stderr, _),
+        working_dir(cwd),
+    ):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code
+        else:  # pragma: no cover - main() always exits
+            raise AssertionError("miles_amd.cli.main.main returned instead of exiting")
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        if not isinstance(code, int | None):
+            sys.stderr.write(f"{code}\n")
+            sys.stderr.flush()
+            code = 1
+        return CliRun(code or 0, stdout.getvalue().decode(), stderr.getvalue().decode())
+
+
+def run_cli_process(
+    *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m miles_amd.cli ARGS`` as a real process of this interpreter."""
     return subprocess.run(
         [sys.executable, "-m", "miles_amd.cli", *args],
         capture_output=True,
         text=True,
         check=False,
         timeout=300,
-        env=env,
+        env=None if env is None else dict(env),
+        cwd=cwd,
     )

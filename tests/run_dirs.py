@@ -8,10 +8,7 @@ from pathlib import Path
 
 from miles_amd.baseline.model import resolve_baseline_path
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
-
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-CLIPFRAC = "train/pg_clipfrac"
+from tests.constants import CLIPFRAC, LOGPROB, REWARD
 
 
 def published_values(rollouts: int = 20) -> dict[str, list[float]]:

@@ -10,8 +10,6 @@ the diff must mark are found here by comparing the two files' bands directly.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,28 +17,16 @@ import pytest
 from miles_amd.rules.bands import Band
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
 from miles_amd.testing.rehearsal import EXAMPLE_RUN, expectation_problems, rehearse
+from tests.cli_runs import run_cli_process
+from tests.constants import LOGPROB, REWARD, SHIPPED
 
 pytestmark = pytest.mark.rehearsal
-
-SHIPPED_PATCHED = Path(__file__).resolve().parents[2] / "baselines/gpt_oss_20b_lora/patched.json"
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-
-
-def miles_amd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "miles_amd.cli", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
 
 
 def write_shifted_source(run_dir: Path) -> Path:
     """A healthy run unlike jvvnhop9 (every ruled metric logged, each moved a little), in
     miles' formats, for the replay to re-emit."""
-    series = json.loads(SHIPPED_PATCHED.read_text())["evidence"]["series"]
+    series = json.loads((SHIPPED / "patched.json").read_text())["evidence"]["series"]
     rewards = [round(v * 64) / 64 for v in series[REWARD]]
     values = {
         LOGPROB: [v * 1.04 for v in series[LOGPROB]],
@@ -67,7 +53,7 @@ def bands(path: Path) -> dict[str, dict]:
 
 
 def record_and_gate(run_dir: Path, out: Path) -> None:
-    recorded = miles_amd(
+    recorded = run_cli_process(
         "baseline", "record", "--run-dir", str(run_dir), "--variant", "patched",
         "--out", str(out), "--allow-no-preflight",
     )  # fmt: skip
@@ -75,7 +61,7 @@ def record_and_gate(run_dir: Path, out: Path) -> None:
     provenance = json.loads(out.read_text())["provenance"]
     assert provenance["run_id"].startswith("miles-amd-") and provenance["job_status"] == "SUCCEEDED"
     assert "preflight: not run" in provenance["notes"]
-    gated = miles_amd(
+    gated = run_cli_process(
         "gate", "--run-dir", str(run_dir), "--baseline", str(out),
         "--report-dir", str(out.parent / "report"),
     )  # fmt: skip
@@ -101,10 +87,10 @@ def test_a_shifted_rehearsal_round_trips_and_the_diff_marks_each_changed_band(
     out = tmp_path / "recorded" / "patched.json"
     record_and_gate(run_dir, out)
 
-    before, after = bands(SHIPPED_PATCHED), bands(out)
+    before, after = bands(SHIPPED / "patched.json"), bands(out)
     changed = {rule_id for rule_id in before if before[rule_id] != after[rule_id]}
     assert changed == set(before)  # every metric moved, so every mean/max band did
-    diff = miles_amd("baseline", "diff", "patched", str(out))
+    diff = run_cli_process("baseline", "diff", "patched", str(out))
     assert diff.returncode == 0, diff.stderr
     marked = marked_rules(diff.stdout)
     tolerance_changed = {rule_id for rule_id, line in marked.items() if "tolerance" in line}
@@ -125,8 +111,8 @@ def test_a_plain_rehearsal_records_the_shipped_bands(cluster_env, tmp_path, stat
     out = tmp_path / "recorded" / "replayed.json"
     record_and_gate(run_dir, out)
 
-    assert bands(out) == bands(SHIPPED_PATCHED)  # the replay carries the published series
-    diff = miles_amd("baseline", "diff", "patched", str(out), "--format", "text")
+    assert bands(out) == bands(SHIPPED / "patched.json")  # the replay carries the published series
+    diff = run_cli_process("baseline", "diff", "patched", str(out), "--format", "text")
     assert diff.returncode == 0, diff.stderr
     marked = marked_rules(diff.stdout)
     assert not [line for line in marked.values() if "tolerance" in line]

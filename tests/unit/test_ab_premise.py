@@ -33,10 +33,9 @@ from miles_amd.run.probes_allreduce import (
 from miles_amd.run.probes_stack import _git_commit
 from miles_amd.run.sglang_allreduce import allreduce_route
 from tests.cli_runs import run_cli
+from tests.constants import EXAMPLE, SHIPPED
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
-PATCHED = REPO / "baselines" / "gpt_oss_20b_lora" / "patched.json"
+PATCHED = SHIPPED / "patched.json"
 ARGV = Recipe().argv()
 AITER_LINE = (
     "(SGLangEngine pid=7) [2026-11-20 10:01:02 TP0] [AR] Using AiterCustomAllreduce (AMD default)\n"

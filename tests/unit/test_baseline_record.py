@@ -2,8 +2,9 @@
 
 Run dirs are the embedded example (copied) or written by ``miles_amd.testing.miles_writer`` (miles'
 three formats), with ``job.json`` in the driver's form and ``env.json`` written by the real
-``preflight.write_env_json``. Exit codes are checked through a real subprocess (``python -m
-miles_amd.cli.main``) where a CI step would see them, through typer's CliRunner elsewhere. The
+``preflight.write_env_json``. Exit codes are checked through ``tests.cli_runs.run_cli`` (the
+console script's own entry, in-process) where a CI step would see them, through typer's
+CliRunner elsewhere. The
 expected bands are computed here from the run's values with ``miles_amd.rules.bands``
 directly, not
 through the recording code.
@@ -14,8 +15,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -32,30 +31,24 @@ from miles_amd.report.gate_run import judge_run_dir
 from miles_amd.rules import bands
 from miles_amd.rules.band import BandParams
 from miles_amd.run.preflight import Fact, write_env_json
-from tests.cli_runs import run_cli
+from tests.cli_runs import CliRun, run_cli
+from tests.constants import (
+    CLIPFRAC,
+    EXAMPLE,
+    FATAL_LINE,
+    KL,
+    KNOWN_LINE,
+    LOGPROB,
+    REWARD,
+    SHIPPED,
+)
 from tests.run_dirs import published_values, write_run
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
-SHIPPED = REPO / "baselines" / "gpt_oss_20b_lora"
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-CLIPFRAC = "train/pg_clipfrac"
-KL = "train/train_rollout_kl"
 RESPONSE_LEN = "rollout/response_len/mean"
 TRUNCATED = "rollout/truncated_ratio"
 GRAD_NORM = "train/grad_norm"
 JOB_ID = "raysubmit_rec0001"
 write_run = partial(write_run, job_id=JOB_ID)
-FATAL_LINE = (
-    "(MegatronTrainRayActor pid=4243) Memory access fault by GPU node-9 (Agent handle: "
-    "0x55d1c7a0) on address 0x7f1c00000000. Reason: Unknown.\n"
-)
-KNOWN_LINE = (
-    "(MegatronTrainRayActor pid=4244) /root/Megatron-LM/megatron/core/transformer/"
-    "transformer_config.py:1010: UserWarning: Using a large number of experts (e.g. >=32) "
-    "without fp32 routing. Consider enabling moe_router_dtype for better numerical stability.\n"
-)
 
 
 # ---------------------------------------------------------------------------- run dirs
@@ -106,7 +99,7 @@ def copy_example(tmp_path: Path) -> Path:
     return run_dir
 
 
-def record_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
+def record_main(*args: str) -> CliRun:
     return run_cli("baseline", "record", *args)
 
 
@@ -146,7 +139,7 @@ def test_a_complete_run_with_passing_preflight_records_and_round_trips(tmp_path:
     write_env(run_dir)
     write_ar_line(run_dir)
     out = tmp_path / "baselines" / "new.json"
-    result = record_subprocess("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
+    result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert f"wrote {out}" in result.stdout and f"baseline diff patched {out}" in result.stdout
@@ -203,8 +196,10 @@ def test_the_rules_are_the_shipped_ones(tmp_path: Path) -> None:
         template = json.loads((SHIPPED / f"{variant}.json").read_text())
         recorded = json.loads(out.read_text())
         assert recorded["run_shape"] == template["run_shape"]
-        fixed = ("id", "kind", "metric", "required", "rationale", "threshold", "quantum", "atol")
-        fixed += ("z", "expected_status", "derive")
+        fixed = (
+            *("id", "kind", "metric", "required", "rationale", "threshold", "quantum", "atol"),
+            *("z", "expected_status", "derive"),
+        )
         assert [{k: r.get(k) for k in fixed} for r in recorded["rules"]] == [
             {k: r.get(k) for k in fixed} for r in template["rules"]
         ]
@@ -220,13 +215,11 @@ def test_the_rules_are_the_shipped_ones(tmp_path: Path) -> None:
 def test_the_example_needs_allow_no_preflight_and_then_round_trips(tmp_path: Path) -> None:
     run_dir = copy_example(tmp_path)
     out = tmp_path / "example.json"
-    refused = record_subprocess(
-        "--run-dir", str(run_dir), "--variant", "patched", "--out", str(out)
-    )
+    refused = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert_refused(refused, out, f"{run_dir}/env.json", "preflight did not run")
     assert "--allow-no-preflight" in refused.stderr
 
-    result = record_subprocess(
+    result = record_main(
         "--run-dir",
         str(run_dir),
         "--variant",
@@ -308,7 +301,7 @@ def test_a_job_that_did_not_succeed_is_refused(tmp_path: Path, status: str) -> N
     run_dir = write_run(tmp_path / "run", published_values(), status=status)
     write_env(run_dir)
     out = tmp_path / "out.json"
-    result = record_subprocess("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
+    result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert_refused(result, out, f"{run_dir}/job.json", f"ended {status}", "not SUCCEEDED")
 
 
@@ -371,7 +364,7 @@ def test_a_corrupt_event_file_is_refused(tmp_path: Path) -> None:
     data[len(data) // 2] ^= 0xFF  # one flipped byte inside a record: a CRC mismatch
     event_file.write_bytes(bytes(data))
     out = tmp_path / "out.json"
-    result = record_subprocess("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
+    result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert_refused(result, out, str(event_file), "unreadable evidence", "tensorboard")
 
 
@@ -450,7 +443,7 @@ def test_a_missing_required_metric_is_refused(tmp_path: Path) -> None:
 
 def test_a_missing_run_dir_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    result = record_subprocess(
+    result = record_main(
         "--run-dir", str(tmp_path / "nope"), "--variant", "patched", "--out", str(out)
     )
     assert_refused(result, out, f"--run-dir {tmp_path / 'nope'}")
@@ -487,14 +480,8 @@ def test_a_bad_name_is_refused(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- diff
 
 
-def diff_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "miles_amd.cli", "baseline", "diff", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+def diff_main(*args: str) -> CliRun:
+    return run_cli("baseline", "diff", *args)
 
 
 def rule_blocks(text: str) -> dict[str, str]:
@@ -515,7 +502,7 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
     write_env(run_dir)
     out = tmp_path / "new.json"
     assert record_cli(run_dir, out).exit_code == 0
-    result = diff_subprocess("patched", str(out))
+    result = diff_main("patched", str(out))
     assert result.returncode == 0, result.stderr
     old, new = json.loads((SHIPPED / "patched.json").read_text()), json.loads(out.read_text())
     band_ids = [r["id"] for r in old["rules"] if "band" in r]
@@ -538,7 +525,7 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
     assert "  run_shape.rollouts: 20 (unchanged)" in result.stdout
     assert "0 added, 0 removed" in result.stdout
 
-    markdown = diff_subprocess("patched", str(out), "--format", "markdown")
+    markdown = diff_main("patched", str(out), "--format", "markdown")
     assert markdown.returncode == 0
     rows = {
         line.split("`")[1]: line for line in markdown.stdout.splitlines() if line.count("`") >= 4
@@ -552,7 +539,7 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
 def test_diff_lists_added_and_removed_rules(tmp_path: Path) -> None:
     stock = {r.id for r in load_baseline("stock").rules}
     patched = {r.id for r in load_baseline("patched").rules}
-    result = diff_subprocess("patched", "stock")
+    result = diff_main("patched", "stock")
     assert result.returncode == 0, result.stderr
     blocks = rule_blocks(result.stdout)
     removed = {rule_id for rule_id, block in blocks.items() if "RULE REMOVED" in block}
@@ -576,11 +563,11 @@ def test_diff_refuses_a_baseline_that_does_not_load(tmp_path: Path) -> None:
     raw = json.loads((SHIPPED / "patched.json").read_text())
     raw["rules"][4]["band"]["high"] = 0.5  # not the derived band
     broken.write_text(json.dumps(raw))
-    result = diff_subprocess("patched", str(broken))
+    result = diff_main("patched", str(broken))
     assert result.returncode == 2 and result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"miles-amd: error: NEW {broken}: ") and "fix:" in line
-    missing = diff_subprocess(str(tmp_path / "absent.json"), "patched")
+    missing = diff_main(str(tmp_path / "absent.json"), "patched")
     assert missing.returncode == 2 and "OLD " in missing.stderr
 
 

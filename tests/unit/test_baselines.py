@@ -24,25 +24,11 @@ from miles_amd.baseline.model import (
 )
 from miles_amd.rules import bands
 from miles_amd.rules.band import BandParams, band_for
-
-REPO = Path(__file__).resolve().parents[2]
-SHIPPED_DIR = REPO / "baselines" / "gpt_oss_20b_lora"
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-
-# The seed pull request's numbers, typed in independently of the baseline files.
-PUBLISHED_LOGPROB = [
-    0.0208, 0.0185, 0.0164, 0.0172, 0.0153, 0.0166, 0.0160, 0.0180, 0.0186, 0.0153,
-    0.0187, 0.0151, 0.0156, 0.0161, 0.0150, 0.0158, 0.0162, 0.0204, 0.0161, 0.0178,
-]  # fmt: skip
-PUBLISHED_REWARD = [
-    0.5000, 0.5625, 0.7500, 0.5625, 0.6094, 0.6250, 0.5469, 0.3906, 0.4062, 0.4688,
-    0.6719, 0.6094, 0.6094, 0.4688, 0.5781, 0.5156, 0.5938, 0.4688, 0.5156, 0.7656,
-]  # fmt: skip
+from tests.constants import LOGPROB, PUBLISHED_LOGPROB, PUBLISHED_REWARD, REWARD, SHIPPED
 
 
 def shipped_raw(name: str) -> dict:
-    return json.loads((SHIPPED_DIR / f"{name}.json").read_text())
+    return json.loads((SHIPPED / f"{name}.json").read_text())
 
 
 def rule(raw: dict, rule_id: str) -> dict:
@@ -67,7 +53,7 @@ def test_shipped_baseline_loads_with_its_provenance(name: str, run_id: str, aite
     assert baseline.name == name
     assert baseline.run_id == run_id
     # The package's copy (a link in the repo, a file in a wheel) of the repo's baseline.
-    assert Path(baseline.path).read_bytes() == (SHIPPED_DIR / f"{name}.json").read_bytes()
+    assert Path(baseline.path).read_bytes() == (SHIPPED / f"{name}.json").read_bytes()
     assert aiter in baseline.provenance["aiter"]
     assert baseline.provenance["rocm"] == "7.2"
     assert baseline.provenance["image"] == "rocm/sgl-dev:miles-rocm720-mi35x"
@@ -201,7 +187,7 @@ def test_fixed_tolerances_follow_from_the_run_shape() -> None:
 
 
 def test_shipped_files_pass_the_check_jsonschema_tool() -> None:
-    files = [str(SHIPPED_DIR / "stock.json"), str(SHIPPED_DIR / "patched.json")]
+    files = [str(SHIPPED / "stock.json"), str(SHIPPED / "patched.json")]
     result = subprocess.run(
         [sys.executable, "-m", "check_jsonschema", "--schemafile", str(SCHEMA_PATH), *files],
         capture_output=True,
@@ -218,7 +204,7 @@ def test_shipped_baselines_are_found_from_the_package(monkeypatch: pytest.Monkey
     monkeypatch.delenv(BASELINES_DIR_ENV, raising=False)
     shipped = baselines_root() / "gpt_oss_20b_lora"
     for name in ("stock.json", "patched.json"):
-        assert (shipped / name).read_bytes() == (SHIPPED_DIR / name).read_bytes()
+        assert (shipped / name).read_bytes() == (SHIPPED / name).read_bytes()
 
 
 def test_env_var_overrides_the_shipped_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,7 +221,7 @@ def test_env_var_overrides_the_shipped_dir(tmp_path: Path, monkeypatch: pytest.M
 
 def test_a_path_is_loaded_as_a_file(tmp_path: Path) -> None:
     path = tmp_path / "mine.json"
-    shutil.copy(SHIPPED_DIR / "patched.json", path)
+    shutil.copy(SHIPPED / "patched.json", path)
     assert load_baseline(path).path == str(path)
     assert load_baseline(str(path)).run_id == "jvvnhop9"
 
@@ -277,7 +263,7 @@ def test_non_finite_number_is_rejected_with_its_json_path(
     tmp_path: Path, old: str, new: str, where: str
 ) -> None:
     """``1e999`` and ``2e308`` parse as infinity with Python's json: refused like ``NaN``."""
-    text = (SHIPPED_DIR / "stock.json").read_text()
+    text = (SHIPPED / "stock.json").read_text()
     assert old in text
     path = tmp_path / "nan.json"
     path.write_text(text.replace(old, new, 1))
@@ -409,7 +395,7 @@ def test_consistency_errors_name_file_field_and_fix(tmp_path: Path, mutate, expe
 
 
 def test_parse_baseline_accepts_the_shipped_text() -> None:
-    text = (SHIPPED_DIR / "patched.json").read_text()
+    text = (SHIPPED / "patched.json").read_text()
     assert parse_baseline(text, path="x").name == "patched"
 
 

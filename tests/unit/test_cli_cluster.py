@@ -1,4 +1,4 @@
-"""``train --ray-address`` and ``--variants`` through the real CLI (a subprocess), dry-run."""
+"""``train --ray-address`` and ``--variants`` through the CLI's own entry (in-process), dry-run."""
 
 from __future__ import annotations
 

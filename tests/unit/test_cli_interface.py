@@ -24,10 +24,8 @@ from miles_amd.cli.main import app
 from miles_amd.exit_codes import EXIT_CODES_HELP
 from miles_amd.history.store import HistoryStore
 from miles_amd.run_dir import RunDir
-from tests.run_dirs import LOGPROB, published_values, write_run
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
+from tests.constants import LOGPROB
+from tests.run_dirs import published_values, write_run
 
 
 def invoke(*args: str) -> Result:

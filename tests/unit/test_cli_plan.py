@@ -1,4 +1,9 @@
-"""The ``miles-amd`` CLI as a user runs it: real subprocesses, real exit codes."""
+"""The ``miles-amd`` CLI as a user runs it: its exit codes, output and errors.
+
+In-process through ``tests.cli_runs.run_cli`` (the console script's own entry, ``main``);
+real processes only where a process is the point: a fresh interpreter's imports and the
+installed console script.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import miles_amd
-from tests.cli_runs import run_cli
+from tests.cli_runs import CliRun, run_cli, run_cli_process
 from tests.unit.test_recipe import RECIPE_MD_MODEL_ARGS, RECIPE_MD_TRAIN_ARGS
 
 HEAVY = ("ray", "torch", "tensorboard", "matplotlib")
@@ -29,7 +34,7 @@ COMMANDS = (
 )
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None) -> CliRun:
     return run_cli(*args, env=env)
 
 
@@ -149,7 +154,7 @@ def test_planning_imports_no_heavy_module() -> None:
 # ---- every bad input: one line naming the flag, exit 2, nothing started -----------------------
 
 
-def assert_one_line_error(done: subprocess.CompletedProcess[str], needle: str) -> None:
+def assert_one_line_error(done: CliRun, needle: str) -> None:
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stdout == ""
     lines = done.stderr.splitlines()
@@ -234,21 +239,9 @@ def test_usage_errors_are_one_line_too() -> None:
 # ---- paths, aliases, help, version ------------------------------------------------------------
 
 
-def cli_in(
-    cwd: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The CLI run from ``cwd`` (the tree under test first on PYTHONPATH)."""
-    env = dict(env if env is not None else os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(SRC), env.get("PYTHONPATH"))))
-    return subprocess.run(
-        [sys.executable, "-m", "miles_amd.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def cli_in(cwd: Path, *args: str, env: dict[str, str] | None = None) -> CliRun:
+    """The CLI run from ``cwd``."""
+    return run_cli(*args, env=env, cwd=cwd)
 
 
 def test_relative_dirs_go_into_the_plan_absolute(tmp_path: Path) -> None:
@@ -297,6 +290,20 @@ def test_version() -> None:
     done = cli("--version")
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"miles-amd {version('miles-amd')}\n"
+
+
+def test_the_console_script_runs_as_a_process() -> None:
+    """The installed ``miles-amd`` script (beside this interpreter) and ``python -m``: the
+    smoke test that the in-process runs above exercise the entry a user starts."""
+    from importlib.metadata import version
+
+    script = Path(sys.executable).parent / "miles-amd"
+    done = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"miles-amd {version('miles-amd')}\n"
+    bad = run_cli_process("train", "--hardware")
+    assert bad.returncode == 2 and bad.stdout == "", bad.stderr
+    assert bad.stderr.startswith("miles-amd: error: ") and len(bad.stderr.splitlines()) == 1
 
 
 # ---- prepare and `hf` -------------------------------------------------------------------------

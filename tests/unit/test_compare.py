@@ -23,13 +23,8 @@ from miles_amd.judge.compare import (
 from miles_amd.judge.distributions import t_two_sided_p
 from miles_amd.rules.model import Baseline
 from tests.cli_runs import run_cli
+from tests.constants import CLIPFRAC, EXAMPLE, LOGPROB, REWARD
 from tests.run_dirs import write_run
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-CLIPFRAC = "train/pg_clipfrac"
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,6 @@ import os
 import shutil
 import socket
 import stat
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,11 +27,11 @@ from miles_amd.evidence.safe_open import (
     RefusedFile,
     read_regular,
 )
+from tests.cli_runs import CliRun, run_cli
+from tests.constants import EXAMPLE
 
 pytestmark = pytest.mark.timeout(60)
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
 SECRET = "s3cr3t-outside-the-run-dir"
 
 
@@ -70,14 +68,8 @@ def replace_with(path: Path, make: Callable[[Path], None]) -> None:
     make(path)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "miles_amd.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def cli(*args: str) -> CliRun:
+    return run_cli(*args)
 
 
 def assert_refused(run_dir: Path, path: Path, reason: str) -> None:

@@ -17,10 +17,7 @@ from miles_amd.judge.gate import judge
 from miles_amd.report import figure_layout
 from miles_amd.report.compare_report import compare_figure
 from miles_amd.report.plot import metrics_figure
-
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-CLIPFRAC = "train/pg_clipfrac"
+from tests.constants import CLIPFRAC, LOGPROB, REWARD
 
 
 def evidence(values: dict[str, list[float]], run_dir: str = "runs/r") -> RunEvidence:

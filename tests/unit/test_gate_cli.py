@@ -1,9 +1,9 @@
 """`miles-amd gate` end to end: real run directories, real readers, exit codes and report files.
 
 Run dirs are the embedded example (copied) or written by ``miles_amd.testing.miles_writer`` (the
-writer of miles' formats); the command runs in a real subprocess (``python -m
-miles_amd.cli.main``) for the exit codes a CI step sees, and through typer's CliRunner for the
-rest.
+writer of miles' formats); the command runs through ``tests.cli_runs.run_cli`` (the console
+script's own entry, in-process) for the exit codes a CI step sees, and through typer's
+CliRunner for the rest; a fresh interpreter only for what the command module imports.
 """
 
 from __future__ import annotations
@@ -18,27 +18,20 @@ import pytest
 from typer.testing import CliRunner
 
 from miles_amd.cli.main import app
-from tests.cli_runs import run_cli
+from tests.cli_runs import CliRun, run_cli
+from tests.constants import (
+    CLIPFRAC,
+    EXAMPLE,
+    FATAL_LINE,
+    KNOWN_LINE,
+    LOGPROB,
+    REWARD,
+    SHIPPED,
+)
 from tests.run_dirs import published_values, write_run
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
-SHIPPED = REPO / "baselines" / "gpt_oss_20b_lora"
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-CLIPFRAC = "train/pg_clipfrac"
-FATAL_LINE = (
-    "(MegatronTrainRayActor pid=4243) Memory access fault by GPU node-9 (Agent handle: "
-    "0x55d1c7a0) on address 0x7f1c00000000. Reason: Unknown.\n"
-)
-KNOWN_LINE = (
-    "(MegatronTrainRayActor pid=4244) /root/Megatron-LM/megatron/core/transformer/"
-    "transformer_config.py:1010: UserWarning: Using a large number of experts (e.g. >=32) "
-    "without fp32 routing. Consider enabling moe_router_dtype for better numerical stability.\n"
-)
 
-
-def gate_subprocess(*args: str) -> subprocess.CompletedProcess[str]:
+def gate_main(*args: str) -> CliRun:
     return run_cli("gate", *args)
 
 
@@ -61,9 +54,7 @@ def report_of(directory: Path) -> dict:
 
 def test_the_embedded_example_passes_patched(tmp_path: Path) -> None:
     out = tmp_path / "report"
-    result = gate_subprocess(
-        "--run-dir", str(EXAMPLE), "--baseline", "patched", "--report-dir", str(out)
-    )
+    result = gate_main("--run-dir", str(EXAMPLE), "--baseline", "patched", "--report-dir", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("miles-amd gate: PASS - run ")
     assert result.stderr == ""
@@ -142,7 +133,7 @@ def test_failed_job_fails(tmp_path: Path) -> None:
     job = json.loads((run_dir / "job.json").read_text())
     job["status"] = "FAILED"
     (run_dir / "job.json").write_text(json.dumps(job))
-    result = gate_subprocess("--run-dir", str(run_dir), "--baseline", "patched")
+    result = gate_main("--run-dir", str(run_dir), "--baseline", "patched")
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.startswith("miles-amd gate: FAIL")
     failed = [r for r in report_of(run_dir / "report")["checks"] if r["status"] == "fail"]
@@ -220,7 +211,7 @@ def test_disagreeing_sources_fail(tmp_path: Path) -> None:
 
 def test_missing_run_dir_is_unusable_input(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
-    result = gate_subprocess("--run-dir", str(missing), "--baseline", "patched")
+    result = gate_main("--run-dir", str(missing), "--baseline", "patched")
     assert result.returncode == 2
     assert result.stdout == ""
     (line,) = result.stderr.splitlines()
@@ -234,7 +225,7 @@ def test_missing_run_dir_is_unusable_input(tmp_path: Path) -> None:
 def test_a_dir_that_is_no_run_dir_is_refused_and_nothing_written(tmp_path: Path) -> None:
     run_dir = tmp_path / "empty"
     run_dir.mkdir()
-    result = gate_subprocess("--run-dir", str(run_dir), "--baseline", "patched")
+    result = gate_main("--run-dir", str(run_dir), "--baseline", "patched")
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"miles-amd: error: --run-dir {run_dir}: not a run directory")
@@ -245,7 +236,7 @@ def test_empty_run_dir_is_an_error_with_a_report(tmp_path: Path) -> None:
     """A run dir (its evidence dirs are there) with nothing readable: the report says why."""
     run_dir = tmp_path / "empty"
     (run_dir / "tensorboard").mkdir(parents=True)
-    result = gate_subprocess("--run-dir", str(run_dir), "--baseline", "patched")
+    result = gate_main("--run-dir", str(run_dir), "--baseline", "patched")
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"miles-amd: error: --run-dir {run_dir}: nothing readable in")
@@ -271,9 +262,7 @@ def test_malformed_baseline_is_unusable_input_and_writes_nothing(tmp_path: Path)
     raw["rules"][4]["threshold"] = "high"
     bad.write_text(json.dumps(raw))
     out = tmp_path / "report"
-    result = gate_subprocess(
-        "--run-dir", str(EXAMPLE), "--baseline", str(bad), "--report-dir", str(out)
-    )
+    result = gate_main("--run-dir", str(EXAMPLE), "--baseline", str(bad), "--report-dir", str(out))
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"miles-amd: error: --baseline {bad}: $.rules[4].threshold: ")

@@ -21,10 +21,9 @@ from miles_amd.judge.environment import Environment, run_environment
 from miles_amd.judge.gate import Check, judge
 from miles_amd.run.preflight import Fact, write_env_json
 from tests.cli_runs import run_cli
+from tests.constants import EXAMPLE, SHIPPED
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
-PATCHED = REPO / "baselines" / "gpt_oss_20b_lora" / "patched.json"
+PATCHED = SHIPPED / "patched.json"
 AITER = "amd-aiter 0.1.5 @ 0123456789ab"
 
 

@@ -12,17 +12,9 @@ from miles_amd.evidence.ci_history import read_ci_history_dir
 from miles_amd.evidence.job_log import read_job_log
 from miles_amd.evidence.load import load_run
 from miles_amd.evidence.tensorboard import read_tensorboard_dir
+from tests.constants import CLIPFRAC, EXAMPLE, LOGPROB, PUBLISHED_REWARD, REPO, REWARD, SHIPPED
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
 SCRIPT = REPO / "examples" / "make_jvvnhop9.py"
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-CLIPFRAC = "train/pg_clipfrac"
-PUBLISHED_REWARD = [
-    0.5000, 0.5625, 0.7500, 0.5625, 0.6094, 0.6250, 0.5469, 0.3906, 0.4062, 0.4688,
-    0.6719, 0.6094, 0.6094, 0.4688, 0.5781, 0.5156, 0.5938, 0.4688, 0.5156, 0.7656,
-]  # fmt: skip
 
 
 def committed_files(root: Path) -> list[str]:
@@ -55,7 +47,7 @@ def test_every_source_carries_the_published_series() -> None:
     expected_rewards = [round(v * 64) / 64 for v in PUBLISHED_REWARD]
     for v, k64 in zip(PUBLISHED_REWARD, expected_rewards, strict=True):
         assert abs(v - k64) <= 5e-5  # the published rounding of k/64
-    patched = json.loads((REPO / "baselines" / "gpt_oss_20b_lora" / "patched.json").read_text())
+    patched = json.loads((SHIPPED / "patched.json").read_text())
     published_logprob = patched["evidence"]["series"][LOGPROB]
     tensorboard = read_tensorboard_dir(EXAMPLE / "tensorboard")
     ci_history = read_ci_history_dir(EXAMPLE / "ci_history")

@@ -22,12 +22,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from miles_amd.cli.main import app
+from tests.constants import EXAMPLE, SHIPPED
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
-PATCHED = (REPO / "baselines" / "gpt_oss_20b_lora" / "patched.json").read_text()
+PATCHED = (SHIPPED / "patched.json").read_text()
 
 _PAYLOADS = ["\x1b[31m", "\x1b]0;title\x07", "<img src=x onerror=1>", "[l](http://x)", "\u202e"]
 hostile_text = st.tuples(

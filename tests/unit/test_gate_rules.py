@@ -12,11 +12,8 @@ from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.judge.gate import Check, Verdict, hard_failures, judge
 from miles_amd.rules.model import Baseline
+from tests.constants import CLIPFRAC, KL, LOGPROB, REWARD
 
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-CLIPFRAC = "train/pg_clipfrac"
-KL = "train/train_rollout_kl"
 RESPONSE = "rollout/response_len/mean"
 TRUNCATED = "rollout/truncated_ratio"
 GRAD_NORM = "train/grad_norm"

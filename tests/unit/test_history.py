@@ -24,13 +24,8 @@ from miles_amd.history.store import (
     Summary,
 )
 from tests.cli_runs import run_cli
+from tests.constants import CLIPFRAC, EXAMPLE, LOGPROB, REWARD
 from tests.run_dirs import write_run
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-CLIPFRAC = "train/pg_clipfrac"
 
 
 def record(

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.constants import REPO
+
 SHIPPED_DATA = (
     "miles_amd/baseline/baseline.schema.json",
     "miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/patched.json",
@@ -29,6 +30,7 @@ SHIPPED_DATA = (
     "miles_amd/testing/example-run/job.log",
     "miles_amd/testing/example-run/README.md",
 )
+
 # Variables that would put the source tree or another baselines dir in front of the wheel.
 DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "MILES_AMD_BASELINES_DIR")
 

@@ -48,6 +48,7 @@ from miles_amd.run.probes_stack import (
     probe_miles,
     sglang_lora_endpoint_fact,
 )
+from tests.cli_runs import CliRun, run_cli
 from tests.unit.test_inputs import DAPO_RECORD, write_checkpoint
 
 SRC = Path(miles_amd.__file__).resolve().parents[1]
@@ -514,15 +515,8 @@ def test_write_env_json_refuses_reserved_extra_keys(tmp_path: Path) -> None:
 # ---- the command -----------------------------------------------------------------------------
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "miles_amd.cli", "preflight", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def preflight_cli(*args: str, cwd: Path) -> CliRun:
+    return run_cli("preflight", *args, cwd=cwd)
 
 
 @pytest.mark.skipif(GPU_TOOLS_HERE, reason="asserts the GPU-less machine's answer")
@@ -532,7 +526,7 @@ def test_command_on_this_machine_fails_and_records_env_json(tmp_path: Path) -> N
     dataset.parent.mkdir(parents=True)
     dataset.write_text(json.dumps(DAPO_RECORD) + "\n")
     run_dir = tmp_path / "run"
-    done = run_cli(
+    done = preflight_cli(
         "--model-dir", str(tmp_path / "models"),
         "--data-dir", str(tmp_path / "datasets"),
         "--miles-dir", str(tmp_path / "miles"),
@@ -560,16 +554,10 @@ def test_command_on_this_machine_fails_and_records_env_json(tmp_path: Path) -> N
 
 def test_command_default_run_dir_is_trains_and_absolute(tmp_path: Path) -> None:
     """With no --run-dir, env.json lands in the dir `train` writes its evidence to."""
-    done = run_cli("--num-gpus", "4", cwd=tmp_path)
+    done = preflight_cli("--num-gpus", "4", cwd=tmp_path)
     assert done.returncode in (0, 1), done.stderr
-    train = subprocess.run(
-        [sys.executable, "-m", "miles_amd.cli", "train", "--dry-run", "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    train = run_cli("train", "--dry-run", "--json", cwd=tmp_path)
+    assert train.returncode == 0, train.stderr
     run_dir = Path(json.loads(train.stdout)["run_dir"])
     assert run_dir.is_absolute() and run_dir.is_relative_to(tmp_path)
     data = json.loads((run_dir / "env.json").read_text())
@@ -579,7 +567,7 @@ def test_command_default_run_dir_is_trains_and_absolute(tmp_path: Path) -> None:
 
 
 def test_command_takes_the_old_gpus_spelling(tmp_path: Path) -> None:
-    done = run_cli("--gpus", "2", "--run-dir", "rel", cwd=tmp_path)
+    done = preflight_cli("--gpus", "2", "--run-dir", "rel", cwd=tmp_path)
     assert done.returncode in (0, 1), done.stderr
     data = json.loads((tmp_path / "rel" / "env.json").read_text())
     assert data["config"]["expected_gpus"] == 2
@@ -603,7 +591,7 @@ def test_preflight_modules_stay_small() -> None:
     [["--aiter-variant", "nightly"], ["--num-gpus", "0"], ["--gpus", "0"], ["--num-gpus", "x"]],
 )
 def test_command_rejects_bad_options_without_writing(tmp_path: Path, bad: list[str]) -> None:
-    done = run_cli(*bad, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    done = preflight_cli(*bad, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.startswith(f"miles-amd: error: Invalid value for '{bad[0]}'")

@@ -16,8 +16,7 @@ from miles_amd.testing.real_writers import (
     resolve_miles_src,
     source_line,
 )
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "runs" / "jvvnhop9"
+from tests.constants import EXAMPLE
 
 
 def fake_miles(root: Path) -> Path:

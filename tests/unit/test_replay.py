@@ -54,10 +54,10 @@ from miles_amd.testing.replay_argv import (
     check_argv,
     recipe_from_argv,
 )
+from tests.constants import EXAMPLE
 
 SOURCE_ROLLOUTS = 5
 K = 2  # the fault rollout of the subprocess tests
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "runs" / "jvvnhop9"
 PIDS = ActorPids.around(4000)
 
 

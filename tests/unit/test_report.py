@@ -14,10 +14,7 @@ from miles_amd.report.plot import metrics_figure
 from miles_amd.report.render import ordered_checks, render, render_markdown, render_text, to_json
 from miles_amd.report.report import write_report
 from miles_amd.rules.model import Baseline
-
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-CLIPFRAC = "train/pg_clipfrac"
+from tests.constants import CLIPFRAC, LOGPROB, REWARD
 
 FATAL = SentinelHit(
     "sglang_register_lora_adapter_404",

@@ -1,4 +1,4 @@
-"""What `miles-amd gate` prints last: where the report was written (a real subprocess)."""
+"""What `miles-amd gate` prints last: where the report was written (in-process, its own entry)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 from tests.cli_runs import run_cli
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "runs" / "jvvnhop9"
+from tests.constants import EXAMPLE
 
 
 def test_the_report_path_is_the_last_line(tmp_path: Path) -> None:

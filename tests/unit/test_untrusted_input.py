@@ -25,11 +25,10 @@ from miles_amd.history.store import HistoryRecord, HistoryStore
 from miles_amd.recipe.settings import Recipe, RecipeError
 from miles_amd.run import pullback_node
 from miles_amd.run.pullback import END, FRAME, PullError, apply_frame, parse_frames
+from tests.constants import EXAMPLE, REPO
 
 pytestmark = pytest.mark.unit
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"
 PATCHED = REPO / "baselines" / "gpt_oss_20b_lora" / "patched.json"
 SECRET = "s3cr3t-value"
 

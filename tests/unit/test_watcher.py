@@ -8,10 +8,10 @@ from miles_amd.baseline.model import load_baseline
 from miles_amd.judge.gate import hard_failures
 from miles_amd.run.watcher import FailFastWatcher, Trip, first_metric_line_time, line_time
 from miles_amd.run_dir import RunDir
+from tests.constants import REWARD
 from tests.run_dirs import write_run
 
 ABS_DIFF = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
 PATCHED = load_baseline("patched")
 
 
