@@ -45,7 +45,7 @@ _NON_SECRET_TOKEN_FLAGS = frozenset(
 )
 _ABBREVIATIONS = frozenset(
     flag[:end] for flag in SECRET_FLAGS for end in range(flag.rindex("-") + 2, len(flag) + 1)
-)  # "--wandb-k", "--wandb-ke", "--wandb-key", "--hf-t", ...
+)  # each prefix argparse accepts once it reaches the last word (one letter or more)
 
 
 def normalised(token: str) -> str | None:
