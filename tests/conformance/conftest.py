@@ -3,7 +3,8 @@
 The parses the selected tests need (each test names them with :func:`parses`) run at once,
 concurrently, the first time a test asks for one (``outcomes``): a parse is ~13 s of CPU,
 so the tier takes about ``n_parses * 13 s / n_cpus``, and ``-k default`` costs one
-parse. Do not add ``-n`` (xdist) for this tier: every worker would run its parses again.
+parse. Under xdist (``pytest.ini``'s ``-n auto``) every parser test is in the xdist group
+``miles-parse``, so one worker runs them and each parse runs once.
 """
 
 from __future__ import annotations

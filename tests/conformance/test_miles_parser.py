@@ -41,7 +41,8 @@ from tests.conformance import harness
 from tests.conformance.conftest import UNKNOWN_FLAGS, parses
 from tests.snapshot.test_dry_run import SECRET
 
-pytestmark = pytest.mark.conformance
+# One xdist worker runs every parser test, so the parses (~13 s of CPU each) run once.
+pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("miles-parse")]
 
 
 def _why(outcome: ParseOutcome) -> str:
