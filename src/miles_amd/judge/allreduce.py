@@ -29,12 +29,13 @@ from miles_amd import variants
 from miles_amd.evidence.sentinels import ALLREDUCE_AITER, ALLREDUCE_FALLBACK, ALLREDUCE_ONE_STAGE
 from miles_amd.evidence.types import RunEvidence, SentinelHit
 from miles_amd.judge.environment import env_facts
-from miles_amd.rules.check import Check, Status
+from miles_amd.rules.check import BuiltinCheck, Check
 
 _RATIONALE = (
     f"{variants.AITER_FIX} fixes aiter's custom all-reduce: stock vs patched compares it only "
     "if SGLang's rollout all-reduce is aiter's, and the rccl control arm only if it is not"
 )
+_check = BuiltinCheck("allreduce.path", "allreduce", _RATIONALE)
 _FIX = (
     "fix: run with the job env `miles-amd train --aiter-variant VARIANT` sets "
     "(SGLANG_USE_AITER_AR), no SGLANG_USE_1STAGE_ALLREDUCE or deterministic flags, and an aiter "
@@ -95,17 +96,3 @@ def _predicted(env: dict[str, object] | None) -> str | None:
     fact = env_facts(env).get("sglang_allreduce") if env is not None else None
     value = fact.get("value") if fact is not None else None
     return value if isinstance(value, str) and value else None
-
-
-def _check(status: Status, observed: str | None, expected: str, detail: str, required: bool):
-    return Check(
-        name="allreduce.path",
-        kind="allreduce",
-        metric=None,
-        required=required,
-        status=status,
-        observed=observed,
-        expected=expected,
-        detail=detail,
-        rationale=_RATIONALE,
-    )

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from miles_amd import variants
 from miles_amd.judge.env_facts import env_json_problems
-from miles_amd.rules.check import Check, Status
+from miles_amd.rules.check import BuiltinCheck, Check, Status
 
 if TYPE_CHECKING:
     from miles_amd.evidence.types import RunEvidence
@@ -59,6 +59,7 @@ _RATIONALE = (
     "tolerances are measured on one GPU arch, GPU count, ROCm and aiter build; "
     "a run elsewhere is not judged by them"
 )
+_check = BuiltinCheck("environment.identity", "environment", _RATIONALE)
 
 
 @dataclass(frozen=True)
@@ -148,22 +149,6 @@ def _fix_of(name: str, reference: Environment) -> str:
         f" (the baseline's aiter{build}); fix: run on an aiter built from the baseline's commit "
         "(AITER_PATCHED_REF / AITER_PATCHED_DIR for patched), or record a baseline from this "
         "build with `miles-amd baseline record`"
-    )
-
-
-def _check(
-    status: Status, observed: str | None, expected: str, detail: str, required: bool
-) -> Check:
-    return Check(
-        name="environment.identity",
-        kind="environment",
-        metric=None,
-        required=required,
-        status=status,
-        observed=observed,
-        expected=expected,
-        detail=detail,
-        rationale=_RATIONALE,
     )
 
 

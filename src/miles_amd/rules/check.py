@@ -47,6 +47,36 @@ class Check:
 
 
 @dataclass(frozen=True)
+class BuiltinCheck:
+    """A check the gate runs on every run without a baseline rule (environment, all-reduce
+    route): its name, kind and rationale fixed, the outcome given per call."""
+
+    name: str
+    kind: str
+    rationale: str
+
+    def __call__(
+        self,
+        status: Status,
+        observed: float | int | str | None,
+        expected: str,
+        detail: str,
+        required: bool,
+    ) -> Check:
+        return Check(
+            name=self.name,
+            kind=self.kind,
+            metric=None,
+            required=required,
+            status=status,
+            observed=observed,
+            expected=expected,
+            detail=detail,
+            rationale=self.rationale,
+        )
+
+
+@dataclass(frozen=True)
 class RuleContext:
     """What a rule function needs besides its series: the evidence, baseline and rollout count."""
 
