@@ -119,6 +119,8 @@ class JobRecord:
     - ``failfast``: the watcher's trip (``rule``, ``detail``, ``step``, ``line``,
       ``fault_time``, ``detected_at``); ``failfast_latency_s``: the stop request minus the
       moment the fault appeared on the job's own clock.
+    - ``final_log_error``: why Ray could not give the job's full log at its end (its node
+      was lost); ``job.log`` is then only what was streamed, so the run cannot pass.
     """
 
     job_id: str
@@ -131,6 +133,7 @@ class JobRecord:
     stop_requested_at: float | None = None
     failfast: dict[str, object] | None = None
     failfast_latency_s: float | None = None
+    final_log_error: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -158,6 +161,7 @@ class JobRecord:
             stop_requested_at=_number(data, "stop_requested_at"),
             failfast=_optional(data, "failfast", dict, "an object"),
             failfast_latency_s=_number(data, "failfast_latency_s"),
+            final_log_error=_optional(data, "final_log_error", str, "a string"),
         )
 
 

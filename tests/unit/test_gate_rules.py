@@ -92,6 +92,17 @@ def test_job_status_succeeded_passes_and_failed_fails(patched: Baseline) -> None
     assert bad.verdict == "fail"
 
 
+def test_job_status_fails_a_succeeded_job_whose_full_log_was_lost(patched: Baseline) -> None:
+    """job.log holds only what was streamed: a fatal line may be missing, so no pass."""
+    partial = JobRecord(
+        "raysubmit_1", "SUCCEEDED", final_log_error="the final log could not be fetched (x)"
+    )
+    judged = judge(evidence(published(patched), job=partial), patched)
+    status = check(judged, "job.status")
+    assert status.status == "fail" and judged.verdict == "fail"
+    assert "job.log is partial: the final log could not be fetched (x)" in status.detail
+
+
 def test_job_status_without_job_json_is_not_measured_or_error(patched: Baseline) -> None:
     missing = judge(evidence(published(patched), job=None), patched)
     assert check(missing, "job.status").status == "not_measured"

@@ -21,6 +21,7 @@ STOPPED = JobRecord(
     stop_requested_at=1_767_225_699.0,
     failfast={"rule": "logprob_abs_diff.spikes", "step": 3, "line": None},
     failfast_latency_s=1.75,
+    final_log_error="the final log could not be fetched from the job's node (gone)",
 )
 
 
@@ -57,3 +58,35 @@ def test_the_embedded_example_and_a_minimal_record_read() -> None:
 def test_a_bad_record_names_its_field(text: str, names: str) -> None:
     with pytest.raises(ValueError, match=names.replace("(", r"\(")):
         JobRecord.from_json(text)
+
+
+class LostNodeClient:
+    """Ray's Jobs API as seen once the job's node is gone: the head still answers for the
+    job's state, but fetching its log from the node's agent fails (as aiohttp did in CI)."""
+
+    def get_job_logs(self, job_id: str) -> str:
+        raise RuntimeError(
+            "Cannot connect to host 192.0.2.2:46195 ssl:default [Connect call failed]\nmore"
+        )
+
+    def get_job_info(self, job_id: str) -> object:
+        from types import SimpleNamespace
+
+        failed = SimpleNamespace(value="FAILED")
+        return SimpleNamespace(
+            status=failed, message="node died", start_time=1, end_time=2, driver_exit_code=None
+        )
+
+
+def test_a_lost_node_keeps_the_streamed_log_and_names_why_it_is_partial(tmp_path) -> None:
+    from miles_amd.run.job import RayJob
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    run.job_log.write_text("step 1\nstep 2")
+    record = RayJob(LostNodeClient(), "miles-amd-x", run).write_final()
+    assert record.status == "FAILED" and record.final_log_error is not None
+    assert "192.0.2.2:46195" in record.final_log_error and "more" not in record.final_log_error
+    assert JobRecord.from_json(run.job_json.read_text()) == record
+    lines = run.job_log.read_text().splitlines()
+    assert lines[:2] == ["step 1", "step 2"] and lines[2].startswith("[miles-amd] the final log")

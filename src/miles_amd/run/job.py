@@ -118,8 +118,14 @@ class RayJob:
             pass
 
     def write_final(self) -> JobRecord:
-        """The authoritative job.log and job.json, each written atomically; the trip, timed."""
-        log = self.client.get_job_logs(self.job_id)
+        """The authoritative job.log and job.json, each written atomically; the trip, timed.
+
+        The head fetches a job's log from the agent of the node that ran it: when that node
+        is lost, the fetch fails (seen in CI: aiohttp cannot connect to the lost node's
+        agent), the streamed ``job.log`` is kept with the failure appended, and the record's
+        ``final_log_error`` says why, so the gate cannot pass a run on a partial log.
+        """
+        log, lost = self._final_log()
         atomic_write_text(self.run_dir.job_log, log)
         info = self.client.get_job_info(self.job_id)
         if self.trip is not None:
@@ -135,9 +141,24 @@ class RayJob:
             stop_requested_at=self.stop_requested_at,
             failfast=self.trip.to_dict() if self.trip else None,
             failfast_latency_s=self._latency(),
+            final_log_error=lost or None,
         )
         atomic_write_text(self.run_dir.job_json, record.to_json())
         return record
+
+    def _final_log(self) -> tuple[str, str]:
+        """The job's full log from Ray, or the streamed one and why Ray could not give it."""
+        try:
+            return str(self.client.get_job_logs(self.job_id)), ""
+        except Exception as exc:  # the job's node is gone (or the head cannot reach it)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            lost = f"the final log could not be fetched from the job's node ({first})"
+            try:
+                streamed = self.run_dir.job_log.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                streamed = ""
+            ending = "" if not streamed or streamed.endswith("\n") else "\n"
+            return f"{streamed}{ending}[miles-amd] {lost}\n", lost
 
     def _latency(self) -> float | None:
         trip, stopped = self.trip, self.stop_requested_at

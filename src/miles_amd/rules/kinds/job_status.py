@@ -1,4 +1,5 @@
-"""``job_status``: job.json's status is ``expected_status`` (the schema allows only ``SUCCEEDED``).
+"""``job_status``: job.json's status is ``expected_status`` (the schema allows only ``SUCCEEDED``)
+and the job's full log was fetched (no ``final_log_error``: a partial log may hide a fatal line).
 
 Judged from job.json, not from a metric; no tolerance. Pure: no file is read.
 """
@@ -33,7 +34,9 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     if job.message:
         detail += f": {' '.join(job.message.split())[:200]}"
     detail += _stopped_by(job)
-    ok = job.status == JobStatusParams.of(rule).expected_status
+    if job.final_log_error:
+        detail += f"; job.log is partial: {job.final_log_error}"
+    ok = job.status == JobStatusParams.of(rule).expected_status and not job.final_log_error
     return rule_check(rule, passed(ok), job.status, wanted, detail)
 
 
