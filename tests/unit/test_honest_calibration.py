@@ -89,6 +89,8 @@ def test_a_simulated_reference_is_recorded_with_the_real_record_code(model, base
     assert mean_rule.params["derive"]["cover"] == [pytest.approx(float(other[REWARD].mean()))]
     (paired,) = [r for r in recorded.rules if r.id == "raw_reward.paired"]
     assert paired.params["pool"] == pytest.approx(float(other[REWARD].mean()))
+    (step,) = [r for r in recorded.rules if r.id == "logprob_abs_diff.step"]
+    assert step.params["pool"] == pytest.approx(float(other[LOGPROB].mean()))
 
 
 def test_healthy_runs_pass_the_gate_against_a_recorded_simulated_reference(
@@ -129,6 +131,55 @@ def test_each_changed_rule_fires_on_its_regression(model, baselines, fault, chec
     assert tally.by_check.get(check, 0) / tally.runs >= 0.8, tally.by_check
 
 
+def test_the_step_is_the_weighted_difference_of_means_at_rho_0_and_pooling_narrows_it() -> None:
+    rng = np.random.default_rng(4)
+    reference = bands.Spread(0.0, 0.1, 20, "by hand")
+    run = [float(v) + (0.2 if i >= 10 else 0.0) for i, v in enumerate(rng.normal(0.0, 0.1, 20))]
+    head, tail = math.fsum(run[:10]) / 10, math.fsum(run[10:]) / 10
+    residual = math.fsum((v - head) ** 2 for v in run[:10]) + math.fsum(
+        (v - tail) ** 2 for v in run[10:]
+    )
+    sd2 = (19 * 0.01 + residual) / 37
+    v_ref, v_head = sd2 / 20 + 2 * 0.03**2, sd2 / 10
+    a = (1 / v_head) / (1 / v_head + 1 / v_ref)
+    by_hand = (tail - a * head) / math.sqrt(sd2 * (a * a + 1) / 10 + (1 - a) ** 2 * v_ref)
+    z = step_rules.step_rise_z(run, reference, run_sd=0.03, rho=0.0)[0]
+    assert z == pytest.approx(by_hand, rel=1e-12)
+    # a pooled level of the same value (pool = e^(sd²/2): log-scale mean 0) is more precise
+    same = math.exp(0.1**2 / 2)
+    pooled = step_rules.step_rise_z(run, reference, run_sd=0.03, rho=0.0, pool=same)[0]
+    assert pooled > z > 0
+    assert step_rules.reference_level(reference, 0.01, run_sd=0.03, rho=0.0, pool=same) == (
+        pytest.approx(0.0, abs=1e-15),
+        pytest.approx(0.01 / 40 + 1.5 * 0.03**2),
+    )
+    # at rho 0.3 the GLS step of a clean step stays large, of a flat run near 0
+    flat = [float(v) for v in rng.normal(0.0, 0.1, 20)]
+    assert abs(step_rules.step_rise_z(flat, reference, run_sd=0.03, rho=0.3, pool=same)[0]) < 3
+    step = [v + (0.5 if i >= 10 else 0.0) for i, v in enumerate(flat)]
+    assert step_rules.step_rise_z(step, reference, run_sd=0.03, rho=0.3, pool=same)[0] > 5
+
+
+@pytest.mark.parametrize(
+    ("pool", "message"),
+    [
+        (0.0123, r"\.pool: pool 0\.0123 is no cover value"),
+        (0.0, r"\.pool: pool 0 has no logarithm"),
+    ],
+)
+def test_the_loader_refuses_a_step_pool_that_is_no_cover(baselines, pool, message) -> None:
+    import json
+    from pathlib import Path
+
+    from miles_amd.baseline.model import BaselineError, parse_baseline
+
+    raw = json.loads(Path(baselines[0].path).read_text())
+    rule = next(r for r in raw["rules"] if r["id"] == "logprob_abs_diff.step")
+    rule["pool"] = pool
+    with pytest.raises(BaselineError, match=message):
+        parse_baseline(json.dumps(raw), path="edited.json")
+
+
 def test_the_statistics_by_hand() -> None:
     reference = bands.series_spread([1.0 + 0.1 * (-1) ** i for i in range(20)])
     flat = [1.0] * 10 + [2.0] * 10
@@ -142,6 +193,8 @@ def test_the_statistics_by_hand() -> None:
     assert logs.sd == pytest.approx(math.log(0.0202 / 0.014) / bands.expected_range(20))
     assert math.exp(logs.mean + logs.sd**2 / 2) == pytest.approx(0.0171)
     assert step_rules.threshold(0.0025, 20, 20) == pytest.approx(2.99, abs=0.02)  # t, 37 dof
+    # Bartlett: 37 x 0.91/1.09 = 30.9 dof at rho 0.3
+    assert step_rules.threshold(0.002, 20, 20, 0.3) == pytest.approx(3.11, abs=0.01)
     assert bands.mean_variance(10, 0.0) == pytest.approx(0.1)
     assert bands.mean_variance(10, 0.3) > 0.1 * 1.5
     assert hamed_rao_factor(20, 0.0) == 1.0
