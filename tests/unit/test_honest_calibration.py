@@ -17,6 +17,7 @@ from miles_amd.baseline.model import load_baseline
 from miles_amd.rules import bands
 from miles_amd.rules.kinds import step_rise as step_rules
 from miles_amd.rules.kinds.no_rising_trend import hamed_rao_factor
+from miles_amd.rules.log_scale import log_spread
 from miles_amd.rules.model import Baseline
 from miles_amd.testing import calibrate, honest
 from miles_amd.testing.intervals import clopper_pearson, clustered_interval, design_effect
@@ -189,7 +190,7 @@ def test_the_statistics_by_hand() -> None:
     level = [1.03 + 0.1 * (-1) ** i for i in range(20)]
     assert abs(step_rules.step_rise_z(level, reference, run_sd=0.03, rho=0.0)[0]) < 1
     stock = load_baseline("stock")
-    logs = step_rules.log_spread(stock, LOGPROB)  # from the published min/mean/max
+    logs = log_spread(stock, LOGPROB)  # from the published min/mean/max
     assert logs.sd == pytest.approx(math.log(0.0202 / 0.014) / bands.expected_range(20))
     assert math.exp(logs.mean + logs.sd**2 / 2) == pytest.approx(0.0171)
     assert step_rules.threshold(0.0025, 20, 20) == pytest.approx(2.99, abs=0.02)  # t, 37 dof
@@ -274,3 +275,35 @@ def test_a_mid_run_step_fails_the_step_rule_inside_the_mean_band(baselines) -> N
         assert _status(_judge(_published(baselines[0]), baseline), "logprob_abs_diff.step") == (
             "pass"
         )
+
+
+def test_the_kl_level_on_logarithms_by_hand_with_the_run_spread_pooled() -> None:
+    from miles_amd.rules.kinds.log_mean_within import log_mean_z
+
+    reference = bands.Spread(0.0, 0.2, 20, "by hand")
+    logs = [0.1 * (-1) ** i + 0.05 for i in range(20)]  # mean 0.05, residual sd² = 0.01·20/19
+    sd2 = (19 * 0.04 + 20 * 0.01) / 38
+    se = math.sqrt(sd2 * (1 / 20 + 1 / 20) + 2 * 0.06**2)
+    assert log_mean_z(logs, reference, run_sd=0.06, rho=0.0) == (
+        pytest.approx(0.05 / se),
+        pytest.approx(se),
+    )
+    # a run whose spread is wider widens its own SE: the same shift reads as fewer SE
+    wide = [0.6 * (-1) ** i + 0.05 for i in range(20)]
+    assert log_mean_z(wide, reference, run_sd=0.06, rho=0.0)[0] < 0.6 * 0.05 / se
+
+
+def test_the_kl_rule_fails_a_doubled_kl_and_passes_a_skewed_healthy_one(baselines) -> None:
+    patched = baselines[0]
+    healthy = _published(patched)
+    # the published shape: most values near the min, a few far up (min 6.95e-4, max 1.53e-3)
+    healthy[KL] = [7.0e-4] * 12 + [7.6e-4, 8.0e-4, 8.6e-4, 9.5e-4, 1.05e-3, 1.2e-3, 1.4e-3, 1.53e-3]
+    assert _status(_judge(healthy, patched), "train_rollout_kl.mean") == "pass"
+    doubled = dict(healthy, **{KL: [2 * v for v in healthy[KL]]})
+    verdict = _judge(doubled, patched)
+    assert _status(verdict, "train_rollout_kl.mean") == "fail"
+    (check,) = [c for c in verdict.checks if c.name == "train_rollout_kl.mean"]
+    assert check.numbers["high"] < check.numbers["value"]  # the plot hint's band, below it
+    broken = dict(healthy, **{KL: [0.0, *healthy[KL][1:]]})
+    (check,) = [c for c in _judge(broken, patched).checks if c.name == "train_rollout_kl.mean"]
+    assert check.status == "fail" and "no logarithm" in check.detail

@@ -19,8 +19,9 @@ model: +25% step 89.6% -> 92.3% caught at the same false alarms). Pooling treats
 published runs as one level (their means 0.0171 / 0.016975 differ by 0.7%, less than their
 sampling error; ``miles_amd.testing.honest.Noise``); the loader checks ``pool`` is a cover
 of the mean band on the metric (``miles_amd.rules.band.pool_problem``). The reference's
-log-scale spread is its series' (:func:`log_spread`), or from a published min/max,
-``ln(max/min)/d2(n)`` around ``ln(mean) - sd²/2`` (the pooled mean is taken the same way).
+log-scale spread is ``miles_amd.rules.log_scale.log_spread``'s: its series', or from a
+published min/max, ``ln(max/min)/d2(n)`` around ``ln(mean) - sd²/2`` (the pooled mean is
+taken the same way).
 ``sd`` is the reference's per-rollout sd pooled with the run's residual sd around its two
 halves' means: a reference whose 20 values happen to lie close together would otherwise
 fail many healthy runs (measured: false alarms came in clusters of one reference).
@@ -49,6 +50,7 @@ from miles_amd.evidence.types import Series
 from miles_amd.rules import band, bands
 from miles_amd.rules.check import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
 from miles_amd.rules.kind import KindSpec
+from miles_amd.rules.log_scale import log_spread, log_spread_problem
 from miles_amd.rules.model import Baseline, Params, Rule
 
 MIN_HALF = 2  # rollouts each half needs for a spread
@@ -63,22 +65,6 @@ class StepParams(Params):
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in super().to_json().items() if v is not None}
-
-
-def log_spread(baseline: Baseline, metric: str) -> bands.Spread:
-    """The reference's per-rollout spread of ``ln(metric)``: its series', else its summary's."""
-    if metric in baseline.series:
-        values = baseline.series[metric]
-        if min(values) <= 0:
-            raise ValueError(f"a non-positive reference value of {metric} has no logarithm")
-        return bands.series_spread([math.log(v) for v in values])
-    summary = baseline.summaries.get(metric, {})
-    if not {"min", "mean", "max", "n"} <= set(summary) or float(summary["min"]) <= 0:
-        raise KeyError(f"no series and no positive min/mean/max summary of {metric}")
-    n = int(summary["n"])
-    sd = math.log(float(summary["max"]) / float(summary["min"])) / bands.expected_range(n)
-    mean = math.log(float(summary["mean"])) - sd * sd / 2
-    return bands.Spread(mean, sd, n, f"ln(max/min) / d2({n}) of the published summary")
 
 
 def reference_level(
@@ -226,14 +212,9 @@ def reference(rule: Rule, baseline: Baseline) -> str:
 
 def validate(rule: Rule, baseline: Baseline) -> Problem | None:
     assert rule.metric is not None
-    try:
-        log_spread(baseline, rule.metric)
-    except (KeyError, ValueError) as exc:
-        return (
-            ".metric",
-            f"cannot take the reference's log-scale spread of {rule.metric}: {exc}",
-            "add a positive series, or a summary with a positive min, mean and max",
-        )
+    problem = log_spread_problem(baseline, rule.metric)
+    if problem is not None:
+        return problem
     pool = StepParams.of(rule).pool
     if pool is not None and pool <= 0:
         return (".pool", f"pool {pool:g} has no logarithm", "pool a positive mean, or drop pool")
@@ -249,4 +230,5 @@ SPEC = KindSpec(
     expected=expected,
     reference=reference,
     validate=validate,
+    needs_spread=True,
 )
