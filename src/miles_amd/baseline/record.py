@@ -229,14 +229,23 @@ def _band_derivation(rule: Rule, draft: Baseline, rec: _Recording) -> str:
 
 
 def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
-    """The template's rule with the params its kind re-derives from the recorded run."""
+    """The template's rule with the params its kind re-derives from the recorded run; a run
+    whose values the derivation cannot take (a reward of -1 has no binomial spread) is a
+    :class:`RecordError` naming the rule and the metric."""
     kind = KINDS[rule.kind]
     params = dict(rule.params)
-    if kind.rederive is not None:
-        params.update(kind.rederive(rule, draft, rec.rollouts))
-    derivation = rule.derivation
-    if kind.derive_method is not None and rule.metric in draft.series:
-        derivation = _band_derivation(rule, draft, rec)
+    try:
+        if kind.rederive is not None:
+            params.update(kind.rederive(rule, draft, rec.rollouts))
+        derivation = rule.derivation
+        if kind.derive_method is not None and rule.metric in draft.series:
+            derivation = _band_derivation(rule, draft, rec)
+    except (ArithmeticError, ValueError, KeyError) as exc:
+        raise RecordError(
+            f"--run-dir {rec.evidence.run_dir}: rule {rule.id} cannot be derived from its "
+            f"{rule.metric or 'values'} ({' '.join(str(exc).split()) or type(exc).__name__}); "
+            "fix: record a healthy run of the recipe (its values in their usual range)"
+        ) from None
     return replace(rule, params=params, derivation=derivation)
 
 
