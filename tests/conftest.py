@@ -10,7 +10,10 @@ with no tier, or with two, stops the session at collection with the list of such
 ``pytest.ini`` runs the suite on pytest-xdist workers (``-n auto --dist loadgroup``); every
 ``rehearsal`` test is in the xdist group ``ray``, so one worker runs them all in order: they
 share that worker's session Ray head and never contend with each other for the 2 cores'
-Ray processes, while the other workers take the unit, snapshot and conformance tests.
+Ray processes, while the other workers take the unit, snapshot and conformance tests. The
+grouping needs pytest < 9.2 (pytest-dev/pytest-xdist#1386: with pytest 9.2 and xdist 3.8 the
+group is silently ignored and each worker starts its own head); ``tests/unit/test_tiers.py``
+proves it with a real ``pytest -n 2``.
 
 Hardware options and the ``mi355x`` skip live in the root ``conftest.py``; the rehearsal's
 Ray head and the node options in their own directories' conftests. The conformance options

@@ -58,3 +58,41 @@ def test_a_test_without_a_tier_or_with_two_stops_collection(tmp_path: Path) -> N
     assert "test_loose.py::test_nowhere: no tier" in done.stderr
     assert "test_double.py::test_both: snapshot, unit" in done.stderr
     assert "test_one" not in done.stderr
+
+
+def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
+    """pytest.ini's ``--dist loadgroup`` really groups: every Ray test on one worker (one head).
+
+    A real ``pytest -n 2`` over six grouped and six free tests, each leaving its worker's name
+    in a file. Fails under pytest 9.2 with pytest-xdist 3.8, where the group mark is silently
+    ignored (pytest-dev/pytest-xdist#1386).
+    """
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -n 2 --dist loadgroup\n")
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pathlib, pytest\n"
+        f"SEEN = pathlib.Path({str(seen)!r})\n"
+        "def leave(kind, i):\n"
+        "    (SEEN / f'{kind}-{i}').write_text(os.environ['PYTEST_XDIST_WORKER'])\n"
+        "@pytest.mark.xdist_group('ray')\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_grouped(i):\n"
+        "    leave('grouped', i)\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_free(i):\n"
+        "    leave('free', i)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    workers = {p.name: p.read_text() for p in seen.iterdir()}
+    assert len(workers) == 12, workers
+    grouped = {w for name, w in workers.items() if name.startswith("grouped-")}
+    assert len(grouped) == 1, workers
