@@ -23,7 +23,9 @@ Each rate is given with its 95% Clopper-Pearson interval on the effective count 
 against one reference are correlated: Korn-Graubard, ``miles_amd.testing.intervals``). The
 gate is the real one with the shipped rules (bands with the run effect and autocorrelation,
 the one-sided pooled paired reward test with its binomial SE, the Hamed-Rao trend, the
-second-half step rule).
+second-half step rule with its pooled reference level, the KL level on the logarithms);
+each simulated reference's ``pool`` values, like its ``cover`` values, are the simulated
+other run's means.
 
 Printed: the false alarms of both baselines at N = 20 with the checks that fail most; the
 sensitivity table (run effect none / chosen / doubled x autocorrelation 0 / 0.3 / 0.5,

@@ -24,6 +24,7 @@ from miles_amd.baseline.model import (
 )
 from miles_amd.rules import bands
 from miles_amd.rules.band import BandParams, band_for
+from miles_amd.rules.log_scale import log_spread
 from tests.constants import LOGPROB, PUBLISHED_LOGPROB, PUBLISHED_REWARD, REWARD, SHIPPED
 
 
@@ -111,12 +112,9 @@ def test_required_rules_cover_the_issue_list() -> None:
     ]:
         assert expected in required
     optional = {(r.kind, r.metric) for r in patched.rules if not r.required}
-    for metric in (
-        "train/train_rollout_kl",
-        "rollout/response_len/mean",
-        "rollout/truncated_ratio",
-    ):
+    for metric in ("rollout/response_len/mean", "rollout/truncated_ratio"):
         assert ("mean_within", metric) in optional
+    assert ("log_mean_within", "train/train_rollout_kl") in optional  # skewed: on logarithms
     assert ("job_status", None) in optional
     spike = next(r for r in patched.rules if r.kind == "all_below")
     assert spike.params["threshold"] == 0.15
@@ -151,9 +149,13 @@ def test_patched_bands_recomputed_from_the_shipped_series_match_the_file() -> No
             assert max_band["high"] >= high
     # the summaries-only metrics, by the same method
     kl_sd = (1.53e-3 - 6.95e-4) / bands.expected_range(20)
-    kl = rule(raw, "train_rollout_kl.mean")["band"]
-    kl_var = kl_sd**2 * 2 * ar1_mean_variance(0.3) + 2 * (0.06 * 8.79e-4) ** 2
-    assert kl["low"] == pytest.approx(8.79e-4 - 4 * math.sqrt(kl_var), rel=1e-3)
+    # the KL on the logarithms (log_mean_within): the log-scale spread from the same range
+    kl_rule = next(r for r in load_baseline("patched").rules if r.id == "train_rollout_kl.mean")
+    assert kl_rule.params == {"z": 3.25, "rho": 0.3, "run_sd": 0.06}
+    kl_logs = log_spread(load_baseline("patched"), "train/train_rollout_kl")
+    assert kl_logs.sd == pytest.approx(math.log(1.53e-3 / 6.95e-4) / bands.expected_range(20))
+    assert kl_logs.mean == pytest.approx(math.log(8.79e-4) - kl_logs.sd**2 / 2)
+    assert kl_logs.sd < kl_sd / 8.79e-4  # the long right tail: log range < relative sd
     truncation_sd = math.sqrt(0.41 * 0.59 / 8)
     truncation = rule(raw, "truncated_ratio.mean")["band"]
     assert truncation["high"] == pytest.approx(0.41 + 4 * truncation_sd * math.sqrt(0.1), rel=1e-3)
@@ -374,7 +376,7 @@ def _consistency_mutations():
         (edited_band, r"\$\.rules\[\d+\]\.band: band .* is not the derived one; fix: set it to"),
         (edited_k, r"\$\.rules\[\d+\]\.band: band .* is not the derived one"),
         (wrong_method, r"\.derive\.method: max_within takes method max_band"),
-        (no_spread, r"cannot derive the band of train/train_rollout_kl"),
+        (no_spread, r"cannot take the reference's log-scale spread of train/train_rollout_kl"),
     ]
 
 

@@ -223,6 +223,22 @@ def _panel(figure, metric: str):
     return ax
 
 
+def test_plot_draws_the_kl_geometric_mean_band(patched: Baseline) -> None:
+    values = published(patched)
+    values["train/train_rollout_kl"] = [1.8e-3] * 20  # about twice the published level
+    evidence = make_evidence(values)
+    verdict = judge(evidence, patched)
+    (kl_check,) = [c for c in verdict.checks if c.name == "train_rollout_kl.mean"]
+    assert kl_check.status == "fail"
+    figure = metrics_figure(verdict, evidence, patched)
+    kl = _panel(figure, "train/train_rollout_kl")
+    (band,) = [a for a in kl.get_children() if a.get_gid() == "band:train_rollout_kl.mean"]
+    labels = kl.get_legend_handles_labels()[1]
+    assert "band for the geometric mean (train_rollout_kl.mean)" in labels
+    assert "run geometric mean" in labels
+    assert band.get_gid() and kl_check.numbers["high"] < 1.8e-3
+
+
 def test_plot_draws_bands_threshold_and_failing_points(failing, patched: Baseline) -> None:
     verdict, evidence = failing
     figure = metrics_figure(verdict, evidence, patched)

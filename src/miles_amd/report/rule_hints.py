@@ -3,8 +3,8 @@
 Decides the hint of a kind (keyed by kind name, ``miles_amd.rules.kinds``) from the
 figures of its check (``Check.numbers``): a mean band, a max bound, a spike threshold (a
 line when the data reach near it, else a note, so the data are never squeezed into a
-strip), a ±atol strip, a Theil-Sen trend line, a step's two halves. A hint returns True
-to ask for a log y axis.
+strip), a ±atol strip, a Theil-Sen trend line, a step's two halves, a geometric mean's
+band. A hint returns True to ask for a log y axis.
 A kind without a hint draws nothing. The panel itself is ``miles_amd.report.plot``'s.
 """
 
@@ -41,15 +41,20 @@ def threshold(ax: Any, check: Check, finite: list[float]) -> bool:
     return False
 
 
-def mean_band(ax: Any, check: Check, finite: list[float]) -> bool:
+def mean_band(ax: Any, check: Check, finite: list[float], what: str = "mean") -> bool:
     low, high = check.numbers.get("low"), check.numbers.get("high")
     if low is not None and high is not None:
-        label = f"band for the mean ({check.name})"
+        label = f"band for the {what} ({check.name})"
         ax.axhspan(low, high, color="tab:green", alpha=0.15, label=label, gid=f"band:{check.name}")
     value = check.numbers.get("value")
     if value is not None and math.isfinite(value):
-        ax.axhline(value, color="tab:green", linestyle=":", linewidth=1, label="run mean")
+        ax.axhline(value, color="tab:green", linestyle=":", linewidth=1, label=f"run {what}")
     return False
+
+
+def geometric_band(ax: Any, check: Check, finite: list[float]) -> bool:
+    """``log_mean_within``: the geometric mean's band for this run's pooled spread."""
+    return mean_band(ax, check, finite, what="geometric mean")
 
 
 def max_bound(ax: Any, check: Check, finite: list[float]) -> bool:
@@ -108,4 +113,5 @@ HINTS: Mapping[KindName, Hint] = {
     "near_zero": near_zero,
     "no_rising_trend": trend,
     "step_rise": step,
+    "log_mean_within": geometric_band,
 }

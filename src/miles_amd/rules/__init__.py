@@ -8,6 +8,7 @@ the loader (``miles_amd.baseline``), the gate (``miles_amd.judge``) and the repo
   ``to_json``/``from_json`` (the one spelling of a baseline file), ``Params`` (the base of a
   kind's fields);
 - ``bands``: the statistics tolerances are derived with (spread, bands, paired effect);
+- ``log_scale``: the reference's log-scale spread, for the kinds that judge logarithms;
 - ``check``: what a judged rule returns (``Check``) and what it reads (``RuleContext``);
 - ``kind``: ``KindSpec``, what one kind declares;
 - ``kinds/<kind>.py``: one module per kind (its params, check, expected sentence,

@@ -186,6 +186,30 @@ def _cover_limit(kind: str, spread: bands.Spread, n: int, derive: Derive) -> flo
     return COVER_MAX_WIDENING * reach
 
 
+def mean_band_covers(baseline: Baseline, metric: str) -> set[float]:
+    """The ``cover`` values of the ``mean_within`` rules on ``metric``: the other published
+    runs' means a kind may pool its reference level with (``pool``)."""
+    return {
+        c
+        for r in baseline.rules
+        if r.kind == "mean_within" and r.metric == metric
+        for c in r.params.get("derive", {}).get("cover", ())
+    }
+
+
+def pool_problem(pool: float, baseline: Baseline, metric: str) -> Problem | None:
+    """A ``pool`` that is no cover value of a ``mean_within`` rule on ``metric``, or None."""
+    covers = mean_band_covers(baseline, metric)
+    if any(math.isclose(pool, c, rel_tol=1e-12) for c in covers):
+        return None
+    return (
+        ".pool",
+        f"pool {pool:g} is no cover value of a mean_within rule on {metric} "
+        f"(covers: {sorted(covers)})",
+        "pool only the other published run the mean band covers, or drop pool",
+    )
+
+
 def _same(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is None and b is None

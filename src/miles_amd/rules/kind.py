@@ -46,7 +46,9 @@ class KindSpec:
     - ``hard``: the rule can lose a partial run for good (the watcher's fail-fast set);
     - ``needs_series``: False when judged from job.json rather than from a metric;
     - ``reference_series``: the rule needs the reference's per-rollout series (so a recorded
-      baseline needs the run's own series of that metric).
+      baseline needs the run's own series of that metric);
+    - ``needs_spread``: the rule's tolerance needs the reference's per-rollout spread (its
+      series, or a summary to carry over), as a kind with a ``derive_method`` does.
     """
 
     name: KindName
@@ -61,3 +63,4 @@ class KindSpec:
     hard: bool = False
     needs_series: bool = True
     reference_series: bool = False
+    needs_spread: bool = False

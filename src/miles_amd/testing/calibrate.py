@@ -59,8 +59,8 @@ def _add(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
 
 
 def _covered(template: Baseline, other: dict[str, np.ndarray]) -> Baseline:
-    """The template with every cover value (and the paired ``pool``, a cover of the mean
-    band) replaced by the other run's mean (or max)."""
+    """The template with every cover value (and every ``pool``: the paired reward's, the
+    step rule's; each a cover of the mean band) replaced by the other run's mean (or max)."""
     rules: list[Rule] = []
     for rule in template.rules:
         params = dict(rule.params)

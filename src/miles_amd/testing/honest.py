@@ -36,20 +36,15 @@ import numpy as np
 
 from miles_amd.rules.model import Baseline
 from miles_amd.testing.simulate import (
-    CLIPFRAC,
-    GRAD_NORM,
     GROUPS,
     KL,
     LOGPROB,
-    MAX_TOKENS,
     PER_GROUP,
-    RESPONSE_LEN,
-    REWARD,
     SAMPLES,
     SPIKE_THRESHOLD,
-    TRUNCATED,
     NoiseModel,
-    _lognormal,
+    lognormal_params,
+    metrics,
 )
 
 
@@ -213,22 +208,9 @@ class HonestModel:
             kl = np.exp(kmu + ksigma * _ar1(rng, shape, noise.rho) + run_kl)
         kl = kl * fault.kl_scale
 
-        concentration = self.base.prompt_a + self.base.prompt_b
-        tm = self.base.truncated_mean
-        t = rng.beta(tm * concentration, (1 - tm) * concentration, size=(count, n, GROUPS, 1))
-        truncated = rng.random((count, n, GROUPS, PER_GROUP)) < t
-        lengths = np.clip(rng.normal(self.base.untruncated_len, 700.0, truncated.shape), 1, 4095)
-        lengths = np.where(truncated, MAX_TOKENS, np.round(lengths))
+        length, truncated = self.base.lengths(rng, shape)
         grad = np.exp(math.log(0.2) + 0.3 * _ar1(rng, shape, noise.rho))
-        return {
-            LOGPROB: logprob,
-            REWARD: reward,
-            KL: kl,
-            RESPONSE_LEN: lengths.mean(axis=(2, 3)),
-            TRUNCATED: truncated.mean(axis=(2, 3)),
-            CLIPFRAC: np.zeros(shape),
-            GRAD_NORM: grad,
-        }
+        return metrics(logprob, reward, kl, length, truncated, grad)
 
 
 def honest_model(patched: Baseline, stock: Baseline, noise: Noise = CHOSEN) -> HonestModel:
@@ -239,7 +221,7 @@ def honest_model(patched: Baseline, stock: Baseline, noise: Noise = CHOSEN) -> H
     gaps = {}
     for name, baseline in (("patched", patched), ("stock", stock)):
         spread = baseline.spread(LOGPROB)
-        gaps[name] = _lognormal(spread.mean, spread.sd)
+        gaps[name] = lognormal_params(spread.mean, spread.sd)
     kl = patched.summaries[KL]
     skew = skewed_kl(float(kl["min"]), float(kl["mean"]), float(kl["max"]))
     return HonestModel(base=base, logprob=gaps, kl_skewed=skew, noise=noise)

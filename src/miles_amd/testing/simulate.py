@@ -94,7 +94,7 @@ REGRESSIONS: tuple[Regression, ...] = (
 )
 
 
-def _lognormal(mean: float, sd: float) -> tuple[float, float]:
+def lognormal_params(mean: float, sd: float) -> tuple[float, float]:
     """(mu, sigma) of the lognormal with this mean and sd."""
     sigma2 = float(np.log1p((sd / mean) ** 2))
     return float(np.log(mean) - sigma2 / 2), float(np.sqrt(sigma2))
@@ -151,24 +151,46 @@ class NoiseModel:
             spikes = rng.random(shape) < regression.spike_rate
             logprob = np.where(spikes, SPIKE_THRESHOLD + rng.exponential(0.1, shape), logprob)
         kl = rng.lognormal(*self.kl, size=shape) * regression.kl_scale
+        length, truncated = self.lengths(rng, shape)
+        grad = rng.lognormal(np.log(0.2), 0.3, size=shape)
+        return metrics(logprob, reward, kl, length, truncated, grad)
+
+    def lengths(
+        self, rng: np.random.Generator, shape: tuple[int, int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(mean response length, truncated ratio), each ``shape`` (runs, rollouts): per
+        prompt group a truncation probability ``t ~ Beta`` with the published mean and the
+        reward's concentration; a truncated sample is 4096 tokens, the others normal."""
         concentration = self.prompt_a + self.prompt_b
         t = rng.beta(
             self.truncated_mean * concentration,
             (1 - self.truncated_mean) * concentration,
-            size=(runs, rollouts, GROUPS, 1),
+            size=(*shape, GROUPS, 1),
         )
-        truncated = rng.random((runs, rollouts, GROUPS, PER_GROUP)) < t
+        truncated = rng.random((*shape, GROUPS, PER_GROUP)) < t
         lengths = np.clip(rng.normal(self.untruncated_len, 700.0, truncated.shape), 1, 4095)
         lengths = np.where(truncated, MAX_TOKENS, np.round(lengths))
-        return {
-            LOGPROB: logprob,
-            REWARD: reward,
-            KL: kl,
-            RESPONSE_LEN: lengths.mean(axis=(2, 3)),
-            TRUNCATED: truncated.mean(axis=(2, 3)),
-            CLIPFRAC: np.zeros(shape),
-            GRAD_NORM: rng.lognormal(np.log(0.2), 0.3, size=shape),
-        }
+        return lengths.mean(axis=(2, 3)), truncated.mean(axis=(2, 3))
+
+
+def metrics(
+    logprob: np.ndarray,
+    reward: np.ndarray,
+    kl: np.ndarray,
+    length: np.ndarray,
+    truncated: np.ndarray,
+    grad_norm: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """A simulated run's metrics by name (clipfrac 0: one optimizer step a rollout)."""
+    return {
+        LOGPROB: logprob,
+        REWARD: reward,
+        KL: kl,
+        RESPONSE_LEN: length,
+        TRUNCATED: truncated,
+        CLIPFRAC: np.zeros(logprob.shape),
+        GRAD_NORM: grad_norm,
+    }
 
 
 def fit(patched: Baseline, logprob_from: Baseline | None = None) -> NoiseModel:
@@ -189,8 +211,8 @@ def fit(patched: Baseline, logprob_from: Baseline | None = None) -> NoiseModel:
         reward_counts=tuple(round(float(r) * SAMPLES) for r in rewards),
         prompt_a=m * concentration,
         prompt_b=(1 - m) * concentration,
-        logprob=_lognormal(logprob.mean, logprob.sd),
-        kl=_lognormal(kl.mean, kl.sd),
+        logprob=lognormal_params(logprob.mean, logprob.sd),
+        kl=lognormal_params(kl.mean, kl.sd),
         truncated_mean=truncated,
         untruncated_len=(length - truncated * MAX_TOKENS) / (1 - truncated),
     )

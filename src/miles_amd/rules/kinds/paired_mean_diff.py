@@ -24,7 +24,7 @@ from typing import Any
 
 from miles_amd import numeric
 from miles_amd.evidence.types import Series
-from miles_amd.rules import bands
+from miles_amd.rules import band, bands
 from miles_amd.rules.check import Check, Problem, RuleContext, passed, rule_check, steps_text
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.model import Baseline, Params, Rule
@@ -134,6 +134,7 @@ def reference(rule: Rule, baseline: Baseline) -> str:
 
 
 def validate(rule: Rule, baseline: Baseline) -> Problem | None:
+    assert rule.metric is not None
     if rule.metric not in baseline.series:
         return (
             ".metric",
@@ -144,19 +145,7 @@ def validate(rule: Rule, baseline: Baseline) -> Problem | None:
     if params.side != "lower" and (params.pool is not None or params.run_sd is not None):
         return (".side", "pool and run_sd apply to side lower only", "set side to lower")
     if params.pool is not None:
-        covers = {
-            c
-            for r in baseline.rules
-            if r.kind == "mean_within" and r.metric == rule.metric
-            for c in r.params.get("derive", {}).get("cover", ())
-        }
-        if not any(math.isclose(params.pool, c, rel_tol=1e-12) for c in covers):
-            return (
-                ".pool",
-                f"pool {params.pool:g} is no cover value of a mean_within rule on {rule.metric} "
-                f"(covers: {sorted(covers)})",
-                "pool only the other published run the mean band covers, or drop pool",
-            )
+        return band.pool_problem(params.pool, baseline, rule.metric)
     return None
 
 
