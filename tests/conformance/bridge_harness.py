@@ -63,9 +63,7 @@ def namespace_from_argv(tokens: list[str]) -> argparse.Namespace:
         return tokens[tokens.index(f"--{flag}") + 1] if f"--{flag}" in tokens else None
 
     fields: dict[str, Any] = {f.replace("-", "_"): value(f) for f in STR_FLAGS}
-    fields.update(
-        {f.replace("-", "_"): int(v) for f in INT_FLAGS if (v := value(f)) is not None}
-    )
+    fields.update({f.replace("-", "_"): int(v) for f in INT_FLAGS if (v := value(f)) is not None})
     targets = value("target-modules") or ""
     fields.update(
         target_modules=[m.strip() for m in targets.split(",")] if "," in targets else [targets],
@@ -86,13 +84,12 @@ def namespace_from_argv(tokens: list[str]) -> argparse.Namespace:
 
 def install_stand_ins() -> None:
     """The stand-ins of the module doc; the real packages where they are present."""
+    import megatron.core.transformer.attention as attention  # TE-less, before the fake
     import torch
 
-    import megatron.core.transformer.attention as attention  # TE-less, before the fake
-
     if not torch.cuda.is_available():
-        torch.cuda.current_device = lambda: torch.device("cpu")  # type: ignore[assignment]
-        torch.cuda.Stream = _NoStream  # type: ignore[assignment,misc]
+        torch.cuda.current_device = lambda: torch.device("cpu")
+        torch.cuda.Stream = _NoStream
     if importlib.util.find_spec("transformer_engine") is None:
         sys.modules.update(_empty_transformer_engine())
         import megatron.bridge.peft.utils as peft_utils
@@ -146,7 +143,7 @@ def _local_provider() -> None:
         provider.use_cpu_initialization = True
         return provider
 
-    AutoBridge.to_megatron_provider = to_megatron_provider  # type: ignore[method-assign]
+    AutoBridge.to_megatron_provider = to_megatron_provider
 
 
 def main(tokens: list[str]) -> int:

@@ -106,11 +106,11 @@ def build_meta_model(args: Any) -> tuple[Any, list[Any]]:
     from miles.backends.megatron_utils.bridge_lora_helpers import _setup_lora_model_via_bridge
 
     original = ModelProviderMixin.provide_distributed_model
-    ModelProviderMixin.provide_distributed_model = _meta_model  # type: ignore[method-assign]
+    ModelProviderMixin.provide_distributed_model = _meta_model
     try:
         chunks = _setup_lora_model_via_bridge(args)
     finally:
-        ModelProviderMixin.provide_distributed_model = original  # type: ignore[method-assign]
+        ModelProviderMixin.provide_distributed_model = original
     return _BUILT.pop("provider"), list(chunks)
 
 
