@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from miles_amd.evidence.types import RunEvidence
 from miles_amd.judge.environment import env_facts
-from miles_amd.rules.check import BuiltinCheck, Check
+from miles_amd.rules.check import BuiltinCheck, Check, Status
 
 _RATIONALE = (
     "a LoRA target that maps to no expert layer trains no adapter and the run still looks "
@@ -48,7 +48,7 @@ def _fact(facts: Mapping[str, Mapping[str, object]], name: str) -> tuple[str, st
 
 def model_build_check(evidence: RunEvidence, *, require_env: bool) -> Check:
     """``model.lora_experts`` of ``evidence``; see the module doc."""
-    absent = "fail" if require_env else "not_measured"
+    absent: Status = "fail" if require_env else "not_measured"
     if evidence.env is None:
         detail = f"not measured: no env.json in the run dir; {_HOW}"
         return _check(absent, None, EXPECTED, detail, require_env)
