@@ -36,6 +36,7 @@ def reading(
             "expert_grouped": grouped,
             "expert_per_expert": expert - grouped,
             "expert_layers": LAYERS if expert else 0,
+            "expert_adapters": {"ParallelLinearAdapter": expert} if expert else {},
             "other": other,
             "bare_expert": bare or {},
             "examples": [],

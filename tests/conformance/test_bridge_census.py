@@ -92,6 +92,7 @@ def test_every_expert_linear_of_every_layer_gets_an_adapter(recipe_census) -> No
     lora = recipe_census["lora"]
     assert (lora["expert"], lora["expert_per_expert"], lora["expert_layers"]) == (1536, 1536, 24)
     assert (lora["other"], lora["bare_expert"]) == (0, {})  # only the experts are targeted
+    assert lora["expert_adapters"] == {"ParallelLinearAdapter": 1536}
     assert lora["examples"][0] == "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1"
     fact = lora_experts_fact(recipe_census, Recipe().target_modules)
     assert fact.status == "ok" and fact.value.startswith("1536 expert linears LoRA-wrapped")

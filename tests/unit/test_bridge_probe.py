@@ -39,7 +39,10 @@ ARGV = Recipe().argv()
 def test_the_recipe_gets_an_adapter_on_every_expert_linear() -> None:
     node = lora_experts_fact(NODE_EXPECTED, TARGETS)
     assert node.status == "ok"
-    assert node.value.startswith("48 expert linears LoRA-wrapped (48 grouped, 0 per-expert")
+    assert node.value.startswith(
+        "48 expert linears LoRA-wrapped (48 grouped, 0 per-expert, over 24 layers; "
+        "48 ParallelLinearAdapter), 0 other"
+    )
     cpu = lora_experts_fact(CPU_MEASURED, TARGETS)
     assert cpu.status == "ok" and cpu.value.startswith("1536 expert linears LoRA-wrapped")
     assert "megatron.bridge 0.3.1" in cpu.value

@@ -27,7 +27,9 @@ What it does, in miles' own code wherever miles has it:
    shards weights.
 3. :func:`census`: the LoRA wrappers (a module with ``to_wrap`` and ``adapter``, Megatron-
    Bridge's ``LoRALinear`` family), split into expert linears by Megatron-Bridge's own
-   ``is_expert_linear`` and the rest; expert linears left bare, by leaf name; the routers'
+   ``is_expert_linear`` and the rest, with the adapter classes on the experts (one adapter
+   shared by a grouped linear's experts, ``ParallelLinearAdapter``, or one per expert,
+   ``GroupedExpertLinearAdapter``); expert linears left bare, by leaf name; the routers'
    ``moe_router_dtype`` and the dtype they will compute in; each layer's attention window by
    Megatron's own ``is_layer_window_attention`` (what its attention modules use).
 
@@ -130,13 +132,18 @@ def census(provider: Any, chunks: list[Any]) -> dict[str, Any]:
 
     wrapped_expert: list[str] = []
     wrapped_other: list[str] = []
+    adapters: dict[str, int] = {}
     bare_expert: dict[str, int] = {}
     routers: dict[str, int] = {}
     windows: list[list[int] | None] = []
     for chunk in chunks:
         for name, module in chunk.named_modules():
             if _is_lora_wrapper(module):
-                (wrapped_expert if is_expert_linear(name) else wrapped_other).append(name)
+                expert = is_expert_linear(name)
+                (wrapped_expert if expert else wrapped_other).append(name)
+                if expert:
+                    kind = type(module.adapter).__name__
+                    adapters[kind] = adapters.get(kind, 0) + 1
             elif is_expert_linear(name):
                 leaf = name.rsplit(".", 1)[-1]
                 bare_expert[leaf] = bare_expert.get(leaf, 0) + 1
@@ -157,6 +164,7 @@ def census(provider: Any, chunks: list[Any]) -> dict[str, Any]:
             "expert_grouped": len(wrapped_expert) - per_expert,
             "expert_per_expert": per_expert,
             "expert_layers": len(layers),
+            "expert_adapters": adapters,
             "other": len(wrapped_other),
             "bare_expert": bare_expert,
             "examples": wrapped_expert[:NAMES_KEPT] + wrapped_other[:NAMES_KEPT],

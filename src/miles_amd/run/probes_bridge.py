@@ -12,6 +12,7 @@ happens in that child; here only its JSON is read.
   silent failure of a target name that maps to nothing) or when an expert linear the targets
   name (``recipe.lora_targets``) is left bare. With grouped GEMM (the gpt-oss provider's
   default) gpt-oss-20b has one grouped linear per expert projection per layer: 24 x 2 = 48.
+  The value names the adapter classes: whether a grouped linear's experts share one adapter.
 - ``router_dtype``: the dtype the MoE routers compute in: ``fp32``/``fp64`` when the built
   model's ``moe_router_dtype`` says so, else the model's own (``bf16``). The argv's
   ``--moe-router-dtype fp32`` not reaching the model is miles#3263 (``recipe.ignored_flags``):
@@ -117,7 +118,9 @@ def lora_experts_fact(reading: Reading, target_modules: Sequence[str]) -> Fact:
     lora = _section(reading, "lora")
     expert, other = _int(lora.get("expert")), _int(lora.get("other"))
     grouped, layers = _int(lora.get("expert_grouped")), _int(lora.get("expert_layers"))
-    layout = f"{grouped} grouped, {expert - grouped} per-expert, over {layers} layers"
+    kinds = _section(lora, "expert_adapters")
+    adapters = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none"
+    layout = f"{grouped} grouped, {expert - grouped} per-expert, over {layers} layers; {adapters}"
     bridge = reading.get("bridge")
     value = f"{expert} expert linears LoRA-wrapped ({layout}), {other} other [{bridge}]"
     if expert == 0:
