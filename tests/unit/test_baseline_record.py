@@ -432,6 +432,17 @@ def test_a_spike_fails_its_own_baseline_and_is_refused(tmp_path: Path) -> None:
     assert "logprob_abs_diff.spikes" in result.stderr and "rollout 4 (0.31)" in result.stderr
 
 
+def test_a_zero_logprob_gap_is_refused_as_underivable_not_a_traceback(tmp_path: Path) -> None:
+    """step_rise works on logarithms: a reference with a zero gap cannot derive it."""
+    values = published_values()
+    values[LOGPROB][0] = 0.0
+    run_dir = write_run(tmp_path / "run", values)
+    write_env(run_dir)
+    out = tmp_path / "out.json"
+    result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
+    assert_refused(result, out, "does not load", "non-positive reference value", LOGPROB)
+
+
 def test_a_missing_required_metric_is_refused(tmp_path: Path) -> None:
     values = published_values()
     del values[CLIPFRAC]

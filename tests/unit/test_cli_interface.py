@@ -314,3 +314,25 @@ def test_no_proxy_has_no_duplicate_entry() -> None:
 
     assert job_env_vars(Recipe(), {}, "127.0.0.1", None)["no_proxy"] == "127.0.0.1"
     assert job_env_vars(Recipe(), {}, "10.0.0.5", None)["no_proxy"] == "127.0.0.1,10.0.0.5"
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("--aiter-variant", "foo"), ("'--aiter-variant'", "'foo' is not one of", "'rccl'")),
+        (("--num-rollouts", "abc"), ("'--num-rollouts'", "valid integer")),
+    ],
+)
+def test_a_bad_value_is_one_line_without_the_converters_prefix(
+    args: tuple[str, ...], needles: tuple[str, ...]
+) -> None:
+    from tests.cli_runs import run_cli
+
+    result = run_cli("train", "--dry-run", *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("miles-amd: error: Invalid value for")
+    assert "Value error" not in lines[0] and ".;" not in lines[0], lines[0]
+    assert lines[0].endswith("; see `miles-amd train --help`"), lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]

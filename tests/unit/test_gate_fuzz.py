@@ -1,4 +1,5 @@
-"""Fuzz the gate's readers: generated run dirs and baselines, whatever they hold.
+"""Fuzz the gate's readers and the baseline recorder: generated run dirs and baselines,
+whatever they hold.
 
 Each example copies the embedded example run, alters it with generated hostile content
 (corrupt, duplicate-key, deep or huge-number JSON, NaN and 1e308 values, long and
@@ -6,7 +7,10 @@ carriage-return lines, control characters and markup, links leading out) and run
 ``miles-amd gate`` in-process against the shipped or a generated baseline. Whatever the
 input: the exit code is 0, 1 or 2, no exception escapes (no traceback), no escape sequence
 reaches the terminal, and nothing is written outside the run dir's report dir: the files
-outside and the rest of the run dir are byte for byte what they were.
+outside and the rest of the run dir are byte for byte what they were. ``baseline record``
+on a run whose values are zeroed, scaled to the float range's edges or replaced (through the
+real writers, so the sources agree) exits 0 with a loadable baseline or 2 with nothing
+written.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from miles_amd.baseline.model import load_baseline
 from miles_amd.cli.main import app
 from tests.constants import EXAMPLE, SHIPPED
+from tests.run_dirs import published_values, write_run
 
 pytestmark = pytest.mark.unit
 
@@ -180,3 +186,45 @@ def alter(run_dir: Path, outside: Path, alteration: str, data: st.DataObject) ->
     elif alteration == "link_record":
         (run_dir / "ci_history" / "8-link.jsonl").unlink(missing_ok=True)
         (run_dir / "ci_history" / "8-link.jsonl").symlink_to(outside / "precious.txt")
+
+
+@st.composite
+def recorded_values(draw: st.DrawFn) -> dict[str, list[float]]:
+    """The published series with one metric's values replaced, scaled or zeroed, as every
+    writer writes them (so the sources agree and the recorder reaches its derivations)."""
+    values = published_values()
+    metric = draw(st.sampled_from(sorted(values)))
+    change = draw(st.sampled_from(["one", "scale", "constant"]))
+    hostile = st.sampled_from([0.0, -0.0, 5e-324, 1e-300, -1.0, 1.0, 1e30, 3e38, 1e300])
+    if change == "one":
+        values[metric][draw(st.integers(0, 19))] = draw(hostile)
+    elif change == "scale":
+        values[metric] = [v * draw(hostile) for v in values[metric]]
+    else:
+        values[metric] = [draw(hostile)] * len(values[metric])
+    return values
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=recorded_values())
+def test_baseline_record_contains_whatever_the_run_holds(values: dict[str, list[float]]) -> None:
+    """Exit 0 or 2, no traceback, and only ``--out`` written (a loadable baseline if it was)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        base = Path(scratch)
+        run_dir = write_run(base / "run", values)
+        out = base / "out" / "recorded.json"
+        out.parent.mkdir()
+        before_run = snapshot(run_dir)
+        args = ["baseline", "record", "--run-dir", str(run_dir), "--variant", "patched"]
+        result = CliRunner().invoke(app, [*args, "--out", str(out), "--allow-no-preflight"])
+
+        assert result.exit_code in (0, 2), result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+            result.exception
+        )
+        assert "Traceback" not in result.output
+        assert snapshot(run_dir) == before_run
+        written = sorted(p.name for p in out.parent.iterdir())
+        assert written == (["recorded.json"] if result.exit_code == 0 else []), written
+        if result.exit_code == 0:
+            load_baseline(out)

@@ -132,6 +132,24 @@ def test_invalid_config_json(tmp_path: Path) -> None:
     assert "config.json: is not valid JSON" in error_of(validate_checkpoint, ckpt)
 
 
+def test_config_json_with_a_duplicate_key_is_refused(tmp_path: Path) -> None:
+    """Python's json keeps the last: a second key could hide the MXFP4 quantization."""
+    ckpt = write_checkpoint(tmp_path)
+    text = '{"quantization_config": {"quant_method": "mxfp4"}, "quantization_config": null}'
+    (ckpt / "config.json").write_text(text)
+    message = error_of(validate_checkpoint, ckpt)
+    assert "config.json: is not valid JSON" in message
+    assert "duplicate key 'quantization_config'" in message
+
+
+def test_a_safetensors_header_with_a_huge_integer_is_refused(tmp_path: Path) -> None:
+    ckpt = write_checkpoint(tmp_path)
+    shard = ckpt / "model-00001-of-00002.safetensors"
+    raw = b'{"lm_head.weight": {"dtype": "BF16", "data_offsets": [0, 1' + b"0" * 40 + b"]}}"
+    shard.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    assert "unreadable safetensors header" in error_of(validate_checkpoint, ckpt)
+
+
 def test_config_json_that_is_not_an_object(tmp_path: Path) -> None:
     ckpt = write_checkpoint(tmp_path)
     (ckpt / "config.json").write_text("[1, 2]")

@@ -229,14 +229,23 @@ def _band_derivation(rule: Rule, draft: Baseline, rec: _Recording) -> str:
 
 
 def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
-    """The template's rule with the params its kind re-derives from the recorded run."""
+    """The template's rule with the params its kind re-derives from the recorded run; a run
+    whose values the derivation cannot take (a reward of -1 has no binomial spread) is a
+    :class:`RecordError` naming the rule and the metric."""
     kind = KINDS[rule.kind]
     params = dict(rule.params)
-    if kind.rederive is not None:
-        params.update(kind.rederive(rule, draft, rec.rollouts))
-    derivation = rule.derivation
-    if kind.derive_method is not None and rule.metric in draft.series:
-        derivation = _band_derivation(rule, draft, rec)
+    try:
+        if kind.rederive is not None:
+            params.update(kind.rederive(rule, draft, rec.rollouts))
+        derivation = rule.derivation
+        if kind.derive_method is not None and rule.metric in draft.series:
+            derivation = _band_derivation(rule, draft, rec)
+    except (ArithmeticError, ValueError, KeyError) as exc:
+        raise RecordError(
+            f"--run-dir {rec.evidence.run_dir}: rule {rule.id} cannot be derived from its "
+            f"{rule.metric or 'values'} ({' '.join(str(exc).split()) or type(exc).__name__}); "
+            "fix: record a healthy run of the recipe (its values in their usual range)"
+        ) from None
     return replace(rule, params=params, derivation=derivation)
 
 
@@ -324,11 +333,16 @@ def _check_round_trip(document: Baseline, evidence: RunEvidence, rollouts: int) 
     """The run must pass the document, and the loader must accept its file text.
 
     Judged first, so a broken run (a spike above a threshold, which the loader would also
-    refuse as a threshold below the reference's max) is refused as what it is.
+    refuse as a threshold below the reference's max) is refused as what it is; a document
+    one of whose rules cannot be evaluated at all (a zero logprob gap has no logarithm for
+    ``step_rise``) is left to the loader, which names the value and the fix.
     """
     where = f"<recorded {document.name}>"
-    verdict = judge(evidence, document, expected_rollouts=rollouts)
-    if verdict.verdict != "pass":
+    try:
+        verdict = judge(evidence, document, expected_rollouts=rollouts)
+    except (KeyError, ValueError):
+        verdict = None
+    if verdict is not None and verdict.verdict != "pass":
         failed = [f"{c.name} ({c.detail})" for c in verdict.failures]
         shown = "; ".join(failed[:3]) + (
             f"; ... ({len(failed) - 3} more)" if len(failed) > 3 else ""

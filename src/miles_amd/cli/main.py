@@ -101,8 +101,16 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+# typer (0.29) converts values with pydantic, whose messages carry its own prefix
+PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
 def _usage_message(exc: Exception) -> str:
+    """click's message without the converting library's prefix, and the help to read."""
     message = exc.format_message()
+    for prefix in PYDANTIC_PREFIXES:
+        message = message.replace(prefix, "")
+    message = message.rstrip(".")
     ctx = getattr(exc, "ctx", None)
     if ctx is not None:
         message += f"; see `{ctx.command_path} --help`"

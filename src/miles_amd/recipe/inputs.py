@@ -26,10 +26,10 @@ Rules and format facts:
 
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
 
+from miles_amd import strict_json
 from miles_amd.recipe.settings import CHECKPOINT_REPO, DATASET_REPO
 
 MXFP4_REPO = "openai/gpt-oss-20b"
@@ -101,8 +101,8 @@ def _read_json_object(file: Path, flag: str | None, fix: str) -> dict:
     if not file.is_file():
         raise _fail(file, flag, "is missing", fix)
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = strict_json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, strict_json.StrictJsonError) as exc:
         raise _fail(file, flag, f"is not valid JSON ({_one_line(exc)})", fix) from exc
     if not isinstance(data, dict):
         raise _fail(file, flag, f"holds a JSON {type(data).__name__}, not an object", fix)
@@ -168,7 +168,7 @@ def _safetensors_tensor_names(file: Path, flag: str | None, fix: str) -> set[str
             file, flag, f"is truncated or corrupt (header length {header_len}, size {size})", fix
         )
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = strict_json.loads(raw)
         ends = [
             int(entry["data_offsets"][1])
             for name, entry in header.items()
@@ -215,8 +215,8 @@ def validate_dataset(
         raise _fail(path, flag, "is empty", fix)
     line_no, text = first
     try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
+        record = strict_json.loads(text, non_finite=True)
+    except strict_json.StrictJsonError as exc:
         raise _fail(path, flag, f"line {line_no} is not JSON ({_one_line(exc)})", fix) from exc
     if not isinstance(record, dict):
         raise _fail(
