@@ -15,6 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from miles_amd.recipe.settings import Recipe
+from miles_amd.run.facts import Fact
+from miles_amd.run.probes_bridge import attention_window_fact, lora_experts_fact, router_dtype_fact
+from tests.conformance.fake_inputs import GPT_OSS_20B_BF16_CONFIG
+
 LAYERS = 24
 
 
@@ -69,3 +74,14 @@ UNKNOWN = {
     "stage": "build",
     "error": "ModuleNotFoundError: No module named 'megatron'",
 }
+
+
+def node_model_facts() -> list[Fact]:
+    """The deep probe's three env.json facts of a node, by the preflight's real fact functions
+    (what ``model.lora_experts`` needs to pass)."""
+    recipe = Recipe()
+    return [
+        lora_experts_fact(NODE_EXPECTED, recipe.target_modules),
+        router_dtype_fact(NODE_EXPECTED, recipe.argv()),
+        attention_window_fact(NODE_EXPECTED, GPT_OSS_20B_BF16_CONFIG),
+    ]

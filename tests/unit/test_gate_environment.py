@@ -19,21 +19,13 @@ from miles_amd.cli.main import app
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.environment import Environment, run_environment
 from miles_amd.judge.gate import Check, judge
-from miles_amd.recipe.settings import Recipe
 from miles_amd.run.preflight import Fact, write_env_json
-from miles_amd.run.probes_bridge import attention_window_fact, lora_experts_fact, router_dtype_fact
-from tests.bridge_readings import NODE_EXPECTED
+from tests.bridge_readings import node_model_facts
 from tests.cli_runs import run_cli
-from tests.conformance.fake_inputs import GPT_OSS_20B_BF16_CONFIG
 from tests.constants import EXAMPLE, SHIPPED
 
 PATCHED = SHIPPED / "patched.json"
 AITER = "amd-aiter 0.1.5 @ 0123456789ab"
-NODE_MODEL = (  # the deep probe's facts of a node (model.lora_experts needs them to pass)
-    lora_experts_fact(NODE_EXPECTED, Recipe().target_modules),
-    router_dtype_fact(NODE_EXPECTED, Recipe().argv()),
-    attention_window_fact(NODE_EXPECTED, GPT_OSS_20B_BF16_CONFIG),
-)
 
 
 def run_dir_with_env(
@@ -50,7 +42,7 @@ def run_dir_with_env(
         Fact("rocm", "ok", rocm),
         Fact("aiter", "ok", AITER),
         Fact("aiter_variant", "ok", variant or "unrecorded"),
-        *NODE_MODEL,
+        *node_model_facts(),  # the deep probe's, as a node records them
     ]
     write_env_json(facts, run_dir, {"host": "node-1"})
     return run_dir
