@@ -88,10 +88,10 @@ def test_train_with_gate_runs_and_exits_with_the_verdict(tmp_path: Path, require
         assert f"history: appended as run 1 to {history}" in done.stdout
         with HistoryStore(history, read_only=True) as store:
             (run,) = store.runs()
-        # a CPU rehearsal has no env.json and no SGLang [AR] line: neither is proven
+        # a CPU rehearsal has no env.json, no SGLang [AR] line, no built model: none is proven
         assert (run.verdict, run.failed_checks) == (
             "fail",
-            ("environment.identity", "allreduce.path"),
+            ("environment.identity", "allreduce.path", "model.lora_experts"),
         )
     else:
         assert not history.exists()

@@ -31,6 +31,7 @@ from miles_amd.report.gate_run import judge_run_dir
 from miles_amd.rules import bands
 from miles_amd.rules.band import BandParams
 from miles_amd.run.preflight import Fact, write_env_json
+from tests.bridge_readings import node_model_facts
 from tests.cli_runs import CliRun, run_cli
 from tests.constants import (
     CLIPFRAC,
@@ -75,6 +76,7 @@ def write_env(run_dir: Path, *, ok: bool = True, variant: str | None = "patched"
         Fact("rocm", "ok", "7.2.0-43 (/opt/rocm/.info/version)"),
         Fact("aiter", "ok", "amd-aiter 0.1.5 (commit 1a2b3c4)"),
         Fact("aiter_variant", "ok", variant or "unrecorded"),
+        *node_model_facts(),  # the deep probe's, as a node records them
     ]
     write_env_json(facts, run_dir, {"host": "node-1"})
 

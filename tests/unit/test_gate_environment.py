@@ -20,6 +20,7 @@ from miles_amd.evidence.load import load_run
 from miles_amd.judge.environment import Environment, run_environment
 from miles_amd.judge.gate import Check, judge
 from miles_amd.run.preflight import Fact, write_env_json
+from tests.bridge_readings import node_model_facts
 from tests.cli_runs import run_cli
 from tests.constants import EXAMPLE, SHIPPED
 
@@ -41,6 +42,7 @@ def run_dir_with_env(
         Fact("rocm", "ok", rocm),
         Fact("aiter", "ok", AITER),
         Fact("aiter_variant", "ok", variant or "unrecorded"),
+        *node_model_facts(),  # the deep probe's, as a node records them
     ]
     write_env_json(facts, run_dir, {"host": "node-1"})
     return run_dir

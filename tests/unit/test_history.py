@@ -365,6 +365,6 @@ def test_the_append_records_the_verdict_judged_with_the_flags_given(tmp_path: Pa
     with HistoryStore(history) as store:
         (run,) = store.runs()
     assert (run.verdict, run.baseline, run.variant) == ("fail", "stock", None)  # no env.json
-    # neither env.json nor an SGLang [AR] line: both unproven on the hardware path
-    assert run.failed_checks == ("environment.identity", "allreduce.path")
+    # no env.json, no SGLang [AR] line, no deep probe: all unproven on the hardware path
+    assert run.failed_checks == ("environment.identity", "allreduce.path", "model.lora_experts")
     assert "### Drift across runs" in (run_dir / "report" / "report.md").read_text()

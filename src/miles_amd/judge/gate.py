@@ -23,6 +23,11 @@ What is judged, in this order:
    no ``[AR]`` line is ``not_measured``, a failure with ``require_env``.
    The rccl control arm, which has no baseline, is gated against the stock one with only
    its baseline-free rules (``miles_amd.judge.control_arm``).
+   **LoRA on the experts** (built in, ``model.lora_experts``; ``miles_amd.judge.model_build``):
+   env.json's deep-probe facts (the trainer's model built by miles through Megatron-Bridge on
+   the node): no LoRA-wrapped expert linear, a bare targeted one, or attention windows unlike
+   config.json's fail; no count is ``not_measured``, a failure with ``require_env``; the
+   router dtype (bf16 against the argv's fp32: miles#3263) is a note, never a failure.
 4. **Sentinels**: each ``fatal`` hit of ``job.log`` is a failed check naming the sentinel,
    its count and first line. ``known`` hits never fail; the report lists every hit.
 5. **Baseline rules**, each with its tolerance from the baseline file, judged by its kind
@@ -59,6 +64,7 @@ from miles_amd.judge.control_arm import (
     run_variant,
 )
 from miles_amd.judge.environment import environment_check
+from miles_amd.judge.model_build import model_build_check
 from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
 from miles_amd.rules.model import Baseline
 from miles_amd.rules.registry import KINDS, evaluate_rule
@@ -199,6 +205,7 @@ def judge(
         *evidence_checks(evidence),
         environment_check(evidence, baseline, require_env=require_env, control_arm=control),
         allreduce_check(evidence, variant, require_env=require_env),
+        model_build_check(evidence, require_env=require_env),
         *sentinel_checks(evidence.sentinels),
         *(
             control_arm_check(rule, baseline, rollouts)

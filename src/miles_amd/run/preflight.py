@@ -8,8 +8,9 @@ pass), when the preflight passes (every fact ``ok``), and what ``env.json`` hold
 
 Does not decide any single fact: the probes are in ``probes_node`` (GPUs, ROCm, torch) and
 ``probes_stack`` (packages, checkouts, aiter, inputs, disk), ``probes_allreduce`` (the A/B
-premise: the job's SGLang aiter env, aiter's commit, SGLang's all-reduce route), a fact's
-shape in ``facts``.
+premise: the job's SGLang aiter env, aiter's commit, SGLang's all-reduce route),
+``probes_bridge`` (the trainer's model as miles builds it: LoRA-wrapped experts, router dtype,
+attention windows), a fact's shape in ``facts``.
 Nothing on the machine is changed: no server is started and no GPU memory is allocated.
 
 Adding a probe: write ``def probe_<name>(config: PreflightConfig) -> Fact`` in its own module
@@ -35,6 +36,11 @@ from miles_amd.run.probes_allreduce import (
     probe_aiter_commit,
     probe_sglang_aiter_env,
     probe_sglang_allreduce,
+)
+from miles_amd.run.probes_bridge import (
+    probe_attention_window,
+    probe_lora_experts,
+    probe_router_dtype,
 )
 from miles_amd.run.probes_node import probe_gpus, probe_rocm, probe_torch
 from miles_amd.run.probes_stack import (
@@ -88,6 +94,9 @@ PROBES: tuple[Probe, ...] = (
     probe_checkpoint,
     probe_dataset,
     probe_miles_argv,
+    probe_lora_experts,
+    probe_router_dtype,
+    probe_attention_window,
     probe_disk,
 )
 

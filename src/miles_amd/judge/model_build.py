@@ -1,0 +1,74 @@
+"""The trainer's model as built: do the MoE experts carry the LoRA adapters the run trains?
+
+Decides the gate's built-in ``model.lora_experts`` check from env.json's deep-probe facts
+(``run.probes_bridge``: miles' bridge LoRA setup built on the meta device on the node):
+
+- ``lora_experts`` reads ``"<N> expert linears LoRA-wrapped ..."``. N = 0 fails: a target name
+  that maps to no layer trains no adapter without a warning, and every metric of such a run can
+  look healthy (the rollout serves the base model, the logprob gap stays small). A ``wrong``
+  fact (an expert linear the targets name left bare) fails with its message.
+- ``attention_window`` ``wrong`` (the trainer's windowed layers differ from config.json's
+  ``layer_types``) fails: the trainer would not compute the model SGLang serves.
+- ``router_dtype`` never fails. Its value goes into the detail: bf16 while the argv says
+  fp32 is miles#3263, known and tracked (``recipe.ignored_flags``).
+
+Without env.json, or with a count the probe could not take (``unknown: ...``, a CPU
+machine), the check is ``not_measured``, and a failure with ``require_env``
+(``--require-env``: the hardware path must prove the adapters exist). Pure; reads nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from miles_amd.evidence.types import RunEvidence
+from miles_amd.judge.environment import env_facts
+from miles_amd.rules.check import BuiltinCheck, Check, Status
+
+_RATIONALE = (
+    "a LoRA target that maps to no expert layer trains no adapter and the run still looks "
+    "healthy; only the built model shows it"
+)
+_check = BuiltinCheck("model.lora_experts", "model", _RATIONALE)
+_COUNT = re.compile(r"^(\d+) expert linears LoRA-wrapped")
+EXPECTED = "> 0 MoE expert linears LoRA-wrapped, attention windows as config.json"
+_HOW = "run `miles-amd preflight --run-dir RUN` on the node (the image's Megatron-Bridge) first"
+_ROUTER_ISSUE = "miles#3263"
+
+
+def _fact(facts: Mapping[str, Mapping[str, object]], name: str) -> tuple[str, str, str]:
+    fact = facts.get(name, {})
+    return (
+        str(fact.get("status") or ""),
+        str(fact.get("value") or ""),
+        str(fact.get("message") or ""),
+    )
+
+
+def model_build_check(evidence: RunEvidence, *, require_env: bool) -> Check:
+    """``model.lora_experts`` of ``evidence``; see the module doc."""
+    absent: Status = "fail" if require_env else "not_measured"
+    if evidence.env is None:
+        detail = f"not measured: no env.json in the run dir; {_HOW}"
+        return _check(absent, None, EXPECTED, detail, require_env)
+    facts = env_facts(evidence.env)
+    status, value, message = _fact(facts, "lora_experts")
+    count = _COUNT.match(value)
+    if count is None:
+        said = value or "no lora_experts fact (a preflight older than the deep probe)"
+        detail = f"not measured: env.json's lora_experts: {said}; {_HOW}"
+        return _check(absent, None, EXPECTED, detail, require_env)
+    observed = int(count.group(1))
+    router = _fact(facts, "router_dtype")[1] or "not recorded"
+    tracked = " (known, tracked: not a failure)" if _ROUTER_ISSUE in router else ""
+    note = f"; router {router}{tracked}"
+    if observed == 0 or status != "ok":
+        detail = f"{value}: {message or 'no expert adapter'}{note}"
+        return _check("fail", observed, EXPECTED, detail, True)
+    window_status, window, window_message = _fact(facts, "attention_window")
+    if window_status not in ("", "ok"):
+        detail = f"attention windows: {window}: {window_message}{note}"
+        return _check("fail", observed, EXPECTED, detail, True)
+    windows = f"; attention: {window}" if window else ""
+    return _check("pass", observed, EXPECTED, f"{value}{windows}{note}", require_env)

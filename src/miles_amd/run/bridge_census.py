@@ -1,0 +1,251 @@
+"""Build the trainer's LoRA model the way miles does, on the meta device, and describe it as JSON.
+
+A stdlib-only script, executed BY FILE PATH with the interpreter that will run ``train.py``
+(the image's ``python3``, with the job's ``PYTHONPATH`` to miles and Megatron-LM), so it works
+where ``miles_amd`` is not installed. ``miles_amd.run.probes_bridge`` runs it and judges the
+result; nothing imports it except the CPU test harness, which calls :func:`build_meta_model`
+and :func:`census` with its stand-ins in place::
+
+    python bridge_census.py --result FILE -- <the tokens after train.py>
+
+What it does, in miles' own code wherever miles has it:
+
+1. ``args = miles.utils.arguments.parse_args()`` on the argv (as ``train.py`` does);
+2. ``miles.backends.megatron_utils.bridge_lora_helpers._setup_lora_model_via_bridge(args)``:
+   Megatron-Bridge's ``AutoBridge.from_hf_pretrained(--hf-checkpoint)`` and
+   ``to_megatron_provider(load_weights=False)``, the provider fields miles sets, ``finalize()``,
+   miles' LoRA instance (``create_lora_instance``: the HF target names mapped to Megatron's)
+   registered as a pre-wrap hook. Only its last call, ``provide_distributed_model``, is
+   replaced by :func:`_meta_model`: a one-process gloo group with every parallel size 1, the
+   decoder built with ``init_model_with_meta_device`` (Transformer Engine's layers on the meta
+   device; ``perform_initialization`` off) and without embedding and output layer
+   (``pre_process``/``post_process`` false: nothing LoRA targets), then the provider's own
+   pre-wrap hooks, i.e. miles' LoRA. No weights are loaded; on a node the GPU holds only the
+   routers' and rotary tables' few MB (Megatron's non-TE tensors use the current device).
+   With pipeline and expert parallel size 1 every trainer rank holds all layers and experts,
+   so the module census of this single process is each rank's; tensor parallelism only
+   shards weights.
+3. :func:`census`: the LoRA wrappers (a module with ``to_wrap`` and ``adapter``, Megatron-
+   Bridge's ``LoRALinear`` family), split into expert linears by Megatron-Bridge's own
+   ``is_expert_linear`` and the rest, with the adapter classes on the experts (one adapter
+   shared by a grouped linear's experts, ``ParallelLinearAdapter``, or one per expert,
+   ``GroupedExpertLinearAdapter``); expert linears left bare, by leaf name; the routers'
+   ``moe_router_dtype`` and the dtype they will compute in; each layer's attention window by
+   Megatron's own ``is_layer_window_attention`` (what its attention modules use).
+
+Exit status: 0 built (``{"ok": true, ...}`` written); 1 the build or an import failed
+(``{"ok": false, "stage": ..., "error": "<one line>"}`` written, traceback on stderr);
+64 bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sys
+import traceback
+from typing import Any
+
+USAGE = "usage: bridge_census.py --result FILE -- <train.py args>"
+NAMES_KEPT = 4  # example module names per group in the result
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _single_process_group(provider: Any) -> None:
+    """A gloo world of one and Megatron's parallel state with every size 1."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.process_groups_config import ProcessGroupCollection
+
+    if not dist.is_initialized():
+        address = f"tcp://127.0.0.1:{_free_port()}"
+        dist.init_process_group("gloo", init_method=address, rank=0, world_size=1)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel()
+    for size in (
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "expert_model_parallel_size",
+        "expert_tensor_parallel_size",
+        "context_parallel_size",
+    ):
+        setattr(provider, size, 1)
+    provider.sequence_parallel = False
+    provider.virtual_pipeline_model_parallel_size = None
+    provider._pg_collection = ProcessGroupCollection.use_mpu_process_groups()
+
+
+def _meta_model(provider: Any, *_: Any, **__: Any) -> list[Any]:
+    """Stands in for ``provide_distributed_model``: the decoder on meta, then the pre-wrap
+    hooks (miles' LoRA), as Megatron-Bridge's ``get_model`` runs them before DDP."""
+    import torch
+
+    _single_process_group(provider)
+    provider.init_model_with_meta_device = True
+    provider.perform_initialization = False
+    with torch.device("meta"):
+        chunks = [provider.provide(pre_process=False, post_process=False)]
+    hook = provider.pre_wrap_hook
+    wrapped = hook(chunks) if hook is not None else None
+    _BUILT["provider"] = provider
+    return chunks if wrapped is None else wrapped
+
+
+_BUILT: dict[str, Any] = {}
+
+
+def build_meta_model(args: Any) -> tuple[Any, list[Any]]:
+    """miles' ``_setup_lora_model_via_bridge(args)`` with :func:`_meta_model` in place of
+    ``provide_distributed_model``; returns (the provider, the LoRA-wrapped model chunks)."""
+    from megatron.bridge.models.model_provider import ModelProviderMixin
+    from miles.backends.megatron_utils.bridge_lora_helpers import _setup_lora_model_via_bridge
+
+    original = ModelProviderMixin.provide_distributed_model
+    ModelProviderMixin.provide_distributed_model = _meta_model
+    try:
+        chunks = _setup_lora_model_via_bridge(args)
+    finally:
+        ModelProviderMixin.provide_distributed_model = original
+    return _BUILT.pop("provider"), list(chunks)
+
+
+def _is_lora_wrapper(module: Any) -> bool:
+    return hasattr(module, "to_wrap") and hasattr(module, "adapter")
+
+
+def _dtype_name(dtype: Any) -> str:
+    names = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+    return names.get(str(dtype), str(dtype))
+
+
+def census(provider: Any, chunks: list[Any]) -> dict[str, Any]:
+    """What the built model holds (module doc, step 3); JSON-ready."""
+    from megatron.bridge.peft.utils import is_expert_linear
+    from megatron.core.transformer.utils import is_layer_window_attention
+
+    wrapped_expert: list[str] = []
+    wrapped_other: list[str] = []
+    adapters: dict[str, int] = {}
+    bare_expert: dict[str, int] = {}
+    routers: dict[str, int] = {}
+    windows: list[list[int] | None] = []
+    for chunk in chunks:
+        for name, module in chunk.named_modules():
+            if _is_lora_wrapper(module):
+                expert = is_expert_linear(name)
+                (wrapped_expert if expert else wrapped_other).append(name)
+                if expert:
+                    kind = type(module.adapter).__name__
+                    adapters[kind] = adapters.get(kind, 0) + 1
+            elif is_expert_linear(name):
+                leaf = name.rsplit(".", 1)[-1]
+                bare_expert[leaf] = bare_expert.get(leaf, 0) + 1
+            if type(module).__name__.endswith("Router") and hasattr(module, "config"):
+                setting = str(module.config.moe_router_dtype)
+                routers[setting] = routers.get(setting, 0) + 1
+            if hasattr(module, "self_attention") and hasattr(module, "layer_number"):
+                config = module.config
+                windowed = is_layer_window_attention(
+                    config.window_size, config.window_attn_skip_freq, module.layer_number
+                )
+                windows.append(list(config.window_size) if windowed else None)
+    per_expert = sum(".local_experts." in name for name in wrapped_expert)
+    layers = {m.group(1) for n in wrapped_expert if (m := re.search(r"layers\.(\d+)\.", n))}
+    return {
+        "lora": {
+            "expert": len(wrapped_expert),
+            "expert_grouped": len(wrapped_expert) - per_expert,
+            "expert_per_expert": per_expert,
+            "expert_layers": len(layers),
+            "expert_adapters": adapters,
+            "other": len(wrapped_other),
+            "bare_expert": bare_expert,
+            "examples": wrapped_expert[:NAMES_KEPT] + wrapped_other[:NAMES_KEPT],
+        },
+        "router": {
+            "moe_router_dtype": routers,
+            "params_dtype": _dtype_name(getattr(provider, "params_dtype", None)),
+            "bf16": bool(getattr(provider, "bf16", False)),
+            "fp16": bool(getattr(provider, "fp16", False)),
+        },
+        "attention": {
+            "window_size": _listed(getattr(provider, "window_size", None)),
+            "window_attn_skip_freq": _listed(getattr(provider, "window_attn_skip_freq", None)),
+            "layers": windows,
+        },
+        "moe_grouped_gemm": bool(getattr(provider, "moe_grouped_gemm", False)),
+        "num_moe_experts": getattr(provider, "num_moe_experts", None),
+        "bridge": _bridge_origin(),
+    }
+
+
+def _listed(value: Any) -> Any:
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def _bridge_origin() -> str:
+    import megatron.bridge
+
+    try:
+        from importlib.metadata import version
+
+        release = version("megatron-bridge")
+    except Exception:
+        release = "no distribution metadata"
+    return f"megatron.bridge {release} at {os.path.dirname(megatron.bridge.__file__)}"
+
+
+def _write(path: str, payload: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(payload, out, sort_keys=True)
+
+
+def _failed(result: str, stage: str, exc: BaseException) -> int:
+    traceback.print_exc()
+    error = " ".join(f"{type(exc).__name__}: {exc}".split())[:600]
+    _write(result, {"ok": False, "stage": stage, "error": error})
+    return 1
+
+
+def main(tokens: list[str]) -> int:
+    if "--" not in tokens:
+        print(USAGE, file=sys.stderr)
+        return 64
+    split = tokens.index("--")
+    own, train_argv = tokens[:split], tokens[split + 1 :]
+    if len(own) != 2 or own[0] != "--result":
+        print(USAGE, file=sys.stderr)
+        return 64
+    result = own[1]
+    sys.argv = ["train.py", *train_argv]
+    try:
+        from miles.utils.arguments import parse_args
+
+        args = parse_args()
+    except (Exception, SystemExit) as exc:
+        return _failed(result, "parse_args", exc)
+    try:
+        provider, chunks = build_meta_model(args)
+    except Exception as exc:
+        return _failed(result, "build", exc)
+    try:
+        _write(result, {"ok": True, **census(provider, chunks)})
+    except Exception as exc:
+        return _failed(result, "census", exc)
+    return 0
+
+
+if __name__ == "__main__":
+    # Run by path, this file's folder is sys.path[0]: drop it, so the run/ modules next to
+    # it can never shadow a top-level module miles imports.
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == here:
+        sys.path.pop(0)
+    sys.exit(main(sys.argv[1:]))
