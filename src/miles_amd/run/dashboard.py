@@ -98,5 +98,9 @@ def jobs_client(address: str, headers: Mapping[str, str]) -> Any:
     except AuthenticationError as exc:
         status = 403 if exc.message.startswith("Authentication failed") else 401
         raise DashboardAuthError(address, status) from exc
-    except Exception as exc:
-        raise DashboardError(f"no Ray Jobs API at {address}: {exc}") from exc
+    except Exception as exc:  # Ray's text repeats the address: keep what it adds
+        said = " ".join(str(exc).split()).replace(f" at address: {address}", "").rstrip(".")
+        raise DashboardError(
+            f"no Ray Jobs API at {address} ({said}); fix: start the cluster's head, or point "
+            "--ray-address / RAY_ADDRESS at its dashboard (http://HEAD:8265)"
+        ) from exc
