@@ -40,7 +40,6 @@ Explained for people in ``docs/gate-and-statistics.md``.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -61,19 +60,11 @@ _T975_SMALL = {1: 12.706, 2: 4.303}
 
 
 def t_quantile(p: float, dof: int) -> float:
-    """Student's t quantile (Cornish-Fisher expansion; exact table for 1 and 2 dof at 0.975)."""
-    if dof < 1:
-        raise ValueError("t needs dof >= 1")
+    """Student's t quantile (``rules.bands.t_quantile``; exact table for 1 and 2 dof at 0.975,
+    where the expansion is poor)."""
     if dof in _T975_SMALL and abs(p - 0.975) < 1e-9:
         return _T975_SMALL[dof]
-    z = statistics.NormalDist().inv_cdf(p)
-    v = float(dof)
-    return (
-        z
-        + (z**3 + z) / (4 * v)
-        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
-    )
+    return bands.t_quantile(p, dof)
 
 
 def fisher_fewer(a: int, n_a: int, b: int, n_b: int) -> float:

@@ -124,6 +124,23 @@ def _integrate(f) -> float:
     return total * h
 
 
+def t_quantile(p: float, dof: float) -> float:
+    """Student's t quantile at ``p`` with ``dof`` (>= 1, fractional allowed) degrees of freedom,
+    by the Cornish-Fisher expansion around the normal quantile (within 0.002 of the exact
+    value at 19 dof, 0.01 at 5; the one expansion the step rule and ``compare`` use)."""
+    if dof < 1:
+        raise ValueError("t needs dof >= 1")
+    from statistics import NormalDist
+
+    z, v = NormalDist().inv_cdf(p), float(dof)
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+    )
+
+
 @cache
 def expected_range(n: int) -> float:
     """Tippett's ``d2(n)``: the expected range of ``n`` standard normal draws (d2(20)≈3.735)."""

@@ -135,17 +135,8 @@ def threshold(alpha: float, n_run: int, n_ref: int, rho: float = 0.0) -> float:
     """The one-sided Student t quantile at ``alpha``: the pooled sd's ``n_ref - 1 + n_run - 2``
     degrees of freedom, times ``(1 - rho²) / (1 + rho²)`` (Bartlett: the variance of a sample
     variance of an AR(1) series grows by ``1 + 2·Σ rho^(2k)``, so it carries fewer)."""
-    from statistics import NormalDist
-
     dof = max(1, n_ref - 1 + n_run - 2) * (1 - rho * rho) / (1 + rho * rho)
-    # Student t by the Cornish-Fisher expansion (as miles_amd.judge.compare.t_quantile)
-    z, v = NormalDist().inv_cdf(1.0 - alpha), max(1.0, dof)
-    return (
-        z
-        + (z**3 + z) / (4 * v)
-        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
-    )
+    return bands.t_quantile(1.0 - alpha, max(1.0, dof))
 
 
 def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
