@@ -22,6 +22,7 @@ from miles_amd.evidence.types import Series
 from miles_amd.rules import bands
 from miles_amd.rules.bands import Band
 from miles_amd.rules.check import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
+from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.model import Baseline, Params, Rule
 
 COVER_MAX_WIDENING = 2.0
@@ -214,3 +215,22 @@ def _same(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+
+
+def band_spec(name: str, method: str) -> KindSpec:
+    """The declaration of a band kind whose tolerance ``bands.<method>`` derives: the band
+    kinds differ only in that method (``mean_band``, ``max_band``)."""
+
+    def validate(rule: Rule, baseline: Baseline) -> Problem | None:
+        return validate_band(rule, baseline, method)
+
+    return KindSpec(
+        name=name,
+        params=BandParams,
+        check=check_band,
+        expected=expected_band,
+        reference=reference_spread,
+        validate=validate,
+        derive_method=method,
+        rederive=rederive_band,
+    )

@@ -8,24 +8,6 @@ cover the ``cover`` values; the shared check, derivation and validation are
 from __future__ import annotations
 
 from miles_amd.rules import band
-from miles_amd.rules.check import Problem
-from miles_amd.rules.kind import KindSpec
-from miles_amd.rules.model import Baseline, Rule
 
 METHOD = "mean_band"
-
-
-def validate(rule: Rule, baseline: Baseline) -> Problem | None:
-    return band.validate_band(rule, baseline, METHOD)
-
-
-SPEC = KindSpec(
-    name="mean_within",
-    params=band.BandParams,
-    check=band.check_band,
-    expected=band.expected_band,
-    reference=band.reference_spread,
-    validate=validate,
-    derive_method=METHOD,
-    rederive=band.rederive_band,
-)
+SPEC = band.band_spec("mean_within", METHOD)
