@@ -5,7 +5,10 @@ The mean band (``mean_within``) on such a metric rests on a normal spread: under
 fitted to the published min/mean/max (``c + LogNormal``, the max far above the mean;
 ``miles_amd.testing.honest``) the run's arithmetic mean has a long right tail and the band
 failed 1.1% of healthy runs. On the logarithms the tail is short, and a doubling is a shift
-of ``ln 2`` whatever the shape.
+of ``ln 2`` whatever the shape. The logarithm exists: miles computes the KL per token with
+Schulman's k3 (``low_var_kl``, never negative; ``miles/backends/training_utils/loss_hub/
+losses.py`` at the pinned commit), so a rollout's KL is 0 only if every rescored token matched
+exactly, which a bf16 trainer and engine never do; such a value fails, named.
 
 The statistic: ``z = (mean ln run - m) / sqrt(sd²·(V(N) + V(n_ref)) + 2·run_sd²)`` with
 ``m`` the reference's log-scale mean (``miles_amd.rules.log_scale.log_spread``: its series',
