@@ -152,3 +152,15 @@ def rule_check(rule: Rule, status: Status, observed, expected: str, detail: str,
         rationale=rule.rationale,
         **extra,
     )
+
+
+def non_finite_failure(
+    rule: Rule, points: Iterable[tuple[int, float]], expected: str, what: str
+) -> Check | None:
+    """The failing check of a rule whose statistic (``what``) is undefined because a value is
+    NaN or infinite, naming the steps; ``None`` when every value is finite."""
+    bad = tuple(s for s, v in points if not math.isfinite(v))
+    if not bad:
+        return None
+    detail = f"{what} undefined: non-finite at {steps_text(bad)}"
+    return rule_check(rule, "fail", math.nan, expected, detail, failing_steps=bad)

@@ -36,7 +36,16 @@ from dataclasses import dataclass
 
 from miles_amd.evidence.types import Series
 from miles_amd.rules import bands
-from miles_amd.rules.check import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
+from miles_amd.rules.check import (
+    Check,
+    Problem,
+    RuleContext,
+    fmt,
+    non_finite_failure,
+    passed,
+    rule_check,
+    steps_text,
+)
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.log_scale import log_spread, log_spread_problem
 from miles_amd.rules.model import Baseline, Params, Rule
@@ -69,10 +78,9 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     assert rule.metric is not None
     params = LogMeanParams.of(rule)
     wanted = expected(rule, ctx.baseline, ctx.rollouts)
-    bad = [s for s, v in series if not math.isfinite(v)]
-    if bad:
-        detail = f"geometric mean undefined: non-finite at {steps_text(bad)}"
-        return rule_check(rule, "fail", math.nan, wanted, detail, failing_steps=tuple(bad))
+    undefined = non_finite_failure(rule, series, wanted, "geometric mean")
+    if undefined is not None:
+        return undefined
     zero = [s for s, v in series if v <= 0]
     if zero:
         where = steps_text(zero)

@@ -27,7 +27,14 @@ from typing import Any
 
 from miles_amd import numeric
 from miles_amd.evidence.types import Series
-from miles_amd.rules.check import Check, RuleContext, fmt, passed, rule_check, steps_text
+from miles_amd.rules.check import (
+    Check,
+    RuleContext,
+    fmt,
+    non_finite_failure,
+    passed,
+    rule_check,
+)
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.model import Baseline, Params, Rule
 
@@ -93,10 +100,9 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     z_max = params.z
     wanted = expected(rule, ctx.baseline, ctx.rollouts)
     points = sorted(series)
-    bad = [s for s, v in points if not math.isfinite(v)]
-    if bad:
-        detail = f"trend undefined: non-finite at {steps_text(bad)}"
-        return rule_check(rule, "fail", math.nan, wanted, detail, failing_steps=tuple(bad))
+    undefined = non_finite_failure(rule, points, wanted, "trend")
+    if undefined is not None:
+        return undefined
     steps, values = [s for s, _ in points], [v for _, v in points]
     z = mann_kendall_z(values) / math.sqrt(hamed_rao_factor(len(values), params.rho or 0.0))
     slope, intercept = theil_sen(steps, values)

@@ -18,7 +18,15 @@ from typing import Any
 from miles_amd import numeric
 from miles_amd.evidence.types import Series
 from miles_amd.rules import bands
-from miles_amd.rules.check import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
+from miles_amd.rules.check import (
+    Check,
+    Problem,
+    RuleContext,
+    fmt,
+    non_finite_failure,
+    passed,
+    rule_check,
+)
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.model import Baseline, Params, Rule
 
@@ -41,10 +49,9 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     floor = floor_for(rule, ctx.baseline, ctx.rollouts)
     wanted = expected(rule, ctx.baseline, ctx.rollouts)
     values = [v for _, v in series]
-    if not all(math.isfinite(v) for v in values):
-        bad = tuple(s for s, v in series if not math.isfinite(v))
-        detail = f"spread undefined: non-finite at {steps_text(bad)}"
-        return rule_check(rule, "fail", math.nan, wanted, detail, failing_steps=bad)
+    undefined = non_finite_failure(rule, series, wanted, "spread")
+    if undefined is not None:
+        return undefined
     sd = numeric.stdev(values)
     distinct = len(set(values))
     detail = f"sd {fmt(sd)} over {len(values)} values ({distinct} distinct); floor {fmt(floor)}"

@@ -48,7 +48,16 @@ from typing import Any
 
 from miles_amd.evidence.types import Series
 from miles_amd.rules import band, bands
-from miles_amd.rules.check import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
+from miles_amd.rules.check import (
+    Check,
+    Problem,
+    RuleContext,
+    fmt,
+    non_finite_failure,
+    passed,
+    rule_check,
+    steps_text,
+)
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.log_scale import log_spread, log_spread_problem
 from miles_amd.rules.model import Baseline, Params, Rule
@@ -144,10 +153,9 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     params = StepParams.of(rule)
     wanted = expected(rule, ctx.baseline, ctx.rollouts)
     points = sorted(series)
-    bad = [s for s, v in points if not math.isfinite(v)]
-    if bad:
-        detail = f"step undefined: non-finite at {steps_text(bad)}"
-        return rule_check(rule, "fail", math.nan, wanted, detail, failing_steps=tuple(bad))
+    undefined = non_finite_failure(rule, points, wanted, "step")
+    if undefined is not None:
+        return undefined
     values = [v for _, v in points]
     if len(values) < 2 * MIN_HALF:
         detail = f"{len(values)} values: too few to compare two halves (needs {2 * MIN_HALF})"
