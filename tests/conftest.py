@@ -8,9 +8,13 @@ with no tier, or with two, stops the session at collection with the list of such
 ``pytest -m <tier>`` over the five tiers selects every collected test exactly once.
 
 ``pytest.ini`` runs the suite on pytest-xdist workers (``-n auto --dist loadgroup``); every
-``rehearsal`` test is in the xdist group ``ray``, so one worker runs them all in order: they
-share that worker's session Ray head and never contend with each other for the 2 cores'
-Ray processes, while the other workers take the unit, snapshot and conformance tests. The
+Ray test is in one of three xdist groups (:func:`ray_group`: the session head's, the two-node
+cluster's, the tests that start their own heads), so each group runs in order on one worker
+and one session head serves all its tests, while the other tests fill the workers around
+them. Measured on 2 cores, plain ``pytest``: one group for every Ray test, 7 min 03 s (its
+worker ran 6 min of Ray tests in a row); three groups, 5 min 22 s, every fail-fast bound
+held. Four workers on 2 cores (5 min 12 s) were no faster, and their load pushed a
+fail-fast latency past its bound. The
 grouping needs pytest < 9.2 (pytest-dev/pytest-xdist#1386: with pytest 9.2 and xdist 3.8 the
 group is silently ignored and each worker starts its own head); ``tests/unit/test_tiers.py``
 proves it with a real ``pytest -n 2``.
@@ -61,6 +65,23 @@ def tier_problems(items: list[pytest.Item]) -> list[str]:
     return problems
 
 
+def ray_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that drives Ray, by the cluster it uses; None otherwise.
+
+    ``ray``: the session head (``ray_head``, ``cluster_env``; also the conformance tier's
+    real-writer rehearsal); ``ray-two-node``: ``test_cluster``'s two-node cluster
+    (``cluster``); ``ray-own-head``: the other rehearsal tests, whose code under test starts
+    and stops its own heads. A group's tests run in order on one worker and share its
+    cluster; the three groups may run at once, on different workers.
+    """
+    names = getattr(item, "fixturenames", ())
+    if "ray_head" in names:
+        return "ray"
+    if item.get_closest_marker("rehearsal") is None:
+        return None
+    return "ray-two-node" if "cluster" in names else "ray-own-head"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
@@ -70,9 +91,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     problems = tier_problems(items)
-    for item in items:  # under xdist (--dist loadgroup) one worker runs every Ray test
-        if item.get_closest_marker("rehearsal") is not None:
-            item.add_marker(pytest.mark.xdist_group("ray"))
+    for item in items:
+        group = ray_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if problems:
         raise pytest.UsageError(
             "every test needs exactly one tier marker; fix: put it under tests/<tier>/ or mark "

@@ -206,7 +206,7 @@ def test_node_lost_mid_run_ends_that_run_red_and_keeps_the_other(cluster, tmp_pa
             time.sleep(0.3)
         raise AssertionError("no run reached the joined node")
 
-    results = run_both(cluster, tmp_path, pace_s=1.0, during=kill_joined_node_mid_run)
+    results = run_both(cluster, tmp_path, pace_s=0.5, during=kill_joined_node_mid_run)
     outcomes = {name: r for name, r in results.items() if isinstance(r, RunOutcome)}
     assert len(outcomes) == 2, results
     lost = [o for o in outcomes.values() if o.status == "FAILED"]

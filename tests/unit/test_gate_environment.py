@@ -85,6 +85,12 @@ def test_a_mismatch_fails_naming_the_field(tmp_path: Path, change: dict, named: 
         check = identity(run_dir, require_env=require_env)
         assert check.status == "fail"
         assert named in check.detail
+
+
+def test_the_cli_gate_fails_a_mismatched_node(tmp_path: Path) -> None:
+    """One mismatch through the CLI: exit 1 and the report's reason names the check (the
+    cases above judge every field through the same ``judge``)."""
+    run_dir = run_dir_with_env(tmp_path, gpus="8x gfx942 (torch)")
     result = gate("--run-dir", str(run_dir), "--baseline", "patched")
     assert result.exit_code == 1
     assert (

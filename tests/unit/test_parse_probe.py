@@ -161,9 +161,9 @@ def test_a_wedged_parse_is_stopped_at_the_time_limit(tmp_path: Path) -> None:
         "STAND_IN_RECORD": str(tmp_path / "r.json"),
         "STAND_IN_SLEEP": "60",
     }
-    outcome = parse_with_miles([], env, python=sys.executable, timeout=2)
+    outcome = parse_with_miles([], env, python=sys.executable, timeout=1)
     assert outcome.returncode is None and not outcome.ok
-    assert outcome.message == "the parse did not finish within 2 s"
+    assert outcome.message == "the parse did not finish within 1 s"
     assert outcome.seconds < 30
 
 
@@ -174,9 +174,9 @@ def test_a_wedged_parse_is_a_wrong_fact(tmp_path: Path) -> None:
         "STAND_IN_RECORD": str(tmp_path / "r.json"),
         "STAND_IN_SLEEP": "60",
     }
-    fact = miles_argv_fact(config_for(tmp_path, miles), base_env=env, timeout=2)
+    fact = miles_argv_fact(config_for(tmp_path, miles), base_env=env, timeout=1)
     assert fact.status == "wrong"
-    assert fact.message.startswith("the parse did not finish within 2 s: importing miles hangs")
+    assert fact.message.startswith("the parse did not finish within 1 s: importing miles hangs")
 
 
 def test_no_checkout_or_no_python_is_missing_without_a_subprocess(tmp_path: Path) -> None:

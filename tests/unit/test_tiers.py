@@ -15,12 +15,18 @@ from tests.conftest import TESTS_DIR, directory_tier
 REPO = TESTS_DIR.parent
 
 
+# Only the plugins these runs need (pytest.ini's -n and timeout): the others (hypothesis,
+# syrupy, anyio) take seconds to import in each child and play no part here.
+PLUGINS = ("-p", "xdist.plugin", "-p", "pytest_timeout", "-p", "no:cacheprovider")
+ONLY_NAMED_PLUGINS = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
 def collect(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
+        [sys.executable, "-m", "pytest", *PLUGINS, "--collect-only", "-q", *args],
         cwd=cwd,
-        env={**os.environ, "PYTHONPATH": pythonpath},
+        env={**os.environ, **ONLY_NAMED_PLUGINS, "PYTHONPATH": pythonpath},
         capture_output=True,
         text=True,
         check=False,
@@ -84,8 +90,9 @@ def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
         "    leave('free', i)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
+        [sys.executable, "-m", "pytest", *PLUGINS, "-q"],
         cwd=tmp_path,
+        env={**os.environ, **ONLY_NAMED_PLUGINS},
         capture_output=True,
         text=True,
         check=False,

@@ -21,8 +21,11 @@ import pytest
 from typer.testing import CliRunner
 
 from miles_amd.cli.main import app
+from miles_amd.evidence.load import load_run
 from miles_amd.history.store import HistoryRecord, HistoryStore
+from miles_amd.judge.gate import judge
 from miles_amd.recipe.settings import Recipe, RecipeError
+from miles_amd.rules.model import Baseline
 from miles_amd.run import pullback_node
 from miles_amd.run.pullback import END, FRAME, PullError, apply_frame, parse_frames
 from tests.constants import EXAMPLE, REPO
@@ -218,14 +221,17 @@ ENV_CASES: dict[str, tuple[list[dict], dict[str, object], str]] = {
 
 @pytest.mark.parametrize("case", ENV_CASES)
 def test_contradictory_or_failed_env_facts_fail_the_environment_check(
-    tmp_path: Path, case: str
+    tmp_path: Path, case: str, patched: Baseline
 ) -> None:
+    """Judged as the gate judges (the CLI's exit code for a failing identity is
+    ``test_gate_environment``'s)."""
     facts, top, named = ENV_CASES[case]
     run_dir = example(tmp_path)
     env_json(run_dir, facts, **top)
-    assert gate(run_dir).exit_code == 1
-    identity = check(run_dir, "environment.identity")
-    assert identity["status"] == "fail" and named in identity["detail"]
+    verdict = judge(load_run(run_dir), patched)
+    (identity,) = [c for c in verdict.checks if c.name == "environment.identity"]
+    assert verdict.verdict == "fail"
+    assert identity.status == "fail" and named in identity.detail
 
 
 # ---------------------------------------------------------------------------- sinks
