@@ -66,19 +66,20 @@ def tier_problems(items: list[pytest.Item]) -> list[str]:
 
 
 def ray_group(item: pytest.Item) -> str | None:
-    """The xdist group of a test that drives Ray, by the cluster it uses; None otherwise.
+    """The xdist group of a rehearsal test, by the Ray cluster it uses; None for other tiers.
 
-    ``ray``: the session head (``ray_head``, ``cluster_env``; also the conformance tier's
-    real-writer rehearsal); ``ray-two-node``: ``test_cluster``'s two-node cluster
-    (``cluster``); ``ray-own-head``: the other rehearsal tests, whose code under test starts
-    and stops its own heads. A group's tests run in order on one worker and share its
-    cluster; the three groups may run at once, on different workers.
+    ``ray``: the session head (``ray_head``, ``cluster_env``); ``ray-two-node``:
+    ``test_cluster``'s two-node cluster (``cluster``); ``ray-own-head``: the tests whose code
+    under test starts and stops its own heads. A group's tests run in order on one worker and
+    share its cluster; the three groups may run at once, on different workers. The
+    real-writer rehearsal (conformance tier, its own ``pytest`` in the conformance Python)
+    stays ungrouped: its workers each start a session head, and it asserts no latency bound.
     """
+    if item.get_closest_marker("rehearsal") is None:
+        return None
     names = getattr(item, "fixturenames", ())
     if "ray_head" in names:
         return "ray"
-    if item.get_closest_marker("rehearsal") is None:
-        return None
     return "ray-two-node" if "cluster" in names else "ray-own-head"
 
 
