@@ -103,3 +103,39 @@ def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
     assert len(workers) == 12, workers
     grouped = {w for name, w in workers.items() if name.startswith("grouped-")}
     assert len(grouped) == 1, workers
+
+
+def test_every_ray_test_is_grouped_by_the_cluster_it_uses(tmp_path: Path) -> None:
+    """The real collection of ``tests/rehearsal``: each test in the group of its cluster."""
+    (tmp_path / "groups_seen.py").write_text(
+        "import pytest\n"
+        "@pytest.hookimpl(trylast=True)\n"
+        "def pytest_collection_modifyitems(items):\n"
+        "    for item in items:\n"
+        "        mark = item.get_closest_marker('xdist_group')\n"
+        "        print('GROUP', item.nodeid, mark.args[0] if mark else None)\n"
+    )
+    pythonpath = os.pathsep.join((str(tmp_path), str(REPO)))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *PLUGINS, "-p", "groups_seen", "--collect-only", "-q",
+         "-n", "0", "-m", "rehearsal", "tests/rehearsal"],
+        cwd=REPO,
+        env={**os.environ, **ONLY_NAMED_PLUGINS, "PYTHONPATH": pythonpath},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    groups = dict(
+        line.split(" ")[1:] for line in done.stdout.splitlines() if line.startswith("GROUP")
+    )
+    assert groups and all(g in ("ray", "ray-two-node", "ray-own-head") for g in groups.values())
+    by_test = {nodeid.split("[")[0]: group for nodeid, group in groups.items()}
+    assert by_test["tests/rehearsal/test_rehearsal.py::test_healthy_replay_passes"] == "ray"
+    two_node = (
+        "tests/rehearsal/test_cluster.py::test_two_runs_concurrent_pinned_pulled_back_and_gated"
+    )
+    assert by_test[two_node] == "ray-two-node"
+    own = "tests/rehearsal/test_driver.py::test_own_head_is_started_and_stopped_by_pid"
+    assert by_test[own] == "ray-own-head"
