@@ -21,17 +21,28 @@ PLUGINS = ("-p", "xdist.plugin", "-p", "pytest_timeout", "-p", "no:cacheprovider
 ONLY_NAMED_PLUGINS = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
-def collect(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+def run_pytest(
+    *args: str, cwd: Path, path: tuple[Path, ...] = (REPO,)
+) -> subprocess.CompletedProcess[str]:
+    """A child ``pytest ARGS`` in ``cwd`` with only :data:`PLUGINS`, ``path`` on PYTHONPATH."""
+    entries = (*(str(p) for p in path), os.environ.get("PYTHONPATH", ""))
     return subprocess.run(
-        [sys.executable, "-m", "pytest", *PLUGINS, "--collect-only", "-q", *args],
+        [sys.executable, "-m", "pytest", *PLUGINS, *args],
         cwd=cwd,
-        env={**os.environ, **ONLY_NAMED_PLUGINS, "PYTHONPATH": pythonpath},
+        env={
+            **os.environ,
+            **ONLY_NAMED_PLUGINS,
+            "PYTHONPATH": os.pathsep.join(filter(None, entries)),
+        },
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=180,
     )
+
+
+def collect(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_pytest("--collect-only", "-q", *args, cwd=cwd)
 
 
 def test_directory_names_the_tier() -> None:
@@ -89,15 +100,7 @@ def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
         "def test_free(i):\n"
         "    leave('free', i)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *PLUGINS, "-q"],
-        cwd=tmp_path,
-        env={**os.environ, **ONLY_NAMED_PLUGINS},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=180,
-    )
+    done = run_pytest("-q", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:]
     workers = {p.name: p.read_text() for p in seen.iterdir()}
     assert len(workers) == 12, workers
@@ -115,16 +118,9 @@ def test_every_ray_test_is_grouped_by_the_cluster_it_uses(tmp_path: Path) -> Non
         "        mark = item.get_closest_marker('xdist_group')\n"
         "        print('GROUP', item.nodeid, mark.args[0] if mark else None)\n"
     )
-    pythonpath = os.pathsep.join((str(tmp_path), str(REPO)))
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *PLUGINS, "-p", "groups_seen", "--collect-only", "-q",
-         "-n", "0", "-m", "rehearsal", "tests/rehearsal"],
-        cwd=REPO,
-        env={**os.environ, **ONLY_NAMED_PLUGINS, "PYTHONPATH": pythonpath},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
+    done = run_pytest(
+        "-p", "groups_seen", "--collect-only", "-q", "-n", "0", "-m", "rehearsal",
+        "tests/rehearsal", cwd=REPO, path=(tmp_path, REPO),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     groups = dict(
