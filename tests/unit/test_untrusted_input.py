@@ -55,11 +55,6 @@ def problems(run_dir: Path) -> str:
     return json.dumps(report(run_dir)["evidence"]["problems"])
 
 
-def check(run_dir: Path, name: str) -> dict:
-    (found,) = [c for c in report(run_dir)["checks"] if c["name"] == name]
-    return found
-
-
 def one_error_line(result) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
