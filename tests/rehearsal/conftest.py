@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import psutil
 import pytest
 
 from miles_amd.recipe.plan import NODE_RESOURCE, ray_start_argv
+from miles_amd.run.driver import RunOutcome
 from miles_amd.run.ray_head import RayHead
 
 JOB_MARKERS = ("miles_amd.testing.replay", "miles_amd_rehearsal_job")
@@ -29,7 +31,9 @@ JOB_MARKERS = ("miles_amd.testing.replay", "miles_amd_rehearsal_job")
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
     log = tmp_path_factory.mktemp("ray") / "head.log"
     argv = (*ray_start_argv(8, "127.0.0.1"), "--resources", json.dumps({NODE_RESOURCE: 1}))
-    head = RayHead.start(argv, env=dict(os.environ), log_path=log)
+    # A job's `python3` is the node's: this interpreter, as the image's python3 on a node.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    head = RayHead.start(argv, env={**os.environ, "PATH": path}, log_path=log)
     try:
         yield head
     finally:
@@ -55,16 +59,34 @@ def job_processes(head: RayHead) -> list[psutil.Process]:
     return found
 
 
+def head_env(head: RayHead) -> dict[str, str]:
+    """The environment a launch sees with ``head`` as its external cluster."""
+    return {
+        **os.environ,
+        "RAY_ADDRESS": head.dashboard_url,
+        "RAY_AUTH_TOKEN_PATH": str(head.token_path),
+    }
+
+
 @pytest.fixture
 def cluster_env(ray_head: RayHead) -> Iterator[dict[str, str]]:
     """The environment a launch sees with the session head as its external cluster."""
-    yield {
-        **os.environ,
-        "RAY_ADDRESS": ray_head.dashboard_url,
-        "RAY_AUTH_TOKEN_PATH": str(ray_head.token_path),
-    }
+    yield head_env(ray_head)
     _gone, alive = psutil.wait_procs(job_processes(ray_head), timeout=10)
     assert not alive, f"job processes left by the test: {[p.pid for p in alive]}"
+
+
+@pytest.fixture(scope="session")
+def healthy_run(ray_head: RayHead, tmp_path_factory: pytest.TempPathFactory) -> RunOutcome:
+    """One healthy replay of the embedded example on the session head, run once for the tests
+    that only read it (its verdict, its report, a baseline recorded from it)."""
+    from miles_amd.testing.rehearsal import rehearse
+
+    root = tmp_path_factory.mktemp("healthy")
+    outcome = rehearse(head_env(ray_head), root / "run", state_dir=str(root / "state"))
+    _gone, alive = psutil.wait_procs(job_processes(ray_head), timeout=10)
+    assert not alive, f"job processes left by the healthy run: {[p.pid for p in alive]}"
+    return outcome
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from miles_amd.run.driver import RunOutcome
 from miles_amd.run.watcher import LOG_TIME
 from miles_amd.run_dir import JobRecord, RunDir
 from miles_amd.testing.faults import FAULTS
@@ -25,18 +26,21 @@ pytestmark = pytest.mark.rehearsal
 # latency bound allows for (stamp_resolution_s).
 WATCH_INTERVAL_S = 2.0
 FAIL_FAST = sorted(k for k, f in FAULTS.items() if f.driver_stop == "fail-fast")
-ENDS_BY_ITSELF = sorted(k for k, f in FAULTS.items() if f.driver_stop is None)
+# The known sentinel ends by itself too; its own test below runs it once.
+ENDS_BY_ITSELF = sorted(
+    k for k, f in FAULTS.items() if f.driver_stop is None and k != "known-sentinel"
+)
 
 
-def test_healthy_replay_passes(cluster_env, tmp_path, state_dir) -> None:
-    outcome = rehearse(cluster_env, tmp_path / "run", state_dir=state_dir)
+def test_healthy_replay_passes(healthy_run: RunOutcome) -> None:
+    outcome = healthy_run
     assert expectation_problems(None, outcome) == []
     assert outcome.status == "SUCCEEDED" and outcome.exit_code == 0
-    report = json.loads((RunDir(tmp_path / "run").report / "report.json").read_text())
+    report = json.loads((RunDir(outcome.run_dir).report / "report.json").read_text())
     assert report["verdict"] == "pass" and report["expected_rollouts"] == 20
     passed = {c["name"] for c in report["checks"] if c["status"] == "pass"}
     assert {"logprob_abs_diff.spikes", "raw_reward.paired", "job.status"} <= passed
-    assert (RunDir(tmp_path / "run").report / "metrics.png").stat().st_size > 0
+    assert (RunDir(outcome.run_dir).report / "metrics.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("fault", ENDS_BY_ITSELF)
@@ -49,6 +53,7 @@ def test_fault_ends_red_with_its_reason(fault, cluster_env, tmp_path, state_dir)
 
 def test_known_sentinel_passes_and_is_reported(cluster_env, tmp_path, state_dir) -> None:
     outcome = rehearse(cluster_env, tmp_path / "run", fault="known-sentinel", state_dir=state_dir)
+    assert expectation_problems("known-sentinel", outcome) == []
     assert outcome.verdict == "pass"
     run = RunDir(tmp_path / "run")
     report = json.loads((run.report / "report.json").read_text())

@@ -4,9 +4,12 @@ a note in a panel whose series is flat or has no finite value. Checked on the re
 
 from __future__ import annotations
 
+import io
 import math
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import JobRecord, RunEvidence
@@ -190,3 +193,28 @@ def test_trend_figure_is_laid_out_and_notes_a_flat_metric(patched: Baseline) -> 
 def test_an_empty_history_is_one_panel_with_a_note() -> None:
     figure = trend_figure([], [])
     assert len(figure.axes) == 1 and notes(figure.axes[0]) == ["no run in the history"]
+
+
+def savefig_pixels(figure) -> np.ndarray:
+    """What ``figure.savefig`` (two draws under constrained layout) paints, as RGBA."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=figure_layout.DPI)
+    return np.asarray(Image.open(buffer).convert("RGBA"))
+
+
+def test_png_bytes_draws_once_what_savefig_paints(patched: Baseline) -> None:
+    """The busiest figures: a failing metrics.png (long title, notes, failing marks, legends)
+    and a compare.png (two-line panel titles)."""
+    values = published(patched)
+    values[LOGPROB] = [0.4] * 20
+    failing = evidence(values, run_dir="runs/" + "a-long-run-name-" * 6)
+    passing = evidence(published(patched))
+    figures = {
+        "fail": lambda: metrics_figure(judge(failing, patched), failing, patched),
+        "compare": lambda: compare_figure(compare(passing, failing, patched), passing, failing),
+    }
+    for name, make in figures.items():
+        ours = np.asarray(Image.open(io.BytesIO(figure_layout.png_bytes(make()))).convert("RGBA"))
+        reference = savefig_pixels(make())
+        assert ours.shape == reference.shape, name
+        assert np.array_equal(ours, reference), f"{name}: pixels differ from savefig's"
