@@ -68,6 +68,7 @@ def test_train_with_its_own_head_passes_and_stops_the_head(tmp_path: Path) -> No
     assert "gate: PASS" in done.stdout
     assert report_verdict(tmp_path / "run") == "pass"
     assert not (tmp_path / ".cache" / "miles_amd" / RAY_HEAD_STATE_FILE).exists()
+    assert not list(tmp_path.rglob("*.sqlite")), "a history nobody named was written"
 
 
 def test_train_on_a_cluster_with_require_env_fails_once_everywhere(
