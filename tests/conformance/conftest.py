@@ -1,9 +1,10 @@
 """Fixtures of the conformance tier: the checkout under test, the planned jobs, their parses.
 
 The parses the selected tests need (each test names them with :func:`parses`) run at once,
-concurrently, the first time a test asks for one (``outcomes``): a parse is ~13 s of CPU,
-so the tier takes about ``n_parses * 13 s / n_cpus``, and ``-k default`` costs one
-parse. Under xdist (``pytest.ini``'s ``-n auto``) every parser test is in the xdist group
+the first time a test asks for one (``outcomes``): the jobs that share an import path in one
+batch that imports miles once and forks a child per job (about 6 CPU-s for the import, then
+3 per parse), the others in a fresh interpreter each (about 13 CPU-s), so ``-k default``
+costs one parse. Under xdist (``pytest.ini``'s ``-n auto``) every parser test is in the xdist group
 ``miles-parse``, so one worker runs them and each parse runs once.
 """
 
@@ -97,12 +98,17 @@ def jobs(
 
 
 @pytest.fixture(scope="session")
-def outcomes(
+def parse_run(
     request: pytest.FixtureRequest, checkout: MilesCheckout, jobs: dict[str, harness.Job]
-) -> dict[str, ParseOutcome]:
+) -> harness.ParseRun:
     """The parses of the jobs the selected tests name, all run at once."""
     wanted = set().union(*(_jobs_of(item) for item in request.session.items))
     return harness.parse_all(checkout, {name: jobs[name] for name in sorted(wanted)})
+
+
+@pytest.fixture(scope="session")
+def outcomes(parse_run: harness.ParseRun) -> dict[str, ParseOutcome]:
+    return parse_run.outcomes
 
 
 @pytest.fixture(scope="session")

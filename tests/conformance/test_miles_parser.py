@@ -6,8 +6,10 @@ custom dirs, N rollouts, extra args, override-pinned, W&B, external Ray, HIP dev
 dir) the job is planned with the real CLI and its ``train.py`` argv is parsed, in the env
 the driver submits, by the checkout's own parser (the Megatron parser, the miles, SGLang and
 router argument groups, the checkpoint ``config.json`` cross-check and all three
-validators) in a subprocess of the checkout's python. Fake inputs (``fake_inputs.py``: the
-checkpoint's real ``config.json`` dims, a one-row dataset) are made in tmp dirs.
+validators) in the checkout's python, in a child forked from one import of miles per
+import path (``harness.parse_all``; the last test checks the fork against a fresh parse).
+Fake inputs (``fake_inputs.py``: the checkpoint's real ``config.json`` dims, a one-row
+dataset) are made in tmp dirs.
 
 Stubs, and why (nothing else is replaced):
 
@@ -32,16 +34,18 @@ refused by a validator.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.parse_probe import ParseOutcome
 from tests.conformance import harness
+from tests.conformance.checkout import MilesCheckout
 from tests.conformance.conftest import UNKNOWN_FLAGS, parses
 from tests.snapshot.test_dry_run import SECRET
 
-# One xdist worker runs every parser test, so the parses (~13 s of CPU each) run once.
+# One xdist worker runs every parser test, so the parses (one batch: harness.parse_all) run once.
 pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("miles-parse")]
 
 
@@ -130,3 +134,22 @@ def test_the_checkpoint_config_is_cross_checked(outcomes: dict[str, ParseOutcome
     outcome = outcomes["wrong-checkpoint-config"]
     assert outcome.returncode == 1, _why(outcome)
     assert "num_hidden_layers in hf config 36 is not equal to num_layers 24" in outcome.message
+
+
+@parses(*(f"variant:{case}" for case in harness.TRAIN_CASES), "unknown:--no-such-flag")
+def test_a_forked_parse_reads_as_a_fresh_interpreters(
+    checkout: MilesCheckout, jobs: dict[str, harness.Job], parse_run: harness.ParseRun
+) -> None:
+    """The batch's fork is the parse a fresh interpreter gives (``parse_batch.py``): for the
+    accepted job that sets most keys beyond its batch's import env, and for a refusal."""
+    accepted = sorted(n for n in parse_run.forked if parse_run.outcomes[n].ok)
+    assert accepted and "unknown:--no-such-flag" in parse_run.forked, parse_run.forked
+    most = max(accepted, key=lambda name: len(parse_run.forked[name]))
+    names = (most, "unknown:--no-such-flag")
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        futures = {name: pool.submit(harness.parse_fresh, checkout, jobs[name]) for name in names}
+        fresh = {name: future.result() for name, future in futures.items()}
+    for name in names:
+        forked = parse_run.outcomes[name]
+        assert (forked.returncode, forked.message) == (fresh[name].returncode, fresh[name].message)
+        assert forked.args == fresh[name].args, name

@@ -111,11 +111,16 @@ def parse_with_miles(
             stderr = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
             message = f"the parse did not finish within {timeout:g} s"
             return ParseOutcome(None, None, message, stderr, time.monotonic() - start)
-        seconds = time.monotonic() - start
-        payload = json.loads(result.read_text()) if result.is_file() else {}
-    args = payload.get("args") if done.returncode == 0 and payload.get("ok") else None
-    message = "" if args is not None else _one_line(done.returncode, payload, done.stderr)
-    return ParseOutcome(done.returncode, args, message, done.stderr, seconds)
+        return read_outcome(done.returncode, result, done.stderr, time.monotonic() - start)
+
+
+def read_outcome(returncode: int, result: Path, stderr: str, seconds: float) -> ParseOutcome:
+    """What one run of ``miles_parse.py`` said: its exit status, the result file it wrote
+    (absent when argparse or an import stopped it first) and its stderr."""
+    payload = json.loads(result.read_text()) if result.is_file() else {}
+    args = payload.get("args") if returncode == 0 and payload.get("ok") else None
+    message = "" if args is not None else _one_line(returncode, payload, stderr)
+    return ParseOutcome(returncode, args, message, stderr, seconds)
 
 
 def _one_line(returncode: int, payload: Mapping[str, Any], stderr: str) -> str:
