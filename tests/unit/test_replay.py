@@ -540,7 +540,7 @@ def test_argv_difference_names_the_flag() -> None:
         (lambda a: [*a, "--wandb-key", "SECRET"], "--wandb-key: not a flag"),
     ],
 )
-def test_check_argv_refuses(change, named: str) -> None:  # type: ignore[no-untyped-def]
+def test_check_argv_refuses(change, named: str) -> None:
     with pytest.raises(ReplayRefused) as info:
         check_argv(change(Recipe().argv()))
     assert named in str(info.value)
@@ -559,7 +559,9 @@ def test_check_argv_refuses_a_broken_invariant() -> None:
 
 
 def test_source_rollouts_requires_complete_series() -> None:
-    full = {key: ((0, 0.1), (1, 0.2)) for key in REQUIRED_KEYS}
+    full: dict[str, tuple[tuple[int, float], ...]] = {
+        key: ((0, 0.1), (1, 0.2)) for key in REQUIRED_KEYS
+    }
     assert source_rollouts("src", full) == 2
     assert source_rollouts("src", {**full, "train/loss": ((0, 1.0),)}) == 2
     with pytest.raises(ReplayRefused, match=RAW_REWARD):

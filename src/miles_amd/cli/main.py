@@ -21,7 +21,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 from importlib import metadata
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -36,6 +36,9 @@ from miles_amd.cli.errors import fail
 from miles_amd.cli.options import new_app
 from miles_amd.cli.output import guard_std_streams
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_INTERRUPTED
+
+if TYPE_CHECKING:
+    from click import ClickException
 
 PROG_NAME = "miles-amd"
 APP_HELP = "gpt-oss-20b MoE LoRA GRPO on 8x AMD MI355X/MI350X: plan, run and gate it."
@@ -105,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
 
 
-def _usage_message(exc: Exception) -> str:
+def _usage_message(exc: ClickException) -> str:
     """click's message without the converting library's prefix, and the help to read."""
     message = exc.format_message()
     for prefix in PYDANTIC_PREFIXES:

@@ -42,7 +42,9 @@ def replay_prefix(
 
     ``writers="real"`` has miles' own writer code (in ``miles_src``) write the evidence.
     """
-    prefix = (sys.executable, "-m", "miles_amd.testing.replay", "--replay-source", str(source))
+    prefix: tuple[str, ...] = (
+        sys.executable, "-m", "miles_amd.testing.replay", "--replay-source", str(source)
+    )  # fmt: skip
     prefix += ("--replay-pace", str(pace_s))
     if fault is not None:
         prefix += ("--replay-fault", fault, "--replay-fault-at", str(at))
