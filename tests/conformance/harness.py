@@ -159,13 +159,18 @@ def plan_with_cli(
     return Job(printed["recipe"], entrypoint[2:], parse_env)
 
 
+# A forked parse takes 2-3 s; a child still running after this is parsed afresh instead.
+FORK_TIMEOUT_S = 60.0
+
+
 @dataclass(frozen=True)
 class ParseRun:
-    """Every parse of a session: the outcomes by job, and for each forked job the env keys it
-    set beyond its batch's import env (the jobs parsed in a fresh interpreter are not in it)."""
+    """Every parse of a session: the outcomes by job; for each forked job the env keys it set
+    beyond its batch's import env; for each job a batch sent back, why."""
 
     outcomes: dict[str, ParseOutcome]
     forked: dict[str, set[str]]
+    sent_back: dict[str, str]
 
 
 def import_env(group: Mapping[str, Job]) -> dict[str, str]:
@@ -181,7 +186,7 @@ def parse_fresh(checkout: MilesCheckout, job: Job) -> ParseOutcome:
 
 def parse_batch(checkout: MilesCheckout, group: Mapping[str, Job]) -> ParseRun | None:
     """``parse_batch.py`` on ``group``: miles imported once, a forked child per job. None
-    when the import failed; a job it sends back as ``fresh`` is left out of the result."""
+    when the import failed; a job it sends back is in ``sent_back``, not in the outcomes."""
     shared = import_env(group)
     with tempfile.TemporaryDirectory(prefix="miles-parse-batch-") as tmp:
         files = {name: Path(tmp, str(i)) for i, name in enumerate(group)}
@@ -189,7 +194,7 @@ def parse_batch(checkout: MilesCheckout, group: Mapping[str, Job]) -> ParseRun |
             "miles_parse": str(SCRIPT),
             "stub_gpu_queries": True,
             "workers": os.cpu_count() or 1,
-            "timeout_s": PARSE_TIMEOUT_S,
+            "fork_timeout_s": min(FORK_TIMEOUT_S, PARSE_TIMEOUT_S),
             "jobs": [
                 {
                     "argv": job.train_argv,
@@ -208,25 +213,22 @@ def parse_batch(checkout: MilesCheckout, group: Mapping[str, Job]) -> ParseRun |
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=PARSE_TIMEOUT_S + len(group) * PARSE_TIMEOUT_S,
+            timeout=PARSE_TIMEOUT_S + len(group) * FORK_TIMEOUT_S,
         )
         if done.returncode != 0:
             return None
-        outcomes, forked = {}, {}
+        outcomes, forked, sent_back = {}, {}, {}
         for name, stem in files.items():
             status = json.loads(Path(f"{stem}.status").read_text())
-            if status["fresh"]:
+            if status["fresh_because"] is not None:
+                sent_back[name] = status["fresh_because"]
                 continue
             stderr = Path(f"{stem}.stderr").read_text(errors="replace")
-            if status["returncode"] is None:
-                message = f"the parse did not finish within {PARSE_TIMEOUT_S:g} s"
-                outcomes[name] = ParseOutcome(None, None, message, stderr, status["seconds"])
-            else:
-                outcomes[name] = read_outcome(
-                    status["returncode"], Path(f"{stem}.json"), stderr, status["seconds"]
-                )
+            outcomes[name] = read_outcome(
+                status["returncode"], Path(f"{stem}.json"), stderr, status["seconds"]
+            )
             forked[name] = {k for k in group[name].env if group[name].env[k] != shared.get(k)}
-    return ParseRun(outcomes, forked)
+    return ParseRun(outcomes, forked, sent_back)
 
 
 def parse_all(checkout: MilesCheckout, jobs: Mapping[str, Job]) -> ParseRun:
@@ -239,6 +241,7 @@ def parse_all(checkout: MilesCheckout, jobs: Mapping[str, Job]) -> ParseRun:
         groups.setdefault(job.env.get("PYTHONPATH", ""), {})[name] = job
     outcomes: dict[str, ParseOutcome] = {}
     forked: dict[str, set[str]] = {}
+    sent_back: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         singles = {n: pool.submit(parse_fresh, checkout, j) for g in groups.values()
                    if len(g) == 1 for n, j in g.items()}  # fmt: skip
@@ -247,10 +250,11 @@ def parse_all(checkout: MilesCheckout, jobs: Mapping[str, Job]) -> ParseRun:
             if batch is not None:
                 outcomes.update(batch.outcomes)
                 forked.update(batch.forked)
+                sent_back.update(batch.sent_back)
             rest = [name for name in group if name not in outcomes]
             singles.update({n: pool.submit(parse_fresh, checkout, group[n]) for n in rest})
         outcomes.update({name: future.result() for name, future in singles.items()})
-    return ParseRun(outcomes, forked)
+    return ParseRun(outcomes, forked, sent_back)
 
 
 def expected_values(job: Job) -> dict[str, Any]:

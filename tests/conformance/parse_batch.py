@@ -6,7 +6,7 @@ Executed BY FILE PATH with the conformance python (stdlib only; it imports nothi
     python parse_batch.py SPEC.json
 
 ``SPEC.json``: ``{"miles_parse": <path of miles_parse.py>, "stub_gpu_queries": bool,
-"workers": n, "timeout_s": s, "jobs": [{"argv": [...], "env": {...}, "result": path,
+"workers": n, "fork_timeout_s": s, "jobs": [{"argv": [...], "env": {...}, "result": path,
 "stderr": path, "status": path}, ...]}``. The process is started in the *import env*: the
 keys every job of the batch has, with the value all of them give it (PYTHONPATH included).
 It loads ``miles_parse.py`` by path, applies its GPU stubs if asked and imports
@@ -22,8 +22,8 @@ imported. Every key of the import env is the same in every job, so only a key th
 env lacks can differ, and Python code can see an absent key only by asking for it by name
 (iterating the env never yields it). The import runs with ``os.environ``'s item lookup
 traced (``get``, ``in`` and ``[]`` all go through it): a job that sets a key the import asked
-for and did not find is not forked; its status says ``"fresh"`` with those keys, and the
-caller parses it in a fresh interpreter. Measured on the pinned sources: Ray's worker asks
+for and did not find is not forked: its status gives the reason, and the caller parses it
+in a fresh interpreter. Measured on the pinned sources: Ray's worker asks
 for ``CUDA_VISIBLE_DEVICES`` at import, so the HIP-devices variant is parsed fresh; miles
 reads ``MILES_CI_GATE_RECORD_DIR`` and ``TENSORBOARD_DIR`` inside ``parse_args``, not at
 import. Not traced: C code calling ``getenv`` during the import (none of the keys that differ
@@ -31,10 +31,15 @@ between jobs is one torch's or sglang's extensions read at load).
 ``tests/conformance/test_miles_parser.py`` parses the forked job that differs most from the
 import env, and a refusal, in a fresh interpreter too and requires the same outcome.
 
-Status file per job: ``{"returncode": int | null, "seconds": s, "fresh": [keys]}``;
-``returncode`` null with ``fresh`` empty: killed at the time limit. Exit status: 0 every
-job has a status; 1 the import failed (traceback on stderr; no job ran, the caller parses
-them one by one); 64 bad usage.
+A child still running after ``fork_timeout_s`` (a parse takes 2-3 s) is killed and its job
+sent back the same way: a wedged parse then shows as the fresh parse's own time-out, and a
+child that a fork left stuck (a lock some native thread held when the parent forked: the
+import leaves jemalloc's and polars' background threads) costs time, never a wrong outcome.
+
+Status file per job: ``{"returncode": int | null, "seconds": s, "fresh_because": str |
+null}``; a reason means the job was not parsed here. Exit status: 0 every job has a status;
+1 the import failed (traceback on stderr; no job ran, the caller parses them one by one);
+64 bad usage.
 """
 
 from __future__ import annotations
@@ -105,18 +110,19 @@ def run_child(miles_parse: Any, job: dict[str, Any], stub: bool) -> int:
 
 
 def write_status(
-    job: dict[str, Any], returncode: int | None, seconds: float, fresh: frozenset[str] = frozenset()
+    job: dict[str, Any], returncode: int | None, seconds: float, fresh_because: str | None = None
 ) -> None:
+    status = {"returncode": returncode, "seconds": seconds, "fresh_because": fresh_because}
     with open(job["status"], "w", encoding="utf-8") as out:
-        json.dump({"returncode": returncode, "seconds": seconds, "fresh": sorted(fresh)}, out)
+        json.dump(status, out)
 
 
 def run_all(miles_parse: Any, spec: dict[str, Any], asked_at_import: set[str]) -> None:
     pending = []
     for job in spec["jobs"]:
-        fresh = frozenset(asked_at_import & set(job["env"]))
-        if fresh:
-            write_status(job, None, 0.0, fresh)
+        read = sorted(asked_at_import & set(job["env"]))
+        if read:
+            write_status(job, None, 0.0, f"the import asked for {', '.join(read)}")
         else:
             pending.append(job)
     running: dict[int, tuple[dict[str, Any], float]] = {}
@@ -134,10 +140,11 @@ def run_all(miles_parse: Any, spec: dict[str, Any], asked_at_import: set[str]) -
             seconds = time.monotonic() - started
             if done:
                 write_status(job, os.waitstatus_to_exitcode(status), seconds)
-            elif seconds > float(spec["timeout_s"]):
+            elif seconds > float(spec["fork_timeout_s"]):
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-                write_status(job, None, seconds)
+                limit = float(spec["fork_timeout_s"])
+                write_status(job, None, seconds, f"no exit within {limit:g} s of the fork")
             else:
                 continue
             del running[pid]

@@ -5,8 +5,9 @@ The real miles is parsed this way in the conformance tier (and checked there aga
 interpreter); these tests drive the paths the real one never takes on a good day, each in
 real subprocesses and forks of this Python: a key the import asks for sends the job that
 sets it back to a fresh interpreter; argparse's exit and a validator's refusal read as in a
-fresh parse; a wedged parse is killed at the limit; an import that fails leaves every job to
-a fresh interpreter, whose outcome names the failure.
+fresh parse; a fork that does not exit in time is sent back too (a wedged parse then times
+out in the fresh one); an import that fails leaves every job to a fresh interpreter, whose
+outcome names the failure.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def test_the_batch_forks_what_it_can_and_sends_back_what_the_import_read(tmp_pat
     run = harness.parse_all(checkout, jobs)
     assert set(run.forked) == {"plain", "other", "argparse", "validator"}
     assert run.forked["plain"] == {"PARSE_ENV"}
+    assert run.sent_back == {"import-read": "the import asked for AT_IMPORT"}
     plain, other = run.outcomes["plain"].args or {}, run.outcomes["other"].args or {}
     assert (plain["num_rollout"], plain["parse_env"], other["parse_env"]) == (3, "a", "b")
     # parsed in a fresh interpreter, so the import saw the key
@@ -81,14 +83,17 @@ def test_the_batch_forks_what_it_can_and_sends_back_what_the_import_read(tmp_pat
     assert run.outcomes["validator"].message == "ValueError: refused by the validator"
 
 
-def test_a_wedged_parse_is_killed_at_the_limit(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(harness, "PARSE_TIMEOUT_S", 1.0)
+def test_a_wedged_fork_is_sent_back_and_the_fresh_parse_times_out(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(harness, "FORK_TIMEOUT_S", 1.0)
     checkout = stand_in(tmp_path)
-    run = harness.parse_batch(checkout, {"hang": job(tmp_path, "--hang"), "ok": job(tmp_path)})
-    assert run is not None
-    assert run.outcomes["hang"].returncode is None
-    assert run.outcomes["hang"].message == "the parse did not finish within 1 s"
-    assert run.outcomes["ok"].ok
+    jobs = {"hang": job(tmp_path, "--hang"), "ok": job(tmp_path)}
+    batch = harness.parse_batch(checkout, jobs)
+    assert batch is not None
+    assert batch.sent_back == {"hang": "no exit within 1 s of the fork"}
+    assert batch.outcomes["ok"].ok
+    hang = harness.parse_with_miles(["--hang"], jobs["hang"].env, python=sys.executable, timeout=1)
+    assert hang.returncode is None
+    assert hang.message == "the parse did not finish within 1 s"
 
 
 @pytest.mark.parametrize("broken", ["raise ImportError('no torch here')", "import no_such_mod"])
