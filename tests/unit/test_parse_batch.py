@@ -20,6 +20,7 @@ import pytest
 
 from tests.conformance import harness
 from tests.conformance.checkout import MilesCheckout
+from tests.unit.test_parse_probe import stand_in_miles
 
 # A stand-in for miles.utils.arguments: asks for AT_IMPORT while it is imported (as Ray's
 # worker asks for CUDA_VISIBLE_DEVICES), reads PARSE_ENV inside parse_args (as miles reads
@@ -45,11 +46,7 @@ def parse_args():
 
 
 def stand_in(root: Path, arguments: str = ARGUMENTS) -> MilesCheckout:
-    package = root / "miles" / "utils"
-    package.mkdir(parents=True)
-    for init in (root / "miles" / "__init__.py", package / "__init__.py"):
-        init.write_text("")
-    (package / "arguments.py").write_text(arguments)
+    stand_in_miles(root, arguments)
     # miles_parse's GPU stubs ask torch whether it sees a GPU: a torch that sees none.
     (root / "torch.py").write_text("class cuda:\n    is_available = staticmethod(lambda: False)\n")
     return MilesCheckout(root / "miles", root, Path(sys.executable), False)

@@ -55,13 +55,13 @@ def parse_args():
 """
 
 
-def stand_in_miles(root: Path) -> Path:
-    """A miles 'checkout': train.py and a ``miles.utils.arguments`` with the parser above."""
+def stand_in_miles(root: Path, arguments: str = STAND_IN_PARSER) -> Path:
+    """A miles 'checkout': train.py and a ``miles.utils.arguments`` of ``arguments``."""
     package = root / "miles" / "utils"
     package.mkdir(parents=True)
     for init in (root / "miles" / "__init__.py", package / "__init__.py"):
         init.write_text("")
-    (package / "arguments.py").write_text(STAND_IN_PARSER)
+    (package / "arguments.py").write_text(arguments)
     (root / "train.py").write_text("")
     return root
 
