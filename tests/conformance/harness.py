@@ -52,8 +52,8 @@ from miles_amd.run.parse_probe import (
 from tests.conformance.checkout import MilesCheckout
 from tests.snapshot.test_dry_run import CASES as SNAPSHOT_CASES
 
-# Fields the test sets itself: the fake inputs, the checkout under test.
 BATCH = Path(__file__).resolve().with_name("parse_batch.py")
+# Fields the test sets itself: the fake inputs, the checkout under test.
 DIR_FIELDS = ("model_dir", "data_dir", "miles_dir", "megatron_dir")
 # Inherited from the test process: what a shell gives any launch. Everything else is the plan's.
 PASSTHROUGH_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL")
@@ -227,7 +227,7 @@ def parse_batch(checkout: MilesCheckout, group: Mapping[str, Job]) -> ParseRun |
             outcomes[name] = read_outcome(
                 status["returncode"], Path(f"{stem}.json"), stderr, status["seconds"]
             )
-            forked[name] = {k for k in group[name].env if group[name].env[k] != shared.get(k)}
+            forked[name] = set(group[name].env) - set(shared)
     return ParseRun(outcomes, forked, sent_back)
 
 
@@ -243,9 +243,9 @@ def parse_all(checkout: MilesCheckout, jobs: Mapping[str, Job]) -> ParseRun:
     forked: dict[str, set[str]] = {}
     sent_back: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        singles = {n: pool.submit(parse_fresh, checkout, j) for g in groups.values()
-                   if len(g) == 1 for n, j in g.items()}  # fmt: skip
-        for group in (g for g in groups.values() if len(g) > 1):
+        alone = [group for group in groups.values() if len(group) == 1]
+        singles = {n: pool.submit(parse_fresh, checkout, j) for g in alone for n, j in g.items()}
+        for group in (group for group in groups.values() if len(group) > 1):
             batch = parse_batch(checkout, group)
             if batch is not None:
                 outcomes.update(batch.outcomes)
