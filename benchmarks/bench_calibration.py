@@ -1,14 +1,14 @@
 """Benchmark: the gate's honest false-alarm rate and its power (issue 19).
 
-Honest: the reference is simulated too. Each replicate (``miles_amd.testing.honest``) draws
+Honest: the reference is simulated too. Each replicate (``tests.support.honest``) draws
 one prompt sequence, a simulated patched and a simulated stock reference on it (each one is
 the other's ``cover`` run), records each with the real ``baseline record`` code
-(``miles_amd.testing.calibrate.record``), and judges ``k`` simulated runs of that variant
+(``tests.support.calibrate.record``), and judges ``k`` simulated runs of that variant
 with the real gate at N rollouts. The model adds to the fitted per-rollout noise
-(``miles_amd.testing.simulate``) a run-level random effect and lag-1 autocorrelation, whose
+(``tests.support.simulate``) a run-level random effect and lag-1 autocorrelation, whose
 sizes and how each was chosen from the published data (the two published runs' means,
 jvvnhop9's per-rollout series, its KL summary; the example run is jvvnhop9 reconstructed,
-no further data) are in ``miles_amd.testing.honest.Noise``:
+no further data) are in ``tests.support.honest.Noise``:
 
 - run effect: logprob gap 3% (two runs' means differ by 0.7%; 90% upper bound 3.5%), KL 6%
   (KL scales with the gap squared), reward 0.005 on every prompt's success probability
@@ -20,7 +20,7 @@ Besides the model's lognormal KL, a **skewed KL** (``c + LogNormal`` matching th
 KL min / mean / max) is a shape the model does not have.
 
 Each rate is given with its 95% Clopper-Pearson interval on the effective count (runs judged
-against one reference are correlated: Korn-Graubard, ``miles_amd.testing.intervals``). The
+against one reference are correlated: Korn-Graubard, ``tests.support.intervals``). The
 gate is the real one with the shipped rules (bands with the run effect and autocorrelation,
 the one-sided pooled paired reward test with its binomial SE, the Hamed-Rao trend, the
 second-half step rule with its pooled reference level, the KL level on the logarithms);
@@ -49,11 +49,15 @@ import argparse
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from pathlib import Path
+
+# ``python benchmarks/<name>.py`` puts benchmarks/ first on the path; tests.support needs the repo.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from miles_amd.baseline.model import load_baseline
-from miles_amd.testing import honest
-from miles_amd.testing.calibrate import Cell, Tally, run_cell
-from miles_amd.testing.intervals import clustered_interval
+from tests.support import honest
+from tests.support.calibrate import Cell, Tally, run_cell
+from tests.support.intervals import clustered_interval
 
 PER_REFERENCE = 5
 GOAL_HIGH = 0.015

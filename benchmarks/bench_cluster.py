@@ -1,6 +1,6 @@
 """Wall time to both verdicts on the two-node rehearsal cluster: sequential vs concurrent.
 
-Starts the two-node CPU cluster of ``miles_amd.testing.two_node`` (a head and a joined
+Starts the two-node CPU cluster of ``tests.support.two_node`` (a head and a joined
 raylet, each a fake whole MI355X node, node-private evidence dirs), then runs both variants'
 replays of the embedded jvvnhop9 run through the real driver, pull-back and gate:
 
@@ -33,14 +33,17 @@ import tempfile
 import time
 from pathlib import Path
 
+# ``python benchmarks/<name>.py`` puts benchmarks/ first on the path; tests.support needs the repo.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from miles_amd.recipe.plan import NODE_RESOURCE, NODE_ROOT_VAR, build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.driver import RunOutcome, execute
 from miles_amd.run.pullback import PullBack
 from miles_amd.run.variants_run import PATCHED_DIR_VAR, execute_variants, variant_env
 from miles_amd.run_dir import RunDir
-from miles_amd.testing.rehearsal import EXAMPLE_RUN, replay_prefix
-from miles_amd.testing.two_node import TwoNodeCluster, start_cluster
+from tests.support.rehearsal import EXAMPLE_RUN, replay_prefix
+from tests.support.two_node import TwoNodeCluster, start_cluster
 
 BASELINES = {"stock": "patched", "patched": "patched"}  # the replay is the patched run
 

@@ -28,15 +28,19 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+# ``python benchmarks/<name>.py`` puts benchmarks/ first on the path; tests.support needs the repo.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from miles_amd.recipe.plan import NODE_RESOURCE, ray_start_argv
 from miles_amd.run.ray_head import RayHead
 from miles_amd.run_dir import JobRecord, RunDir
 from miles_amd.testing.faults import FAULTS
-from miles_amd.testing.rehearsal import expectation_problems, rehearse
+from tests.support.rehearsal import expectation_problems, rehearse
 
 # --quick: one fault the watcher stops (fail-fast latency) and the one that must still pass.
 QUICK_FAULTS = ("spike", "known-sentinel")

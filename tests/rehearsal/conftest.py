@@ -80,7 +80,7 @@ def cluster_env(ray_head: RayHead) -> Iterator[dict[str, str]]:
 def healthy_run(ray_head: RayHead, tmp_path_factory: pytest.TempPathFactory) -> RunOutcome:
     """One healthy replay of the embedded example on the session head, run once for the tests
     that only read it (its verdict, its report, a baseline recorded from it)."""
-    from miles_amd.testing.rehearsal import rehearse
+    from tests.support.rehearsal import rehearse
 
     root = tmp_path_factory.mktemp("healthy")
     outcome = rehearse(head_env(ray_head), root / "run", state_dir=str(root / "state"))

@@ -1,6 +1,6 @@
 """A baseline recorded from a rehearsal run round-trips, and its diff shows what moved.
 
-Each run goes through the real driver, Ray job, replay and gate (``miles_amd.testing.rehearsal``);
+Each run goes through the real driver, Ray job, replay and gate (``tests.support.rehearsal``);
 then the real command line, in subprocesses as CI runs it: ``baseline record
 --allow-no-preflight`` (a CPU rehearsal has no GPUs to pass a preflight), ``gate`` against the
 recorded file, and ``baseline diff`` against the shipped patched baseline. The changed bands
@@ -17,9 +17,9 @@ import pytest
 from miles_amd.rules.bands import Band
 from miles_amd.run.driver import RunOutcome
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
-from miles_amd.testing.rehearsal import expectation_problems, rehearse
 from tests.cli_runs import run_cli_process
 from tests.constants import LOGPROB, REWARD, SHIPPED
+from tests.support.rehearsal import expectation_problems, rehearse
 
 pytestmark = pytest.mark.rehearsal
 

@@ -19,7 +19,7 @@ import pytest
 from miles_amd.history.store import HistoryStore
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE
 from miles_amd.run_dir import JobRecord, RunDir
-from miles_amd.testing.rehearsal import EXAMPLE_RUN
+from tests.support.rehearsal import EXAMPLE_RUN
 from tests.unit.test_cli_plan import write_checkpoint
 
 pytestmark = pytest.mark.rehearsal

@@ -30,8 +30,8 @@ from miles_amd.run.driver import RunOutcome, execute
 from miles_amd.run.ray_head import RayHead
 from miles_amd.run.variants_run import PATCHED_DIR_VAR, execute_variants, variant_env
 from miles_amd.run_dir import JobRecord, RunDir
-from miles_amd.testing.rehearsal import EXAMPLE_RUN, replay_prefix
-from miles_amd.testing.two_node import TwoNodeCluster, start_cluster
+from tests.support.rehearsal import EXAMPLE_RUN, replay_prefix
+from tests.support.two_node import TwoNodeCluster, start_cluster
 
 pytestmark = pytest.mark.rehearsal
 

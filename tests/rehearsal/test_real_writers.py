@@ -42,7 +42,7 @@ from miles_amd.judge.gate import judge
 from miles_amd.testing.faults import FAULTS
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
 from miles_amd.testing.real_writers import MILES_SRC_ENV
-from miles_amd.testing.rehearsal import expectation_problems, failed_checks, rehearse
+from tests.support.rehearsal import expectation_problems, failed_checks, rehearse
 
 MILES_SRC = os.environ.get(MILES_SRC_ENV, "")
 _MISSING = [name for name in ("torch", "sglang") if importlib.util.find_spec(name) is None]

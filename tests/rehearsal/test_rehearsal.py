@@ -17,7 +17,7 @@ from miles_amd.run.driver import RunOutcome
 from miles_amd.run.watcher import LOG_TIME
 from miles_amd.run_dir import JobRecord, RunDir
 from miles_amd.testing.faults import FAULTS
-from miles_amd.testing.rehearsal import expectation_problems, rehearse
+from tests.support.rehearsal import expectation_problems, rehearse
 
 pytestmark = pytest.mark.rehearsal
 

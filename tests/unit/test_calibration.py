@@ -19,8 +19,8 @@ from miles_amd.baseline.model import BaselineError, load_baseline, parse_baselin
 from miles_amd.rules import bands
 from miles_amd.rules.kinds.no_rising_trend import mann_kendall_z, theil_sen
 from miles_amd.rules.model import Baseline
-from miles_amd.testing import simulate
-from miles_amd.testing.simulate import KL, LOGPROB, REWARD, Regression
+from tests.support import simulate
+from tests.support.simulate import KL, LOGPROB, REWARD, Regression
 
 
 @pytest.fixture(scope="module")

@@ -193,7 +193,7 @@ def test_a_a_comparisons_call_a_difference_rarely_with_holm() -> None:
     family-wise rate near 5%; without it a 'difference' shows up far more often."""
     import numpy as np
 
-    from miles_amd.testing import honest, simulate
+    from tests.support import honest, simulate
 
     patched, stock = load_baseline("patched"), load_baseline("stock")
     model = honest.honest_model(patched, stock, honest.Noise(0.0, 0.0, 0.0, 0.0))

@@ -19,9 +19,9 @@ from miles_amd.rules.kinds import step_rise as step_rules
 from miles_amd.rules.kinds.no_rising_trend import hamed_rao_factor
 from miles_amd.rules.log_scale import log_spread
 from miles_amd.rules.model import Baseline
-from miles_amd.testing import calibrate, honest
-from miles_amd.testing.intervals import clopper_pearson, clustered_interval, design_effect
-from miles_amd.testing.simulate import KL, LOGPROB, REWARD
+from tests.support import calibrate, honest
+from tests.support.intervals import clopper_pearson, clustered_interval, design_effect
+from tests.support.simulate import KL, LOGPROB, REWARD
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +231,7 @@ def _published(patched: Baseline) -> dict[str, list[float]]:
 
 def _judge(values: dict[str, list[float]], baseline: Baseline):
     from miles_amd.judge.gate import judge
-    from miles_amd.testing.simulate import evidence
+    from tests.support.simulate import evidence
 
     return judge(evidence({m: np.asarray([v]) for m, v in values.items()}, 0), baseline)
 

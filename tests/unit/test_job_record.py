@@ -6,7 +6,7 @@ import pytest
 
 from miles_amd.files import atomic_write_text
 from miles_amd.run_dir import JobRecord, RunDir
-from miles_amd.testing.rehearsal import EXAMPLE_RUN
+from tests.support.rehearsal import EXAMPLE_RUN
 
 pytestmark = pytest.mark.unit
 

@@ -107,8 +107,8 @@ def test_the_installed_wheel_gates_its_example_run(venv: Path, tmp_path: Path) -
         [
             str(venv / "bin" / "python"),
             "-c",
-            "import miles_amd, miles_amd.testing.rehearsal as r; "
-            "print(miles_amd.__file__); print(r.EXAMPLE_RUN)",
+            "import miles_amd; from miles_amd.package_data import package_path; "
+            "print(miles_amd.__file__); print(package_path('miles_amd.testing', 'example-run'))",
         ],
         cwd=tmp_path,
         env=clean_env(),

@@ -2,8 +2,9 @@
 
 Decides how this tool talks to a dashboard (the Jobs API address, e.g.
 ``http://127.0.0.1:8265``) and nothing about what it asks: the head's readiness
-(``ray_head``), the node list (``cluster``), the test cluster's nodes (``testing.two_node``)
-and the Jobs SDK client (``driver``, ``variants_run``) all go through here.
+(``ray_head``), the node list (``cluster``), the test cluster's nodes
+(``tests/support/two_node.py``) and the Jobs SDK client (``driver``, ``variants_run``) all go
+through here.
 
 - The token travels as ``Authorization: Bearer <token>`` (:func:`auth_headers`), the header
   Ray's dashboard middleware checks (``http_token_authentication.py``): without it the

@@ -1,7 +1,7 @@
 """A process tree this tool started and owns: spawned in its own session, stopped by pid.
 
 Decides how an owned process (a ``ray start --block``: the driver's Ray head,
-``miles_amd.run.ray_head``, and each node of the test cluster, ``miles_amd.testing.two_node``)
+``miles_amd.run.ray_head``, and each node of the test cluster, ``tests/support/two_node.py``)
 is started, remembered and stopped. It is spawned in a new session with its output in a log
 file; every descendant seen is recorded by pid *and* create time, so a recycled pid is never
 signalled; stopping is SIGTERM to the root, a grace period, SIGTERM to what is left, then

@@ -1,7 +1,7 @@
 """Honest error rates of the gate: record a simulated reference, judge simulated runs with it.
 
 Benchmark support (``benchmarks/bench_calibration.py``). For each replicate of
-``miles_amd.testing.honest`` it records the simulated reference of a variant with the real
+``tests.support.honest`` it records the simulated reference of a variant with the real
 ``miles_amd.baseline.record.record_baseline`` (the template is the shipped baseline of that
 variant with each ``cover`` value replaced by the simulated other run's mean or max, as a
 recording next to that other run would carry), then judges ``k`` simulated test runs of the
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from miles_amd.rules.model import Baseline, Rule
-from miles_amd.testing.honest import HEALTHY, Fault, HonestModel
-from miles_amd.testing.simulate import evidence
+from tests.support.honest import HEALTHY, Fault, HonestModel
+from tests.support.simulate import evidence
 
 REFERENCE_ROLLOUTS = 20
 

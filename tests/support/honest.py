@@ -1,6 +1,6 @@
 """An honest noise model: the reference is simulated too, with run effects and autocorrelation.
 
-Benchmark support (``benchmarks/bench_calibration.py``; issue 19). ``miles_amd.testing
+Benchmark support (``benchmarks/bench_calibration.py``; issue 19). ``tests.support
 .simulate`` draws healthy runs around the published reference as if the reference were the
 truth; this module draws the reference itself, the other published run its bands cover, and
 the runs judged against them, all from one model, so the reference's sampling error enters
@@ -35,7 +35,7 @@ from statistics import NormalDist
 import numpy as np
 
 from miles_amd.rules.model import Baseline
-from miles_amd.testing.simulate import (
+from tests.support.simulate import (
     GROUPS,
     KL,
     LOGPROB,
@@ -215,7 +215,7 @@ class HonestModel:
 
 def honest_model(patched: Baseline, stock: Baseline, noise: Noise = CHOSEN) -> HonestModel:
     """The honest model of both variants, fitted to the shipped baselines' published data."""
-    from miles_amd.testing.simulate import fit
+    from tests.support.simulate import fit
 
     base = fit(patched)
     gaps = {}

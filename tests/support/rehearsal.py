@@ -25,7 +25,8 @@ from miles_amd.run.driver import RunOutcome, execute
 from miles_amd.run_dir import RunDir
 from miles_amd.testing.faults import DEFAULT_FAULT_AT, FAULTS
 
-# The embedded jvvnhop9 run, shipped as package data (``miles_amd.package_data``).
+# The embedded jvvnhop9 run, shipped as package data (``miles_amd.package_data``): the
+# replay reads the copy an installed package has.
 EXAMPLE_RUN = package_path("miles_amd.testing", "example-run")
 
 
