@@ -21,8 +21,9 @@ The method, one rule per statistic:
   run-level effect (each run's level differs from the recipe's by it); widened when needed
   so the band covers every ``cover`` value (the other published run's mean). ``run_sd`` and
   ``rho`` are declared in the rule's ``derive`` block; how their sizes were chosen from the
-  published data is ``miles_amd.testing.honest.Noise``'s doc (``benchmarks/
-  bench_calibration.py`` measures the false alarms with and without them).
+  published runs (4it2x89i and jvvnhop9 on one prompt sequence, jvvnhop9's per-rollout
+  series) is the noise table of ``baselines/README.md`` ("How often the gate is wrong";
+  ``benchmarks/bench_calibration.py`` measures the false alarms with and without them).
 - **Upper bound for a run's max** (:func:`max_band`): ``center + (E[max of n_run normals] +
   k)·sd + k·sqrt(2)·run_sd·center``; the expected maximum grows with the number of rollouts,
   so a 1000-rollout run is not failed for being long; the last term is the level difference

@@ -3,12 +3,13 @@
 For a positive, right-skewed metric whose level is a factor (the train/rollout KL, issue 19).
 The mean band (``mean_within``) on such a metric rests on a normal spread: under a KL shape
 fitted to the published min/mean/max (``c + LogNormal``, the max far above the mean;
-``miles_amd.testing.honest``) the run's arithmetic mean has a long right tail and the band
-failed 1.1% of healthy runs. On the logarithms the tail is short, and a doubling is a shift
-of ``ln 2`` whatever the shape. The logarithm exists: miles computes the KL per token with
-Schulman's k3 (``low_var_kl``, never negative; ``miles/backends/training_utils/loss_hub/
-losses.py`` at the pinned commit), so a rollout's KL is 0 only if every rescored token matched
-exactly, which a bf16 trainer and engine never do; such a value fails, named.
+``baselines/README.md``, the noise table) the run's arithmetic mean has a long right tail
+and the band failed 1.1% of healthy runs. On the logarithms the tail is short, and a
+doubling is a shift of ``ln 2`` whatever the shape. The logarithm exists: miles computes the
+KL per token with Schulman's k3 (``low_var_kl``, never negative;
+``miles/backends/training_utils/loss_hub/losses.py`` at the pinned commit), so a rollout's KL
+is 0 only if every rescored token matched exactly, which a bf16 trainer and engine never do;
+such a value fails, named.
 
 The statistic: ``z = (mean ln run - m) / sqrt(sd²·(V(N) + V(n_ref)) + 2·run_sd²)`` with
 ``m`` the reference's log-scale mean (``miles_amd.rules.log_scale.log_spread``: its series',
@@ -23,8 +24,10 @@ Two-sided: the KL moving either way means the rollout and trainer numerics chang
 
 Tolerance: ``|z| ≤ z``; ``z`` bounded by the schema to [2, 6]. The shipped KL rule's
 ``z = 3.25`` (a normal two-sided rate of 0.12%) with ``rho = 0.3`` and ``run_sd = 0.06`` as
-``miles_amd.testing.honest.Noise`` chose them: on the honest model (reference simulated and
-recorded too) KL x2 is caught in 96.7% of runs at 0.13% false alarms (z = 3.5: 94%).
+chosen from the published data (``baselines/README.md``'s noise table: the upper bound of
+jvvnhop9's lag-1, twice the gap's run effect): on the honest model of that README's
+calibration (reference simulated and recorded too; ``benchmarks/bench_calibration.py``)
+KL x2 is caught in 96.7% of runs at 0.13% false alarms (z = 3.5: 94%).
 The plot hint (the band of the geometric mean for this run's spread) is
 ``miles_amd.report.rule_hints.geometric_band``. Pure: no file is read.
 """

@@ -17,7 +17,7 @@ weighted level of the first half and the reference; at ``rho = 0.3`` GLS has abo
 variance, and pooling takes a quarter off the reference's run-level part (measured, honest
 model: +25% step 89.6% -> 92.3% caught at the same false alarms). Pooling treats the two
 published runs as one level (their means 0.0171 / 0.016975 differ by 0.7%, less than their
-sampling error; ``miles_amd.testing.honest.Noise``); the loader checks ``pool`` is a cover
+sampling error; ``baselines/README.md``, the noise table); the loader checks ``pool`` is a cover
 of the mean band on the metric (``miles_amd.rules.band.pool_problem``). The reference's
 log-scale spread is ``miles_amd.rules.log_scale.log_spread``'s: its series', or from a
 published min/max, ``ln(max/min)/d2(n)`` around ``ln(mean) - sd²/2`` (the pooled mean is
@@ -33,8 +33,8 @@ Tolerance: the statistic may reach the one-sided Student t quantile at ``alpha``
 pooled sd's ``n_ref - 1 + N - 2`` degrees of freedom times ``(1 - rho²)/(1 + rho²)``
 (Bartlett: an AR(1) series' sample variance carries fewer; 3.11 for 20 and 20 at alpha
 0.2% and rho 0.3, 3.22 at 0.15%). ``alpha`` is bounded by the schema to (0, 1%]; ``rho``
-and ``run_sd`` are declared and bounded as the bands' (``miles_amd.testing.honest.Noise``
-says how they were chosen). A scan that also splits at the last third was measured: it
+and ``run_sd`` are declared and bounded as the bands' (``baselines/README.md`` says how they
+were chosen from the published runs). A scan that also splits at the last third was measured: it
 costs more power against a mid-run step (87% at 0.24% false alarms) than it buys. The
 plot hint (the halves' geometric means) is ``miles_amd.report.rule_hints.step``. Pure: no
 file is read.
