@@ -275,6 +275,39 @@ def test_relative_dirs_go_into_the_plan_absolute(tmp_path: Path) -> None:
     assert plan["run_dir"] == f"{tmp_path}/runs/r"
 
 
+# A value for each recipe option (Setting.cli) and the field it must become in the plan.
+RECIPE_OPTION_SAMPLES: dict[str, tuple[tuple[str, ...], object]] = {
+    "hardware": (("MI350X",), "MI350X"),
+    "num_gpus": (("4",), 4),
+    "model_dir": (("/m",), "/m"),
+    "data_dir": (("/d",), "/d"),
+    "miles_dir": (("/src/miles",), "/src/miles"),
+    "megatron_dir": (("/src/mlm",), "/src/mlm"),
+    "num_rollout": (("3",), 3),
+    "extra_args": (("--seed 7",), "--seed 7"),
+    "override_pinned": ((), True),
+}
+
+
+def test_the_sampled_options_are_the_declared_ones() -> None:
+    from miles_amd.recipe.settings import FIELD_FLAGS
+
+    assert set(RECIPE_OPTION_SAMPLES) == set(FIELD_FLAGS)
+
+
+@pytest.mark.parametrize("field", sorted(RECIPE_OPTION_SAMPLES))
+def test_each_declared_recipe_option_sets_its_field(field: str) -> None:
+    """``Setting.cli`` of a field is an option of ``train`` and ``full-train`` that sets it."""
+    from miles_amd.recipe.settings import FIELD_FLAGS, Recipe
+
+    values, expected = RECIPE_OPTION_SAMPLES[field]
+    assert Recipe().as_dict()[field] != expected
+    for command in ("train", "full-train"):
+        done = cli(command, "--dry-run", "--json", FIELD_FLAGS[field], *values)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["recipe"][field] == expected, (command, field)
+
+
 def test_num_rollout_is_a_hidden_alias_of_num_rollouts() -> None:
     for flag in ("--num-rollouts", "--num-rollout"):
         done = cli("train", "--dry-run", "--json", flag, "3")

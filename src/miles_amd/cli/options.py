@@ -161,22 +161,29 @@ def _dir_option(flag: str, help_text: str) -> typer.models.OptionInfo:
     return typer.Option(flag, help=help_text, callback=absolute_path)
 
 
+# The flag of each recipe option is the one its Recipe field declares (``Setting.cli``).
+RECIPE_FLAG = settings.FIELD_FLAGS
+
+
 HardwareOpt = Annotated[
     str,
     typer.Option(
-        "--hardware",
+        RECIPE_FLAG["hardware"],
         metavar="<MI355X|MI350X|auto>",
         help="MI355X, MI350X, or auto (detect from the GPUs).",
     ),
 ]
 NumGpusOpt = Annotated[
-    int, typer.Option("--num-gpus", min=1, metavar=INT, help="GPUs on the node (>= 1).")
+    int,
+    typer.Option(RECIPE_FLAG["num_gpus"], min=1, metavar=INT, help="GPUs on the node (>= 1)."),
 ]
 GpusAliasOpt = Annotated[int | None, typer.Option("--gpus", min=1, hidden=True)]
-ModelDirOpt = Annotated[Path, _dir_option("--model-dir", "Holds gpt-oss-20b-bf16/.")]
-DataDirOpt = Annotated[Path, _dir_option("--data-dir", "Holds dapo-math-17k/dapo-math-17k.jsonl.")]
-MilesDirOpt = Annotated[Path, _dir_option("--miles-dir", "miles checkout (train.py).")]
-MegatronDirOpt = Annotated[Path, _dir_option("--megatron-dir", "Megatron-LM checkout.")]
+ModelDirOpt = Annotated[Path, _dir_option(RECIPE_FLAG["model_dir"], "Holds gpt-oss-20b-bf16/.")]
+DataDirOpt = Annotated[
+    Path, _dir_option(RECIPE_FLAG["data_dir"], "Holds dapo-math-17k/dapo-math-17k.jsonl.")
+]
+MilesDirOpt = Annotated[Path, _dir_option(RECIPE_FLAG["miles_dir"], "miles checkout (train.py).")]
+MegatronDirOpt = Annotated[Path, _dir_option(RECIPE_FLAG["megatron_dir"], "Megatron-LM checkout.")]
 RunDirOpt = Annotated[
     Path,
     _dir_option(
@@ -187,20 +194,23 @@ RunDirOpt = Annotated[
 ]
 NumRolloutsOpt = Annotated[
     int,
-    typer.Option("--num-rollouts", min=1, metavar=INT, help="Rollouts (= optimizer steps, >= 1)."),
+    typer.Option(
+        RECIPE_FLAG["num_rollout"], min=1, metavar=INT, help="Rollouts (= optimizer steps, >= 1)."
+    ),
 ]
 NumRolloutAliasOpt = Annotated[int | None, typer.Option("--num-rollout", min=1, hidden=True)]
 ExtraArgsOpt = Annotated[
     str,
     typer.Option(
-        "--extra-args",
+        RECIPE_FLAG["extra_args"],
         metavar="<args>",
         help="Extra train args, appended last (shell-split). Credentials (--wandb-key, "
         "--hf-token, --*-api-key, --*-token) are refused: use WANDB_API_KEY / HF_TOKEN.",
     ),
 ]
 OverridePinnedOpt = Annotated[
-    bool, typer.Option("--override-pinned", help="Let --extra-args replace pinned flags.")
+    bool,
+    typer.Option(RECIPE_FLAG["override_pinned"], help="Let --extra-args replace pinned flags."),
 ]
 GateOpt = Annotated[
     str | None,

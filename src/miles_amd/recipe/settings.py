@@ -25,6 +25,17 @@ would accept) is always an error whose message never repeats the value: an argv 
 to every user of the host (``ps``), in Ray's job table and in the printed plan. The W&B key
 reaches the job as ``WANDB_API_KEY``.
 
+Each field declares a :class:`Setting` (``dataclasses.field`` metadata, written with
+:func:`setting`): the miles flags that carry its value, the ``miles-amd train`` option that
+sets it, and whether it belongs to the run's identity (``tests/unit/test_recipe.py`` checks
+that each field declares one, and that each declared miles flag reaches the argv). Derived
+from those declarations:
+:data:`FIELD_FLAGS`, :data:`NOT_IDENTITY` (left out of the history's recipe digest), the
+replay's argv reader (``miles_amd.testing.replay_argv``) and the flag names of the CLI's
+recipe options (``cli.options``; ``tests/unit/test_cli_plan.py`` checks that each declared
+option sets its field). The argv's order stays written out in ``_train_args`` (RECIPE.md's),
+each field placed by name.
+
 Messages name the CLI flag a field comes from (:data:`FIELD_FLAGS`), so ``num_rollout`` is
 reported as ``--num-rollouts``; fields no flag sets are named as fields.
 
@@ -38,11 +49,13 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
+from typing import TypeVar
 
 from miles_amd.recipe.lora_targets import extra_target_modules, unmapped_targets_message
 from miles_amd.recipe.secret_flags import secret_flags_in
 
 Arg = tuple[str, tuple[str, ...]]  # a flag and its values, e.g. ("--lora-rank", ("32",))
+T = TypeVar("T")
 
 
 class RecipeError(ValueError):
@@ -67,23 +80,34 @@ DEFAULT_DATA_DIR = "/root/datasets"
 DEFAULT_MILES_DIR = "/root/miles"
 DEFAULT_MEGATRON_DIR = "/root/Megatron-LM"
 
-# The CLI flag that sets each field (``miles-amd train``); messages name these, not fields.
-FIELD_FLAGS: dict[str, str] = {
-    "hardware": "--hardware",
-    "num_gpus": "--num-gpus",
-    "model_dir": "--model-dir",
-    "data_dir": "--data-dir",
-    "miles_dir": "--miles-dir",
-    "megatron_dir": "--megatron-dir",
-    "num_rollout": "--num-rollouts",
-    "extra_args": "--extra-args",
-    "override_pinned": "--override-pinned",
-}
-
 
 def flag_of(field_name: str) -> str:
     """The CLI flag that sets ``field_name``, or the field's own name when no flag does."""
     return FIELD_FLAGS.get(field_name, field_name)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What one :class:`Recipe` field is to miles, to the user and to the run history."""
+
+    argv: tuple[str, ...] = ()  # the miles flags that carry its value (a bool: present iff on)
+    cli: str | None = None  # the ``miles-amd train`` option that sets it
+    identity: bool = True  # False: it says where or how a run is recorded, not what it trains
+    under: str = ""  # a directory field: its argv value is this path below it
+    negated: bool = False  # a bool passed when off (``--no-...``)
+
+
+def setting(
+    default: T,
+    *argv: str,
+    cli: str | None = None,
+    identity: bool = True,
+    under: str = "",
+    negated: bool = False,
+) -> T:
+    """A :class:`Recipe` field with its :class:`Setting` (``dataclasses.field`` metadata)."""
+    declared = Setting(argv, cli, identity, under, negated)
+    return field(default=default, metadata={"setting": declared})
 
 
 def parse_hardware(value: str) -> Hardware:
@@ -101,39 +125,57 @@ def parse_hardware(value: str) -> Hardware:
 class Recipe:
     """gpt-oss-20b LoRA GRPO on one node of 8 AMD Instinct GPUs; defaults are RECIPE.md's."""
 
-    hardware: Hardware = Hardware.MI355X
-    num_gpus: int = 8
-    model_dir: str = DEFAULT_MODEL_DIR
-    data_dir: str = DEFAULT_DATA_DIR
-    miles_dir: str = DEFAULT_MILES_DIR
-    megatron_dir: str = DEFAULT_MEGATRON_DIR
-    lora_rank: int = 32
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    target_modules: tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")
-    num_rollout: int = 20
-    rollout_batch_size: int = 8
-    n_samples_per_prompt: int = 8
-    global_batch_size: int = 64
-    rollout_max_response_len: int = 4096
-    lr: float = 1e-5
-    tensor_model_parallel_size: int = 4
-    rollout_num_gpus_per_engine: int = 4
-    sglang_mem_fraction_static: float = 0.2
-    sglang_max_lora_rank: int = 32
-    sglang_lora_backend: str = "triton"
-    sglang_moe_runner_backend: str = "triton"
-    sglang_attention_backend: str = "triton"
-    sglang_lora_use_virtual_experts: bool = False
-    lora_base_cpu_backup: bool = True
-    qkv_format: str = "bshd"
-    use_dynamic_batch_size: bool = False
-    use_wandb: bool = False  # the plan (recipe.plan) turns it on only when a W&B key is configured
-    capture_metrics: bool = False  # TensorBoard + CI history, for the gate (set by recipe.plan)
-    wandb_project: str = "miles-amd"
-    wandb_group: str = "gpt-oss-20b-lora"
-    extra_args: str = ""
-    override_pinned: bool = False
+    hardware: Hardware = setting(Hardware.MI355X, cli="--hardware")
+    num_gpus: int = setting(8, "--actor-num-gpus-per-node", "--num-gpus-per-node", cli="--num-gpus")
+    model_dir: str = setting(
+        DEFAULT_MODEL_DIR,
+        "--hf-checkpoint",
+        under=CHECKPOINT_NAME,
+        cli="--model-dir",
+        identity=False,
+    )
+    data_dir: str = setting(
+        DEFAULT_DATA_DIR,
+        "--prompt-data",
+        under=f"{DATASET_DIR_NAME}/{DATASET_FILE_NAME}",
+        cli="--data-dir",
+        identity=False,
+    )
+    miles_dir: str = setting(DEFAULT_MILES_DIR, cli="--miles-dir", identity=False)
+    megatron_dir: str = setting(DEFAULT_MEGATRON_DIR, cli="--megatron-dir", identity=False)
+    lora_rank: int = setting(32, "--lora-rank")
+    lora_alpha: int = setting(32, "--lora-alpha")
+    lora_dropout: float = setting(0.0, "--lora-dropout")
+    target_modules: tuple[str, ...] = setting(  # comma-joined in the argv
+        ("gate_proj", "up_proj", "down_proj"), "--target-modules"
+    )
+    num_rollout: int = setting(20, "--num-rollout", cli="--num-rollouts")
+    rollout_batch_size: int = setting(8, "--rollout-batch-size")
+    n_samples_per_prompt: int = setting(8, "--n-samples-per-prompt")
+    global_batch_size: int = setting(64, "--global-batch-size")
+    rollout_max_response_len: int = setting(4096, "--rollout-max-response-len")
+    lr: float = setting(1e-5, "--lr")
+    tensor_model_parallel_size: int = setting(4, "--tensor-model-parallel-size")
+    rollout_num_gpus_per_engine: int = setting(4, "--rollout-num-gpus-per-engine")
+    sglang_mem_fraction_static: float = setting(0.2, "--sglang-mem-fraction-static")
+    sglang_max_lora_rank: int = setting(32, "--sglang-max-lora-rank")
+    sglang_lora_backend: str = setting("triton", "--sglang-lora-backend")
+    sglang_moe_runner_backend: str = setting("triton", "--sglang-moe-runner-backend")
+    sglang_attention_backend: str = setting("triton", "--sglang-attention-backend")
+    sglang_lora_use_virtual_experts: bool = setting(
+        False, "--no-sglang-lora-use-virtual-experts", negated=True
+    )
+    lora_base_cpu_backup: bool = setting(True, "--lora-base-cpu-backup")
+    qkv_format: str = setting("bshd", "--qkv-format")
+    use_dynamic_batch_size: bool = setting(False, "--use-dynamic-batch-size")
+    # the plan (recipe.plan) turns W&B on only when a W&B key is configured
+    use_wandb: bool = setting(False, "--use-wandb", identity=False)
+    # TensorBoard + CI history, for the gate (set by recipe.plan)
+    capture_metrics: bool = setting(False, "--use-tensorboard", identity=False)
+    wandb_project: str = setting("miles-amd", "--wandb-project", identity=False)
+    wandb_group: str = setting("gpt-oss-20b-lora", "--wandb-group", identity=False)
+    extra_args: str = setting("", cli="--extra-args")  # shell-split, appended last
+    override_pinned: bool = setting(False, cli="--override-pinned")
     _extra: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -207,6 +249,16 @@ class Recipe:
                 else value
             )
         return out
+
+
+# Each public field's Setting, in field order; the tables below are derived from them.
+SETTINGS: dict[str, Setting] = {
+    f.name: f.metadata.get("setting", Setting()) for f in fields(Recipe) if f.init
+}
+# The CLI flag that sets each field (``miles-amd train``); messages name these, not fields.
+FIELD_FLAGS: dict[str, str] = {name: s.cli for name, s in SETTINGS.items() if s.cli}
+# plan.json recipe fields left out of the run's identity (``history.entry.recipe_digest``).
+NOT_IDENTITY: frozenset[str] = frozenset(n for n, s in SETTINGS.items() if not s.identity)
 
 
 def _check_invariants(r: Recipe) -> None:
@@ -310,51 +362,58 @@ def _model_args() -> list[Arg]:
     ]
 
 
+def _f(r: Recipe, name: str) -> list[Arg]:
+    """The args field ``name`` of ``r`` produces, as its :class:`Setting` declares them."""
+    declared = SETTINGS[name]
+    value = getattr(r, name)
+    if isinstance(value, bool):
+        return [_a(flag) for flag in declared.argv] if value != declared.negated else []
+    if isinstance(value, tuple):
+        value = ",".join(value)
+    elif declared.under:
+        value = f"{value}/{declared.under}"
+    return [_a(flag, value) for flag in declared.argv]
+
+
 def _train_args(r: Recipe) -> list[Arg]:
-    lora = [
-        _a("--lora-rank", r.lora_rank),
-        _a("--lora-alpha", r.lora_alpha),
-        _a("--lora-dropout", r.lora_dropout),
-        _a("--target-modules", ",".join(r.target_modules)),
-    ]
-    if not r.sglang_lora_use_virtual_experts:
-        lora.append(_a("--no-sglang-lora-use-virtual-experts"))
-    if r.lora_base_cpu_backup:
-        lora.append(_a("--lora-base-cpu-backup"))
+    """RECIPE.md's train args in its order: pinned flags spelled here, a field's via ``_f``."""
     tracking = (
         [
-            _a("--use-wandb"),
-            _a("--wandb-project", r.wandb_project),
-            _a("--wandb-group", r.wandb_group),
+            *_f(r, "use_wandb"),
+            *_f(r, "wandb_project"),
+            *_f(r, "wandb_group"),
             _a("--disable-wandb-random-suffix"),
         ]
         if r.use_wandb
         else []
     )
-    if r.capture_metrics:
-        # miles has no CLI switch for CI history: the env MILES_CI_GATE_RECORD_DIR alone turns
-        # it on (miles/utils/arguments.py); recipe.plan sets it with TENSORBOARD_DIR.
-        tracking.append(_a("--use-tensorboard"))
-    batching = [_a("--use-dynamic-batch-size")] if r.use_dynamic_batch_size else []
+    # miles has no CLI switch for CI history: the env MILES_CI_GATE_RECORD_DIR alone turns
+    # it on (miles/utils/arguments.py); recipe.plan sets it with TENSORBOARD_DIR.
+    tracking += _f(r, "capture_metrics")
     return [
-        _a("--hf-checkpoint", r.checkpoint_dir),
+        *_f(r, "model_dir"),
         _a("--megatron-to-hf-mode", "bridge"),
-        *lora,
-        _a("--prompt-data", r.dataset_file),
+        *_f(r, "lora_rank"),
+        *_f(r, "lora_alpha"),
+        *_f(r, "lora_dropout"),
+        *_f(r, "target_modules"),
+        *_f(r, "sglang_lora_use_virtual_experts"),
+        *_f(r, "lora_base_cpu_backup"),
+        *_f(r, "data_dir"),
         _a("--input-key", "prompt"),
         _a("--label-key", "label"),
         _a("--apply-chat-template"),
         _a("--rollout-shuffle"),
         _a("--balance-data"),
         _a("--rm-type", "math"),
-        _a("--num-rollout", r.num_rollout),
-        _a("--rollout-batch-size", r.rollout_batch_size),
-        _a("--n-samples-per-prompt", r.n_samples_per_prompt),
-        _a("--rollout-max-response-len", r.rollout_max_response_len),
+        *_f(r, "num_rollout"),
+        *_f(r, "rollout_batch_size"),
+        *_f(r, "n_samples_per_prompt"),
+        *_f(r, "rollout_max_response_len"),
         _a("--rollout-temperature", 1),
-        _a("--global-batch-size", r.global_batch_size),
+        *_f(r, "global_batch_size"),
         _a("--optimizer", "adam"),
-        _a("--lr", r.lr),
+        *_f(r, "lr"),
         _a("--lr-decay-style", "constant"),
         _a("--weight-decay", 0.1),
         _a("--adam-beta1", 0.9),
@@ -364,7 +423,7 @@ def _train_args(r: Recipe) -> list[Arg]:
         _a("--eps-clip", 0.2),
         _a("--eps-clip-high", 0.28),
         *tracking,
-        _a("--tensor-model-parallel-size", r.tensor_model_parallel_size),
+        *_f(r, "tensor_model_parallel_size"),
         _a("--sequence-parallel"),
         _a("--pipeline-model-parallel-size", 1),
         _a("--context-parallel-size", 1),
@@ -374,23 +433,22 @@ def _train_args(r: Recipe) -> list[Arg]:
         _a("--recompute-method", "uniform"),
         _a("--recompute-num-layers", 1),
         _a("--micro-batch-size", 1),
-        *batching,
+        *_f(r, "use_dynamic_batch_size"),
         _a("--max-tokens-per-gpu", 4096),
-        _a("--rollout-num-gpus-per-engine", r.rollout_num_gpus_per_engine),
-        _a("--sglang-mem-fraction-static", r.sglang_mem_fraction_static),
+        *_f(r, "rollout_num_gpus_per_engine"),
+        *_f(r, "sglang_mem_fraction_static"),
         _a("--sglang-dtype", "bfloat16"),
         _a("--sglang-decode-log-interval", 1000),
-        _a("--sglang-max-lora-rank", r.sglang_max_lora_rank),
-        _a("--sglang-lora-backend", r.sglang_lora_backend),
-        _a("--sglang-moe-runner-backend", r.sglang_moe_runner_backend),
-        _a("--sglang-attention-backend", r.sglang_attention_backend),
+        *_f(r, "sglang_max_lora_rank"),
+        *_f(r, "sglang_lora_backend"),
+        *_f(r, "sglang_moe_runner_backend"),
+        *_f(r, "sglang_attention_backend"),
         _a("--train-backend", "megatron"),
         _a("--attention-dropout", "0.0"),
         _a("--hidden-dropout", "0.0"),
-        _a("--qkv-format", r.qkv_format),
+        *_f(r, "qkv_format"),
         _a("--attention-backend", "unfused"),
         _a("--actor-num-nodes", 1),
-        _a("--actor-num-gpus-per-node", r.num_gpus),
-        _a("--num-gpus-per-node", r.num_gpus),
+        *_f(r, "num_gpus"),
         _a("--colocate"),
     ]

@@ -5,15 +5,18 @@ Decides, before the replay writes anything: the argv is the recipe's, token for 
 (:func:`check_argv`): a :class:`~miles_amd.recipe.settings.Recipe` is rebuilt from it
 (:func:`recipe_from_argv`) and its ``argv()`` must equal the given argv, so a foreign flag, a
 changed pinned value, a missing flag or a different order is refused naming the flag
-(:func:`argv_difference`); the recipe's own invariants (``RecipeError``) refuse too. Does not
-read the source run or write evidence (``miles_amd.testing.replay``).
+(:func:`argv_difference`); the recipe's own invariants (``RecipeError``) refuse too. Which
+flag carries which field is the recipe's own declaration (``recipe.settings.SETTINGS``), so a
+new setting needs nothing here. Does not read the source run or write evidence
+(``miles_amd.testing.replay``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import get_origin, get_type_hints
 
-from miles_amd.recipe.settings import Recipe, RecipeError
+from miles_amd.recipe.settings import SETTINGS, Recipe, RecipeError, Setting
 
 Flag = tuple[str, tuple[str, ...]]
 
@@ -44,37 +47,6 @@ def _flag_map(flags: Sequence[Flag]) -> dict[str, tuple[str, ...]]:
     return out
 
 
-# flag -> (Recipe field, converter); every other field has no flag or is handled below.
-_VALUE_FIELDS: dict[str, tuple[str, type]] = {
-    "--lora-rank": ("lora_rank", int),
-    "--lora-alpha": ("lora_alpha", int),
-    "--lora-dropout": ("lora_dropout", float),
-    "--num-rollout": ("num_rollout", int),
-    "--rollout-batch-size": ("rollout_batch_size", int),
-    "--n-samples-per-prompt": ("n_samples_per_prompt", int),
-    "--global-batch-size": ("global_batch_size", int),
-    "--rollout-max-response-len": ("rollout_max_response_len", int),
-    "--lr": ("lr", float),
-    "--wandb-project": ("wandb_project", str),
-    "--wandb-group": ("wandb_group", str),
-    "--tensor-model-parallel-size": ("tensor_model_parallel_size", int),
-    "--rollout-num-gpus-per-engine": ("rollout_num_gpus_per_engine", int),
-    "--sglang-mem-fraction-static": ("sglang_mem_fraction_static", float),
-    "--sglang-max-lora-rank": ("sglang_max_lora_rank", int),
-    "--sglang-lora-backend": ("sglang_lora_backend", str),
-    "--sglang-moe-runner-backend": ("sglang_moe_runner_backend", str),
-    "--sglang-attention-backend": ("sglang_attention_backend", str),
-    "--qkv-format": ("qkv_format", str),
-    "--actor-num-gpus-per-node": ("num_gpus", int),
-}
-_SWITCH_FIELDS: dict[str, str] = {
-    "--lora-base-cpu-backup": "lora_base_cpu_backup",
-    "--use-dynamic-batch-size": "use_dynamic_batch_size",
-    "--use-wandb": "use_wandb",
-    "--use-tensorboard": "capture_metrics",
-}
-
-
 def _one_value(flags: Mapping[str, tuple[str, ...]], flag: str) -> str | None:
     values = flags.get(flag)
     if values is None:
@@ -91,36 +63,40 @@ def _parent(path: str, levels: int) -> str:
 
 
 def recipe_from_argv(argv: Sequence[str]) -> Recipe:
-    """The recipe whose ``argv()`` the given argv would be, read flag by flag.
+    """The recipe whose ``argv()`` the given argv would be, read field by field.
 
-    ``model_dir`` is the parent of ``--hf-checkpoint``, ``data_dir`` the directory two levels
-    above ``--prompt-data``; a flag the recipe derives but the argv lacks keeps its default,
-    and flags the recipe does not know are ignored here (:func:`check_argv` refuses both by
-    comparing argvs). ``ReplayRefused`` for an unreadable value, ``RecipeError`` for a broken
+    Each field is read from the first flag its :class:`~miles_amd.recipe.settings.Setting`
+    declares: a bool is on when its flag is present (off, for a ``negated`` one), a tuple is
+    split on commas, a directory is the path its ``under`` levels above the value
+    (``model_dir`` the parent of ``--hf-checkpoint``), anything else converted to the field's
+    type. A flag the recipe derives but the argv lacks keeps the field's default, and flags
+    the recipe does not know are ignored here (:func:`check_argv` refuses both by comparing
+    argvs). ``ReplayRefused`` for an unreadable value, ``RecipeError`` for a broken
     invariant. The hardware is not in the argv (MI355X and MI350X run the same argv).
     """
     flags = _flag_map(split_flags(argv))
-    fields: dict[str, object] = {}
-    for flag, (name, convert) in _VALUE_FIELDS.items():
-        raw = _one_value(flags, flag)
-        if raw is None:
+    types = get_type_hints(Recipe)
+    values: dict[str, object] = {}
+    for name, declared in SETTINGS.items():
+        if not declared.argv:
             continue
-        try:
-            fields[name] = convert(raw)
-        except ValueError:
-            raise ReplayRefused(f"{flag} {raw}: not a valid {convert.__name__}") from None
-    for flag, name in _SWITCH_FIELDS.items():
-        if flag in flags:
-            fields[name] = True
-    fields["sglang_lora_use_virtual_experts"] = "--no-sglang-lora-use-virtual-experts" not in flags
-    fields.setdefault("lora_base_cpu_backup", False)
-    if (checkpoint := _one_value(flags, "--hf-checkpoint")) is not None:
-        fields["model_dir"] = _parent(checkpoint, 1)
-    if (prompt_data := _one_value(flags, "--prompt-data")) is not None:
-        fields["data_dir"] = _parent(prompt_data, 2)
-    if (modules := _one_value(flags, "--target-modules")) is not None:
-        fields["target_modules"] = tuple(modules.split(","))
-    return Recipe(**fields)  # type: ignore[arg-type]
+        flag, kind = declared.argv[0], types[name]
+        if kind is bool:
+            values[name] = (flag in flags) != declared.negated
+        elif (raw := _one_value(flags, flag)) is not None:
+            values[name] = _read(flag, raw, kind, declared)
+    return Recipe(**values)  # type: ignore[arg-type]
+
+
+def _read(flag: str, raw: str, kind: type, declared: Setting) -> object:
+    if get_origin(kind) is tuple:
+        return tuple(raw.split(","))
+    if declared.under:
+        return _parent(raw, declared.under.count("/") + 1)
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ReplayRefused(f"{flag} {raw}: not a valid {kind.__name__}") from None
 
 
 def argv_difference(expected: Sequence[str], given: Sequence[str]) -> str | None:
