@@ -1,4 +1,8 @@
-"""Metric lines of the Ray job log, parsed safely (never evaluated)."""
+"""Metric lines of the Ray job log, parsed safely (never evaluated).
+
+Each log is the ``job.log`` of a run dir of its own, read by ``load_run`` as the gate reads
+it: a metric line that cannot be read is a ``job_log`` problem naming its line.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +14,31 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from miles_amd.evidence.errors import MetricsFormatError
-from miles_amd.evidence.job_log import parse_metric_dict, read_job_log
+from miles_amd.evidence.job_log import parse_metric_dict
+from miles_amd.evidence.load import load_run
+from miles_amd.evidence.types import RunEvidence, SeriesMap, SourceProblem
 from miles_amd.testing.miles_writer import ActorPids, metric_log_lines
 
 PREFIX = "(MegatronTrainRayActor pid=4242) [2026-11-20 10:03:50.007 ] log_utils.py:542 - "
 
 
-def write_log(path: Path, lines: list[str], *, end: str = "\n") -> Path:
-    path.write_text("\n".join(lines) + end, encoding="utf-8")
-    return path
+def load_log(run: Path, lines: list[str], *, end: str = "\n", live: bool = False) -> RunEvidence:
+    """``lines`` as the ``job.log`` of the run dir ``run``, read by ``load_run``."""
+    run.mkdir()
+    (run / "job.log").write_text("\n".join(lines) + end, encoding="utf-8")
+    return load_run(run, live=live)
+
+
+def log_series(run: Path, lines: list[str]) -> SeriesMap:
+    evidence = load_log(run, lines)
+    assert evidence.problems == (), evidence.problems
+    return evidence.series
+
+
+def log_problem(run: Path, lines: list[str], *, end: str = "\n") -> SourceProblem:
+    (problem,) = load_log(run, lines, end=end).problems
+    assert (problem.source, problem.path) == ("job_log", str(run / "job.log"))
+    return problem
 
 
 def test_reads_the_lines_miles_prints_including_non_finite_values(tmp_path: Path) -> None:
@@ -34,7 +53,7 @@ def test_reads_the_lines_miles_prints_including_non_finite_values(tmp_path: Path
             "rollout/truncated_ratio": -math.inf if k == 0 else 0.4,
         }
         lines += metric_log_lines(k, metrics, pids, 1.78e9 + k)
-    series = read_job_log(write_log(tmp_path / "job.log", lines))
+    series = log_series(tmp_path / "run", lines)
 
     diffs = series["train/train_rollout_logprob_abs_diff"]
     assert diffs == tuple((k, 0.0208 - k / 1000) for k in range(3))
@@ -53,7 +72,7 @@ def test_ray_colours_repeat_markers_and_numpy_reprs(tmp_path: Path) -> None:
         PREFIX + "rollout 0: {'rollout/a': np.float64(0.25), 'rollout/b': np.float32(nan), "
         "'rollout/c': np.int64(-3), 'rollout/d': True, 'rollout/e': -inf}",
     ]
-    series = read_job_log(write_log(tmp_path / "job.log", lines))
+    series = log_series(tmp_path / "run", lines)
     assert series["train/loss"] == ((0, 0.5),)
     assert series["rollout/a"] == ((0, 0.25),) and math.isnan(series["rollout/b"][0][1])
     assert series["rollout/c"] == ((0, -3.0),) and series["rollout/d"] == ((0, 1.0),)
@@ -64,7 +83,7 @@ def test_non_scalar_literals_are_skipped_not_errors(tmp_path: Path) -> None:
     line = (
         PREFIX + "perf 4: {'perf/t': 1.5, 'perf/name': 'x', 'perf/none': None, 'perf/l': [1, nan]}"
     )
-    assert read_job_log(write_log(tmp_path / "job.log", [line])) == {"perf/t": ((4, 1.5),)}
+    assert log_series(tmp_path / "run", [line]) == {"perf/t": ((4, 1.5),)}
 
 
 def test_lines_that_are_not_metric_lines_are_ignored(tmp_path: Path) -> None:
@@ -75,7 +94,7 @@ def test_lines_that_are_not_metric_lines_are_ignored(tmp_path: Path) -> None:
         "print from a user: - step 3: {'train/loss': 1.0}",
         PREFIX + "step 3: {'train/loss': 2.0}",
     ]
-    assert read_job_log(write_log(tmp_path / "job.log", lines)) == {"train/loss": ((3, 2.0),)}
+    assert log_series(tmp_path / "run", lines) == {"train/loss": ((3, 2.0),)}
 
 
 @pytest.mark.parametrize(
@@ -101,39 +120,33 @@ def test_unreadable_metric_lines_name_file_and_line(
         PREFIX + "step 0: {'train/loss': 0.2}",
         PREFIX + "step 1: " + dict_text,
     ]
-    path = write_log(tmp_path / "job.log", lines)
-    with pytest.raises(MetricsFormatError, match=reason) as caught:
-        read_job_log(path)
-    assert (caught.value.path, caught.value.line) == (str(path), 3)
+    problem = log_problem(tmp_path / "run", lines)
+    assert problem.detail.startswith("line 3: unreadable metric line: ")
+    assert reason in problem.detail
     assert not (tmp_path / "PWNED").exists()
 
 
 def test_an_unterminated_last_line_is_the_write_in_flight_when_live(tmp_path: Path) -> None:
-    path = write_log(
-        tmp_path / "job.log",
-        [PREFIX + "step 0: {'train/loss': 0.2}", PREFIX + "step 1: {'train/loss': 0.3, 'tr"],
-        end="",
-    )
-    with pytest.raises(MetricsFormatError, match="not a complete dict literal"):
-        read_job_log(path)
-    assert read_job_log(path, live=True) == {"train/loss": ((0, 0.2),)}
+    lines = [PREFIX + "step 0: {'train/loss': 0.2}", PREFIX + "step 1: {'train/loss': 0.3, 'tr"]
+    problem = log_problem(tmp_path / "done", lines, end="")
+    assert problem.detail.startswith("line 2: ") and "not a complete dict literal" in problem.detail
+    live = load_log(tmp_path / "live", lines, end="", live=True)
+    assert (live.problems, live.series) == ((), {"train/loss": ((0, 0.2),)})
 
 
 def test_one_value_printed_twice_is_one_point_and_two_values_are_an_error(tmp_path: Path) -> None:
     same = [PREFIX + "rollout 2: {'rollout/r': 0.5}", PREFIX + "perf 2: {'rollout/r': 0.5, 'p': 1}"]
-    assert read_job_log(write_log(tmp_path / "a.log", same)) == {
-        "p": ((2, 1.0),),
-        "rollout/r": ((2, 0.5),),
-    }
+    assert log_series(tmp_path / "a", same) == {"p": ((2, 1.0),), "rollout/r": ((2, 0.5),)}
     differ = [PREFIX + "step 2: {'train/x': 0.5}", "noise", PREFIX + "step 2: {'train/x': 0.75}"]
-    with pytest.raises(MetricsFormatError) as caught:
-        read_job_log(write_log(tmp_path / "b.log", differ))
-    assert caught.value.line == 3
-    assert "'train/x' at step 2 is 0.75 here but 0.5 at line 1" in caught.value.reason
+    problem = log_problem(tmp_path / "b", differ)
+    assert problem.detail.startswith("line 3: ")
+    assert "'train/x' at step 2 is 0.75 here but 0.5 at line 1" in problem.detail
 
 
-def test_a_log_without_metric_lines_gives_an_empty_map(tmp_path: Path) -> None:
-    assert read_job_log(write_log(tmp_path / "job.log", ["hello", "world"])) == {}
+def test_a_log_without_metric_lines_gives_no_series_and_says_so(tmp_path: Path) -> None:
+    problem = log_problem(tmp_path / "run", ["hello", "world"])
+    assert problem.detail.startswith("no metric lines")
+    assert load_run(tmp_path / "run").series == {}
 
 
 finite_or_not = st.floats(allow_nan=True, allow_infinity=True)

@@ -10,11 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.evidence.errors import MetricsFormatError
-from miles_amd.evidence.job_log import read_job_log
 from miles_amd.evidence.load import load_run
 from miles_amd.evidence.log_lines import CHUNK, MAX_LINE, line_blocks
-from miles_amd.evidence.sentinels import scan_log
 
 METRIC = "(MegatronTrainRayActor pid=1) [2026-11-20 10:03:50.007 ] log_utils.py:542 - step {}: {}"
 FAULT = "(MegatronTrainRayActor pid=1) Memory access fault by GPU node-9 on address 0x0."
@@ -87,8 +84,9 @@ def test_metric_lines_and_sentinels_after_a_huge_line_keep_their_line_numbers(
         + "\n",
         encoding="utf-8",
     )
-    assert read_job_log(log) == {"train/loss": ((0, 0.5),)}
-    (hit,) = scan_log(log)
+    evidence = load_run(tmp_path)
+    assert (evidence.problems, evidence.series) == ((), {"train/loss": ((0, 0.5),)})
+    (hit,) = evidence.sentinels
     assert hit.first_line == 4
 
 
@@ -96,9 +94,9 @@ def test_an_overlong_metric_line_is_an_error_naming_its_line(tmp_path: Path) -> 
     log = tmp_path / "job.log"
     huge = "{" + ", ".join(f"'k{i}': {i}" for i in range(200_000)) + "}"
     log.write_text("noise\n" + METRIC.format(3, huge) + "\n", encoding="utf-8")
-    with pytest.raises(MetricsFormatError) as caught:
-        read_job_log(log)
-    assert caught.value.line == 2 and "truncated" in caught.value.reason
+    (problem,) = load_run(tmp_path).problems
+    assert problem.source == "job_log" and problem.detail.startswith("line 2: ")
+    assert "truncated" in problem.detail
 
 
 def test_load_run_reads_metrics_and_sentinels_in_one_pass(tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from miles_amd.evidence.ci_history import read_ci_history_dir
-from miles_amd.evidence.job_log import parse_job_log_text
+from miles_amd.evidence.load import load_run
 from miles_amd.evidence.tensorboard import read_tensorboard_dir
+from miles_amd.evidence.types import SeriesMap
 from miles_amd.testing.miles_writer import (
     CI_CAPTURED_KEYS,
     ActorPids,
@@ -64,6 +65,15 @@ def write_run(tmp_path: Path, rollouts: list[dict[str, float]]) -> tuple[str, Mi
         writer.emit_rollout(k, metrics)
     writer.close()
     return stream.getvalue(), writer
+
+
+def log_series(text: str, run: Path) -> SeriesMap:
+    """``text`` as the ``job.log`` of the run dir ``run``, read as the gate reads it."""
+    run.mkdir()
+    (run / "job.log").write_text(text, encoding="utf-8")
+    evidence = load_run(run)
+    assert evidence.problems == (), evidence.problems
+    return evidence.series
 
 
 def expected_series(rollouts: list[dict[str, float]]) -> dict[str, list[tuple[int, float]]]:
@@ -128,7 +138,7 @@ def test_each_rollout_is_flushed_before_close(tmp_path: Path) -> None:
     assert got["train/grad_norm"] == ((0, f32(ROLLOUTS[0]["train/grad_norm"])),)
     ci = read_ci_history_dir(tmp_path / "ci")
     assert ci["rollout/raw_reward"] == ((0, ROLLOUTS[0]["rollout/raw_reward"]),)
-    assert parse_job_log_text(stream.getvalue(), "job.log")["train/loss"] == ((0, 0.001),)
+    assert log_series(stream.getvalue(), tmp_path / "log")["train/loss"] == ((0, 0.001),)
     writer.emit_rollout(1, ROLLOUTS[1])
     assert len(read_tensorboard_dir(tmp_path / "tb")["train/grad_norm"]) == 2
     assert len(read_ci_history_dir(tmp_path / "ci")["train/grad_norm"]) == 2
@@ -163,7 +173,7 @@ def test_non_finite_values_in_all_three_formats(tmp_path: Path) -> None:
     log, _ = write_run(tmp_path, rollouts)
     assert "'train/train_rollout_logprob_abs_diff': nan" in log
     assert "'train/grad_norm': inf" in log
-    from_log = parse_job_log_text(log, "job.log")
+    from_log = log_series(log, tmp_path / "log")
     assert math.isnan(from_log["train/train_rollout_logprob_abs_diff"][1][1])
     tb = read_tensorboard_dir(tmp_path / "tensorboard")
     assert math.isnan(tb["train/train_rollout_logprob_abs_diff"][1][1])
@@ -178,7 +188,7 @@ def test_non_finite_values_in_all_three_formats(tmp_path: Path) -> None:
 
 def test_log_lines_parse_back_exactly_and_keep_miles_form(tmp_path: Path) -> None:
     log, _ = write_run(tmp_path, ROLLOUTS)
-    got = parse_job_log_text(log, "job.log")
+    got = log_series(log, tmp_path / "log")
     want = {key: tuple(points) for key, points in expected_series(ROLLOUTS).items()}
     want["train/step"] = tuple((k, float(k)) for k in range(len(ROLLOUTS)))
     assert got == want

@@ -26,7 +26,6 @@ import pytest
 
 from miles_amd.evidence.ci_history import read_ci_history_dir
 from miles_amd.evidence.load import load_run
-from miles_amd.evidence.sentinels import scan_lines
 from miles_amd.evidence.tensorboard import read_tensorboard_dir
 from miles_amd.evidence.tfrecord import EventFileError
 from miles_amd.evidence.types import RunEvidence, SeriesMap
@@ -647,11 +646,12 @@ def test_fault_at_must_fire_within_the_run() -> None:
         check_fault_at("meteor", 0, 20)
 
 
-def test_sentinel_lines_match_the_sentinel_table() -> None:
+def test_sentinel_lines_match_the_sentinel_table(tmp_path: Path) -> None:
     fatal = fatal_sentinel_line(PIDS, 1_795_000_000.0)
     assert fatal.startswith(f"\x1b[36m(SGLangEngine pid={PIDS.sglang_engine})\x1b[0m [")
     known = known_sentinel_lines(PIDS)
-    hits = {hit.name: hit for hit in scan_lines([fatal, *known])}
+    (tmp_path / "job.log").write_text("\n".join([fatal, *known]) + "\n", encoding="utf-8")
+    hits = {hit.name: hit for hit in load_run(tmp_path).sentinels}
     assert hits["sglang_lora_skips_moe"].severity == "fatal"
     assert hits["sglang_lora_skips_moe"].count == 1
     assert (

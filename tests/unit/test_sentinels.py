@@ -1,4 +1,8 @@
-"""miles_amd.evidence.sentinels: the signature table and the scan, on real log text."""
+"""miles_amd.evidence.sentinels: the signature table and the scan, on real log text.
+
+Lines go through :class:`SentinelScan` as ``load_run`` feeds it; whole logs through
+``load_run`` itself (its ``sentinels``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.evidence.sentinels import SENTINELS, fatal_hits, scan_lines, scan_log, sentinel_named
+from miles_amd.evidence.load import load_run
+from miles_amd.evidence.sentinels import SENTINELS, SentinelScan
 from miles_amd.evidence.types import SentinelHit
 
 TRAIN = "(MegatronTrainRayActor pid=4242) [2026-11-20 10:03:50.007 ] "
@@ -103,6 +108,20 @@ CLEAN = [
 ]
 
 
+BY_NAME = {s.name: s for s in SENTINELS}
+
+
+def scan_lines(lines: list[str], *, start_line: int = 1) -> tuple[SentinelHit, ...]:
+    """The hits of ``lines`` fed as one block of whole lines, numbered from ``start_line``."""
+    scan = SentinelScan()
+    scan.feed(start_line, "\n".join(line.rstrip("\n") for line in lines))
+    return scan.hits()
+
+
+def fatal_names(hits: tuple[SentinelHit, ...]) -> list[str]:
+    return [hit.name for hit in hits if hit.severity == "fatal"]
+
+
 def test_table_names_are_unique() -> None:
     names = [s.name for s in SENTINELS]
     assert len(names) == len(set(names))
@@ -130,8 +149,8 @@ def test_both_severities_and_the_required_signatures_are_present() -> None:
         assert by_severity[name] == "fatal"
     assert by_severity["megatron_moe_router_not_fp32"] == "known"
     assert by_severity["aiter_untuned_gemm_config"] == "known"
-    assert sentinel_named("megatron_moe_router_not_fp32").reference == "radixark/miles#3263"
-    assert "--sglang-lora-backend triton" in sentinel_named("sglang_lora_skips_moe").advice
+    assert BY_NAME["megatron_moe_router_not_fp32"].reference == "radixark/miles#3263"
+    assert "--sglang-lora-backend triton" in BY_NAME["sglang_lora_skips_moe"].advice
 
 
 def test_every_sentinel_has_samples() -> None:
@@ -140,7 +159,7 @@ def test_every_sentinel_has_samples() -> None:
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_each_sample_hits_exactly_its_sentinel(name: str) -> None:
-    sentinel = sentinel_named(name)
+    sentinel = BY_NAME[name]
     for line in SAMPLES[name]:
         # The prefilter must never hide a match: some needle is in every matching line.
         assert any(n in line for n in sentinel.needles), line
@@ -172,7 +191,7 @@ def test_moe_router_warning_once_per_rank_is_counted_and_not_fatal() -> None:
             reference="radixark/miles#3263",
         ),
     )
-    assert fatal_hits(hits) == ()
+    assert fatal_names(hits) == []
 
 
 def test_hits_come_in_table_order_with_counts_and_first_lines() -> None:
@@ -184,7 +203,7 @@ def test_hits_come_in_table_order_with_counts_and_first_lines() -> None:
         ("sglang_lora_skips_moe", 2, 103),
         ("gpu_out_of_memory", 2, 101),
     ]
-    assert [h.name for h in fatal_hits(hits)] == ["sglang_lora_skips_moe", "gpu_out_of_memory"]
+    assert fatal_names(hits) == ["sglang_lora_skips_moe", "gpu_out_of_memory"]
 
 
 def test_aiter_pattern_tolerates_any_text_between() -> None:
@@ -201,34 +220,35 @@ def test_first_text_is_stripped_and_bounded() -> None:
     assert len(hit.first_text) == 500
 
 
-def test_scan_log_numbers_lines_across_blocks(tmp_path: Path) -> None:
+def test_the_log_scan_numbers_lines_across_blocks(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
-    filler = [CLEAN[0]] * 5000
+    filler = [CLEAN[6]] * 5000
     nan_line = SAMPLES["megatron_nan_grad_norm"][0]
     lines = [*filler[:4095], nan_line, *filler[4095:], nan_line]  # lines 4096 and 5002
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (hit,) = scan_log(log)
+    (hit,) = load_run(tmp_path).sentinels
     assert (hit.name, hit.count, hit.first_line) == ("megatron_nan_grad_norm", 2, 4096)
 
 
-def test_scan_log_splits_on_newline_only_and_survives_bad_bytes(tmp_path: Path) -> None:
+def test_the_log_scan_splits_on_newline_only_and_survives_bad_bytes(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     fault = SAMPLES["hip_memory_access_fault"][0].encode()
     log.write_bytes(b"progress 10%\rprogress 50%\r\n\xff\xfe broken bytes\n" + fault + b"\n")
-    (hit,) = scan_log(log)
+    (hit,) = load_run(tmp_path).sentinels
     assert (hit.name, hit.first_line) == ("hip_memory_access_fault", 3)
 
 
-def test_scan_log_of_a_missing_file_is_empty(tmp_path: Path) -> None:
-    assert scan_log(tmp_path / "job.log") == ()
+def test_a_run_without_a_log_has_no_hits(tmp_path: Path) -> None:
+    assert load_run(tmp_path).sentinels == ()
 
 
 def test_a_million_lines_are_counted_exactly(tmp_path: Path) -> None:
     """Counts and first line over many read blocks (speed is benchmarks/bench_log.py's job)."""
     log = tmp_path / "job.log"
-    block = "\n".join(CLEAN[:2] * 499 + [SAMPLES["megatron_moe_router_not_fp32"][0]] * 2) + "\n"
+    # Clean lines that are neither metric lines nor near misses of a signature.
+    block = "\n".join(CLEAN[6:8] * 499 + [SAMPLES["megatron_moe_router_not_fp32"][0]] * 2) + "\n"
     log.write_text(block * 1000, encoding="utf-8")  # 1,000,000 lines
-    hits = scan_log(log)
+    hits = load_run(tmp_path).sentinels
     assert [(h.name, h.count, h.first_line) for h in hits] == [
         ("megatron_moe_router_not_fp32", 2000, 999)
     ]

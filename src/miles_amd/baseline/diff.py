@@ -245,14 +245,3 @@ def render_markdown(diff: BaselineDiff) -> str:
 def render_diff(diff: BaselineDiff, fmt: str) -> str:
     """``text`` or ``markdown``."""
     return render_markdown(diff) if fmt == "markdown" else render_text(diff)
-
-
-def changed_bands(diff: BaselineDiff) -> tuple[str, ...]:
-    """Ids of band rules whose band (tolerance) changed between the two baselines."""
-    return tuple(
-        r.rule_id
-        for r in diff.rules
-        if "tolerance" in r.aspects
-        and r.after is not None
-        and KINDS[r.after.kind].derive_method is not None
-    )

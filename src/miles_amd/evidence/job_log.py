@@ -41,14 +41,11 @@ from __future__ import annotations
 
 import ast
 import math
-import os
 import re
 import struct
 from collections import defaultdict
 
 from miles_amd.evidence.errors import MetricsFormatError
-from miles_amd.evidence.log_lines import line_blocks
-from miles_amd.evidence.safe_open import JOB_LOG, open_regular
 from miles_amd.evidence.series import Columns, columns_to_series, new_columns
 from miles_amd.evidence.types import SeriesMap
 
@@ -76,35 +73,6 @@ _NON_FINITE_NAMES = {"nan": math.nan, "inf": math.inf}
 
 class _NotAScalar(Exception):
     """A literal that is not a number (string, None, container): skipped, not an error."""
-
-
-def read_job_log(
-    path: str | os.PathLike[str],
-    *,
-    live: bool = False,
-    root: str | os.PathLike[str] | None = None,
-) -> SeriesMap:
-    """The series of every metric in the job log's metric lines, read in one streaming pass.
-
-    ``live`` reads a log that is still being written: an unterminated last line is the
-    write in flight and is left out. Raises :class:`MetricsFormatError` for a metric line
-    that cannot be read, ``OSError`` for an unreadable file and ``RefusedFile`` for one that
-    is not a regular file inside ``root`` (default: its directory) within the job-log cap.
-    """
-    name = os.fspath(path)
-    metrics = MetricLines(name)
-    handle, size = open_regular(name, JOB_LOG, root=root)
-    with handle:
-        for first_line, text in line_blocks(handle, size, live=live):
-            metrics.feed(first_line, text)
-    return metrics.series()
-
-
-def parse_job_log_text(text: str, path: str) -> SeriesMap:
-    """The series in ``text``, the contents of the log ``path`` (named in errors)."""
-    metrics = MetricLines(path)
-    metrics.feed(1, text)
-    return metrics.series()
 
 
 class MetricLines:

@@ -40,15 +40,10 @@ needle per block and nothing is split.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
-from miles_amd.evidence.log_lines import line_blocks
-from miles_amd.evidence.safe_open import JOB_LOG, open_regular
 from miles_amd.evidence.types import SentinelHit, Severity
 
-_BLOCK_LINES = 4096
 ALLREDUCE_AITER = "sglang_allreduce_aiter"
 ALLREDUCE_FALLBACK = "sglang_allreduce_fallback"
 ALLREDUCE_ONE_STAGE = "sglang_allreduce_one_stage"
@@ -232,26 +227,6 @@ SENTINELS: tuple[Sentinel, ...] = (
 )
 
 
-def scan_lines(lines: Iterable[str], *, start_line: int = 1) -> tuple[SentinelHit, ...]:
-    """Count every sentinel's matching lines; one hit per sentinel that matched, in table order.
-
-    ``start_line`` is the 1-based number of the first line given, so a caller scanning a
-    growing log from line ``k`` gets line numbers of the whole file.
-    """
-    scan = SentinelScan()
-    block: list[str] = []
-    block_start = start_line
-    for line in lines:
-        block.append(line.rstrip("\n"))
-        if len(block) == _BLOCK_LINES:
-            scan.feed(block_start, "\n".join(block))
-            block_start += len(block)
-            block = []
-    if block:
-        scan.feed(block_start, "\n".join(block))
-    return scan.hits()
-
-
 class SentinelScan:
     """The sentinel hits of one log, fed in order as blocks of whole lines (``log_lines``)."""
 
@@ -322,34 +297,3 @@ def _segment_end(text: str, at: int) -> int:
     line_end = len(text) if newline < 0 else newline
     cr = text.find("\r", at, line_end)
     return line_end if cr < 0 else cr
-
-
-def scan_log(path: Path, *, root: Path | None = None) -> tuple[SentinelHit, ...]:
-    """Scan a log file in one streaming pass; a missing file yields no hits (the reader
-    reports it missing).
-
-    The log must be a regular file inside ``root`` (default: its directory) within the
-    job-log cap, else ``RefusedFile``. Lines are cut as ``log_lines`` cuts them.
-    """
-    try:
-        handle, size = open_regular(path, JOB_LOG, root=root)
-    except FileNotFoundError:
-        return ()
-    scan = SentinelScan()
-    with handle:
-        for first_line, text in line_blocks(handle, size):
-            scan.feed(first_line, text)
-    return scan.hits()
-
-
-def fatal_hits(hits: Iterable[SentinelHit]) -> tuple[SentinelHit, ...]:
-    """The hits whose severity is ``fatal``, in their given order."""
-    return tuple(hit for hit in hits if hit.severity == "fatal")
-
-
-def sentinel_named(name: str) -> Sentinel:
-    """The table entry called ``name`` (for a hit's advice); ``KeyError`` if unknown."""
-    for sentinel in SENTINELS:
-        if sentinel.name == name:
-            return sentinel
-    raise KeyError(name)

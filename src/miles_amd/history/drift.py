@@ -55,11 +55,6 @@ def threshold(metrics: int, alpha: float = LIFE_ALPHA) -> int:
     return min(fitting) if fitting else max(LIFE_RATE)
 
 
-def life_rate(metrics: int, alpha: float = LIFE_ALPHA) -> float:
-    """The Bonferroni bound on the false-flag chance over a healthy history's life."""
-    return max(metrics, 1) * LIFE_RATE[threshold(metrics, alpha)]
-
-
 def mann_kendall(values: Sequence[float]) -> int:
     """``S``: pairs that rose minus pairs that fell (a tie counts for neither)."""
     s = 0
