@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, str | None] = {
     "bench_cluster.py": None,
     "bench_drift.py": None,
     "bench_calibration.py": None,
+    "bench_canary.py": None,
 }
 # A hang guard, not a speed target: the quick modes take seconds to about a minute each.
 TIMEOUT_S = 600.0

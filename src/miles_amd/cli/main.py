@@ -1,7 +1,8 @@
 """The ``miles-amd`` command line: the app, its commands, and the one place errors leave it.
 
 Decides which commands exist (each lives in its own module: ``prepare``, ``train`` and
-``full-train``, ``preflight``, ``gate``, ``baseline``, ``compare``, ``history``),
+``full-train``, ``preflight``, ``gate``, ``baseline``, ``compare``, ``history``,
+``canary``),
 ``--version``, and how the process exits: :func:`main` runs the app without click's
 standalone handling, so a usage error click finds (unknown flag, value out of range) is
 reported like every other bad input, as one
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from miles_amd.cli import baseline as baseline_command
+from miles_amd.cli import canary as canary_command
 from miles_amd.cli import compare as compare_command
 from miles_amd.cli import gate as gate_command
 from miles_amd.cli import history as history_command
@@ -52,6 +54,7 @@ gate_command.register(app)
 baseline_command.register(app)
 compare_command.register(app)
 history_command.register(app)
+canary_command.register(app)
 
 
 def version() -> str:

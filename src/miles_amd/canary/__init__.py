@@ -1,0 +1,17 @@
+"""The all-reduce canary: does the rollout engines' all-reduce return exact sums at their shapes?
+
+Modules, each with one job:
+
+- ``dispatch``: aiter's custom all-reduce dispatch at one size (kernel, grid, whether the
+  stage-1 trip counts are uniform), from ROCm/aiter's source;
+- ``source``: the dispatch constants of the installed aiter, else the pinned commit's;
+- ``implementations``: the all-reduces a canary tests and which one each variant's rollouts use;
+- ``power``: the call budget as detection power;
+- ``plan``: the sizes and calls, from the recipe (``--plan``);
+- ``worker`` (one rank), ``launch`` (the ranks as processes, bounded), ``harness`` (a run, merged);
+- ``node``: whether this machine can run the hardware canary;
+- ``record``: ``canary.json`` (``CanaryRecord``) and its schema ``canary.schema.json``.
+
+Pure except ``worker``, ``launch``, ``harness``, ``node`` and ``record.write_canary``; torch is
+imported by ``worker``, in the ranks. What a result proves: ``docs/node.md``.
+"""

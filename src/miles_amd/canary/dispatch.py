@@ -1,0 +1,141 @@
+"""aiter's custom all-reduce dispatch at one size: which kernel, its grid, its stage-1 trip counts.
+
+Decides, as pure functions of (bytes, world size, dtype size, full peer links, constants), what
+``CustomAllreduce::allreduce`` (``use_new`` true, aiter's and SGLang's default) launches, read in
+ROCm/aiter at commit e4048607a535ace3a2b51ded31b1c8c2d45c0879,
+``csrc/include/custom_all_reduce.cuh`` (the lines: ``tests/unit/data/aiter_dispatch_e4048607.txt``):
+
+- the size is counted in 16-byte packs (``size /= 16 / sizeof(T)``) after ``bytes = size *
+  sizeof(T)``; world size 2 is always 1-stage; with full peer links 1-stage when ``world_size
+  <= 4 && bytes < 160 KiB`` or ``world_size <= 8 && bytes < 80 KiB``, else 2-stage; without full
+  links at world size > 2 **nothing is launched** (kernel ``none``);
+- 2-stage is the non-naive kernel when ``bytes % (ngpus * 16) == 0 && world_size != 6``, else
+  ``cross_device_reduce_2stage_naive`` (no barrier in its loop); the write-mode variant only
+  at world size 8, bytes > 4 MiB on gfx942 (MI355X is gfx950);
+- grid: ``threads = 512`` (``THREAD_NUM``), ``tnum_gpu = 512 / ngpus`` threads per GPU slot,
+  ``blocks = min(kMaxBlocks = 80, ceil(part / tnum_gpu))`` with ``part = packs / ngpus`` for
+  2-stage (``ceil(packs / tnum_gpu)`` for 1-stage). The launcher's ``block_limit`` (16 on ROCm)
+  is only checked against ``kMaxBlocks`` on this path; it bounds the legacy ``use_new=false``
+  kernels only;
+- the stage-1 loop of ``cross_device_reduce_2stage``, ``for(idx = start + tid; idx < end; idx
+  += stride)`` with ``tid = blockIdx.x * tnum_gpu + lane``, ``stride = gridDim.x * tnum_gpu``,
+  holds ``__syncthreads()``. A thread's trip count is ``ceil((L - tid) / stride)`` for its
+  rank's span ``L`` (``part``, the last rank ``part + packs % ngpus``): the lanes of one block
+  differ exactly when ``L % tnum_gpu != 0`` (the remainder ``L % stride`` then splits a block);
+  counts differing across blocks are harmless (the barrier is per block). The 1-stage kernel
+  computes one iteration count per block ("uniform iteration count (to keep barriers
+  well-formed)").
+
+``affected`` is the suspect class: the non-naive 2-stage kernel with non-uniform trip counts.
+The constants come as :class:`DispatchConstants` (``canary.source`` reads them from the
+installed aiter's source or takes this commit's). Explained in ``docs/node.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kernel = Literal["1stage", "2stage", "none"]
+PACK_BYTES = 16
+
+
+@dataclass(frozen=True)
+class DispatchConstants:
+    """The numbers the dispatch uses; :data:`PINNED` holds commit e4048607's."""
+
+    thread_num: int
+    max_blocks: int
+    one_stage_limits: tuple[tuple[int, int], ...]  # (world size <=, bytes <) pairs, in order
+    car_max_size: int  # Python side: custom AR for bytes <= this (AITER_CUSTOM_AR_MAX_SIZE)
+    source: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "thread_num": self.thread_num,
+            "max_blocks": self.max_blocks,
+            "one_stage_limits": [list(pair) for pair in self.one_stage_limits],
+            "car_max_size": self.car_max_size,
+            "source": self.source,
+        }
+
+
+AITER_REPO = "ROCm/aiter"
+AITER_COMMIT = "e4048607a535ace3a2b51ded31b1c8c2d45c0879"
+CUH_PATH = "csrc/include/custom_all_reduce.cuh"
+PY_PATH = "aiter/dist/device_communicators/custom_all_reduce.py"
+PINNED = DispatchConstants(
+    thread_num=512,
+    max_blocks=80,
+    one_stage_limits=((4, 160 * 1024), (8, 80 * 1024)),
+    car_max_size=8192 * 8192,
+    source=f"{AITER_REPO}@{AITER_COMMIT[:8]} {CUH_PATH}, {PY_PATH}",
+)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """What the dispatch launches for one all-reduce, and its stage-1 trip counts."""
+
+    kernel: Kernel
+    naive: bool
+    packs: int
+    part: int
+    threads_per_gpu: int
+    blocks: int
+    stride: int
+    uniform_trip_count: bool
+
+    @property
+    def affected(self) -> bool:
+        """The suspect class: non-naive 2-stage whose block's lanes loop unequally often."""
+        return self.kernel == "2stage" and not self.naive and not self.uniform_trip_count
+
+
+def uses_custom_ar(nbytes: int, constants: DispatchConstants = PINNED) -> bool:
+    """aiter's ``_fits_custom_ar_size`` with default env: 16-byte multiple, <= max size."""
+    return nbytes > 0 and nbytes % PACK_BYTES == 0 and nbytes <= constants.car_max_size
+
+
+def one_stage(nbytes: int, world_size: int, constants: DispatchConstants = PINNED) -> bool:
+    """The size test of the full-peer-links branch (module doc)."""
+    return any(world_size <= ws and nbytes < limit for ws, limit in constants.one_stage_limits)
+
+
+def dispatch(
+    nbytes: int,
+    world_size: int,
+    dtype_size: int,
+    full_peer_links: bool = True,
+    constants: DispatchConstants = PINNED,
+) -> Dispatch:
+    """The kernel and grid for an all-reduce of ``nbytes`` (module doc); ValueError for a size
+    the launcher refuses (not a multiple of 16 bytes) or a world size it does not support."""
+    if world_size not in (2, 4, 6, 8):
+        raise ValueError(f"world size {world_size}: aiter supports 2, 4, 6, 8")
+    if dtype_size not in (2, 4) or nbytes <= 0 or nbytes % PACK_BYTES:
+        raise ValueError(f"{nbytes} bytes of {dtype_size}-byte elements: not whole 16-byte packs")
+    packs = nbytes // PACK_BYTES
+    tnum = constants.thread_num // world_size
+    part = packs // world_size
+    if world_size == 2 or (full_peer_links and one_stage(nbytes, world_size, constants)):
+        blocks = min(constants.max_blocks, -(-packs // tnum))
+        return Dispatch("1stage", False, packs, part, tnum, blocks, blocks * tnum, True)
+    if not full_peer_links:
+        return Dispatch("none", False, packs, part, tnum, 0, 0, True)
+    blocks = min(constants.max_blocks, -(-part // tnum))
+    naive = nbytes % (world_size * PACK_BYTES) != 0 or world_size == 6
+    spans = {part, part + packs % world_size}
+    if naive:  # blockDim.x threads per block, no barrier in its loop
+        uniform = all(span % constants.thread_num == 0 for span in spans)
+        stride = blocks * constants.thread_num
+    else:
+        uniform = all(span % tnum == 0 for span in spans)
+        stride = blocks * tnum
+    return Dispatch("2stage", naive, packs, part, tnum, blocks, stride, uniform)
+
+
+def trip_counts(span: int, stride: int, first_tid: int, lanes: int) -> list[int]:
+    """Stage-1 trip count of each lane ``first_tid .. first_tid + lanes - 1`` over ``span``
+    packs (``ceil((span - tid) / stride)``, 0 past the span): the check the tests run."""
+    return [max(0, -(-(span - tid) // stride)) for tid in range(first_tid, first_tid + lanes)]

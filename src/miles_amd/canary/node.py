@@ -1,0 +1,117 @@
+"""Is this machine able to run the hardware canary, and which aiter does it hold?
+
+Decides, before any rank starts, the reasons a node run is unusable (each one line naming
+the fix; the CLI exits 2 on them) and the aiter provenance the record carries:
+
+- torch must import in this interpreter and see GPUs (:func:`probe_gpus` runs ``python -c``
+  in a child, so the CLI process does not import torch); fewer GPUs than the rollout TP size
+  cannot form one TP group;
+- ``aiter`` (stock/patched) and ``sglang`` (the control arm) must import their
+  ``CustomAllreduce`` module: the child of ``run.probes_allreduce.read_job_aiter`` tries the
+  import as SGLang does, with this process's ``PYTHONPATH``, and reads aiter's version and
+  build commit (``run.probes_allreduce.aiter_commit_fact``; None when unknown);
+- SGLang's module is tried in the GPU probe's child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PROBE_TIMEOUT_S = 300.0
+GPU_PROBE = r"""
+import json
+out = {"error": None, "gpus": 0, "hip": None, "sglang_error": None}
+try:
+    import torch
+    out["gpus"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    out["hip"] = getattr(torch.version, "hip", None)
+except BaseException as exc:
+    out["error"] = f"{type(exc).__name__}: {exc}"
+try:
+    import sglang.srt.distributed.device_communicators.custom_all_reduce  # noqa: F401
+except BaseException as exc:
+    out["sglang_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    gpus: int
+    torch_error: str | None
+    sglang_error: str | None
+    aiter_error: str | None
+    aiter_version: str | None
+    aiter_commit: str | None
+
+
+def probe_gpus(python: str = sys.executable) -> dict[str, object]:
+    """The GPU probe child's answer; ``{"error": ...}`` when it cannot run or answer."""
+    try:
+        done = subprocess.run(
+            [python, "-c", GPU_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+        lines = done.stdout.strip().splitlines()
+        answer = json.loads(lines[-1]) if lines else None
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+        return {"error": f"{python} could not probe torch: {exc}"}
+    if not isinstance(answer, dict):
+        return {"error": f"{python} gave no answer: {done.stderr.strip()[-300:]}"}
+    return answer
+
+
+def node_facts() -> NodeFacts:
+    """What :func:`unusable` needs (module doc)."""
+    from miles_amd.run.probes_allreduce import aiter_commit_fact, read_job_aiter
+    from miles_amd.run.probes_stack import _git_commit
+
+    gpu = probe_gpus()
+    reading = read_job_aiter(os.environ.get("PYTHONPATH", ""), sys.executable)
+    error = reading.get("error") or reading.get("ar_import_error")
+    package = reading.get("package_dir")
+    commit = aiter_commit_fact(
+        reading, _git_commit(Path(package)) if isinstance(package, str) else None
+    ).value
+    dists = reading.get("dists")
+    version = None
+    if isinstance(dists, list) and dists and isinstance(dists[0], dict):
+        version = str(dists[0].get("version") or "") or None
+    gpus = gpu.get("gpus")
+    return NodeFacts(
+        gpus=gpus if isinstance(gpus, int) else 0,
+        torch_error=str(gpu["error"]) if gpu.get("error") else None,
+        sglang_error=str(gpu["sglang_error"]) if gpu.get("sglang_error") else None,
+        aiter_error=str(error) if error else None,
+        aiter_version=version,
+        aiter_commit=None if commit.startswith("unknown") else commit.split()[0],
+    )
+
+
+def unusable(facts: NodeFacts, implementation: str, tp: int) -> str | None:
+    """Why the node run cannot go ahead, naming the fix; None when it can."""
+    if facts.torch_error:
+        return f"torch does not import ({facts.torch_error}); run in the node's image"
+    if facts.gpus == 0:
+        return "no GPU visible to torch; run on the MI355X node (check HIP_VISIBLE_DEVICES)"
+    if facts.gpus < tp:
+        return (
+            f"{facts.gpus} GPU(s) visible, fewer than the rollout TP size {tp}; "
+            "make all 8 GPUs visible"
+        )
+    if implementation == "aiter" and facts.aiter_error:
+        return (
+            f"aiter's CustomAllreduce does not import ({facts.aiter_error}); install amd-aiter "
+            "(patched: put the build first on PYTHONPATH, AITER_PATCHED_DIR)"
+        )
+    if implementation == "sglang" and facts.sglang_error:
+        return f"SGLang's CustomAllreduce does not import ({facts.sglang_error}); run in the image"
+    return None

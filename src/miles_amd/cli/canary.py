@@ -1,0 +1,338 @@
+"""``miles-amd canary``: all-reduce known integers millions of times and check every bit.
+
+Decides the command's options, its checks of them, its output and its exit code:
+
+- ``--plan`` prints the plan (``canary.plan``; the dispatch thresholds of the installed aiter's
+  source, else of the pinned commit: ``canary.source``) and runs nothing; ``--json`` prints it
+  as a JSON list of entries (``tokens``, ``bytes``, ``kernel``, ``uniform_trip_count``,
+  ``calls``, ``implementation``, ...);
+- ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo, ``--world-size`` processes, default
+  4) with ``FUNCTION(tensor, group) -> tensor`` from ``FILE`` as the all-reduce under test:
+  the harness's test seam; the node does not use it. The CPU plan keeps ``N <= 128``
+  (``plan.CPU``) so ``--detect-rate 0.002`` (its default) runs in seconds;
+- without ``--reducer``: the node. ``--variant`` picks the implementation its rollouts use
+  (stock/patched: aiter's; rccl: SGLang's own), ``--implementation`` overrides it (``rccl``:
+  ``torch.distributed`` on RCCL, the reference); default detect rate 1e-6. No torch, no GPU,
+  fewer GPUs than the TP size, the implementation not importable: one line, exit 2;
+- ``--run-dir DIR`` writes ``DIR/canary.json`` (``canary.record``); without it nothing is
+  written. ``--repeats R`` runs the plan R times (the power is per repeat).
+
+Exit 0 clean, 1 a mismatch (one stderr line: the first bad size, its kernel, the first bad
+element), 2 unusable: bad input (the reducer file or function missing, a world size that is
+not a multiple of the TP size, an unwritable run dir, a detect rate outside (0, 1)) or ranks
+that failed or hung (``--timeout``); nothing is written then. Heavy imports happen in the
+ranks (``canary.worker``); this module's top level imports none. Explained in ``docs/cli.md``
+and ``docs/node.md``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from miles_amd.cli.errors import fail
+from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
+
+if TYPE_CHECKING:
+    from miles_amd.canary.plan import Plan
+
+NODE_DETECT_RATE = 1e-6
+CPU_DETECT_RATE = 0.002
+CPU_WORLD_SIZE = 4
+MAX_REPEATS = 10_000
+
+
+class VariantChoice(str, Enum):
+    stock = "stock"
+    patched = "patched"
+    rccl = "rccl"
+
+
+class ImplementationChoice(str, Enum):
+    aiter = "aiter"
+    sglang = "sglang"
+    rccl = "rccl"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``canary`` command to ``app``."""
+    app.command("canary", epilog=EXIT_CODES_HELP)(canary)
+
+
+def check_reducer(target: str) -> str:
+    """``FILE:FUNCTION`` whose file exists and defines the function at top level (read with
+    ``ast``, not run: the ranks run it); the absolute form. Exits 2 otherwise."""
+    file_name, sep, func = target.rpartition(":")
+    if not sep or not file_name or not func.isidentifier():
+        fail(f"--reducer {target}: expected FILE:FUNCTION, e.g. reducers.py:all_reduce")
+    path = Path(file_name).expanduser().absolute()
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except OSError as exc:
+        fail(
+            f"--reducer {target}: cannot read {path} ({exc.strerror or exc}); name an existing file"
+        )
+    except (SyntaxError, ValueError) as exc:
+        fail(f"--reducer {target}: {path} is not valid Python ({exc}); fix the file")
+    defined = {
+        node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    if func not in defined:
+        fail(
+            f"--reducer {target}: {path} defines no top-level function {func}; "
+            f"define def {func}(tensor, group)"
+        )
+    return f"{path}:{func}"
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """A run dir that exists as a writable directory or can be created; exits 2 otherwise."""
+    if run_dir.exists() and not run_dir.is_dir():
+        fail(f"--run-dir {run_dir}: is a file, not a directory; name a directory")
+    existing = run_dir
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        fail(f"--run-dir {run_dir}: {existing} is not writable; choose a writable directory")
+
+
+def _tokens(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        fail(f"--tokens {text}: expected comma-separated token counts, e.g. 29,33")
+    return values
+
+
+def canary(
+    plan_only: Annotated[bool, typer.Option("--plan", help="Print the plan; run nothing.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print JSON (the plan, or the record).")
+    ] = False,
+    reducer: Annotated[
+        str | None,
+        typer.Option(
+            "--reducer",
+            metavar="FILE:FUNCTION",
+            help="CPU harness: FUNCTION(tensor, group) -> tensor from FILE reduces (test seam).",
+        ),
+    ] = None,
+    variant: Annotated[
+        VariantChoice | None,
+        typer.Option("--variant", help="The aiter variant whose rollouts' all-reduce is tested."),
+    ] = None,
+    implementation: Annotated[
+        ImplementationChoice | None,
+        typer.Option(
+            "--implementation", help="Override the variant's all-reduce (rccl: the reference)."
+        ),
+    ] = None,
+    world_size: Annotated[
+        int | None,
+        typer.Option(
+            "--world-size",
+            min=1,
+            help="Ranks: a multiple of the rollout TP size (CPU default 4, node 8).",
+        ),
+    ] = None,
+    detect_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--detect-rate", help="Per-call corruption rate to catch at 99% (node 1e-6, CPU 0.002)."
+        ),
+    ] = None,
+    tokens: Annotated[
+        str | None,
+        typer.Option("--tokens", help="Only these sizes (comma-separated token counts)."),
+    ] = None,
+    repeats: Annotated[
+        int, typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Run the plan R times.")
+    ] = 1,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=1.0,
+            help="Seconds before hung ranks are killed (default: from the plan).",
+        ),
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Write canary.json here.")
+    ] = None,
+) -> None:
+    """All-reduce the recipe's rollout shapes with known sums; find any wrong bit.
+
+    Exit 1 on a mismatch (a red canary proves the kernel wrong; a clean one bounds its rate).
+    """
+    from miles_amd.canary.implementations import rollout_implementation
+    from miles_amd.canary.plan import CPU, NODE, build_plan, recipe_shape
+    from miles_amd.canary.source import installed_constants
+    from miles_amd.recipe.settings import Recipe
+
+    recipe = Recipe()
+    shape = recipe_shape(recipe)
+    on_cpu = reducer is not None
+    if on_cpu and implementation is not None:
+        fail("--reducer and --implementation exclude each other; the reducer is the implementation")
+    rate = (
+        detect_rate if detect_rate is not None else CPU_DETECT_RATE if on_cpu else NODE_DETECT_RATE
+    )
+    if not 0.0 < rate < 1.0:
+        fail(f"--detect-rate {rate}: must be in (0, 1), e.g. 1e-6")
+    label = (
+        "reducer"
+        if on_cpu
+        else implementation.value
+        if implementation
+        else rollout_implementation(variant.value if variant else "stock")
+    )
+    world = world_size or (CPU_WORLD_SIZE if on_cpu else recipe.num_gpus)
+    if world % shape.tp or world > recipe.num_gpus:
+        fail(
+            f"--world-size {world}: the plan runs TP-{shape.tp} groups on at most "
+            f"{recipe.num_gpus} ranks; pass a multiple of {shape.tp} up to {recipe.num_gpus}"
+        )
+    reducer_path = check_reducer(reducer) if reducer is not None else None
+    if run_dir is not None:
+        check_run_dir(run_dir)
+    try:
+        plan = build_plan(
+            shape,
+            label,
+            rate,
+            target=CPU if on_cpu else NODE,
+            constants=installed_constants(os.environ),
+            groups=world // shape.tp,
+            tokens=_tokens(tokens),
+        )
+    except ValueError as exc:
+        fail(f"--tokens {tokens}: {exc}" if tokens else str(exc))
+    if plan_only:
+        _print_plan(plan, json_out)
+        return
+    _run(plan, label, reducer_path, variant, world, repeats, timeout, run_dir, json_out, on_cpu)
+
+
+def _print_plan(plan: Plan, json_out: bool) -> None:
+    if json_out:
+        typer.echo(json.dumps([e.as_dict() for e in plan.entries], indent=2))
+        return
+    typer.echo(
+        f"{'N':>6} {'bytes':>10} {'kernel':>7} {'uniform':>7} {'role':>8} {'calls':>9}  "
+        "implementation"
+    )
+    for e in plan.entries:
+        mark = " *" if e.affected else ""
+        typer.echo(
+            f"{e.tokens:>6} {e.bytes:>10} {e.kernel:>7} {e.uniform_trip_count!s:>7} "
+            f"{e.role:>8} {e.calls:>9}  {e.implementation}{mark}"
+        )
+    typer.echo(_power_line(plan.detect_rate, plan.affected_calls, plan.probability))
+    typer.echo(
+        f"estimated time: {plan.estimated_seconds:.0f} s with {plan.groups} TP group(s) "
+        f"side by side ({plan.latency.source}); constants: {plan.constants.source}"
+    )
+
+
+def _power_line(rate: float, calls: int, probability: float) -> str:
+    return (
+        f"power: a per-call corruption rate >= {rate:g} at the affected sizes (*) is caught with "
+        f"probability {probability:.4f} (>= 0.99) by {calls} affected calls"
+    )
+
+
+def _run(
+    plan: Plan,
+    label: str,
+    reducer: str | None,
+    variant: VariantChoice | None,
+    world: int,
+    repeats: int,
+    timeout: float | None,
+    run_dir: Path | None,
+    json_out: bool,
+    on_cpu: bool,
+) -> None:
+    from miles_amd.canary.harness import Setup, run
+    from miles_amd.canary.launch import HarnessError
+    from miles_amd.canary.record import write_canary
+
+    version = commit = None
+    if not on_cpu:
+        from miles_amd.canary.node import node_facts, unusable
+
+        facts = node_facts()
+        problem = unusable(facts, label, plan.shape.tp)
+        if problem:
+            fail(problem)
+        if facts.gpus < world:
+            fail(
+                f"--world-size {world}: only {facts.gpus} GPU(s) visible; "
+                f"pass --world-size {plan.shape.tp}"
+            )
+        version, commit = facts.aiter_version, facts.aiter_commit
+    setup = Setup(
+        world_size=world,
+        device="cpu" if on_cpu else "cuda",
+        implementation=label,
+        reducer=reducer,
+        variant=variant.value if variant else None,
+        repeats=repeats,
+        aiter_version=version,
+        aiter_commit=commit,
+    )
+    bound = timeout or (
+        120.0 + 10.0 * plan.estimated_seconds * repeats
+        if on_cpu
+        else 600.0 + 3.0 * plan.estimated_seconds * repeats
+    )
+    try:
+        record = run(plan, setup, bound)
+    except HarnessError as exc:
+        fail(f"canary unusable: {exc}")
+    written = None
+    if run_dir is not None:
+        try:
+            written = write_canary(run_dir, record)
+        except OSError as exc:
+            fail(f"--run-dir {run_dir}: cannot write canary.json ({exc}); choose a writable dir")
+    if json_out:
+        typer.echo(record.to_json(), nl=False)
+    else:
+        for r in record.results:
+            lat = f"{r.latency_us:.1f} us" if r.latency_us is not None else "-"
+            typer.echo(
+                f"N={r.tokens:<6} {r.kernel:>7} calls={r.calls:<9} "
+                f"mismatches={r.mismatches:<6} {lat}"
+            )
+        typer.echo(
+            _power_line(
+                record.power.detect_rate, record.power.affected_calls, record.power.probability
+            )
+        )
+        if written is not None:
+            typer.echo(f"wrote {written}")
+    bad = record.first_bad()
+    if bad is not None:
+        first = bad.first_mismatch
+        where = (
+            f"; first at call {first.call} rank {first.rank} element {first.index}: "
+            f"expected {first.expected:g}, seen {first.seen:g}"
+            if first
+            else ""
+        )
+        typer.echo(
+            f"miles-amd: canary: {record.mismatches} wrong all-reduce call(s) of "
+            f"{record.implementation}; first at N={bad.tokens} "
+            f"({bad.kernel}{', suspect class' if bad.affected else ''}){where}",
+            err=True,
+        )
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,92 @@
+"""``miles-amd canary`` in this process: the plan form, and bad input as one line, exit 2,
+nothing written. No rank starts here (``test_canary_harness.py`` runs them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_runs import run_cli
+
+GLOO = """import torch.distributed as dist
+
+
+def gloo(tensor, group):
+    dist.all_reduce(tensor, group=group)
+    return tensor
+"""
+
+
+def test_plan_json_lists_the_entries_labelled_with_the_variants_implementation() -> None:
+    done = run_cli("canary", "--plan", "--json")
+    assert done.returncode == 0, done.stderr
+    entries = json.loads(done.stdout)
+    assert {"tokens", "bytes", "kernel", "uniform_trip_count", "calls", "implementation"} <= set(
+        entries[0]
+    )
+    assert [e["tokens"] for e in entries][:32] == list(range(1, 33))
+    assert {e["implementation"] for e in entries} == {"aiter"}
+    by_tokens = {e["tokens"]: e for e in entries}
+    assert by_tokens[28]["kernel"] == "1stage" and by_tokens[29]["kernel"] == "2stage"
+    assert not by_tokens[29]["uniform_trip_count"] and by_tokens[64]["uniform_trip_count"]
+    control = json.loads(run_cli("canary", "--plan", "--json", "--variant", "rccl").stdout)
+    assert {e["implementation"] for e in control} == {"sglang"}
+
+
+def test_plan_text_states_the_power_and_the_time() -> None:
+    done = run_cli("canary", "--plan")
+    assert done.returncode == 0, done.stderr
+    assert "caught with probability 0.9900 (>= 0.99) by 4605177 affected calls" in done.stdout
+    assert "estimated time:" in done.stdout and "sgl-project/sglang#6619" in done.stdout
+
+
+@pytest.fixture
+def reducer(tmp_path: Path) -> str:
+    path = tmp_path / "reducers.py"
+    path.write_text(GLOO, encoding="utf-8")
+    return f"{path}:gloo"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--reducer", "{dir}/absent.py:gloo"], "cannot read"),
+        (["--reducer", "{reducer}x"], "defines no top-level function gloox"),
+        (["--reducer", "just-a-file.py"], "expected FILE:FUNCTION"),
+        (["--reducer", "{reducer}", "--world-size", "3"], "--world-size 3: the plan runs TP-4"),
+        (["--reducer", "{reducer}", "--world-size", "12"], "--world-size 12"),
+        (["--reducer", "{reducer}", "--detect-rate", "0"], "--detect-rate 0.0: must be in (0, 1)"),
+        (["--reducer", "{reducer}", "--detect-rate", "1.5"], "must be in (0, 1)"),
+        (["--reducer", "{reducer}", "--run-dir", "{dir}/a-file"], "is a file"),
+        (["--reducer", "{reducer}", "--run-dir", "{dir}/a-file/run"], "is not writable"),
+        (["--reducer", "{reducer}", "--tokens", "1,2"], "suspect class"),
+        (["--reducer", "{reducer}", "--tokens", "29,x"], "comma-separated"),
+        (["--reducer", "{reducer}", "--implementation", "rccl"], "exclude each other"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_nothing_written(
+    tmp_path: Path, reducer: str, args: list[str], message: str
+) -> None:
+    (tmp_path / "a-file").write_text("not a dir", encoding="utf-8")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    done = run_cli(
+        "canary",
+        *[a.format(dir=tmp_path, reducer=reducer) for a in args],
+        "--run-dir" if "--run-dir" not in args else "--json",
+        *([str(tmp_path / "run")] if "--run-dir" not in args else []),
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("miles-amd: error: "), done.stderr
+    assert message in lines[0]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_the_node_path_without_gpus_names_the_fix(tmp_path: Path) -> None:
+    """This machine has no GPU (and may have no torch): exit 2 before any rank starts."""
+    done = run_cli("canary", "--variant", "patched", "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 2, done.stderr
+    assert "no GPU visible" in done.stderr or "torch does not import" in done.stderr
+    assert not (tmp_path / "run").exists()

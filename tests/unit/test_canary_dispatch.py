@@ -1,0 +1,135 @@
+"""aiter's all-reduce dispatch model (``canary.dispatch``) against aiter's own lines and a
+brute-force count of every lane's stage-1 trips; the constants' reader (``canary.source``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from miles_amd.canary import source
+from miles_amd.canary.dispatch import (
+    AITER_COMMIT,
+    CUH_PATH,
+    PINNED,
+    PY_PATH,
+    dispatch,
+    trip_counts,
+    uses_custom_ar,
+)
+
+FIXTURE = Path(__file__).parent / "data" / "aiter_dispatch_e4048607.txt"
+HIDDEN_BF16 = 2880 * 2  # bytes per token of the rollout all-reduce
+
+
+def fixture_sections() -> dict[str, str]:
+    """The fixture's excerpts joined per source path (its header names repo and commit)."""
+    text = FIXTURE.read_text(encoding="utf-8")
+    assert f"# commit: {AITER_COMMIT}" in text
+    sections: dict[str, str] = {}
+    for path, body in re.findall(
+        r"^=== (\S+) lines \d+-\d+ ===\n(.*?)(?=^=== |\Z)", text, re.M | re.S
+    ):
+        sections[path] = sections.get(path, "") + body
+    assert set(sections) == {CUH_PATH, PY_PATH}
+    return sections
+
+
+def test_the_pinned_constants_are_the_ones_in_aiters_lines() -> None:
+    parts = fixture_sections()
+    parsed = source.parse_constants(parts[CUH_PATH], parts[PY_PATH], "fixture")
+    assert parsed.thread_num == PINNED.thread_num == 512
+    assert parsed.max_blocks == PINNED.max_blocks == 80
+    assert parsed.one_stage_limits == PINNED.one_stage_limits == ((4, 160 * 1024), (8, 80 * 1024))
+    assert parsed.car_max_size == PINNED.car_max_size == 64 * 1024 * 1024
+
+
+def test_the_reader_refuses_a_kernel_whose_stage1_loop_lost_its_barrier() -> None:
+    parts = fixture_sections()
+    cuh = parts[CUH_PATH]
+    loop_start = cuh.index("for(int idx = start + tid; idx < end; idx += stride)")
+    barrier = cuh.index("__syncthreads();", loop_start)
+    changed = cuh[:barrier] + cuh[barrier + len("__syncthreads();") :]
+    changed = changed.replace("__syncthreads();", "", 1)  # both barriers of the loop
+    with pytest.raises(ValueError, match="__syncthreads"):
+        source.parse_constants(changed, parts[PY_PATH], "edited")
+
+
+def test_the_reader_refuses_a_dispatch_of_another_shape() -> None:
+    parts = fixture_sections()
+    edited = parts[CUH_PATH].replace("bytes % (ngpus * 16) == 0", "bytes % 32 == 0")
+    with pytest.raises(ValueError, match="naive test"):
+        source.parse_constants(edited, parts[PY_PATH], "edited")
+    with pytest.raises(ValueError, match="_DEFAULT_CAR_MAX_SIZE"):
+        source.parse_constants(parts[CUH_PATH], "x = 1\n", "edited")
+
+
+def test_the_threshold_branches() -> None:
+    assert dispatch(160 * 1024 - 16, 4, 2).kernel == "1stage"
+    assert dispatch(160 * 1024, 4, 2).kernel == "2stage"
+    assert dispatch(80 * 1024 - 16, 8, 2).kernel == "1stage"
+    assert dispatch(80 * 1024, 8, 2).kernel == "2stage"
+    assert dispatch(10 * 1024 * 1024, 2, 2).kernel == "1stage"  # world size 2: always
+    assert dispatch(1024 * 1024, 4, 2, full_peer_links=False).kernel == "none"
+    assert dispatch(160 * 1024 + 32, 4, 2).naive  # not a multiple of 4 * 16 bytes
+    assert dispatch(6 * 16 * 4096, 6, 2).naive  # world size 6 is always naive
+    assert not dispatch(6 * 16 * 4096, 6, 2).affected  # the naive loop holds no barrier
+    with pytest.raises(ValueError):
+        dispatch(100, 4, 2)
+    with pytest.raises(ValueError):
+        dispatch(1024, 3, 2)
+
+
+def test_the_recipe_shapes_the_issue_names() -> None:
+    for tokens in range(1, 29):
+        assert dispatch(tokens * HIDDEN_BF16, 4, 2).kernel == "1stage", tokens
+    for tokens in range(29, 300):
+        d = dispatch(tokens * HIDDEN_BF16, 4, 2)
+        assert d.kernel == "2stage" and not d.naive
+        assert d.part == 90 * tokens and d.threads_per_gpu == 128
+        assert d.uniform_trip_count == (tokens % 64 == 0), tokens
+    assert uses_custom_ar(11650 * HIDDEN_BF16) and not uses_custom_ar(11651 * HIDDEN_BF16)
+
+
+@pytest.mark.parametrize("world", [4, 8])
+def test_uniformity_matches_every_lanes_trip_count(world: int) -> None:
+    """The closed form (``span % tnum_gpu``) against each block's lanes counted one by one."""
+    for packs_per_rank in [*range(500, 700, 7), 5760, 11520, 90 * 29, 90 * 11650]:
+        nbytes = packs_per_rank * world * 16
+        d = dispatch(nbytes, world, 2)
+        if d.kernel != "2stage":
+            continue
+        uniform = all(
+            len(set(trip_counts(d.part, d.stride, block * d.threads_per_gpu, d.threads_per_gpu)))
+            == 1
+            for block in range(d.blocks)
+        )
+        assert d.uniform_trip_count == uniform, packs_per_rank
+
+
+def test_installed_constants_fall_back_to_the_pinned_commit_and_honour_the_env(
+    tmp_path: Path,
+) -> None:
+    """No aiter here: the pinned constants, and AITER_CUSTOM_AR_MAX_SIZE as aiter resolves it."""
+    plain = source.installed_constants({})
+    assert plain.car_max_size == PINNED.car_max_size and "e4048607" in plain.source
+    assert (
+        source.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "1048576"}).car_max_size == 1 << 20
+    )
+    assert source.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "0"}).car_max_size == 0
+    for ignored in ("-5", "lots", str(2 << 30)):
+        assert source.car_max_size(7, {"AITER_CUSTOM_AR_MAX_SIZE": ignored}) == 7
+
+
+def test_installed_source_files_are_found_in_a_pip_layout(tmp_path: Path) -> None:
+    parts = fixture_sections()
+    package = tmp_path / "aiter"
+    py = package / "dist" / "device_communicators" / "custom_all_reduce.py"
+    cuh = tmp_path / "aiter_meta" / "csrc" / "include" / "custom_all_reduce.cuh"
+    assert source.aiter_source_files(package) is None
+    py.parent.mkdir(parents=True)
+    cuh.parent.mkdir(parents=True)
+    py.write_text(parts[PY_PATH])
+    cuh.write_text(parts[CUH_PATH])
+    assert source.aiter_source_files(package) == (cuh, py)
