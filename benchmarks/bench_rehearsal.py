@@ -37,8 +37,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from miles_amd.recipe.plan import NODE_RESOURCE, ray_start_argv
+from miles_amd.records.job import JobRecord
 from miles_amd.run.ray_head import RayHead
-from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.run_dir import RunDir
 from miles_amd.testing.faults import FAULTS
 from tests.support.rehearsal import expectation_problems, rehearse
 
@@ -81,7 +82,7 @@ def main() -> int:
         for i, fault in enumerate(cases):
             run_dir = work / f"run{i:03d}-{fault or 'healthy'}"
             started = time.monotonic()
-            outcome = rehearse(
+            result = rehearse(
                 env,
                 run_dir,
                 fault=fault,
@@ -95,10 +96,10 @@ def main() -> int:
             wall = time.monotonic() - started
             job = JobRecord.from_json(RunDir(run_dir).job_json.read_text())
             runs += 1
-            passes += outcome.verdict == "pass"
-            problems = expectation_problems(fault, outcome)
+            passes += result.verdict == "pass"
+            problems = expectation_problems(fault, result)
             if problems:
-                if outcome.verdict == "pass":
+                if result.verdict == "pass":
                     false_green += 1
                 else:
                     false_red += 1
@@ -107,8 +108,8 @@ def main() -> int:
             if fault is None and job.end_time and job.start_time:
                 overheads.append(wall / (job.end_time - job.start_time))
             print(
-                f"{fault or 'healthy':18s} verdict={outcome.verdict:5s} "
-                f"stopped_by={outcome.stopped_by or '-':9s} wall={wall:5.1f}s "
+                f"{fault or 'healthy':18s} verdict={result.verdict:5s} "
+                f"stopped_by={result.outcome.stopped_by or '-':9s} wall={wall:5.1f}s "
                 + ("ok" if not problems else "WRONG: " + "; ".join(problems)),
                 flush=True,
             )

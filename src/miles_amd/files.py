@@ -1,44 +1,147 @@
-"""Writing a file so that no reader ever sees half of it.
+"""Writing files so that no reader sees half of one, and not through a link.
 
-The one way this package writes a file another process may read (reports, ``job.json``,
-``env.json``, recorded baselines, the driver's state): the bytes go to a temp file beside
-the target, are flushed to disk (``fsync``), and the temp file is renamed over the target
-(``os.replace``, atomic on POSIX within one file system) or, with ``replace=False``, linked
-to it (``os.link`` fails if the target exists, so no race can clobber a file). On any error
-the temp file is removed and the target is untouched. Decides nothing about content.
+Decides how bytes reach disk:
+
+- :func:`atomic_write_bytes` / :func:`atomic_write_text`: one file (``job.json``,
+  ``env.json``, ``plan.json``, a recorded baseline, the driver's state): a temp file beside
+  the target, flushed (``fsync``), renamed over it (``os.replace``, atomic on POSIX) or, with
+  ``replace=False``, linked to it (``os.link`` fails if the target exists).
+- :func:`write_files`: a set of files into one directory (the gate's report, compare's files):
+  every directory below ``root`` (the run dir, or the directory the user named) is opened
+  ``O_NOFOLLOW`` relative to its parent, so a ``report`` link in an untrusted run dir is
+  :class:`UnsafeDir`, not followed (``tests/unit/test_files.py``); every file of the set is
+  written to a temp file first, and only when all are written are they renamed into place,
+  so a failure (a full disk) leaves the previous set as it was.
+
+Both remove a killed writer's temp files for the names they write (``.<name>.<random>.tmp``).
+On any error the temp files are removed and the targets are untouched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-import tempfile
+import secrets
+import stat
+from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "atomic_write_text"]
+__all__ = ["UnsafeDir", "atomic_write_bytes", "atomic_write_text", "write_files"]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafeDir(OSError):
+    """A directory to write into is a link or not a directory; ``str()`` names it and the fix."""
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` whole or not at all (parent dirs are created).
 
     ``replace=False`` raises ``FileExistsError`` when ``path`` exists. ``mode`` is applied
-    before the rename (``mkstemp`` creates 0600; most of what we write is for every reader).
+    before the rename.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd = os.open(path.parent, _DIR_FLAGS)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        if replace:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)
+        _remove_stale(fd, path.name)
+        tmp = _write_temp(fd, path.name, data, mode)
+        try:
+            if replace:
+                os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+            else:
+                os.link(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+        finally:
+            _unlink(fd, tmp)
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        os.close(fd)
 
 
 def atomic_write_text(path: Path, text: str, *, replace: bool = True, mode: int = 0o644) -> None:
     """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
     atomic_write_bytes(path, text.encode("utf-8"), replace=replace, mode=mode)
+
+
+def write_files(
+    out_dir: Path, files: Mapping[str, bytes], *, root: Path | None = None, mode: int = 0o644
+) -> None:
+    """Write the set ``files`` (``name: bytes``) into ``out_dir``, created when absent.
+
+    ``root`` is the directory the caller trusts (followed if it is a link); every directory
+    from it down to ``out_dir`` is opened without following a link. Default: ``out_dir``'s
+    parent. ``UnsafeDir`` when one of them is a link or a file; nothing is written then.
+    """
+    base = root if root is not None else out_dir.parent
+    parts = out_dir.relative_to(base).parts if out_dir != base else ()
+    if any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"{out_dir} is not a directory below {base}")
+    for name in files:
+        if "/" in name or name in ("", ".", ".."):
+            raise ValueError(f"{name!r} is not a file name")
+    base.mkdir(parents=True, exist_ok=True)
+    fd = _open_below(base, parts, out_dir)
+    temps: dict[str, str] = {}
+    try:
+        for name, data in files.items():
+            _remove_stale(fd, name)
+            temps[name] = _write_temp(fd, name, data, mode)
+        for name, tmp in temps.items():
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        for tmp in temps.values():
+            _unlink(fd, tmp)
+        os.close(fd)
+
+
+def _open_below(base: Path, parts: tuple[str, ...], out_dir: Path) -> int:
+    fd = os.open(base, _DIR_FLAGS)
+    for index, part in enumerate(parts):
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as error:
+            if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                os.close(fd)
+                raise
+            info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            os.close(fd)
+            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory"
+            where = base.joinpath(*parts[: index + 1])
+            raise UnsafeDir(
+                f"{where} is {kind}; files are never written through a link or over a file: "
+                f"remove it, or write {out_dir.name} elsewhere"
+            ) from None
+        os.close(fd)
+        fd = child
+    return fd
+
+
+def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> str:
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, _TMP_FLAGS, mode, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+    except BaseException:
+        _unlink(dir_fd, tmp)
+        raise
+    return tmp
+
+
+def _remove_stale(dir_fd: int, name: str) -> None:
+    """A killed writer's temp files for ``name`` (``.<name>.<random>.tmp``)."""
+    prefix = f".{name}."
+    for entry in os.listdir(dir_fd):
+        if entry.startswith(prefix) and entry.endswith(".tmp") and len(entry) > len(prefix) + 4:
+            _unlink(dir_fd, entry)
+
+
+def _unlink(dir_fd: int, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dir_fd)

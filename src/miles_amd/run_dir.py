@@ -1,40 +1,32 @@
-"""The run directory: the one contract between running a recipe and judging it.
+"""The run directory's layout: where each file of a run goes.
 
-Decides the layout and nothing else. The hardware run, the CPU rehearsal's replay and the
-embedded example all produce it; the driver, the watcher, the preflight, the readers, the
-gate, the report, ``compare`` and ``baseline record`` all find their files through
-:class:`RunDir`, so no other module spells a path of the run dir::
+Decides the paths and nothing else; what each file holds is its record's
+(``miles_amd.records``), who reads them is ``miles_amd.evidence``::
 
     tensorboard/          TensorBoard event files (miles' TENSORBOARD_DIR)
     ci_history/*.jsonl    miles' CI-history records (miles' MILES_CI_GATE_RECORD_DIR)
     job.log               the Ray job's log
-    job.json              the job's end state, written by the driver (:class:`JobRecord`)
-    env.json              the preflight's facts about the node
+    job.json              the job's end state, written by the driver (``records.job``)
+    env.json              the preflight's facts about the node (``records.env``)
+    plan.json             the launch plan the driver executed, secrets redacted (``records.plan``)
+    canary.json           the all-reduce canary's result (``miles_amd.canary``)
     report/               the gate's report.json, report.md, metrics.png
     report/compare/       ``miles-amd compare``'s files when this run is its B (default)
-    plan.json             the launch plan the driver executed (secrets redacted)
     ray_head.log          output of the Ray head the driver started, when it started one
     pullback.json         cluster mode: what was pulled back from the job's node
     <variant>/            ``train --variants``: one run dir per aiter variant
 
 A directory holding none of :attr:`RunDir.markers` is not a run dir (:attr:`RunDir.is_run_dir`).
+``tests/unit/test_layers.py`` holds the code to this: no module outside
+``miles_amd.evidence`` opens a run-dir record (the JSON files) for reading.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-from miles_amd import strict_json
-
-__all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "RunDir", "json_object"]
-
-JOB_STATES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
-STOP_REASONS = frozenset({"timeout", "interrupt", "fail-fast"})
-T = TypeVar("T")
+__all__ = ["RunDir"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +54,10 @@ class RunDir:
     @property
     def env_json(self) -> Path:
         return self.root / "env.json"
+
+    @property
+    def canary_json(self) -> Path:
+        return self.root / "canary.json"
 
     @property
     def report(self) -> Path:
@@ -102,101 +98,3 @@ class RunDir:
     @property
     def ray_head_log(self) -> Path:
         return self.root / "ray_head.log"
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """``job.json``: the Ray job's end state and why the driver stopped it, if it did.
-
-    Written by the driver (:meth:`to_json`), read back by :meth:`from_json`, which is strict:
-    ``job_id`` (non-empty string) and ``status`` (one of Ray's :data:`JOB_STATES`) are
-    required; every other field may be absent or null; a wrong type raises ``ValueError``
-    naming the field. Keys this model does not know are ignored.
-
-    - ``start_time``/``end_time``: seconds since the epoch (Ray reports milliseconds).
-    - ``stopped_by``: ``None`` or one of :data:`STOP_REASONS`; ``stop_requested_at`` is when
-      the driver asked Ray to stop the job (epoch seconds).
-    - ``failfast``: the watcher's trip (``rule``, ``detail``, ``step``, ``line``,
-      ``fault_time``, ``detected_at``); ``failfast_latency_s``: the stop request minus the
-      moment the fault appeared on the job's own clock.
-    - ``final_log_error``: why Ray could not give the job's full log at its end (its node
-      was lost); ``job.log`` is then only what was streamed, so the run cannot pass.
-    """
-
-    job_id: str
-    status: str
-    message: str = ""
-    start_time: float | None = None
-    end_time: float | None = None
-    driver_exit_code: int | None = None
-    stopped_by: str | None = None
-    stop_requested_at: float | None = None
-    failfast: dict[str, object] | None = None
-    failfast_latency_s: float | None = None
-    final_log_error: str | None = None
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> JobRecord:
-        """Parse ``job.json``'s text; ``ValueError`` for bad JSON or a bad field."""
-        return cls.from_dict(json_object(text))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, object]) -> JobRecord:
-        job_id, status = data.get("job_id"), data.get("status")
-        if not isinstance(job_id, str) or not job_id:
-            raise ValueError(f'"job_id" must be a non-empty string, found {job_id!r}')
-        if not isinstance(status, str) or status not in JOB_STATES:
-            raise ValueError(f'"status" must be one of {sorted(JOB_STATES)}, found {status!r}')
-        return cls(
-            job_id=job_id,
-            status=status,
-            message=_optional(data, "message", str, "a string") or "",
-            start_time=_number(data, "start_time"),
-            end_time=_number(data, "end_time"),
-            driver_exit_code=_optional(data, "driver_exit_code", int, "an integer"),
-            stopped_by=_stop_reason(data),
-            stop_requested_at=_number(data, "stop_requested_at"),
-            failfast=_optional(data, "failfast", dict, "an object"),
-            failfast_latency_s=_number(data, "failfast_latency_s"),
-            final_log_error=_optional(data, "final_log_error", str, "a string"),
-        )
-
-
-def _optional(data: dict[str, object], name: str, kind: type[T], what: str) -> T | None:
-    value = data.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ValueError(f'"{name}" must be {what} or null, found {value!r}')
-    return value
-
-
-def _stop_reason(data: dict[str, object]) -> str | None:
-    value = data.get("stopped_by")
-    if value is not None and value not in STOP_REASONS:
-        raise ValueError(
-            f'"stopped_by" must be null or one of {sorted(STOP_REASONS)}, found {value!r}'
-        )
-    return value
-
-
-def _number(data: dict[str, object], name: str) -> float | None:
-    value = data.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f'"{name}" must be a finite number or null, found {value!r}')
-    return float(value)
-
-
-def json_object(text: str | bytes) -> dict[str, object]:
-    """The JSON object in a run-dir file's ``text``, read by ``miles_amd.strict_json`` (no
-    duplicate key, no non-finite number, bounded depth and integers); ``ValueError`` saying
-    what is wrong and where (its JSON path)."""
-    data = strict_json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, found {type(data).__name__}")
-    return data

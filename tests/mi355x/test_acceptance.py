@@ -15,9 +15,10 @@ import shutil
 
 import pytest
 
+from miles_amd.app.baselines import for_variant, load
+from miles_amd.app.train import run_and_gate
 from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe
-from miles_amd.run.driver import execute
 from miles_amd.run.preflight import (
     PreflightConfig,
     format_table,
@@ -26,7 +27,6 @@ from miles_amd.run.preflight import (
     write_env_json,
 )
 from miles_amd.run_dir import RunDir
-from miles_amd.variants import BASELINE_VARIANTS
 
 pytestmark = pytest.mark.mi355x
 
@@ -72,9 +72,8 @@ def test_recipe_matches_baseline(node, variant: str) -> None:
         num_rollout=node.num_rollouts,
     )
     plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir), aiter_variant=variant)
-    # the rccl control arm has no baseline: stock's, applied baseline-free (judge/control_arm)
-    baseline = variant if variant in BASELINE_VARIANTS else "stock"
-    outcome = execute(plan, timeout_s=RUN_TIMEOUT_S, baseline=baseline, require_env=True)
+    baseline = load(for_variant(variant), "--gate")  # rccl: stock's, applied baseline-free
+    outcome = run_and_gate(plan, timeout_s=RUN_TIMEOUT_S, gate=baseline, require_env=True)
     report_md = RunDir(run_dir).report / "report.md"
     report = json.loads((RunDir(run_dir).report / "report.json").read_text())
     failing = [row for row in report["checks"] if row["status"] not in ("pass", "not_measured")]

@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from miles_amd.app.train import TrainResult
 from miles_amd.recipe.plan import NODE_RESOURCE, ray_start_argv
-from miles_amd.run.driver import RunOutcome
 from miles_amd.run.ray_head import RayHead
 
 JOB_MARKERS = ("miles_amd.testing.replay", "miles_amd_rehearsal_job")
@@ -77,7 +77,7 @@ def cluster_env(ray_head: RayHead) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def healthy_run(ray_head: RayHead, tmp_path_factory: pytest.TempPathFactory) -> RunOutcome:
+def healthy_run(ray_head: RayHead, tmp_path_factory: pytest.TempPathFactory) -> TrainResult:
     """One healthy replay of the embedded example on the session head, run once for the tests
     that only read it (its verdict, its report, a baseline recorded from it)."""
     from tests.support.rehearsal import rehearse

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from miles_amd.app.train import TrainResult
 from miles_amd.rules.bands import Band
-from miles_amd.run.driver import RunOutcome
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
 from tests.cli_runs import run_cli_process
 from tests.constants import LOGPROB, REWARD, SHIPPED
@@ -105,10 +105,10 @@ def test_a_shifted_rehearsal_round_trips_and_the_diff_marks_each_changed_band(
     assert "* provenance.run_id: jvvnhop9 -> miles-amd-" in diff.stdout
 
 
-def test_a_plain_rehearsal_records_the_shipped_bands(healthy_run: RunOutcome, tmp_path) -> None:
+def test_a_plain_rehearsal_records_the_shipped_bands(healthy_run: TrainResult, tmp_path) -> None:
     assert expectation_problems(None, healthy_run) == []  # the replay of the embedded example
     out = tmp_path / "recorded" / "replayed.json"
-    record_and_gate(healthy_run.run_dir, out)
+    record_and_gate(healthy_run.outcome.run_dir, out)
 
     assert bands(out) == bands(SHIPPED / "patched.json")  # the replay carries the published series
     diff = run_cli_process("baseline", "diff", "patched", str(out), "--format", "text")

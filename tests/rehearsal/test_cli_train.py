@@ -18,7 +18,8 @@ import pytest
 
 from miles_amd.history.store import HistoryStore
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE
-from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.records.job import JobRecord
+from miles_amd.run_dir import RunDir
 from tests.support.rehearsal import EXAMPLE_RUN
 from tests.unit.test_cli_plan import write_checkpoint
 

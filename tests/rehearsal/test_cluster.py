@@ -22,14 +22,18 @@ from pathlib import Path
 
 import pytest
 
+from miles_amd.app.baselines import load, watch_rules
+from miles_amd.app.gate import gate_run_dir
+from miles_amd.app.train import TrainResult
 from miles_amd.recipe.plan import NODE_RESOURCE, NODE_ROOT_VAR, build_train_plan, ray_start_argv
 from miles_amd.recipe.settings import Recipe
+from miles_amd.records.job import JobRecord
 from miles_amd.run.cluster import ClusterError
 from miles_amd.run.dashboard import auth_headers
 from miles_amd.run.driver import RunOutcome, execute
 from miles_amd.run.ray_head import RayHead
 from miles_amd.run.variants_run import PATCHED_DIR_VAR, execute_variants, variant_env
-from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.run_dir import RunDir
 from tests.support.rehearsal import EXAMPLE_RUN, replay_prefix
 from tests.support.two_node import TwoNodeCluster, start_cluster
 
@@ -65,14 +69,19 @@ def plans_for(cluster: TwoNodeCluster, tmp_path: Path, pace_s: float) -> dict:
 
 def execute_both(plans: dict, tmp_path: Path) -> dict:
     """Both variants at once; the replay is the patched example, so both gate as patched."""
-    return execute_variants(
+    patched = load("patched", "--gate")
+    outcomes = execute_variants(
         plans,
-        {"stock": "patched", "patched": "patched"},
+        {variant: watch_rules(patched) for variant in plans},
         timeout_s=240,
         watch_interval_s=2.0,
         state_dir=str(tmp_path / "s"),
         echo=lambda _line: None,
     )
+    return {
+        v: TrainResult(o, gate_run_dir(o.run_dir, patched)) if isinstance(o, RunOutcome) else o
+        for v, o in outcomes.items()
+    }
 
 
 def run_both(cluster: TwoNodeCluster, tmp_path: Path, pace_s: float, during=None) -> dict:
@@ -126,10 +135,10 @@ def test_no_suitable_node_is_refused_before_submission(tmp_path) -> None:
 def test_two_runs_concurrent_pinned_pulled_back_and_gated(cluster, tmp_path) -> None:
     results = run_both(cluster, tmp_path, pace_s=0.3)
     for name in ("stock", "patched"):
-        outcome = results[name]
-        assert isinstance(outcome, RunOutcome), outcome
-        assert outcome.verdict == "pass", outcome.summary()
-        assert outcome.pullback_error is None
+        result = results[name]
+        assert isinstance(result, TrainResult), result
+        assert result.verdict == "pass", result.summary()
+        assert result.outcome.pullback_error is None
     records = {
         n: json.loads(RunDir(tmp_path / n).pullback_json.read_text()) for n in ("stock", "patched")
     }
@@ -207,14 +216,15 @@ def test_node_lost_mid_run_ends_that_run_red_and_keeps_the_other(cluster, tmp_pa
         raise AssertionError("no run reached the joined node")
 
     results = run_both(cluster, tmp_path, pace_s=0.5, during=kill_joined_node_mid_run)
-    outcomes = {name: r for name, r in results.items() if isinstance(r, RunOutcome)}
+    outcomes = {name: r for name, r in results.items() if isinstance(r, TrainResult)}
     assert len(outcomes) == 2, results
-    lost = [o for o in outcomes.values() if o.status == "FAILED"]
-    kept = [o for o in outcomes.values() if o.status == "SUCCEEDED"]
+    lost = [o for o in outcomes.values() if o.outcome.status == "FAILED"]
+    kept = [o for o in outcomes.values() if o.outcome.status == "SUCCEEDED"]
     assert len(lost) == 1 and len(kept) == 1, [o.summary() for o in outcomes.values()]
     assert lost[0].exit_code != 0 and lost[0].verdict != "pass"
-    assert lost[0].pullback_error and "pull-back failed" in lost[0].pullback_error
-    record = json.loads(RunDir(lost[0].run_dir).pullback_json.read_text())
-    assert record["status"] == "failed" and record["reason"] == lost[0].pullback_error
+    error = lost[0].outcome.pullback_error
+    assert error and "pull-back failed" in error
+    record = json.loads(RunDir(lost[0].outcome.run_dir).pullback_json.read_text())
+    assert record["status"] == "failed" and record["reason"] == error
     assert kept[0].verdict == "pass", kept[0].summary()
     assert joined.leftovers() == []

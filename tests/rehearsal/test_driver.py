@@ -16,8 +16,9 @@ import pytest
 
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, build_train_plan
 from miles_amd.recipe.settings import Recipe
+from miles_amd.records.job import JobRecord
 from miles_amd.run.driver import execute
-from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.run_dir import RunDir
 
 pytestmark = pytest.mark.rehearsal
 
@@ -33,10 +34,6 @@ def plan_for(code: str, env: dict[str, str], run_dir: Path):
     return build_train_plan(
         Recipe(num_rollout=3), env, run_dir=str(run_dir), entrypoint_prefix=program(code)
     )
-
-
-def never(_evidence) -> list:
-    return []
 
 
 def job_of(run_dir: Path) -> JobRecord:
@@ -56,9 +53,7 @@ def test_success_writes_log_and_job_json(cluster_env, tmp_path, state_dir) -> No
     )
     env = {**cluster_env, "WANDB_API_KEY": "wk-not-printed-123"}
     run_dir = tmp_path / "run"
-    outcome = execute(
-        plan_for(code, env, run_dir), timeout_s=120, judge_partial=never, state_dir=state_dir
-    )
+    outcome = execute(plan_for(code, env, run_dir), timeout_s=120, state_dir=state_dir)
     assert outcome.status == "SUCCEEDED" and outcome.exit_code == 0
     log = log_of(run_dir)
     assert "argv True True" in log and f"tb {run_dir}/tensorboard" in log
@@ -76,7 +71,6 @@ def test_failed_job_exits_one_with_message(cluster_env, tmp_path, state_dir) -> 
     outcome = execute(
         plan_for(code, cluster_env, run_dir),
         timeout_s=120,
-        judge_partial=never,
         state_dir=state_dir,
     )
     assert outcome.status == "FAILED" and outcome.exit_code == 1
@@ -89,7 +83,6 @@ def test_timeout_stops_the_job(cluster_env, tmp_path, state_dir) -> None:
     outcome = execute(
         plan_for(code, cluster_env, run_dir),
         timeout_s=3,
-        judge_partial=never,
         state_dir=state_dir,
     )
     assert outcome.status == "STOPPED" and outcome.stopped_by == "timeout"
@@ -127,7 +120,7 @@ def test_fail_fast_stops_within_two_intervals(cluster_env, tmp_path, state_dir) 
         plan_for(code, cluster_env, run_dir),
         timeout_s=120,
         watch_interval_s=interval,
-        judge_partial=TripOnLine(run_dir),
+        watch=TripOnLine(run_dir),
         state_dir=state_dir,
     )
     assert outcome.stopped_by == "fail-fast" and outcome.status == "STOPPED"
@@ -145,7 +138,7 @@ def test_own_head_is_started_and_stopped_by_pid(tmp_path, state_dir) -> None:
     run_dir = tmp_path / "run"
     plan = plan_for("print('own head ok', flush=True)\n", env, run_dir)
     assert [s.name for s in plan.steps] == ["cleanup", "ray-start", "submit"]
-    outcome = execute(plan, timeout_s=120, judge_partial=never, state_dir=state_dir)
+    outcome = execute(plan, timeout_s=120, state_dir=state_dir)
     assert outcome.status == "SUCCEEDED" and "own head ok" in log_of(run_dir)
     assert len(outcome.head_pids) > 3
     alive = [
@@ -182,7 +175,7 @@ plan = build_train_plan(
     Recipe(num_rollout=3), env, run_dir=sys.argv[1],
     entrypoint_prefix=(sys.executable, "-c", code),
 )
-execute(plan, timeout_s=300, judge_partial=lambda _e: [], state_dir=sys.argv[2])
+execute(plan, timeout_s=300, state_dir=sys.argv[2])
 """
 
 

@@ -29,6 +29,7 @@ import pytest
 
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, build_train_plan
 from miles_amd.recipe.settings import Recipe
+from miles_amd.records.job import JobRecord
 from miles_amd.run.driver import DriverError, execute
 from miles_amd.run.ray_head import (
     PORT_ENV_VARS,
@@ -38,7 +39,7 @@ from miles_amd.run.ray_head import (
     RayHead,
     RayHeadError,
 )
-from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.run_dir import RunDir
 
 pytestmark = pytest.mark.rehearsal
 
@@ -56,7 +57,7 @@ plan = build_train_plan(
     Recipe(num_rollout=3), dict(os.environ), run_dir=run_dir,
     entrypoint_prefix=(sys.executable, "-c", code),
 )
-outcome = execute(plan, timeout_s=300, judge_partial=lambda _e: [], state_dir=state_dir)
+outcome = execute(plan, timeout_s=300, state_dir=state_dir)
 print(outcome.summary())
 raise SystemExit(outcome.exit_code)
 """

@@ -13,9 +13,10 @@ import json
 
 import pytest
 
-from miles_amd.run.driver import RunOutcome
+from miles_amd.app.train import TrainResult
+from miles_amd.records.job import JobRecord
 from miles_amd.run.watcher import LOG_TIME
-from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.run_dir import RunDir
 from miles_amd.testing.faults import FAULTS
 from tests.support.rehearsal import expectation_problems, rehearse
 
@@ -32,29 +33,29 @@ ENDS_BY_ITSELF = sorted(
 )
 
 
-def test_healthy_replay_passes(healthy_run: RunOutcome) -> None:
-    outcome = healthy_run
-    assert expectation_problems(None, outcome) == []
-    assert outcome.status == "SUCCEEDED" and outcome.exit_code == 0
-    report = json.loads((RunDir(outcome.run_dir).report / "report.json").read_text())
+def test_healthy_replay_passes(healthy_run: TrainResult) -> None:
+    result = healthy_run
+    assert expectation_problems(None, result) == []
+    assert result.outcome.status == "SUCCEEDED" and result.exit_code == 0
+    report = json.loads((RunDir(result.outcome.run_dir).report / "report.json").read_text())
     assert report["verdict"] == "pass" and report["expected_rollouts"] == 20
     passed = {c["name"] for c in report["checks"] if c["status"] == "pass"}
     assert {"logprob_abs_diff.spikes", "raw_reward.paired", "job.status"} <= passed
-    assert (RunDir(outcome.run_dir).report / "metrics.png").stat().st_size > 0
+    assert (RunDir(result.outcome.run_dir).report / "metrics.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("fault", ENDS_BY_ITSELF)
 def test_fault_ends_red_with_its_reason(fault, cluster_env, tmp_path, state_dir) -> None:
-    outcome = rehearse(cluster_env, tmp_path / "run", fault=fault, state_dir=state_dir)
-    assert expectation_problems(fault, outcome) == []
+    result = rehearse(cluster_env, tmp_path / "run", fault=fault, state_dir=state_dir)
+    assert expectation_problems(fault, result) == []
     if FAULTS[fault].fails_run:
-        assert outcome.exit_code == 1 and outcome.verdict == "fail"
+        assert result.exit_code == 1 and result.verdict == "fail"
 
 
 def test_known_sentinel_passes_and_is_reported(cluster_env, tmp_path, state_dir) -> None:
-    outcome = rehearse(cluster_env, tmp_path / "run", fault="known-sentinel", state_dir=state_dir)
-    assert expectation_problems("known-sentinel", outcome) == []
-    assert outcome.verdict == "pass"
+    result = rehearse(cluster_env, tmp_path / "run", fault="known-sentinel", state_dir=state_dir)
+    assert expectation_problems("known-sentinel", result) == []
+    assert result.verdict == "pass"
     run = RunDir(tmp_path / "run")
     report = json.loads((run.report / "report.json").read_text())
     hits = {h["name"]: h for h in report["sentinels"]}
@@ -64,7 +65,7 @@ def test_known_sentinel_passes_and_is_reported(cluster_env, tmp_path, state_dir)
 
 @pytest.mark.parametrize("fault", FAIL_FAST)
 def test_fail_fast_stops_within_two_intervals(fault, cluster_env, tmp_path, state_dir) -> None:
-    outcome = rehearse(
+    result = rehearse(
         cluster_env,
         tmp_path / "run",
         fault=fault,
@@ -73,7 +74,7 @@ def test_fail_fast_stops_within_two_intervals(fault, cluster_env, tmp_path, stat
         watch_interval_s=WATCH_INTERVAL_S,
         state_dir=state_dir,
     )
-    assert expectation_problems(fault, outcome) == []
+    assert expectation_problems(fault, result) == []
     run = RunDir(tmp_path / "run")
     job = JobRecord.from_json(run.job_json.read_text())
     assert job.status == "STOPPED" and job.failfast is not None
@@ -98,8 +99,6 @@ def stamp_resolution_s(run: RunDir, job: JobRecord) -> float:
 
 
 def test_hang_is_stopped_by_the_timeout(cluster_env, tmp_path, state_dir) -> None:
-    outcome = rehearse(
-        cluster_env, tmp_path / "run", fault="hang", timeout_s=8, state_dir=state_dir
-    )
-    assert expectation_problems("hang", outcome) == []
-    assert outcome.status == "STOPPED"
+    result = rehearse(cluster_env, tmp_path / "run", fault="hang", timeout_s=8, state_dir=state_dir)
+    assert expectation_problems("hang", result) == []
+    assert result.outcome.status == "STOPPED"

@@ -108,7 +108,6 @@ def test_secrets_reach_the_job_by_inheritance_and_appear_nowhere(tmp_path: Path)
             execute,
             plan,
             timeout_s=300,
-            judge_partial=lambda _e: [],
             state_dir=str(state_dir),
             echo=echoed.append,
         )

@@ -18,10 +18,11 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from miles_amd.app.baselines import load
+from miles_amd.app.train import TrainResult, run_and_gate
 from miles_amd.package_data import package_path
 from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe
-from miles_amd.run.driver import RunOutcome, execute
 from miles_amd.run_dir import RunDir
 from miles_amd.testing.faults import DEFAULT_FAULT_AT, FAULTS
 
@@ -71,7 +72,7 @@ def rehearse(
     state_dir: str | None = None,
     writers: str = "imitation",
     miles_src: str | None = None,
-) -> RunOutcome:
+) -> TrainResult:
     """One replayed run through the real driver and gate; ``env`` may name a Ray cluster."""
     prefix = replay_prefix(
         source, pace_s=pace_s, fault=fault, at=at, writers=writers, miles_src=miles_src
@@ -79,10 +80,10 @@ def rehearse(
     plan = build_train_plan(
         Recipe(num_rollout=num_rollout), env, run_dir=str(run_dir), entrypoint_prefix=prefix
     )
-    return execute(
+    return run_and_gate(
         plan,
         timeout_s=timeout_s,
-        baseline=baseline,
+        gate=load(baseline, "--gate"),
         watch_interval_s=watch_interval_s,
         state_dir=state_dir,
         echo=lambda _line: None,
@@ -94,16 +95,17 @@ def failed_checks(run_dir: Path) -> set[str]:
     return {c["name"] for c in report["checks"] if c["status"] in ("fail", "error")}
 
 
-def expectation_problems(fault: str | None, outcome: RunOutcome) -> list[str]:
-    """Why ``outcome`` is not what ``fault`` must produce; empty when it is."""
+def expectation_problems(fault: str | None, result: TrainResult) -> list[str]:
+    """Why ``result`` is not what ``fault`` must produce; empty when it is."""
+    outcome = result.outcome
     expected = FAULTS[fault] if fault is not None else None
     if expected is None or not expected.fails_run:
-        if outcome.verdict != "pass":
+        if result.verdict != "pass":
             failing = sorted(failed_checks(outcome.run_dir))
-            return [f"expected PASS, got {outcome.verdict} (failing: {', '.join(failing)})"]
+            return [f"expected PASS, got {result.verdict} (failing: {', '.join(failing)})"]
         return []
     problems = []
-    if outcome.verdict == "pass":
+    if result.verdict == "pass":
         problems.append("FALSE GREEN: the gate passed a faulty run")
     missing = set(expected.gate_checks) - failed_checks(outcome.run_dir)
     if missing:

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from miles_amd.app.gate import gate_run_dir
 from miles_amd.baseline.diff import diff_baselines, render_markdown
 from miles_amd.baseline.model import load_baseline
 from miles_amd.baseline.record import RecordError, record_baseline
 from miles_amd.cli.main import app
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import judge
-from miles_amd.report.gate_run import judge_run_dir
 from miles_amd.rules import bands
 from miles_amd.rules.band import BandParams
 from miles_amd.run.preflight import Fact, write_env_json
@@ -183,7 +183,7 @@ def test_a_complete_run_with_passing_preflight_records_and_round_trips(tmp_path:
         assert band_of(raw, rule["id"]) != band_of(template, rule["id"]), rule["id"]
 
     # round trip: the gate passes the run against the recorded baseline
-    verdict = judge_run_dir(run_dir, recorded, report_dir=tmp_path / "report").verdict
+    verdict = gate_run_dir(run_dir, recorded, report_dir=tmp_path / "report").verdict
     assert verdict.verdict == "pass", verdict.reason
     assert {c.name for c in verdict.checks if c.status == "not_measured"} == set()
 

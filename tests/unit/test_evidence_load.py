@@ -15,7 +15,7 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from miles_amd.evidence.load import load_run
-from miles_amd.evidence.types import Conflict, JobRecord, SourceProblem
+from miles_amd.evidence.types import Conflict, JobRecord, PlanRecord, SourceProblem
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
 
 ROLLOUTS = [
@@ -62,7 +62,14 @@ def write_run(
     if log:
         (root / "job.log").write_text("Job started\n" + stream.getvalue(), encoding="utf-8")
     (root / "job.json").write_text(json.dumps(JOB), encoding="utf-8")
-    (root / "env.json").write_text(json.dumps({"rocm": "7.2", "gpus": 8}), encoding="utf-8")
+    env = {
+        "facts": [{"name": "rocm", "status": "ok", "value": "7.2.0 (/opt/rocm/.info/version)"}],
+        "ok": True,
+        "aiter_variant": "patched",
+    }
+    (root / "env.json").write_text(json.dumps(env), encoding="utf-8")
+    plan = {"recipe": {"num_rollout": 20}, "aiter_variant": "patched"}
+    (root / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
     return root
 
 
@@ -84,7 +91,13 @@ def test_a_complete_run_reads_every_source(tmp_path: Path) -> None:
         end_time=1.78e9 + 3960.5,
         driver_exit_code=0,
     )
-    assert evidence.env == {"rocm": "7.2", "gpus": 8}
+    assert evidence.env is not None and evidence.env.problems == ()
+    assert (evidence.env.rocm, evidence.env.aiter_variant, evidence.env.ok) == (
+        "7.2",
+        "patched",
+        True,
+    )
+    assert evidence.plan == PlanRecord({"num_rollout": 20}, "patched")
     assert evidence.sentinels == ()
 
 

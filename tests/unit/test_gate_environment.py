@@ -19,6 +19,7 @@ from miles_amd.cli.main import app
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.environment import Environment, run_environment
 from miles_amd.judge.gate import Check, judge
+from miles_amd.records.env import EnvRecord
 from miles_amd.run.preflight import Fact, write_env_json
 from tests.bridge_readings import node_model_facts
 from tests.cli_runs import run_cli
@@ -60,7 +61,8 @@ def gate(*args: str):
 
 def test_env_json_is_read_into_an_identity(tmp_path: Path) -> None:
     env = json.loads((run_dir_with_env(tmp_path) / "env.json").read_text())
-    assert run_environment(env) == Environment("gfx950", 8, "7.2", "patched", AITER)
+    record = EnvRecord.from_dict(env)
+    assert run_environment(record) == Environment("gfx950", 8, "7.2", "patched", AITER)
 
 
 def test_the_matching_node_passes(tmp_path: Path) -> None:

@@ -166,26 +166,33 @@ def test_failed_and_untrusted_runs_never_feed_the_trend(tmp_path: Path) -> None:
 def test_identity_comes_from_the_run_not_the_baseline(tmp_path: Path) -> None:
     from miles_amd.baseline.model import load_baseline
     from miles_amd.evidence.load import load_run
-    from miles_amd.history.entry import history_record, recipe_digest
+    from miles_amd.history.entry import history_record
     from miles_amd.judge.gate import judge
+    from miles_amd.records.plan import PlanRecord
 
     run_dir = write_run(tmp_path / "run", {LOGPROB: [0.017] * 20, REWARD: [0.5] * 20})
     env = {
-        "facts": [{"name": "aiter", "status": "ok", "value": "amd-aiter 0.1.5 @ 0123456789ab"}],
+        "facts": [
+            {"name": "aiter", "status": "ok", "value": "amd-aiter 0.1.5"},
+            {"name": "aiter_commit", "status": "ok", "value": "0123456789ab (aiter/_version.py)"},
+        ],
         "aiter_variant": "stock",
     }
     (run_dir / "env.json").write_text(json.dumps(env))
     plan = {"recipe": {"lr": 1e-5, "model_dir": "/a", "num_rollout": 20}}
-    moved = {"recipe": {"lr": 1e-5, "model_dir": "/elsewhere", "num_rollout": 20}}
+    (run_dir / "plan.json").write_text(json.dumps(plan))
+    moved = PlanRecord({"lr": 1e-5, "model_dir": "/elsewhere", "num_rollout": 20})
     patched = load_baseline("patched")
     evidence = load_run(run_dir)
     verdict = judge(evidence, patched, expected_rollouts=20)
-    made = history_record(verdict, evidence, patched, environ={}, plan=plan)
+    made = history_record(verdict, evidence, patched, environ={})
     assert (made.variant, made.aiter_commit, made.baseline) == ("stock", "0123456789ab", "patched")
-    assert made.recipe_digest == recipe_digest(moved) != recipe_digest({"recipe": {"lr": 2e-5}})
+    other = PlanRecord({"lr": 2e-5}).identity_digest
+    assert made.recipe_digest == moved.identity_digest != other
     (run_dir / "env.json").unlink()
+    (run_dir / "plan.json").unlink()
     bare = load_run(run_dir)
-    unrecorded = history_record(verdict, bare, patched, environ={}, plan=None)
+    unrecorded = history_record(verdict, bare, patched, environ={})
     assert (unrecorded.variant, unrecorded.aiter_commit, unrecorded.recipe_digest) == (None,) * 3
 
 
@@ -343,11 +350,10 @@ def test_gate_with_an_unusable_history_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_the_append_records_the_verdict_judged_with_the_flags_given(tmp_path: Path) -> None:
-    """`train --gate X --require-env` appends the driver's judgment itself: a run without
+    """`train --gate X --require-env` appends the gate's judgment itself: a run without
     env.json fails with --require-env, and the history says fail, not a re-judged pass."""
+    from miles_amd.app.gate import gate_run_dir
     from miles_amd.baseline.model import load_baseline
-    from miles_amd.cli.history import append_judgment
-    from miles_amd.report.gate_run import judge_run_dir
 
     values = {
         LOGPROB: [0.0165, 0.0175] * 10,
@@ -356,11 +362,11 @@ def test_the_append_records_the_verdict_judged_with_the_flags_given(tmp_path: Pa
     }
     run_dir = write_run(tmp_path / "run", values)
     stock = load_baseline("stock")
-    assert judge_run_dir(run_dir, stock, report_dir=tmp_path / "r").verdict.verdict == "pass"
-    judgment = judge_run_dir(run_dir, stock, require_env=True)
-    assert judgment.exit_code == 1
+    assert gate_run_dir(run_dir, stock, report_dir=tmp_path / "r").verdict.verdict == "pass"
     history = tmp_path / "h.sqlite"
-    lines = append_judgment(history, judgment)
+    judgment = gate_run_dir(run_dir, stock, require_env=True, history=history)
+    assert judgment.exit_code == 1
+    lines = judgment.history_lines
     assert lines[0] == f"history: appended as run 1 to {history}"
     with HistoryStore(history) as store:
         (run,) = store.runs()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from miles_amd.files import atomic_write_text
-from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.records.job import JobRecord
+from miles_amd.run_dir import RunDir
 from tests.support.rehearsal import EXAMPLE_RUN
 
 pytestmark = pytest.mark.unit

@@ -1,18 +1,23 @@
-"""miles_amd.report.report: report.json, report.md, metrics.png and the text output."""
+"""miles_amd.report.render and plot: report.json, report.md, metrics.png and the text output."""
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
 from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.judge.gate import Verdict, judge
-from miles_amd.report.plot import metrics_figure
-from miles_amd.report.render import ordered_checks, render, render_markdown, render_text, to_json
-from miles_amd.report.report import write_report
+from miles_amd.report.plot import metrics_figure, metrics_png
+from miles_amd.report.render import (
+    ordered_checks,
+    render,
+    render_json,
+    render_markdown,
+    render_text,
+    to_json,
+)
 from miles_amd.rules.model import Baseline
 from tests.constants import CLIPFRAC, LOGPROB, REWARD
 
@@ -78,10 +83,9 @@ def strict_json(text: str) -> object:
 # ---------------------------------------------------------------------------- report.json
 
 
-def test_report_json_rows(failing, tmp_path: Path, patched: Baseline) -> None:
-    verdict, evidence = failing
-    files = write_report(verdict, evidence, patched, tmp_path / "out" / "report")
-    report = strict_json(files.json.read_text())
+def test_report_json_rows(failing, patched: Baseline) -> None:
+    verdict, _ = failing
+    report = strict_json(render_json(verdict))
     assert report["verdict"] == "fail"
     assert report["exit_code"] == 1
     assert report["baseline"] == {
@@ -119,12 +123,6 @@ def test_report_json_rows(failing, tmp_path: Path, patched: Baseline) -> None:
     ]
     assert report["evidence"]["conflicts"][0]["values"] == {"job_log": 0.0166, "tensorboard": 0.42}
     assert report["evidence"]["sources"][LOGPROB] == "tensorboard"
-    # atomic writes leave no temp files behind
-    assert sorted(p.name for p in files.json.parent.iterdir()) == [
-        "metrics.png",
-        "report.json",
-        "report.md",
-    ]
 
 
 def test_passing_report_json(passing) -> None:
@@ -208,10 +206,9 @@ def test_text_output_is_ordered_like_the_markdown(failing) -> None:
 # ---------------------------------------------------------------------------- metrics.png
 
 
-def test_metrics_png_is_written(failing, passing, tmp_path: Path, patched: Baseline) -> None:
-    for name, (verdict, evidence) in (("fail", failing), ("pass", passing)):
-        files = write_report(verdict, evidence, patched, tmp_path / name)
-        data = files.plot.read_bytes()
+def test_metrics_png_is_drawn(failing, passing, patched: Baseline) -> None:
+    for verdict, evidence in (failing, passing):
+        data = metrics_png(verdict, evidence, patched)
         assert data.startswith(b"\x89PNG\r\n\x1a\n")
         width = int.from_bytes(data[16:20], "big")
         height = int.from_bytes(data[20:24], "big")

@@ -55,8 +55,8 @@ from miles_amd.baseline import refusals
 from miles_amd.baseline.json_text import baseline_json_text
 from miles_amd.baseline.model import BaselineError, parse_baseline
 from miles_amd.baseline.refusals import RecordError
-from miles_amd.evidence.types import RunEvidence
-from miles_amd.judge.environment import Environment, env_facts, run_environment
+from miles_amd.evidence.types import EnvRecord, RunEvidence
+from miles_amd.judge.environment import Environment, run_environment
 from miles_amd.judge.gate import judge
 from miles_amd.rules import bands
 from miles_amd.rules.band import BandParams
@@ -125,16 +125,16 @@ def _summaries(rec: _Recording, recorded: Mapping[str, tuple[float, ...]]):
 # ---------------------------------------------------------------------------- provenance
 
 
-def _fact_text(env: Mapping[str, object] | None, name: str) -> str:
+def _fact_text(env: EnvRecord | None, name: str) -> str:
     if env is None:
         return "unrecorded (no env.json)"
-    fact = env_facts(env).get(name)
+    fact = env.facts.get(name)
     if fact is None:
         return f"unrecorded (env.json has no {name} fact)"
-    value = str(fact.get("value") or "")
-    if fact.get("status") == "ok" and value:
-        return value
-    return f"unrecorded (preflight {name}: {fact.get('status')}{', ' + value if value else ''})"
+    if fact.status == "ok" and fact.value:
+        return fact.value
+    value = fact.value
+    return f"unrecorded (preflight {name}: {fact.status}{', ' + value if value else ''})"
 
 
 def _duration(start: float | None, end: float | None) -> str | None:
@@ -146,19 +146,19 @@ def _duration(start: float | None, end: float | None) -> str | None:
     return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
 
 
-def _aiter_text(env: Mapping[str, object] | None, variant: str) -> str:
-    if env is None or env.get("ok") is not True:
+def _aiter_text(env: EnvRecord | None, variant: str) -> str:
+    if env is None or not env.ok:
         return f"{variants.describe(variant)}; declared by --variant, no passing preflight"
     text = f"{variants.describe(variant)}: {_fact_text(env, 'aiter')}"
-    if env.get("aiter_variant") is None:
+    if env.aiter_variant is None:
         text += "; variant declared by --variant, preflight recorded none"
     return text
 
 
-def _environment(env: Mapping[str, object] | None, variant: str) -> dict[str, object]:
+def _environment(env: EnvRecord | None, variant: str) -> dict[str, object]:
     """The identity to compare later runs with: none from a preflight that did not pass (its
     readings cannot vouch for hardware; the gate fails such an env.json)."""
-    found = run_environment(env) if env is not None and env.get("ok") is True else Environment()
+    found = run_environment(env) if env is not None and env.ok else Environment()
     return replace(found, aiter_variant=variant).to_json()
 
 

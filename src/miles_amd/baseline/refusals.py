@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from miles_amd.evidence.types import RunEvidence
-from miles_amd.judge.environment import env_facts
 from miles_amd.rules.model import Baseline
 from miles_amd.rules.registry import KINDS
 from miles_amd.run_dir import RunDir
@@ -107,26 +106,22 @@ def check_preflight(evidence: RunEvidence, variant: str, allow_no_preflight: boo
                 f"before the run, {allow}"
             )
         return "not run (no env.json; recorded with --allow-no-preflight)"
-    if env.get("ok") is not True:
-        failing = [
-            f"{name} {fact.get('status')}"
-            for name, fact in env_facts(env).items()
-            if fact.get("status") != "ok"
-        ]
-        facts = ", ".join(failing) or f'"ok" is {env.get("ok")!r}'
+    if not env.ok:
+        failing = [f"{fact.name} {fact.status}" for fact in env.failed]
+        facts = ", ".join(failing) or "; ".join(env.problems) or '"ok" is not true'
         if not allow_no_preflight:
             raise RecordError(
                 f"{where}: preflight did not pass ({facts}); fix: record a run whose "
                 f"preflight passed, {allow}"
             )
         return f"failed: {facts} (recorded with --allow-no-preflight)"
-    recorded = env.get("aiter_variant")
+    recorded = env.aiter_variant
     if recorded is not None and recorded != variant:
         raise RecordError(
             f"--variant {variant}: env.json records aiter_variant {recorded!r} for this run; "
             f"fix: pass --variant {recorded}"
         )
-    written = env.get("written_at")
+    written = env.written_at
     return "passed" + (f" (env.json written_at {written})" if written else "")
 
 

@@ -67,16 +67,15 @@ def compare(
     for run_dir in run_dirs:
         existing_run_dir(run_dir)
     reference = load_baseline_option(baseline, "--baseline")
+    from miles_amd.app.compare import NoMetricsError, compare_dir_of, compare_run_dirs
     from miles_amd.report.compare_report import render
-    from miles_amd.report.compare_run import NoMetricsError, compare_run_dirs
-    from miles_amd.run_dir import RunDir
 
     try:
         compared = compare_run_dirs(run_dirs[0], run_dirs[1], reference, out_dir=out_dir)
     except NoMetricsError as exc:
         fail(f"--run-dir {exc}; point it at a finished run")
     except OSError as exc:
-        target = out_dir or RunDir(run_dirs[1]).compare_report
+        target = compare_dir_of(run_dirs[1], out_dir)
         fail(f"--out-dir {target}: cannot write ({exc}); choose a writable directory")
     typer.echo(render(compared.comparison, output_format.value), nl=False)
     files = compared.files

@@ -4,7 +4,7 @@ Decides the command's options, output and exit code (``miles_amd.exit_codes``): 
 1 fail (a check failed), 2 unusable input (no run dir, a file or a directory that is not a
 run dir, nothing readable in it, a malformed or missing baseline, an unwritable report dir,
 an unusable history), with one line on stderr naming the flag and the fix. The run is
-judged once (``miles_amd.report.gate_run.judge_run_dir``); what is printed, written to the
+judged once (``miles_amd.app.gate.gate_run_dir``); what is printed, written to the
 report, appended to the history and returned is that verdict. The report goes to
 ``--report-dir`` (default ``<run-dir>/report/``): report.json, report.md, metrics.png; the
 chosen ``--format`` is printed to stdout, then, last, where the report was written (on
@@ -108,33 +108,31 @@ def gate(
     reference = load_baseline_option(baseline, "--baseline")
     existing_run_dir(run_dir)
 
-    from miles_amd.cli.history import append_judgment, open_history
-    from miles_amd.report.gate_run import judge_run_dir
+    from miles_amd.app.gate import gate_run_dir, report_dir_of
+    from miles_amd.cli.history import open_history_option
     from miles_amd.report.render import render
-    from miles_amd.run_dir import RunDir
 
     history = named_history(history_file, no_history)
     if history is not None:
-        open_history(history)
-    out_dir = report_dir if report_dir is not None else RunDir(run_dir).report
+        open_history_option(history)
+    out_dir = report_dir_of(run_dir, report_dir)
     try:
-        judgment = judge_run_dir(
+        result = gate_run_dir(
             run_dir,
             reference,
             expected_rollouts=rollouts,
-            report_dir=out_dir,
+            report_dir=report_dir,
             require_env=require_env,
+            history=history,
         )
     except OSError as exc:
         fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
-    verdict, files = judgment.verdict, judgment.files
-    # the append is this command's side effect, never the judge's; it adds to report.md
-    history_lines = [] if history is None else append_judgment(history, judgment)
+    verdict, files = result.verdict, result.files
     if output_format is OutputFormat.markdown:
-        typer.echo(files.markdown.read_text(encoding="utf-8"), nl=False)
+        typer.echo(result.markdown, nl=False)
     else:
         typer.echo(render(verdict, output_format.value), nl=False)
-    for line in history_lines:
+    for line in result.history_lines:
         typer.echo(line, err=output_format is not OutputFormat.text)
     # where the report is, last (stderr when stdout carries the JSON or markdown document)
     written = f"report written to {files.markdown} (also {files.json.name}, {files.plot.name})"

@@ -1,5 +1,4 @@
-"""``miles-amd history``: list past gate verdicts, plot their trends, check drift, export;
-and the append of a judged run to a named history (``gate``, ``train --gate``).
+"""``miles-amd history``: list past gate verdicts, plot their trends, check drift, export.
 
 Decides the command's options and output. Reads the history the user names (``--history
 PATH``, else ``$MILES_AMD_HISTORY``; ``miles_amd.cli.options.named_history``) read-only:
@@ -14,17 +13,14 @@ is reported, not an exit code: the gate's verdict is the gate's). ``history mark
 ID`` / ``mark-trusted ID`` (the only writes of this command) take a run out of the trend
 (and the export's trusted runs) and put it back; a failed gate is never trusted.
 
-:func:`append_judgment` is the one append: the verdict a command judged (once,
-``miles_amd.report.gate_run.judge_run_dir``) goes into the store as is, and report.md gets
-its "Drift across runs" section.
+The append of a judged run (``gate``, ``train --gate``) is ``miles_amd.app.history``'s.
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -41,9 +37,6 @@ from miles_amd.cli.options import (
     named_history,
 )
 from miles_amd.exit_codes import EXIT_CODES_HELP
-
-if TYPE_CHECKING:
-    from miles_amd.report.gate_run import Judgment
 
 
 def register(app: typer.Typer) -> None:
@@ -88,49 +81,15 @@ def mark_trusted(run_id: RunIdArg, history_file: HistoryOpt = None) -> None:
     _mark(history_file, run_id, untrusted=False)
 
 
-def open_history(path: Path) -> Path:
-    """Check the named store opens (creating it if new), before anything is judged or run."""
-    from miles_amd.history.store import HistoryError, HistoryStore
+def open_history_option(path: Path) -> Path:
+    """The named store, checked to open before anything is judged or run; else exit 2."""
+    from miles_amd.app.errors import AppError
+    from miles_amd.app.history import open_history
 
     try:
-        HistoryStore(path).close()
-    except HistoryError as exc:
-        fail(f"--history {path}: {exc}; fix: pass another --history, or --no-history")
-    return path
-
-
-def append_judgment(path: Path, judgment: Judgment) -> list[str]:
-    """Store ``judgment``'s verdict in the history at ``path``, add the drift section to its
-    report.md, return the lines to print. Runs after judging, so it never raises: a history
-    that cannot be appended to (or a report.md that cannot be extended) is one line saying
-    so, and the verdict (exit code, report) stands."""
-    from miles_amd.history.drift import drifts, trusted
-    from miles_amd.history.entry import append_verdict, history_record, read_plan
-    from miles_amd.history.render import drift_lines, drift_section
-    from miles_amd.history.store import HistoryError
-    from miles_amd.report.safe_dir import write_files
-
-    verdict = judgment.verdict
-    plan = read_plan(Path(verdict.run_dir))
-    record = history_record(
-        verdict, judgment.evidence, judgment.baseline, environ=os.environ, plan=plan
-    )
-    try:
-        run_id, same, k, skipped = append_verdict(path, record)
-    except (HistoryError, sqlite3.Error, OSError, ValueError) as exc:
-        reason = " ".join(str(exc).split())
-        return [f"history: the verdict was NOT appended to {path} ({reason}); it stands as judged"]
-    found = drifts(same, k)
-    lines = [f"history: appended as run {run_id} to {path}", *skipped]
-    section = drift_section(found, k, len(trusted(same)), run_id, str(path))
-    files = judgment.files
-    try:
-        if files.markdown.is_file():
-            report = files.markdown.read_text(encoding="utf-8") + "\n" + section
-            write_files(files.markdown.parent, {files.markdown.name: report.encode("utf-8")})
-    except OSError as exc:
-        lines.append(f"history: report.md not extended with the drift section ({exc})")
-    return [*lines, *drift_lines(found, k, len(trusted(same)))]
+        return open_history(path)
+    except AppError as exc:
+        fail(str(exc))
 
 
 def history(

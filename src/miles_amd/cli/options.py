@@ -102,15 +102,13 @@ def finite_positive_seconds(value: float) -> float:
 
 def load_baseline_option(spec: str, flag: str) -> Baseline:
     """The baseline ``spec`` (stock, patched or a path) names, loaded once; else exit 2."""
-    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
+    from miles_amd.app.baselines import load
+    from miles_amd.app.errors import AppError
 
     try:
-        return load_baseline(spec, flag=flag)
-    except UnknownBaselineError as exc:
-        fail(str(exc))  # it names the flag and the fix
-    except BaselineError as exc:
-        message = str(exc)  # it starts with the file's path when the file was read
-        fail(f"{flag} {message}" if message.startswith(spec) else f"{flag} {spec}: {message}")
+        return load(spec, flag)
+    except AppError as exc:
+        fail(str(exc))
 
 
 def existing_run_dir(path: Path, flag: str = "--run-dir") -> Path:

@@ -4,14 +4,14 @@ Decides the commands' options, what is checked before anything runs and in which
 flags (parsed and range-checked by ``cli.options``; ``--json`` needs ``--dry-run``; a
 ``--run-dir`` that is a file is refused), then the recipe's invariants and ``--extra-args``
 (``recipe.settings``; credentials there are refused), then ``--gate`` (the baseline is
-loaded, once: the driver judges with that object), and, for a real run only, the
+loaded, once), and, for a real run only, the
 checkpoint, the dataset and the miles checkout (``recipe.inputs``). Any of these is one line
 on stderr and exit 2, with nothing started and no run dir written. Running is
-``run.driver``'s, imported only for a real run. ``full-train`` is ``prepare`` then
-``train``, with exactly ``train``'s options. A gated run is judged once, by the driver, with
-the flags given (``--require-env`` included); its one verdict is printed, returned as the
-exit code and, when a history is named (``--history`` or ``$MILES_AMD_HISTORY``, checked
-before the run; ``--no-history`` ignores both), appended to it (``miles_amd.cli.history``).
+``miles_amd.app.train``'s, imported only for a real run. ``full-train`` is ``prepare`` then
+``train``, with exactly ``train``'s options. A gated run is judged once, after the driver,
+with the flags given (``--require-env`` included); its one verdict is printed, returned as
+the exit code and, when a history is named (``--history`` or ``$MILES_AMD_HISTORY``, checked
+before the run; ``--no-history`` ignores both), appended to it (``miles_amd.app.history``).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ from miles_amd.recipe.plan import (
     format_plan,
 )
 from miles_amd.recipe.settings import Hardware, Recipe, RecipeError, parse_hardware
+from miles_amd.run_dir import RunDir
 
 if TYPE_CHECKING:
     from miles_amd.rules.model import Baseline
@@ -114,7 +115,7 @@ def train(
     check_json_needs_dry_run(as_json, dry_run)
     new_run_dir(run_dir)
     recipe = make_recipe(**_recipe_options(locals()))
-    reference = check_gate(gate)
+    reference = _gate_baseline(gate)
     env = launch_env(ray_address)
     root = None if shared_fs else node_root
     if variants is not None:
@@ -159,7 +160,7 @@ def full_train(**options: Any) -> None:
     check_json_needs_dry_run(options["as_json"], options["dry_run"])
     new_run_dir(options["run_dir"])
     recipe = make_recipe(**_recipe_options(options))
-    reference = check_gate(options["gate"])
+    reference = _gate_baseline(options["gate"])
     if options["variants"] is not None:
         fail("--variants: run `miles-amd prepare` on the nodes, then `miles-amd train`")
     prepare_plan = build_prepare_plan(recipe)
@@ -254,11 +255,6 @@ def make_recipe(
         fail(str(exc))
 
 
-def check_gate(gate: str | None) -> Baseline | None:
-    """``--gate``'s baseline, loaded before an hour of GPUs is spent (and not again)."""
-    return None if gate is None else load_baseline_option(gate, "--gate")
-
-
 def check_inputs(recipe: Recipe) -> None:
     """Before a real run: a BF16, complete checkpoint and a dataset with the right keys."""
     from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
@@ -289,7 +285,7 @@ class TrainRequest:
     env: dict[str, str]
     node_root: str | None
     timeout_s: float
-    gate: Baseline | None = None  # loaded once, by check_gate
+    gate: Baseline | None = None  # loaded once, before anything runs
     require_env: bool = False
     history: Path | None = None  # append the gate's verdict here (named_history)
     dry_run: bool = False
@@ -312,26 +308,39 @@ def run_train(request: TrainRequest) -> None:
         return
     if plan.node_run_dir is None:  # with private node storage these are the node's paths
         check_inputs(recipe)
-    from miles_amd.cli.history import append_judgment, open_history
+    from miles_amd.app.train import run_and_gate
+    from miles_amd.cli.history import open_history_option
     from miles_amd.run.cluster import ClusterError
-    from miles_amd.run.driver import DriverError, execute
+    from miles_amd.run.driver import DriverError
 
     history = request.history if request.gate is not None else None
     if history is not None:
-        open_history(history)
+        open_history_option(history)
     try:
-        outcome = execute(
+        result = run_and_gate(
             plan,
             timeout_s=request.timeout_s,
-            baseline=request.gate,
+            gate=request.gate,
             require_env=request.require_env,
+            history=history,
         )
     except ClusterError as exc:
         fail(str(exc))  # bad input: nothing was submitted
     except DriverError as exc:
         fail(str(exc), code=EXIT_FAILED)
-    typer.echo(outcome.summary())
-    if history is not None and outcome.judgment is not None:
-        for line in append_judgment(history, outcome.judgment):
+    except OSError as exc:
+        report = RunDir(request.run_dir).report
+        fail(
+            f"{report}: cannot write the report ({exc}); the run dir holds the run",
+            code=EXIT_FAILED,
+        )
+    typer.echo(result.summary())
+    if result.gate is not None:
+        for line in result.gate.history_lines:
             typer.echo(line)
-    raise typer.Exit(outcome.exit_code)
+    raise typer.Exit(result.exit_code)
+
+
+def _gate_baseline(gate: str | None) -> Baseline | None:
+    """``--gate``'s baseline, loaded before an hour of GPUs is spent (and not again)."""
+    return None if gate is None else load_baseline_option(gate, "--gate")

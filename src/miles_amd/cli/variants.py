@@ -1,15 +1,13 @@
 """``miles-amd train --variants stock,patched``: aiter variants at once on a Ray cluster.
 
 Decides the option's parsing and the command's output and exit code: one run dir per variant
-under ``--run-dir``, each gated against the baseline of its name (the rccl control arm, which
-has none, against the stock baseline, which the gate then applies baseline-free:
-``miles_amd.judge.control_arm``), one summary line each, then the A/B comparison of every
-other variant against stock (``miles_amd.run.variants_run.ab_compare``, printed like
-``miles-amd compare``'s; B is patched or rccl); the exit code is the worst of the
-variants' (and of the comparison's, when it ran: 2 when a run dir has no metric to
-compare). Each baseline is loaded once, here, and judged with by the variant's driver.
-Bad input (an unknown variant, no cluster, no ``AITER_PATCHED_DIR``, too few suitable
-nodes) is one line and exit 2 with nothing submitted. Running is ``miles_amd.run.variants_run``'s.
+under ``--run-dir``, one summary line each, then the A/B comparison of every other variant
+against stock (``miles_amd.app.compare``, printed like ``miles-amd compare``'s; B is patched
+or rccl); the exit code is the worst of the variants' (and of the comparison's, when it ran:
+2 when a run dir has no metric to compare). Running and gating each against its baseline
+(rccl: stock's, applied baseline-free) is ``miles_amd.app.train.run_variants``'s. Bad input
+(an unknown variant, no cluster, no ``AITER_PATCHED_DIR``, too few suitable nodes) is one
+line and exit 2 with nothing submitted.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from miles_amd.recipe.plan import build_train_plan, format_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run_dir import RunDir
-from miles_amd.variants import AITER_VARIANTS, BASELINE_VARIANTS
+from miles_amd.variants import AITER_VARIANTS
 
 
 def parse_variants(value: str) -> tuple[str, ...]:
@@ -74,24 +72,21 @@ def run_variants(
 
 
 def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> int:
-    from miles_amd.cli.options import load_baseline_option
+    from miles_amd.app.compare import NoMetricsError, compare_run_dirs
+    from miles_amd.app.errors import AppError
+    from miles_amd.app.train import TrainResult, run_variants
     from miles_amd.report.compare_report import render
-    from miles_amd.report.compare_run import NoMetricsError
     from miles_amd.run.cluster import ClusterError
     from miles_amd.run.dashboard import DashboardError
-    from miles_amd.run.driver import RunOutcome
-    from miles_amd.run.variants_run import VariantsError, ab_compare, execute_variants
+    from miles_amd.run.variants_run import VariantsError
 
-    baselines = {v: load_baseline_option(baseline_of(v), "--variants") for v in plans}
     try:
-        results = execute_variants(
-            plans, baselines, timeout_s=timeout, require_env=require_env, echo=typer.echo
-        )
-    except (ClusterError, DashboardError, VariantsError) as exc:
+        results = run_variants(plans, timeout_s=timeout, require_env=require_env, echo=typer.echo)
+    except (AppError, ClusterError, DashboardError, VariantsError) as exc:
         fail(str(exc))
     code = 0
     for variant, result in results.items():
-        if isinstance(result, RunOutcome):
+        if isinstance(result, TrainResult):
             typer.echo(f"{variant}: {result.summary()}")
             code = max(code, result.exit_code)
         else:
@@ -99,9 +94,12 @@ def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> i
             code = max(code, EXIT_FAILED)
     root = RunDir(run_dir)
     for other in [v for v in plans if v != "stock"] if "stock" in plans else []:
+        b = results[other]
+        if not isinstance(b, TrainResult) or b.gate is None:
+            continue  # this variant did not run to a verdict: said above
         try:
-            compared = ab_compare(
-                root.variant("stock").root, root.variant(other).root, baselines[other]
+            compared = compare_run_dirs(
+                root.variant("stock").root, root.variant(other).root, b.gate.baseline
             )
         except NoMetricsError as exc:
             typer.echo(error_line(f"compare --run-dir {exc}; no comparison"), err=True)
@@ -112,8 +110,3 @@ def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> i
         typer.echo(render(compared.comparison, "text"), nl=False)
         typer.echo(f"comparison written to {compared.files.markdown}")
     return code
-
-
-def baseline_of(variant: str) -> str:
-    """The shipped baseline a variant is gated against: its own, else (rccl) stock's."""
-    return variant if variant in BASELINE_VARIANTS else "stock"

@@ -6,7 +6,8 @@ The layout (every part optional)::
     ci_history/*.jsonl    miles' CI-history records (``*.ndjson`` too)
     job.log               the Ray job's stdout: metric lines and log signatures
     job.json              the job's end state, written by the driver
-    env.json              the environment preflight saw (any JSON object)
+    env.json              the environment preflight saw
+    plan.json             the launch plan the driver executed
 
 Decides: what was read and what could not be. Every source present is read; one that fails
 (corrupt, truncated, malformed, unreadable) becomes a
@@ -16,10 +17,9 @@ that holds nothing (a ``tensorboard/`` without event files or without scalars, a
 ``ci_history/`` without records, a ``job.log`` without metric lines), and a directory with no
 metric source at all, are problems too: a gate must not pass on evidence it never saw.
 
-``job.json`` is read with its one model, :class:`miles_amd.run_dir.JobRecord` (strict: a bad
-field is a ``job_json`` problem naming it).
-A missing ``job.json`` or ``env.json`` is ``None``, not a problem: the gate decides what
-their absence means.
+``job.json``, ``env.json`` and ``plan.json`` are read into their records
+(``miles_amd.records``); a bad field is a problem of that record naming it. A missing record
+is ``None``, not a problem: the gate decides what its absence means.
 
 ``live=True`` is the fail-fast watcher's view of a run still being written: incomplete final
 records and lines are the writes in flight and are left out (a CRC mismatch is still a
@@ -37,11 +37,10 @@ Does not decide: whether the run passes (``gate``), what a log signature is
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TypeVar
 
 from miles_amd.evidence.ci_history import find_record_files, read_ci_history_dir
 from miles_amd.evidence.errors import MetricsFormatError
@@ -52,6 +51,7 @@ from miles_amd.evidence.safe_open import (
     ENV_JSON,
     JOB_JSON,
     JOB_LOG,
+    PLAN_JSON,
     Limit,
     RefusedFile,
     open_regular,
@@ -61,17 +61,22 @@ from miles_amd.evidence.sentinels import SentinelScan
 from miles_amd.evidence.tensorboard import find_event_files, read_tensorboard_dir
 from miles_amd.evidence.tfrecord import EventFileError
 from miles_amd.evidence.types import (
+    EnvRecord,
     JobRecord,
+    PlanRecord,
+    RecordName,
     RunEvidence,
     SentinelHit,
     SeriesMap,
     SourceName,
     SourceProblem,
 )
-from miles_amd.run_dir import RunDir, json_object
+from miles_amd.records.job import json_object
+from miles_amd.run_dir import RunDir
 
 REFUSED = "refused (untrusted input): "
-ProblemSource = Literal["tensorboard", "ci_history", "job_log", "job_json", "env_json"]
+ProblemSource = SourceName | RecordName
+R = TypeVar("R")
 
 
 def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvidence:
@@ -89,8 +94,11 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
     log = _LogPass()
     per_source = _read_metric_sources(layout, live, problems, log)
     series, sources, conflicts = merge_sources(per_source)
-    job = _read_job(layout, problems)
-    env = _read_json(layout.env_json, ENV_JSON, root, "env_json", problems)
+    job = _read_record(layout.job_json, JOB_JSON, "job_json", JobRecord.from_dict, problems, root)
+    env = _read_record(layout.env_json, ENV_JSON, "env_json", EnvRecord.from_dict, problems, root)
+    plan = _read_record(
+        layout.plan_json, PLAN_JSON, "plan_json", PlanRecord.from_dict, problems, root
+    )
     sentinels = log.hits
     if any(problem.detail.startswith(REFUSED) for problem in problems):
         return _refused_run(root, problems)
@@ -102,6 +110,7 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
         conflicts=conflicts,
         job=job,
         env=env,
+        plan=plan,
         sentinels=sentinels,
     )
 
@@ -223,40 +232,21 @@ class _LogPass:
 _Reader = Callable[[Path, Path, bool], SeriesMap]
 
 
-def _read_job(layout: RunDir, problems: list[SourceProblem]) -> JobRecord | None:
-    data = _read_json(layout.job_json, JOB_JSON, layout.root, "job_json", problems)
-    if data is None:
-        return None
-    try:
-        return JobRecord.from_dict(data)
-    except ValueError as error:
-        problems.append(SourceProblem("job_json", str(layout.job_json), str(error)))
-        return None
-
-
-def _read_json(
+def _read_record(
     path: Path,
     limit: Limit,
-    root: Path,
-    source: Literal["job_json", "env_json"],
+    source: RecordName,
+    parse: Callable[[dict[str, object]], R],
     problems: list[SourceProblem],
-) -> dict[str, object] | None:
-    """The JSON object in ``path``; None if absent or unreadable (then a problem is added)."""
+    root: Path,
+) -> R | None:
+    """The record in ``path``; None if absent or unreadable (then a problem is added)."""
     if not os.path.lexists(path):
         return None
     try:
-        return json_object(read_regular(path, limit, root=root))
+        return parse(json_object(read_regular(path, limit, root=root)))
     except RefusedFile as error:
         problems.append(_refusal(source, error))
     except (OSError, ValueError) as error:
         problems.append(SourceProblem(source, str(path), str(error)))
     return None
-
-
-def _seconds(data: dict[str, object], field: str) -> float | None:
-    value = data.get(field)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f'"{field}" must be seconds since the epoch or null, found {value!r}')
-    return float(value)

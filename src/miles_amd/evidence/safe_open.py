@@ -46,6 +46,7 @@ __all__ = [
     "EVENT_FILE",
     "JOB_JSON",
     "JOB_LOG",
+    "PLAN_JSON",
     "RECORD_FILE",
     "Limit",
     "RefusedFile",
@@ -87,6 +88,7 @@ JOB_LOG = Limit(
 )
 JOB_JSON = Limit("job.json", _MIB, "the driver writes a few hundred bytes")
 ENV_JSON = Limit("env.json", _MIB, "the preflight writes a few kilobytes")
+PLAN_JSON = Limit("plan.json", _MIB, "the driver writes a few kilobytes")
 
 
 class RefusedFile(Exception):

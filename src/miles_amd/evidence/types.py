@@ -1,7 +1,8 @@
 """The shared vocabulary between reading a run and judging it.
 
-A run directory (``tensorboard/``, ``ci_history/*.jsonl``, ``job.log``, ``job.json``,
-``env.json``) is read into one :class:`RunEvidence`. This module only names the shapes;
+A run directory (``tensorboard/``, ``ci_history/*.jsonl``, ``job.log``, and the records
+``job.json``, ``env.json``, ``plan.json``: ``miles_amd.records``) is read into one
+:class:`RunEvidence`. This module only names the shapes;
 it reads nothing and judges nothing.
 
 Rules every producer of these types keeps:
@@ -17,13 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from miles_amd.run_dir import JobRecord  # job.json's one model, written by the driver
+from miles_amd.records.env import EnvRecord
+from miles_amd.records.job import JobRecord
+from miles_amd.records.plan import PlanRecord
 
 Point = tuple[int, float]
 Series = tuple[Point, ...]
 SeriesMap = dict[str, Series]
 
 SourceName = Literal["tensorboard", "ci_history", "job_log"]
+RecordName = Literal["job_json", "env_json", "plan_json"]
 Severity = Literal["fatal", "known"]
 
 
@@ -31,7 +35,7 @@ Severity = Literal["fatal", "known"]
 class SourceProblem:
     """Evidence that exists but cannot be trusted (corrupt, truncated, malformed)."""
 
-    source: SourceName | Literal["job_json", "env_json", "run_dir"]
+    source: SourceName | RecordName | Literal["run_dir"]
     path: str
     detail: str
 
@@ -70,14 +74,26 @@ class RunEvidence:
     problems: tuple[SourceProblem, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
     job: JobRecord | None = None
-    env: dict[str, object] | None = None
+    env: EnvRecord | None = None
+    plan: PlanRecord | None = None
     sentinels: tuple[SentinelHit, ...] = ()
+
+    @property
+    def variant(self) -> str | None:
+        """Which aiter variant the run is: env.json's ``aiter_variant`` (the preflight's), else
+        plan.json's (what the job's env was set for); None when neither records one."""
+        if self.env is not None and self.env.aiter_variant is not None:
+            return self.env.aiter_variant
+        return self.plan.aiter_variant if self.plan is not None else None
 
 
 __all__ = [
     "Conflict",
+    "EnvRecord",
     "JobRecord",
+    "PlanRecord",
     "Point",
+    "RecordName",
     "RunEvidence",
     "SentinelHit",
     "Series",

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from miles_amd import variants
 from miles_amd.evidence.sentinels import ALLREDUCE_AITER, ALLREDUCE_FALLBACK, ALLREDUCE_ONE_STAGE
-from miles_amd.evidence.types import RunEvidence, SentinelHit
-from miles_amd.judge.environment import env_facts
+from miles_amd.evidence.types import EnvRecord, RunEvidence, SentinelHit
 from miles_amd.rules.check import BuiltinCheck, Check
 
 _RATIONALE = (
@@ -92,7 +91,5 @@ def _observed(hits: dict[str, SentinelHit]) -> str:
     return ", ".join(seen)
 
 
-def _predicted(env: dict[str, object] | None) -> str | None:
-    fact = env_facts(env).get("sglang_allreduce") if env is not None else None
-    value = fact.get("value") if fact is not None else None
-    return value if isinstance(value, str) and value else None
+def _predicted(env: EnvRecord | None) -> str | None:
+    return (env.value("sglang_allreduce") or None) if env is not None else None

@@ -10,7 +10,7 @@ grid ``multiple_of``, ``near_zero``, ``no_rising_trend``). A rule whose kind re-
 or pairs with the reference run (``KindSpec.rederive`` or ``reference_series``: the mean and
 max bands, the reward's paired difference and its sd floor) is shown as not measured, with
 the command that measures the control arm: ``miles-amd compare`` against a stock run of the
-same node. Which variant a run is: env.json's ``aiter_variant``, else the baseline's name.
+same node. Which variant a run is: ``RunEvidence.variant``.
 
 Pure; reads nothing.
 """
@@ -19,21 +19,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from miles_amd import variants
-from miles_amd.evidence.types import RunEvidence
 from miles_amd.rules.check import Check, rule_check
 from miles_amd.rules.model import Baseline, Rule
 from miles_amd.rules.registry import KINDS, expected_text
 
 CONTROL_ARM = "rccl"
-
-
-def run_variant(evidence: RunEvidence, baseline: Baseline) -> str | None:
-    """The run's aiter variant: env.json's ``aiter_variant``, else the baseline's name."""
-    recorded = (evidence.env or {}).get("aiter_variant")
-    if isinstance(recorded, str) and recorded in variants.AITER_VARIANTS:
-        return recorded
-    return baseline.name if baseline.name in variants.BASELINE_VARIANTS else None
 
 
 def reference_bound(rule: Rule) -> bool:

@@ -5,21 +5,12 @@ Decides how a run's ``env.json`` (written by ``miles-amd preflight``;
 that is compared with the baseline's ``provenance.environment``; builds the gate's
 ``environment.identity`` check. Reads no file (the evidence already holds env.json).
 
-What env.json says, and how it is read:
-
-- GPU arch and count: the ``gpus`` fact's value, ``"8x gfx950 (torch)"`` (several archs
-  are joined by commas, ``"4x gfx942,gfx950 (amd-smi)"``, and never equal one arch);
-- ROCm: the ``rocm`` fact's value, ``"7.2.0-43 (/opt/rocm/.info/version)"``, compared by
-  major.minor (``7.2``), the precision the preflight itself checks;
-- aiter variant: the top-level ``aiter_variant`` (``stock``/``patched``, null when preflight
-  ran without ``--aiter-variant``);
-- aiter version: the ``aiter`` fact's value when ``ok``, ``"amd-aiter 0.1.5 @ 0123456789ab"``,
-  compared as written;
-- aiter commit: the commit the ``aiter_commit`` fact names (``"1a2b3c4d (aiter/_version.py,
-  setuptools-scm +g)"``; ``"unknown: ..."`` records none), compared by prefix (a
-  setuptools-scm ``+g`` sha is abbreviated). A baseline's ``aiter_commit`` is the aiter its
-  reference ran (the patched one's contains ROCm/aiter#5694): a run claiming that variant on
-  another aiter build fails, with the fix.
+What env.json says (the GPU arch and count, ROCm major.minor, the aiter variant, version
+and commit) is its record's (``miles_amd.records.env.EnvRecord``); here it is compared: ROCm
+by major.minor, the aiter version as written, the aiter commit by prefix (a setuptools-scm
+``+g`` sha is abbreviated). A baseline's ``aiter_commit`` is the aiter its reference ran (the
+patched one's contains ROCm/aiter#5694): a run claiming that variant on another aiter build
+fails, with the fix.
 
 The rccl control arm (``control_arm``) is judged against the stock baseline's identity
 without its aiter variant (it runs the stock aiter under another variant name).
@@ -28,7 +19,7 @@ A value is read whatever the fact's status (a ``wrong`` 4-GPU reading is still 4
 A field the baseline records as null (the shipped references did not publish their aiter
 version) is not compared. Outcome: any mismatch fails, naming field, run value and baseline
 value. An env.json whose facts are malformed, contradictory or failed
-(``judge.env_facts``) fails it whatever else it says, whenever it is to vouch for hardware
+(``EnvRecord.problems``) fails it whatever else it says, whenever it is to vouch for hardware
 (``--require-env``, or a baseline that records any of the hardware). Without env.json the check is
 ``not_measured`` (the CPU main job has no GPUs to
 probe) unless ``require_env`` (``--require-env``: the hardware path), which fails it, as it
@@ -38,23 +29,18 @@ the GPU arch, GPU count and ROCm (one recorded without a preflight cannot vouch 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from miles_amd import variants
-from miles_amd.judge.env_facts import env_json_problems
 from miles_amd.rules.check import BuiltinCheck, Check, Status
 
 if TYPE_CHECKING:
-    from miles_amd.evidence.types import RunEvidence
+    from miles_amd.evidence.types import EnvRecord, RunEvidence
     from miles_amd.rules.model import Baseline
 
 HARDWARE = ("gpu_arch", "gpu_count", "rocm")  # what --require-env needs the baseline to record
-_COMMIT = re.compile(r"^([0-9a-f]{7,64})(?:\s|$)")
-_GPUS = re.compile(r"^\s*(\d+)x\s+([A-Za-z0-9_,]+)")
-_MAJOR_MINOR = re.compile(r"^\s*(\d+)\.(\d+)")
 _RATIONALE = (
     "tolerances are measured on one GPU arch, GPU count, ROCm and aiter build; "
     "a run elsewhere is not judged by them"
@@ -86,30 +72,15 @@ class Environment:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def env_facts(env: Mapping[str, object]) -> dict[str, Mapping[str, object]]:
-    """env.json's facts by name (``{"gpus": {"name": ..., "status": ..., "value": ...}}``)."""
-    facts = env.get("facts")
-    if not isinstance(facts, list):
-        return {}
-    return {str(f["name"]): f for f in facts if isinstance(f, Mapping) and "name" in f}
-
-
-def run_environment(env: Mapping[str, object]) -> Environment:
+def run_environment(env: EnvRecord) -> Environment:
     """The identity env.json records; unparseable or absent values are None."""
-    facts = env_facts(env)
-    gpus = _GPUS.match(str(facts.get("gpus", {}).get("value") or ""))
-    rocm = _MAJOR_MINOR.match(str(facts.get("rocm", {}).get("value") or ""))
-    aiter = facts.get("aiter", {})
-    version = str(aiter.get("value") or "") if aiter.get("status") == "ok" else ""
-    variant = env.get("aiter_variant")
-    commit = _COMMIT.match(str(facts.get("aiter_commit", {}).get("value") or ""))
     return Environment(
-        gpu_arch=gpus.group(2).lower() if gpus else None,
-        gpu_count=int(gpus.group(1)) if gpus else None,
-        rocm=f"{rocm.group(1)}.{rocm.group(2)}" if rocm else None,
-        aiter_variant=variant if isinstance(variant, str) and variant else None,
-        aiter_version=version or None,
-        aiter_commit=commit.group(1) if commit else None,
+        gpu_arch=env.gpu_arch,
+        gpu_count=env.gpu_count,
+        rocm=env.rocm,
+        aiter_variant=env.aiter_variant,
+        aiter_version=env.aiter_version,
+        aiter_commit=env.aiter_commit,
     )
 
 
@@ -177,7 +148,7 @@ def environment_check(
             "--aiter-variant stock|patched` before the run"
         )
         return _check(absent, None, expected, detail, require_env)
-    unbelievable = env_json_problems(evidence.env)
+    unbelievable = evidence.env.problems
     vouches = require_env or len(unknown) < len(HARDWARE)  # env.json stands for hardware
     if unbelievable and vouches:
         detail = f"env.json cannot vouch for this node: {'; '.join(unbelievable)}"

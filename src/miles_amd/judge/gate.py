@@ -61,7 +61,6 @@ from miles_amd.judge.control_arm import (
     CONTROL_ARM,
     control_arm_check,
     reference_bound,
-    run_variant,
 )
 from miles_amd.judge.environment import environment_check
 from miles_amd.judge.model_build import model_build_check
@@ -199,7 +198,7 @@ def judge(
     if rollouts < 1:
         raise ValueError(f"expected_rollouts must be >= 1, got {rollouts}")
     ctx = RuleContext(evidence, baseline, rollouts)
-    variant = run_variant(evidence, baseline)
+    variant = evidence.variant
     control = variant == CONTROL_ARM
     checks = [
         *evidence_checks(evidence),

@@ -20,10 +20,8 @@ machine), the check is ``not_measured``, and a failure with ``require_env``
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
-from miles_amd.evidence.types import RunEvidence
-from miles_amd.judge.environment import env_facts
+from miles_amd.evidence.types import EnvRecord, RunEvidence
 from miles_amd.rules.check import BuiltinCheck, Check, Status
 
 _RATIONALE = (
@@ -37,13 +35,9 @@ _HOW = "run `miles-amd preflight --run-dir RUN` on the node (the image's Megatro
 _ROUTER_ISSUE = "miles#3263"
 
 
-def _fact(facts: Mapping[str, Mapping[str, object]], name: str) -> tuple[str, str, str]:
-    fact = facts.get(name, {})
-    return (
-        str(fact.get("status") or ""),
-        str(fact.get("value") or ""),
-        str(fact.get("message") or ""),
-    )
+def _fact(env: EnvRecord, name: str) -> tuple[str, str, str]:
+    fact = env.facts.get(name)
+    return ("", "", "") if fact is None else (fact.status, fact.value, fact.message)
 
 
 def model_build_check(evidence: RunEvidence, *, require_env: bool) -> Check:
@@ -52,7 +46,7 @@ def model_build_check(evidence: RunEvidence, *, require_env: bool) -> Check:
     if evidence.env is None:
         detail = f"not measured: no env.json in the run dir; {_HOW}"
         return _check(absent, None, EXPECTED, detail, require_env)
-    facts = env_facts(evidence.env)
+    facts = evidence.env
     status, value, message = _fact(facts, "lora_experts")
     count = _COUNT.match(value)
     if count is None:

@@ -1,8 +1,7 @@
 """``miles-amd compare``'s output: compare.json, compare.md, compare.png and the terminal text.
 
-Decides how a :class:`~miles_amd.judge.compare.Comparison` reads and where its files go
-(``<out-dir>/compare.{json,md,png}``, each written whole or not at all by
-``miles_amd.files``). The statistics are ``miles_amd.judge.compare``'s; this module only
+Decides how a :class:`~miles_amd.judge.compare.Comparison` reads (``miles_amd.app.compare``
+writes the files). The statistics are ``miles_amd.judge.compare``'s; this module only
 words and draws them: one line per metric (Δ = B - A with its 95% CI, the effect size, and
 "with N rollouts this comparison could detect ..."), the spike counts with Fisher's exact
 p, and a figure with one panel per paired metric (A and B over the rollouts, the title
@@ -14,13 +13,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from miles_amd import escape
 from miles_amd.evidence.types import RunEvidence
-from miles_amd.files import atomic_write_bytes, atomic_write_text
 from miles_amd.judge.compare import (
     ALPHA,
     MAX_SEARCH_ROLLOUTS,
@@ -237,19 +234,3 @@ def compare_figure(c: Comparison, a: RunEvidence, b: RunEvidence):
         axes[0].set_axis_off()
         layout.draw_note(axes[0], "no metric logged by both runs")
     return figure
-
-
-@dataclass(frozen=True)
-class CompareFiles:
-    json: Path
-    markdown: Path
-    plot: Path
-
-
-def write_compare(c: Comparison, a: RunEvidence, b: RunEvidence, out_dir: Path) -> CompareFiles:
-    """compare.json, compare.md, compare.png into ``out_dir`` (created if needed)."""
-    files = CompareFiles(out_dir / "compare.json", out_dir / "compare.md", out_dir / "compare.png")
-    atomic_write_text(files.json, render(c, "json"))
-    atomic_write_text(files.markdown, render_markdown(c))
-    atomic_write_bytes(files.plot, compare_png(c, a, b))
-    return files

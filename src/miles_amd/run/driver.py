@@ -2,21 +2,20 @@
 
 Decides the side effects of a run, in order (one function per step in :func:`execute`):
 
-1. load the baselines (a bad ``--gate`` fails before an hour of GPUs is spent);
-2. refuse a run dir that holds evidence of an earlier run, then lay it out;
-3. clear this tool's own leftovers (the head an earlier run recorded in its state file);
-4. start a Ray head unless the plan names a cluster (``miles_amd.run.ray_head``); on a named
+1. refuse a run dir that holds evidence of an earlier run, then lay it out;
+2. clear this tool's own leftovers (the head an earlier run recorded in its state file);
+3. start a Ray head unless the plan names a cluster (``miles_amd.run.ray_head``); on a named
    cluster, refuse unless it has a whole node for the job (``miles_amd.run.cluster``);
-5. submit through Ray's Jobs SDK (``JobSubmissionClient``, never ``ray job submit``), with
+4. submit through Ray's Jobs SDK (``JobSubmissionClient``, never ``ray job submit``), with
    the plan's ``entrypoint_resources`` (cluster mode: the whole node);
-6. follow the job (``miles_amd.run.job``): stream its log to ``job.log``, let the fail-fast
+5. follow the job (``miles_amd.run.job``): stream its log to ``job.log``, let the fail-fast
    watcher stop a lost job early, enforce the overall timeout; in cluster mode the evidence
    is pulled from the job's node before each watcher poll (``miles_amd.run.pullback``);
-7. write ``job.json`` (:class:`~miles_amd.run_dir.JobRecord`) when the job ends; in cluster
-   mode pull the evidence completely and verify it (a failed pull is a named red);
-8. gate the run dir when a baseline is asked for, once (``report.gate_run.judge_run_dir``):
-   the outcome carries that :class:`~miles_amd.report.gate_run.Judgment`, so the caller
-   prints and records the very verdict the exit code is.
+6. write ``job.json`` (:class:`~miles_amd.records.job.JobRecord`) when the job ends; in cluster
+   mode pull the evidence completely and verify it (a failed pull is a named red).
+
+It runs and records; it does not judge: the fail-fast watcher's rules are given (``watch``;
+``miles_amd.app.baselines.watch_rules``) and the gate runs after it (``miles_amd.app.train``).
 
 On every exit path (success, failure, timeout, Ctrl-C, exception) the job is stopped if still
 running and the head this call started is stopped by pid; nothing else is touched. A Ctrl-C
@@ -34,21 +33,21 @@ import shlex
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from miles_amd.exit_codes import EXIT_FAILED, EXIT_OK
 from miles_amd.files import atomic_write_text
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, JobSpec, LaunchPlan
+from miles_amd.records.job import JobRecord
 from miles_amd.run.job import Echo, Follow, RayJob
 from miles_amd.run.watcher import FailFastWatcher, Trip
-from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.run_dir import RunDir
 
 if TYPE_CHECKING:
-    from miles_amd.report.gate_run import Judgment
-    from miles_amd.rules.model import Baseline
+    from miles_amd.evidence.types import RunEvidence
     from miles_amd.run.pullback import PullBack
     from miles_amd.run.ray_head import RayHead
 
@@ -67,11 +66,9 @@ class RunOutcome:
     stopped_by: str | None
     trip: Trip | None
     failfast_latency_s: float | None
-    verdict: str | None  # the gate's, when a baseline was given
-    exit_code: int
+    exit_code: int  # 0 when the job succeeded and was not stopped, else 1
     head_pids: tuple[int, ...] = ()  # the Ray head this run started and all it spawned
     pullback_error: str | None = None  # cluster mode: why the evidence did not come back
-    judgment: Judgment | None = field(default=None, repr=False)  # the gate's, once
 
     def summary(self) -> str:
         parts = [f"job {self.job_id}: {self.status}"]
@@ -86,8 +83,6 @@ class RunOutcome:
             parts.append(f"stopped by {self.stopped_by}")
         if self.pullback_error:
             parts.append(self.pullback_error)
-        if self.verdict:
-            parts.append(f"gate: {self.verdict.upper()} (report in {RunDir(self.run_dir).report}/)")
         parts.append(f"run dir: {self.run_dir}")
         return "; ".join(parts)
 
@@ -96,29 +91,22 @@ def execute(
     plan: LaunchPlan,
     *,
     timeout_s: float,
-    baseline: Baseline | str | None = None,
-    require_env: bool = False,
+    watch: Callable[[RunEvidence], Sequence[object]] | None = None,
     watch_interval_s: float = 10.0,
     state_dir: str | None = None,
-    judge_partial: Callable[[Any], Any] | None = None,
     echo: Echo = print,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
-    """Run ``plan`` to the end, write the run dir, gate it if ``baseline`` is given.
+    """Run ``plan`` to the end and write the run dir; see the module doc.
 
-    ``baseline`` is a loaded :class:`~miles_amd.baseline.model.Baseline` (the CLI loads it
-    once, when it checks ``--gate``) or a name or path to load here.
-    ``judge_partial`` overrides the watcher's rules (default: the gate's ``hard_failures``
-    against ``baseline``, or the patched baseline when none is given: the spike threshold,
-    finiteness and fatal sentinels are the same in both). ``require_env`` makes the gate fail
-    a run dir without ``env.json`` (the hardware path; see ``judge``). ``cancel``, set from
-    another thread, stops the job as Ctrl-C would (``miles_amd.run.variants_run``).
+    ``watch`` maps the evidence read so far to the hard failures that stop the job (the
+    fail-fast watcher); None watches nothing. ``cancel``, set from another thread, stops the
+    job as Ctrl-C would (``miles_amd.run.variants_run``).
     """
     spec, run_dir = _job_and_run_dir(plan)
-    reference, watch_reference = _load_baselines(baseline)
     _prepare_run_dir(plan, spec, run_dir)
     state_file = _clear_own_leftovers(state_dir, echo)
-    watcher = FailFastWatcher(run_dir.root, judge_partial or _hard_failures(watch_reference))
+    watcher = FailFastWatcher(run_dir.root, watch or _watch_nothing)
     follow = Follow(timeout_s=timeout_s, interval_s=watch_interval_s, echo=echo, cancel=cancel)
     with _cluster(plan, run_dir, state_file) as cluster:
         job_id, client = f"miles-amd-{uuid.uuid4().hex[:12]}", None
@@ -132,11 +120,11 @@ def execute(
             record = _interrupted_before_follow(client, job_id, run_dir)
             if cancel is None or not cancel.is_set():
                 raise
-            return _outcome(plan, run_dir, record, None, reference, require_env, cluster.pids())
+            return _outcome(run_dir, record, None, cluster.pids())
         pull = _pullback(plan, job)
         record = job.run(PullingWatcher(watcher, pull) if pull else watcher, follow, cluster.head)
         pull_error = pull.final() if pull else None
-    outcome = _outcome(plan, run_dir, record, job.trip, reference, require_env, cluster.pids())
+    outcome = _outcome(run_dir, record, job.trip, cluster.pids())
     if pull_error is None:
         return outcome
     return replace(outcome, pullback_error=pull_error, exit_code=EXIT_FAILED)
@@ -174,21 +162,6 @@ def _job_and_run_dir(plan: LaunchPlan) -> tuple[JobSpec, RunDir]:
     if plan.job is None or plan.run_dir is None:
         raise DriverError("the plan has no job or no run dir; build it with build_train_plan")
     return plan.job, RunDir(Path(plan.run_dir))
-
-
-def _load_baselines(baseline: Baseline | str | None) -> tuple[Baseline | None, Baseline]:
-    """The gate's baseline (if asked for) and the watcher's (the patched one by default)."""
-    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
-
-    if baseline is not None and not isinstance(baseline, str):
-        return baseline, baseline
-    try:
-        reference = load_baseline(baseline, flag="--gate") if baseline is not None else None
-        return reference, reference or load_baseline("patched")
-    except UnknownBaselineError as exc:
-        raise DriverError(str(exc)) from exc
-    except BaselineError as exc:
-        raise DriverError(f"--gate {baseline}: {exc}") from exc
 
 
 def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> None:
@@ -309,36 +282,15 @@ def _client(address: str, headers: dict[str, str]) -> Any:
         raise DriverError(str(exc)) from exc
 
 
-def _hard_failures(reference: Any) -> Callable[[Any], Any]:
-    from miles_amd.judge.gate import hard_failures
-
-    return lambda evidence: hard_failures(evidence, reference)
+def _watch_nothing(_evidence: RunEvidence) -> list[object]:
+    return []
 
 
 def _outcome(
-    plan: LaunchPlan,
-    run_dir: RunDir,
-    record: JobRecord,
-    trip: Trip | None,
-    reference: Baseline | None,
-    require_env: bool,
-    head_pids: tuple[int, ...],
+    run_dir: RunDir, record: JobRecord, trip: Trip | None, head_pids: tuple[int, ...]
 ) -> RunOutcome:
-    """The run's outcome; the gate's judgment, verdict and exit code when a baseline was
-    given."""
-    verdict, judgment = None, None
+    """The run's outcome from its job record: exit 0 when it succeeded and was not stopped."""
     passed = record.status == "SUCCEEDED" and not record.stopped_by
-    exit_code = EXIT_OK if passed else EXIT_FAILED
-    if reference is not None:
-        from miles_amd.report.gate_run import judge_run_dir
-
-        judgment = judge_run_dir(
-            run_dir.root,
-            reference,
-            expected_rollouts=plan.recipe.num_rollout,
-            require_env=require_env,
-        )
-        verdict, exit_code = judgment.verdict.verdict, judgment.exit_code
     return RunOutcome(
         run_dir=run_dir.root,
         job_id=record.job_id,
@@ -346,10 +298,8 @@ def _outcome(
         stopped_by=record.stopped_by,
         trip=trip,
         failfast_latency_s=record.failfast_latency_s,
-        verdict=verdict,
-        exit_code=exit_code,
+        exit_code=EXIT_OK if passed else EXIT_FAILED,
         head_pids=head_pids,
-        judgment=judgment,
     )
 
 

@@ -3,7 +3,7 @@
 Decides when a running job is stopped (the overall timeout, or the fail-fast watcher's trip,
 polled every interval; Ctrl-C too) and what is written when it ends: ``job.log`` rewritten
 from ``get_job_logs`` (the authoritative full log; ``tail_job_logs`` ends about 5 s after the
-job, measured with Ray 2.60) and ``job.json`` (:class:`~miles_amd.run_dir.JobRecord`), each
+job, measured with Ray 2.60) and ``job.json`` (:class:`~miles_amd.records.job.JobRecord`), each
 atomically. It does not submit the job or start a head (``miles_amd.run.driver``), and it
 does not judge the run (the watcher's rules are the gate's).
 
@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from miles_amd.files import atomic_write_text
+from miles_amd.records.job import JobRecord
 from miles_amd.run.watcher import Trip
-from miles_amd.run_dir import JobRecord, RunDir
+from miles_amd.run_dir import RunDir
 
 if TYPE_CHECKING:
     from miles_amd.run.ray_head import RayHead

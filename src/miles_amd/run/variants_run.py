@@ -1,14 +1,13 @@
 """Both aiter variants at once on a Ray cluster: one job per variant, one node each.
 
 Decides how ``train --variants stock,patched`` runs: each variant gets its own run dir
-(``<run-dir>/<variant>``), its own plan and runtime env, and its own gate baseline (the
-baseline of its name unless told otherwise); the cluster must have one suitable node per
+(``<run-dir>/<variant>``), its own plan and runtime env, and its own fail-fast watch; the
+cluster must have one suitable node per
 variant before anything is submitted (``miles_amd.run.cluster``, count = variants); the
 jobs run concurrently, each followed by the real driver in its own thread (each job asks for
 the whole-node resource, so Ray puts them on different nodes); Ctrl-C or an error stops
 every job still running (each driver gets the same ``cancel`` event); the overall timeout
-is each driver's. After both verdicts the A/B comparison runs (:func:`ab_compare`: the
-function ``miles-amd compare`` calls, ``miles_amd.report.compare_run``).
+is each driver's. Gating each and the A/B comparison are ``miles_amd.app.train``'s.
 
 The patched variant's runtime env: ``AITER_PATCHED_DIR`` (a dir on the nodes holding the
 patched aiter build, importable as ``aiter``) is put on the job's ``PYTHONPATH`` (after the
@@ -23,16 +22,16 @@ Explained for people in ``docs/cluster.md``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from miles_amd.recipe.plan import LaunchPlan
 from miles_amd.run.driver import RunOutcome, execute
 
 if TYPE_CHECKING:
-    from miles_amd.report.compare_run import ComparedRuns
-    from miles_amd.rules.model import Baseline
+    from miles_amd.evidence.types import RunEvidence
+
+Watch = Callable[["RunEvidence"], Sequence[object]]
 
 PATCHED_DIR_VAR = "AITER_PATCHED_DIR"
 
@@ -57,15 +56,15 @@ def variant_env(env: Mapping[str, str], variant: str) -> dict[str, str]:
 
 def execute_variants(
     plans: Mapping[str, LaunchPlan],
-    baselines: Mapping[str, Baseline | str],
+    watches: Mapping[str, Watch],
     *,
     timeout_s: float,
-    require_env: bool = False,
     watch_interval_s: float = 10.0,
     state_dir: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> dict[str, RunOutcome | BaseException]:
-    """Run every plan concurrently, each gated against ``baselines[variant]``.
+    """Run every plan concurrently, each watched by ``watches[variant]`` (the driver's
+    ``watch``).
 
     ``ClusterError`` (before anything is submitted) when the cluster lacks a node per plan,
     ``DashboardError`` when it cannot be reached or refuses the token.
@@ -80,8 +79,7 @@ def execute_variants(
             results[variant] = execute(
                 plan,
                 timeout_s=timeout_s,
-                baseline=baselines[variant],
-                require_env=require_env,
+                watch=watches[variant],
                 watch_interval_s=watch_interval_s,
                 state_dir=state_dir,
                 echo=lambda line: echo(f"[{variant}] {line}"),
@@ -117,12 +115,3 @@ def _check_nodes(plans: Mapping[str, LaunchPlan]) -> None:
     headers = token_headers(first.ray_auth_token_path)
     jobs_client(first.ray_address, headers)  # a missing/wrong token is named first
     check_cluster(first.ray_address, headers, gpus=first.recipe.num_gpus, count=len(plans))
-
-
-def ab_compare(stock: Path, patched: Path, baseline: Baseline) -> ComparedRuns:
-    """The A/B step: ``miles-amd compare``'s function on the two run dirs (A stock, B
-    patched), its files in B's ``report/compare``; ``NoMetricsError`` or ``OSError`` as
-    :func:`~miles_amd.report.compare_run.compare_run_dirs` raises them."""
-    from miles_amd.report.compare_run import compare_run_dirs
-
-    return compare_run_dirs(stock, patched, baseline)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from miles_amd.evidence.types import Series
+from miles_amd.records.job import JobRecord
 from miles_amd.rules.check import Check, RuleContext, Status, passed, rule_check
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.model import Baseline, Params, Rule
-from miles_amd.run_dir import JobRecord
 
 
 @dataclass(frozen=True)

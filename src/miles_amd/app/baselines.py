@@ -1,0 +1,53 @@
+"""Which baseline judges what: loading one by name or path, per variant, for the watcher.
+
+- :func:`load`: a shipped name (``stock``, ``patched``) or a path, loaded once; a bad one is
+  :class:`~miles_amd.app.errors.AppError` naming the flag and the fix.
+- :func:`for_variant`: the shipped baseline a variant is gated against: its own, else (the
+  rccl control arm, which has none) stock's, applied baseline-free by the gate
+  (``judge.control_arm``).
+- :func:`watch_rules`: what the fail-fast watcher applies to a run still being written: the
+  gate's ``hard_failures`` against the run's baseline, or the patched one when the run is not
+  gated (the spike threshold, finiteness and fatal sentinels are the same in both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from miles_amd.app.errors import AppError
+from miles_amd.variants import BASELINE_VARIANTS
+
+if TYPE_CHECKING:
+    from miles_amd.evidence.types import RunEvidence
+    from miles_amd.rules.check import Check
+    from miles_amd.rules.model import Baseline
+
+__all__ = ["for_variant", "load", "watch_rules"]
+
+
+def load(spec: str, flag: str) -> Baseline:
+    """The baseline ``spec`` names (stock, patched or a path); ``AppError`` naming ``flag``."""
+    from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
+
+    try:
+        return load_baseline(spec, flag=flag)
+    except UnknownBaselineError as exc:
+        raise AppError(str(exc)) from None  # it names the flag and the fix
+    except BaselineError as exc:
+        message = str(exc)  # it starts with the file's path when the file was read
+        line = f"{flag} {message}" if message.startswith(spec) else f"{flag} {spec}: {message}"
+        raise AppError(line) from None
+
+
+def for_variant(variant: str) -> str:
+    """The shipped baseline ``variant`` is gated against (module doc)."""
+    return variant if variant in BASELINE_VARIANTS else "stock"
+
+
+def watch_rules(gate: Baseline | None) -> Callable[[RunEvidence], list[Check]]:
+    """The watcher's judge of partial evidence (module doc)."""
+    from miles_amd.judge.gate import hard_failures
+
+    reference = gate if gate is not None else load("patched", "--gate")
+    return lambda evidence: hard_failures(evidence, reference)

@@ -1,0 +1,101 @@
+"""Gate one run dir: read it, judge it, append it to a named history, write its report once.
+
+- The report goes to ``report_dir``, else the run dir's ``report/`` (:func:`report_dir_of`);
+  report.json, report.md and metrics.png are rendered once and written as one set through
+  ``miles_amd.files.write_files`` (no link below the run dir, or below the named dir's parent,
+  is followed; a failed write leaves the previous set).
+- With a history named, the verdict is appended before the report is rendered, so report.md
+  carries its "Drift across runs" section from the start. A history that cannot take the
+  append is a line in :attr:`GateResult.history_lines`; the verdict stands as judged.
+- What the caller prints (the verdict in a format, the history lines) comes from the
+  :class:`GateResult`, not from the files read back.
+
+Raises ``OSError`` when the report cannot be written.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from miles_amd.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from miles_amd.evidence.types import RunEvidence
+    from miles_amd.judge.gate import Verdict
+    from miles_amd.rules.model import Baseline
+
+__all__ = ["GateResult", "ReportFiles", "gate_run_dir", "report_dir_of"]
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    json: Path
+    markdown: Path
+    plot: Path
+
+    @classmethod
+    def in_dir(cls, out_dir: Path) -> ReportFiles:
+        return cls(out_dir / "report.json", out_dir / "report.md", out_dir / "metrics.png")
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One run judged against one baseline, its report as written, the history's lines."""
+
+    verdict: Verdict
+    evidence: RunEvidence
+    baseline: Baseline
+    files: ReportFiles
+    markdown: str  # report.md as written
+    history_lines: tuple[str, ...] = field(default=())
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+
+def report_dir_of(run_dir: Path, given: Path | None = None) -> Path:
+    """Where the gate's report goes: ``given``, else ``<run_dir>/report``."""
+    return given if given is not None else RunDir(run_dir).report
+
+
+def gate_run_dir(
+    run_dir: Path,
+    baseline: Baseline,
+    *,
+    expected_rollouts: int | None = None,
+    report_dir: Path | None = None,
+    require_env: bool = False,
+    history: Path | None = None,
+) -> GateResult:
+    """Judge ``run_dir`` against ``baseline`` and write the report (module doc)."""
+    from miles_amd.app.history import append
+    from miles_amd.evidence.load import load_run
+    from miles_amd.files import write_files
+    from miles_amd.judge.gate import judge
+    from miles_amd.report.plot import metrics_png
+    from miles_amd.report.render import render_json, render_markdown
+
+    evidence = load_run(run_dir)
+    verdict = judge(
+        evidence, baseline, expected_rollouts=expected_rollouts, require_env=require_env
+    )
+    lines: tuple[str, ...] = ()
+    markdown = render_markdown(verdict)
+    if history is not None:
+        appended = append(history, verdict, evidence, baseline, environ=os.environ)
+        lines = appended.lines
+        if appended.section:
+            markdown += "\n" + appended.section
+    out_dir = report_dir_of(run_dir, report_dir)
+    files = ReportFiles.in_dir(out_dir)
+    contents = {
+        files.json.name: render_json(verdict).encode("utf-8"),
+        files.markdown.name: markdown.encode("utf-8"),
+        files.plot.name: metrics_png(verdict, evidence, baseline),
+    }
+    write_files(out_dir, contents, root=run_dir if report_dir is None else None)
+    return GateResult(verdict, evidence, baseline, files, markdown, lines)

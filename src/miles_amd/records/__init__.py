@@ -1,0 +1,11 @@
+"""Typed records of a run dir's JSON files: what each holds and how it is validated.
+
+- ``job``: ``job.json``, the Ray job's end state (:class:`~miles_amd.records.job.JobRecord`);
+- ``env``: ``env.json``, the preflight's facts (:class:`~miles_amd.records.env.EnvRecord`);
+- ``plan``: ``plan.json``, the launch plan (:class:`~miles_amd.records.plan.PlanRecord`).
+
+Writers (the driver, the preflight) and ``miles_amd.evidence`` (the reader, into
+``RunEvidence``) share them; judging, recording a baseline and the history consume the
+records' fields, not the files (``tests/unit/test_layers.py``). Pure: nothing here opens a
+file.
+"""

@@ -1,0 +1,151 @@
+"""``env.json``: what ``miles-amd preflight`` found on the node, read into one record.
+
+Decides what env.json says and whether it can be believed, once, for every consumer (the
+environment, all-reduce and model-build checks, ``baseline record``, the history):
+
+- ``facts``: by name, each ``name``, ``status`` (``ok``/``missing``/``wrong``), ``value``,
+  ``message`` (``run.facts.Fact``, as ``run.preflight.write_env_json`` writes them);
+- ``aiter_variant``: the top-level ``aiter_variant`` when it is one of
+  ``miles_amd.variants.AITER_VARIANTS``; anything else is None and a problem;
+- ``aiter_version``: the ``aiter`` fact's value when ``ok`` (``"amd-aiter 0.1.5 @ 0123456789ab"``);
+- ``aiter_commit``: the commit the ``aiter_commit`` fact names (``"1a2b3c4d (aiter/_version.py,
+  setuptools-scm +g)"``; ``"unknown: ..."`` names none; ``run.probes_allreduce`` says where
+  it looks);
+- ``gpu_arch``/``gpu_count`` (the ``gpus`` fact, ``"8x gfx950 (torch)"``) and ``rocm``
+  (major.minor of the ``rocm`` fact, ``"7.2.0-43 (...)"``), whatever the fact's status;
+- ``written_at``: when the preflight wrote it;
+- ``problems``: what makes env.json unbelievable: a fact that is not an object with a string
+  ``name``, a known ``status`` and a string ``value``; the same fact twice; ``ok`` that is not
+  a boolean or disagrees with the facts; an ``aiter_variant`` that is not a known variant or
+  disagrees with the ``aiter_variant`` fact; a failed fact (the preflight said this node
+  cannot run the recipe).
+
+Caveat: a value is read whatever its fact's status; whether a problem fails a check is the
+judge's (``judge.environment``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from miles_amd.variants import AITER_VARIANTS
+
+__all__ = ["EnvFact", "EnvRecord"]
+
+_STATUSES = ("ok", "missing", "wrong")
+_COMMIT = re.compile(r"^([0-9a-f]{7,64})(?:\s|$)")
+_GPUS = re.compile(r"^\s*(\d+)x\s+([A-Za-z0-9_,]+)")
+_MAJOR_MINOR = re.compile(r"^\s*(\d+)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class EnvFact:
+    """One preflight fact as env.json records it."""
+
+    name: str
+    status: str
+    value: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class EnvRecord:
+    """env.json, read; see the module doc."""
+
+    facts: Mapping[str, EnvFact] = field(default_factory=dict)
+    ok: bool = False  # env.json's own "ok", True only when it says true and nothing contradicts
+    aiter_variant: str | None = None
+    written_at: str | None = None  # when the preflight wrote it (UTC, ISO 8601)
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> EnvRecord:
+        """The record of env.json's object; never raises: what is wrong is a problem."""
+        facts, problems = _facts(data.get("facts"))
+        variant, variant_problem = _variant(data.get("aiter_variant"), facts)
+        problems += variant_problem
+        all_ok = bool(facts) and all(f.status == "ok" for f in facts.values())
+        recorded_ok = data.get("ok")
+        if not problems and recorded_ok is not all_ok:
+            problems.append(f'"ok" is {recorded_ok!r} but the facts say {all_ok}')
+        return cls(
+            facts=facts,
+            ok=recorded_ok is True and all_ok,
+            aiter_variant=variant,
+            written_at=written if isinstance(written := data.get("written_at"), str) else None,
+            problems=tuple(problems),
+        )
+
+    def value(self, name: str) -> str:
+        """The value of fact ``name``; "" when env.json has no such fact."""
+        fact = self.facts.get(name)
+        return fact.value if fact is not None else ""
+
+    @property
+    def failed(self) -> list[EnvFact]:
+        """The facts whose status is not ``ok``."""
+        return [fact for fact in self.facts.values() if fact.status != "ok"]
+
+    @property
+    def aiter_version(self) -> str | None:
+        fact = self.facts.get("aiter")
+        return fact.value if fact is not None and fact.status == "ok" and fact.value else None
+
+    @property
+    def aiter_commit(self) -> str | None:
+        commit = _COMMIT.match(self.value("aiter_commit"))
+        return commit.group(1) if commit else None
+
+    @property
+    def gpu_arch(self) -> str | None:
+        gpus = _GPUS.match(self.value("gpus"))
+        return gpus.group(2).lower() if gpus else None
+
+    @property
+    def gpu_count(self) -> int | None:
+        gpus = _GPUS.match(self.value("gpus"))
+        return int(gpus.group(1)) if gpus else None
+
+    @property
+    def rocm(self) -> str | None:
+        version = _MAJOR_MINOR.match(self.value("rocm"))
+        return f"{version.group(1)}.{version.group(2)}" if version else None
+
+
+def _facts(raw: object) -> tuple[dict[str, EnvFact], list[str]]:
+    if not isinstance(raw, list):
+        return {}, ['"facts" is not a list of the preflight\'s facts']
+    facts: dict[str, EnvFact] = {}
+    problems: list[str] = []
+    for index, fact in enumerate(raw):
+        if not (
+            isinstance(fact, Mapping)
+            and isinstance(fact.get("name"), str)
+            and fact.get("status") in _STATUSES
+            and isinstance(fact.get("value"), str)
+        ):
+            problems.append(f"facts[{index}] is not a fact (name, status ok|missing|wrong, value)")
+            continue
+        name = str(fact["name"])
+        if name in facts:
+            problems.append(f"fact {name!r} recorded twice (contradictory)")
+            continue
+        message = fact.get("message")
+        message = message if isinstance(message, str) else ""
+        facts[name] = EnvFact(name, str(fact["status"]), str(fact["value"]), message)
+        if fact["status"] != "ok":
+            problems.append(f"fact {name!r} is {fact['status']}: {message or 'no message'}")
+    return facts, problems
+
+
+def _variant(raw: object, facts: Mapping[str, EnvFact]) -> tuple[str | None, list[str]]:
+    if raw is None:
+        return None, []
+    if not isinstance(raw, str) or raw not in AITER_VARIANTS:
+        return None, [f'"aiter_variant" is {raw!r}, not one of {", ".join(AITER_VARIANTS)}']
+    fact = facts.get("aiter_variant")
+    if fact is not None and fact.value != raw:
+        return raw, [f'"aiter_variant" is {raw!r} but the aiter_variant fact says {fact.value!r}']
+    return raw, []

@@ -1,0 +1,119 @@
+"""``job.json``: the Ray job's end state, as the driver writes it and evidence/ reads it.
+
+Decides :class:`JobRecord`'s fields and their validation (strict: a wrong type is a
+``ValueError`` naming the field) and :func:`json_object`, the strict JSON object reader of
+every run-dir record (``miles_amd.strict_json``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import TypeVar
+
+from miles_amd import strict_json
+
+__all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "json_object"]
+
+JOB_STATES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
+STOP_REASONS = frozenset({"timeout", "interrupt", "fail-fast"})
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """``job.json``: the Ray job's end state and why the driver stopped it, if it did.
+
+    Written by the driver (:meth:`to_json`), read back by :meth:`from_json`, which is strict:
+    ``job_id`` (non-empty string) and ``status`` (one of Ray's :data:`JOB_STATES`) are
+    required; every other field may be absent or null; a wrong type raises ``ValueError``
+    naming the field. Keys this model does not know are ignored.
+
+    - ``start_time``/``end_time``: seconds since the epoch (Ray reports milliseconds).
+    - ``stopped_by``: ``None`` or one of :data:`STOP_REASONS`; ``stop_requested_at`` is when
+      the driver asked Ray to stop the job (epoch seconds).
+    - ``failfast``: the watcher's trip (``rule``, ``detail``, ``step``, ``line``,
+      ``fault_time``, ``detected_at``); ``failfast_latency_s``: the stop request minus the
+      moment the fault appeared on the job's own clock.
+    - ``final_log_error``: why Ray could not give the job's full log at its end (its node
+      was lost); ``job.log`` is then only what was streamed, so the run cannot pass.
+    """
+
+    job_id: str
+    status: str
+    message: str = ""
+    start_time: float | None = None
+    end_time: float | None = None
+    driver_exit_code: int | None = None
+    stopped_by: str | None = None
+    stop_requested_at: float | None = None
+    failfast: dict[str, object] | None = None
+    failfast_latency_s: float | None = None
+    final_log_error: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> JobRecord:
+        """Parse ``job.json``'s text; ``ValueError`` for bad JSON or a bad field."""
+        return cls.from_dict(json_object(text))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> JobRecord:
+        job_id, status = data.get("job_id"), data.get("status")
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError(f'"job_id" must be a non-empty string, found {job_id!r}')
+        if not isinstance(status, str) or status not in JOB_STATES:
+            raise ValueError(f'"status" must be one of {sorted(JOB_STATES)}, found {status!r}')
+        return cls(
+            job_id=job_id,
+            status=status,
+            message=_optional(data, "message", str, "a string") or "",
+            start_time=_number(data, "start_time"),
+            end_time=_number(data, "end_time"),
+            driver_exit_code=_optional(data, "driver_exit_code", int, "an integer"),
+            stopped_by=_stop_reason(data),
+            stop_requested_at=_number(data, "stop_requested_at"),
+            failfast=_optional(data, "failfast", dict, "an object"),
+            failfast_latency_s=_number(data, "failfast_latency_s"),
+            final_log_error=_optional(data, "final_log_error", str, "a string"),
+        )
+
+
+def _optional(data: dict[str, object], name: str, kind: type[T], what: str) -> T | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(f'"{name}" must be {what} or null, found {value!r}')
+    return value
+
+
+def _stop_reason(data: dict[str, object]) -> str | None:
+    value = data.get("stopped_by")
+    if value is not None and value not in STOP_REASONS:
+        raise ValueError(
+            f'"stopped_by" must be null or one of {sorted(STOP_REASONS)}, found {value!r}'
+        )
+    return value
+
+
+def _number(data: dict[str, object], name: str) -> float | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f'"{name}" must be a finite number or null, found {value!r}')
+    return float(value)
+
+
+def json_object(text: str | bytes) -> dict[str, object]:
+    """The JSON object in a run-dir file's ``text``, read by ``miles_amd.strict_json`` (no
+    duplicate key, no non-finite number, bounded depth and integers); ``ValueError`` saying
+    what is wrong and where (its JSON path)."""
+    data = strict_json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, found {type(data).__name__}")
+    return data

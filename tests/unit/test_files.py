@@ -1,0 +1,101 @@
+"""miles_amd.files on a real file system: link-safe set writes, whole or nothing, and
+cleanup of a killed writer's temp files; the two bugs of the second writer it replaced
+(``compare`` followed a ``report`` link out of the run dir; a FIFO plan.json hung
+``gate --history``) through the real CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from miles_amd.cli.main import app
+from miles_amd.files import UnsafeDir, atomic_write_text, write_files
+from tests.constants import EXAMPLE
+
+
+def example(tmp_path: Path, name: str = "run") -> Path:
+    run_dir = tmp_path / name
+    shutil.copytree(EXAMPLE, run_dir, ignore=shutil.ignore_patterns("report"))
+    return run_dir
+
+
+def test_a_set_is_written_whole_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    write_files(tmp_path / "out", {"a.json": b"1", "b.md": b"2"})
+    write_files(tmp_path / "out", {"a.json": b"3", "b.md": b"4"})
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["a.json", "b.md"]
+    assert (tmp_path / "out" / "a.json").read_bytes() == b"3"
+
+
+def test_a_link_anywhere_below_the_root_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "report").symlink_to(outside)
+    with pytest.raises(UnsafeDir, match="symbolic link"):
+        write_files(root / "report" / "compare", {"x.md": b"x"}, root=root)
+    assert list(outside.iterdir()) == []
+
+
+def test_a_failed_write_keeps_the_previous_set(tmp_path: Path) -> None:
+    """A file-size limit (EFBIG, as a full disk is ENOSPC) hits the second file of the set:
+    the first keeps its old bytes, no temp file stays."""
+    out = tmp_path / "out"
+    write_files(out, {"report.json": b"old", "metrics.png": b"old"})
+    code = (
+        "import resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "from miles_amd.files import write_files\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        "try:\n"
+        "    write_files(Path(sys.argv[1]), {'report.json': b'new', 'metrics.png': b'x' * 9000})\n"
+        "except OSError as exc:\n"
+        "    print(exc.errno)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "27"  # EFBIG
+    assert (out / "report.json").read_bytes() == b"old"
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.png", "report.json"]
+
+
+def test_a_killed_writers_temp_files_are_removed_by_the_next_write(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".report.json.0a1b2c3d4e5f.tmp").write_bytes(b"half")
+    (out / ".job.json.abcdef.tmp").write_bytes(b"half")
+    (out / ".unrelated.tmp").write_bytes(b"kept")
+    write_files(out, {"report.json": b"{}"})
+    atomic_write_text(out / "job.json", "{}")
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [".unrelated.tmp", "job.json", "report.json"]
+
+
+def test_compare_refuses_a_report_link_in_run_b(tmp_path: Path) -> None:
+    a, b = example(tmp_path, "a"), example(tmp_path, "b")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (b / "report").symlink_to(outside)
+    result = CliRunner().invoke(app, ["compare", "--run-dir", str(a), "--run-dir", str(b)])
+    assert result.exit_code == 2, result.output
+    assert "symbolic link" in result.output
+    assert list(outside.iterdir()) == []
+
+
+def test_a_fifo_plan_json_is_refused_not_waited_on(tmp_path: Path) -> None:
+    run_dir = example(tmp_path)
+    os.mkfifo(run_dir / "plan.json")
+    argv = [sys.executable, "-m", "miles_amd.cli", "gate", "--run-dir", str(run_dir)]
+    argv += ["--baseline", "patched", "--history", str(tmp_path / "h.sqlite")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "plan.json" in done.stdout + done.stderr
