@@ -1,4 +1,4 @@
-"""A baseline file's text: the one layout ``baseline record`` writes.
+"""A baseline file's text: the layout ``baseline record`` writes.
 
 Decides the text only: 2-space indent, a list of numbers or strings on one line (a series
 reads as one row), strict JSON (a non-finite number raises ``ValueError``), UTF-8 kept as

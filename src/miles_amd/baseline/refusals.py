@@ -10,8 +10,9 @@ line naming the file or flag and the fix); what the recorded file holds is
 2. ``job.json`` is missing, or the Ray job did not end ``SUCCEEDED``;
 3. ``env.json`` is missing or its ``ok`` is not ``true`` (preflight did not run, or did not
    pass) -- unless ``allow_no_preflight`` (``--allow-no-preflight``: the embedded example and
-   a CPU rehearsal have no GPUs to pass a preflight); the provenance then says so, never
-   silently; ``env.json``'s ``aiter_variant``, when recorded, must equal the variant asked for;
+   a CPU rehearsal have no GPUs to pass a preflight); the provenance then says so
+   (``tests/unit/test_baseline_record.py``); ``env.json``'s ``aiter_variant``, when
+   recorded, must equal the variant asked for;
 4. ``job.log`` holds a ``fatal`` sentinel;
 5. a metric a required rule names is absent, or any metric a rule names is present but not
    exactly steps ``0..N-1`` once each (``N`` = the rollouts asked for, default the template's

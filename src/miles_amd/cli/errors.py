@@ -1,4 +1,4 @@
-"""The one way a ``miles-amd`` command reports an error and exits.
+"""How a ``miles-amd`` command reports an error and exits.
 
 Decides the error line's shape, ``miles-amd: error: <message>`` (one line on stderr, newlines
 folded); the codes are ``miles_amd.exit_codes``'.

@@ -1,17 +1,20 @@
 """``miles-amd history``: list past gate verdicts, plot their trends, check drift, export.
 
-Decides the command's options and output. Reads the history the user names (``--history
-PATH``, else ``$MILES_AMD_HISTORY``; ``miles_amd.cli.options.named_history``) read-only:
-it never creates or modifies a file; none named, a missing file, a file that is no history
-(an empty one included) or one of another schema version exits 2 naming ``--history`` and
-the fix. Lists the runs (``--variant``, ``--baseline``, ``--limit`` filter), oldest first,
-with the drift findings of each identity (recipe and aiter build, from the run;
-``miles_amd.history.drift``: a trend test over its last 12 trusted runs); ``--plot PATH``
-writes the per-metric trend PNG; ``--export DIR`` writes what upstream miles' CI capture
-would have written for the runs (``miles_amd.history.export``). Exit 0 when listed (a drift
-is reported, not an exit code: the gate's verdict is the gate's). ``history mark-untrusted
-ID`` / ``mark-trusted ID`` (the only writes of this command) take a run out of the trend
-(and the export's trusted runs) and put it back; a failed gate is never trusted.
+Decides the command's options and output:
+
+- the history is the one the user names (``--history PATH``, else ``$MILES_AMD_HISTORY``;
+  ``miles_amd.cli.options.named_history``); none named, a missing file, a file that is no
+  history (an empty one included) or one of another schema version exits 2 naming
+  ``--history`` and the fix;
+- listing reads it read-only and creates or modifies no file
+  (``tests/unit/test_cli_interface.py``): the runs (``--variant``, ``--baseline``, ``--limit``
+  filter), oldest first, with the drift findings of each identity (recipe and aiter build,
+  from the run; ``miles_amd.history.drift``); exit 0 when listed (a drift is reported, not
+  an exit code);
+- ``--plot PATH`` writes the per-metric trend PNG; ``--export DIR`` writes what upstream
+  miles' CI capture would have written for the runs (``miles_amd.history.export``);
+- ``history mark-untrusted ID`` / ``mark-trusted ID`` take a run out of the trend (and the
+  export's trusted runs) and put it back; a failed gate is not trusted whatever its mark.
 
 The append of a judged run (``gate``, ``train --gate``) is ``miles_amd.app.history``'s.
 """

@@ -1,11 +1,11 @@
-"""The ``miles-amd`` command line: the app, its commands, and the one place errors leave it.
+"""The ``miles-amd`` command line: the app, its commands, and where errors leave it.
 
 Decides which commands exist (each lives in its own module: ``prepare``, ``train`` and
 ``full-train``, ``preflight``, ``gate``, ``baseline``, ``compare``, ``history``,
 ``canary``),
 ``--version``, and how the process exits: :func:`main` runs the app without click's
 standalone handling, so a usage error click finds (unknown flag, value out of range) is
-reported like every other bad input, as one
+reported like other bad input, as one
 ``miles-amd: error:`` line and exit 2 (``miles_amd.exit_codes`` lists the exit codes), and a
 reader that closes stdout or stderr early changes no exit code (``miles_amd.cli.output``).
 typer >= 0.2x vendors click as ``typer._click`` (older typer uses ``click`` itself); the
