@@ -3,8 +3,8 @@
 miles' ``CiHistoryBackend`` (``miles/utils/tracking_utils/ci_history.py``) keeps, per process,
 one file ``<pid>-<uuid>.<ext>`` in ``$MILES_CI_GATE_RECORD_DIR`` holding one JSON object a
 line: ``{"metric": "<key>", "series": [[step, value], ...]}``. It rewrites the whole file
-through ``<file>.tmp`` + ``os.replace`` on every log call, so a reader never sees half a
-snapshot. Format facts: the extension is ``.jsonl`` in the recipe's runs and ``.ndjson`` in
+through ``<file>.tmp`` + ``os.replace`` on every log call, so a reader sees whole
+snapshots. Format facts: the extension is ``.jsonl`` in the recipe's runs and ``.ndjson`` in
 some miles versions (both are read; ``*.tmp`` files are writes in flight and are not);
 non-finite values appear either as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` or,
 from a plain ``json.dumps``, as the bare tokens ``NaN``/``Infinity``/``-Infinity`` (both are

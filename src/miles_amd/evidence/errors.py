@@ -2,7 +2,7 @@
 
 Every reader returns a :data:`~miles_amd.evidence.types.SeriesMap`: ``metric key -> tuple of
 (step, value)`` with ``int`` steps and ``float`` values, sorted by step (stable, so a
-duplicated step keeps the order it was read in). A metric with no points is absent, never an
+duplicated step keeps the order it was read in). A metric with no points is absent, not an
 empty series. Evidence that cannot be read raises a named error; nothing is dropped or
 guessed:
 

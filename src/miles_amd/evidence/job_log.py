@@ -11,7 +11,7 @@ manager's). The number after the word is the step of every metric in the dict.
 
 Decides: which lines are metric lines and what they say. A metric line is a line with
 ``] <file>:<lineno> - step|rollout|perf <n>: {``; every other line is ignored. A metric line
-whose dict cannot be read is a :class:`MetricsFormatError` naming file and line, never a
+whose dict cannot be read is a :class:`MetricsFormatError` naming file and line, not a
 skipped line. Values: ``int``/``float`` (and ``bool``, as ``add_scalar`` stores it: 1.0/0.0),
 the names ``nan`` and ``inf`` (how Python prints non-finite floats), signs, and numpy scalar
 reprs such as ``np.float64(0.5)`` (numpy >= 2 prints those inside dicts). Strings, ``None``

@@ -12,10 +12,10 @@ The layout (every part optional)::
 Decides: what was read and what could not be. Every source present is read; one that fails
 (corrupt, truncated, malformed, unreadable) becomes a
 :class:`~miles_amd.evidence.types.SourceProblem` naming file and offset or line, and the other
-sources still count; a source is never turned into an empty series. A present metric source
+sources still count; a failed source is not turned into an empty series. A present metric source
 that holds nothing (a ``tensorboard/`` without event files or without scalars, a
 ``ci_history/`` without records, a ``job.log`` without metric lines), and a directory with no
-metric source at all, are problems too: a gate must not pass on evidence it never saw.
+metric source at all, are problems too: a gate must not pass on evidence it did not see.
 
 ``job.json``, ``env.json`` and ``plan.json`` are read into their records
 (``miles_amd.records``); a bad field is a problem of that record naming it. A missing record

@@ -11,7 +11,7 @@ it comes as pieces of at most :data:`MAX_LINE` bytes, each yielded with the line
 no ``\\n`` of its own (only the line's last piece ends with one), so memory stays bounded even
 for a log without newlines and the sentinel scan sees every byte (a fatal message after
 megabytes of ``\\r`` progress output on one line is found). A piece is cut just after the
-last ``\\r`` in it when there is one, so a progress update is never split; a piece without
+last ``\\r`` in it when there is one, so a progress update stays whole; a piece without
 any ``\\r`` is cut at :data:`MAX_LINE` bytes and the next one starts :data:`OVERLAP` bytes
 earlier, so a signature across the cut is still whole in one piece (and may be counted in
 both). No line the recipe prints comes near the limit (a metric line of 150 metrics is about

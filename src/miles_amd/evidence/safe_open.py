@@ -1,7 +1,7 @@
 """Open a run directory's files as untrusted input: regular files inside it, of bounded size.
 
-A run dir is written by a job and may be copied from anywhere, so every reader of
-``miles_amd.evidence`` opens its files through this module, and only ever gets:
+A run dir is written by a job and may be copied from anywhere, so the readers of
+``miles_amd.evidence`` open its files through this module, and get:
 
 - **a regular file**: a device, FIFO or socket is refused *before* it is opened (a FIFO
   with no writer blocks ``open`` forever, ``/dev/zero`` reads without end). The file is
@@ -23,8 +23,9 @@ Links inside the run dir are refused too, not only those leading out: no writer 
 (an event file linked under two names doubles every point), a directory link can loop, and
 one rule ("no links below the run dir") is checked by the kernel without resolving anything.
 A refused link is named with where it leads only as "inside" or "outside the run directory":
-nothing outside the run dir is ever quoted. A hard link is not detectable as "outside" (its
-name is inside; it *is* the file) and is read like any file.
+nothing outside the run dir is quoted (``tests/unit/test_evidence_safe_open.py``). A hard link
+is not detectable as "outside" (its name is inside; it *is* the file) and is read like any
+file.
 
 Decides: whether a file may be read and how much of it. A refusal is a :class:`RefusedFile`
 naming the file (its path under ``root``) and the reason; ``FileNotFoundError`` means absent.

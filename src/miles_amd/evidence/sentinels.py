@@ -4,7 +4,7 @@ Decides: which lines of ``job.log`` carry a known signature, how often each sign
 occurs and where it first occurs. The signatures live in one table, :data:`SENTINELS`;
 each is ``fatal`` (the run is broken even if the Ray job later reports SUCCEEDED, or
 the job is about to die) or ``known`` (a tracked, harmless message that is counted and
-reported but must never fail a run).
+reported but does not fail a run).
 
 Does not decide: whether a run passes. The gate combines these hits with the job state and
 the metrics; the watcher may stop a job on a fatal hit.
@@ -20,7 +20,7 @@ Format facts the patterns rely on:
 
 - Ray prefixes worker lines with the actor, e.g.
   ``(MegatronTrainRayActor pid=4242) [2026-11-20 10:03:50.007 ] file.py:12 - <message>``;
-  patterns search anywhere in the line, never anchor at the start of the message.
+  patterns search anywhere in the line, not anchored at the start of the message.
 - Megatron warns ``Using a large number of experts (e.g. >=32) without fp32 routing`` once
   per trainer rank (8 on one node): a count of about 8 is expected (radixark/miles#3263).
 - aiter logs ``shape is M:.., N:.., K:.., not found tuned config in <csv>, will use default

@@ -10,7 +10,7 @@ Rules every producer of these types keeps:
 - A series is the points of one metric key, ordered by step, exactly as read: a duplicated
   step stays duplicated (the gate names it), nothing is dropped or interpolated.
 - Evidence that could not be read is a :class:`SourceProblem` naming the file and the
-  offset or line, never an empty series.
+  offset or line, not an empty series.
 """
 
 from __future__ import annotations
