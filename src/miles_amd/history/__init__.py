@@ -1,1 +1,1 @@
-"""Run history: every gate verdict kept in a SQLite store, listed, plotted and checked for drift."""
+"""Run history: gate verdicts kept in a SQLite store, listed, plotted and checked for drift."""

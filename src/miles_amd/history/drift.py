@@ -4,7 +4,8 @@ Decides when slow drift across pull requests (each run a little worse, each stil
 is flagged. Pure: takes stored runs of one identity (oldest first), returns findings.
 
 The rule: for each metric, take the run means of the last :data:`WINDOW` (12) *trusted*
-runs (a gate pass not marked untrusted; a failed or untrusted run never feeds the trend)
+runs (a gate pass not marked untrusted; a failed or untrusted run does not feed the trend:
+``tests/unit/test_history.py``)
 and compute Mann-Kendall's ``S = sum over pairs i < j of sign(mean_j - mean_i)`` (-66 .. 66);
 ``|S| >= threshold`` flags a drift up (S > 0) or down. For healthy runs the run means are
 exchangeable, so S's distribution is the same whatever the metric's; the check looks at every

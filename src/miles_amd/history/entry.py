@@ -2,12 +2,12 @@
 
 - :func:`history_record` (pure) decides the record's fields from the verdict, the evidence,
   the baseline and the process environment. The run's identity comes from the run itself,
-  never from the baseline it was judged by: ``recipe_digest`` is plan.json's
-  ``PlanRecord.identity_digest`` (null without plan.json), ``variant`` ``RunEvidence.variant``
-  and ``aiter_commit`` ``EnvRecord.aiter_commit``; each null when the run does not record it.
-  ``baseline`` says what judged it; ``image`` is ``$MILES_AMD_IMAGE``, ``commit``
-  ``$GITHUB_SHA`` (null when unset). The series kept are the baseline's gated metrics, every
-  point (a non-finite one included).
+  not from the baseline it was judged by (``tests/unit/test_history.py``):
+  ``recipe_digest`` is plan.json's ``PlanRecord.identity_digest`` (null without plan.json),
+  ``variant`` ``RunEvidence.variant`` and ``aiter_commit`` ``EnvRecord.aiter_commit``; each null
+  when the run does not record it. ``baseline`` says what judged it; ``image`` is
+  ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA`` (null when unset). The series kept are the
+  baseline's gated metrics, every point (a non-finite one included).
 - :func:`append_verdict` opens the store, appends, and returns the runs of the new run's
   identity including it, with the drift threshold for the metrics they hold
   (``miles_amd.history.drift``).

@@ -28,7 +28,7 @@ Identity mapping (upstream's ``RunIdentity`` from one of our runs):
 ============  =====================================================================
 ``test_path``  ``tests/e2e/amd/test_gpt_oss_20b_lora_<aiter variant>.py`` (one file per
                variant: upstream's identity has no aiter field, and a stock and a patched
-               history must never share a baseline)
+               history must not share a baseline)
 ``backend``    ``rocm`` (``gate._BACKEND_STR[HWBackend.ROCM]``; the GPU is not in it)
 ``suite``      ``nightly-stage-c-8-gpu-mi350``: upstream's 8-GPU ROCm suite
                (``run_suite.CI_SUITES``); MI355X is an MI350-series GPU

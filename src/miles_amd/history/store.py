@@ -1,4 +1,4 @@
-"""The run-history store: one SQLite file, schema versioned, every gate verdict appended.
+"""The run-history store: one SQLite file, schema versioned, gate verdicts appended.
 
 Decides what is kept of a judged run and where: a row in ``runs`` (the fields of
 :class:`RunRow`: when, recipe and its digest, aiter variant and commit, baseline, image,
@@ -9,17 +9,18 @@ its finite per-rollout values in ``metric_values`` and its non-finite ones in
 the export writes what the run had), and in ``untrusted_marks`` the runs a maintainer took out
 of the trend (:meth:`HistoryStore.mark`, reversible). A run's :class:`Identity` (recipe,
 digest, aiter variant and commit) and whether it is ``trusted`` (a pass not marked) are read
-from the row, never from the baseline's name. ``meta.schema_version`` is
+from the row, not from the baseline's name. ``meta.schema_version`` is
 :data:`SCHEMA_VERSION` (2 since the identity, markers and marks); a file of another version is
-refused, never migrated silently. Standard library only (``sqlite3``); appends are one
-transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) never leave half
-a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: the row is
+refused, not migrated (``tests/unit/test_history.py``). Standard library only (``sqlite3``);
+appends are one transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) do not
+leave half a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: the row is
 named and skipped, the rest listed). Columns are the dataclasses' fields, each spelled once
-with its SQL type; every INSERT and SELECT names its columns.
+with its SQL type (``tests/unit/test_history.py``); INSERTs and SELECTs name their columns.
 
 Where: the file the CLI names (``--history PATH`` or ``$MILES_AMD_HISTORY``;
 ``miles_amd.cli.options.named_history``); there is no default file. A store opened
-``read_only`` (listing) is never created, initialised or modified. It does not decide what a
+``read_only`` (listing) is not created, initialised or modified
+(``tests/unit/test_cli_interface.py``). It does not decide what a
 drift is (``miles_amd.history.drift``) nor when to append (``miles-amd gate`` and
 ``train --gate``, when a history is named).
 
