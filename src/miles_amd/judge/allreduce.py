@@ -7,13 +7,14 @@ SGLang chooses silently (``run.sglang_allreduce`` has its rule) and says which i
 job log: ``[AR] Using AiterCustomAllreduce`` (aiter's), ``[AR] Aiter custom all-reduce not
 available; falling back to sglang CustomAllreduce`` (the import failed) or ``AMD/ROCm: Using
 1-stage all-reduce kernel (deterministic)`` (deterministic mode); ``evidence.sentinels``
-counts them (``known`` hits, never fatal on their own). The preflight's prediction is
+counts them (``known`` hits, not fatal on their own). The preflight's prediction is
 env.json's ``sglang_allreduce`` fact (``route: reason``).
 
-Outcome, for the variant (env.json's ``aiter_variant``, else the baseline's name; any variant
-but rccl needs aiter's):
+Outcome, for the run's variant (``RunEvidence.variant``: env.json's ``aiter_variant``, else
+plan.json's; any variant but rccl, or none recorded, needs aiter's;
+``tests/unit/test_ab_premise.py``):
 
-- the log shows a route other than the one needed (every engine must take aiter's: one
+- the log shows a route other than the needed one (each engine must take aiter's: one
   fallback next to aiter lines fails too), or the preflight predicted one: ``fail``, naming
   the line or the fact and the fix;
 - the log shows the needed route and nothing else: ``pass``;

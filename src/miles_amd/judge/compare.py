@@ -30,7 +30,7 @@ prompt-difficulty spread (the reward's largest noise) from the difference.
   stock or earlier run, A)? p is the hypergeometric probability of B's count or fewer.
   With it, :func:`spike_power`: the probability this test reaches 5% at the given rollout
   counts when A spikes at a per-rollout rate of 5% or 10% (:data:`SPIKE_RATES`, the
-  intermittent rates the seed's stock runs showed) and B never does, and the rollouts a
+  intermittent rates the seed's stock runs showed) and B does not spike, and the rollouts a
   run (equal counts) needs for 95% power (:func:`rollouts_for_power`); and what a run with
   no spike rules out: a per-rollout spike rate above ``1 - 0.05^(1/N)`` (95%; about 3/N).
 

@@ -9,8 +9,8 @@ Decides the gate's built-in ``model.lora_experts`` check from env.json's deep-pr
   fact (an expert linear the targets name left bare) fails with its message.
 - ``attention_window`` ``wrong`` (the trainer's windowed layers differ from config.json's
   ``layer_types``) fails: the trainer would not compute the model SGLang serves.
-- ``router_dtype`` never fails. Its value goes into the detail: bf16 while the argv says
-  fp32 is miles#3263, known and tracked (``recipe.ignored_flags``).
+- ``router_dtype`` does not fail (``tests/unit/test_model_build_check.py``). Its value goes into the
+  detail: bf16 while the argv says fp32 is miles#3263, known and tracked (``recipe.ignored_flags``).
 
 Without env.json, or with a count the probe could not take (``unknown: ...``, a CPU
 machine), the check is ``not_measured``, and a failure with ``require_env``
