@@ -107,7 +107,7 @@ def test_a_shifted_rehearsal_round_trips_and_the_diff_marks_each_changed_band(
 
 def test_a_plain_rehearsal_records_the_shipped_bands(healthy_run: TrainResult, tmp_path) -> None:
     assert expectation_problems(None, healthy_run) == []  # the replay of the embedded example
-    out = tmp_path / "recorded" / "replayed.json"
+    out = tmp_path / "replayed" / "patched.json"
     record_and_gate(healthy_run.outcome.run_dir, out)
 
     assert bands(out) == bands(SHIPPED / "patched.json")  # the replay carries the published series

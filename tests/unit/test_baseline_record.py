@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from functools import partial
 from pathlib import Path
@@ -140,7 +141,7 @@ def test_a_complete_run_with_passing_preflight_records_and_round_trips(tmp_path:
     run_dir = write_run(tmp_path / "run", values)
     write_env(run_dir)
     write_ar_line(run_dir)
-    out = tmp_path / "baselines" / "new.json"
+    out = tmp_path / "baselines" / "patched.json"
     result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
@@ -148,7 +149,7 @@ def test_a_complete_run_with_passing_preflight_records_and_round_trips(tmp_path:
 
     recorded = load_baseline(out)  # the very loader the gate uses
     raw = json.loads(out.read_text())
-    assert recorded.name == "new" and recorded.run_id == JOB_ID
+    assert recorded.name == "patched" and recorded.run_id == JOB_ID
     provenance = recorded.provenance
     assert provenance["hardware"] == "8x gfx950 (torch)"
     assert provenance["rocm"] == "7.2.0-43 (/opt/rocm/.info/version)"
@@ -216,7 +217,7 @@ def test_the_rules_are_the_shipped_ones(tmp_path: Path) -> None:
 
 def test_the_example_needs_allow_no_preflight_and_then_round_trips(tmp_path: Path) -> None:
     run_dir = copy_example(tmp_path)
-    out = tmp_path / "example.json"
+    out = tmp_path / "patched.json"
     refused = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert_refused(refused, out, f"{run_dir}/env.json", "preflight did not run")
     assert "--allow-no-preflight" in refused.stderr
@@ -266,7 +267,7 @@ def test_the_example_with_a_passing_preflight_needs_no_flag(tmp_path: Path) -> N
     run_dir = copy_example(tmp_path)
     write_env(run_dir)
     write_ar_line(run_dir)
-    out = tmp_path / "example.json"
+    out = tmp_path / "patched.json"
     result = record_cli(run_dir, out)
     assert result.exit_code == 0, result.stderr
     recorded = load_baseline(out)
@@ -302,7 +303,7 @@ def test_the_example_with_a_passing_preflight_needs_no_flag(tmp_path: Path) -> N
 def test_a_job_that_did_not_succeed_is_refused(tmp_path: Path, status: str) -> None:
     run_dir = write_run(tmp_path / "run", published_values(), status=status)
     write_env(run_dir)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert_refused(result, out, f"{run_dir}/job.json", f"ended {status}", "not SUCCEEDED")
 
@@ -311,14 +312,14 @@ def test_a_run_without_job_json_is_refused(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "run", published_values())
     write_env(run_dir)
     (run_dir / "job.json").unlink()
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     assert_refused(record_cli(run_dir, out), out, f"{run_dir}/job.json: missing")
 
 
 def test_a_short_run_is_refused_unless_its_count_is_given(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "run", published_values(15))
     write_env(run_dir)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     result = record_cli(run_dir, out)
     assert_refused(result, out, "missing steps 15..19", "--num-rollouts")
 
@@ -337,7 +338,7 @@ def test_a_run_with_a_lost_rollout_in_the_middle_is_refused(tmp_path: Path) -> N
     steps = [s for s in range(20) if s != 7]
     run_dir = write_run(tmp_path / "run", published_values(), rollouts=steps)
     write_env(run_dir)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     assert_refused(record_cli(run_dir, out), out, "missing steps 7")
 
 
@@ -345,7 +346,7 @@ def test_a_duplicated_rollout_is_refused(tmp_path: Path) -> None:
     steps = [*range(6), 5, *range(6, 20)]
     run_dir = write_run(tmp_path / "run", published_values(), rollouts=steps)
     write_env(run_dir)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     assert_refused(record_cli(run_dir, out), out, "duplicated steps 5")
 
 
@@ -354,7 +355,7 @@ def test_a_nan_is_refused(tmp_path: Path) -> None:
     values[LOGPROB][7] = math.nan
     run_dir = write_run(tmp_path / "run", values)
     write_env(run_dir)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     assert_refused(record_cli(run_dir, out), out, f"{LOGPROB} is nan at step 7", "diverged")
 
 
@@ -365,7 +366,7 @@ def test_a_corrupt_event_file_is_refused(tmp_path: Path) -> None:
     data = bytearray(event_file.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one flipped byte inside a record: a CRC mismatch
     event_file.write_bytes(bytes(data))
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert_refused(result, out, str(event_file), "unreadable evidence", "tensorboard")
 
@@ -373,7 +374,7 @@ def test_a_corrupt_event_file_is_refused(tmp_path: Path) -> None:
 def test_a_failed_preflight_is_refused_unless_allowed_and_then_noted(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "run", published_values())
     write_env(run_dir, ok=False)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     result = record_cli(run_dir, out)
     assert_refused(result, out, f"{run_dir}/env.json", "preflight did not pass (gpus missing)")
 
@@ -391,7 +392,7 @@ def test_a_failed_preflight_is_refused_unless_allowed_and_then_noted(tmp_path: P
 def test_the_variant_must_match_the_preflight(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "run", published_values())
     write_env(run_dir, variant="stock")
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     assert_refused(
         record_cli(run_dir, out),
         out,
@@ -406,7 +407,7 @@ def test_a_fatal_log_signature_is_refused(tmp_path: Path) -> None:
     write_env(run_dir)
     with open(run_dir / "job.log", "a", encoding="utf-8") as log:
         log.write(FATAL_LINE)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     assert_refused(record_cli(run_dir, out), out, f"{run_dir}/job.log", "fatal log signature")
 
 
@@ -415,7 +416,7 @@ def test_a_known_log_signature_is_recorded_in_the_notes(tmp_path: Path) -> None:
     write_env(run_dir)
     with open(run_dir / "job.log", "a", encoding="utf-8") as log:
         log.write(KNOWN_LINE * 8)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     assert record_cli(run_dir, out).exit_code == 0
     assert (
         "known log signatures: megatron_moe_router_not_fp32 x8"
@@ -428,7 +429,7 @@ def test_a_spike_fails_its_own_baseline_and_is_refused(tmp_path: Path) -> None:
     values[LOGPROB][4] = 0.31
     run_dir = write_run(tmp_path / "run", values)
     write_env(run_dir)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     result = record_cli(run_dir, out)
     assert_refused(result, out, "fails the rules of its own recorded baseline")
     assert "logprob_abs_diff.spikes" in result.stderr and "rollout 4 (0.31)" in result.stderr
@@ -440,7 +441,7 @@ def test_a_zero_logprob_gap_is_refused_as_underivable_not_a_traceback(tmp_path: 
     values[LOGPROB][0] = 0.0
     run_dir = write_run(tmp_path / "run", values)
     write_env(run_dir)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert_refused(result, out, "does not load", "non-positive reference value", LOGPROB)
 
@@ -450,12 +451,12 @@ def test_a_missing_required_metric_is_refused(tmp_path: Path) -> None:
     del values[CLIPFRAC]
     run_dir = write_run(tmp_path / "run", values)
     write_env(run_dir)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     assert_refused(record_cli(run_dir, out), out, f"no {CLIPFRAC}", "pg_clipfrac.steps")
 
 
 def test_a_missing_run_dir_is_refused(tmp_path: Path) -> None:
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     result = record_main(
         "--run-dir", str(tmp_path / "nope"), "--variant", "patched", "--out", str(out)
     )
@@ -465,21 +466,21 @@ def test_a_missing_run_dir_is_refused(tmp_path: Path) -> None:
 def test_an_existing_out_is_kept_unless_forced(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "run", published_values())
     write_env(run_dir)
-    out = tmp_path / "out.json"
+    out = tmp_path / "patched.json"
     out.write_text("keep me")
     result = record_cli(run_dir, out)
     assert result.exit_code == 2 and "--out" in result.stderr and "--force" in result.stderr
     assert out.read_text() == "keep me"
     assert record_cli(run_dir, out, "--force").exit_code == 0
     assert load_baseline(out).run_id == JOB_ID
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.json")] == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".patched.json")] == []
 
 
 def test_a_bad_name_is_refused(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "run", published_values())
     write_env(run_dir)
     out = tmp_path / "Mixed Case.json"
-    assert_refused(record_cli(run_dir, out), out, "--name 'Mixed Case'")
+    assert_refused(record_cli(run_dir, out, "--name", "Mixed Case"), out, "--name 'Mixed Case'")
     with pytest.raises(RecordError, match="--name 'X'"):
         record_baseline(
             load_run(run_dir),
@@ -513,7 +514,7 @@ def rule_blocks(text: str) -> dict[str, str]:
 def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "run", shifted_values())
     write_env(run_dir)
-    out = tmp_path / "new.json"
+    out = tmp_path / "patched.json"
     assert record_cli(run_dir, out).exit_code == 0
     result = diff_main("patched", str(out))
     assert result.returncode == 0, result.stderr
@@ -589,7 +590,7 @@ def test_an_unlogged_metric_whose_band_only_a_series_can_give_is_refused(tmp_pat
     # to carry).
     run_dir = write_run(tmp_path / "shifted", shifted_values())
     write_env(run_dir)
-    template_path = tmp_path / "template.json"
+    template_path = tmp_path / "patched.json"
     assert record_cli(run_dir, template_path).exit_code == 0
     raw = json.loads(template_path.read_text())
     del raw["evidence"]["summaries"][KL]
@@ -606,3 +607,44 @@ def test_an_unlogged_metric_whose_band_only_a_series_can_give_is_refused(tmp_pat
             recorded_at="t",
             allow_no_preflight=True,
         )
+
+
+# ---------------------------------------------------------------------------- the documented flow
+
+
+def documented_update_flow() -> list[str]:
+    """The command lines of docs/cli.md's "Update a baseline" block, comments dropped."""
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    block = text.split("## Update a baseline", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_documented_update_flow_ends_with_the_gate_naming_the_baseline(
+    tmp_path: Path,
+) -> None:
+    # docs/cli.md's four lines in a scratch checkout: the example as the node's run, a copy of
+    # the shipped baselines as the repo's (the example has no preflight: --allow-no-preflight)
+    shutil.copytree(
+        EXAMPLE, tmp_path / "runs/mi355x/patched", ignore=shutil.ignore_patterns("report")
+    )
+    shutil.copytree(SHIPPED, tmp_path / "baselines/gpt_oss_20b_lora")
+    env = {**os.environ, "MILES_AMD_BASELINES_DIR": str(tmp_path / "baselines")}
+    lines = documented_update_flow()
+    assert [line.split()[:2] for line in lines] == [
+        ["miles-amd", "baseline"],
+        ["miles-amd", "baseline"],
+        ["mv", "baselines/review/patched.json"],
+        ["miles-amd", "gate"],
+    ]
+    outputs = []
+    for line in lines:
+        words = line.split()
+        if words[0] == "mv":
+            os.replace(tmp_path / words[1], tmp_path / words[2])
+            continue
+        extra = ["--allow-no-preflight"] if words[1:3] == ["baseline", "record"] else []
+        result = run_cli(*words[1:], *extra, env=env, cwd=tmp_path)
+        assert result.returncode == 0, (line, result.stderr)
+        outputs.append(result.stdout)
+    assert "(baseline patched, run jvvnhop9" in outputs[0]
+    assert "against baseline patched (jvvnhop9)" in outputs[-1], outputs[-1]

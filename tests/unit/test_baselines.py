@@ -222,10 +222,23 @@ def test_env_var_overrides_the_shipped_dir(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_a_path_is_loaded_as_a_file(tmp_path: Path) -> None:
-    path = tmp_path / "mine.json"
+    path = tmp_path / "patched.json"
     shutil.copy(SHIPPED / "patched.json", path)
     assert load_baseline(path).path == str(path)
     assert load_baseline(str(path)).run_id == "jvvnhop9"
+
+
+def test_a_file_not_named_after_its_baseline_is_refused_with_the_fix(tmp_path: Path) -> None:
+    # docs/cli.md's old update flow renamed patched.new.json (name "patched.new") to
+    # patched.json, and the gate then said "against baseline patched.new"
+    path = tmp_path / "patched.new.json"
+    shutil.copy(SHIPPED / "patched.json", path)
+    with pytest.raises(BaselineError) as error:
+        load_baseline(path)
+    assert str(error.value) == (
+        f"{path}: $.name: the file holds baseline 'patched' but is named patched.new.json; "
+        "fix: rename the file patched.json, or record it again with --name patched.new"
+    )
 
 
 # ---------------------------------------------------------------------------- bad files

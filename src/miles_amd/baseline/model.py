@@ -30,6 +30,9 @@ A file is valid when, in order:
    quantum is ``1/samples_per_rollout``, a spike threshold lies above the reference's max
    and within 20x it, ... so an absurd but self-consistent baseline is refused.
 
+6. (files only, :func:`load_baseline`) the file is named after the baseline it holds,
+   ``<name>.json``: the gate, report and history show the name inside the file.
+
 Every error is one line: ``<file>: <JSON path>: <what is wrong>; fix: <what to do>``.
 
 Where shipped baselines live: ``$MILES_AMD_BASELINES_DIR/gpt_oss_20b_lora/`` when that
@@ -109,7 +112,21 @@ def load_baseline(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> 
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BaselineError(f"{path}: cannot read ({exc}); fix: check the file") from exc
-    return parse_baseline(text, path=str(path))
+    baseline = parse_baseline(text, path=str(path))
+    _check_file_name(baseline, path)
+    return baseline
+
+
+def _check_file_name(baseline: Baseline, path: Path) -> None:
+    """A baseline file is named after the baseline it holds (``<name>.json``): the gate, the
+    report and the history show the name inside, so a file renamed after recording (or a
+    name recorded from another file) would show a name that is not the file's."""
+    if path.stem != baseline.name:
+        raise BaselineError(
+            f"{path}: $.name: the file holds baseline {baseline.name!r} but is named "
+            f"{path.name}; fix: rename the file {baseline.name}.json, or record it again "
+            f"with --name {path.stem}"
+        )
 
 
 def parse_baseline(text: str, *, path: str) -> Baseline:

@@ -259,7 +259,7 @@ def _check_request(template: Baseline, variant: str, name: str, rollouts: int) -
     if not NAME_PATTERN.match(name):
         raise RecordError(
             f"--name {name!r}: a baseline name is lower case letters, digits, '_', '.', '-'; "
-            "fix: pass --name with such a name (default: the --out file's stem)"
+            "fix: pass --name with such a name (default: the variant)"
         )
     if rollouts < 2:
         raise RecordError(

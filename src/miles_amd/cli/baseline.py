@@ -3,13 +3,16 @@
 Decides the commands' options, output and exit codes; what a recorded baseline holds and
 when a run is refused is ``miles_amd.baseline.record``'s (its module doc states the method).
 
-- ``record --run-dir DIR --variant stock|patched --out PATH``: reads the run strictly
+- ``record --run-dir DIR --variant stock|patched --out DIR/<name>.json``: the baseline's name
+  is the variant's (or ``--name``), never the file's stem, and the file must carry it (the
+  loader refuses a file whose name and content disagree); reads the run strictly
   (``miles_amd.evidence.load.load_run``), records it with the shipped baseline of that variant as
   template, checks the loader accepts the result and the run passes it, and writes ``PATH``
   atomically (``miles_amd.files.atomic_write_text``: without ``--force`` the final step is a
   link, so an existing file is never replaced by a race). Exit 0 written;
   2 refused (no run dir, a failed, short, corrupt, non-finite or fatal-log run, preflight not
-  passed without ``--allow-no-preflight``, ``--out`` exists without ``--force``), with one
+  passed without ``--allow-no-preflight``, ``--out`` exists without ``--force``, ``--out``
+  not named ``<name>.json``), with one
   line on stderr naming the flag or file and the fix, and nothing written.
 - ``diff OLD NEW`` (each ``stock``, ``patched`` or a path): prints, per rule, its tolerance
   and reference before -> after, marks what changed, lists added and removed rules and the
@@ -98,7 +101,9 @@ def record(
     name: Annotated[
         str | None,
         typer.Option(
-            "--name", metavar="<name>", help="The baseline's name (default: the --out file's stem)."
+            "--name",
+            metavar="<name>",
+            help="The baseline's name (default: the variant); --out must be <name>.json.",
         ),
     ] = None,
 ) -> None:
@@ -108,6 +113,7 @@ def record(
     if out.exists() and not force:
         _fail(f"--out {out}: already exists; fix: pass --force to replace it, or another --out")
     existing_run_dir(run_dir)
+    baseline_name = name if name is not None else variant.value
 
     from miles_amd.baseline.json_text import baseline_json_text
     from miles_amd.baseline.model import SCHEMA_PATH, BaselineError, load_baseline
@@ -129,7 +135,7 @@ def record(
             evidence,
             template,
             variant=variant.value,
-            name=name if name is not None else out.stem,
+            name=baseline_name,
             recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             rollouts=num_rollouts,
             allow_no_preflight=allow_no_preflight,
@@ -137,6 +143,12 @@ def record(
         )
     except RecordError as exc:
         _fail(str(exc))
+    if out.stem != baseline_name:  # the loader refuses a file not named after its baseline
+        _fail(
+            f"--out {out}: a baseline file is named after its baseline ({baseline_name}); "
+            f"fix: --out {out.with_name(baseline_name + '.json')} (in a review dir), "
+            f"or --name {out.stem}"
+        )
     try:
         atomic_write_text(out, baseline_json_text(doc), replace=force)
     except FileExistsError:
