@@ -1,7 +1,8 @@
-"""The exit codes of every ``miles-amd`` command and of the driver, declared once.
+"""The exit codes of the ``miles-amd`` commands and of the driver.
 
-Decides the numbers and the one sentence every command's help ends with; it imports nothing
-of this package, so the judge, the driver and the CLI all take their codes from here:
+Decides the numbers and the sentence each command's help ends with
+(``tests/unit/test_cli_interface.py``); it imports nothing of this package, so the judge, the
+driver and the CLI can take their codes from here:
 
 - 0 success (the gate passed, the plan was printed, the history listed),
 - 1 the run, the gate or the preflight failed (the job failed, a check failed, a fact is

@@ -16,8 +16,8 @@ installed wheel holds real files. The link names carry a hyphen so setuptools do
 take the data directories for sub-packages.
 
 This module decides only where shipped data is; what a file means is decided by its reader.
-Installs are unpacked (pip never installs a wheel zipped), so every resource is a real path;
-anything else is an error that says so.
+pip installs a wheel unpacked, so a resource is a real path; anything else is an error that
+says so (``tests/unit/test_packaging.py`` installs the wheel and gates its example run).
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""The one JSON reader for every file this package reads: strict, bounded, located errors.
+"""A JSON reader for files someone handed us: strict, bounded, located errors.
 
-Every JSON document miles_amd reads from a file someone handed it (baselines, ``job.json``,
+The JSON documents miles_amd reads from a file someone handed it (baselines, ``job.json``,
 ``env.json``, CI-history records, history rows, pull-back frames, the checkpoint's
 ``config.json`` and safetensors headers, the dataset's first record) may come from anywhere,
-so it is read by :func:`loads`, which refuses what Python's ``json`` quietly accepts. Read
-leniently on purpose: what a tool answers on the node (``amd-smi``/``rocm-smi`` output, only
-searched for GPU archs), Ray's dashboard replies, and this package's own child processes.
+so they are read by :func:`loads`, which refuses what Python's ``json`` quietly accepts. Caveat: the
+deep probe's own read of ``config.json`` (``run/probes_bridge.py``, ``read_hf_config``) is plain
+``json``; ``recipe.inputs`` reads the same file strictly. Read leniently on purpose: what a tool
+answers on the node (``amd-smi``/``rocm-smi`` output, only searched for GPU archs), Ray's dashboard
+replies, and this package's own child processes.
 
 - **a duplicate key** (``json`` keeps the last one: a second ``"threshold"`` would silently
   replace a reviewed one, a second ``"series"`` would hide a NaN);

@@ -1,4 +1,4 @@
-"""The aiter variants a run can be labelled with, declared once, and the SGLang env of each.
+"""The aiter variants a run can be labelled with, and the SGLang env of each.
 
 ``stock`` is the aiter the image ships; ``patched`` is ROCm/aiter with the kernel fix of
 pull request 5694 (block barriers of aiter's custom all-reduce; intermittent
@@ -10,10 +10,14 @@ the gate's baseline-free checks and by ``miles-amd compare`` against a stock run
 node.
 
 :func:`sglang_env` is what the job's runtime env sets for a variant (``recipe.plan``):
-``SGLANG_USE_AITER=1`` always (the image sets it too; the job no longer relies on that), and
+``SGLANG_USE_AITER=1`` for every variant (the image sets it too; the job no longer relies on
+that), and
 ``SGLANG_USE_AITER_AR`` ``1`` for stock/patched (the A/B premise: the fix lives in aiter's
 all-reduce) or ``0`` for rccl. Without a variant only ``SGLANG_USE_AITER`` is set. Decides
-the names, their descriptions and those env values only.
+the names, their descriptions and those env values (``tests/unit/test_ab_premise.py``).
+
+Caveat: the names are spelled again where a CLI option lists its choices (``cli/canary.py``)
+and where a variant picks its baseline (``app/baselines.py``).
 """
 
 from __future__ import annotations
