@@ -22,7 +22,7 @@ Read in the pinned sources (miles 31f1ca961, 2026-12-01):
   flags onto the provider and sets the token dispatcher to ``alltoall`` itself.
 - ``hf_validate_args`` (``miles/utils/arguments.py``) compares hidden size, heads, layers,
   FFN size, embedding tying, norm epsilon and rotary base with ``config.json`` and refuses a
-  mismatch: those flags must be right although the model never reads them.
+  mismatch: those flags must be right although the model does not read them.
 - ``--moe-router-use-torch-mm`` (named in miles #3263 with ``--moe-router-dtype``) is not a
   flag of the pinned miles or Megatron-LM at all; the recipe does not pass it, so it is not
   listed.

@@ -1,9 +1,9 @@
-"""From a recipe and an environment to a launch plan; building a plan never runs anything.
+"""From a recipe and an environment to a launch plan (pure: executing it is the driver's).
 
 This module decides *how* the recipe is launched, as miles' own launchers do it:
 
-1. clean up this tool's own leftovers (the Ray head and job it recorded in its state file;
-   never a blanket kill of ``python`` processes);
+1. clean up this tool's own leftovers (the Ray head and job it recorded in its state file,
+   by recorded pid, not a blanket kill of ``python`` processes);
 2. ``ray start --head`` bound to the master address, unless ``RAY_ADDRESS`` names a cluster;
 3. a Ray job whose entrypoint is ``python3 <miles>/train.py <model args> <train args>`` and
    whose runtime env carries the env vars of RECIPE.md.
@@ -14,9 +14,10 @@ ROCm device handling: ``RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES=1`` and
 env (so an external cluster's workers get them too); when ``HIP_VISIBLE_DEVICES`` is set,
 ``CUDA_VISIBLE_DEVICES`` mirrors it.
 
-Secrets (``WANDB_API_KEY``, ``HF_TOKEN``) never enter an argv, a log or a printed plan; a
-plan holds them apart from everything printable and :meth:`LaunchPlan.to_dict` shows them as
-``<redacted>``. How they reach the job depends on who starts the head:
+Secrets (``WANDB_API_KEY``, ``HF_TOKEN``) stay out of the argv and the printed plan
+(``tests/unit/test_cli_plan.py``, ``tests/unit/test_recipe.py``); a plan holds them apart from
+everything printable and :meth:`LaunchPlan.to_dict` shows them as ``<redacted>``. How they reach the
+job depends on who starts the head:
 
 - the tool's own head: by inheritance. They are in the head's environment
   (:meth:`LaunchPlan.head_env`); Ray's raylet, the job's supervisor, the entrypoint and every

@@ -2,8 +2,9 @@
 
 Decides what ``--extra-args`` may not carry: a flag whose value is a credential. An argv is
 visible to every user of the host (``ps``), in Ray's job table and in the printed plan, so
-such a flag is refused before anything runs, and the refusal names the flag only (never
-``=value``, never the next token). The W&B key reaches the job as ``WANDB_API_KEY``.
+such a flag is refused before anything runs, and the refusal names the flag only, not
+``=value`` or the next token (``tests/unit/test_untrusted_input.py``). The W&B key reaches the job
+as ``WANDB_API_KEY``.
 
 The credential flags: miles' only one is ``--wandb-key`` (``miles/utils/arguments.py``);
 ``--wandb-api-key``, ``--api-key`` and ``--hf-token`` are refused too, and the suffix pattern

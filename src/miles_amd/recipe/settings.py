@@ -2,8 +2,8 @@
 
 This module decides *what* miles is asked to run: the recipe's settings, the invariants
 between them, and the exact model and train argv in the order RECIPE.md gives. It does not
-decide how the job is launched (``recipe.plan``) and never touches the filesystem, the
-environment or a GPU: building the argv is a pure function of the recipe.
+decide how the job is launched (``recipe.plan``): building the argv is a pure function of the
+recipe.
 
 Invariants checked on construction (each error names the broken one):
 
@@ -21,9 +21,9 @@ Extra args (one string, split with ``shlex``) are appended last. An extra arg th
 flag the recipe pins is an error, unless ``override_pinned`` is set: then the pinned flag and
 its values are removed from the recipe's argv and the extra arg takes its place at the end.
 An extra arg that carries a credential (``recipe.secret_flags``: every spelling argparse
-would accept) is always an error whose message never repeats the value: an argv is visible
-to every user of the host (``ps``), in Ray's job table and in the printed plan. The W&B key
-reaches the job as ``WANDB_API_KEY``.
+would accept) is an error whose message does not repeat the value
+(``tests/unit/test_untrusted_input.py``): an argv is visible to every user of the host (``ps``), in
+Ray's job table and in the printed plan. The W&B key reaches the job as ``WANDB_API_KEY``.
 
 Each field declares a :class:`Setting` (``dataclasses.field`` metadata, written with
 :func:`setting`): the miles flags that carry its value, the ``miles-amd train`` option that
@@ -39,8 +39,9 @@ each field placed by name.
 Messages name the CLI flag a field comes from (:data:`FIELD_FLAGS`), so ``num_rollout`` is
 reported as ``--num-rollouts``; fields no flag sets are named as fields.
 
-The default directories (``/root/models`` ...) are the image's layout and are declared here
-once, as the defaults of :class:`Recipe`'s fields; the CLI and the tests read them from here.
+The default directories (``/root/models`` ...) are the image's layout and are declared here,
+as the defaults of :class:`Recipe`'s fields; no other module spells them
+(``tests/unit/test_cli_plan.py``).
 """
 
 from __future__ import annotations
