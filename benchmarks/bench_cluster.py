@@ -36,6 +36,8 @@ from pathlib import Path
 # ``python benchmarks/<name>.py`` puts benchmarks/ first on the path; tests.support needs the repo.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from miles_amd.app.baselines import load, watch_rules
+from miles_amd.app.gate import gate_run_dir
 from miles_amd.recipe.plan import NODE_RESOURCE, NODE_ROOT_VAR, build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.driver import RunOutcome, execute
@@ -44,8 +46,6 @@ from miles_amd.run.variants_run import PATCHED_DIR_VAR, execute_variants, varian
 from miles_amd.run_dir import RunDir
 from tests.support.rehearsal import EXAMPLE_RUN, replay_prefix
 from tests.support.two_node import TwoNodeCluster, start_cluster
-
-BASELINES = {"stock": "patched", "patched": "patched"}  # the replay is the patched run
 
 
 def plans(cluster: TwoNodeCluster, root: Path, tag: str, pace_s: float) -> dict:
@@ -64,7 +64,13 @@ def plans(cluster: TwoNodeCluster, root: Path, tag: str, pace_s: float) -> dict:
 
 
 def passed(results: dict) -> bool:
-    return all(isinstance(r, RunOutcome) and r.verdict == "pass" for r in results.values())
+    """Every variant's run gated PASS against the patched baseline (the replay is the patched
+    run, so both variants are judged by it)."""
+    patched = load("patched", "--gate")
+    return all(
+        isinstance(r, RunOutcome) and gate_run_dir(r.run_dir, patched).verdict.verdict == "pass"
+        for r in results.values()
+    )
 
 
 def pull_throughput(cluster: TwoNodeCluster, root: Path, megabytes: int) -> tuple[int, float]:
@@ -112,9 +118,10 @@ def main() -> int:
     try:
         interval = 1.0 if args.quick else 2.0
         common = {"timeout_s": 600, "watch_interval_s": interval, "echo": lambda _line: None}
+        watch = watch_rules(load("patched", "--gate"))
         started = time.monotonic()
         sequential = {
-            v: execute(plan, baseline=BASELINES[v], state_dir=str(root / "s"), **common)
+            v: execute(plan, watch=watch, state_dir=str(root / "s"), **common)
             for v, plan in plans(cluster, root, "seq", args.pace).items()
         }
         sequential_s = time.monotonic() - started
@@ -123,7 +130,7 @@ def main() -> int:
         started = time.monotonic()
         concurrent = execute_variants(
             plans(cluster, root, "con", args.pace),
-            BASELINES,
+            {"stock": watch, "patched": watch},
             state_dir=str(root / "s"),
             **common,
         )

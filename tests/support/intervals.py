@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from miles_amd.judge.distributions import beta_quantile
+from miles_amd.judge.distributions import beta_cdf
 
 
 def clopper_pearson(x: float, n: float, level: float = 0.95) -> tuple[float, float]:
@@ -50,3 +50,12 @@ def clustered_interval(
     n_eff = n / design_effect(failures_per_cluster, per_cluster)
     low, high = clopper_pearson(rate * n_eff, n_eff, level)
     return rate, low, high
+
+
+def beta_quantile(q: float, a: float, b: float) -> float:
+    """``x`` with ``I_x(a, b) = q``, by bisection (to 1e-12)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if beta_cdf(mid, a, b) < q else (lo, mid)
+    return (lo + hi) / 2

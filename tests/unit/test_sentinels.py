@@ -189,6 +189,7 @@ def test_moe_router_warning_once_per_rank_is_counted_and_not_fatal() -> None:
             first_line=4,
             first_text=warning,
             reference="radixark/miles#3263",
+            advice=BY_NAME["megatron_moe_router_not_fp32"].advice,
         ),
     )
     assert fatal_names(hits) == []
@@ -252,3 +253,13 @@ def test_a_million_lines_are_counted_exactly(tmp_path: Path) -> None:
     assert [(h.name, h.count, h.first_line) for h in hits] == [
         ("megatron_moe_router_not_fp32", 2000, 999)
     ]
+
+
+def test_a_fatal_sentinels_fix_reaches_the_gates_failure(tmp_path: Path) -> None:
+    from miles_amd.baseline.model import load_baseline
+    from miles_amd.judge.gate import judge
+
+    (tmp_path / "job.log").write_text(SAMPLES["sglang_lora_skips_moe"][0] + "\n")
+    verdict = judge(load_run(tmp_path), load_baseline("patched"))
+    (check,) = [c for c in verdict.checks if c.name == "sentinel.sglang_lora_skips_moe"]
+    assert check.failed and f"fix: {BY_NAME['sglang_lora_skips_moe'].advice}" in check.detail

@@ -243,7 +243,7 @@ RayAddressOpt = Annotated[
         metavar="<url>",
         help="Run on this existing Ray cluster (its Jobs API, e.g. http://head:8265; "
         "overrides RAY_ADDRESS): the job takes one whole node with miles_amd_mi355x_node "
-        "and 8 GPUs, its evidence is pulled back (README: Run on a Ray cluster).",
+        "and 8 GPUs, its evidence is pulled back (docs/cluster.md).",
     ),
 ]
 NodeRootOpt = Annotated[

@@ -265,6 +265,7 @@ class SentinelScan:
                 first_line=found[s.name][1],
                 first_text=found[s.name][2],
                 reference=s.reference,
+                advice=s.advice,
             )
             for s in SENTINELS
             if s.name in found

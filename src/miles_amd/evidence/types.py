@@ -62,6 +62,7 @@ class SentinelHit:
     first_line: int  # 1-based line number in job.log
     first_text: str
     reference: str  # issue / PR / doc the signature is tracked in, or ""
+    advice: str = ""  # what to do about it (the sentinel table's)
 
 
 @dataclass(frozen=True)

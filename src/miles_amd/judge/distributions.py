@@ -1,10 +1,9 @@
 """Distribution functions the statistics need: the incomplete beta, Student's t, binomial.
 
 Pure arithmetic without numpy or scipy (the gate and ``compare`` stay light): the
-regularized incomplete beta function (continued fraction, to about 1e-14), its quantile by
-bisection, Student's t tail probability from it, and the binomial probability mass. Used by
-``miles_amd.judge.compare`` (p-values, power) and ``miles_amd.testing.intervals``
-(Clopper-Pearson). It decides no threshold.
+regularized incomplete beta function (continued fraction, to about 1e-14), Student's t tail
+probability from it, and the binomial probability mass. Used by ``miles_amd.judge.compare``
+(p-values, power). It decides no threshold.
 """
 
 from __future__ import annotations
@@ -46,15 +45,6 @@ def beta_cdf(x: float, a: float, b: float) -> float:
     if x < (a + 1.0) / (a + b + 2.0):
         return math.exp(log_front) * _betacf(a, b, x) / a
     return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
-
-
-def beta_quantile(q: float, a: float, b: float) -> float:
-    """``x`` with ``I_x(a, b) = q``, by bisection (to 1e-12)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if beta_cdf(mid, a, b) < q else (lo, mid)
-    return (lo + hi) / 2
 
 
 def t_two_sided_p(t: float, dof: int) -> float:

@@ -147,6 +147,8 @@ def sentinel_checks(hits: Iterable[SentinelHit]) -> list[Check]:
         detail = f"{hit.count}x in job.log, first at line {hit.first_line}: {hit.first_text[:200]}"
         if hit.reference:
             detail += f" [{hit.reference}]"
+        if hit.advice:
+            detail += f"; fix: {hit.advice}"
         checks.append(
             Check(
                 name=f"sentinel.{hit.name}",

@@ -102,7 +102,7 @@ def suitable_nodes(nodes: Sequence[Node], *, gpus: int, count: int, address: str
         f"GPU >= {gpus}, {count} needed (one per job)"
         + (f" [{unfit}]" if unfit else " [no nodes]")
         + f"; nothing submitted. Declare whole nodes with ray start --num-gpus {gpus} "
-        f"--resources '{{\"{NODE_RESOURCE}\": 1}}' (README: Run on a Ray cluster)"
+        f"--resources '{{\"{NODE_RESOURCE}\": 1}}' (docs/cluster.md)"
     )
 
 
