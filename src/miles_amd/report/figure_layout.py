@@ -3,7 +3,7 @@
 Decides the grid (exactly the panels drawn: on two columns an odd last panel spans the row,
 so no cell is blank), the text sizes (legible at the saved size, 90 dpi: nothing below
 :data:`LEGEND_SIZE` points), the figure title (one line, literal text: newlines folded,
-``$`` never read as mathtext, cut at :data:`TITLE_LIMIT` characters, its font made smaller
+``$`` not read as mathtext, cut at :data:`TITLE_LIMIT` characters, its font made smaller
 down to :data:`LEGEND_SIZE` when the line is wider than the figure), each panel's legend
 (under its panel, so the data keep the width) and the note a panel carries when its series
 cannot be read as a line (flat, or no finite value). It does not decide what a panel shows:

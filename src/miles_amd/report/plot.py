@@ -3,13 +3,13 @@
 Decides the figure: one panel per metric a baseline rule names AND the run measured (an
 unmeasured metric gets no empty panel: the figure's footer lists them in one line), with
 the run's series (blue, solid, dots), the baseline's published series when it has one
-(black, dashed, hollow squares, drawn above the run so it never hides under it), each
+(black, dashed, hollow squares, drawn above the run so it does not hide under it), each
 rule's hint (its kind's hint in ``miles_amd.report.rule_hints``: a mean
 band, a max bound, a spike threshold (a line when the data reach near it, else a note, so
-the data are never squeezed into a strip), a ±atol strip, a Theil-Sen trend line), and the
+the data are not squeezed into a strip), a ±atol strip, a Theil-Sen trend line), and the
 failing points marked (a non-finite one as a labelled triangle at the top). Every panel has
 its y label with the unit (:data:`Y_LABELS`) and integer step ticks; a flat series or one
-with no finite value carries a note saying so. The one-line title carries the verdict and its
+with no finite value carries a note saying so. The title (one line) carries the verdict and its
 plain-English sentence. Grid, sizes, legends and notes are ``figure_layout``'s (shared with
 the compare and trend plots); matplotlib is drawn on the Agg canvas (headless, no pyplot
 state); the PNG's bytes are returned, writing them is ``miles_amd.report.report``'s.

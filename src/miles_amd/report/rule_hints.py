@@ -2,7 +2,7 @@
 
 Decides the hint of a kind (keyed by kind name, ``miles_amd.rules.kinds``) from the
 figures of its check (``Check.numbers``): a mean band, a max bound, a spike threshold (a
-line when the data reach near it, else a note, so the data are never squeezed into a
+line when the data reach near it, else a note, so the data are not squeezed into a
 strip), a ±atol strip, a Theil-Sen trend line, a step's two halves, a geometric mean's
 band. A hint returns True to ask for a log y axis.
 A kind without a hint draws nothing. The panel itself is ``miles_amd.report.plot``'s.

@@ -1,11 +1,12 @@
 """Acceptance rules: a baseline's stored shape and every kind of rule, one module each.
 
-A leaf package: it imports only ``miles_amd.evidence.types`` and ``miles_amd.run_dir``, so
-the loader (``miles_amd.baseline``), the gate (``miles_amd.judge``) and the report
-(``miles_amd.report``) all build on it and it on none of them.
+The loader (``miles_amd.baseline``), the gate (``miles_amd.judge``) and the report
+(``miles_amd.report``) build on it and it imports none of them
+(``tests/unit/test_import_cycles.py``); it does import the shared leaves
+(``miles_amd.evidence.types``, ``miles_amd.records``, ``miles_amd.numeric``).
 
 - ``model``: :class:`~miles_amd.rules.model.Baseline`, ``RunShape`` and ``Rule`` with
-  ``to_json``/``from_json`` (the one spelling of a baseline file), ``Params`` (the base of a
+  ``to_json``/``from_json`` (a baseline file's JSON spelling), ``Params`` (the base of a
   kind's fields);
 - ``bands``: the statistics tolerances are derived with (spread, bands, paired effect);
 - ``log_scale``: the reference's log-scale spread, for the kinds that judge logarithms;

@@ -30,7 +30,8 @@ The method, one rule per statistic:
   of two runs. No lower bound: a small max is no failure by itself (the mean band's lower
   edge catches a collapsed metric).
 - **Rounding**: band edges are rounded outward to :data:`SIGNIFICANT_DIGITS` significant
-  digits, so rounding never tightens a band and the files hold short, exact numbers.
+  digits, so rounding does not tighten a band (``tests/unit/test_baselines.py``) and the files hold
+  short, exact numbers.
 - **Paired effect** (:func:`paired_effect`): with ``--rollout-shuffle`` and the default seed
   every run sees the same prompt sequence, so rollout ``i`` of a run and of the reference
   are paired. The effect is the mean of the per-rollout differences; its standard error uses

@@ -2,8 +2,9 @@
 
 Decides which kinds exist (:data:`KINDS`: one per module of ``miles_amd.rules.kinds``,
 found by listing that package, so a new module is a new kind) and applies a rule through
-its kind: :func:`evaluate_rule` (a missing metric is never a pass), :func:`expected_text`
-(the one sentence stating a tolerance, the same in the gate and in ``baseline diff``) and
+its kind: :func:`evaluate_rule` (a missing metric is ``not_measured``, or a failure when the rule is
+required), :func:`expected_text` (the sentence stating a tolerance, the same in the gate and
+in ``baseline diff``: ``tests/unit/test_gate_rules.py``) and
 :func:`validate_rule` (the loader's check of a rule's fields and tolerance). It decides no
 verdict (``miles_amd.judge.gate``) and reads no file.
 """

@@ -6,9 +6,9 @@ fitted to the published min/mean/max (``c + LogNormal``, the max far above the m
 ``baselines/README.md``, the noise table) the run's arithmetic mean has a long right tail
 and the band failed 1.1% of healthy runs. On the logarithms the tail is short, and a
 doubling is a shift of ``ln 2`` whatever the shape. The logarithm exists: miles computes the
-KL per token with Schulman's k3 (``low_var_kl``, never negative;
+KL per token with Schulman's k3 (``low_var_kl``, not negative;
 ``miles/backends/training_utils/loss_hub/losses.py`` at the pinned commit), so a rollout's KL
-is 0 only if every rescored token matched exactly, which a bf16 trainer and engine never do;
+is 0 only if every rescored token matched exactly, which a bf16 trainer and engine do not;
 such a value fails, named.
 
 The statistic: ``z = (mean ln run - m) / sqrt(sd²·(V(N) + V(n_ref)) + 2·run_sd²)`` with

@@ -1,4 +1,4 @@
-"""``no_rising_trend``: the one-sided Mann-Kendall Z of the series is at most ``z``.
+"""``no_rising_trend``: the Mann-Kendall Z (one-sided) of the series is at most ``z``.
 
 ``S = Σ_{i<j} sign(x_j - x_i)`` over the series in step order; under "no trend"
 (independent, identically distributed values) ``Var S = [n(n-1)(2n+5) - Σ_ties

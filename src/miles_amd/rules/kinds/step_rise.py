@@ -29,7 +29,7 @@ One-sided: a falling gap is no regression. The cost: a smooth ramp of the gap in
 bands is read partly as autocorrelation (trend and step together catch a -2..+2 sd ramp in
 54% of runs, about 2 in 3 with the plain difference of means).
 
-Tolerance: the statistic may reach the one-sided Student t quantile at ``alpha`` with the
+Tolerance: the statistic may reach Student's t quantile (one-sided) at ``alpha`` with the
 pooled sd's ``n_ref - 1 + N - 2`` degrees of freedom times ``(1 - rho²)/(1 + rho²)``
 (Bartlett: an AR(1) series' sample variance carries fewer; 3.11 for 20 and 20 at alpha
 0.2% and rho 0.3, 3.22 at 0.15%). ``alpha`` is bounded by the schema to (0, 1%]; ``rho``
