@@ -21,7 +21,7 @@ miles, Megatron and SGLang validators. The namespace it writes is the ``args`` t
 ``train()`` would receive. It decides nothing after parsing (Ray placement, model build,
 weights, kernels).
 
-GPU stubs, only with ``--stub-gpu-queries`` and only when torch sees no GPU (never on a
+GPU stubs, only with ``--stub-gpu-queries`` and only when torch sees no GPU (so not on a
 node): ``torch.cuda.get_device_capability`` and ``torch.cuda.get_device_properties`` report
 gfx950, because Megatron's ``validate_args`` asks for them (``--moe-grouped-gemm`` needs
 capability >= 8; TP > 1 reads the device arch) and the CPU torch raises instead.

@@ -11,7 +11,7 @@ Decides the ``sglang_aiter_env``, ``aiter_commit`` and ``sglang_allreduce`` fact
   patched one), ``direct_url.json``'s ``vcs_info.commit_id`` of ``amd-aiter`` (a pip VCS
   install), the setuptools-scm local version ``+g<sha>`` in ``aiter/_version.py`` (aiter's
   ``pyproject.toml`` writes it there) or in the distribution's version; else ``unknown:``
-  with what was looked at (a release built from a tag carries no ``+g``). Never a failure.
+  with what was looked at (a release built from a tag carries no ``+g``). Not a failure.
 - ``sglang_allreduce``: the route of ``run.sglang_allreduce.allreduce_route``; ``wrong`` when
   it is not the variant's (stock/patched need aiter's all-reduce, where ROCm/aiter#5694
   lives; the rccl control arm needs SGLang's own).

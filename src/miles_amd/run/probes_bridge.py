@@ -16,7 +16,7 @@ happens in that child; here only its JSON is read.
 - ``router_dtype``: the dtype the MoE routers compute in: ``fp32``/``fp64`` when the built
   model's ``moe_router_dtype`` says so, else the model's own (``bf16``). The argv's
   ``--moe-router-dtype fp32`` not reaching the model is miles#3263 (``recipe.ignored_flags``):
-  recorded, never a failure.
+  recorded, not a failure (``tests/unit/test_bridge_probe.py``).
 - ``attention_window``: each layer's window, by Megatron's own rule, against the checkpoint's
   ``layer_types``: ``wrong`` when a layer is windowed where config.json says full attention or
   the reverse (the trainer would not compute the model SGLang serves). A window of
@@ -25,9 +25,10 @@ happens in that child; here only its JSON is read.
   #2656): said in the value, not a failure.
 
 Where the child cannot answer (no miles checkout, no Megatron-Bridge: a CPU machine), each
-fact is ``ok`` with an ``unknown: <stage>: <reason>`` value, never a crash; the gate decides
-what an unknown count means (``judge.model_build``). A config.json that cannot be read is a
-``wrong`` ``attention_window`` naming the file.
+fact is ``ok`` with an ``unknown: <stage>: <reason>`` value, not a crash
+(``tests/unit/test_bridge_probe.py``); the gate decides what an unknown count means
+(``judge.model_build``). A config.json that cannot be read is a ``wrong`` ``attention_window``
+naming the file.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Facts about the environment the probes rely on:
 
 - aiter: AMD's kernel library is the distribution ``amd-aiter`` providing module ``aiter``.
   The PyPI distribution named ``aiter`` is an unrelated async-iterator library that provides
-  the same module name; finding it is ``wrong``, never ``ok``. The variants a run can be
-  labelled with are ``miles_amd.variants.AITER_VARIANTS``.
+  the same module name; finding it is ``wrong`` (``tests/unit/test_preflight.py``). The variants a
+  run can be labelled with are ``miles_amd.variants.AITER_VARIANTS``.
 - The SGLang that miles drives must serve ``/register_lora_adapter`` (miles calls it at the
   first LoRA weight update; images without it fail there with HTTP 404). The route is found
   as a quoted string in the sources under ``sglang/srt/entrypoints/``.

@@ -3,10 +3,10 @@
 Decides how an owned process (a ``ray start --block``: the driver's Ray head,
 ``miles_amd.run.ray_head``, and each node of the test cluster, ``tests/support/two_node.py``)
 is started, remembered and stopped. It is spawned in a new session with its output in a log
-file; every descendant seen is recorded by pid *and* create time, so a recycled pid is never
+file; every descendant seen is recorded by pid *and* create time, so a recycled pid is not
 signalled; stopping is SIGTERM to the root, a grace period, SIGTERM to what is left, then
-SIGKILL, each step waiting until the processes are gone. Never ``ray stop`` (it stops every
-Ray process of the user), never a signal by name. Does not decide what runs in the tree.
+SIGKILL, each step waiting until the processes are gone. It does not use ``ray stop`` (it stops
+every Ray process of the user) or a signal by name. Does not decide what runs in the tree.
 """
 
 from __future__ import annotations

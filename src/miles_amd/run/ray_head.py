@@ -2,13 +2,13 @@
 
 Decides how a local head is started, secured and stopped; it does not submit jobs
 (``driver``). Facts below were read in Ray 2.60's installed source and measured with
-``psutil.net_connections`` on the head's process tree (``tests/rehearsal/test_private_head``).
+``psutil.net_connections`` on the head's process tree (``tests/rehearsal/test_private_head.py``).
 
 Loopback only. ``ray start --node-ip-address 127.0.0.1`` is not enough: Ray replaces a
 loopback node address with the host's routable one (``services.resolve_ip_for_localhost``)
 unless ``ray_constants.ENABLE_RAY_CLUSTER`` is off, which the head's environment switches
-with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` ("local Ray only": no other node may join,
-which this single-node head never needs). With the node address on 127.0.0.1, GCS, raylet,
+with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` ("local Ray only": a second node cannot join,
+which this single-node head does not need). With the node address on 127.0.0.1, GCS, raylet,
 object manager, dashboard, dashboard agent, runtime-env agent, Ray client server, both
 Prometheus endpoints and every worker listen on 127.0.0.1 only.
 
@@ -18,7 +18,7 @@ the environment (:data:`PORT_ENV_VARS`: the autoscaler's ``AUTOSCALER_METRIC_POR
 default 44217, and the dashboard's ``DASHBOARD_METRIC_PORT``, default 44227, read by
 ``autoscaler/_private/monitor.py`` and ``dashboard/consts.py``). Worker processes (job
 supervisor, job driver, tasks, actors) get ``--min-worker-port 0 --max-worker-port 0``:
-each binds a port the kernel assigns at bind time, which no other process holds (a list
+each binds a port the kernel assigns at bind time, free when it is taken (a list
 picked in advance would sit unbound until a worker starts, free for anyone to take).
 
 Token authentication (Ray's ``RAY_AUTH_MODE=token``). Every head gets a fresh token
@@ -27,7 +27,7 @@ written 0600 to ``auth_token`` in the head's private temp dir, and the head's en
 points at it with ``RAY_AUTH_TOKEN_PATH``. Ray's C++ ``AuthenticationTokenLoader`` looks
 for a token in ``RAY_AUTH_TOKEN`` (the value), then the file ``RAY_AUTH_TOKEN_PATH``, then
 ``~/.ray/auth_token``; the head's environment drops ``RAY_AUTH_TOKEN`` so the user's own
-token (variable or file) can never replace the fresh one. GCS and raylet then require the
+token (variable or file) cannot replace the fresh one. GCS and raylet then require the
 token on every gRPC call; the dashboard's HTTP middleware answers 401 to a request without
 it and 403 to a wrong one (``http_token_authentication.py``; only health checks and
 ``/api/authentication_mode`` are public). Processes the head starts (agents, workers, the
@@ -49,9 +49,9 @@ of Ray's processes and of the job stay in it. Removed when the head stops.
 Stopping. ``ray start --block`` (in a new session) registers a SIGTERM handler that shuts
 down the processes it spawned; :meth:`RayHead.stop` sends it SIGTERM, then terminates (and
 after a grace period kills) every descendant it recorded, matched by pid *and* create time
-so a recycled pid is never touched (``miles_amd.run.process_tree``, which the test
+so a recycled pid is not touched (``miles_amd.run.process_tree``, which the test
 cluster's nodes use too). HTTP to the dashboard is
-``miles_amd.run.dashboard``'s. ``ray stop`` is never used: it stops every Ray process
+``miles_amd.run.dashboard``'s. ``ray stop`` is not used: it stops every Ray process
 of the user. A state file records the head so a later run can clear this tool's own
 leftovers (:func:`clear_leftovers`), again only by recorded pid and create time.
 
