@@ -79,14 +79,15 @@ class MetricLines:
     """The metric lines of one log, fed in order as blocks of whole lines (``log_lines``).
 
     Memory grows with the metric points found, not with the log: other lines are only
-    searched, never kept.
+    searched, not kept. A repeated line costs O(keys): it is checked against each key's first
+    value at its step (``tests/unit/test_evidence_job_log.py``: 20,000 repeats).
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._points: defaultdict[str, Columns] = defaultdict(new_columns)
-        self._lines_at_step: dict[int, list[tuple[int, dict[str, float]]]] = {}
-        self._keys_at_step: dict[int, set[str]] = {}
+        # per step, each key's first value and its line: a repeat is checked in O(keys)
+        self._first_at_step: dict[int, dict[str, tuple[float, int]]] = {}
 
     def feed(self, first_line: int, text: str) -> None:
         """Read the metric lines of ``text``, whose first line is line ``first_line``."""
@@ -103,16 +104,8 @@ class MetricLines:
             except ValueError as error:
                 reason = f"unreadable metric line: {error}"
                 raise MetricsFormatError(path, line_number, reason) from None
-            keys = self._keys_at_step.get(step)
-            if keys is None:
-                self._keys_at_step[step] = set(values)
-                self._lines_at_step[step] = [(line_number, values)]
-            else:
-                earlier = self._lines_at_step[step]
-                if not keys.isdisjoint(values):
-                    values = _drop_repeats(values, earlier, step, path, line_number)
-                keys.update(values)
-                earlier.append((line_number, values))
+            first = self._first_at_step.setdefault(step, {})
+            values = _drop_repeats(values, first, step, path, line_number)
             for key, value in values.items():
                 columns = self._points[key]
                 columns[0].append(step)
@@ -124,24 +117,27 @@ class MetricLines:
 
 def _drop_repeats(
     values: dict[str, float],
-    earlier: list[tuple[int, dict[str, float]]],
+    first: dict[str, tuple[float, int]],
     step: int,
     path: str,
     line_number: int,
 ) -> dict[str, float]:
-    """``values`` without the keys an earlier line of ``step`` already gave the same value."""
-    for earlier_line, earlier_values in earlier:
-        for key in earlier_values.keys() & values.keys():
-            if not _same(earlier_values[key], values[key]):
-                raise MetricsFormatError(
-                    path,
-                    line_number,
-                    f"{key!r} at step {step} is {values[key]!r} here but "
-                    f"{earlier_values[key]!r} at line {earlier_line} "
-                    "(two runs in one log? keep one run per job.log)",
-                )
-            values = {k: v for k, v in values.items() if k != key}
-    return values
+    """``values`` without the keys an earlier line of ``step`` already gave the same value;
+    records the new ones in ``first``. A different value is a ``MetricsFormatError``."""
+    kept = {}
+    for key, value in values.items():
+        earlier = first.get(key)
+        if earlier is None:
+            first[key] = (value, line_number)
+            kept[key] = value
+        elif not _same(earlier[0], value):
+            raise MetricsFormatError(
+                path,
+                line_number,
+                f"{key!r} at step {step} is {value!r} here but {earlier[0]!r} at line "
+                f"{earlier[1]} (two runs in one log? keep one run per job.log)",
+            )
+    return kept
 
 
 def parse_metric_dict(text: str) -> dict[str, float]:
