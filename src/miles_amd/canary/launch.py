@@ -11,7 +11,7 @@ free one (``canary.worker``). The bound:
   naming the rank that failed first (the ranks stamp their errors; the others then fail on
   the broken collective) and its error;
 - ranks still running ``timeout_s`` after the start (a reducer that hangs, a collective that
-  never completes) are killed: :class:`HarnessError` saying which ranks hung.
+  does not complete) are killed: :class:`HarnessError` saying which ranks hung.
 
 Only the process groups of the ranks it started are signalled (``os.killpg`` of each
 child's own group, SIGKILL).

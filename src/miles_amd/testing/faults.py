@@ -11,7 +11,7 @@ Does not decide: how a run is judged (the gate), and performs no I/O (``replay``
 Rules:
 
 - ``at`` is a 0-based rollout index and must be ``< num_rollout`` for every fault that uses
-  it (:func:`check_fault_at`); a fault that would never fire makes a rehearsal that passes
+  it (:func:`check_fault_at`); a fault that cannot fire makes a rehearsal that passes
   without testing anything.
 - Value faults change only the series they name; every other value is replayed unchanged.
 - ``wrong-batch-shape`` ignores ``at``: a batch shape is fixed for a whole run, so every

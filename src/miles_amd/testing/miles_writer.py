@@ -17,7 +17,7 @@ This imitation needs neither torch nor miles, so it is the CPU default.
   (``log_utils.py:542`` and ``model.py:854``; ``train/grad_norm`` last before the step, as
   ``log_train_step`` builds it) and the trainer's own ``perf k: {...}``
   (``train_metric_utils.py:56``: ``perf/*_time``, ``*_tflops``, ``actor_train_tok_per_s``,
-  ``step_time``, ``wait_time_ratio``). :data:`TENSORBOARD_ONLY_KEYS` are never printed. A
+  ``step_time``, ``wait_time_ratio``). :data:`TENSORBOARD_ONLY_KEYS` are not printed. A
   message kind without keys is not printed. The dicts are Python reprs, so a non-finite value
   prints as ``nan``/``inf``, exactly as miles prints it.
 - **TensorBoard** (``TENSORBOARD_DIR``): one file per process, as each miles process opens
@@ -33,7 +33,7 @@ This imitation needs neither torch nor miles, so it is the CPU default.
   line per captured metric, ``{"metric": key, "series": [[step, value], ...]}``, non-finite
   values as the strings ``"NaN"``/``"Infinity"``/``"-Infinity"``, rewritten atomically
   (temp file + ``os.replace``) after every rollout that captured a value (miles' trainer
-  never calls ``finish()``); no file until a captured key was logged; lines in first-capture
+  does not call ``finish()``); no file until a captured key was logged; lines in first-capture
   order (the trainer logs ``rollout/raw_reward`` before the training step). :meth:`close`
   leaves the driver's **0-byte** record, as its ``finish_tracking`` does.
 

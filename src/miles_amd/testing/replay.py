@@ -17,11 +17,11 @@ Decides, before anything is written (a refusal is one line on stderr, exit code 
 
 - The argv is the recipe's, exactly (``miles_amd.testing.replay_argv``: a foreign flag, a
   changed pinned value, a missing flag or a different order is refused naming the flag). Own
-  options are all ``--replay-*`` so they never clash with a miles flag; an unknown
+  options are all ``--replay-*`` so they do not clash with a miles flag; an unknown
   ``--replay-*`` option is a foreign flag.
 - ``--use-tensorboard`` needs ``TENSORBOARD_DIR`` and ``MILES_CI_GATE_RECORD_DIR`` in the
   environment (miles turns CI history on from that env alone; it has no CLI flag for it).
-  Their values are never printed (nothing from the environment is).
+  Their values are not printed (nothing from the environment is).
 - The source run (read with ``miles_amd.evidence.load.load_run``) must be trustworthy: no
   source problem, no conflict between its sources, every metric of :data:`REQUIRED_KEYS`
   present, every series at steps ``0, 1, ..., n-1`` exactly once. ``--num-rollout`` must not
