@@ -25,7 +25,7 @@ A file is valid when, in order:
    (``Recipe``'s defaults: 1, 64, 8, 4096), since tolerances are derived from it;
 5. every rule has exactly its kind's fields, and its tolerance is derived as its kind
    declares or lies in its declared sane range (``miles_amd.rules.registry.validate_rule``,
-   the kind modules of ``miles_amd.rules.kinds``): a band equals the one its ``derive``
+   the kind modules of ``miles_amd.rules.kinds``): a band equals what its ``derive``
    block gives for ``run_shape.rollouts`` (bands come from data, not from taste), a grid's
    quantum is ``1/samples_per_rollout``, a spike threshold lies above the reference's max
    and within 20x it, ... so an absurd but self-consistent baseline is refused.

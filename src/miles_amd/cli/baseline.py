@@ -4,12 +4,12 @@ Decides the commands' options, output and exit codes; what a recorded baseline h
 when a run is refused is ``miles_amd.baseline.record``'s (its module doc states the method).
 
 - ``record --run-dir DIR --variant stock|patched --out DIR/<name>.json``: the baseline's name
-  is the variant's (or ``--name``), never the file's stem, and the file must carry it (the
+  is the variant's (or ``--name``), not the file's stem, and the file must carry it (the
   loader refuses a file whose name and content disagree); reads the run strictly
   (``miles_amd.evidence.load.load_run``), records it with the shipped baseline of that variant as
-  template, checks the loader accepts the result and the run passes it, and writes ``PATH``
+  template, checks the loader accepts the result and the run passes it, and writes the file
   atomically (``miles_amd.files.atomic_write_text``: without ``--force`` the final step is a
-  link, so an existing file is never replaced by a race). Exit 0 written;
+  link, so a race does not replace an existing file). Exit 0 written;
   2 refused (no run dir, a failed, short, corrupt, non-finite or fatal-log run, preflight not
   passed without ``--allow-no-preflight``, ``--out`` exists without ``--force``, ``--out``
   not named ``<name>.json``), with one
