@@ -1,6 +1,6 @@
 """Which baseline judges what: loading one by name or path, per variant, for the watcher.
 
-- :func:`load`: a shipped name (``stock``, ``patched``) or a path, loaded once; a bad one is
+- :func:`load`: a shipped name (``stock``, ``patched``) or a path; a bad one is
   :class:`~miles_amd.app.errors.AppError` naming the flag and the fix.
 - :func:`for_variant`: the shipped baseline a variant is gated against: its own, else (the
   rccl control arm, which has none) stock's, applied baseline-free by the gate

@@ -1,4 +1,4 @@
-"""Compare two run dirs: read both, compare them, write compare.json, .md and .png once.
+"""Compare two run dirs: read both, compare them, write compare.json, .md and .png.
 
 - The files go to ``out_dir``, else B's ``report/compare`` (:func:`compare_dir_of`), as one
   set through ``miles_amd.files.write_files``: no link below B's run dir (a ``report`` link

@@ -1,7 +1,7 @@
-"""Gate one run dir: read it, judge it, append it to a named history, write its report once.
+"""Gate one run dir: read it, judge it, append it to a named history, write its report.
 
 - The report goes to ``report_dir``, else the run dir's ``report/`` (:func:`report_dir_of`);
-  report.json, report.md and metrics.png are rendered once and written as one set through
+  report.json, report.md and metrics.png are rendered in memory and written as one set through
   ``miles_amd.files.write_files`` (no link below the run dir, or below the named dir's parent,
   is followed; a failed write leaves the previous set).
 - With a history named, the verdict is appended before the report is rendered, so report.md

@@ -5,7 +5,7 @@
   baseline is given, :func:`miles_amd.app.gate.gate_run_dir` on the run dir with the plan's
   rollout count. The exit code is the gate's when gated, else the job's; evidence that did not
   come back from the job's node (cluster mode) is a failure either way.
-- :func:`run_variants`: ``train --variants``: every variant's job at once
+- :func:`run_variants`: ``train --variants``: the variants' jobs concurrently
   (``miles_amd.run.variants_run``), each watched and then gated against
   ``app.baselines.for_variant`` of its name. The A/B comparison is ``app.compare``'s.
 """
