@@ -8,8 +8,9 @@ baseline, ``judge.gate.judge``: a spike, an off-grid reward or a clipped token m
 broken run, not a reference). The file's text is ``miles_amd.baseline.json_text``'s;
 writing it and printing are ``miles_amd.cli.baseline``'s; bands are
 ``miles_amd.rules.bands``'; what each rule kind records is its ``KindSpec``'s
-(``summary``, ``rederive``; ``miles_amd.rules.kinds``). The file's fields are spelled once,
-by ``miles_amd.rules.model.Baseline.to_json``, the very shape the loader reads.
+(``summary``, ``rederive``; ``miles_amd.rules.kinds``). The file's fields are spelled
+by ``miles_amd.rules.model.Baseline.to_json``, the shape the loader reads
+(``tests/unit/test_baseline_shape.py``).
 
 The method (the file the gate later reads must be one the loader accepts unchanged):
 

@@ -17,8 +17,9 @@ judges and writes nothing (``miles_amd.report.report`` writes the files).
 - text: the same order in aligned plain lines; where the report was written is the CLI's
   last line (``miles-amd gate``).
 
-Every string from the run dir (tag names, paths, job.json fields, log lines) is escaped for
-its sink by ``miles_amd.escape``: ``markdown`` in report.md, ``terminal`` in text.
+Strings from the run dir (tag names, paths, job.json fields, log lines) are escaped for
+their sink by ``miles_amd.escape``: ``markdown`` in report.md, ``terminal`` in text
+(``tests/unit/test_untrusted_input.py``: a hostile job.json message stays inert).
 """
 
 from __future__ import annotations
