@@ -232,8 +232,8 @@ RequireEnvOpt = Annotated[
     bool,
     typer.Option(
         "--require-env",
-        help="Fail a run dir without env.json (the hardware path: the mi355x test and CI); "
-        "without it the environment check is not measured there.",
+        help="Fail a run dir without env.json or job.json (the hardware path: the mi355x "
+        "test and CI); without it the environment check is not measured there.",
     ),
 ]
 RayAddressOpt = Annotated[

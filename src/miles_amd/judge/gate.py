@@ -193,13 +193,13 @@ def judge(
 
     ``expected_rollouts`` overrides the baseline's rollout count (a 3-rollout smoke, a
     1000-rollout benchmark): it sets the expected steps and rescales the bands.
-    ``require_env`` fails a run without env.json (the hardware path) instead of showing
-    the environment as not measured.
+    ``require_env`` fails a run without env.json or job.json (the hardware path) instead of
+    showing the environment or the job's end state as not measured.
     """
     rollouts = baseline.run_shape.rollouts if expected_rollouts is None else expected_rollouts
     if rollouts < 1:
         raise ValueError(f"expected_rollouts must be >= 1, got {rollouts}")
-    ctx = RuleContext(evidence, baseline, rollouts)
+    ctx = RuleContext(evidence, baseline, rollouts, require_env=require_env)
     variant = evidence.variant
     control = variant == CONTROL_ARM
     checks = [

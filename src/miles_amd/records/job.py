@@ -38,6 +38,9 @@ class JobRecord:
       moment the fault appeared on the job's own clock.
     - ``final_log_error``: why Ray could not give the job's full log at its end (its node
       was lost); ``job.log`` is then only what was streamed, so the run cannot pass.
+    - :attr:`contradiction`: a record at odds with itself (``SUCCEEDED`` with a non-zero
+      driver exit code, a driver stop or a fail-fast trip); the ``job_status`` rule fails it
+      (``tests/unit/test_job_record_hardening.py``).
     """
 
     job_id: str
@@ -54,6 +57,19 @@ class JobRecord:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @property
+    def contradiction(self) -> str | None:
+        """Why this record contradicts itself, or ``None`` (class doc)."""
+        if self.status != "SUCCEEDED":
+            return None
+        if self.driver_exit_code not in (None, 0):
+            return f"status SUCCEEDED but driver exit code {self.driver_exit_code}"
+        if self.stopped_by is not None:
+            return f"status SUCCEEDED but stopped by the driver ({self.stopped_by})"
+        if self.failfast is not None:
+            return "status SUCCEEDED but a fail-fast trip is recorded"
+        return None
 
     @classmethod
     def from_json(cls, text: str | bytes) -> JobRecord:

@@ -78,11 +78,13 @@ class BuiltinCheck:
 
 @dataclass(frozen=True)
 class RuleContext:
-    """What a rule function needs besides its series: the evidence, baseline and rollout count."""
+    """What a rule function needs besides its series: the evidence, baseline and rollout count,
+    and whether the hardware path's evidence is required (``--require-env``)."""
 
     evidence: RunEvidence
     baseline: Baseline
     rollouts: int
+    require_env: bool = False
 
     def expected_steps(self, metric: str) -> range:
         return step_range(metric, self.baseline, self.rollouts)

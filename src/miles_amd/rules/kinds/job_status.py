@@ -1,5 +1,9 @@
 """``job_status``: job.json's status is ``expected_status`` (the schema allows only ``SUCCEEDED``)
-and the job's full log was fetched (no ``final_log_error``: a partial log may hide a fatal line).
+and the job's full log was fetched (no ``final_log_error``: a partial log may hide a fatal line),
+and the record agrees with itself (``JobRecord.contradiction``: ``SUCCEEDED`` with driver exit
+code 137 or a fail-fast stop fails). Without job.json: ``not_measured`` when optional, a failure
+when required or on the hardware path (``RuleContext.require_env``: the job's end state is
+required evidence there).
 
 Judged from job.json, not from a metric; no tolerance. Pure: no file is read.
 """
@@ -28,6 +32,13 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
         if unreadable:
             detail = f"job.json unreadable: {unreadable[0].detail}"
             return rule_check(rule, "error", None, wanted, detail)
+        if ctx.require_env:
+            detail = (
+                "not measured: no job.json in the run dir; the hardware path (--require-env) "
+                "needs the job's end state; fix: gate the run dir miles-amd train wrote (its "
+                "driver writes job.json)"
+            )
+            return rule_check(rule, "fail", None, wanted, detail)
         status: Status = "fail" if rule.required else "not_measured"
         return rule_check(rule, status, None, wanted, "not measured: no job.json in the run dir")
     detail = f"Ray job {job.job_id} ended {job.status}"
@@ -36,7 +47,14 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     detail += _stopped_by(job)
     if job.final_log_error:
         detail += f"; job.log is partial: {job.final_log_error}"
-    ok = job.status == JobStatusParams.of(rule).expected_status and not job.final_log_error
+    contradiction = job.contradiction
+    if contradiction is not None:
+        detail += f"; job.json contradicts itself: {contradiction}"
+    ok = (
+        job.status == JobStatusParams.of(rule).expected_status
+        and not job.final_log_error
+        and contradiction is None
+    )
     return rule_check(rule, passed(ok), job.status, wanted, detail)
 
 
