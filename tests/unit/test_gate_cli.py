@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -299,7 +300,6 @@ def test_unwritable_report_dir_is_unusable_input(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["--baseline", "patched"],  # no --run-dir
         ["--run-dir", str(EXAMPLE)],  # no --baseline
         ["--run-dir", str(EXAMPLE), "--baseline", "patched", "--expected-rollouts", "0"],
         ["--run-dir", str(EXAMPLE), "--baseline", "patched", "--format", "html"],
@@ -324,3 +324,57 @@ def test_the_command_module_imports_only_typer_and_stdlib() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------- --example
+
+
+def test_example_reports_to_a_named_dir_and_leaves_the_example_alone(tmp_path: Path) -> None:
+    before = sorted(p.relative_to(EXAMPLE) for p in EXAMPLE.rglob("*"))
+    out = tmp_path / "example-report"
+    result = gate_main("--example", "--baseline", "patched", "--report-dir", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "against baseline patched (jvvnhop9)" in result.stdout
+    assert result.stdout.splitlines()[-1].startswith(f"report written to {out / 'report.md'}")
+    assert report_of(out)["verdict"] == "pass"
+    assert sorted(p.relative_to(EXAMPLE) for p in EXAMPLE.rglob("*")) == before
+
+
+def test_example_without_a_report_dir_reports_to_a_new_temporary_dir() -> None:
+    result = run_cli("gate", "--example", "--baseline", "patched")
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.splitlines()[-1]
+    made = Path(last.removeprefix("report written to ").split(" (also")[0]).parent
+    try:
+        assert made.parent == Path(tempfile.gettempdir())
+        assert made.name.startswith("miles-amd-example-")
+        assert report_of(made)["verdict"] == "pass"
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--baseline", "patched"], "--run-dir and --example: neither given; fix: "),
+        (
+            ["--example", "--run-dir", str(EXAMPLE), "--baseline", "patched"],
+            "--run-dir and --example: give one, not both; fix: ",
+        ),
+    ],
+)
+def test_example_or_run_dir_exactly_one(args: list[str], line: str) -> None:
+    result = gate_main(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"miles-amd: error: {line}"), result.stderr
+
+
+def test_a_report_dir_inside_the_package_is_refused_and_nothing_written() -> None:
+    import miles_amd
+
+    inside = Path(miles_amd.__file__).resolve().parent / "report-here"
+    result = gate_main("--example", "--baseline", "patched", "--report-dir", str(inside))
+    assert result.returncode == 2
+    assert "the report would go into the installed miles_amd package" in result.stderr
+    assert "fix: pass --report-dir DIR outside it" in result.stderr
+    assert not inside.exists()

@@ -126,3 +126,20 @@ def test_the_installed_wheel_gates_its_example_run(venv: Path, tmp_path: Path) -
     assert gate.returncode == 0, f"exit {gate.returncode}\n{gate.stdout}\n{gate.stderr}"
     report = json.loads((run_dir / "report" / "report.json").read_text())
     assert report["verdict"] == "pass"
+
+    # the README's wheel form: the shipped example, reported outside the installed package
+    package = module_file.parent
+    before = sorted(str(p.relative_to(package)) for p in package.rglob("*"))
+    out = tmp_path / "example-report"
+    argv = [miles_amd, "gate", "--example", "--baseline", "patched", "--report-dir", str(out)]
+    example_gate = run(argv, cwd=tmp_path, env=clean_env())
+    assert example_gate.returncode == 0, example_gate.stderr
+    assert "against baseline patched (jvvnhop9)" in example_gate.stdout
+    assert json.loads((out / "report.json").read_text())["verdict"] == "pass"
+    inside = [miles_amd, "gate", "--run-dir", str(example), "--baseline", "patched"]
+    refused = run(inside, cwd=tmp_path, env=clean_env())
+    assert refused.returncode == 2 and "installed miles_amd package" in refused.stderr
+    after = sorted(str(p.relative_to(package)) for p in package.rglob("*"))
+    assert [p for p in after if "__pycache__" not in p] == [
+        p for p in before if "__pycache__" not in p
+    ]

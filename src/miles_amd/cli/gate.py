@@ -6,9 +6,12 @@ run dir, nothing readable in it, a malformed or missing baseline, an unwritable 
 an unusable history), with one line on stderr naming the flag and the fix. The run is
 judged once (``miles_amd.app.gate.gate_run_dir``); what is printed, written to the
 report, appended to the history and returned is that verdict. The report goes to
-``--report-dir`` (default ``<run-dir>/report/``): report.json, report.md, metrics.png; the
+``--report-dir`` (default ``<run-dir>/report/``; never inside the installed package, a
+refusal): report.json, report.md, metrics.png; the
 chosen ``--format`` is printed to stdout, then, last, where the report was written (on
-stderr for ``json``/``markdown``, whose stdout is the document). A bad baseline, a missing
+stderr for ``json``/``markdown``, whose stdout is the document). ``--example`` gates the embedded
+example run instead of ``--run-dir`` (``miles_amd.app.example``), reporting to
+``--report-dir`` or a new temporary dir. A bad baseline, a missing
 run dir or a directory holding none of a run dir's files writes nothing.
 When the run dir has a run's files but nothing in them is readable, the report (verdict
 ``error``) is still written, so CI shows why. ``--num-rollouts N`` judges a run of N
@@ -57,14 +60,6 @@ def register(app: typer.Typer) -> None:
 
 
 def gate(
-    run_dir: Annotated[
-        Path,
-        typer.Option(
-            "--run-dir",
-            metavar="<path>",
-            help="Run directory: tensorboard/, ci_history/, job.log, job.json.",
-        ),
-    ],
     baseline: Annotated[
         str,
         typer.Option(
@@ -73,12 +68,29 @@ def gate(
             help="stock, patched, or the path of a baseline JSON file.",
         ),
     ],
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--run-dir",
+            metavar="<path>",
+            help="Run directory: tensorboard/, ci_history/, job.log, job.json.",
+        ),
+    ] = None,
+    example: Annotated[
+        bool,
+        typer.Option(
+            "--example",
+            help="Gate the embedded example run (jvvnhop9, shipped in the package) instead "
+            "of --run-dir; its report goes to --report-dir or a new temporary dir.",
+        ),
+    ] = False,
     report_dir: Annotated[
         Path | None,
         typer.Option(
             "--report-dir",
             metavar="<path>",
-            help="Where the report goes (default: RUN_DIR/report).",
+            help="Where the report goes (default: RUN_DIR/report; with --example a new "
+            "temporary dir).",
         ),
     ] = None,
     output_format: FormatOpt = OutputFormat.text,
@@ -105,7 +117,17 @@ def gate(
         default=None,
         names=("--num-rollouts", "--expected-rollouts"),
     )
+    if example == (run_dir is not None):
+        fail(
+            "--run-dir and --example: "
+            + ("give one, not both" if example else "neither given")
+            + "; fix: pass --run-dir DIR, or --example for the embedded run"
+        )
     reference = load_baseline_option(baseline, "--baseline")
+    from miles_amd.app.example import example_run_dir, inside_installed_package
+
+    if run_dir is None:
+        run_dir = example_run_dir()
     existing_run_dir(run_dir)
 
     from miles_amd.app.gate import gate_run_dir, report_dir_of
@@ -115,7 +137,18 @@ def gate(
     history = named_history(history_file, no_history)
     if history is not None:
         open_history_option(history)
+    if example and report_dir is None:
+        from miles_amd.app.example import example_report_dir
+
+        report_dir = example_report_dir(None)
     out_dir = report_dir_of(run_dir, report_dir)
+    if inside_installed_package(out_dir):
+        flag = "--run-dir" if report_dir is None else "--report-dir"
+        fail(
+            f"{flag} {run_dir if report_dir is None else report_dir}: the report would go "
+            f"into the installed miles_amd package ({out_dir}); fix: pass --report-dir DIR "
+            "outside it, or use --example (a temporary dir)"
+        )
     try:
         result = gate_run_dir(
             run_dir,
