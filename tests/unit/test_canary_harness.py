@@ -25,7 +25,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from miles_amd.canary.record import CanaryRecord, schema_path
+from miles_amd.canary.record import schema_path
+from miles_amd.records.canary import CanaryRecord
 
 GLOO = """
 import torch.distributed as dist

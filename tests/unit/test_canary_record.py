@@ -1,5 +1,6 @@
-"""``canary.json`` (``canary.record``): the merge of the ranks' results, strict reading, the
-shipped schema, and the atomic write into a run dir. Pure: no torch, no ranks."""
+"""``canary.json`` (``records.canary``, ``canary.record``): the merge of the ranks' results,
+strict reading, the shipped schema, and the atomic write into a run dir. Pure: no torch, no
+ranks."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 
 from miles_amd.canary.harness import Setup, merge
 from miles_amd.canary.plan import CPU, build_plan, recipe_shape
-from miles_amd.canary.record import CanaryRecord, schema_path, write_canary
+from miles_amd.canary.record import schema_path, write_canary
 from miles_amd.recipe.settings import Recipe
+from miles_amd.records.canary import CanaryRecord
 from miles_amd.run_dir import RunDir
 
 PLAN = build_plan(recipe_shape(Recipe()), "reducer", 0.5, target=CPU, tokens=(28, 29))

@@ -10,7 +10,8 @@ Modules, each with one job:
 - ``plan``: the sizes and calls, from the recipe (``--plan``);
 - ``worker`` (one rank), ``launch`` (the ranks as processes, bounded), ``harness`` (a run, merged);
 - ``node``: whether this machine can run the hardware canary;
-- ``record``: ``canary.json`` (``CanaryRecord``) and its schema ``canary.schema.json``.
+- ``record``: writing ``canary.json`` (its model: ``miles_amd.records.canary.CanaryRecord``)
+  and its schema ``canary.schema.json``.
 
 Pure except ``worker``, ``launch``, ``harness``, ``node`` and ``record.write_canary``; torch is
 imported by ``worker``, in the ranks. What a result proves: ``docs/node.md``.

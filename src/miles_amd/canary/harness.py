@@ -25,7 +25,7 @@ from typing import Any
 from miles_amd.canary import power
 from miles_amd.canary.launch import run_ranks
 from miles_amd.canary.plan import Plan
-from miles_amd.canary.record import (
+from miles_amd.records.canary import (
     SCHEMA_VERSION,
     CanaryRecord,
     FirstMismatch,

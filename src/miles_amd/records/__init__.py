@@ -2,10 +2,12 @@
 
 - ``job``: ``job.json``, the Ray job's end state (:class:`~miles_amd.records.job.JobRecord`);
 - ``env``: ``env.json``, the preflight's facts (:class:`~miles_amd.records.env.EnvRecord`);
-- ``plan``: ``plan.json``, the launch plan (:class:`~miles_amd.records.plan.PlanRecord`).
+- ``plan``: ``plan.json``, the launch plan (:class:`~miles_amd.records.plan.PlanRecord`);
+- ``canary``: ``canary.json``, the all-reduce canary's result
+  (:class:`~miles_amd.records.canary.CanaryRecord`).
 
-Writers (the driver, the preflight) and ``miles_amd.evidence`` (the reader, into
-``RunEvidence``) share them; judging, recording a baseline and the history consume the
-records' fields, not the files (``tests/unit/test_layers.py``). Pure: nothing here opens a
+Writers (the driver, the preflight, ``miles-amd canary``) and ``miles_amd.evidence`` (the
+reader, into ``RunEvidence``) share them; judging, recording a baseline and the history
+consume the records' fields, not the files (``tests/unit/test_layers.py``). Pure: nothing here opens a
 file.
 """

@@ -6,7 +6,8 @@ duplicate key, no non-finite number), like ``JobRecord`` (``job.json``): every f
 unless marked optional, a wrong type or value raises ``ValueError`` naming the field's path
 (``results[2].first_mismatch.index``); keys the model does not know are ignored. The same
 shape as JSON Schema ships as ``canary/canary.schema.json`` (a test holds the writer's
-output to it). :func:`write_canary` writes it into a run dir atomically (``miles_amd.files``).
+output to it). ``canary.record.write_canary`` writes it into a run dir; ``miles_amd.evidence``
+reads it into ``RunEvidence.canary``.
 
 Fields (``schema_version`` 1): ``implementation`` (``canary.implementations``) and
 ``reducer`` (the seam's ``FILE:FUNCTION``, else null); ``variant`` (null on CPU);
@@ -27,13 +28,10 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from miles_amd import strict_json, variants
 from miles_amd.canary.implementations import IMPLEMENTATIONS
-from miles_amd.files import atomic_write_text
-from miles_amd.run_dir import RunDir
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -41,8 +39,6 @@ __all__ = [
     "FirstMismatch",
     "PowerRecord",
     "SizeResult",
-    "schema_path",
-    "write_canary",
 ]
 
 SCHEMA_VERSION = 1
@@ -309,17 +305,3 @@ class CanaryRecord:
             device=_str(data, "", "device") or "",
             tensor_dtype=_str(data, "", "tensor_dtype") or "",
         )
-
-
-def schema_path() -> Path:
-    """The shipped JSON Schema of ``canary.json``."""
-    from miles_amd.package_data import package_path
-
-    return package_path("miles_amd.canary", "canary.schema.json")
-
-
-def write_canary(root: Path, record: CanaryRecord) -> Path:
-    """Write ``record`` as ``<root>/canary.json``, whole or not at all; the path."""
-    path = RunDir(root).canary_json
-    atomic_write_text(path, record.to_json())
-    return path
