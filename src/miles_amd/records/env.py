@@ -1,7 +1,8 @@
 """``env.json``: what ``miles-amd preflight`` found on the node, read into one record.
 
-Decides what env.json says and whether it can be believed, once, for every consumer (the
-environment, all-reduce and model-build checks, ``baseline record``, the history):
+Decides what env.json says and whether it can be believed, for its consumers (the
+environment, all-reduce and model-build checks, ``baseline record``, the history), which get
+it from ``evidence/`` (the one reader of run-dir records: ``tests/unit/test_layers.py``):
 
 - ``facts``: by name, each ``name``, ``status`` (``ok``/``missing``/``wrong``), ``value``,
   ``message`` (``run.facts.Fact``, as ``run.preflight.write_env_json`` writes them);
