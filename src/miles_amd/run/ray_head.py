@@ -1,59 +1,53 @@
 """A Ray head this tool starts, owns, and stops: private to its user, stopped by process id.
 
-Decides how a local head is started, secured and stopped; it does not submit jobs
-(``driver``). Facts below were read in Ray 2.60's installed source and measured with
-``psutil.net_connections`` on the head's process tree (``tests/rehearsal/test_private_head.py``).
+Decides how a local head is started, secured and stopped; submitting jobs is ``driver``'s,
+HTTP to the dashboard ``miles_amd.run.dashboard``'s. Facts below were read in Ray 2.60's
+installed source and measured with ``psutil.net_connections`` on the head's process tree
+(``tests/rehearsal/test_private_head.py``):
 
-Loopback only. ``ray start --node-ip-address 127.0.0.1`` is not enough: Ray replaces a
-loopback node address with the host's routable one (``services.resolve_ip_for_localhost``)
-unless ``ray_constants.ENABLE_RAY_CLUSTER`` is off, which the head's environment switches
-with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` ("local Ray only": a second node cannot join,
-which this single-node head does not need). With the node address on 127.0.0.1, GCS, raylet,
-object manager, dashboard, dashboard agent, runtime-env agent, Ray client server, both
-Prometheus endpoints and every worker listen on 127.0.0.1 only.
-
-Every port is chosen here. The nine ``ray start`` port flags (:data:`PORT_OPTIONS`) get
-distinct free ports; the two metrics servers ``ray start`` has no flag for are set through
-the environment (:data:`PORT_ENV_VARS`: the autoscaler's ``AUTOSCALER_METRIC_PORT``,
-default 44217, and the dashboard's ``DASHBOARD_METRIC_PORT``, default 44227, read by
-``autoscaler/_private/monitor.py`` and ``dashboard/consts.py``). Worker processes (job
-supervisor, job driver, tasks, actors) get ``--min-worker-port 0 --max-worker-port 0``:
-each binds a port the kernel assigns at bind time, free when it is taken (a list
-picked in advance would sit unbound until a worker starts, free for anyone to take).
-
-Token authentication (Ray's ``RAY_AUTH_MODE=token``). Every head gets a fresh token
-(``secrets.token_hex(32)``, the generator Ray's ``ray get-auth-token --generate`` uses)
-written 0600 to ``auth_token`` in the head's private temp dir, and the head's environment
-points at it with ``RAY_AUTH_TOKEN_PATH``. Ray's C++ ``AuthenticationTokenLoader`` looks
-for a token in ``RAY_AUTH_TOKEN`` (the value), then the file ``RAY_AUTH_TOKEN_PATH``, then
-``~/.ray/auth_token``; the head's environment drops ``RAY_AUTH_TOKEN`` so the user's own
-token (variable or file) cannot replace the fresh one. GCS and raylet then require the
-token on every gRPC call; the dashboard's HTTP middleware answers 401 to a request without
-it and 403 to a wrong one (``http_token_authentication.py``; only health checks and
-``/api/authentication_mode`` are public). Processes the head starts (agents, workers, the
-job and anything it starts with ``ray.init``) inherit ``RAY_AUTH_MODE`` and
-``RAY_AUTH_TOKEN_PATH``. The client gets the token in memory from :meth:`RayHead.auth_headers`
-(``Authorization: Bearer <token>``), which ``JobSubmissionClient(headers=...)`` sends on
-every request and on the log websocket; Ray adds its own header only when none is given.
-A 401/403 at start is reported as what it is, not as a slow start.
-
-Private temp dir: a fresh ``mkdtemp`` under ``/tmp`` (mode 0700), not under ``TMPDIR``:
-Ray's AF_UNIX sockets live at ``<temp>/session_<date>_<pid>/sockets/dash_MetricsHead`` and
-more, and a socket path over 107 bytes makes ``ray start`` fail. Ray's ``--temp-dir`` is
-its subdirectory ``ray`` because Ray makes its temp dir world-writable
-(``_common/utils.try_make_directory_shared``: chmod 0777); the 0700 dir around it keeps
-other users out of the session dir, its logs and sockets. The token file sits beside it.
-The head's ``TMPDIR`` is the private dir too, so the temp files and multiprocessing sockets
-of Ray's processes and of the job stay in it. Removed when the head stops.
-
-Stopping. ``ray start --block`` (in a new session) registers a SIGTERM handler that shuts
-down the processes it spawned; :meth:`RayHead.stop` sends it SIGTERM, then terminates (and
-after a grace period kills) every descendant it recorded, matched by pid *and* create time
-so a recycled pid is not touched (``miles_amd.run.process_tree``, which the test
-cluster's nodes use too). HTTP to the dashboard is
-``miles_amd.run.dashboard``'s. ``ray stop`` is not used: it stops every Ray process
-of the user. A state file records the head so a later run can clear this tool's own
-leftovers (:func:`clear_leftovers`), again only by recorded pid and create time.
+- **Loopback only.** ``ray start --node-ip-address 127.0.0.1`` is not enough: Ray replaces a
+  loopback node address with the host's routable one (``services.resolve_ip_for_localhost``)
+  unless ``ray_constants.ENABLE_RAY_CLUSTER`` is off, which the head's environment switches
+  with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` ("local Ray only": a second node cannot join,
+  which this single-node head does not need). GCS, raylet, object manager, dashboard and its
+  agent, runtime-env agent, Ray client server, both Prometheus endpoints and the workers
+  then listen on 127.0.0.1.
+- **Ports chosen here.** The nine ``ray start`` port flags (:data:`PORT_OPTIONS`) get
+  distinct free ports; the two metrics servers without a flag get theirs through the
+  environment (:data:`PORT_ENV_VARS`: ``AUTOSCALER_METRIC_PORT``, default 44217, and
+  ``DASHBOARD_METRIC_PORT``, default 44227, read by ``autoscaler/_private/monitor.py`` and
+  ``dashboard/consts.py``). Workers (job supervisor, job driver, tasks, actors) get
+  ``--min-worker-port 0 --max-worker-port 0``: the kernel assigns a port at bind time (a
+  list picked in advance would sit unbound until a worker starts, free for anyone to take).
+- **Token authentication** (``RAY_AUTH_MODE=token``). Each head gets a fresh token
+  (``secrets.token_hex(32)``, the generator of ``ray get-auth-token --generate``) written
+  0600 to ``auth_token`` in its private temp dir, named by ``RAY_AUTH_TOKEN_PATH``. Ray's C++
+  ``AuthenticationTokenLoader`` looks in ``RAY_AUTH_TOKEN`` (the value), then the file
+  ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``; the head's environment drops
+  ``RAY_AUTH_TOKEN`` so the user's own token cannot replace the fresh one. GCS and raylet
+  then require the token on gRPC calls; the dashboard answers 401 without it and 403 to a
+  wrong one (``http_token_authentication.py``; health checks and
+  ``/api/authentication_mode`` are public). The head's processes (agents, workers, the job
+  and what it starts with ``ray.init``) inherit ``RAY_AUTH_MODE`` and
+  ``RAY_AUTH_TOKEN_PATH``. The client holds the token in memory (:meth:`RayHead.auth_headers`,
+  ``Authorization: Bearer <token>``), which ``JobSubmissionClient(headers=...)`` sends on
+  each request and on the log websocket (Ray adds its own header only when none is given).
+  A 401/403 at start is reported as such, not as a slow start.
+- **Private temp dir**: a fresh ``mkdtemp`` under ``/tmp`` (0700), not under ``TMPDIR``: a
+  Ray AF_UNIX socket path (``<temp>/session_<date>_<pid>/sockets/dash_MetricsHead`` ...)
+  over 107 bytes makes ``ray start`` fail. Ray's ``--temp-dir`` is its subdirectory ``ray``
+  because Ray makes its temp dir world-writable
+  (``_common/utils.try_make_directory_shared``: chmod 0777); the 0700 dir around it keeps
+  other users out of the session dir, its logs and sockets. The token file sits beside it;
+  the head's ``TMPDIR`` is the private dir too, so the temp files and multiprocessing sockets
+  of Ray's processes and of the job stay in it. Removed when the head stops.
+- **Stopping.** ``ray start --block`` (in a new session) shuts down what it spawned on
+  SIGTERM; :meth:`RayHead.stop` sends it SIGTERM, then terminates (after a grace period
+  kills) each descendant it recorded, matched by pid *and* create time
+  (``miles_amd.run.process_tree``, which the test cluster's nodes use too). ``ray stop`` is
+  not used: it stops every Ray process of the user. A state file records the head so a later
+  run can clear this tool's own leftovers (:func:`clear_leftovers`), by recorded pid and
+  create time.
 
 Measured on a 2-core CPU machine (Ray 2.60): start to dashboard-ready about 5-8 s, stop
 about 2-6 s.
