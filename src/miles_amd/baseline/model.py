@@ -39,6 +39,8 @@ Where shipped baselines live: ``$MILES_AMD_BASELINES_DIR/gpt_oss_20b_lora/`` whe
 variable is set (it names a ``baselines/`` root), else the package data
 ``miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/`` (``miles_amd.package_data``: in
 the repo a link to the top-level ``baselines/``, in an installed wheel a copy of it).
+
+Explained for people in ``docs/cli.md``.
 """
 
 from __future__ import annotations

@@ -41,6 +41,8 @@ The method (the file the gate later reads must be one the loader accepts unchang
   (``recorded_at``, the preflight outcome, where each series came from, what was carried
   over, known log signatures). The schema has no dedicated ``recorded_at``/``preflight``
   field, so both are items of ``notes``.
+
+Explained for people in ``docs/cli.md``.
 """
 
 from __future__ import annotations

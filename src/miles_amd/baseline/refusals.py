@@ -20,6 +20,8 @@ line naming the file or flag and the fix); what the recorded file holds is
 
 (The sixth refusal, a run that fails its own recorded baseline, needs the document and is
 ``record``'s.)
+
+Explained for people in ``docs/cli.md``.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ when a run is refused is ``miles_amd.baseline.record``'s (its module doc states 
 Everything beyond typer, the standard library and ``miles_amd.cli.options`` (the variant
 names ``--variant`` takes) is imported inside the commands, so registering them costs the CLI's
 start-up nothing.
+
+Explained for people in ``docs/cli.md``.
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ Speed: a line is only tried against a sentinel's regex when it contains one of t
 sentinel's literal ``needles``, and the log is scanned as blocks of whole lines
 (``log_lines``) first tested as one string, so clean lines cost one substring search per
 needle per block and nothing is split.
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations

@@ -39,6 +39,8 @@ Identity mapping (upstream's ``RunIdentity`` from one of our runs):
 A run without a recorded aiter variant has no upstream identity and is not exported
 (:class:`Export` counts it). Upstream's GitHub fields this store does not keep are null.
 Decides the files only; the CLI (``miles-amd history --export``) decides when.
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ plan.json's; any variant but rccl, or none recorded, needs aiter's;
   measured``, and a failure with ``require_env`` (the hardware path must prove it).
 
 Pure; reads nothing.
+
+Explained for people in ``docs/node.md``.
 """
 
 from __future__ import annotations

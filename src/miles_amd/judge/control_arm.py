@@ -13,6 +13,8 @@ the command that measures the control arm: ``miles-amd compare`` against a stock
 same node. Which variant a run is: ``RunEvidence.variant``.
 
 Pure; reads nothing.
+
+Explained for people in ``docs/node.md``.
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ value. An env.json whose facts are malformed, contradictory or failed
 probe) unless ``require_env`` (``--require-env``: the hardware path), which fails it, as it
 fails a field the baseline records but env.json does not, and a baseline that does not record
 the GPU arch, GPU count and ROCm (one recorded without a preflight cannot vouch for hardware).
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ Decides the gate's built-in ``model.lora_experts`` check from env.json's deep-pr
 Without env.json, or with a count the probe could not take (``unknown: ...``, a CPU
 machine), the check is ``not_measured``, and a failure with ``require_env``
 (``--require-env``: the hardware path must prove the adapters exist). Pure; reads nothing.
+
+Explained for people in ``docs/node.md``.
 """
 
 from __future__ import annotations

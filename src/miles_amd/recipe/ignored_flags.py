@@ -26,6 +26,8 @@ Read in the pinned sources (miles 31f1ca961, 2026-12-01):
 - ``--moe-router-use-torch-mm`` (named in miles #3263 with ``--moe-router-dtype``) is not a
   flag of the pinned miles or Megatron-LM at all; the recipe does not pass it, so it is not
   listed.
+
+Explained for people in ``docs/conformance.md``.
 """
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ The method, one rule per statistic:
   the larger of the observed variance of the differences and the binomial floor
   ``(p_run(1-p_run) + p_ref(1-p_ref)) / samples_per_rollout`` (two independent draws of
   ``samples_per_rollout`` Bernoulli rewards differ at least by that much).
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations

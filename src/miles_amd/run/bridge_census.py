@@ -36,6 +36,8 @@ What it does, in miles' own code wherever miles has it:
 Exit status: 0 built (``{"ok": true, ...}`` written); 1 the build or an import failed
 (``{"ok": false, "stage": ..., "error": "<one line>"}`` written, traceback on stderr);
 64 bad usage.
+
+Explained for people in ``docs/node.md``.
 """
 
 from __future__ import annotations

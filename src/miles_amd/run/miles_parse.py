@@ -29,6 +29,8 @@ capability >= 8; TP > 1 reads the device arch) and the CPU torch raises instead.
 Exit status: 0 parsed (``{"ok": true, "args": {...}}`` written); 2 rejected by argparse (its
 ``train.py: error: ...`` line is on stderr); 1 rejected by a validator or an import failure
 (``{"ok": false, "error": "<one line>"}`` written, traceback on stderr); 64 bad usage.
+
+Explained for people in ``docs/conformance.md``.
 """
 
 from __future__ import annotations

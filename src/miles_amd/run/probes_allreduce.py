@@ -21,6 +21,8 @@ the job's ``PYTHONPATH`` (``recipe.plan.job_env_vars``; for patched, ``AITER_PAT
 first when set, as ``run.variants_run.variant_env`` puts it), which imports
 ``aiter.dist.device_communicators.custom_all_reduce`` as SGLang does; its failure is SGLang's
 fallback. The child runs once per preflight and is read as JSON.
+
+Explained for people in ``docs/node.md``.
 """
 
 from __future__ import annotations

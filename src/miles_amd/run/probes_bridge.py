@@ -29,6 +29,8 @@ fact is ``ok`` with an ``unknown: <stage>: <reason>`` value, not a crash
 (``tests/unit/test_bridge_probe.py``); the gate decides what an unknown count means
 (``judge.model_build``). A config.json that cannot be read is a ``wrong`` ``attention_window``
 naming the file.
+
+Explained for people in ``docs/node.md``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ file the node's job log confirms: ``miles_amd.judge.allreduce``), in its order:
    sglang CustomAllreduce``).
 
 Pure; reads nothing. The probe that feeds it is ``run.probes_allreduce``.
+
+Explained for people in ``docs/node.md``.
 """
 
 from __future__ import annotations

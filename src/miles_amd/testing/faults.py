@@ -16,6 +16,8 @@ Rules:
 - Value faults change only the series they name; every other value is replayed unchanged.
 - ``wrong-batch-shape`` ignores ``at``: a batch shape is fixed for a whole run, so every
   ``rollout/raw_reward`` becomes a multiple of 1/48 that is no multiple of 1/64.
+
+Explained for people in ``docs/rehearsal.md``.
 """
 
 from __future__ import annotations

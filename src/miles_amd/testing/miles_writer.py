@@ -39,6 +39,8 @@ This imitation needs neither torch nor miles, so it is the CPU default.
 
 Does not decide: which values are written (the caller's), whether they are good (the gate's),
 or anything about faults (``faults``).
+
+Explained for people in ``docs/rehearsal.md``.
 """
 
 from __future__ import annotations

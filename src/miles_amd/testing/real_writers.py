@@ -50,6 +50,8 @@ Stubs, each only what CPU cannot provide:
   rollout may still be lost when Ray ends the actors; that risk is not modelled.
 
 Does not decide: which values are replayed or which faults fire (``replay``, ``faults``).
+
+Explained for people in ``docs/rehearsal.md``.
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ Decides, before anything is written (a refusal is one line on stderr, exit code 
 Then: a start-up line, the rollouts (faults as planned by ``faults.plan_fault``), exit 0.
 The crash fault raises ``RuntimeError`` (traceback on stderr, exit 1); the hang fault sleeps
 until killed.
+
+Explained for people in ``docs/rehearsal.md``.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ calibration (reference simulated and recorded too; ``benchmarks/bench_calibratio
 KL x2 is caught in 96.7% of runs at 0.13% false alarms (z = 3.5: 94%).
 The plot hint (the band of the geometric mean for this run's spread) is
 ``miles_amd.report.rule_hints.geometric_band``. Pure: no file is read.
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations

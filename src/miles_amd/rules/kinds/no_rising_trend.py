@@ -15,6 +15,8 @@ schema to [0, 0.6]) ``Var S`` is inflated by Hamed and Rao's factor for an AR(1)
 (:func:`hamed_rao_factor`): autocorrelated rollouts make runs of rises that are no trend
 (issue 19 measured 0.6-0.8% false alarms at Z 3 with lag-1 0.3, not 0.13%). Pure: no file
 is read.
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ level pooled with ``pool``, the other published run's mean on the same prompts (
 checks it is a ``cover`` value of a ``mean_within`` rule on the metric). The observed spread
 is reported, not used: a collapse of the last third of a run inflated it and hid itself
 (caught 1 time in 4; now 99%). Pure: no file is read.
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations

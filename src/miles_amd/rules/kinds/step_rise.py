@@ -38,6 +38,8 @@ were chosen from the published runs). A scan that also splits at the last third 
 costs more power against a mid-run step (87% at 0.24% false alarms) than it buys. The
 plot hint (the halves' geometric means) is ``miles_amd.report.rule_hints.step``. Pure: no
 file is read.
+
+Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations
