@@ -125,7 +125,7 @@ def history(
     ] = None,
 ) -> None:
     """List past gate verdicts with drift findings; plot trends; export for upstream miles."""
-    from miles_amd.history.drift import drifts, metric_count, threshold
+    from miles_amd.history.drift import by_identity
     from miles_amd.history.store import HistoryError, HistoryStore
 
     if ctx.invoked_subcommand is not None:
@@ -152,11 +152,8 @@ def history(
         runs = read.runs
         for line in read.skipped:  # a corrupt row is named and skipped, the rest listed
             typer.echo(escape.terminal(line), err=True)
-        cutoff = threshold(metric_count(runs))
-        found = []
-        for identity in dict.fromkeys(r.identity for r in runs):
-            group = [r for r in runs if r.identity == identity]
-            found += drifts(group, threshold(metric_count(group)))
+        checked = by_identity(runs)
+        found = [d for group in checked for d in group.found]
         written = []
         try:
             if plot is not None:
@@ -189,7 +186,7 @@ def history(
         "text": render.render_text,
         "markdown": render.render_markdown,
         "json": render.to_json,
-    }[output_format.value](runs, found, cutoff)
+    }[output_format.value](runs, checked)
     typer.echo(text, nl=False)
     for line in written:
         typer.echo(line, err=output_format is not OutputFormat.text)

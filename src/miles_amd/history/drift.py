@@ -4,8 +4,8 @@ Decides when slow drift across pull requests (each run a little worse, each stil
 is flagged. Pure: takes stored runs of one identity (oldest first), returns findings.
 
 The rule: for each metric, take the run means of the last :data:`WINDOW` (12) *trusted*
-runs (a gate pass not marked untrusted; a failed or untrusted run does not feed the trend:
-``tests/unit/test_history.py``)
+runs (a gate pass not marked untrusted; a failed or untrusted run does not feed the trend,
+and a run gated again, the same ``run_key``, counts once: ``tests/unit/test_history.py``)
 and compute Mann-Kendall's ``S = sum over pairs i < j of sign(mean_j - mean_i)`` (-66 .. 66);
 ``|S| >= threshold`` flags a drift up (S > 0) or down. For healthy runs the run means are
 exchangeable, so S's distribution is the same whatever the metric's; the check looks at every
@@ -85,8 +85,33 @@ class Drift:
 
 
 def trusted(runs: Sequence[StoredRun]) -> list[StoredRun]:
-    """The runs that feed the trend: gate passes not marked untrusted."""
-    return [r for r in runs if r.trusted]
+    """The runs that feed the trend: gate passes not marked untrusted, one per run (the
+    same run gated again, same ``run_key``, counts once: its latest gate, in its place)."""
+    kept = [r for r in runs if r.trusted]
+    latest = {r.run_key: r.run_id for r in kept if r.run_key is not None}
+    return [r for r in kept if r.run_key is None or latest[r.run_key] == r.run_id]
+
+
+@dataclass(frozen=True)
+class IdentityDrift:
+    """One identity's drift check: its trusted runs, its own threshold, what it found."""
+
+    label: str
+    trusted: int
+    cutoff: int
+    found: tuple[Drift, ...]
+
+
+def by_identity(runs: Sequence[StoredRun]) -> list[IdentityDrift]:
+    """The drift check of each identity among ``runs`` (first seen first), each with the
+    threshold for the metrics its own runs hold (their baseline's gated metrics)."""
+    checked = []
+    for identity in dict.fromkeys(r.identity for r in runs):
+        group = [r for r in runs if r.identity == identity]
+        cutoff = threshold(metric_count(group))
+        found = tuple(drifts(group, cutoff))
+        checked.append(IdentityDrift(identity.label(), len(trusted(group)), cutoff, found))
+    return checked
 
 
 def metric_count(runs: Sequence[StoredRun]) -> int:

@@ -7,7 +7,8 @@
   ``variant`` ``RunEvidence.variant`` and ``aiter_commit`` ``EnvRecord.aiter_commit``; each null
   when the run does not record it. ``baseline`` says what judged it; ``image`` is
   ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA`` (null when unset). The series kept are the
-  baseline's gated metrics, every point (a non-finite one included).
+  baseline's gated metrics, every point (a non-finite one included). ``run_key`` says which
+  run it was (:func:`run_key`: job id and evidence digest), so a run gated again counts once.
 - :func:`append_verdict` opens the store, appends, and returns the runs of the new run's
   identity including it, with the drift threshold for the metrics they hold
   (``miles_amd.history.drift``).
@@ -15,6 +16,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -57,7 +60,19 @@ def history_record(
         rollouts=verdict.expected_rollouts,
         failed_checks=tuple(c.name for c in verdict.failures),
         series={m: evidence.series[m] for m in metrics if evidence.series.get(m)},
+        run_key=run_key(evidence),
     )
+
+
+def run_key(evidence: RunEvidence) -> str:
+    """Which run this is: ``<job id>:<digest>``, the digest (sha256, 12 hex) of every
+    per-rollout series read, whatever the baseline gates; ``no-job`` without job.json."""
+    job_id = evidence.job.job_id if evidence.job is not None and evidence.job.job_id else "no-job"
+    canonical = json.dumps(
+        {m: [[step, repr(v)] for step, v in points] for m, points in evidence.series.items()},
+        sort_keys=True,
+    )
+    return f"{job_id}:{hashlib.sha256(canonical.encode()).hexdigest()[:12]}"
 
 
 def append_verdict(

@@ -1,7 +1,9 @@
 """``miles-amd history``'s output: the run list, the drift findings, the trend figure.
 
-Decides how stored runs read (text, JSON, markdown: one row a run, oldest first, with the
-verdict, identity and the run means of the gated metrics) and the trend figure (one panel a
+Decides how stored runs read (text, JSON, markdown: a header row, then one row a run, oldest
+first, with the verdict, the baseline that judged it, its identity, which run it was
+(``run_key``) and the run means of the gated metrics; then each identity's drift lines, with
+its own trusted-run count and threshold) and the trend figure (one panel a
 metric: each identity's run means across runs, a pass as a dot and a fail as a red cross,
 error bars of one standard error of the run mean; a metric with a drift finding has a red
 title). Stored strings (identity, commit, run dir) are escaped for their sink
@@ -16,7 +18,7 @@ import math
 from collections.abc import Sequence
 
 from miles_amd import escape, numeric
-from miles_amd.history.drift import WINDOW, Drift
+from miles_amd.history.drift import WINDOW, Drift, IdentityDrift
 from miles_amd.history.store import StoredRun
 from miles_amd.report import figure_layout as layout
 
@@ -43,19 +45,47 @@ def _md(text: object) -> str:
     return escape.markdown(text)
 
 
-def render_text(runs: Sequence[StoredRun], found: Sequence[Drift], cutoff: int) -> str:
+def _row(run: StoredRun) -> list[str]:
+    return [
+        str(run.run_id),
+        run.created_at,
+        _verdict(run),
+        run.baseline,
+        _identity(run),
+        run.run_key or "-",
+        (run.commit_sha or "-")[:12],
+        *(_mean(run, m) for m in SHOWN),
+        run.run_dir,
+    ]
+
+
+HEADERS = ("id", "gated at", "verdict", "baseline", "identity", "run (job:evidence)", "commit")
+
+
+def render_text(runs: Sequence[StoredRun], checked: Sequence[IdentityDrift]) -> str:
+    """The listing: a header row, one aligned row a run (oldest first), then each
+    identity's drift lines."""
     if not runs:
         return "no run in the history\n"
+    header = [*HEADERS, *(f"mean {m.rsplit('/', 1)[-1]}" for m in SHOWN), "run dir"]
+    rows = [header, *(_row(run) for run in runs)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     lines = [f"{len(runs)} run(s), oldest first; mean of {', '.join(SHOWN)}"]
-    for run in runs:
-        commit = (run.commit_sha or "-")[:12]
-        lines.append(
-            f"{run.run_id:>5}  {run.created_at}  {_identity(run):<18} {_verdict(run):<5} "
-            f"commit {commit:<12}  {'  '.join(_mean(run, m) for m in SHOWN)}  {run.run_dir}"
-        )
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
     lines.append("")
-    lines += drift_lines(found, cutoff)
+    lines += identity_drift_lines(checked)
     return "\n".join(escape.terminal(line) for line in lines) + "\n"
+
+
+def identity_drift_lines(checked: Sequence[IdentityDrift]) -> list[str]:
+    """Each identity's drift lines, with its trusted count and its own threshold."""
+    lines = []
+    for group in checked:
+        prefix = f"[{group.label}] " if len(checked) > 1 else ""
+        lines += [prefix + line for line in drift_lines(group.found, group.cutoff, group.trusted)]
+    return lines
 
 
 def drift_lines(found: Sequence[Drift], cutoff: int, trusted: int | None = None) -> list[str]:
@@ -106,27 +136,21 @@ def trend_table(runs: Sequence[StoredRun]) -> list[str]:
     return lines
 
 
-def render_markdown(runs: Sequence[StoredRun], found: Sequence[Drift], cutoff: int) -> str:
+def render_markdown(runs: Sequence[StoredRun], checked: Sequence[IdentityDrift]) -> str:
+    header = [*HEADERS, *(f"mean {m}" for m in SHOWN), "run dir"]
     lines = [
         "### Run history",
         "",
-        "| run | date | variant/baseline | verdict | commit | "
-        + " | ".join(f"mean {m}" for m in SHOWN)
-        + " |",
-        "|---|---|---|---|---|" + "---|" * len(SHOWN),
+        "| " + " | ".join(_md(h) for h in header) + " |",
+        "|" + "---|" * len(header),
     ]
     for run in runs:
-        lines.append(
-            f"| {run.run_id} | {_md(run.created_at)} | {_md(_identity(run))} "
-            f"| {_md(_verdict(run))} | {_md((run.commit_sha or '-')[:12])} | "
-            + " | ".join(_mean(run, m) for m in SHOWN)
-            + " |"
-        )
-    drift = [f"- {_md(line)}" for line in drift_lines(found, cutoff)]
+        lines.append("| " + " | ".join(_md(cell) for cell in _row(run)) + " |")
+    drift = [f"- {_md(line)}" for line in identity_drift_lines(checked)]
     return "\n".join([*lines, "", *trend_table(runs), "", *drift]) + "\n"
 
 
-def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], cutoff: int) -> str:
+def to_json(runs: Sequence[StoredRun], checked: Sequence[IdentityDrift]) -> str:
     def number(v: float | None) -> float | None:
         return v if v is not None and math.isfinite(v) else None
 
@@ -145,6 +169,7 @@ def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], cutoff: int) -> s
                 "image": r.image,
                 "commit_sha": r.commit_sha,
                 "run_dir": r.run_dir,
+                "run_key": r.run_key,
                 "verdict": r.verdict,
                 "reason": r.reason,
                 "rollouts": r.rollouts,
@@ -158,16 +183,23 @@ def to_json(runs: Sequence[StoredRun], found: Sequence[Drift], cutoff: int) -> s
         ],
         "drift": {
             "window": WINDOW,
-            "threshold": cutoff,
-            "findings": [
+            "identities": [
                 {
-                    "metric": d.metric,
-                    "direction": d.direction,
-                    "s": d.s,
-                    "means": list(d.means),
-                    "run_ids": list(d.run_ids),
+                    "identity": group.label,
+                    "trusted_runs": group.trusted,
+                    "threshold": group.cutoff,
+                    "findings": [
+                        {
+                            "metric": d.metric,
+                            "direction": d.direction,
+                            "s": d.s,
+                            "means": list(d.means),
+                            "run_ids": list(d.run_ids),
+                        }
+                        for d in group.found
+                    ],
                 }
-                for d in found
+                for group in checked
             ],
         },
     }

@@ -10,7 +10,8 @@ the export writes what the run had), and in ``untrusted_marks`` the runs a maint
 of the trend (:meth:`HistoryStore.mark`, reversible). A run's :class:`Identity` (recipe,
 digest, aiter variant and commit) and whether it is ``trusted`` (a pass not marked) are read
 from the row, not from the baseline's name. ``meta.schema_version`` is
-:data:`SCHEMA_VERSION` (2 since the identity, markers and marks); a file of another version is
+:data:`SCHEMA_VERSION` (2 since the identity, markers and marks; 3 since ``run_key``, which run
+a row judged); a file of another version is
 refused, not migrated (``tests/unit/test_history.py``). Standard library only (``sqlite3``);
 appends are one transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) do not
 leave half a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: the row is
@@ -39,7 +40,7 @@ from typing import Any
 
 from miles_amd import numeric, strict_json
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _MARKERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # upstream's capture markers
 
 
@@ -83,9 +84,10 @@ class Identity:
     aiter_commit: str | None
 
     def label(self) -> str:
+        """``variant@commit digest``; a run that did not record its variant says so."""
         commit = f"@{self.aiter_commit}" if self.aiter_commit else ""
         digest = f" {self.recipe_digest}" if self.recipe_digest else ""
-        return f"{self.variant or '?'}{commit}{digest}"
+        return f"{self.variant or 'variant-unrecorded'}{commit}{digest}"
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,9 @@ class RunRow:
     reason: str = field(metadata=_column("TEXT NOT NULL"))
     rollouts: int = field(metadata=_column("INTEGER NOT NULL"))
     failed_checks: tuple[str, ...] = field(metadata=_column("TEXT NOT NULL", as_json=True))
+    # which run this was: its job id and a digest of its evidence (entry.run_key); the same
+    # run dir gated again has the same key, and the drift trend counts it once
+    run_key: str | None = field(default=None, kw_only=True, metadata=_column("TEXT"))
 
 
 @dataclass(frozen=True)
