@@ -23,6 +23,7 @@ import pytest
 from tests.constants import REPO
 
 SHIPPED_DATA = (
+    "miles_amd/report/report.schema.json",
     "miles_amd/baseline/baseline.schema.json",
     "miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/patched.json",
     "miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/stock.json",

@@ -155,8 +155,12 @@ def test_markdown_verdict_first_failures_first_then_sentinels_then_evidence(fail
     assert statuses[0] == "FAIL" and statuses[-1] == "pass"
     assert "NOT MEASURED" not in text  # one short list after the passes instead
     (unmeasured,) = [line for line in lines if line.startswith("Not measured (optional")]
-    assert "train_rollout_kl (steps, finite, mean)" in unmeasured
     assert lines.index(unmeasured) > lines.index(table[len(judged) - 1])
+    # one item per reason, saying why (the checks' detail: what the run lacked)
+    assert (
+        "- train_rollout_kl (steps, finite, mean): not measured: no train/train_rollout_kl in "
+        "any source (TensorBoard, CI history, job.log)"
+    ) in lines
     assert text.index("### Checks") < text.index("### Sentinel hits") < text.index("### Evidence")
     sentinels = text[text.index("### Sentinel hits") : text.index("### Evidence")]
     assert "| megatron_router_dtype_dropped | known | 8 | 57 | radixark/miles#3263 |" in sentinels

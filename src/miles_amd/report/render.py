@@ -3,16 +3,19 @@
 Decides how a :class:`~miles_amd.judge.gate.Verdict` reads; pure (verdict -> text), it
 judges and writes nothing (``miles_amd.report.report`` writes the files).
 
-- ``report.json``: ``verdict`` (``pass``/``fail``/``error``), ``reason``, ``summary`` (the
-  plain-English verdict sentence), ``exit_code``, the run and baseline, and one row per
-  check (``name``, ``metric``, ``kind``, ``required``, ``status``, ``observed``,
-  ``expected`` (the band or rule), ``detail``, ``rationale``, ``failing_steps``,
-  ``numbers``), every sentinel hit, the metric sources, problems and conflicts. Strict
+- ``report.json``: ``schema_version`` (:data:`SCHEMA_VERSION`; its JSON Schema is
+  ``report.schema.json``, package data), ``verdict`` (``pass``/``fail``/``error``),
+  ``reason``, ``summary`` (the plain-English verdict sentence), ``exit_code``, the run and
+  baseline, and one row per check (``name``, ``metric``, ``kind``, ``required``,
+  ``status``, ``observed``, ``expected`` (the band or rule), ``detail``, ``rationale``,
+  ``failing_steps``, ``numbers``), every sentinel hit, the metric sources, problems and
+  conflicts. Strict
   JSON: non-finite numbers are written as miles' markers ``"NaN"``, ``"Infinity"``,
   ``"-Infinity"``.
 - ``report.md``: for a CI step summary: one plain-English verdict line first (what a reader
   needs if they read nothing else), then the checks that failed, then those that passed,
-  then the optional checks not measured as one short list, then every sentinel hit, then
+  then the optional checks not measured, one line per reason (what the run lacked, the
+  check's ``detail``), then every sentinel hit, then
   the evidence sources, problems and conflicts.
 - text: the same order in aligned plain lines; where the report was written is the CLI's
   last line (``miles-amd gate``).
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 
 from miles_amd import escape
@@ -34,6 +38,10 @@ from miles_amd.judge.gate import Check, Verdict
 from miles_amd.rules.check import listed
 
 Format = Literal["text", "json", "markdown"]
+# report.json's shape: report.schema.json beside this module (package data) holds it, and
+# tests/unit/test_report_schema.py holds the gate's output to it
+SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).resolve().parent / "report.schema.json"
 
 _STATUS_ORDER = {"fail": 0, "error": 1, "pass": 2, "not_measured": 3}
 _STATUS_LABEL = {"fail": "FAIL", "error": "ERROR", "not_measured": "NOT MEASURED", "pass": "pass"}
@@ -53,15 +61,29 @@ def _not_measured(verdict: Verdict) -> list[Check]:
     return [c for c in verdict.checks if c.status == "not_measured"]
 
 
-def not_measured_list(verdict: Verdict) -> str:
-    """The optional checks not measured, grouped: ``a.x, a.y, b.z`` -> ``a (x, y); b (z)``."""
+def _grouped(names: list[str]) -> str:
+    """``a.x, a.y, b.z`` -> ``a (x, y); b (z)``."""
     groups: dict[str, list[str]] = {}
-    for check in _not_measured(verdict):
-        head, _, tail = check.name.partition(".")
+    for name in names:
+        head, _, tail = name.partition(".")
         groups.setdefault(head, []).append(tail)
     return "; ".join(
         f"{head} ({', '.join(tails)})" if any(tails) else head for head, tails in groups.items()
     )
+
+
+def not_measured_list(verdict: Verdict) -> str:
+    """The optional checks not measured, grouped: ``a.x, a.y, b.z`` -> ``a (x, y); b (z)``."""
+    return _grouped([c.name for c in _not_measured(verdict)])
+
+
+def not_measured_reasons(verdict: Verdict) -> list[tuple[str, str]]:
+    """(the checks, why) per distinct reason of the checks not measured, in check order:
+    the reason is the check's ``detail`` (what the run lacked)."""
+    by_reason: dict[str, list[str]] = {}
+    for check in _not_measured(verdict):
+        by_reason.setdefault(check.detail or "no reason given", []).append(check.name)
+    return [(_grouped(names), reason) for reason, names in by_reason.items()]
 
 
 def verdict_sentence(verdict: Verdict) -> str:
@@ -100,6 +122,7 @@ def to_json(verdict: Verdict) -> dict[str, object]:
     for check in verdict.checks:
         counts[check.status] += 1
     return {
+        "schema_version": SCHEMA_VERSION,
         "verdict": verdict.verdict,
         "reason": verdict.reason,
         "summary": verdict_sentence(verdict),
@@ -190,9 +213,9 @@ def render_text(verdict: Verdict) -> str:
             f"{_STATUS_LABEL[c.status]:<5}  {c.name:<{width}}  observed {_observed(c)}"
             f"  expected {c.expected}  - {c.detail}"
         )
-    unmeasured = _not_measured(verdict)
-    if unmeasured:
-        lines += ["", f"not measured (optional): {not_measured_list(verdict)}"]
+    if _not_measured(verdict):
+        lines += ["", "not measured (optional, so they do not change the verdict):"]
+        lines += [f"  {names}: {why}" for names, why in not_measured_reasons(verdict)]
     lines.append("")
     if verdict.sentinels:
         lines.append("sentinel hits:")
@@ -231,9 +254,9 @@ def _markdown_checks(verdict: Verdict) -> list[str]:
             f"| {_STATUS_LABEL[c.status]} | {_cell(c.name)}{required} | {_cell(c.metric or '')} "
             f"| {_cell(_observed(c))} | {_cell(c.expected)} | {_cell(c.detail)} |"
         )
-    unmeasured = _not_measured(verdict)
-    if unmeasured:
-        lines += ["", f"Not measured (optional, no data in the run): {not_measured_list(verdict)}"]
+    if _not_measured(verdict):
+        lines += ["", "Not measured (optional, so they do not change the verdict):", ""]
+        lines += [f"- {_cell(names)}: {_cell(why)}" for names, why in not_measured_reasons(verdict)]
     return lines
 
 
