@@ -1,10 +1,12 @@
 """Strings from a run dir made safe for where they are shown: one function per sink.
 
 A run dir is untrusted input: a TensorBoard tag, a ``job.json`` message, a log line or an
-``env.json`` value may hold anything. Every such string passes through the function of the
-sink it is written to:
+``env.json`` value may hold anything. Such a string is shown through the function of the sink
+it is written to (a hostile ``job.json`` message stays inert in the gate's terminal output
+and ``report.md``: ``tests/unit/test_untrusted_input.py``):
 
-- :func:`terminal`: text output and tables on a terminal (and the one-line stderr errors).
+- :func:`terminal`: text output and tables on a terminal (and the
+  one-line errors on stderr, ``miles_amd.cli.errors``).
   Control characters (C0, DEL, C1: ``ESC`` starts an ANSI sequence that recolours, moves the
   cursor or retitles the window; ``\\r`` overwrites what was printed) and the bidirectional
   overrides (``U+202A``-``U+202E``, ``U+2066``-``U+2069``, which reorder what a reader sees)
@@ -24,23 +26,41 @@ Decides nothing about content; a pure leaf.
 from __future__ import annotations
 
 import re
+import unicodedata
 
-__all__ = ["markdown", "markdown_code", "terminal"]
+__all__ = ["markdown", "markdown_code", "terminal", "unsafe_chars"]
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufeff]")
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_PLAIN = re.compile("[\x20-\x7e]*")  # printable ASCII: nothing to escape (the fast path)
 _MARKDOWN = re.compile(r"([\\`*\[\]|]|^#)")
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
-def _escaped(match: re.Match[str]) -> str:
-    char = match.group()
+def _unsafe(char: str) -> bool:
+    return unicodedata.category(char) in _UNSAFE_CATEGORIES
+
+
+def _escaped(char: str) -> str:
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def unsafe_chars(text: str) -> list[str]:
+    """The characters of ``text`` that :func:`terminal` escapes, each as its escape."""
+    if _PLAIN.fullmatch(text):
+        return []
+    return [_escaped(char) for char in text if _unsafe(char)]
 
 
 def terminal(text: object) -> str:
-    """``text`` with every control and bidi character shown as its escape (one line)."""
-    return _CONTROL.sub(_escaped, str(text))
+    """``text`` with every control, format (bidi, zero-width) and separator character shown
+    as its escape (one line)."""
+    value = str(text)
+    if _PLAIN.fullmatch(value):
+        return value
+    return "".join(_escaped(char) if _unsafe(char) else char for char in value)
 
 
 def markdown(text: object) -> str:

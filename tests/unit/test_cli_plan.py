@@ -209,10 +209,12 @@ def test_a_bad_timeout_stops_a_real_run_before_ray(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_cluster_is_one_line_with_the_fix(tmp_path: Path) -> None:
-    """Ray's own client against a port nothing listens on: one line, the flag and the fix."""
+    """Ray's own client against a port nothing listens on: one line, the flag and the fix;
+    bad input (exit 2) and the run dir left fresh, since nothing was submitted."""
     env = {**os.environ, "RAY_ADDRESS": "http://127.0.0.1:9"}
     done = cli("train", "--run-dir", str(tmp_path / "r"), env=env)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert not (tmp_path / "r").exists()
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("miles-amd: error: no Ray Jobs API at "), lines
     assert "--ray-address / RAY_ADDRESS" in lines[0] and "fix:" in lines[0]

@@ -20,7 +20,7 @@ from typing import Annotated
 
 import typer
 
-from miles_amd.cli.errors import fail
+from miles_amd.cli.errors import fail, say
 from miles_amd.cli.options import (
     BASELINE_METAVAR,
     FormatOpt,
@@ -80,4 +80,4 @@ def compare(
     typer.echo(render(compared.comparison, output_format.value), nl=False)
     files = compared.files
     written = f"comparison written to {files.markdown} (also {files.json.name}, {files.plot.name})"
-    typer.echo(written, err=output_format is not OutputFormat.text)
+    say(written, err=output_format is not OutputFormat.text)

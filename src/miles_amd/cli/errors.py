@@ -1,7 +1,8 @@
 """How a ``miles-amd`` command reports an error and exits.
 
 Decides the error line's shape, ``miles-amd: error: <message>`` (one line on stderr, newlines
-folded); the codes are ``miles_amd.exit_codes``'.
+folded, control and format characters escaped, secrets redacted: ``miles_amd.escape``,
+``miles_amd.redact``); the codes are ``miles_amd.exit_codes``'.
 
 Usage errors that click finds while parsing (an unknown flag, a value out of range) are
 reported through :func:`fail` as well, by :func:`miles_amd.cli.main.main`. Does not decide
@@ -21,10 +22,20 @@ ERROR_PREFIX = "miles-amd: error: "
 
 def error_line(message: str) -> str:
     """``message`` as the one stderr line every command prints (control characters and
-    escape sequences of a run dir's strings shown escaped: ``miles_amd.escape.terminal``)."""
+    escape sequences of a run dir's strings shown escaped: ``miles_amd.escape.terminal``;
+    a secret a foreign reply echoed redacted: ``miles_amd.redact.redact``)."""
+    from miles_amd.escape import terminal
+    from miles_amd.redact import redact
+
+    return ERROR_PREFIX + terminal(redact(" ".join(message.split())))
+
+
+def say(line: str, *, err: bool = False) -> None:
+    """Print ``line`` (which may hold a path or a foreign string) as one line, shown by
+    ``miles_amd.escape.terminal``: a value cannot add a line or reorder what is read."""
     from miles_amd.escape import terminal
 
-    return ERROR_PREFIX + terminal(" ".join(message.split()))
+    typer.echo(terminal(line), err=err)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

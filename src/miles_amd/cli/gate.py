@@ -37,7 +37,7 @@ from typing import Annotated
 
 import typer
 
-from miles_amd.cli.errors import fail
+from miles_amd.cli.errors import fail, say
 from miles_amd.cli.options import (
     BASELINE_METAVAR,
     INT,
@@ -166,10 +166,10 @@ def gate(
     else:
         typer.echo(render(verdict, output_format.value), nl=False)
     for line in result.history_lines:
-        typer.echo(line, err=output_format is not OutputFormat.text)
+        say(line, err=output_format is not OutputFormat.text)
     # where the report is, last (stderr when stdout carries the JSON or markdown document)
     written = f"report written to {files.markdown} (also {files.json.name}, {files.plot.name})"
-    typer.echo(written, err=output_format is not OutputFormat.text)
+    say(written, err=output_format is not OutputFormat.text)
     if verdict.verdict == "error":
         fail(
             f"--run-dir {run_dir}: {verdict.reason}; "

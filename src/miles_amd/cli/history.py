@@ -28,7 +28,7 @@ from typing import Annotated
 import typer
 
 from miles_amd import escape
-from miles_amd.cli.errors import fail
+from miles_amd.cli.errors import fail, say
 from miles_amd.cli.options import (
     HISTORY_ENV,
     INT,
@@ -71,7 +71,7 @@ def _mark(history_file: Path | None, run_id: int, *, untrusted: bool) -> None:
     except (HistoryError, sqlite3.Error) as exc:
         fail(f"--history {path}: {exc}; fix: `miles-amd history --history {path}` lists the ids")
     state = "untrusted" if untrusted else "trusted again"
-    typer.echo(f"run {run_id} {'marked' if changed else 'was already'} {state} in {path}")
+    say(f"run {run_id} {'marked' if changed else 'was already'} {state} in {path}")
 
 
 def mark_untrusted(run_id: RunIdArg, history_file: HistoryOpt = None) -> None:
@@ -189,4 +189,4 @@ def history(
     }[output_format.value](runs, checked)
     typer.echo(text, nl=False)
     for line in written:
-        typer.echo(line, err=output_format is not OutputFormat.text)
+        say(line, err=output_format is not OutputFormat.text)

@@ -8,6 +8,8 @@ standalone handling, so a usage error click finds (unknown flag, value out of ra
 reported like other bad input, as one
 ``miles-amd: error:`` line and exit 2 (``miles_amd.exit_codes`` lists the exit codes), and a
 reader that closes stdout or stderr early changes no exit code (``miles_amd.cli.output``).
+A path longer than the OS allows (``ENAMETOOLONG``), wherever a command first touches it, is
+one line naming the path and exit 2 (:func:`path_too_long`).
 typer >= 0.2x vendors click as ``typer._click`` (older typer uses ``click`` itself); the
 exception classes are taken from the module of ``typer.BadParameter``, so either works.
 Top-level imports stay light (no ray, torch, tensorboard or matplotlib) so ``--dry-run`` and
@@ -18,6 +20,7 @@ Explained for people in ``docs/cli.md``.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -102,9 +105,25 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
                 fail(_usage_message(exc), code=exc.exit_code)
         except (KeyboardInterrupt, typer.Abort):
             code = EXIT_INTERRUPTED
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            fail(path_too_long(exc))
     except typer.Exit as exc:  # fail() above
         code = exc.exit_code
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def path_too_long(exc: OSError) -> str:
+    """The one line for ``ENAMETOOLONG``: the path (its start, when long), its length and the
+    longest name in it, and the fix."""
+    path = str(exc.filename or "")
+    longest = max((len(part.encode()) for part in path.split("/")), default=0)
+    shown = path if len(path) <= 80 else path[:60] + "..." + path[-10:]
+    return (
+        f"{shown}: the path is longer than this OS allows ({len(path.encode())} bytes, its "
+        f"longest name {longest} bytes; ENAMETOOLONG); fix: name a shorter path"
+    )
 
 
 # typer (0.29) converts values with pydantic, whose messages carry its own prefix

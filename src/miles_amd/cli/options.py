@@ -89,8 +89,19 @@ def new_app(help_text: str) -> typer.Typer:
     )
 
 
-def absolute_path(value: Path) -> Path:
-    """``value`` made absolute against the current directory, ``..`` folded, links kept."""
+def absolute_path(param: typer.CallbackParam, value: Path) -> Path:
+    """``value`` made absolute against the current directory, ``..`` folded, links kept; a
+    path holding a control or format character (a newline, ESC, a bidi override, a zero-width
+    mark: ``miles_amd.escape.unsafe_chars``) is refused, since it would reach the job's argv."""
+    from miles_amd.escape import unsafe_chars
+
+    unsafe = unsafe_chars(str(value))
+    if unsafe:
+        raise typer.BadParameter(
+            f"the path holds {', '.join(dict.fromkeys(unsafe))} (a control or invisible "
+            "character); fix: rename it or name another path",
+            param=param,  # type: ignore[arg-type]
+        )
     return Path(os.path.abspath(value))
 
 

@@ -16,7 +16,7 @@ import socket
 
 import typer
 
-from miles_amd.cli.errors import fail
+from miles_amd.cli.errors import fail, say
 from miles_amd.cli.options import (
     DEFAULT_DATA_DIR,
     DEFAULT_MEGATRON_DIR,
@@ -89,9 +89,9 @@ def preflight(
         path = write_env_json(facts, run_dir, extra)
     except OSError as exc:
         fail(f"--run-dir {run_dir}: cannot write env.json ({exc}); choose a writable dir")
-    typer.echo(f"wrote {path}")
+    say(f"wrote {path}")
     failing = failing_facts(facts)
     if failing:
         listed = ", ".join(f"{f.name} ({f.status})" for f in failing)
-        typer.echo(f"miles-amd: preflight failed: {listed}", err=True)
+        say(f"miles-amd: preflight failed: {listed}", err=True)
         raise typer.Exit(EXIT_FAILED)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import typer
 
-from miles_amd.cli.errors import fail
+from miles_amd.cli.errors import fail, say
 from miles_amd.cli.options import (
     DEFAULT_DATA_DIR,
     DEFAULT_MODEL_DIR,
@@ -82,7 +82,7 @@ def run_prepare(plan: LaunchPlan) -> None:
         )
     for step in plan.steps:
         argv = [hf, *step.argv[1:]] if step.argv[:1] == ("hf",) else list(step.argv)
-        typer.echo(f"$ {' '.join(step.argv)}")
+        say(f"$ {' '.join(step.argv)}")
         code = subprocess.run(argv, check=False).returncode
         if code != 0:
             fail(f"{step.name} failed with exit code {code}", code=EXIT_FAILED)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from miles_amd.cli.errors import fail
+from miles_amd.cli.errors import fail, say
 from miles_amd.cli.options import (
     DEFAULT_DATA_DIR,
     DEFAULT_HARDWARE,
@@ -327,17 +327,17 @@ def run_train(request: TrainRequest) -> None:
     except ClusterError as exc:
         fail(str(exc))  # bad input: nothing was submitted
     except DriverError as exc:
-        fail(str(exc), code=EXIT_FAILED)
+        fail(str(exc), code=exc.exit_code)
     except OSError as exc:
         report = RunDir(request.run_dir).report
         fail(
             f"{report}: cannot write the report ({exc}); the run dir holds the run",
             code=EXIT_FAILED,
         )
-    typer.echo(result.summary())
+    say(result.summary())
     if result.gate is not None:
         for line in result.gate.history_lines:
-            typer.echo(line)
+            say(line)
     raise typer.Exit(result.exit_code)
 
 

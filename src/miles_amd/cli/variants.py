@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-from miles_amd.cli.errors import error_line, fail
+from miles_amd.cli.errors import error_line, fail, say
 from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from miles_amd.recipe.plan import build_train_plan, format_plan
 from miles_amd.recipe.settings import Recipe
@@ -87,10 +87,10 @@ def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> i
     code = 0
     for variant, result in results.items():
         if isinstance(result, TrainResult):
-            typer.echo(f"{variant}: {result.summary()}")
+            say(f"{variant}: {result.summary()}")
             code = max(code, result.exit_code)
         else:
-            typer.echo(f"{variant}: could not run: {result}", err=True)
+            typer.echo(error_line(f"{variant}: could not run: {result}"), err=True)
             code = max(code, EXIT_FAILED)
     root = RunDir(run_dir)
     for other in [v for v in plans if v != "stock"] if "stock" in plans else []:
@@ -108,5 +108,5 @@ def _execute(plans: dict, run_dir: Path, require_env: bool, timeout: float) -> i
             typer.echo(error_line(f"compare: cannot write the comparison ({exc})"), err=True)
             return max(code, EXIT_BAD_INPUT)
         typer.echo(render(compared.comparison, "text"), nl=False)
-        typer.echo(f"comparison written to {compared.files.markdown}")
+        say(f"comparison written to {compared.files.markdown}")
     return code

@@ -341,7 +341,10 @@ def build_prepare_plan(recipe: Recipe) -> LaunchPlan:
 
 
 def format_plan(plan: LaunchPlan) -> str:
-    """The plan as a reviewer reads it: steps, then the job's argv one flag per line."""
+    """The plan as a reviewer reads it: steps, then the job's argv one flag per line; each
+    line shown by ``miles_amd.escape.terminal`` (a path holding a newline cannot forge one)."""
+    from miles_amd.escape import terminal
+
     lines = [
         f"recipe: gpt-oss-20b LoRA GRPO on {plan.recipe.num_gpus}x {plan.recipe.hardware.value}"
     ]
@@ -366,7 +369,7 @@ def format_plan(plan: LaunchPlan) -> str:
         lines.append("job runtime env:")
         env_vars = job["runtime_env"]["env_vars"]  # type: ignore[index]
         lines += [f"  {k}={v}" for k, v in env_vars.items()]
-    return "\n".join(lines)
+    return "\n".join(terminal(line) for line in lines)
 
 
 def _argv_lines(argv: list[str]) -> list[str]:

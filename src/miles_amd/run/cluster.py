@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from miles_amd.recipe.plan import NODE_RESOURCE
-from miles_amd.run.dashboard import DashboardAuthError, DashboardError, get_json
+from miles_amd.run.dashboard import DashboardAuthError, DashboardError, get_json, read_timeout_s
 
 NODES_PATH = "/api/v0/nodes?limit=10000&detail=1"
 
@@ -78,10 +78,14 @@ def parse_nodes(payload: Mapping[str, object]) -> list[Node]:
         raise ClusterError(f"the State API answered without a node list ({exc!r})") from None
 
 
-def list_nodes(address: str, headers: Mapping[str, str], timeout_s: float = 15.0) -> list[Node]:
-    """The cluster's nodes through the dashboard at ``address`` (the Jobs API address)."""
+def list_nodes(
+    address: str, headers: Mapping[str, str], timeout_s: float | None = None
+) -> list[Node]:
+    """The cluster's nodes through the dashboard at ``address`` (the Jobs API address);
+    ``timeout_s`` default: ``miles_amd.run.dashboard.read_timeout_s``."""
     try:
-        answer = get_json(address, NODES_PATH, headers, timeout_s=timeout_s)
+        timeout = read_timeout_s() if timeout_s is None else timeout_s
+        answer = get_json(address, NODES_PATH, headers, timeout_s=timeout)
     except DashboardAuthError as exc:
         raise ClusterError(f"cannot list the nodes: {exc}") from None
     except DashboardError as exc:

@@ -12,23 +12,39 @@ through here.
   message says which and what to set. :func:`token_headers` reads a token file
   (``RAY_AUTH_TOKEN_PATH``); without one Ray's SDK applies its own rule in this process
   (``RAY_AUTH_MODE=token`` sends ``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``).
-- Every request has a timeout (:data:`DEFAULT_TIMEOUT_S` unless the caller gives one); any
-  other failure (refused, timed out, not JSON, another HTTP status) is a
-  :class:`DashboardError` naming the URL.
-- :func:`jobs_client` builds Ray's ``JobSubmissionClient`` with the headers; Ray's
-  ``AuthenticationError`` becomes :class:`DashboardAuthError` too (ray imported only there).
+- Every request has a connect timeout (:data:`CONNECT_TIMEOUT_S`) and a read timeout
+  (:data:`DEFAULT_TIMEOUT_S`, or ``$MILES_AMD_RAY_HTTP_TIMEOUT`` seconds); any other failure
+  (refused, timed out, not JSON, another HTTP status) is a :class:`DashboardError` naming the
+  URL.
+- :func:`jobs_client` builds Ray's ``JobSubmissionClient`` with the headers and wraps it in
+  :class:`JobsClient`: Ray's client sends without a timeout (``requests.request`` in
+  ``SubmissionClient._do_request``, which forwards its keyword arguments: ray-project/ray
+  b7f4259e, ``python/ray/dashboard/modules/dashboard_sdk.py``), so a subclass adds the
+  timeouts there, capped by the client's :attr:`JobsClient.deadline`; every failure of a call
+  (an HTTP 500, a body that is not JSON, a reply of the wrong shape: Ray's ``RuntimeError``,
+  ``JSONDecodeError``, pydantic's ``ValidationError``, ``TypeError``) becomes one
+  :class:`DashboardError` line, secrets redacted (``miles_amd.redact``). Ray's
+  ``AuthenticationError`` becomes :class:`DashboardAuthError` (ray imported only there).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from miles_amd.redact import redact
 
 DEFAULT_TIMEOUT_S = 15.0
+CONNECT_TIMEOUT_S = 5.0
+TIMEOUT_VAR = "MILES_AMD_RAY_HTTP_TIMEOUT"
+T = TypeVar("T")
 TOKEN_HELP = "set RAY_AUTH_TOKEN_PATH to a file holding the cluster's token"
 
 
@@ -84,23 +100,110 @@ def get_json(
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             raise DashboardAuthError(address, exc.code) from None
-        raise DashboardError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+        raise DashboardError(redact(f"{url}: HTTP {exc.code} {exc.reason}")) from None
     except (OSError, ValueError) as exc:
-        raise DashboardError(f"{url}: {exc}") from None
+        raise DashboardError(f"{url}: {one_line(exc)}") from None
 
 
-def jobs_client(address: str, headers: Mapping[str, str]) -> Any:
-    """Ray's Jobs API client for ``address``, sending ``headers`` on every request."""
+def read_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    """The read timeout of one request: ``$MILES_AMD_RAY_HTTP_TIMEOUT`` or the default."""
+    given = (os.environ if environ is None else environ).get(TIMEOUT_VAR, "").strip()
+    if not given:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(given)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise DashboardError(f"{TIMEOUT_VAR}={given!r}: must be a number of seconds > 0, e.g. 15")
+    return value
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``exc`` as one short line, secrets redacted: what a foreign reply may add to a message."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return redact(f"{type(exc).__name__}: {text}")
+
+
+class JobsClient:
+    """Ray's Jobs API client, each call bounded and each failure a :class:`DashboardError`.
+
+    ``deadline`` (``time.monotonic()``), when set, caps every request's read timeout; once
+    passed, a call fails at once. :meth:`tail_job_logs` is Ray's own (a websocket, read by a
+    daemon thread that is not waited for: ``miles_amd.run.job.LogPump``).
+    """
+
+    def __init__(self, client: Any, address: str, read_timeout: float) -> None:
+        self.client, self.address, self.read_timeout = client, address, read_timeout
+        self.deadline: float | None = None
+
+    def timeout(self) -> tuple[float, float]:
+        """``(connect, read)`` seconds for the next request (``requests``' pair)."""
+        read = self.read_timeout
+        if self.deadline is not None:
+            read = min(read, self.deadline - time.monotonic())
+            if read <= 0:
+                raise DashboardError(
+                    f"{self.address}: the run's time (--timeout and the stop's grace) is up"
+                )
+        return min(CONNECT_TIMEOUT_S, read), read
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except DashboardError:
+            raise
+        except Exception as exc:
+            raise DashboardError(f"{self.address}: {what}: {one_line(exc)}") from None
+
+    def submit_job(self, **kwargs: Any) -> str:
+        return self._call("submit", lambda: str(self.client.submit_job(**kwargs)))
+
+    def get_job_status(self, job_id: str) -> Any:
+        return self._call(f"status of {job_id}", lambda: self.client.get_job_status(job_id))
+
+    def get_job_info(self, job_id: str) -> Any:
+        return self._call(f"info of {job_id}", lambda: self.client.get_job_info(job_id))
+
+    def stop_job(self, job_id: str) -> bool:
+        return self._call(f"stop {job_id}", lambda: bool(self.client.stop_job(job_id)))
+
+    def get_job_logs(self, job_id: str) -> str:
+        return self._call(f"log of {job_id}", lambda: str(self.client.get_job_logs(job_id)))
+
+    def tail_job_logs(self, job_id: str) -> AsyncIterator[str]:
+        tail: AsyncIterator[str] = self.client.tail_job_logs(job_id)
+        return tail
+
+
+def jobs_client(address: str, headers: Mapping[str, str]) -> JobsClient:
+    """Ray's Jobs API client for ``address``, sending ``headers`` on every request, each
+    request bounded (:class:`JobsClient`)."""
     from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
+    class TimedClient(JobSubmissionClient):
+        """Ray's client with ``timeout=`` on each request (see the module doc)."""
+
+        def __init__(self, bound: JobsClient, *args: Any, **kwargs: Any) -> None:
+            self.bound = bound
+            super().__init__(*args, **kwargs)
+
+        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
+            kwargs.setdefault("timeout", self.bound.timeout())
+            return super()._do_request(method, endpoint, **kwargs)
+
+    bound = JobsClient(None, address, read_timeout_s())
     try:
-        return JobSubmissionClient(address, headers=dict(headers) or None)
+        bound.client = TimedClient(bound, address, headers=dict(headers) or None)
+        return bound
     except AuthenticationError as exc:
         status = 403 if exc.message.startswith("Authentication failed") else 401
         raise DashboardAuthError(address, status) from exc
     except Exception as exc:  # Ray's text repeats the address: keep what it adds
-        said = " ".join(str(exc).split()).replace(f" at address: {address}", "").rstrip(".")
+        said = one_line(exc).replace(f" at address: {address}", "").rstrip(".")
         raise DashboardError(
             f"no Ray Jobs API at {address} ({said}); fix: start the cluster's head, or point "
             "--ray-address / RAY_ADDRESS at its dashboard (http://HEAD:8265)"

@@ -18,7 +18,12 @@ It runs and records; it does not judge: the fail-fast watcher's rules are given 
 ``miles_amd.app.baselines.watch_rules``) and the gate runs after it (``miles_amd.app.train``).
 
 On every exit path (success, failure, timeout, Ctrl-C, exception) the job is stopped if still
-running and the head this call started is stopped by pid; nothing else is touched. A Ctrl-C
+running and the head this call started is stopped by pid; nothing else is touched. A run that
+fails before its job was submitted (the cluster refused, its node list or its Jobs API is
+unusable, the submission refused) removes what step 1 laid out, so the same ``--run-dir``
+can be used again; such a failure of the endpoint is bad input (:attr:`DriverError.exit_code`
+2), one after it a red run (1). Every ``DriverError`` message is redacted
+(``miles_amd.redact``): a refused submission's body may echo the runtime env. A Ctrl-C
 (or ``cancel``) that lands after the run dir is laid out but before the job is followed (a
 slow node check or submission on a loaded machine) still writes ``job.json``: ``STOPPED`` by
 ``interrupt``, saying whether the submission may have reached Ray (then it is stopped too).
@@ -33,15 +38,17 @@ import shlex
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from miles_amd.exit_codes import EXIT_FAILED, EXIT_OK
+from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from miles_amd.files import atomic_write_text
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, JobSpec, LaunchPlan
 from miles_amd.records.job import JobRecord
+from miles_amd.redact import redact
+from miles_amd.run.dashboard import DashboardError
 from miles_amd.run.job import Echo, Follow, RayJob
 from miles_amd.run.watcher import FailFastWatcher, Trip
 from miles_amd.run_dir import RunDir
@@ -55,7 +62,17 @@ EVIDENCE_DIR_VARS = ("TENSORBOARD_DIR", "MILES_CI_GATE_RECORD_DIR")
 
 
 class DriverError(RuntimeError):
-    """The run could not be driven (no Ray head, submit refused, ...)."""
+    """The run could not be driven (no Ray head, submit refused, ...); the message redacted.
+
+    ``exit_code``: 2 when the Ray endpoint the user named is unusable before anything was
+    submitted, else 1.
+    """
+
+    def __init__(
+        self, message: str, exit_code: int = EXIT_FAILED, *, secrets: Iterable[str] = ()
+    ) -> None:
+        super().__init__(redact(message, secrets))
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -104,11 +121,12 @@ def execute(
     job as Ctrl-C would (``miles_amd.run.variants_run``).
     """
     spec, run_dir = _job_and_run_dir(plan)
-    _prepare_run_dir(plan, spec, run_dir)
+    echo = _escaping(echo)
+    laid_out = _prepare_run_dir(plan, spec, run_dir)
     state_file = _clear_own_leftovers(state_dir, echo)
     watcher = FailFastWatcher(run_dir.root, watch or _watch_nothing)
     follow = Follow(timeout_s=timeout_s, interval_s=watch_interval_s, echo=echo, cancel=cancel)
-    with _cluster(plan, run_dir, state_file) as cluster:
+    with _unsubmitted_undone(laid_out) as submitted, _cluster(plan, run_dir, state_file) as cluster:
         job_id, client = f"miles-amd-{uuid.uuid4().hex[:12]}", None
         try:
             _check_nodes(plan, cluster)
@@ -117,12 +135,22 @@ def execute(
             client = _client(cluster.address, cluster.headers)
             job = _submit(spec, client, job_id, cluster.address, run_dir, echo)
         except KeyboardInterrupt:  # before the job is followed: its end is still written
+            submitted.set()
             record = _interrupted_before_follow(client, job_id, run_dir)
             if cancel is None or not cancel.is_set():
                 raise
             return _outcome(run_dir, record, None, cluster.pids())
+        submitted.set()
         pull = _pullback(plan, job)
-        record = job.run(PullingWatcher(watcher, pull) if pull else watcher, follow, cluster.head)
+        try:
+            record = job.run(
+                PullingWatcher(watcher, pull) if pull else watcher, follow, cluster.head
+            )
+        except DashboardError as exc:
+            raise DriverError(
+                f"job {job_id}: the Ray Jobs API failed while following it ({exc}); a stop was "
+                f"requested; run dir: {run_dir.root}"
+            ) from None
         pull_error = pull.final() if pull else None
     outcome = _outcome(run_dir, record, job.trip, cluster.pids())
     if pull_error is None:
@@ -164,20 +192,55 @@ def _job_and_run_dir(plan: LaunchPlan) -> tuple[JobSpec, RunDir]:
     return plan.job, RunDir(Path(plan.run_dir))
 
 
-def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> None:
-    """Refuse old evidence; create the evidence dirs, an empty job.log and plan.json."""
+def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> list[Path]:
+    """Refuse old evidence; create the evidence dirs, an empty job.log and plan.json.
+
+    Returns what it created (directories before what is in them), for :func:`_undo`."""
     stale = [path.name for path in run_dir.evidence if path.exists()]
     if stale:
         raise DriverError(
             f"run dir {run_dir.root} already holds {', '.join(stale)} from an earlier run; "
             "pass a fresh --run-dir (old evidence would mix into this run's)"
         )
+    created = _missing_dirs(run_dir.root)
     run_dir.root.mkdir(parents=True, exist_ok=True)
     for key in EVIDENCE_DIR_VARS:  # made here, so a job that writes nothing there is seen
         if key in spec.env_vars and plan.node_run_dir is None:  # not a path on another node
+            created += _missing_dirs(Path(spec.env_vars[key]))
             Path(spec.env_vars[key]).mkdir(parents=True, exist_ok=True)
+    created.append(run_dir.job_log)
     run_dir.job_log.write_text("")
+    created.append(run_dir.plan_json)
     atomic_write_text(run_dir.plan_json, _json(plan.to_dict()))
+    return created
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, outermost first."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    return missing[::-1]
+
+
+@contextlib.contextmanager
+def _unsubmitted_undone(laid_out: list[Path]) -> Iterator[threading.Event]:
+    """On an exception before the yielded event is set (nothing submitted): remove
+    ``laid_out`` (files, then the directories it made, if empty), so the run dir is fresh."""
+    submitted = threading.Event()
+    try:
+        yield submitted
+    except BaseException:
+        if not submitted.is_set():
+            _undo(laid_out)
+        raise
+
+
+def _undo(laid_out: list[Path]) -> None:
+    for path in reversed(laid_out):
+        with contextlib.suppress(OSError):  # a directory something else wrote into stays
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            else:
+                path.unlink(missing_ok=True)
 
 
 def _clear_own_leftovers(state_dir: str | None, echo: Echo) -> Path:
@@ -227,12 +290,12 @@ def _cluster(plan: LaunchPlan, run_dir: RunDir, state_file: Path) -> Iterator[Cl
 
 def _cluster_token_headers(token_path: str | None) -> dict[str, str]:
     """Auth headers for a ``RAY_ADDRESS`` cluster from ``RAY_AUTH_TOKEN_PATH``, if set."""
-    from miles_amd.run.dashboard import DashboardError, token_headers
+    from miles_amd.run.dashboard import token_headers
 
     try:
         return token_headers(token_path)
     except DashboardError as exc:
-        raise DriverError(str(exc)) from None
+        raise DriverError(str(exc), EXIT_BAD_INPUT) from None
 
 
 def _submit(
@@ -246,7 +309,11 @@ def _submit(
             entrypoint_resources=dict(spec.entrypoint_resources) or None,
         )
     except Exception as exc:
-        raise DriverError(f"could not start the job: {exc}") from exc
+        with contextlib.suppress(Exception):  # a submission that timed out may have arrived
+            client.stop_job(job_id)
+        raise DriverError(
+            f"could not start the job: {exc}", EXIT_BAD_INPUT, secrets=spec.secret_env_vars.values()
+        ) from None
     echo(f"submitted {job_id} to {address}; log: {run_dir.job_log}")
     return RayJob(client, job_id, run_dir)
 
@@ -274,12 +341,19 @@ def _interrupted_before_follow(client: Any, job_id: str, run_dir: RunDir) -> Job
 
 def _client(address: str, headers: dict[str, str]) -> Any:
     """A Jobs API client; Ray's 401/403 become a one-line error that says so."""
-    from miles_amd.run.dashboard import DashboardError, jobs_client
+    from miles_amd.run.dashboard import jobs_client
 
     try:
         return jobs_client(address, headers)
     except DashboardError as exc:
-        raise DriverError(str(exc)) from exc
+        raise DriverError(str(exc), EXIT_BAD_INPUT) from None
+
+
+def _escaping(echo: Echo) -> Echo:
+    """``echo`` of each line as ``miles_amd.escape.terminal`` shows it (paths, job ids)."""
+    from miles_amd.escape import terminal
+
+    return lambda line: echo(terminal(line))
 
 
 def _watch_nothing(_evidence: RunEvidence) -> list[object]:

@@ -8,12 +8,19 @@ atomically. It does not submit the job or start a head (``miles_amd.run.driver``
 does not judge the run (the watcher's rules are the gate's).
 
 ``stop_job`` reaches STOPPED in about 1.3 s on CPU (Ray 2.60); a job that is still running
-when :meth:`RayJob.run` leaves, on any path, is stopped.
+when :meth:`RayJob.run` leaves, on any path, is stopped. The stop is requested once and
+waited for at most :data:`STOP_WAIT_S`; the Jobs API client's deadline
+(``miles_amd.run.dashboard.JobsClient``) is set when following starts to ``timeout`` plus
+:data:`STOP_GRACE_S`, so a dashboard that hangs or a status that never ends cannot hold the
+command past that (each request is bounded by its own timeout too). A failed request ends
+following with its ``DashboardError``. The job's message is stored redacted
+(``miles_amd.redact``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from miles_amd.files import atomic_write_text
 from miles_amd.records.job import JobRecord
+from miles_amd.redact import redact
+from miles_amd.run.dashboard import JobsClient
 from miles_amd.run.watcher import Trip
 from miles_amd.run_dir import RunDir
 
@@ -37,6 +46,8 @@ class Watcher(Protocol):
 
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+STOP_WAIT_S = 30.0  # after the stop request, for the job to reach a terminal state
+STOP_GRACE_S = 60.0  # beyond --timeout: the stop's wait, the final log and job.json
 Echo = Callable[[str], None]
 
 
@@ -48,6 +59,7 @@ class Follow:
     interval_s: float
     echo: Echo
     cancel: threading.Event | None = None  # set by another thread: stop as on Ctrl-C
+    stop_wait_s: float = STOP_WAIT_S  # after the stop request, for a terminal state
 
 
 class RayJob:
@@ -58,9 +70,12 @@ class RayJob:
         self.stopped_by: str | None = None
         self.trip: Trip | None = None
         self.stop_requested_at: float | None = None
+        self.stop_sent = False
 
     def run(self, watcher: Watcher, follow: Follow, head: RayHead | None) -> JobRecord:
         """Follow the job to its end and write job.log and job.json; Ctrl-C stops it too."""
+        if isinstance(self.client, JobsClient):
+            self.client.deadline = time.monotonic() + follow.timeout_s + STOP_GRACE_S
         pump = LogPump(self.client, self.job_id, self.run_dir.job_log)
         pump.start()
         try:
@@ -92,31 +107,38 @@ class RayJob:
                 self.trip = watcher.poll()
                 self.stopped_by = "fail-fast" if self.trip is not None else None
             if self.stopped_by:
-                self._stop(follow.echo)
+                self._stop(follow)
                 return
             time.sleep(min(0.5, follow.interval_s))
 
-    def _stop(self, echo: Echo) -> None:
+    def _stop(self, follow: Follow) -> None:
         self.stop_requested_at = time.time()
         why = f" ({self.trip.rule})" if self.trip else ""
-        echo(f"stopping {self.job_id}: {self.stopped_by}{why}")
-        self._stop_and_wait()
+        follow.echo(f"stopping {self.job_id}: {self.stopped_by}{why}")
+        self._stop_and_wait(follow.stop_wait_s)
 
     def _status(self) -> str:
         return str(self.client.get_job_status(self.job_id).value)
 
-    def _stop_and_wait(self, timeout_s: float = 60.0) -> None:
+    def _stop_and_wait(self, timeout_s: float = STOP_WAIT_S) -> None:
+        """Ask Ray to stop the job (once) and wait up to ``timeout_s`` for its end."""
+        self.stop_sent = True
         self.client.stop_job(self.job_id)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self._status() not in TERMINAL:
             time.sleep(0.2)
 
     def _stop_if_running(self) -> None:
+        """Stop a job still running (or of unknown state), unless a stop was already sent."""
+        if self.stop_sent:
+            return
         try:
-            if self._status() not in TERMINAL:
+            running = self._status() not in TERMINAL
+        except Exception:  # unknown: ask for the stop anyway
+            running = True
+        if running:
+            with contextlib.suppress(Exception):  # the head may be gone; its stop ends the job
                 self._stop_and_wait()
-        except Exception:  # the head may already be gone; its stop ends the job too
-            pass
 
     def write_final(self) -> JobRecord:
         """The authoritative job.log and job.json, each written atomically; the trip, timed.
@@ -134,7 +156,7 @@ class RayJob:
         record = JobRecord(
             job_id=self.job_id,
             status=info.status.value,
-            message=info.message or "",
+            message=redact(str(info.message or "")),
             start_time=info.start_time / 1000 if info.start_time else None,
             end_time=info.end_time / 1000 if info.end_time else None,
             driver_exit_code=info.driver_exit_code,
@@ -152,7 +174,7 @@ class RayJob:
         try:
             return str(self.client.get_job_logs(self.job_id)), ""
         except Exception as exc:  # the job's node is gone (or the head cannot reach it)
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])
             lost = f"the final log could not be fetched from the job's node ({first})"
             try:
                 streamed = self.run_dir.job_log.read_text(encoding="utf-8", errors="replace")

@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +110,23 @@ def parse_with_miles(
             raw = exc.stderr or ""
             stderr = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
             message = f"the parse did not finish within {timeout:g} s"
-            return ParseOutcome(None, None, message, stderr, time.monotonic() - start)
-        return read_outcome(done.returncode, result, done.stderr, time.monotonic() - start)
+            outcome = ParseOutcome(None, None, message, stderr, time.monotonic() - start)
+        else:
+            outcome = read_outcome(done.returncode, result, done.stderr, time.monotonic() - start)
+    return _redacted(outcome, env)
+
+
+def _redacted(outcome: ParseOutcome, env: Mapping[str, str]) -> ParseOutcome:
+    """The child's words without a secret of ``env`` (its parse error may quote the argv or
+    the env: ``miles_amd.redact``); they reach the terminal and ``env.json``."""
+    from miles_amd.redact import SECRET_VARS, redact
+
+    secrets = [env[name] for name in SECRET_VARS if env.get(name)]
+    return replace(
+        outcome,
+        message=redact(outcome.message, secrets),
+        stderr=redact(outcome.stderr, secrets),
+    )
 
 
 def read_outcome(returncode: int, result: Path, stderr: str, seconds: float) -> ParseOutcome:

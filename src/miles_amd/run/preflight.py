@@ -135,9 +135,13 @@ def failing_facts(facts: Iterable[Fact]) -> list[Fact]:
 
 
 def format_table(facts: Sequence[Fact]) -> str:
-    """A fixed-width table: name, status, value, message (``-`` for empty)."""
+    """A fixed-width table: name, status, value, message (``-`` for empty); a node's words
+    shown by ``miles_amd.escape.terminal`` (one fact, one line)."""
+    from miles_amd.escape import terminal
+
     rows = [("fact", "status", "value", "message")] + [
-        (f.name, f.status, f.value or "-", f.message or "-") for f in facts
+        tuple(terminal(cell) for cell in (f.name, f.status, f.value or "-", f.message or "-"))
+        for f in facts
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     return "\n".join(

@@ -1,0 +1,65 @@
+"""Secrets removed from text that others wrote, before it is printed or stored.
+
+Decides what of a foreign text (a dashboard's error body, which may echo the submitted runtime
+env; a child's output, such as the node's miles failing to parse an argv; a Ray job's message)
+is replaced by ``<redacted>``:
+
+- the values of the known secret variables (:data:`SECRET_VARS`: the recipe's
+  ``miles_amd.recipe.plan.SECRET_ENV_VARS`` and Ray's ``RAY_AUTH_TOKEN``) as the environment
+  holds them, plus any value the caller names (a head's own token); values shorter than
+  :data:`MIN_SECRET_LEN` are not searched (they would blank ordinary words);
+- whatever follows a secret variable's name as ``NAME=value``, ``"NAME": "value"`` or
+  ``'NAME': 'value'`` (a repr of the runtime env), whatever its value;
+- the value of a credential flag in every argv spelling ``miles_amd.recipe.secret_flags``
+  refuses (``--wandb-key VALUE``, ``--wandb_key=VALUE``, ``--hf-t VALUE``, ...);
+- an ``Authorization: Bearer <token>`` header's token.
+
+Applied where foreign text enters a message: ``DriverError`` (``run.driver``), the Jobs API's
+errors (``run.dashboard``), a job's message in ``job.json`` (``run.job``), preflight's parse
+probe facts (``run.parse_probe``) and the one error line (``cli.errors``). Redacts text only; it
+cannot find a secret that was transformed (encoded, split across lines).
+``tests/unit/test_foreign_text.py`` drives it through the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+from miles_amd.recipe.secret_flags import secret_flags_in
+
+__all__ = ["MIN_SECRET_LEN", "REDACTED", "SECRET_VARS", "redact"]
+
+REDACTED = "<redacted>"
+SECRET_VARS = ("WANDB_API_KEY", "HF_TOKEN", "RAY_AUTH_TOKEN")
+MIN_SECRET_LEN = 4
+_BY_NAME = re.compile(
+    r"(?P<key>\b(?:" + "|".join(SECRET_VARS) + r")\b['\"]?\s*[:=]\s*['\"]?)(?P<value>[^\s'\",}\]]+)"
+)
+_FLAG = re.compile(r"(?P<flag>--[A-Za-z0-9_-]+)(?P<sep>=|\s+)(?P<value>[^\s'\",}\]]+)")
+_BEARER = re.compile(r"(?P<key>\bBearer\s+)(?P<value>[^\s'\",}\]]+)", re.IGNORECASE)
+
+
+def _values(extra: Iterable[str], environ: Mapping[str, str]) -> list[str]:
+    found = {environ.get(name, "") for name in SECRET_VARS} | {str(v) for v in extra}
+    return sorted((v for v in found if len(v) >= MIN_SECRET_LEN), key=len, reverse=True)
+
+
+def _flag_value(match: re.Match[str]) -> str:
+    if not secret_flags_in([match.group("flag")]):
+        return match.group()
+    return match.group("flag") + match.group("sep") + REDACTED
+
+
+def redact(text: str, secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> str:
+    """``text`` with every secret the module doc lists replaced by ``<redacted>``.
+
+    ``secrets``: values to remove besides the environment's; ``environ``: where the secret
+    variables are read (default ``os.environ``).
+    """
+    for value in _values(secrets, os.environ if environ is None else environ):
+        text = text.replace(value, REDACTED)
+    text = _BY_NAME.sub(lambda m: m.group("key") + REDACTED, text)
+    text = _BEARER.sub(lambda m: m.group("key") + REDACTED, text)
+    return _FLAG.sub(_flag_value, text)

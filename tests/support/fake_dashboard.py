@@ -1,0 +1,137 @@
+"""A Ray dashboard that misbehaves on purpose: a real HTTP server in a thread.
+
+It answers the routes the driver calls (the version, the State API's node list, submit,
+status, stop, logs) as Ray 2.60's dashboard does (one node with the whole-node resource and
+8 GPUs; a job RUNNING forever), except the routes a test names, which hang, answer an HTTP
+status of its choosing, junk, or JSON of the wrong shape. It records every request
+(method, path, body) so a test can count stops or look for a secret sent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from miles_amd.recipe.plan import NODE_RESOURCE
+
+ROUTES = ("version", "nodes", "submit", "status", "stop", "logs")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a route answers: ``hang`` holds the request open until the server stops."""
+
+    code: int = 200
+    body: bytes = b""
+    hang: bool = False
+    echo: bool = False  # append the request's body (a dashboard echoing the request)
+
+
+@dataclass
+class FakeDashboard:
+    replies: dict[str, Reply] = field(default_factory=dict)
+    requests: list[tuple[str, str, bytes]] = field(default_factory=list)
+    status: str = "RUNNING"
+    stopping: threading.Event = field(default_factory=threading.Event)
+    address: str = ""
+
+    def route(self, method: str, path: str) -> str:
+        if path.startswith("/api/version"):
+            return "version"
+        if path.startswith("/api/v0/nodes"):
+            return "nodes"
+        if method == "POST" and path.rstrip("/") == "/api/jobs":
+            return "submit"
+        if method == "POST" and path.endswith("/stop"):
+            return "stop"
+        if path.endswith("/logs"):
+            return "logs"
+        return "status"
+
+    def normal(self, route: str, path: str) -> Reply:
+        job_id = (re.findall(r"/api/jobs/([^/]+)", path) or ["x"])[0]
+        answers: dict[str, object] = {
+            "version": {"ray_version": "2.60.0", "version": "4", "session_name": "s"},
+            "nodes": {
+                "result": True,
+                "data": {
+                    "result": {
+                        "result": [
+                            {
+                                "node_id": "ab" * 28,
+                                "node_ip": "127.0.0.1",
+                                "state": "ALIVE",
+                                "resources_total": {NODE_RESOURCE: 1.0, "GPU": 8.0, "CPU": 2.0},
+                            }
+                        ]
+                    }
+                },
+            },
+            "submit": {"job_id": "j", "submission_id": "j"},
+            "status": {
+                "type": "SUBMISSION",
+                "job_id": job_id,
+                "submission_id": job_id,
+                "status": self.status,
+                "entrypoint": "python train.py",
+                "message": "",
+            },
+            "stop": {"stopped": True},
+            "logs": {"logs": "started\n"},
+        }
+        return Reply(200, json.dumps(answers[route]).encode())
+
+    def count(self, route: str) -> int:
+        return sum(1 for method, path, _ in self.requests if self.route(method, path) == route)
+
+
+def _handler(fake: FakeDashboard) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _answer(self, method: str) -> None:
+            size = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(size) if size else b""
+            fake.requests.append((method, self.path, body))
+            route = fake.route(method, self.path)
+            reply = fake.replies.get(route) or fake.normal(route, self.path)
+            if reply.hang:
+                fake.stopping.wait(60)
+                return
+            payload = reply.body + (body if reply.echo else b"")
+            self.send_response(reply.code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def do_GET(self) -> None:
+            self._answer("GET")
+
+        def do_POST(self) -> None:
+            self._answer("POST")
+
+    return Handler
+
+
+@contextmanager
+def fake_dashboard(replies: dict[str, Reply] | None = None) -> Iterator[FakeDashboard]:
+    """A :class:`FakeDashboard` serving on a free loopback port for the block."""
+    fake = FakeDashboard(replies=dict(replies or {}))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    server.daemon_threads = True
+    fake.address = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, name="fake-dashboard", daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        fake.stopping.set()
+        server.shutdown()
+        server.server_close()
