@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -597,3 +598,87 @@ def test_command_rejects_bad_options_without_writing(tmp_path: Path, bad: list[s
     assert done.stderr.startswith(f"miles-amd: error: Invalid value for '{bad[0]}'")
     assert done.stderr.count("\n") == 1
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------- issue 28: the view
+
+NODE_HERE = bool(shutil.which("amd-smi") or shutil.which("rocm-smi")) or Path("/dev/kfd").exists()
+
+
+@pytest.mark.skipif(NODE_HERE, reason="asserts the answer of a machine that is not a node")
+def test_a_machine_that_is_not_a_node_says_so_first_within_100_columns(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = preflight_cli(
+        "--model-dir", str(tmp_path / "models"),
+        "--data-dir", str(tmp_path / "datasets"),
+        "--miles-dir", str(tmp_path / "miles"),
+        "--megatron-dir", str(tmp_path / "Megatron-LM"),
+        "--run-dir", str(run_dir),
+        "--aiter-variant", "patched",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("preflight: FAIL - this is not an AMD GPU node"), lines[0]
+    table = lines[:-1]  # the verdict and the table; the last line names a path
+    assert max(len(line) for line in table) <= 100, max(table, key=len)
+    rows = {line.split()[0]: line for line in lines[2:-1]}
+    # facts whose probe needs a failed one are not judged on their own
+    for name, needs in (
+        ("attention_window", "needs miles, megatron_bridge, checkpoint"),
+        ("aiter_commit", "needs aiter"),
+        ("miles_argv", "needs miles"),
+    ):
+        assert f"not checked  {needs}" in rows[name], rows[name]
+    assert "re-download" not in done.stdout  # the checkpoint was never downloaded
+    assert "--aiter-variant patched" not in rows["sglang_allreduce"]  # aiter does not import
+    for row in rows.values():
+        _, status, value = re.split(r"\s{2,}", row, maxsplit=2)
+        assert not (status == "ok" and value.startswith("unknown")), row
+    assert lines[-1] == f"env.json written to {run_dir / 'env.json'} (the run dir's record of " + (
+        "this preflight)"
+    )
+    assert done.stderr.startswith("miles-amd: preflight failed: gpus (missing), rocm (missing)")
+    recorded = {
+        f["name"]: f["status"] for f in json.loads((run_dir / "env.json").read_text())["facts"]
+    }
+    assert recorded["gpus"] == "missing"  # env.json keeps every fact as probed
+
+    verbose = preflight_cli("--run-dir", str(run_dir), "--verbose", cwd=tmp_path)
+    gpus_row = next(line for line in verbose.stdout.splitlines() if line.startswith("gpus "))
+    assert gpus_row.endswith(recorded_message(run_dir, "gpus"))  # the message in full
+
+    as_json = preflight_cli("--run-dir", str(run_dir), "--format", "json", cwd=tmp_path)
+    document = json.loads(as_json.stdout)
+    assert document["verdict"].startswith("preflight: FAIL - this is not an AMD GPU node")
+    assert document["env_json"] == str(run_dir / "env.json")
+    shown = {f["name"]: f for f in document["facts"]}
+    assert shown["attention_window"]["shown"] == "not checked"
+    assert "env.json written to" in as_json.stderr
+
+
+def recorded_message(run_dir: Path, name: str) -> str:
+    facts = json.loads((run_dir / "env.json").read_text())["facts"]
+    return next(f["message"] for f in facts if f["name"] == name)
+
+
+def test_the_view_of_unknown_values_needs_and_a_pass() -> None:
+    from miles_amd.run.preflight_view import shown, table, verdict_line
+
+    facts = [
+        Fact("gpus", "ok", "8x gfx950 (torch)"),
+        Fact("aiter", "missing", "", "install amd-aiter"),
+        Fact("aiter_variant", "ok", "rccl"),
+        Fact("aiter_commit", "ok", "unknown: no module aiter"),
+        Fact("sglang", "ok", "0.5.16"),
+        Fact("sglang_allreduce", "ok", "sglang: own custom all-reduce"),
+        Fact("lora_experts", "ok", "unknown: setup: no miles checkout"),
+    ]
+    rows = {r.fact.name: r for r in shown(facts)}
+    assert rows["aiter_commit"].status == "not checked" and rows["aiter_commit"].needs == ("aiter",)
+    assert rows["sglang_allreduce"].status == "ok"  # rccl's route does not need aiter
+    assert rows["lora_experts"].status == "unknown"  # an unknown value is never ok
+    assert verdict_line(list(rows.values())) == "preflight: FAIL - aiter missing; 2 not checked"
+    assert "unknown      unknown: setup" in table(list(rows.values()))
+    passing = [Fact("gpus", "ok", "8x gfx950"), Fact("disk", "ok", "90 GiB free")]
+    assert verdict_line(shown(passing)) == "preflight: PASS - all 2 facts ok"

@@ -1,6 +1,9 @@
 """``miles-amd preflight``: check the node, image and inputs before a run, and record them.
 
-Decides the command's options, output and exit code: it prints the preflight table, writes
+Decides the command's options, output and exit code: it prints the verdict and its root
+cause first, then the facts (``miles_amd.run.preflight_view``: within 100 columns, facts that
+need a failed one "not checked", an unknown value never ``ok``; ``--verbose`` every value and
+message in full; ``--format json`` the facts as JSON), then where env.json went; it writes
 ``env.json`` into ``--run-dir`` (the same dir, with the same default, that ``train
 --run-dir`` writes its evidence to and ``baseline record --run-dir`` reads), and exits 0 when
 every fact is ``ok``, 1 otherwise with one line on stderr naming the failing facts, 2 on bad
@@ -11,8 +14,11 @@ imported only when the command runs, so registering the command costs nothing.
 
 from __future__ import annotations
 
+import json
 import platform
 import socket
+from enum import Enum
+from typing import Annotated
 
 import typer
 
@@ -38,6 +44,11 @@ from miles_amd.cli.options import (
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 
 
+class PreflightFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``preflight`` command to ``app``."""
     app.command("preflight", epilog=EXIT_CODES_HELP)(preflight)
@@ -52,15 +63,23 @@ def preflight(
     aiter_variant: AiterVariantOpt = None,
     num_gpus: NumGpusOpt = DEFAULT_NUM_GPUS,
     gpus: GpusAliasOpt = None,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", help="Every fact's value and message in full (wide)."),
+    ] = False,
+    output_format: Annotated[
+        PreflightFormat,
+        typer.Option("--format", metavar="<text|json>", help="What to print to stdout."),
+    ] = PreflightFormat.text,
 ) -> None:
     """Check GPUs, ROCm, packages, checkouts, inputs and disk; write env.json to --run-dir.
 
     Exit 1 when any fact is not ok (the table says what to do).
     """
+    from miles_amd.run import preflight_view as view
     from miles_amd.run.preflight import (
         PreflightConfig,
         failing_facts,
-        format_table,
         run_preflight,
         write_env_json,
     )
@@ -79,7 +98,11 @@ def preflight(
         aiter_variant=aiter_variant.value if aiter_variant else None,
     )
     facts = run_preflight(config)
-    typer.echo(format_table(facts))
+    rows = view.shown(facts)
+    as_json = output_format is PreflightFormat.json
+    if not as_json:
+        typer.echo(view.verdict_line(rows))
+        typer.echo(view.table(rows, verbose=verbose))
     extra: dict[str, object] = {
         "config": config.as_dict(),
         "host": socket.gethostname(),
@@ -89,9 +112,15 @@ def preflight(
         path = write_env_json(facts, run_dir, extra)
     except OSError as exc:
         fail(f"--run-dir {run_dir}: cannot write env.json ({exc}); choose a writable dir")
-    say(f"wrote {path}")
+    if as_json:
+        document = {"verdict": view.verdict_line(rows), "env_json": str(path)}
+        typer.echo(json.dumps({**document, "facts": view.as_json(rows)}, indent=2))
+    say(f"env.json written to {path} (the run dir's record of this preflight)", err=as_json)
     failing = failing_facts(facts)
     if failing:
-        listed = ", ".join(f"{f.name} ({f.status})" for f in failing)
+        roots = view.root_failures(rows)
+        listed = ", ".join(f"{r.fact.name} ({r.status})" for r in roots) or "-"
+        if len(failing) > len(roots):
+            listed += f" (and {len(failing) - len(roots)} that need one of them)"
         say(f"miles-amd: preflight failed: {listed}", err=True)
         raise typer.Exit(EXIT_FAILED)
