@@ -116,16 +116,14 @@ def _cut(line: str, width: int) -> str:
 
 def table(rows: Sequence[Shown], *, verbose: bool = False) -> str:
     """The facts as a table (module doc); ``verbose``: value and message columns, uncut."""
-    cells: list[tuple[str, ...]]
+    raw: list[tuple[str, ...]] = []
     if verbose:
-        cells = [("fact", "status", "value", "message")] + [
-            (r.fact.name, r.status, r.fact.value or "-", r.fact.message or "-") for r in rows
-        ]
+        raw.append(("fact", "status", "value", "message"))
+        raw += [(r.fact.name, r.status, r.fact.value or "-", r.fact.message or "-") for r in rows]
     else:
-        cells = [("fact", "status", "value, or what to do")] + [
-            (r.fact.name, r.status, r.text) for r in rows
-        ]
-    cells = [tuple(terminal(cell) for cell in row) for row in cells]  # a node's words
+        raw.append(("fact", "status", "value, or what to do"))
+        raw += [(r.fact.name, r.status, r.text) for r in rows]
+    cells = [tuple(terminal(cell) for cell in row) for row in raw]  # a node's words
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
     lines = [
         "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
