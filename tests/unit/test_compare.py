@@ -207,3 +207,63 @@ def test_a_a_comparisons_call_a_difference_rarely_with_holm() -> None:
         any_holm += any(d.significant for d in result.diffs)
     assert any_holm / pairs <= 0.09
     assert any_raw > any_holm
+
+
+# ---------------------------------------------------------------------------- issue 28: warnings
+
+
+def test_a_run_compared_with_itself_or_its_copy_is_warned_about(
+    patched: Baseline, tmp_path: Path
+) -> None:
+    result = run_cli(
+        "compare", "--run-dir", str(EXAMPLE), "--run-dir", str(EXAMPLE),
+        "--out-dir", str(tmp_path / "same"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].startswith(
+        f"WARNING: A and B are the same run dir ({EXAMPLE}): every difference is 0"
+    )
+    assert "the data cannot decide" not in result.stdout.split("rollout/raw_reward")[0]
+    markdown = (tmp_path / "same" / "compare.md").read_text()
+    assert "> **Warning**: A and B are the same run dir" in markdown
+    copy = tmp_path / "copy"
+    shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("report"))
+    copied = compare(load_run(EXAMPLE), load_run(copy), patched)
+    assert copied.warnings == (
+        "A and B hold the same run (job jvvnhop9, the same series): every difference is 0 by "
+        "construction; pass the other arm's run dir",
+    )
+
+
+def test_rollout_counts_that_differ_are_warned_about(patched: Baseline, tmp_path: Path) -> None:
+    values = published(patched)
+    longer = write_run(tmp_path / "twenty", values)
+    shorter = write_run(tmp_path / "ten", {k: v[:10] for k, v in values.items()}, job_id="b")
+    result = compare(load_run(longer), load_run(shorter), patched)
+    assert result.warnings == (
+        "A has 20 rollouts and B 10: paired on the rollouts both logged (10 at most); the rest "
+        "of the longer run is not compared",
+    )
+    assert {d.n for d in result.diffs} == {10}
+    listed = run_cli(
+        "compare", "--run-dir", str(longer), "--run-dir", str(shorter), "--format", "json",
+        "--out-dir", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert json.loads(listed.stdout)["warnings"] == list(result.warnings)
+
+
+def test_a_difference_below_the_datas_precision_is_shown_as_zero(patched: Baseline) -> None:
+    from dataclasses import replace
+
+    from miles_amd.report.compare_report import at_precision, diff_sentence
+
+    (d,) = [
+        d
+        for d in compare(load_run(EXAMPLE), load_run(EXAMPLE), patched).diffs
+        if d.metric == LOGPROB
+    ]
+    rounding = replace(d, diff=-9e-11, ci_low=-2e-10, ci_high=1.8e-10)
+    assert at_precision(rounding.diff, rounding) == "0"
+    assert diff_sentence(rounding).startswith("Δ = 0, 95% CI [0, 0]")
+    real = replace(d, diff=-0.0009, ci_low=-0.0012, ci_high=-0.0006)
+    assert diff_sentence(real).startswith("Δ = -0.0009 (")

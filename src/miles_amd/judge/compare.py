@@ -34,12 +34,17 @@ prompt-difficulty spread (the reward's largest noise) from the difference.
   run (equal counts) needs for 95% power (:func:`rollouts_for_power`); and what a run with
   no spike rules out: a per-rollout spike rate above ``1 - 0.05^(1/N)`` (95%; about 3/N).
 
+- **Warnings** (:func:`comparison_warnings`): a run compared with itself (the same dir, or
+  the same job id with the same series) and rollout counts that differ (20 against 10 is
+  paired on the 10 both logged), each a sentence the reports show before the numbers.
+
 Explained for people in ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -142,8 +147,10 @@ class MetricDiff:
     @property
     def undecided(self) -> bool:
         """Not significant, and the CI still holds a shift as large as the detectable one."""
-        return not self.significant and (
-            self.ci_high >= self.detectable or self.ci_low <= -self.detectable
+        return (
+            not self.significant
+            and self.detectable > 0  # equal series: no spread, nothing left to decide
+            and (self.ci_high >= self.detectable or self.ci_low <= -self.detectable)
         )
 
 
@@ -170,6 +177,38 @@ class Comparison:
     diffs: tuple[MetricDiff, ...]
     spikes: tuple[Spikes, ...]
     unpaired: tuple[str, ...]  # gated metrics not logged by both runs
+    warnings: tuple[str, ...] = ()  # why the comparison may not mean what it seems
+
+
+def _rollouts(evidence: RunEvidence) -> int:
+    """The rollouts a run logged: the most distinct steps of any metric."""
+    return max((len({s for s, _ in series}) for series in evidence.series.values()), default=0)
+
+
+def comparison_warnings(a: RunEvidence, b: RunEvidence) -> tuple[str, ...]:
+    """A run compared with itself (the same dir, or the same job with the same series: every
+    Δ is 0 by construction), and rollout counts that differ (paired on the common ones)."""
+    warnings = []
+    same_dir = os.path.abspath(a.run_dir) == os.path.abspath(b.run_dir)
+    job_a = a.job.job_id if a.job is not None else None
+    job_b = b.job.job_id if b.job is not None else None
+    if same_dir:
+        warnings.append(
+            f"A and B are the same run dir ({a.run_dir}): every difference is 0 by "
+            "construction; pass the other arm's run dir"
+        )
+    elif job_a is not None and job_a == job_b and dict(a.series) == dict(b.series):
+        warnings.append(
+            f"A and B hold the same run (job {job_a}, the same series): every difference is "
+            "0 by construction; pass the other arm's run dir"
+        )
+    n_a, n_b = _rollouts(a), _rollouts(b)
+    if n_a != n_b:
+        warnings.append(
+            f"A has {n_a} rollouts and B {n_b}: paired on the rollouts both logged "
+            f"({min(n_a, n_b)} at most); the rest of the longer run is not compared"
+        )
+    return tuple(warnings)
 
 
 def _once(series: Series) -> dict[int, float]:
@@ -260,4 +299,5 @@ def compare(a: RunEvidence, b: RunEvidence, baseline: Baseline) -> Comparison:
         diffs=tuple(diffs),
         spikes=tuple(spikes),
         unpaired=tuple(unpaired),
+        warnings=comparison_warnings(a, b),
     )

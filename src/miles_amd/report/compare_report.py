@@ -2,7 +2,9 @@
 
 Decides how a :class:`~miles_amd.judge.compare.Comparison` reads (``miles_amd.app.compare``
 writes the files). The statistics are ``miles_amd.judge.compare``'s; this module only
-words and draws them: one line per metric (Δ = B - A with its 95% CI, the effect size, and
+words and draws them: the comparison's warnings first (a run compared with itself, rollout
+counts that differ), one line per metric (Δ = B - A with its 95% CI, shown 0 below the data's
+precision, :data:`PRECISION`; the effect size; and
 "with N rollouts this comparison could detect ..."), the spike counts with Fisher's exact
 p, and a figure with one panel per paired metric (A and B over the rollouts, the title
 carrying Δ and its CI; the grid, sizes, legends and flat-series notes are
@@ -38,14 +40,31 @@ def _g(value: float) -> str:
     return f"{value:.4g}"
 
 
+# a difference below this fraction of the metric's magnitude is shown as 0: TensorBoard's
+# values are float32 (about 7 significant digits), so a mean of differences of equal runs
+# comes out as -9e-11 on a mean of 0.017, a rounding, not a difference
+PRECISION = 1e-6
+
+
+def at_precision(value: float, d: MetricDiff) -> str:
+    """``value`` (a difference or a CI bound of ``d``) signed, 0 below the data's precision."""
+    scale = max(abs(d.mean_a), abs(d.mean_b))
+    if math.isfinite(value) and abs(value) < PRECISION * scale:
+        return "0"
+    return f"{value:+.4g}"
+
+
 def diff_sentence(d: MetricDiff) -> str:
     relative = f" ({d.relative:+.1%} of A)" if d.relative is not None else ""
     effect = f", d_z {d.d_z:+.2f}" if d.d_z is not None else ""
     floor = " (SE at the binomial floor)" if d.binomial_floor else ""
     p = f"p {d.p_value:.3g}, Holm-adjusted {d.p_holm:.3g}"
     verdict = f"differs ({p})" if d.significant else f"no detected difference ({p})"
+    if at_precision(d.diff, d) == "0":
+        relative, effect = "", ""
+    ci = f"[{at_precision(d.ci_low, d)}, {at_precision(d.ci_high, d)}]"
     text = (
-        f"Δ = {d.diff:+.4g}{relative}, 95% CI [{_g(d.ci_low)}, {_g(d.ci_high)}]{floor}{effect}: "
+        f"Δ = {at_precision(d.diff, d)}{relative}, 95% CI {ci}{floor}{effect}: "
         f"{verdict}; with {d.n} paired rollouts this comparison could detect a shift of "
         f"±{_g(d.detectable)} (80% power, 5% two-sided)"
     )
@@ -103,6 +122,7 @@ def to_json(c: Comparison) -> dict[str, object]:
         "run_a": c.run_a,
         "run_b": c.run_b,
         "baseline": c.baseline_name,
+        "warnings": list(c.warnings),
         "metrics": [
             {
                 "metric": d.metric,
@@ -145,6 +165,7 @@ def to_json(c: Comparison) -> dict[str, object]:
 def render_text(c: Comparison) -> str:
     lines = [
         f"miles-amd compare: B {c.run_b} vs A {c.run_a} (metrics of baseline {c.baseline_name})",
+        *(f"WARNING: {w}" for w in c.warnings),
         "",
     ]
     for d in c.diffs:
@@ -170,14 +191,17 @@ def render_markdown(c: Comparison) -> str:
         f"baseline {escape.markdown_code(c.baseline_name)}; "
         "Δ = B - A, paired by rollout.",
         "",
+        *(f"> **Warning**: {escape.markdown(w)}" for w in c.warnings),
+        *([""] if c.warnings else []),
         "| metric | n | mean A | mean B | Δ | 95% CI | d_z | detectable shift (80% power) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for d in c.diffs:
         d_z = "-" if d.d_z is None else f"{d.d_z:+.2f}"
         lines.append(
-            f"| {d.metric} | {d.n} | {_g(d.mean_a)} | {_g(d.mean_b)} | {d.diff:+.4g} "
-            f"| [{_g(d.ci_low)}, {_g(d.ci_high)}] | {d_z} | ±{_g(d.detectable)} |"
+            f"| {d.metric} | {d.n} | {_g(d.mean_a)} | {_g(d.mean_b)} | {at_precision(d.diff, d)} "
+            f"| [{at_precision(d.ci_low, d)}, {at_precision(d.ci_high, d)}] | {d_z} "
+            f"| ±{_g(d.detectable)} |"
         )
     lines += ["", *(f"- {line}" for line in spike_sentences(c))]
     if c.unpaired:
@@ -221,7 +245,8 @@ def compare_figure(c: Comparison, a: RunEvidence, b: RunEvidence):
             )
         layout.style_panel(
             ax,
-            f"{d.metric}\nΔ {d.diff:+.3g}, 95% CI [{d.ci_low:.3g}, {d.ci_high:.3g}]",
+            f"{d.metric}\nΔ {at_precision(d.diff, d)}, 95% CI "
+            f"[{at_precision(d.ci_low, d)}, {at_precision(d.ci_high, d)}]",
             axis(d.metric),
             Y_LABELS.get(d.metric, d.metric),
             "tab:red" if d.significant else "black",
