@@ -1,0 +1,172 @@
+"""Issue 26 items 4 and 5: foreign text is never printed raw, and a secret others echo is
+never printed or stored.
+
+- ``miles_amd.escape``: whatever the text, what :func:`terminal` and :func:`markdown` return
+  holds no control (``Cc``), format (``Cf``: bidi overrides and marks, zero-width), surrogate
+  or separator character and no newline (a property over all of Unicode).
+- ``train --dry-run`` refuses a path option holding such a character (exit 2, one line,
+  nothing created) and prints a plan whose every line is one line of the plan.
+- ``gate`` on a run dir whose name and job message hold them: every line on stdout and
+  stderr and every line of report.md is free of them; "report written to" is one line.
+- ``miles_amd.redact``: a secret is gone from a text in every spelling it lists; through the
+  real parse probe (a child that echoes the key on stderr) and the real job follower
+  (a dashboard whose job message echoes it into job.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import unicodedata
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from miles_amd import escape
+from miles_amd.redact import REDACTED, redact
+from miles_amd.run.dashboard import jobs_client
+from miles_amd.run.job import Follow, RayJob
+from miles_amd.run.parse_probe import parse_with_miles
+from miles_amd.run.watcher import FailFastWatcher
+from miles_amd.run_dir import RunDir
+from tests.cli_runs import run_cli
+from tests.constants import EXAMPLE
+from tests.support.fake_dashboard import Reply, fake_dashboard
+
+pytestmark = pytest.mark.unit
+
+UNSAFE = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+HOSTILE = ["\n", "\r", "\x1b[31m", "\u202e", "\u2067", "\u200b", "\u200f", "\u2060", "\u061c",
+           "\ufeff", "\u2028", "\x85", "\u00ad"]  # fmt: skip
+hostile_text = st.lists(
+    st.sampled_from(HOSTILE) | st.text(alphabet="ab/.- ", min_size=1, max_size=3),
+    min_size=1,
+    max_size=6,
+).map("".join)
+
+
+def raw_chars(text: str) -> list[str]:
+    """The characters of ``text`` no sink may show raw (a newline is checked per line)."""
+    return [c for c in text if c != "\n" and unicodedata.category(c) in UNSAFE]
+
+
+@given(st.text())
+def test_the_escapers_leave_no_control_format_or_separator_character(text: str) -> None:
+    for shown in (escape.terminal(text), escape.markdown(text), escape.markdown_code(text)):
+        assert "\n" not in shown
+        assert raw_chars(shown) == []
+
+
+@settings(max_examples=10, deadline=None)
+@given(bad=hostile_text.filter(lambda t: any(h in t for h in HOSTILE)))
+@pytest.mark.parametrize("flag", ["--model-dir", "--run-dir", "--data-dir", "--miles-dir"])
+def test_train_refuses_a_path_with_a_control_or_format_character(flag: str, bad: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/x{bad}"
+        done = run_cli("train", "--dry-run", flag, path)
+        assert sorted(os.listdir(tmp)) == []
+    assert done.returncode == 2, done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"'{flag}'" in lines[0], done.stderr
+    assert raw_chars(lines[0]) == [] and done.stdout == ""
+
+
+def test_the_plan_text_shows_a_newline_in_a_path_escaped() -> None:
+    """A plan built with hostile paths (past the CLI's refusal): no forged flag or run dir
+    line in the text ``train --dry-run`` prints, every value on its own line."""
+    from miles_amd.recipe.plan import build_train_plan, format_plan
+    from miles_amd.recipe.settings import Recipe
+
+    recipe = Recipe(model_dir="/m\n  --lr 1e9\u202e")
+    plan = build_train_plan(recipe, {"WANDB_API_KEY": ""}, run_dir="/r\nrun dir: /forged")
+    lines = format_plan(plan).splitlines()
+    assert not any(line.startswith(("  --lr 1e9", "run dir: /forged")) for line in lines)
+    assert "run dir: /r\\x0arun dir: /forged" in lines
+    assert raw_chars("\n".join(lines)) == []
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=hostile_text.filter(lambda t: "/" not in t and t not in (".", "..")), msg=hostile_text)
+def test_gate_shows_a_hostile_run_dir_name_and_job_message_escaped(name: str, msg: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / f"run{name}"
+        shutil.copytree(EXAMPLE, run_dir, ignore=shutil.ignore_patterns("report", "README.md"))
+        job = json.loads((run_dir / "job.json").read_text())
+        (run_dir / "job.json").write_text(json.dumps({**job, "status": "FAILED", "message": msg}))
+        done = run_cli("gate", "--run-dir", str(run_dir), "--baseline", "patched", "--no-history")
+        report_md = (run_dir / "report" / "report.md").read_text()
+        outside = sorted(os.listdir(tmp))
+    assert done.returncode in (0, 1, 2), done.stderr
+    assert outside == [run_dir.name]
+    for text in (done.stdout, done.stderr, report_md):
+        assert raw_chars(text) == [], [c for c in text if c in "".join(HOSTILE)]
+    written = [line for line in done.stdout.splitlines() if "report written to" in line]
+    assert len(written) == 1 and written[0].endswith("metrics.png)"), done.stdout
+
+
+SECRET = "k3y-0123456789-ABCDEF"
+spellings = st.sampled_from(
+    [
+        "{s}",
+        "WANDB_API_KEY={s}",
+        '{{"WANDB_API_KEY": "{s}"}}',
+        "{{'HF_TOKEN': '{s}'}}",
+        "--wandb-key {s}",
+        "--wandb-key={s}",
+        "--WANDB_KEY={s}",
+        "--hf-t {s}",
+        "--sglang-api-key\t{s}",
+        "Authorization: Bearer {s}",
+    ]
+)
+
+
+@given(spelling=spellings, before=st.text(max_size=20), after=st.text(max_size=20))
+def test_redact_removes_a_secret_in_every_spelling(spelling: str, before: str, after: str) -> None:
+    environ = {"WANDB_API_KEY": SECRET}
+    text = before + " " + spelling.format(s=SECRET) + " " + after
+    shown = redact(text, environ=environ)
+    assert SECRET not in shown and REDACTED in shown
+
+
+def test_redact_keeps_what_is_not_a_secret() -> None:
+    text = "--fim-eod-token 5 --lr 1e-5 --api-keys-file x"
+    assert redact(text, environ={}) == text
+
+
+def test_a_parse_error_echoing_the_key_is_redacted(tmp_path: Path) -> None:
+    """The node's miles quotes the argv (and the key) in its error: neither the fact's line
+    nor the kept stderr carries it (they reach the terminal and env.json)."""
+    child = tmp_path / "python"
+    child.write_text(
+        "#!/bin/sh\n"
+        f'echo "env: WANDB_API_KEY={SECRET}" >&2\n'
+        f'echo "train.py: error: unrecognized arguments: --wandb-key {SECRET} $WANDB_API_KEY" >&2\n'
+        "exit 2\n"
+    )
+    child.chmod(0o755)
+    outcome = parse_with_miles(["--x"], {"WANDB_API_KEY": SECRET, "PATH": "/bin"}, python=child)
+    assert not outcome.ok
+    assert "unrecognized arguments" in outcome.message
+    assert SECRET not in outcome.message + outcome.stderr
+
+
+def test_a_job_message_echoing_the_key_is_redacted_in_job_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WANDB_API_KEY", SECRET)
+    with fake_dashboard() as fake:
+        fake.status = "FAILED"
+        echoed = f"runtime_env {{'WANDB_API_KEY': '{SECRET}'}} failed \u202e"
+        message = {"type": "SUBMISSION", "status": "FAILED", "entrypoint": "x", "message": echoed}
+        fake.replies["status"] = Reply(200, json.dumps(message).encode())
+        job = RayJob(jobs_client(fake.address, {}), "job-1", RunDir(tmp_path))
+        follow = Follow(timeout_s=5, interval_s=10, echo=lambda _: None)
+        record = job.run(FailFastWatcher(tmp_path, lambda _: []), follow, None)
+    stored = (tmp_path / "job.json").read_text()
+    assert record.status == "FAILED"
+    assert SECRET not in stored and REDACTED in stored
