@@ -236,7 +236,8 @@ TimeoutOpt = Annotated[
         "--timeout",
         metavar="<seconds>",
         callback=finite_positive_seconds,
-        help="Overall timeout of the job, seconds (finite, > 0).",
+        help="Overall timeout of the job, seconds (finite, > 0); stopping it and writing "
+        "its end take at most 60 s more.",
     ),
 ]
 RequireEnvOpt = Annotated[

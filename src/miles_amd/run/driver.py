@@ -155,7 +155,7 @@ def execute(
     outcome = _outcome(run_dir, record, job.trip, cluster.pids())
     if pull_error is None:
         return outcome
-    return replace(outcome, pullback_error=pull_error, exit_code=EXIT_FAILED)
+    return replace(outcome, pullback_error=redact(pull_error), exit_code=EXIT_FAILED)
 
 
 class PullingWatcher:
