@@ -2,7 +2,8 @@
 
 Decides the command's options, output and exit code: it prints the verdict and its root
 cause first, then the facts (``miles_amd.run.preflight_view``: within 100 columns, facts that
-need a failed one "not checked", an unknown value never ``ok``; ``--verbose`` every value and
+need a failed one "not checked", an unknown value shown as unknown, not ``ok``
+(``tests/unit/test_preflight.py``); ``--verbose`` every value and
 message in full; ``--format json`` the facts as JSON), then where env.json went; it writes
 ``env.json`` into ``--run-dir`` (the same dir, with the same default, that ``train
 --run-dir`` writes its evidence to and ``baseline record --run-dir`` reads), and exits 0 when

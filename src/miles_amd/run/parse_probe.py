@@ -12,7 +12,7 @@ registers.
 
 It does not decide what the argv should be (``recipe``), nor anything after parsing. GPU
 stubs are opt-in (``gpu_stubs=True``, used by the CPU tests; see ``miles_parse``); the
-preflight never sets them, so on a node the parse asks the real GPUs.
+preflight does not set them, so on a node the parse asks the real GPUs.
 
 Facts: one parse costs ~13 s of CPU, nearly all of it imports (torch, sglang, Megatron);
 the time limit (:data:`PARSE_TIMEOUT_S`) is for a wedged import, not for a slow parse.

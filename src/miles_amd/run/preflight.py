@@ -1,10 +1,10 @@
 """Environment preflight: is this node, image and set of inputs fit to run the recipe?
 
 Decides which probes make up the preflight (:data:`PROBES`, in table order), how they are run
-(:func:`run_preflight`: a probe that crashes is a ``wrong`` fact naming the exception, never a
-pass), when the preflight passes (every fact ``ok``), and what ``env.json`` holds
-(:func:`write_env_json`, written atomically to ``RunDir(run_dir).env_json``, so a report and
-``baseline record`` can say which environment produced a run).
+(:func:`run_preflight`: a probe that crashes is a ``wrong`` fact naming the exception, not a
+pass: ``tests/unit/test_preflight.py``), when the preflight passes (every fact ``ok``), and what
+``env.json`` holds (:func:`write_env_json`, written atomically to ``RunDir(run_dir).env_json``, so a
+report and ``baseline record`` can say which environment produced a run).
 
 Does not decide any single fact: the probes are in ``probes_node`` (GPUs, ROCm, torch) and
 ``probes_stack`` (packages, checkouts, aiter, inputs, disk), ``probes_allreduce`` (the A/B
