@@ -37,6 +37,9 @@ ENV = {
 }
 ECHOED = json.dumps({"runtime_env": {"env_vars": {"WANDB_API_KEY": SECRET}}}).encode()
 WRONG_TYPES = b'{"status": 5, "type": [], "entrypoint": {}}'
+NO_SUITABLE_NODE = json.dumps(
+    {"data": {"result": {"result": [{"node_id": "n1", "state": "ALIVE", "resources_total": {}}]}}}
+).encode()
 
 BEFORE_SUBMIT = {
     "version hangs": {"version": Reply(hang=True)},
@@ -46,6 +49,7 @@ BEFORE_SUBMIT = {
     "nodes not JSON": {"nodes": Reply(200, b"\x00\xff junk")},
     "nodes of the wrong types": {"nodes": Reply(200, b'{"data": {"result": {"result": [1]}}}')},
     "nodes hang": {"nodes": Reply(hang=True)},
+    "no suitable node": {"nodes": Reply(200, NO_SUITABLE_NODE)},
     "submit 500 echoing the request": {"submit": Reply(500, b"bad: ", echo=True)},
     "submit 500 echoing the key first": {"submit": Reply(500, ECHOED)},
 }
@@ -83,10 +87,23 @@ def test_a_bad_reply_before_submission_is_bad_input_and_leaves_the_run_dir_fresh
     line = assert_one_line(done)
     assert done.returncode == 2, line
     assert "127.0.0.1" in line or "node list" in line, line
+    assert "an earlier run" not in line
     assert seconds < 8, seconds  # a hang costs one read timeout (1 s), not forever
     assert not any(path.exists() for path in RunDir(run_dir).markers)  # reusable
     if "submit" in case:
         assert fake.count("stop") == 1  # a submission that may have arrived is stopped
+
+
+def test_a_retry_after_a_refused_node_list_reaches_submission(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    with fake_dashboard({"nodes": Reply(200, NO_SUITABLE_NODE)}) as refusing:
+        first, _ = train(refusing.address, run_dir)
+    assert first.returncode == 2 and refusing.count("submit") == 0, first.stderr
+    with fake_dashboard() as healthy:
+        healthy.status = "FAILED"
+        again, _ = train(healthy.address, run_dir)
+    assert healthy.count("submit") == 1, again.stderr
+    assert "an earlier run" not in again.stderr
 
 
 @pytest.mark.parametrize("case", sorted(AFTER_SUBMIT))
