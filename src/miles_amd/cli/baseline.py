@@ -37,6 +37,7 @@ from typing import Annotated
 import typer
 
 from miles_amd.cli.errors import fail as _fail
+from miles_amd.cli.errors import say
 from miles_amd.cli.options import (
     BASELINE_METAVAR,
     BASELINE_VARIANT_METAVAR,
@@ -158,7 +159,7 @@ def record(
     except OSError as exc:
         _fail(f"--out {out}: cannot write ({exc}); fix: choose a writable path")
     bands = sum(1 for rule in doc["rules"] if "band" in rule)
-    typer.echo(
+    say(
         f"miles-amd baseline record: wrote {out} (baseline {doc['name']}, run "
         f"{doc['provenance']['run_id']}, {doc['run_shape']['rollouts']} rollouts, {bands} bands "
         f"recomputed); review it with: miles-amd baseline diff {variant.value} {out}"

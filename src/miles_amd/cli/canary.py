@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from miles_amd.cli.errors import fail
+from miles_amd.cli.errors import fail, say
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 
 if TYPE_CHECKING:
@@ -319,7 +319,7 @@ def _run(
             )
         )
         if written is not None:
-            typer.echo(f"wrote {written}")
+            say(f"wrote {written}")
     bad = record.first_bad()
     if bad is not None:
         first = bad.first_mismatch
