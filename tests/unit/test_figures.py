@@ -218,3 +218,33 @@ def test_png_bytes_draws_once_what_savefig_paints(patched: Baseline) -> None:
         reference = savefig_pixels(make())
         assert ours.shape == reference.shape, name
         assert np.array_equal(ours, reference), f"{name}: pixels differ from savefig's"
+
+
+def test_a_flat_all_zero_panel_takes_a_small_row_last(patched: Baseline) -> None:
+    run = evidence(published(patched))  # clip fraction all 0, as in a healthy run
+    figure = metrics_figure(judge(run, patched), run, patched)
+    panels = [ax for ax in figure.axes if ax.axison]
+    assert panels[-1].get_title() == CLIPFRAC
+    heights = {ax.get_title(): ax.get_position().height for ax in panels}
+    assert heights[CLIPFRAC] < 0.75 * heights[LOGPROB], heights
+    assert figure_layout.row_heights(3, [False, False, True]) == [1.0, figure_layout.SMALL_ROW]
+    assert figure_layout.row_heights(3, [False, True, False]) == [1.0, 1.0]
+
+
+def test_a_means_band_is_drawn_where_the_mean_is_beside_the_series(patched: Baseline) -> None:
+    """The band bounds the mean: drawn right of the series with the mean on it, so a passing
+    run's points outside it (rollouts 2, 10, 19 of the example) are not 'outside the band'."""
+    run = evidence(published(patched))
+    verdict = judge(run, patched)
+    figure = metrics_figure(verdict, run, patched)
+    (reward,) = [ax for ax in figure.axes if ax.get_title() == REWARD]
+    (band,) = [a for a in reward.get_children() if a.get_gid() == "band:raw_reward.mean"]
+    last_step = max(s for s, _ in run.series[REWARD])
+    band_x = band.get_paths()[0].vertices[:, 0]
+    assert band_x.min() > last_step  # beside the series, not across its points
+    (check,) = [c for c in verdict.checks if c.name == "raw_reward.mean"]
+    (mean,) = [line for line in reward.lines if line.get_label() == "run mean"]
+    assert list(mean.get_ydata()) == [check.numbers["value"]]
+    assert band_x.min() <= mean.get_xdata()[0] <= band_x.max()
+    labels = [t.get_text() for t in reward.texts if t.get_gid() == "band-label:raw_reward.mean"]
+    assert labels == ["mean"]

@@ -179,7 +179,7 @@ def test_markdown_of_a_passing_run(passing) -> None:
     assert "Problems: none." in text and "Conflicts: none." in text
     assert text.splitlines()[0].startswith(
         "**miles-amd gate: PASS** - this run is accepted: all 19 measured checks agree with "
-        "baseline patched (jvvnhop9); 14 optional checks were not measured"
+        "baseline patched (jvvnhop9); 15 optional checks were not measured"
     )
     assert "train_rollout_kl (steps, finite, mean)" in text
     assert "| FAIL |" not in text
@@ -252,7 +252,8 @@ def test_plot_draws_bands_threshold_and_failing_points(failing, patched: Baselin
     assert list(crosses.get_xdata()) == [6] and list(crosses.get_ydata()) == [0.42]
     assert logprob.get_yscale() == "linear"
     reward = _panel(figure, REWARD)
-    assert [t.get_text() for t in reward.texts] == ["nan"]  # the non-finite point, labelled
+    labels = [t.get_text() for t in reward.texts if not str(t.get_gid()).startswith("band-")]
+    assert labels == ["nan"]  # the non-finite point, labelled
     assert "baseline jvvnhop9 (published)" in reward.get_legend_handles_labels()[1]
     # no empty panel for an unmeasured metric: one footer line names them
     assert [ax.get_title() for ax in figure.axes if ax.axison] == [LOGPROB, REWARD, CLIPFRAC]

@@ -1,7 +1,8 @@
 """The layout every PNG we draw shares: metrics.png, compare.png and the history trend plot.
 
 Decides the grid (exactly the panels drawn: on two columns an odd last panel spans the row,
-so no cell is blank), the text sizes (legible at the saved size, 90 dpi: nothing below
+so no cell is blank; a row of panels a caller calls small, a flat all-zero series, is
+:data:`SMALL_ROW` high), the text sizes (legible at the saved size, 90 dpi: nothing below
 :data:`LEGEND_SIZE` points), the figure title (one line, literal text: newlines folded,
 ``$`` not read as mathtext, cut at :data:`TITLE_LIMIT` characters, its font made smaller
 down to :data:`LEGEND_SIZE` when the line is wider than the figure), each panel's legend
@@ -26,6 +27,7 @@ TICK_SIZE = 9
 LEGEND_SIZE = 8
 NOTE_SIZE = 10
 TITLE_LIMIT = 200
+SMALL_ROW = 0.55  # a row of flat all-zero panels, in panel heights (room for its legend)
 
 
 def columns_for(panels: int) -> int:
@@ -33,14 +35,26 @@ def columns_for(panels: int) -> int:
     return 2 if panels > 1 else 1
 
 
-def new_figure(panels: int, title: str, colour: str = "black") -> Any:
-    """A figure on the Agg canvas sized for ``panels`` (at least one), titled in one line."""
+def row_heights(panels: int, small: Sequence[bool] = ()) -> list[float]:
+    """Each grid row's height in panel heights: :data:`SMALL_ROW` for a row whose panels are
+    all ``small`` (a flat all-zero series says all it has in a strip), else 1."""
+    count = max(1, panels)
+    columns = columns_for(count)
+    flags = list(small) + [False] * (count - len(small))
+    return [
+        SMALL_ROW if all(flags[row * columns : (row + 1) * columns]) else 1.0
+        for row in range(math.ceil(count / columns))
+    ]
+
+
+def new_figure(panels: int, title: str, colour: str = "black", small: Sequence[bool] = ()) -> Any:
+    """A figure on the Agg canvas sized for ``panels`` (at least one), titled in one line;
+    ``small``: which panels take a small row (:func:`row_heights`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     columns = columns_for(panels)
-    rows = max(1, math.ceil(panels / columns))
-    size = (PANEL_WIDTH_IN * columns, PANEL_HEIGHT_IN * rows + 0.5)
+    size = (PANEL_WIDTH_IN * columns, PANEL_HEIGHT_IN * sum(row_heights(panels, small)) + 0.5)
     figure = Figure(figsize=size, dpi=DPI, layout="constrained")
     canvas = FigureCanvasAgg(figure)
     text = figure.suptitle(one_line(title), fontsize=TITLE_SIZE, color=colour)
@@ -51,12 +65,13 @@ def new_figure(panels: int, title: str, colour: str = "black") -> Any:
     return figure
 
 
-def panel_axes(figure: Any, panels: int) -> list[Any]:
-    """``panels`` axes filling the grid (one axes, the whole figure, for zero panels)."""
+def panel_axes(figure: Any, panels: int, small: Sequence[bool] = ()) -> list[Any]:
+    """``panels`` axes filling the grid (one axes, the whole figure, for zero panels); rows
+    of ``small`` panels are short (:func:`row_heights`)."""
     count = max(1, panels)
     columns = columns_for(count)
-    rows = math.ceil(count / columns)
-    grid = figure.add_gridspec(rows, columns)
+    heights = row_heights(count, small)
+    grid = figure.add_gridspec(len(heights), columns, height_ratios=heights)
     axes = []
     for index in range(count):
         row, column = divmod(index, columns)

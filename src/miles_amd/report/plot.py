@@ -4,15 +4,17 @@ Decides the figure: one panel per metric a baseline rule names AND the run measu
 unmeasured metric gets no empty panel: the figure's footer lists them in one line), with
 the run's series (blue, solid, dots), the baseline's published series when it has one
 (black, dashed, hollow squares, drawn above the run so it does not hide under it), each
-rule's hint (its kind's hint in ``miles_amd.report.rule_hints``: a mean
-band, a max bound, a spike threshold (a line when the data reach near it, else a note, so
-the data are not squeezed into a strip), a ±atol strip, a Theil-Sen trend line), and the
-failing points marked (a non-finite one as a labelled triangle at the top). Every panel has
-its y label with the unit (:data:`Y_LABELS`) and integer step ticks; a flat series or one
-with no finite value carries a note saying so. The title (one line) carries the verdict and its
-plain-English sentence. Grid, sizes, legends and notes are ``figure_layout``'s (shared with
-the compare and trend plots); matplotlib is drawn on the Agg canvas (headless, no pyplot
-state); the PNG's bytes are returned, writing them is ``miles_amd.report.report``'s.
+rule's hint (its kind's hint in ``miles_amd.report.rule_hints``: a mean's band beside the
+series where the mean is, a max bound, a spike threshold (a line when the data reach near
+it, else a note, so the data are not squeezed into a strip), a ±atol strip, a Theil-Sen
+trend line), and the failing points marked (a non-finite one as a labelled triangle at the
+top). Every panel has its y label with the unit (:data:`Y_LABELS`) and integer step ticks;
+a flat series or one with no finite value carries a note saying so; a flat all-zero series
+is drawn last, in a small row (``figure_layout.row_heights``). The title (one line)
+carries the verdict and its plain-English sentence. Grid, sizes, legends and notes are
+``figure_layout``'s (shared with the compare and trend plots); matplotlib is drawn on the
+Agg canvas (headless, no pyplot state); the PNG's bytes are returned, writing them is
+``miles_amd.report.report``'s.
 """
 
 from __future__ import annotations
@@ -132,8 +134,12 @@ def metrics_figure(verdict: Verdict, evidence: RunEvidence, baseline: Baseline):
     measured = [m for m in gated if evidence.series.get(m)]
     unmeasured = [m for m in gated if m not in measured]
     colour = {"pass": "darkgreen", "fail": "tab:red", "error": "tab:red"}[verdict.verdict]
-    figure = new_figure(len(measured), title(verdict), colour)
-    axes = panel_axes(figure, len(measured))
+    # a flat all-zero series (the clip fraction of a healthy run) takes a small row, last
+    flat_zero = {m for m in measured if all(v == 0 for _, v in evidence.series[m])}
+    measured = [m for m in measured if m not in flat_zero] + [m for m in measured if m in flat_zero]
+    small = [m in flat_zero for m in measured]
+    figure = new_figure(len(measured), title(verdict), colour, small)
+    axes = panel_axes(figure, len(measured), small)
     for ax, metric in zip(axes, measured, strict=False):
         checks = [c for c in verdict.checks if c.metric == metric]
         _draw_panel(ax, metric, checks, evidence.series[metric], baseline)

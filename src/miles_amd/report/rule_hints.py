@@ -1,10 +1,11 @@
 """What each rule kind draws on its metric's panel of ``metrics.png``: a band, a bound, a line.
 
 Decides the hint of a kind (keyed by kind name, ``miles_amd.rules.kinds``) from the
-figures of its check (``Check.numbers``): a mean band, a max bound, a spike threshold (a
-line when the data reach near it, else a note, so the data are not squeezed into a
-strip), a ±atol strip, a Theil-Sen trend line, a step's two halves, a geometric mean's
-band. A hint returns True to ask for a log y axis.
+figures of its check (``Check.numbers``): a mean band (an interval beside the series, where
+the mean is, with the run's mean on it: the band bounds the mean, not the points), a max
+bound, a spike threshold (a line when the data reach near it, else a note, so the data are
+not squeezed into a strip), a ±atol strip, a Theil-Sen trend line, a step's two halves, a
+geometric mean's band. A hint returns True to ask for a log y axis.
 A kind without a hint draws nothing. The panel itself is ``miles_amd.report.plot``'s.
 """
 
@@ -14,6 +15,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from miles_amd.report.figure_layout import LEGEND_SIZE
 from miles_amd.rules.check import Check
 from miles_amd.rules.model import KindName
 
@@ -42,13 +44,31 @@ def threshold(ax: Any, check: Check, finite: list[float]) -> bool:
 
 
 def mean_band(ax: Any, check: Check, finite: list[float], what: str = "mean") -> bool:
+    """The band bounds the run's mean, not its points: drawn where the mean is, as an
+    interval beside the series (right of its last step) with the run's mean as a diamond on
+    it, so a passing run's points outside the band read as what they are."""
     low, high = check.numbers.get("low"), check.numbers.get("high")
+    x = ax.dataLim.x1 + 1.5 if ax.has_data() else 0.0  # right of the series (and other bands)
     if low is not None and high is not None:
         label = f"band for the {what} ({check.name})"
-        ax.axhspan(low, high, color="tab:green", alpha=0.15, label=label, gid=f"band:{check.name}")
+        ax.fill_between(
+            [x - 0.35, x + 0.35],
+            low,
+            high,
+            color="tab:green",
+            alpha=0.3,
+            label=label,
+            gid=f"band:{check.name}",
+        )
     value = check.numbers.get("value")
     if value is not None and math.isfinite(value):
-        ax.axhline(value, color="tab:green", linestyle=":", linewidth=1, label=f"run {what}")
+        colour = "tab:red" if check.failed else "tab:green"
+        ax.plot([x], [value], marker="D", color=colour, linestyle="none", label=f"run {what}")
+    if low is not None and high is not None:
+        ax.annotate(
+            what, (x, high), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+            fontsize=LEGEND_SIZE, color="tab:green", gid=f"band-label:{check.name}",
+        )  # fmt: skip
     return False
 
 
