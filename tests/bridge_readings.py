@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from miles_amd.recipe.settings import Recipe
-from miles_amd.run.facts import Fact
+from miles_amd.records.env import Fact
 from miles_amd.run.probes_bridge import attention_window_fact, lora_experts_fact, router_dtype_fact
 from tests.conformance.fake_inputs import GPT_OSS_20B_BF16_CONFIG
 

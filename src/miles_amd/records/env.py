@@ -30,23 +30,27 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from miles_amd.variants import AITER_VARIANTS
 
-__all__ = ["EnvFact", "EnvRecord"]
+__all__ = ["EnvRecord", "Fact", "FactStatus"]
 
-_STATUSES = ("ok", "missing", "wrong")
+FactStatus = Literal["ok", "missing", "wrong"]
+_STATUSES: tuple[FactStatus, ...] = ("ok", "missing", "wrong")
 _COMMIT = re.compile(r"^([0-9a-f]{7,64})(?:\s|$)")
 _GPUS = re.compile(r"^\s*(\d+)x\s+([A-Za-z0-9_,]+)")
 _MAJOR_MINOR = re.compile(r"^\s*(\d+)\.(\d+)")
 
 
 @dataclass(frozen=True)
-class EnvFact:
-    """One preflight fact as env.json records it."""
+class Fact:
+    """One preflight fact, as a probe reports it and env.json records it: ``missing`` when a
+    thing is not there at all, ``wrong`` when it is there but not what the recipe needs;
+    ``message`` says what to do when ``status`` is not ``ok``."""
 
     name: str
-    status: str
+    status: FactStatus
     value: str
     message: str = ""
 
@@ -55,7 +59,7 @@ class EnvFact:
 class EnvRecord:
     """env.json, read; see the module doc."""
 
-    facts: Mapping[str, EnvFact] = field(default_factory=dict)
+    facts: Mapping[str, Fact] = field(default_factory=dict)
     ok: bool = False  # env.json's own "ok", True only when it says true and nothing contradicts
     aiter_variant: str | None = None
     written_at: str | None = None  # when the preflight wrote it (UTC, ISO 8601)
@@ -85,7 +89,7 @@ class EnvRecord:
         return fact.value if fact is not None else ""
 
     @property
-    def failed(self) -> list[EnvFact]:
+    def failed(self) -> list[Fact]:
         """The facts whose status is not ``ok``."""
         return [fact for fact in self.facts.values() if fact.status != "ok"]
 
@@ -115,10 +119,10 @@ class EnvRecord:
         return f"{version.group(1)}.{version.group(2)}" if version else None
 
 
-def _facts(raw: object) -> tuple[dict[str, EnvFact], list[str]]:
+def _facts(raw: object) -> tuple[dict[str, Fact], list[str]]:
     if not isinstance(raw, list):
         return {}, ['"facts" is not a list of the preflight\'s facts']
-    facts: dict[str, EnvFact] = {}
+    facts: dict[str, Fact] = {}
     problems: list[str] = []
     for index, fact in enumerate(raw):
         if not (
@@ -135,13 +139,14 @@ def _facts(raw: object) -> tuple[dict[str, EnvFact], list[str]]:
             continue
         message = fact.get("message")
         message = message if isinstance(message, str) else ""
-        facts[name] = EnvFact(name, str(fact["status"]), str(fact["value"]), message)
+        status: FactStatus = fact["status"]
+        facts[name] = Fact(name, status, str(fact["value"]), message)
         if fact["status"] != "ok":
             problems.append(f"fact {name!r} is {fact['status']}: {message or 'no message'}")
     return facts, problems
 
 
-def _variant(raw: object, facts: Mapping[str, EnvFact]) -> tuple[str | None, list[str]]:
+def _variant(raw: object, facts: Mapping[str, Fact]) -> tuple[str | None, list[str]]:
     if raw is None:
         return None, []
     if not isinstance(raw, str) or raw not in AITER_VARIANTS:

@@ -1,7 +1,6 @@
 """What a preflight probe is given and what it reports, shared by every probe module.
 
-Decides the shape of a :class:`Fact` (``ok``, ``missing`` when a thing is not there at all,
-``wrong`` when it is there but not what the recipe needs; ``message`` says what to do) and of
+A probe reports a ``records.env.Fact`` (the fact env.json records). Decides the shape of
 :class:`PreflightConfig` (where the recipe's pieces are and what the node must be). The
 probes live in ``probes_node`` (GPUs, ROCm, torch) and ``probes_stack`` (packages,
 checkouts, aiter, inputs, disk); the table of probes, running them and ``env.json`` in
@@ -14,26 +13,15 @@ import importlib.machinery
 import importlib.util
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from miles_amd.recipe.settings import CHECKPOINT_NAME, DATASET_DIR_NAME, DATASET_FILE_NAME
 
 if TYPE_CHECKING:
     from miles_amd.recipe.settings import Recipe
 
-FactStatus = Literal["ok", "missing", "wrong"]
 
 IMAGE = "rocm/sgl-dev:miles-rocm720-mi35x"
-
-
-@dataclass(frozen=True)
-class Fact:
-    """What one probe found. ``message`` says what to do when ``status`` is not ``ok``."""
-
-    name: str
-    status: FactStatus
-    value: str
-    message: str = ""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from miles_amd.recipe.plan import LaunchPlan, build_train_plan
-from miles_amd.run.facts import Fact, PreflightConfig
+from miles_amd.records.env import Fact
+from miles_amd.run.facts import PreflightConfig
 
 SCRIPT = Path(__file__).with_name("miles_parse.py")
 PARSE_TIMEOUT_S = 180.0

@@ -30,7 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from miles_amd.files import atomic_write_text
-from miles_amd.run.facts import IMAGE, Fact, FactStatus, PreflightConfig, one_line
+from miles_amd.records.env import Fact, FactStatus
+from miles_amd.run.facts import IMAGE, PreflightConfig, one_line
 from miles_amd.run.parse_probe import probe_miles_argv
 from miles_amd.run.probes_allreduce import (
     probe_aiter_commit,

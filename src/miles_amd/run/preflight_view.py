@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from miles_amd.escape import terminal
-from miles_amd.run.facts import Fact
+from miles_amd.records.env import Fact
 
 WIDTH = 100
 NOT_A_NODE = "this is not an AMD GPU node"

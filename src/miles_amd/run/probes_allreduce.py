@@ -36,7 +36,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from miles_amd import variants
-from miles_amd.run.facts import Fact, PreflightConfig, one_line
+from miles_amd.records.env import Fact
+from miles_amd.run.facts import PreflightConfig, one_line
 from miles_amd.run.probes_stack import _git_commit
 from miles_amd.run.sglang_allreduce import SGLANG_SOURCE, allreduce_route
 

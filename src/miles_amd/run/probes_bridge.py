@@ -47,7 +47,8 @@ from pathlib import Path
 
 from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
 from miles_amd.recipe.plan import build_train_plan
-from miles_amd.run.facts import Fact, PreflightConfig, one_line
+from miles_amd.records.env import Fact
+from miles_amd.run.facts import PreflightConfig, one_line
 from miles_amd.run.parse_probe import submitted_job
 
 CENSUS = Path(__file__).with_name("bridge_census.py")

@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from miles_amd.recipe.hardware import Runner, run_tool
-from miles_amd.run.facts import IMAGE, Fact, PreflightConfig, find_spec, one_line
+from miles_amd.records.env import Fact
+from miles_amd.run.facts import IMAGE, PreflightConfig, find_spec, one_line
 
 # ---- GPUs ------------------------------------------------------------------------------------
 

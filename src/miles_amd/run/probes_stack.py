@@ -31,7 +31,8 @@ from pathlib import Path
 
 from miles_amd.recipe.hardware import run_tool
 from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
-from miles_amd.run.facts import IMAGE, Fact, PreflightConfig, find_spec
+from miles_amd.records.env import Fact
+from miles_amd.run.facts import IMAGE, PreflightConfig, find_spec
 from miles_amd.variants import AITER_VARIANTS
 
 LORA_ROUTE = "/register_lora_adapter"
