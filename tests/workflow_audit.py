@@ -68,7 +68,7 @@ FORK_PR_ONLY = (
 FORK_JOB = "fork-pr"
 # The hardware test's own pytest-timeout (tests/mi355x): 5400 s.
 TEST_TIMEOUT_MINUTES = 90
-RUN_DIR_FILES = ("report.md", "report.json", "metrics.png", "job.log", "env.json")
+RUN_DIR_FILES = ("report.md", "report.json", "metrics.png", "job.log", "env.json", "canary.json")
 # Everything the cpu job tests: a pull request touching any of it must run the workflow.
 REQUIRED_PR_PATHS = (
     "src/**",
@@ -209,6 +209,7 @@ def step_problems(job: Mapping[str, Any]) -> list[str]:
         "clean this variant's run dir": find_step(steps, 'rm -rf -- "$RUN_DIR"'),
         "set up the suite": find_step(steps, "pip install", "-e '.[test]'"),
         "miles-amd preflight": find_step(steps, "miles-amd preflight"),
+        "miles-amd canary": find_step(steps, "miles-amd canary"),
         "pytest -m mi355x": find_step(steps, "pytest", "-m mi355x"),
     }
     problems = [f"steps: no {name!r} step" for name, index in order.items() if index is None]
@@ -218,12 +219,19 @@ def step_problems(job: Mapping[str, Any]) -> list[str]:
     test = order["pytest -m mi355x"]
     if test is not None:
         problems += hardware_test_step_problems(job, steps[test])
-    preflight = order["miles-amd preflight"]
-    if preflight is not None:  # env.json's variant sets the job env it records and is judged by
-        env = {**(job.get("env") or {}), **(steps[preflight].get("env") or {})}
-        variant = flag_value(str(steps[preflight]["run"]), "--aiter-variant")
+    # env.json's variant sets the job env it records and is judged by; the canary tests the
+    # all-reduce of the variant the run is
+    for name, flag in (
+        ("miles-amd preflight", "--aiter-variant"),
+        ("miles-amd canary", "--variant"),
+    ):
+        index = order[name]
+        if index is None:
+            continue
+        env = {**(job.get("env") or {}), **(steps[index].get("env") or {})}
+        variant = flag_value(str(steps[index]["run"]), flag)
         if variant is None or resolve_env(variant, env).replace(" ", "") != "${{matrix.aiter}}":
-            problems.append("preflight step: --aiter-variant must be the matrix variant")
+            problems.append(f"{name.split()[1]} step: {flag} must be the matrix variant")
     for index, step in enumerate(steps):
         if "${{" in str(step.get("run", "")):
             problems.append(f"steps[{index}].run: pass values through env, not ${{{{ }}}}")

@@ -78,8 +78,9 @@ class RunDir:
     @property
     def markers(self) -> tuple[Path, ...]:
         """What any run leaves, even one that failed at once (the driver writes job.log and
-        plan.json before submitting; the preflight writes env.json)."""
-        return (*self.evidence, self.env_json, self.plan_json)
+        plan.json before submitting; the preflight writes env.json; the canary, which can
+        stop a run before the driver, writes canary.json)."""
+        return (*self.evidence, self.env_json, self.plan_json, self.canary_json)
 
     @property
     def is_run_dir(self) -> bool:

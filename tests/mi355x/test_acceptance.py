@@ -1,10 +1,13 @@
-"""The acceptance run on an 8x MI355X node: preflight, the recipe for real, the gate.
+"""The acceptance run on an 8x MI355X node: preflight, the canary, the recipe for real, the gate.
 
 ``pytest -m mi355x --runslow --aiter-variant stock|patched``. Both variants exist as tests;
 the one this image does not carry is skipped with the reason (CI runs each variant in its
-own matrix leg). The run is the recipe as ``miles-amd train`` launches it, driven by the
-same driver the CPU rehearsal proves, and judged against ``baselines/`` for the variant.
-On failure the assertion carries the report's failing rows and the path to ``report.md``.
+own matrix leg). The run is the recipe as ``miles-amd train --aiter-variant V`` launches it:
+the all-reduce canary of the variant first (``miles-amd canary``; a patched or rccl red stops
+before the long run and fails the test with its line, ``app.train.CanaryRed``), then the
+same driver the CPU rehearsal proves, judged against ``baselines/`` for the variant (the
+gate's ``allreduce.canary`` included). On failure the assertion carries the report's failing
+rows and the path to ``report.md``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import pytest
 
 from miles_amd.app.baselines import for_variant, load
 from miles_amd.app.train import run_and_gate
-from miles_amd.recipe.plan import build_train_plan
+from miles_amd.recipe.plan import CANARY_STEP, build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.preflight import (
     PreflightConfig,
@@ -71,7 +74,10 @@ def test_recipe_matches_baseline(node, variant: str) -> None:
         megatron_dir=str(node.megatron_dir),
         num_rollout=node.num_rollouts,
     )
-    plan = build_train_plan(recipe, dict(os.environ), run_dir=str(run_dir), aiter_variant=variant)
+    plan = build_train_plan(
+        recipe, dict(os.environ), run_dir=str(run_dir), aiter_variant=variant, canary=True
+    )
+    assert plan.steps[0].name == CANARY_STEP  # after the preflight, before the long run
     baseline = load(for_variant(variant), "--gate")  # rccl: stock's, applied baseline-free
     outcome = run_and_gate(plan, timeout_s=RUN_TIMEOUT_S, gate=baseline, require_env=True)
     report_md = RunDir(run_dir).report / "report.md"

@@ -86,8 +86,9 @@ def test_train_on_a_cluster_with_require_env_fails_once_everywhere(
     assert f"history: appended as run 1 to {history}" in done.stdout
     with HistoryStore(history, read_only=True) as store:
         (run,) = store.runs()
-    # a CPU rehearsal has no env.json, no SGLang [AR] line, no built model: none is proven
+    # a CPU rehearsal has no env.json, no SGLang [AR] line, no canary.json (no --aiter-variant:
+    # train ran no canary), no built model: none is proven
     assert (run.verdict, run.failed_checks) == (
         "fail",
-        ("environment.identity", "allreduce.path", "model.lora_experts"),
+        ("environment.identity", "allreduce.path", "allreduce.canary", "model.lora_experts"),
     )

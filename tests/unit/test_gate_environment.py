@@ -24,6 +24,7 @@ from miles_amd.run.preflight import Fact, write_env_json
 from tests.bridge_readings import node_model_facts
 from tests.cli_runs import run_cli
 from tests.constants import EXAMPLE, SHIPPED
+from tests.unit.test_gate_canary import canary
 
 PATCHED = SHIPPED / "patched.json"
 AITER = "amd-aiter 0.1.5 @ 0123456789ab"
@@ -182,5 +183,6 @@ def test_require_env_passes_a_matching_node(tmp_path: Path) -> None:
     run_dir = run_dir_with_env(tmp_path)
     with open(run_dir / "job.log", "a", encoding="utf-8") as log:  # the node's SGLang says so
         log.write("(SGLangEngine pid=77) [AR] Using AiterCustomAllreduce (AMD default)\n")
+    canary(run_dir, "aiter", bad=False, variant="patched")  # the node's canary, clean
     result = gate("--run-dir", str(run_dir), "--baseline", "patched", "--require-env")
     assert result.exit_code == 0, result.stdout

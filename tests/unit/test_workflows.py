@@ -257,14 +257,14 @@ BROKEN_WORKFLOWS = [
         id="write-permission",
     ),
     pytest.param(
-        "    timeout-minutes: 240\n",
+        "    timeout-minutes: 260\n",
         "    timeout-minutes: 90\n",
         "must exceed the test's 90",
         id="job-timeout-below-test",
     ),
     pytest.param(
+        "    timeout-minutes: 260\n",
         "    timeout-minutes: 240\n",
-        "    timeout-minutes: 200\n",
         "must exceed the steps' sum",
         id="job-timeout-below-steps",
     ),
@@ -299,6 +299,24 @@ BROKEN_WORKFLOWS = [
         "",
         "path misses ['env.json']",
         id="no-env-json",
+    ),
+    pytest.param(
+        "            runs/mi355x/${{ matrix.aiter }}/canary.json\n",
+        "",
+        "path misses ['canary.json']",
+        id="no-canary-json",
+    ),
+    pytest.param(
+        'miles-amd canary --variant "$AITER_VARIANT"',
+        "miles-amd canary --variant stock",
+        "canary step: --variant must be the matrix variant",
+        id="canary-fixed-variant",
+    ),
+    pytest.param(
+        'miles-amd canary --variant "$AITER_VARIANT" --run-dir="$RUN_DIR" || status=$?',
+        "true",
+        "no 'miles-amd canary' step",
+        id="no-canary",
     ),
     pytest.param(
         UPLOAD_STEP + "        if: always()\n",

@@ -1,10 +1,20 @@
 """Run a plan and gate what it wrote: the driver runs and records, then the gate judges.
 
-- :func:`run_and_gate`: the driver (``miles_amd.run.driver.execute``) with the fail-fast
-  watcher's rules (``app.baselines.watch_rules`` of the gate's baseline), then, when a
-  baseline is given, :func:`miles_amd.app.gate.gate_run_dir` on the run dir with the plan's
-  rollout count. The exit code is the gate's when gated, else the job's; evidence that did not
-  come back from the job's node (cluster mode) is a failure either way.
+- :func:`run_canary`: a plan's canary step (``recipe.plan.CANARY_STEP``: ``miles-amd canary
+  --variant V --run-dir RUN`` as a subprocess) before anything else, its canary.json read
+  back through ``miles_amd.evidence`` and judged by the gate's own ``allreduce.canary``
+  check (``judge.canary``; the variant as the gate takes it: env.json's, else the plan's).
+  The run stops (:class:`CanaryRed`, exit 1) exactly when that check fails: a wrong sum of
+  patched's or the control arm's all-reduce; a stock wrong sum reproduces the bug and the
+  run goes on. An unusable canary (exit 2: no GPU, aiter not importable) is an ``AppError``
+  naming ``--no-canary``. The node-minutes a stop saves are the published runs' duration
+  (:data:`PUBLISHED_RUN_MINUTES` for :data:`PUBLISHED_ROLLOUTS`) scaled to the plan's rollouts.
+- :func:`run_and_gate`: the canary step when the plan has one, then the driver
+  (``miles_amd.run.driver.execute``) with the fail-fast watcher's rules
+  (``app.baselines.watch_rules`` of the gate's baseline), then, when a baseline is given,
+  :func:`miles_amd.app.gate.gate_run_dir` on the run dir with the plan's rollout count. The
+  exit code is the gate's when gated, else the job's; evidence that did not come back from
+  the job's node (cluster mode) is a failure either way.
 - :func:`run_variants`: ``train --variants``: the variants' jobs concurrently
   (``miles_amd.run.variants_run``), each watched and then gated against
   ``app.baselines.for_variant`` of its name. The A/B comparison is ``app.compare``'s.
@@ -12,21 +22,97 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from miles_amd.app.baselines import for_variant, load, watch_rules
+from miles_amd.app.errors import AppError
 from miles_amd.app.gate import GateResult, gate_run_dir
-from miles_amd.exit_codes import EXIT_FAILED
+from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 
 if TYPE_CHECKING:
     from miles_amd.recipe.plan import LaunchPlan
+    from miles_amd.rules.check import Check
     from miles_amd.rules.model import Baseline
     from miles_amd.run.driver import RunOutcome
 
-__all__ = ["TrainResult", "run_and_gate", "run_variants"]
+__all__ = ["CanaryRed", "TrainResult", "run_and_gate", "run_canary", "run_variants"]
+
+# The published 20-rollout runs took "about 1h06m" each (provenance.duration of
+# baselines/gpt_oss_20b_lora/stock.json and patched.json; tests/unit/test_train_canary.py).
+PUBLISHED_RUN_MINUTES = 66
+PUBLISHED_ROLLOUTS = 20
+Command = Callable[[Sequence[str]], int]
+
+
+class CanaryRed(RuntimeError):
+    """The canary found the all-reduce the run would use wrong; ``str()`` is one line: the
+    check's detail, that the run was not started and the node-minutes that saved."""
+
+
+def saved_minutes(plan: LaunchPlan) -> int:
+    """The node-minutes the plan's run would take, from the published runs' duration."""
+    return round(PUBLISHED_RUN_MINUTES * plan.recipe.num_rollout / PUBLISHED_ROLLOUTS)
+
+
+def miles_amd_command(argv: Sequence[str]) -> int:
+    """``miles-amd ARGS`` (``argv[0]`` is ``miles-amd``) with this interpreter; its exit code.
+    Its output goes where this process's does."""
+    return subprocess.run(
+        [sys.executable, "-m", "miles_amd.cli", *argv[1:]], check=False
+    ).returncode
+
+
+def run_canary(
+    plan: LaunchPlan,
+    *,
+    require_env: bool = False,
+    command: Command = miles_amd_command,
+    echo: Callable[[str], None] = print,
+) -> Check | None:
+    """The plan's canary step, judged (module doc); None when the plan has none.
+
+    ``command`` runs the step's argv (the real CLI; a test passes the real writer instead).
+    Raises :class:`CanaryRed` or ``AppError``."""
+    from miles_amd.evidence.load import load_run
+    from miles_amd.judge.canary import canary_check
+    from miles_amd.recipe.plan import CANARY_STEP
+
+    step = next((s for s in plan.steps if s.name == CANARY_STEP), None)
+    if step is None or plan.run_dir is None:
+        return None
+    echo(f"canary: {' '.join(step.argv)} (before the job; --no-canary skips it)")
+    code = command(step.argv)
+    if code == EXIT_BAD_INPUT:
+        raise AppError(
+            "the all-reduce canary is unusable here (its line above names the fix); fix it, "
+            "or pass --no-canary to run without it (the gate then shows it not measured)"
+        )
+    evidence = load_run(plan.run_dir) if Path(plan.run_dir).is_dir() else None
+    if evidence is None or evidence.canary is None:
+        problems = evidence.problems if evidence is not None else ()
+        why = "; ".join(
+            str(p) for p in problems if p.source == "canary_json" or "refused" in p.detail
+        )
+        raise AppError(
+            f"the all-reduce canary (exit {code}) left no readable canary.json in "
+            f"{plan.run_dir}{': ' + why if why else ''}; fix it, or pass --no-canary"
+        )
+    check = canary_check(evidence, evidence.variant or plan.aiter_variant, require_env=require_env)
+    if check.failed:
+        found = "the kernel wrong" if evidence.canary.mismatches else "no evidence for this run"
+        raise CanaryRed(
+            f"the all-reduce canary found {found}: {check.detail}; the run was not started: "
+            f"about {saved_minutes(plan)} node-minutes saved (the published "
+            f"{PUBLISHED_ROLLOUTS}-rollout runs took about {PUBLISHED_RUN_MINUTES} minutes); "
+            f"canary.json is in {plan.run_dir}"
+        )
+    echo(f"canary: {check.status}: {check.detail}")
+    return check
 
 
 @dataclass(frozen=True)
@@ -64,9 +150,13 @@ def run_and_gate(
     state_dir: str | None = None,
     watch_interval_s: float = 10.0,
     echo: Callable[[str], None] = print,
+    canary_command: Command = miles_amd_command,
 ) -> TrainResult:
-    """Run ``plan``, then gate it against ``gate`` if given (module doc)."""
+    """Run ``plan``'s canary step if it has one, then ``plan``, then gate it against ``gate``
+    if given (module doc); :class:`CanaryRed` when the canary stops the run."""
     from miles_amd.run.driver import execute
+
+    run_canary(plan, require_env=require_env, command=canary_command, echo=echo)
 
     outcome = execute(
         plan,

@@ -12,6 +12,13 @@ on stderr and exit 2, with nothing started and no run dir written. Running is
 with the flags given (``--require-env`` included); its one verdict is printed, returned as
 the exit code and, when a history is named (``--history`` or ``$MILES_AMD_HISTORY``, checked
 before the run; ``--no-history`` ignores both), appended to it (``miles_amd.app.history``).
+
+The all-reduce canary (``miles-amd canary``) runs after the input checks and before the job
+when ``--aiter-variant`` names the run's all-reduce and the job runs on this machine's own
+head (the plan's ``canary`` step; ``--no-canary`` drops it; a CPU rehearsal names no variant,
+so it has none). Its red for patched or rccl is exit 1 before the run, with the node-minutes
+that saved; an unusable canary (no GPU) is exit 2 naming ``--no-canary``
+(``miles_amd.app.train.run_canary``).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -79,6 +86,15 @@ from miles_amd.run_dir import RunDir
 if TYPE_CHECKING:
     from miles_amd.rules.model import Baseline
 
+NoCanaryOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-canary",
+        help="Skip the all-reduce canary that runs before the job with --aiter-variant "
+        "(miles-amd canary; it needs the node's GPUs).",
+    ),
+]
+
 
 def register(app: typer.Typer) -> None:
     """Add ``train`` and ``full-train`` to ``app``."""
@@ -106,6 +122,7 @@ def train(
     shared_fs: SharedFsOpt = False,
     variants: VariantsOpt = None,
     aiter_variant: AiterVariantOpt = None,
+    no_canary: NoCanaryOpt = False,
     dry_run: DryRunOpt = False,
     as_json: JsonOpt = False,
     history_file: HistoryOpt = None,
@@ -151,6 +168,7 @@ def train(
             dry_run=dry_run,
             as_json=as_json,
             aiter_variant=aiter_variant.value if aiter_variant else None,
+            canary=not no_canary,
         )
     )
 
@@ -170,7 +188,12 @@ def full_train(**options: Any) -> None:
     variant = options["aiter_variant"].value if options["aiter_variant"] else None
     if dry_run and options["as_json"]:
         train_plan = build_train_plan(
-            recipe, env, run_dir=str(run_dir), node_root=node_root, aiter_variant=variant
+            recipe,
+            env,
+            run_dir=str(run_dir),
+            node_root=node_root,
+            aiter_variant=variant,
+            canary=not options["no_canary"],
         )
         merged = train_plan.to_dict()
         train_steps = merged["steps"]
@@ -194,6 +217,7 @@ def full_train(**options: Any) -> None:
             history=named_history(options["history_file"], options["no_history"]),
             dry_run=dry_run,
             aiter_variant=variant,
+            canary=not options["no_canary"],
         )
     )
 
@@ -291,6 +315,7 @@ class TrainRequest:
     dry_run: bool = False
     as_json: bool = False
     aiter_variant: str | None = None  # miles_amd.variants: the job's SGLang aiter env
+    canary: bool = False  # the all-reduce canary first (with aiter_variant, own head only)
 
 
 def run_train(request: TrainRequest) -> None:
@@ -302,13 +327,15 @@ def run_train(request: TrainRequest) -> None:
         run_dir=str(request.run_dir),
         node_root=request.node_root,
         aiter_variant=request.aiter_variant,
+        canary=request.canary,
     )
     if request.dry_run:
         print_plan(plan, request.as_json)
         return
     if plan.node_run_dir is None:  # with private node storage these are the node's paths
         check_inputs(recipe)
-    from miles_amd.app.train import run_and_gate
+    from miles_amd.app.errors import AppError
+    from miles_amd.app.train import CanaryRed, run_and_gate
     from miles_amd.cli.history import open_history_option
     from miles_amd.run.cluster import ClusterError
     from miles_amd.run.driver import DriverError
@@ -324,7 +351,9 @@ def run_train(request: TrainRequest) -> None:
             require_env=request.require_env,
             history=history,
         )
-    except ClusterError as exc:
+    except CanaryRed as exc:
+        fail(str(exc), code=EXIT_FAILED)  # nothing was submitted
+    except (AppError, ClusterError) as exc:
         fail(str(exc))  # bad input: nothing was submitted
     except DriverError as exc:
         fail(str(exc), code=exc.exit_code)

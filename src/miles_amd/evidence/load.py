@@ -8,6 +8,7 @@ The layout (every part optional)::
     job.json              the job's end state, written by the driver
     env.json              the environment preflight saw
     plan.json             the launch plan the driver executed
+    canary.json           the all-reduce canary's result (``miles-amd canary``)
 
 Decides: what was read and what could not be. Every source present is read; one that fails
 (corrupt, truncated, malformed, unreadable) becomes a
@@ -17,7 +18,7 @@ that holds nothing (a ``tensorboard/`` without event files or without scalars, a
 ``ci_history/`` without records, a ``job.log`` without metric lines), and a directory with no
 metric source at all, are problems too: a gate must not pass on evidence it did not see.
 
-``job.json``, ``env.json`` and ``plan.json`` are read into their records
+``job.json``, ``env.json``, ``plan.json`` and ``canary.json`` are read into their records
 (``miles_amd.records``); a bad field is a problem of that record naming it. A missing record
 is ``None``, not a problem: the gate decides what its absence means.
 
@@ -48,6 +49,7 @@ from miles_amd.evidence.job_log import MetricLines
 from miles_amd.evidence.log_lines import line_blocks
 from miles_amd.evidence.merge import merge_sources
 from miles_amd.evidence.safe_open import (
+    CANARY_JSON,
     ENV_JSON,
     JOB_JSON,
     JOB_LOG,
@@ -61,6 +63,7 @@ from miles_amd.evidence.sentinels import SentinelScan
 from miles_amd.evidence.tensorboard import find_event_files, read_tensorboard_dir
 from miles_amd.evidence.tfrecord import EventFileError
 from miles_amd.evidence.types import (
+    CanaryRecord,
     EnvRecord,
     JobRecord,
     PlanRecord,
@@ -99,6 +102,9 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
     plan = _read_record(
         layout.plan_json, PLAN_JSON, "plan_json", PlanRecord.from_dict, problems, root
     )
+    canary = _read_record(
+        layout.canary_json, CANARY_JSON, "canary_json", CanaryRecord.from_dict, problems, root
+    )
     sentinels = log.hits
     if any(problem.detail.startswith(REFUSED) for problem in problems):
         return _refused_run(root, problems)
@@ -111,6 +117,7 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
         job=job,
         env=env,
         plan=plan,
+        canary=canary,
         sentinels=sentinels,
     )
 

@@ -43,6 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, NoReturn
 
 __all__ = [
+    "CANARY_JSON",
     "ENV_JSON",
     "EVENT_FILE",
     "JOB_JSON",
@@ -90,6 +91,9 @@ JOB_LOG = Limit(
 JOB_JSON = Limit("job.json", _MIB, "the driver writes a few hundred bytes")
 ENV_JSON = Limit("env.json", _MIB, "the preflight writes a few kilobytes")
 PLAN_JSON = Limit("plan.json", _MIB, "the driver writes a few kilobytes")
+CANARY_JSON = Limit(
+    "canary.json", _MIB, "miles-amd canary writes ~40 kB for the node plan's 58 sizes, all red"
+)
 
 
 class RefusedFile(Exception):

@@ -1,9 +1,9 @@
 """The shared vocabulary between reading a run and judging it.
 
 A run directory (``tensorboard/``, ``ci_history/*.jsonl``, ``job.log``, and the records
-``job.json``, ``env.json``, ``plan.json``: ``miles_amd.records``) is read into one
-:class:`RunEvidence`. This module only names the shapes;
-it reads nothing and judges nothing.
+``job.json``, ``env.json``, ``plan.json``, ``canary.json``: ``miles_amd.records``) is read
+into one :class:`RunEvidence`. This module only names the shapes; it reads nothing and
+judges nothing.
 
 Rules every producer of these types keeps:
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from miles_amd.records.canary import CanaryRecord
 from miles_amd.records.env import EnvRecord
 from miles_amd.records.job import JobRecord
 from miles_amd.records.plan import PlanRecord
@@ -27,7 +28,7 @@ Series = tuple[Point, ...]
 SeriesMap = dict[str, Series]
 
 SourceName = Literal["tensorboard", "ci_history", "job_log"]
-RecordName = Literal["job_json", "env_json", "plan_json"]
+RecordName = Literal["job_json", "env_json", "plan_json", "canary_json"]
 Severity = Literal["fatal", "known"]
 
 
@@ -77,6 +78,7 @@ class RunEvidence:
     job: JobRecord | None = None
     env: EnvRecord | None = None
     plan: PlanRecord | None = None
+    canary: CanaryRecord | None = None
     sentinels: tuple[SentinelHit, ...] = ()
 
     @property
@@ -89,6 +91,7 @@ class RunEvidence:
 
 
 __all__ = [
+    "CanaryRecord",
     "Conflict",
     "EnvRecord",
     "JobRecord",

@@ -28,6 +28,10 @@ What is judged, in this order:
    the node): no LoRA-wrapped expert linear, a bare targeted one, or attention windows unlike
    config.json's fail; no count is ``not_measured``, a failure with ``require_env``; the
    router dtype (bf16 against the argv's fp32: miles#3263) is a note, never a failure.
+   **The all-reduce canary** (built in, ``allreduce.canary``; ``miles_amd.judge.canary``):
+   canary.json's wrong sums fail, except on stock, where they reproduce the bug
+   ROCm/aiter#5694 fixes (a failed spike rule then says it is that known bug); absent is
+   ``not_measured``, a failure with ``require_env``.
 4. **Sentinels**: each ``fatal`` hit of ``job.log`` is a failed check naming the sentinel,
    its count and first line. ``known`` hits never fail; the report lists every hit.
 5. **Baseline rules**, each with its tolerance from the baseline file, judged by its kind
@@ -38,8 +42,8 @@ What is judged, in this order:
    reward. The whole gate's false-alarm rate and power are measured by
    ``benchmarks/bench_calibration.py`` (tables in ``baselines/README.md``).
 
-Verdict: ``error`` when nothing at all was readable (no metric, no job.json, no sentinel
-hit); else ``fail`` when any check is ``fail`` or ``error``; else ``pass``.
+Verdict: ``error`` when nothing at all was readable (no metric, no job.json, no canary.json,
+no sentinel hit); else ``fail`` when any check is ``fail`` or ``error``; else ``pass``.
 
 :func:`hard_failures` is the fail-fast subset for a watcher on a partial run: the rules
 whose kind is ``hard`` (spikes, non-finite values; ``miles_amd.rules.kind.KindSpec``) and
@@ -57,6 +61,7 @@ from dataclasses import dataclass, field
 from miles_amd.evidence.types import Conflict, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.exit_codes import VERDICT_EXIT_CODES, VerdictName
 from miles_amd.judge.allreduce import allreduce_check
+from miles_amd.judge.canary import canary_check, explain_known_bug
 from miles_amd.judge.control_arm import (
     CONTROL_ARM,
     control_arm_check,
@@ -167,7 +172,12 @@ def sentinel_checks(hits: Iterable[SentinelHit]) -> list[Check]:
 
 
 def _readable(evidence: RunEvidence) -> bool:
-    return bool(evidence.series) or evidence.job is not None or bool(evidence.sentinels)
+    return (
+        bool(evidence.series)
+        or evidence.job is not None
+        or evidence.canary is not None
+        or bool(evidence.sentinels)
+    )
 
 
 def _reason(verdict: VerdictName, checks: Sequence[Check], evidence: RunEvidence) -> str:
@@ -206,6 +216,7 @@ def judge(
         *evidence_checks(evidence),
         environment_check(evidence, baseline, require_env=require_env, control_arm=control),
         allreduce_check(evidence, variant, require_env=require_env),
+        canary_check(evidence, variant, require_env=require_env),
         model_build_check(evidence, require_env=require_env),
         *sentinel_checks(evidence.sentinels),
         *(
@@ -215,6 +226,7 @@ def judge(
             for rule in baseline.rules
         ),
     ]
+    checks = explain_known_bug(checks, evidence, variant)
     if not _readable(evidence):
         verdict: VerdictName = "error"
     elif any(c.failed for c in checks):

@@ -2,6 +2,9 @@
 
 This module decides *how* the recipe is launched, as miles' own launchers do it:
 
+0. with ``canary`` and an aiter variant, on this machine's own head only: the all-reduce
+   canary of the variant's rollout all-reduce (``miles-amd canary``), run before the job by
+   ``miles_amd.app.train``, not by the driver (a cluster's job runs on another node);
 1. clean up this tool's own leftovers (the Ray head and job it recorded in its state file,
    by recorded pid, not a blanket kill of ``python`` processes);
 2. ``ray start --head`` bound to the master address, unless ``RAY_ADDRESS`` names a cluster;
@@ -52,6 +55,7 @@ SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN")  # inherited from the tool's own
 RUNTIME_ENV_SECRETS = ("WANDB_API_KEY",)  # sent to a RAY_ADDRESS cluster's job
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 RAY_HEAD_STATE_FILE = "ray_head.json"
+CANARY_STEP = "canary"
 # Cluster mode (``miles_amd.run.cluster``): the custom node resource an operator declares on
 # every whole 8-GPU MI355X node (``ray start --resources '{"miles_amd_mi355x_node": 1}'``);
 # a job asks for all of it, so one job holds one node. Evidence goes to a node-local dir.
@@ -62,7 +66,8 @@ DEFAULT_NODE_ROOT = "/tmp/miles_amd_runs"
 
 @dataclass(frozen=True)
 class Step:
-    """One thing the driver does, in order. ``argv`` is empty for in-process steps."""
+    """One thing a run does, in order (the driver's, but :data:`CANARY_STEP`, which
+    ``miles_amd.app.train`` runs first). ``argv`` is empty for in-process steps."""
 
     name: str
     description: str
@@ -221,6 +226,7 @@ def build_train_plan(
     node_root: str | None = None,
     run_id: str | None = None,
     aiter_variant: str | None = None,
+    canary: bool = False,
 ) -> LaunchPlan:
     """The plan for ``train``: cleanup, Ray head (unless ``RAY_ADDRESS``), the job.
 
@@ -236,7 +242,8 @@ def build_train_plan(
     and ``miles_amd.run.pullback`` brings it into ``run_dir``; without, the node is taken to
     see ``run_dir`` at the same path (shared storage) and writes there.
     ``aiter_variant`` (``miles_amd.variants``; ``KeyError`` for an unknown one) sets the
-    job's SGLang aiter env (:func:`job_env_vars`).
+    job's SGLang aiter env (:func:`job_env_vars`). ``canary`` puts the all-reduce canary of
+    that variant first (:func:`canary_step`), when the job runs on this machine's own head.
     """
     if run_dir is not None and not recipe.capture_metrics:
         recipe = replace(recipe, capture_metrics=True)
@@ -252,11 +259,14 @@ def build_train_plan(
         on_node = node_run_dir(node_root, run_dir, run_id or uuid.uuid4().hex[:8])
     job_vars = job_env_vars(recipe, env, master_addr, on_node or run_dir, aiter_variant)
     resources = {NODE_RESOURCE: 1.0} if ray_address else {}
+    steps = _train_steps(
+        recipe, entrypoint, ray_address, token_path, state_dir, master_addr, bool(on_node)
+    )
+    if canary and aiter_variant and run_dir and not ray_address:
+        steps = (canary_step(aiter_variant, run_dir), *steps)
     return LaunchPlan(
         recipe=recipe,
-        steps=_train_steps(
-            recipe, entrypoint, ray_address, token_path, state_dir, master_addr, bool(on_node)
-        ),
+        steps=steps,
         job=JobSpec(entrypoint, job_vars, secrets if ray_address else {}, resources),
         process_env=device_env(env),
         ray_address=ray_address,
@@ -265,6 +275,17 @@ def build_train_plan(
         ray_auth_token_path=token_path,
         node_run_dir=on_node,
         inherited_secrets={} if ray_address else secrets,
+    )
+
+
+def canary_step(variant: str, run_dir: str) -> Step:
+    """``miles-amd canary`` of ``variant``'s rollout all-reduce into ``run_dir``."""
+    return Step(
+        CANARY_STEP,
+        f"all-reduce canary of the {variant} rollouts' all-reduce on this machine's GPUs, "
+        "before the job; a wrong sum stops patched and rccl here, stock goes on (it "
+        f"reproduces {variants.AITER_FIX}); --no-canary skips it",
+        ("miles-amd", "canary", "--variant", variant, "--run-dir", run_dir),
     )
 
 

@@ -8,6 +8,6 @@
 
 Writers (the driver, the preflight, ``miles-amd canary``) and ``miles_amd.evidence`` (the
 reader, into ``RunEvidence``) share them; judging, recording a baseline and the history
-consume the records' fields, not the files (``tests/unit/test_layers.py``). Pure: nothing here opens a
-file.
+consume the records' fields, not the files (``tests/unit/test_layers.py``). Pure: nothing
+here opens a file.
 """

@@ -1,0 +1,185 @@
+"""The all-reduce canary, judged for the run: did the all-reduce its rollouts use add exactly?
+
+Decides the gate's built-in ``allreduce.canary`` check from ``canary.json``
+(``RunEvidence.canary``, written by ``miles-amd canary``) and the run's variant
+(``RunEvidence.variant``; none: aiter's all-reduce, as ``allreduce.path`` assumes):
+
+- no canary.json: ``not_measured``, a failure with ``require_env`` (the hardware path);
+- a wrong sum fails whatever implementation the record names, naming N, aiter's kernel path
+  for that size and the first bad element, except on a **stock** run whose canary tested the
+  all-reduce its rollouts use (aiter's): that is the bug ROCm/aiter#5694 fixes, reproduced;
+  the check passes saying the A/B is meaningful on this node (not a failure of the change
+  under test);
+- clean, of the rollouts' all-reduce: ``pass`` with the power it had; on stock the detail
+  says the canary did not reproduce the bug, so the A/B says nothing about #5694 here;
+- a canary that is not evidence for this run (another implementation than the rollouts'
+  use, a canary.json labelled with another variant, or, for aiter's all-reduce, an aiter
+  commit other than env.json's): a failure naming both with ``require_env``, else
+  ``not_measured`` (its wrong sums still fail, above).
+
+:func:`explain_known_bug`: when a stock run's canary reproduced the bug, each failed spike
+rule (kind ``all_below``, ``rules.kinds.all_below``) keeps its failure, so the verdict stays
+the rules' verdict, and its detail starts :data:`KNOWN`; the canary check names those rules.
+Caveat: a clean canary bounds the kernel's per-call rate at the sizes and calling pattern it
+ran; it does not prove the kernel race-free (``docs/node.md``). Pure; reads nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from miles_amd.canary.implementations import rollout_implementation
+from miles_amd.evidence.types import CanaryRecord, EnvRecord, RunEvidence
+from miles_amd.rules.check import BuiltinCheck, Check, Status, listed
+from miles_amd.variants import AITER_FIX, AITER_VARIANTS
+
+NAME = "allreduce.canary"
+SPIKE_KIND = "all_below"
+KNOWN = f"known: {AITER_FIX} reproduced by the canary ({NAME})"
+_RATIONALE = (
+    "a canary call whose exact sum is known proves the kernel wrong when it comes back "
+    f"different; {AITER_FIX} is intermittent in a run, deterministic evidence in a canary"
+)
+_check = BuiltinCheck(NAME, "allreduce", _RATIONALE)
+_LABELS = {
+    "aiter": "aiter's CustomAllreduce",
+    "sglang": "SGLang's own CustomAllreduce",
+    "rccl": "RCCL (torch.distributed, the reference)",
+    "reducer": "the CPU harness's --reducer",
+}
+
+
+def _label(implementation: str) -> str:
+    return _LABELS.get(implementation, implementation)
+
+
+def rollouts_use(variant: str | None) -> str:
+    """The implementation the run's rollouts use (``canary.implementations``); aiter's when
+    the run names no known variant."""
+    return rollout_implementation(variant) if variant in AITER_VARIANTS else "aiter"
+
+
+def canary_check(evidence: RunEvidence, variant: str | None, *, require_env: bool) -> Check:
+    """``allreduce.canary`` of ``evidence`` for ``variant``; see the module doc."""
+    record, want = evidence.canary, rollouts_use(variant)
+    stock = variant == "stock"
+    expected = f"{_label(want)}: 0 wrong sums" + (
+        f" (a wrong sum reproduces {AITER_FIX})" if stock else ""
+    )
+    if record is None:
+        detail = (
+            "not measured: no canary.json in the run dir; run `miles-amd canary --variant "
+            f"{variant or 'VARIANT'} --run-dir RUN` on the node (`miles-amd train` runs it "
+            "before the job unless --no-canary)"
+        )
+        return _check(
+            "fail" if require_env else "not_measured", None, expected, detail, require_env
+        )
+    foreign = not_evidence(record, variant, evidence.env)
+    if not record.clean:
+        if stock and not foreign:
+            detail = (
+                f"reproduced: {_wrong(record)}: the bug {AITER_FIX} fixes is on this node, so "
+                "the A/B is meaningful on this node (not a failure of the change under test)"
+            )
+            return _check("pass", record.mismatches, expected, detail, require_env)
+        detail = "; ".join([f"{_wrong(record)}: the all-reduce is wrong", *foreign])
+        return _check("fail", record.mismatches, expected, detail, True)
+    if foreign:
+        detail = f"not evidence for this run: {'; '.join(foreign)} (it was clean: {_power(record)})"
+        status: Status = "fail" if require_env else "not_measured"
+        return _check(status, 0, expected, detail, require_env)
+    detail = f"clean: {_power(record)}"
+    if stock:
+        detail += (
+            f"; the canary did not reproduce the bug {AITER_FIX} fixes, so the A/B says nothing "
+            f"about {AITER_FIX} on this node"
+        )
+    return _check("pass", 0, expected, detail, require_env)
+
+
+def not_evidence(record: CanaryRecord, variant: str | None, env: EnvRecord | None) -> list[str]:
+    """Why ``record`` does not test what the run's rollouts ran; empty when it does."""
+    want = rollouts_use(variant)
+    run = f"the {variant} run" if variant else "the run"
+    reasons = []
+    if record.implementation != want:
+        reasons.append(
+            f"canary.json tested {_label(record.implementation)}, {run}'s rollouts use "
+            f"{_label(want)}"
+        )
+    if record.variant is not None and variant is not None and record.variant != variant:
+        reasons.append(f"canary.json was run for the {record.variant} variant, this is {run}")
+    ours = env.aiter_commit if env is not None else None
+    theirs = record.aiter_commit
+    if (
+        want == "aiter"
+        and ours
+        and theirs
+        and not (ours.startswith(theirs) or theirs.startswith(ours))
+    ):
+        reasons.append(f"canary.json tested aiter {theirs}, env.json's aiter is {ours}")
+    return reasons
+
+
+def reproduced(evidence: RunEvidence, variant: str | None) -> bool:
+    """Whether a stock run's canary of its rollouts' all-reduce found a wrong sum."""
+    record = evidence.canary
+    return (
+        variant == "stock"
+        and record is not None
+        and not record.clean
+        and not not_evidence(record, variant, evidence.env)
+    )
+
+
+def explain_known_bug(
+    checks: Sequence[Check], evidence: RunEvidence, variant: str | None
+) -> list[Check]:
+    """``checks`` with a reproduced bug's spikes said to be it (module doc); else unchanged."""
+    if not reproduced(evidence, variant):
+        return list(checks)
+    spikes = [c.name for c in checks if c.kind == SPIKE_KIND and c.failed]
+    if not spikes:
+        return list(checks)
+    tripped = f"; it trips {listed(spikes)}: that failure is this known bug, not a surprise"
+    return [
+        replace(c, detail=f"{KNOWN}: {c.detail}")
+        if c.name in spikes
+        else replace(c, detail=c.detail + tripped)
+        if c.name == NAME
+        else c
+        for c in checks
+    ]
+
+
+def _wrong(record: CanaryRecord) -> str:
+    """The wrong sums: how many, from what, and the first: N, kernel path, element."""
+    bad = record.first_bad()
+    assert bad is not None  # only called on a record with a mismatch
+    sizes = sum(1 for r in record.results if r.mismatches)
+    path = f"aiter's {bad.kernel} path" + (
+        ", non-uniform stage-1 trip count" if bad.affected else ""
+    )
+    first = bad.first_mismatch
+    element = (
+        f"; first bad element: repeat {first.repeat} call {first.call} rank {first.rank} "
+        f"index {first.index}: expected {first.expected:g}, seen {first.seen:g}"
+        if first is not None
+        else ""
+    )
+    return (
+        f"{record.mismatches} wrong sum(s) from {_label(record.implementation)} at {sizes} "
+        f"size(s), first at N={bad.tokens} ({path}){element}"
+    )
+
+
+def _power(record: CanaryRecord) -> str:
+    power = record.power
+    calls = sum(r.calls for r in record.results)
+    return (
+        f"{calls} calls over {len(record.results)} sizes from {_label(record.implementation)}; "
+        f"a per-call corruption rate >= {power.detect_rate:g} at the suspect sizes is caught "
+        f"with probability {power.probability:.4f}"
+    )

@@ -1,0 +1,248 @@
+"""The gate's ``allreduce.canary`` check (``judge.canary``), one test per row of issue 25 item 2.
+
+Every canary.json here is written by the real writer (``canary.record.write_canary``) from a
+record the real merge (``canary.harness.merge``) made of ranks' results shaped as
+``canary.worker`` writes them; env.json by the preflight's writer; the run dirs are copies
+of the embedded example or written by ``MilesRunWriter``; all read by ``evidence.load_run``
+and judged by the real gate, rendered by ``report.render``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from miles_amd.baseline.model import load_baseline
+from miles_amd.canary.harness import Setup, merge
+from miles_amd.canary.plan import CPU, build_plan, recipe_shape
+from miles_amd.canary.record import write_canary
+from miles_amd.evidence.load import load_run
+from miles_amd.judge.canary import KNOWN
+from miles_amd.judge.gate import Check, Verdict, judge
+from miles_amd.recipe.settings import Recipe
+from miles_amd.records.canary import CanaryRecord
+from miles_amd.report.render import render_markdown, render_text
+from miles_amd.run.preflight import Fact, write_env_json
+from tests.cli_runs import run_cli
+from tests.constants import LOGPROB
+from tests.run_dirs import published_values, write_run
+from tests.unit.test_ab_premise import AITER_LINE, run_dir
+from tests.unit.test_canary_record import rank_result
+
+FIRST = {"repeat": 1, "call": 5, "index": 2, "expected": 4.0, "seen": 0.0}
+NAME = "allreduce.canary"
+
+
+def canary(
+    run: Path,
+    implementation: str,
+    *,
+    bad: bool,
+    variant: str | None = None,
+    aiter_commit: str | None = None,
+) -> CanaryRecord:
+    """Write ``run/canary.json`` of ``implementation``: N=28 clean, N=29 wrong when ``bad``."""
+    plan = build_plan(recipe_shape(Recipe()), implementation, 0.5, target=CPU, tokens=(28, 29))
+    flags = [1, 1] if bad else [0, 0]
+    ranks = [rank_result(r, flags, FIRST if bad and r == 2 else None) for r in range(4)]
+    setup = Setup(
+        world_size=4,
+        device="cpu",
+        implementation=implementation,
+        reducer="/reducers.py:faulty" if implementation == "reducer" else None,
+        variant=variant,
+        repeats=2,
+        aiter_commit=aiter_commit,
+    )
+    record = merge(plan, setup, ranks, 100.0, 107.5)
+    write_canary(run, record)
+    return record
+
+
+def gated(run: Path, baseline: str, **options: bool) -> tuple[Verdict, Check]:
+    verdict = judge(load_run(run), load_baseline(baseline), **options)
+    return verdict, next(c for c in verdict.checks if c.name == NAME)
+
+
+def shown(verdict: Verdict, check: Check) -> None:
+    """The check's detail is in the text and the markdown report (escaped for each)."""
+    text, markdown = render_text(verdict), render_markdown(verdict)
+    assert check.detail[:60] in text, text
+    assert check.detail[:60].replace("|", "\\|") in markdown, markdown
+
+
+def test_no_canary_json_is_not_measured_and_a_failure_on_the_hardware_path(tmp_path) -> None:
+    run = run_dir(tmp_path, "patched", AITER_LINE)
+    verdict, check = gated(run, "patched")
+    assert check.status == "not_measured" and verdict.verdict == "pass", verdict.reason
+    assert "no canary.json" in check.detail and "miles-amd canary --variant patched" in check.detail
+    strict, required = gated(run, "patched", require_env=True)
+    assert required.status == "fail" and NAME in {c.name for c in strict.failures}
+
+
+def test_a_wrong_sum_on_patched_fails_naming_n_the_kernel_path_and_the_element(
+    tmp_path,
+) -> None:
+    run = run_dir(tmp_path, "patched", AITER_LINE)
+    canary(run, "aiter", bad=True, variant="patched")
+    verdict, check = gated(run, "patched")
+    assert check.status == "fail" and check.observed == 2 and verdict.verdict == "fail"
+    for needle in (
+        "2 wrong sum(s) from aiter's CustomAllreduce",
+        "N=29 (aiter's 2stage path, non-uniform stage-1 trip count)",
+        "repeat 1 call 5 rank 2 index 2: expected 4, seen 0",
+    ):
+        assert needle in check.detail, check.detail
+    shown(verdict, check)
+
+
+def test_a_clean_patched_canary_passes_with_its_power(tmp_path) -> None:
+    run = run_dir(tmp_path, "patched", AITER_LINE)
+    canary(run, "aiter", bad=False, variant="patched")
+    verdict, check = gated(run, "patched", require_env=False)
+    assert check.status == "pass" and verdict.verdict == "pass", verdict.reason
+    assert check.detail.startswith("clean: ") and "caught with probability" in check.detail
+    assert "reproduce" not in check.detail
+    shown(verdict, check)
+
+
+def spiking_stock_run(root: Path) -> Path:
+    """The published series with one rollout's logprob gap far above the 0.15 spike line,
+    as miles writes it, with a stock preflight's env.json."""
+    values = published_values()
+    values[LOGPROB][7] = 0.4
+    run = write_run(root, values)
+    facts = {"gpus": "8x gfx950 (torch)", "rocm": "7.2.0-43", "aiter": "amd-aiter 0.1.5"}
+    write_env_json(
+        [Fact(k, "ok", v) for k, v in {**facts, "aiter_variant": "stock"}.items()], run, {}
+    )
+    with open(run / "job.log", "a", encoding="utf-8") as log:
+        log.write(AITER_LINE)
+    return run
+
+
+def test_a_stock_wrong_sum_is_the_bug_reproduced_and_its_spike_is_named_known(tmp_path) -> None:
+    run = spiking_stock_run(tmp_path / "spike")
+    canary(run, "aiter", bad=True, variant="stock")
+    verdict, check = gated(run, "stock")
+    assert check.status == "pass" and check.observed == 2
+    assert check.detail.startswith("reproduced: 2 wrong sum(s)")
+    assert "the A/B is meaningful on this node" in check.detail
+    assert "it trips logprob_abs_diff.spikes: that failure is this known bug" in check.detail
+    spikes = next(c for c in verdict.checks if c.name == "logprob_abs_diff.spikes")
+    assert spikes.status == "fail" and spikes.detail.startswith(KNOWN + ": ")
+    assert verdict.verdict == "fail"  # the stock baseline's rule was still broken
+    others = [c for c in verdict.failures if c.name != "logprob_abs_diff.spikes"]
+    assert all(not c.detail.startswith("known:") for c in others)
+    shown(verdict, check)
+    shown(verdict, spikes)
+
+
+def test_a_stock_wrong_sum_without_a_spike_passes_and_says_the_ab_is_meaningful(
+    tmp_path,
+) -> None:
+    run = run_dir(tmp_path, "stock", AITER_LINE)
+    canary(run, "aiter", bad=True, variant="stock")
+    verdict, check = gated(run, "stock", require_env=False)
+    assert check.status == "pass" and verdict.verdict == "pass", verdict.reason
+    assert "reproduced" in check.detail and "trips" not in check.detail
+    shown(verdict, check)
+
+
+def test_a_clean_stock_canary_says_the_ab_says_nothing_about_the_fix(tmp_path) -> None:
+    run = spiking_stock_run(tmp_path / "spike")
+    canary(run, "aiter", bad=False, variant="stock")
+    verdict, check = gated(run, "stock")
+    assert check.status == "pass"
+    assert "did not reproduce the bug ROCm/aiter#5694 fixes" in check.detail
+    assert "the A/B says nothing about ROCm/aiter#5694 on this node" in check.detail
+    spikes = next(c for c in verdict.checks if c.name == "logprob_abs_diff.spikes")
+    assert spikes.status == "fail" and not spikes.detail.startswith("known:")
+    shown(verdict, check)
+
+
+def test_the_control_arm_needs_sglangs_own_all_reduce_clean(tmp_path) -> None:
+    own = "(SGLangEngine pid=7) AMD/ROCm: Using 1-stage all-reduce kernel (deterministic)\n"
+    clean = run_dir(tmp_path / "clean", "rccl", own)
+    canary(clean, "sglang", bad=False, variant="rccl")
+    verdict, check = gated(clean, "stock", require_env=False)
+    assert check.status == "pass" and verdict.verdict == "pass", verdict.reason
+    red = run_dir(tmp_path / "red", "rccl", own)
+    canary(red, "sglang", bad=True, variant="rccl")
+    verdict, check = gated(red, "stock")
+    assert check.status == "fail" and "from SGLang's own CustomAllreduce" in check.detail
+    shown(verdict, check)
+
+
+def test_a_canary_of_another_implementation_is_no_evidence_on_the_hardware_path(
+    tmp_path,
+) -> None:
+    run = run_dir(tmp_path, "rccl", "")
+    canary(run, "aiter", bad=False, variant="rccl")
+    _, lenient = gated(run, "stock")
+    assert lenient.status == "not_measured" and "not evidence for this run" in lenient.detail
+    verdict, strict = gated(run, "stock", require_env=True)
+    assert strict.status == "fail"
+    assert "canary.json tested aiter's CustomAllreduce" in strict.detail
+    assert "the rccl run's rollouts use SGLang's own CustomAllreduce" in strict.detail
+    shown(verdict, strict)
+
+
+@pytest.mark.parametrize("implementation", ["rccl", "reducer", "sglang"])
+def test_a_wrong_sum_is_red_whatever_implementation_it_names(tmp_path, implementation) -> None:
+    """On stock too: only aiter's all-reduce, the one its rollouts use, reproduces the bug."""
+    run = run_dir(tmp_path, "stock", AITER_LINE)
+    canary(run, implementation, bad=True, variant="stock")
+    verdict, check = gated(run, "stock")
+    assert check.status == "fail" and verdict.verdict == "fail"
+    assert "the all-reduce is wrong" in check.detail and "not evidence" not in check.detail
+    assert "canary.json tested" in check.detail  # and it says it was not the rollouts' one
+
+
+def test_another_variants_or_another_aiters_canary_is_no_evidence(tmp_path) -> None:
+    labelled = run_dir(tmp_path / "a", "patched", AITER_LINE)
+    canary(labelled, "aiter", bad=False, variant="stock")
+    _, check = gated(labelled, "patched", require_env=True)
+    assert check.status == "fail"
+    assert "canary.json was run for the stock variant, this is the patched run" in check.detail
+    commit = run_dir(tmp_path / "b", "patched", AITER_LINE, aiter_commit="1a2b3c4d (git x)")
+    canary(commit, "aiter", bad=False, variant="patched", aiter_commit="99aa88bb")
+    _, check = gated(commit, "patched", require_env=True)
+    assert check.status == "fail"
+    assert "canary.json tested aiter 99aa88bb, env.json's aiter is 1a2b3c4d" in check.detail
+    same = run_dir(tmp_path / "c", "patched", AITER_LINE, aiter_commit="1a2b3c4d5e (git x)")
+    canary(same, "aiter", bad=False, variant="patched", aiter_commit="1a2b3c4d")
+    assert gated(same, "patched", require_env=True)[1].status == "pass"
+
+
+def test_the_cpu_harness_form_gates_a_canary_only_run_dir(tmp_path) -> None:
+    """``canary --reducer ... --run-dir DIR`` then ``gate --run-dir DIR``: the canary is
+    judged (exit 1 with its detail), not "nothing readable" (exit 2)."""
+    canary(tmp_path / "red", "reducer", bad=True)
+    done = run_cli("gate", "--run-dir", str(tmp_path / "red"), "--baseline", "patched")
+    assert done.returncode == 1, done.stderr
+    assert "allreduce.canary" in done.stdout and "N=29 (aiter's 2stage path" in done.stdout
+    report = json.loads((tmp_path / "red" / "report" / "report.json").read_text())
+    row = next(c for c in report["checks"] if c["name"] == NAME)
+    assert row["status"] == "fail" and "the CPU harness's --reducer" in row["detail"]
+
+
+def test_a_broken_or_linked_canary_json_is_a_named_evidence_problem(tmp_path) -> None:
+    run = run_dir(tmp_path / "broken", "patched", AITER_LINE)
+    canary(run, "aiter", bad=False, variant="patched")
+    data = json.loads((run / "canary.json").read_text())
+    data["results"][0]["calls"] = "4"
+    (run / "canary.json").write_text(json.dumps(data))
+    verdict, check = gated(run, "patched")
+    readable = next(c for c in verdict.checks if c.name == "evidence.readable")
+    assert readable.status == "fail" and "canary_json" in readable.detail
+    assert '"results[0].calls" must be an integer' in readable.detail
+    assert check.status == "not_measured"
+    linked = run_dir(tmp_path / "linked", "patched", AITER_LINE)
+    canary(tmp_path, "aiter", bad=False, variant="patched")
+    os.symlink(tmp_path / "canary.json", linked / "canary.json")
+    evidence = load_run(linked)
+    assert evidence.canary is None and "canary.json" in str(evidence.problems[0])
