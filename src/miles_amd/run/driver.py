@@ -6,7 +6,7 @@ Decides the side effects of a run, in order (one function per step in :func:`exe
 2. clear this tool's own leftovers (the head an earlier run recorded in its state file);
 3. start a Ray head unless the plan names a cluster (``miles_amd.run.ray_head``); on a named
    cluster, refuse unless it has a whole node for the job (``miles_amd.run.cluster``);
-4. submit through Ray's Jobs SDK (``JobSubmissionClient``, never ``ray job submit``), with
+4. submit through Ray's Jobs SDK (``JobSubmissionClient``, not the ``ray job submit`` CLI), with
    the plan's ``entrypoint_resources`` (cluster mode: the whole node);
 5. follow the job (``miles_amd.run.job``): stream its log to ``job.log``, let the fail-fast
    watcher stop a lost job early, enforce the overall timeout; in cluster mode the evidence

@@ -12,8 +12,9 @@ when :meth:`RayJob.run` leaves, on any path, is stopped. The stop is requested o
 waited for at most :data:`STOP_WAIT_S`; the Jobs API client's deadline
 (``miles_amd.run.dashboard.JobsClient``) is set when following starts to ``timeout`` plus
 :data:`STOP_GRACE_S`, so a dashboard that hangs or a status that never ends cannot hold the
-command past that (each request is bounded by its own timeout too). A failed request ends
-following with its ``DashboardError``. The job's message is stored redacted
+command past that (each request is bounded by its own timeout too;
+``tests/unit/test_ray_endpoint.py``). A failed request ends following with its
+``DashboardError``. The job's message is stored redacted
 (``miles_amd.redact``).
 """
 
