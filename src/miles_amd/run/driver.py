@@ -48,7 +48,7 @@ from miles_amd.files import atomic_write_text
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, JobSpec, LaunchPlan
 from miles_amd.records.job import JobRecord
 from miles_amd.redact import redact
-from miles_amd.run.dashboard import DashboardError
+from miles_amd.run.dashboard import DashboardError, JobsClient
 from miles_amd.run.job import Echo, Follow, RayJob
 from miles_amd.run.watcher import FailFastWatcher, Trip
 from miles_amd.run_dir import RunDir
@@ -151,6 +151,8 @@ def execute(
                 f"job {job_id}: the Ray Jobs API failed while following it ({exc}); a stop was "
                 f"requested; run dir: {run_dir.root}"
             ) from None
+        if isinstance(job.client, JobsClient):  # the final pull has its own bound
+            job.client.deadline = None
         pull_error = pull.final() if pull else None
     outcome = _outcome(run_dir, record, job.trip, cluster.pids())
     if pull_error is None:
