@@ -66,6 +66,10 @@ FORK_PR_ONLY = (
     "github.event.pull_request.head.repo.full_name != github.repository"
 )
 FORK_JOB = "fork-pr"
+BASELINES_JOB = "baselines"
+BASELINES_DIR_ENV = "MILES_AMD_BASELINES_DIR"
+BASE_REF = "github.event.pull_request.base.sha"
+REVIEW_NEEDED = "baselines changed: review needed"
 # The hardware test's own pytest-timeout (tests/mi355x): 5400 s.
 TEST_TIMEOUT_MINUTES = 90
 RUN_DIR_FILES = ("report.md", "report.json", "metrics.png", "job.log", "env.json", "canary.json")
@@ -325,6 +329,81 @@ def fork_job_problems(job: Any) -> list[str]:
     return []
 
 
+def _base_checkout(steps: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
+    """The checkout step of the base branch's files and its path, if any."""
+    for index, step in enumerate(steps):
+        given = step.get("with") or {}
+        if str(step.get("uses", "")).startswith("actions/checkout@") and BASE_REF in str(
+            given.get("ref", "")
+        ):
+            return index, str(given.get("path", ""))
+    return None
+
+
+def reviewed_baselines_problems(job: Mapping[str, Any]) -> list[str]:
+    """The hardware job judges with the base branch's baselines, never the pull request's:
+    a checkout of the base ref, then MILES_AMD_BASELINES_DIR set to its baselines/ before
+    the test step, and nothing else setting that variable."""
+    steps = steps_of(job)
+    base = _base_checkout(steps)
+    if base is None or not base[1]:
+        return [
+            f"jobs.{GPU_JOB}: no checkout of {BASE_REF} into a path: the pull request's "
+            "own baselines would judge it"
+        ]
+    index, path = base
+    exports = [
+        i
+        for i, s in enumerate(steps)
+        if f"{BASELINES_DIR_ENV}=" in str(s.get("run", "")) and "GITHUB_ENV" in str(s.get("run"))
+    ]
+    test = find_step(steps, "pytest", "-m mi355x")
+    problems = []
+    exported = [
+        line
+        for i in exports
+        for line in str(steps[i]["run"]).splitlines()
+        if f"{BASELINES_DIR_ENV}=" in line
+    ]
+    if not exported or any(f"/{path}/baselines" not in line for line in exported):
+        problems.append(f"jobs.{GPU_JOB}: {BASELINES_DIR_ENV} must name {path}/baselines")
+    elif not index < exports[0] < (test if test is not None else len(steps)):
+        problems.append(f"jobs.{GPU_JOB}: {BASELINES_DIR_ENV} must be set before the test step")
+    others = [
+        name
+        for name, env in [
+            ("job", job.get("env")),
+            *((s.get("name", "?"), s.get("env")) for s in steps),
+        ]
+        if BASELINES_DIR_ENV in (env or {})
+    ]
+    if others:
+        problems.append(f"jobs.{GPU_JOB}: {BASELINES_DIR_ENV} also set by env of {others}")
+    return problems
+
+
+def baselines_job_problems(job: Any) -> list[str]:
+    """A pull request that changes baselines/ shows the diff against its base and is red."""
+    if not isinstance(job, dict) or job.get("if") != "github.event_name == 'pull_request'":
+        return [f"jobs.{BASELINES_JOB}: needs if: github.event_name == 'pull_request'"]
+    steps = steps_of(job)
+    base = _base_checkout(steps)
+    if base is None:
+        return [f"jobs.{BASELINES_JOB}: no checkout of {BASE_REF}"]
+    diff = find_step(steps, "miles-amd baseline diff")
+    if diff is None:
+        return [f"jobs.{BASELINES_JOB}: no miles-amd baseline diff step"]
+    script = str(steps[diff]["run"])
+    problems = []
+    if "GITHUB_STEP_SUMMARY" not in script:
+        problems.append(f"jobs.{BASELINES_JOB}: the diff must go to the job summary")
+    if f"::error title={REVIEW_NEEDED}::" not in script or "exit 1" not in script:
+        problems.append(f"jobs.{BASELINES_JOB}: a changed baseline must fail as {REVIEW_NEEDED!r}")
+    if f"{base[1]}/baselines" not in script:
+        problems.append(f"jobs.{BASELINES_JOB}: the diff must compare against {base[1]}/baselines")
+    return problems
+
+
 def hygiene_problems(doc: Mapping[str, Any]) -> list[str]:
     """Every job: actions pinned by SHA, checkout without credentials, no blanket kills."""
     problems = []
@@ -396,6 +475,8 @@ def mi355x_workflow_problems(doc: Mapping[str, Any]) -> list[str]:
         *step_problems(gpu_job),
         *cpu_job_problems(jobs.get(CPU_JOB)),
         *fork_job_problems(jobs.get(FORK_JOB)),
+        *reviewed_baselines_problems(gpu_job),
+        *baselines_job_problems(jobs.get(BASELINES_JOB)),
         *hygiene_problems(doc),
     ]
 

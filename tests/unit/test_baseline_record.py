@@ -624,9 +624,12 @@ def test_the_documented_update_flow_ends_with_the_gate_naming_the_baseline(
 ) -> None:
     # docs/cli.md's four lines in a scratch checkout: the example as the node's run, a copy of
     # the shipped baselines as the repo's (the example has no preflight: --allow-no-preflight)
-    shutil.copytree(
-        EXAMPLE, tmp_path / "runs/mi355x/patched", ignore=shutil.ignore_patterns("report")
-    )
+    run = tmp_path / "runs/mi355x/patched"
+    shutil.copytree(EXAMPLE, run, ignore=shutil.ignore_patterns("report"))
+    # a new reference run: jvvnhop9's evidence is pinned (miles_amd.baseline.shipped), so a
+    # re-recording of the example under its id is refused as the shipped patched
+    job = json.loads((run / "job.json").read_text())
+    (run / "job.json").write_text(json.dumps({**job, "job_id": "n3wref01"}))
     shutil.copytree(SHIPPED, tmp_path / "baselines/gpt_oss_20b_lora")
     env = {**os.environ, "MILES_AMD_BASELINES_DIR": str(tmp_path / "baselines")}
     lines = documented_update_flow()
@@ -646,5 +649,6 @@ def test_the_documented_update_flow_ends_with_the_gate_naming_the_baseline(
         result = run_cli(*words[1:], *extra, env=env, cwd=tmp_path)
         assert result.returncode == 0, (line, result.stderr)
         outputs.append(result.stdout)
-    assert "(baseline patched, run jvvnhop9" in outputs[0]
-    assert "against baseline patched (jvvnhop9)" in outputs[-1], outputs[-1]
+    assert "(baseline patched, run n3wref01" in outputs[0]
+    assert "against baseline patched (n3wref01)" in outputs[-1], outputs[-1]
+    assert "matches the shipped patched" in outputs[-1], outputs[-1]

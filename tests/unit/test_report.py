@@ -92,6 +92,10 @@ def test_report_json_rows(failing, patched: Baseline) -> None:
         "name": "patched",
         "path": patched.path,
         "run_id": "jvvnhop9",
+        # judged here without the app layer, which sets the digests (test_baseline_trust)
+        "sha256": None,
+        "shipped_sha256": None,
+        "matches_shipped": False,
     }
     assert report["expected_rollouts"] == 20
     assert len(report["checks"]) == len(verdict.checks)

@@ -363,6 +363,31 @@ BROKEN_WORKFLOWS = [
     pytest.param(
         '      - "baselines/**"\n', "", "missing 'baselines/**'", id="baselines-untriggered"
     ),
+    pytest.param(
+        "          ref: ${{ github.event.pull_request.base.sha || "
+        "github.event.repository.default_branch }}\n",
+        "",
+        "the pull request's own baselines would judge it",
+        id="gpu-job-judges-with-the-prs-baselines",
+    ),
+    pytest.param(
+        'echo "MILES_AMD_BASELINES_DIR=$PWD/.reviewed/baselines" >> "$GITHUB_ENV"',
+        'echo "MILES_AMD_BASELINES_DIR=$PWD/baselines" >> "$GITHUB_ENV"',
+        "MILES_AMD_BASELINES_DIR must name .reviewed/baselines",
+        id="baselines-dir-is-the-prs",
+    ),
+    pytest.param(
+        '      HF_HUB_OFFLINE: "1"\n',
+        '      HF_HUB_OFFLINE: "1"\n      MILES_AMD_BASELINES_DIR: baselines\n',
+        "MILES_AMD_BASELINES_DIR also set by env of ['job']",
+        id="baselines-dir-overridden",
+    ),
+    pytest.param(
+        "          exit 1\n\n  mi355x:",
+        "          exit 0\n\n  mi355x:",
+        "must fail as 'baselines changed: review needed'",
+        id="changed-baselines-green",
+    ),
     pytest.param("      num_rollouts:\n", "      rollouts:\n", "'num_rollouts'", id="no-input"),
     pytest.param('    - cron: "30 2 * * *"\n', '    - cron: "@daily"\n', "cron", id="no-cron"),
     pytest.param(

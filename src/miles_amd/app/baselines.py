@@ -1,7 +1,12 @@
 """Which baseline judges what: loading one by name or path, per variant, for the watcher.
 
 - :func:`load`: a shipped name (``stock``, ``patched``) or a path; a bad one is
-  :class:`~miles_amd.app.errors.AppError` naming the flag and the fix.
+  :class:`~miles_amd.app.errors.AppError` naming the flag and the fix; a shipped one must
+  also carry the recipe's required rules and its pinned evidence
+  (``miles_amd.baseline.shipped.check_shipped``).
+- :func:`identity`: the baseline's digest and the shipped one of its name's
+  (``miles_amd.baseline.shipped.baseline_digest``), for the gate to print and record; in CI
+  the shipped baselines are the base branch's (``$MILES_AMD_BASELINES_DIR``, docs/ci.md).
 - :func:`for_variant`: the shipped baseline a variant is gated against: its own, else (the
   rccl control arm, which has none) stock's, applied baseline-free by the gate
   (``judge.control_arm``).
@@ -23,21 +28,40 @@ if TYPE_CHECKING:
     from miles_amd.rules.check import Check
     from miles_amd.rules.model import Baseline
 
-__all__ = ["for_variant", "load", "watch_rules"]
+__all__ = ["for_variant", "identity", "load", "watch_rules"]
 
 
 def load(spec: str, flag: str) -> Baseline:
     """The baseline ``spec`` names (stock, patched or a path); ``AppError`` naming ``flag``."""
     from miles_amd.baseline.model import BaselineError, UnknownBaselineError, load_baseline
+    from miles_amd.baseline.shipped import check_shipped
 
     try:
-        return load_baseline(spec, flag=flag)
+        baseline = load_baseline(spec, flag=flag)
+        check_shipped(spec, baseline)
+        return baseline
     except UnknownBaselineError as exc:
         raise AppError(str(exc)) from None  # it names the flag and the fix
     except BaselineError as exc:
         message = str(exc)  # it starts with the file's path when the file was read
         line = f"{flag} {message}" if message.startswith(spec) else f"{flag} {spec}: {message}"
         raise AppError(line) from None
+
+
+def identity(baseline: Baseline) -> tuple[str, str | None]:
+    """``baseline``'s digest and the shipped baseline of its name's (``None``: no shipped
+    baseline of that name, or it does not load, which ``--baseline NAME`` would say)."""
+    from miles_amd.baseline.model import SHIPPED, BaselineError, load_baseline
+    from miles_amd.baseline.shipped import baseline_digest
+
+    digest = baseline_digest(baseline)
+    if baseline.name not in SHIPPED:
+        return digest, None
+    try:
+        shipped = load_baseline(baseline.name)
+    except BaselineError:
+        return digest, None
+    return digest, baseline_digest(shipped)
 
 
 def for_variant(variant: str) -> str:

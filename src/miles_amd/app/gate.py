@@ -7,6 +7,8 @@
 - With a history named, the verdict is appended before the report is rendered, so report.md
   carries its "Drift across runs" section from the start. A history that cannot take the
   append is a line in :attr:`GateResult.history_lines`; the verdict stands as judged.
+- The verdict carries the baseline's digest and whether it is the shipped one of its name
+  (``miles_amd.app.baselines.identity``): the text, report.md and report.json show both.
 - What the caller prints (the verdict in a format, the history lines) comes from the
   :class:`GateResult`, not from the files read back.
 
@@ -16,7 +18,7 @@ Raises ``OSError`` when the report cannot be written.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,6 +74,7 @@ def gate_run_dir(
     history: Path | None = None,
 ) -> GateResult:
     """Judge ``run_dir`` against ``baseline`` and write the report (module doc)."""
+    from miles_amd.app.baselines import identity
     from miles_amd.app.history import append
     from miles_amd.evidence.load import load_run
     from miles_amd.files import write_files
@@ -83,6 +86,8 @@ def gate_run_dir(
     verdict = judge(
         evidence, baseline, expected_rollouts=expected_rollouts, require_env=require_env
     )
+    digest, shipped = identity(baseline)
+    verdict = replace(verdict, baseline_sha256=digest, shipped_sha256=shipped)
     lines: tuple[str, ...] = ()
     markdown = render_markdown(verdict)
     if history is not None:

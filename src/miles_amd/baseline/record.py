@@ -58,6 +58,7 @@ from miles_amd.baseline import refusals
 from miles_amd.baseline.json_text import baseline_json_text
 from miles_amd.baseline.model import BaselineError, parse_baseline
 from miles_amd.baseline.refusals import RecordError
+from miles_amd.baseline.shipped import evidence_digest
 from miles_amd.evidence.types import EnvRecord, RunEvidence
 from miles_amd.judge.environment import Environment, run_environment
 from miles_amd.judge.gate import judge
@@ -326,6 +327,8 @@ def record_baseline(
         summaries=summaries,
         rules=(),
     )
+    digest = {"evidence_sha256": evidence_digest(draft)}  # what the loader checks when shipped
+    draft = replace(draft, provenance={**draft.provenance, **digest})
     recorded_rules = tuple(_recorded_rule(rule, draft, rec) for rule in template.rules)
     document = replace(draft, rules=recorded_rules, schema_ref=schema_ref)
     _check_round_trip(document, evidence, n)

@@ -92,6 +92,14 @@ class Verdict:
     sources: Mapping[str, str] = field(default_factory=dict)
     problems: tuple[SourceProblem, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
+    # set by miles_amd.app.gate: the baseline's digest (miles_amd.baseline.shipped) and the
+    # shipped baseline of that name's (None: none of that name, or it does not load)
+    baseline_sha256: str | None = None
+    shipped_sha256: str | None = None
+
+    @property
+    def matches_shipped(self) -> bool:
+        return self.baseline_sha256 is not None and self.baseline_sha256 == self.shipped_sha256
 
     @property
     def exit_code(self) -> int:

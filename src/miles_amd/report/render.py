@@ -132,6 +132,9 @@ def to_json(verdict: Verdict) -> dict[str, object]:
             "name": verdict.baseline_name,
             "path": verdict.baseline_path,
             "run_id": verdict.baseline_run_id,
+            "sha256": verdict.baseline_sha256,
+            "shipped_sha256": verdict.shipped_sha256,
+            "matches_shipped": verdict.matches_shipped,
         },
         "expected_rollouts": verdict.expected_rollouts,
         "counts": counts,
@@ -203,9 +206,28 @@ def headline(verdict: Verdict) -> str:
     )
 
 
+def baseline_identity(verdict: Verdict) -> str:
+    """The digest of the baseline judged with and whether it is the shipped one of its name."""
+    if verdict.baseline_sha256 is None:
+        return "baseline digest: not computed"
+    name = verdict.baseline_name
+    if verdict.shipped_sha256 is None:
+        tail = f"no shipped baseline named {name} to compare with"
+    elif verdict.matches_shipped:
+        tail = f"matches the shipped {name}"
+    else:
+        tail = f"DIFFERS from the shipped {name} (sha256 {verdict.shipped_sha256[:16]})"
+    return f"baseline sha256 {verdict.baseline_sha256[:16]}: {tail}"
+
+
 def render_text(verdict: Verdict) -> str:
     """Plain text for the terminal, in the order of the markdown report."""
-    lines = [headline(verdict), f"{verdict.verdict.upper()}: {verdict_sentence(verdict)}", ""]
+    lines = [
+        headline(verdict),
+        f"{verdict.verdict.upper()}: {verdict_sentence(verdict)}",
+        baseline_identity(verdict),
+        "",
+    ]
     checks = _judged(verdict)
     width = max((len(c.name) for c in checks), default=10)
     for c in checks:
@@ -306,6 +328,8 @@ def render_markdown(verdict: Verdict) -> str:
         f"{escape.markdown_code(verdict.baseline_name)} ({_cell(verdict.baseline_run_id)}), "
         f"{verdict.expected_rollouts} rollouts expected. "
         f"{_cell(verdict.reason)}",
+        "",
+        _cell(baseline_identity(verdict)) + ".",
         "",
         *_markdown_checks(verdict),
         "",

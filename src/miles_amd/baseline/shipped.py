@@ -1,0 +1,186 @@
+"""What a shipped baseline must carry, and the digests that tie it to its published run.
+
+- :data:`REQUIRED_RULES`: per shipped baseline, the ``(kind, metric)`` rules the recipe
+  demands, each ``required``: today's shipped baselines' required rules (the reward's mean,
+  spread, grid and, for patched, its paired drop; the logprob gap's spikes, bands, trend and
+  step; each gated metric's finite and steps_complete guards). A shipped file without one is
+  refused on load (``tests/unit/test_baseline_trust.py``), so deleting a rule is not a way to
+  loosen the gate.
+- :func:`evidence_digest`: sha256 of the file's reference evidence (``evidence.series`` and
+  ``.summaries`` as the loader types them: series values as floats), as canonical JSON
+  (sorted keys, no spaces, UTF-8). Each shipped file names it in
+  ``provenance.evidence_sha256`` (``miles-amd baseline record`` writes it);
+  :data:`PUBLISHED_EVIDENCE` pins it for the seed pull request's runs, whose numbers are
+  published (RECIPE.md). A shipped file whose evidence does not hash to the digest it
+  carries, or, naming a seed run, to the one pinned for it, is refused: rewriting the
+  reference series and re-deriving the bands from them is caught. Caveat: a new reference
+  (a run id not pinned) is held only to its own digest; what guards it is review: CI judges
+  with the base branch's baselines and shows a changed file's diff, red (docs/ci.md).
+- :func:`check_shipped`: what ``miles_amd.app.baselines.load`` (the gate's and train's
+  loader) applies to a shipped baseline: loaded by name, or a file in the shipped directory
+  (``$MILES_AMD_BASELINES_DIR``; in CI the base branch's). A file passed by another path is
+  the user's own: it is judged with, and the gate says it is not the shipped one.
+- :func:`baseline_digest`: sha256 of the whole baseline (canonical JSON of
+  ``Baseline.to_json()`` without ``$schema``, which is a relative path): what the gate prints
+  and report.json records beside whether it equals the shipped baseline of that name.
+
+Changing a list or a pinned digest is a reviewed code change (docs/ci.md: how CI takes
+baselines from the base branch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from miles_amd.baseline.model import RECIPE_DIR, SHIPPED, BaselineError, baselines_root
+from miles_amd.rules.model import Baseline
+
+__all__ = [
+    "PUBLISHED_EVIDENCE",
+    "REQUIRED_RULES",
+    "baseline_digest",
+    "check_shipped",
+    "evidence_digest",
+    "is_shipped",
+    "shipped_problems",
+]
+
+_LOGPROB = "train/train_rollout_logprob_abs_diff"
+_REWARD = "rollout/raw_reward"
+_CLIPFRAC = "train/pg_clipfrac"
+
+_COMMON: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("steps_complete", _LOGPROB),
+        ("finite", _LOGPROB),
+        ("all_below", _LOGPROB),
+        ("mean_within", _LOGPROB),
+        ("max_within", _LOGPROB),
+        ("no_rising_trend", _LOGPROB),
+        ("step_rise", _LOGPROB),
+        ("steps_complete", _REWARD),
+        ("finite", _REWARD),
+        ("mean_within", _REWARD),
+        ("sd_at_least", _REWARD),
+        ("multiple_of", _REWARD),
+    }
+)
+
+REQUIRED_RULES: Mapping[str, frozenset[tuple[str, str]]] = {
+    "stock": _COMMON,
+    "patched": _COMMON
+    | {
+        ("paired_mean_diff", _REWARD),
+        ("steps_complete", _CLIPFRAC),
+        ("finite", _CLIPFRAC),
+        ("near_zero", _CLIPFRAC),
+    },
+}
+
+# sha256 of the reference evidence of each published run (evidence_digest); jvvnhop9's series
+# are RECIPE.md's "Per-rollout series of jvvnhop9", 4it2x89i has only its validation-table row.
+PUBLISHED_EVIDENCE: Mapping[str, str] = {
+    "jvvnhop9": "809b9c63d9fe0b38443f950748fdbf84628b9c50e7ef357a9a473d51d6bba879",
+    "4it2x89i": "4687c047c8ec7e9e93aba370f4f9d29ae461510c91afea628431e99da8418e78",
+}
+
+_DIGEST_FIELD = "evidence_sha256"
+# A refusal: (JSON path, what is wrong, the fix).
+_Problem = tuple[str, str, str]
+
+
+def _sha256(document: Any) -> str:
+    text = json.dumps(
+        document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def evidence_digest(baseline: Baseline) -> str:
+    """sha256 of ``baseline``'s reference evidence (module doc)."""
+    return _sha256(baseline.to_json()["evidence"])
+
+
+def baseline_digest(baseline: Baseline) -> str:
+    """sha256 of the whole baseline, ``$schema`` aside (module doc)."""
+    document = baseline.to_json()
+    document.pop("$schema", None)
+    return _sha256(document)
+
+
+def is_shipped(spec: str | os.PathLike[str], baseline: Baseline) -> bool:
+    """``spec`` is a shipped name, or the file lies in the shipped baselines' directory."""
+    shipped_dir = baselines_root() / RECIPE_DIR
+    return os.fspath(spec) in SHIPPED or Path(baseline.path).resolve().parent == (
+        shipped_dir.resolve()
+    )
+
+
+def check_shipped(spec: str | os.PathLike[str], baseline: Baseline) -> None:
+    """``BaselineError`` (one line: file, JSON path, what, fix) for the first of
+    :func:`shipped_problems` when ``spec`` loaded a shipped baseline (:func:`is_shipped`)."""
+    if not is_shipped(spec, baseline):
+        return
+    problem = next(shipped_problems(baseline), None)
+    if problem is not None:
+        where, what, fix = problem
+        raise BaselineError(f"{baseline.path}: {where}: {what}; fix: {fix}")
+
+
+def shipped_problems(baseline: Baseline) -> Iterator[_Problem]:
+    """Why ``baseline`` cannot be a shipped one: its required rules, then its evidence."""
+    required = REQUIRED_RULES.get(baseline.name)
+    if required is None:
+        yield (
+            "$.name",
+            f"{baseline.name!r} is not a shipped baseline ({', '.join(REQUIRED_RULES)})",
+            "ship it under a shipped name, or pass it as --baseline PATH",
+        )
+        return
+    for kind, metric in sorted(required):
+        rules = [r for r in baseline.rules if r.kind == kind and r.metric == metric]
+        if not rules:
+            yield (
+                "$.rules",
+                f"the recipe requires a {kind} rule on {metric} and this shipped baseline has "
+                "none (miles_amd.baseline.shipped.REQUIRED_RULES)",
+                f"restore the rule from the base branch's baselines/{baseline.name}.json",
+            )
+        elif not any(r.required for r in rules):
+            index = baseline.rules.index(rules[0])
+            yield (
+                f"$.rules[{index}].required",
+                f"the recipe requires the {kind} rule on {metric} and it is optional",
+                "set required to true",
+            )
+    yield from _evidence_problems(baseline)
+
+
+def _evidence_problems(baseline: Baseline) -> Iterator[_Problem]:
+    found = evidence_digest(baseline)
+    carried = baseline.provenance.get(_DIGEST_FIELD)
+    where = f"$.provenance.{_DIGEST_FIELD}"
+    if carried is None:
+        yield where, "missing", f'set it to "{found}" once the evidence is the published one'
+        return
+    if carried != found:
+        yield (
+            where,
+            f"{carried} is not the digest of the file's evidence ({found}): its reference "
+            "series or summaries were changed",
+            "restore the published evidence from the base branch's baselines/",
+        )
+        return
+    run_id = baseline.run_id
+    published = PUBLISHED_EVIDENCE.get(run_id)
+    if published is not None and published != found:
+        yield (
+            "$.evidence",
+            f"digest {found} is not the published evidence of run {run_id} ({published})",
+            f"restore run {run_id}'s published series from the base branch's baselines/",
+        )

@@ -1,0 +1,298 @@
+"""Issue 26 item 1: a pull request cannot loosen its own gate through baselines/.
+
+The attacks are made on a copy of the shipped baselines/ tree that ``$MILES_AMD_BASELINES_DIR``
+names (as CI names the base branch's), then judged through the real CLI (typer's CliRunner
+on ``miles-amd gate``): a shipped baseline without the recipe's required rules, or whose
+reference evidence is not the published one, is refused (exit 2, one line naming the file,
+the JSON path and the fix); the gate prints and records the digest of the baseline it used
+and whether it is the shipped one. The workflow side (the base branch's baselines judge) is
+``tests/unit/test_workflows.py`` (``reviewed_baselines_problems``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from miles_amd.baseline.model import BASELINES_DIR_ENV, BaselineError, parse_baseline
+from miles_amd.baseline.shipped import (
+    PUBLISHED_EVIDENCE,
+    REQUIRED_RULES,
+    baseline_digest,
+    evidence_digest,
+)
+from miles_amd.cli.main import app
+from miles_amd.rules.model import Baseline
+from tests.constants import EXAMPLE, PUBLISHED_LOGPROB, PUBLISHED_REWARD, REWARD, SHIPPED
+
+pytestmark = pytest.mark.unit
+
+REWARD_RULES = ("raw_reward.mean", "raw_reward.paired", "raw_reward.spread")
+
+
+def shipped_doc(name: str) -> dict[str, Any]:
+    return json.loads((SHIPPED / f"{name}.json").read_text())
+
+
+@contextmanager
+def baselines_tree(**docs: dict[str, Any]) -> Iterator[Path]:
+    """A copy of baselines/ with ``docs`` written over the shipped files (name -> JSON)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch) / "baselines"
+        shutil.copytree(SHIPPED.parent, root)
+        for name, doc in docs.items():
+            (root / SHIPPED.name / f"{name}.json").write_text(json.dumps(doc, indent=2))
+        yield root
+
+
+def gate(baselines: Path | None, report_dir: Path, *spec: str):
+    env = {BASELINES_DIR_ENV: str(baselines)} if baselines is not None else {}
+    args = ["gate", "--run-dir", str(EXAMPLE), "--report-dir", str(report_dir), "--no-history"]
+    return CliRunner().invoke(app, [*args, "--baseline", *(spec or ("patched",))], env=env)
+
+
+def one_line(result) -> str:
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def without_rules(doc: dict[str, Any], ids: tuple[str, ...]) -> dict[str, Any]:
+    return {**doc, "rules": [r for r in doc["rules"] if r["id"] not in ids]}
+
+
+# ------------------------------------------------------------------- what the recipe demands
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_RULES))
+def test_the_required_rules_are_todays_shipped_required_rules(name: str) -> None:
+    """The recipe's list is derived from the reviewed files: each required (kind, metric)."""
+    doc = shipped_doc(name)
+    required = {(r["kind"], r.get("metric")) for r in doc["rules"] if r["required"]}
+    assert required == REQUIRED_RULES[name]
+    assert any(kind == "paired_mean_diff" for kind, _ in REQUIRED_RULES["patched"])
+
+
+@pytest.mark.parametrize(("name", "run_id"), [("patched", "jvvnhop9"), ("stock", "4it2x89i")])
+def test_each_shipped_baseline_carries_its_published_evidence_digest(
+    name: str, run_id: str
+) -> None:
+    text = (SHIPPED / f"{name}.json").read_text()
+    baseline = parse_baseline(text, path=name)
+    assert baseline.run_id == run_id
+    assert baseline.provenance["evidence_sha256"] == evidence_digest(baseline)
+    assert PUBLISHED_EVIDENCE[run_id] == evidence_digest(baseline)
+
+
+def test_the_pinned_digest_is_the_digest_of_the_published_series() -> None:
+    """jvvnhop9's pinned digest covers the series the seed pull request published (typed in
+    independently in tests/constants.py) and the example run dir reconstructs."""
+    from miles_amd.evidence.load import load_run
+
+    doc = shipped_doc("patched")
+    assert doc["evidence"]["series"][REWARD] == PUBLISHED_REWARD
+    assert doc["evidence"]["series"]["train/train_rollout_logprob_abs_diff"] == PUBLISHED_LOGPROB
+    example = load_run(EXAMPLE).series[REWARD]
+    assert [round(v, 4) for _, v in example] == PUBLISHED_REWARD
+    changed = json.loads(json.dumps(doc))
+    changed["evidence"]["series"][REWARD][0] += 1 / 64
+    assert evidence_digest(Baseline.from_json(changed, "x")) != (PUBLISHED_EVIDENCE["jvvnhop9"])
+
+
+# ------------------------------------------------------------------------------- attacks
+
+
+def test_a_shipped_baseline_without_the_reward_rules_is_refused(tmp_path: Path) -> None:
+    """Issue 26: deleting raw_reward.mean/.paired/.spread let a halved reward pass."""
+    with baselines_tree(patched=without_rules(shipped_doc("patched"), REWARD_RULES)) as root:
+        result = gate(root, tmp_path / "report")
+        assert result.exit_code == 2, result.output
+        line = one_line(result)
+        assert f"--baseline patched: {root}/gpt_oss_20b_lora/patched.json: $.rules: " in line
+        assert "requires a mean_within rule on rollout/raw_reward" in line
+        assert "fix: restore the rule" in line
+        assert not (tmp_path / "report").exists()
+
+
+def test_a_required_rule_made_optional_is_refused(tmp_path: Path) -> None:
+    doc = shipped_doc("stock")
+    for rule in doc["rules"]:
+        if rule["id"] == "raw_reward.spread":
+            rule["required"] = False
+    with baselines_tree(stock=doc) as root:
+        result = gate(root, tmp_path / "report", "stock")
+        assert result.exit_code == 2, result.output
+        line = one_line(result)
+        assert "the recipe requires the sd_at_least rule on rollout/raw_reward and it is " in line
+        assert line.endswith("fix: set required to true")
+
+
+def _hint_value(text: str) -> Any:
+    """The value of a loader hint: JSON, or a band spelled ``{low: x, high: y}``."""
+    quoted = re.sub(r"([{,]\s*)([a-z_]+):", r'\1"\2":', text).replace("None", "null")
+    return json.JSONDecoder().raw_decode(quoted)[0]
+
+
+def rederive(doc: dict[str, Any]) -> dict[str, Any]:
+    """Follow the loader's own "fix:" hints until the document loads: what an attacker who
+    rewrote the reference series does to make the bands consistent with it."""
+    doc = json.loads(json.dumps(doc))
+    for _ in range(100):
+        try:
+            parse_baseline(json.dumps(doc), path="x")
+            return doc
+        except BaselineError as exc:
+            error = str(exc)
+        cover = re.match(r"x: \$\.rules\[(\d+)\]\.derive\.cover: ", error)
+        hint = re.match(r"x: \$\.rules\[(\d+)\]((?:\.[a-z_]+)+): .*fix: set it to (.+)$", error)
+        drop = re.match(r"x: \$\.rules\[(\d+)\]\.([a-z_]+): .*fix: .*or drop \2$", error)
+        if cover:
+            doc["rules"][int(cover[1])]["derive"]["cover"] = []
+        elif drop:
+            del doc["rules"][int(drop[1])][drop[2]]
+        elif hint:
+            target = doc["rules"][int(hint[1])]
+            *path, last = hint[2].split(".")[1:]
+            for key in path:
+                target = target[key]
+            target[last] = _hint_value(hint[3])
+        else:
+            raise AssertionError(f"no hint to follow: {error}")
+    raise AssertionError("the hints did not converge")
+
+
+def halved_reward(doc: dict[str, Any]) -> dict[str, Any]:
+    forged = json.loads(json.dumps(doc))
+    series = forged["evidence"]["series"][REWARD]
+    forged["evidence"]["series"][REWARD] = [round(v * 32) / 64 for v in series]
+    return forged
+
+
+@pytest.mark.parametrize("recompute_digest", [False, True])
+def test_rewritten_series_with_rederived_bands_is_refused(
+    tmp_path: Path, recompute_digest: bool
+) -> None:
+    """Issue 26: the reference series rewritten (reward halved), the bands re-derived with the
+    loader's hints; provenance still names jvvnhop9. It loads as a file (self-consistent), and
+    is refused as the shipped patched whether or not its digest field was rewritten too."""
+    forged = rederive(halved_reward(shipped_doc("patched")))
+    forged_baseline = parse_baseline(json.dumps(forged), path="forged")
+    assert forged_baseline.run_id == "jvvnhop9"
+    if recompute_digest:
+        forged["provenance"]["evidence_sha256"] = evidence_digest(forged_baseline)
+    with baselines_tree(patched=forged) as root:
+        result = gate(root, tmp_path / "report")
+        assert result.exit_code == 2, result.output
+        line = one_line(result)
+        assert f"{root}/gpt_oss_20b_lora/patched.json" in line
+        if recompute_digest:
+            assert "$.evidence: digest " in line
+            assert (
+                f"is not the published evidence of run jvvnhop9 ({PUBLISHED_EVIDENCE['jvvnhop9']})"
+                in line
+            )
+        else:
+            assert "$.provenance.evidence_sha256: " in line
+            assert "its reference series or summaries were changed" in line
+
+
+# ------------------------------------------------------------ the gate names what it used
+
+
+def report_baseline(report_dir: Path) -> dict[str, Any]:
+    return json.loads((report_dir / "report.json").read_text())["baseline"]
+
+
+def test_the_gate_prints_and_records_the_shipped_digest(tmp_path: Path) -> None:
+    result = gate(None, tmp_path)
+    assert result.exit_code == 0, result.output
+    recorded = report_baseline(tmp_path)
+    shipped = baseline_digest(parse_baseline((SHIPPED / "patched.json").read_text(), path="p"))
+    assert recorded["sha256"] == recorded["shipped_sha256"] == shipped
+    assert recorded["matches_shipped"] is True
+    assert f"baseline sha256 {shipped[:16]}: matches the shipped patched" in result.stdout
+    assert f"baseline sha256 {shipped[:16]}: matches the shipped patched" in (
+        (tmp_path / "report.md").read_text()
+    )
+
+
+def test_a_baseline_file_of_a_shipped_name_that_differs_is_named_so(tmp_path: Path) -> None:
+    """Passed by path, a changed copy is the user's own: judged, and said to differ."""
+    doc = shipped_doc("patched")
+    doc["description"] += " (edited)"
+    path = tmp_path / "review" / "patched.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(doc))
+    result = gate(None, tmp_path / "report", str(path))
+    assert result.exit_code == 0, result.output
+    recorded = report_baseline(tmp_path / "report")
+    assert recorded["matches_shipped"] is False
+    assert recorded["sha256"] != recorded["shipped_sha256"]
+    assert "DIFFERS from the shipped patched" in result.stdout
+
+
+# ------------------------------------------------------------------------------ property
+
+
+def mutate(doc: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
+    doc = json.loads(json.dumps(doc))
+    kind = data.draw(st.sampled_from(["drop_rule", "optional", "series", "summary", "digest"]))
+    if kind in ("drop_rule", "optional"):
+        index = data.draw(st.integers(0, len(doc["rules"]) - 1))
+        if kind == "drop_rule":
+            del doc["rules"][index]
+        else:
+            doc["rules"][index]["required"] = False
+    elif kind == "series":
+        values = doc["evidence"]["series"][REWARD]
+        index = data.draw(st.integers(0, len(values) - 1))
+        values[index] = data.draw(st.sampled_from([0.0, 1.0, 0.25, values[index] + 1 / 64]))
+    elif kind == "summary":
+        doc["evidence"]["summaries"][REWARD]["mean"] = data.draw(st.sampled_from([0.3, 0.9]))
+    else:
+        doc["provenance"]["evidence_sha256"] = data.draw(
+            st.sampled_from(["0" * 64, PUBLISHED_EVIDENCE["4it2x89i"]])
+        )
+    return doc
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_changed_shipped_baseline_never_judges(data: st.DataObject) -> None:
+    """Any one change to a shipped file (a rule dropped or made optional, a reference value,
+    a summary, the digest) through the CLI: exit 0/1/2 only, no traceback, and exit 0 only
+    when the change left a loadable shipped file whose required rules and evidence are the
+    recipe's (dropping or relaxing an optional rule); no report when refused."""
+    original = shipped_doc("patched")
+    doc = mutate(original, data)
+    with tempfile.TemporaryDirectory() as scratch, baselines_tree(patched=doc) as root:
+        report = Path(scratch) / "report"
+        result = gate(root, report)
+        assert result.exit_code in (0, 1, 2), result.output
+        assert "Traceback" not in result.output
+        required = {(r["kind"], r.get("metric")) for r in doc["rules"] if r["required"]}
+        intact = (
+            doc["evidence"] == original["evidence"]
+            and doc["provenance"] == original["provenance"]
+            and REQUIRED_RULES["patched"] <= required
+        )
+        if not intact:
+            assert result.exit_code == 2, result.output
+            assert not report.exists()
+            one_line(result)
+        else:
+            assert result.exit_code in (0, 2), result.output
+            if result.exit_code == 0:
+                assert report_baseline(report)["matches_shipped"] is True
