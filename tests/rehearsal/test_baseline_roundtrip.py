@@ -92,7 +92,7 @@ def test_a_shifted_rehearsal_round_trips_and_the_diff_marks_each_changed_band(
     changed = {rule_id for rule_id in before if before[rule_id] != after[rule_id]}
     assert changed == set(before)  # every metric moved, so every mean/max band did
     diff = run_cli_process("baseline", "diff", "patched", str(out))
-    assert diff.returncode == 0, diff.stderr
+    assert diff.returncode == 1, diff.stderr  # they differ
     marked = marked_rules(diff.stdout)
     tolerance_changed = {rule_id for rule_id, line in marked.items() if "tolerance" in line}
     # The reward's spread floor is derived from the reward mean, which moved too.
@@ -112,7 +112,7 @@ def test_a_plain_rehearsal_records_the_shipped_bands(healthy_run: TrainResult, t
 
     assert bands(out) == bands(SHIPPED / "patched.json")  # the replay carries the published series
     diff = run_cli_process("baseline", "diff", "patched", str(out), "--format", "text")
-    assert diff.returncode == 0, diff.stderr
+    assert diff.returncode == 1, diff.stderr  # the reward reference moved
     marked = marked_rules(diff.stdout)
     assert not [line for line in marked.values() if "tolerance" in line]
     # only the reward reference moved: the published 4-decimal rewards became exact k/64

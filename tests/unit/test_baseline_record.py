@@ -517,7 +517,7 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
     out = tmp_path / "patched.json"
     assert record_cli(run_dir, out).exit_code == 0
     result = diff_main("patched", str(out))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # they differ (as diff(1))
     old, new = json.loads((SHIPPED / "patched.json").read_text()), json.loads(out.read_text())
     band_ids = [r["id"] for r in old["rules"] if "band" in r]
     changed = {i for i in band_ids if band_of(old, i) != band_of(new, i)}
@@ -540,7 +540,7 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
     assert "0 added, 0 removed" in result.stdout
 
     markdown = diff_main("patched", str(out), "--format", "markdown")
-    assert markdown.returncode == 0
+    assert markdown.returncode == 1
     rows = {
         line.split("`")[1]: line for line in markdown.stdout.splitlines() if line.count("`") >= 4
     }
@@ -554,7 +554,7 @@ def test_diff_lists_added_and_removed_rules(tmp_path: Path) -> None:
     stock = {r.id for r in load_baseline("stock").rules}
     patched = {r.id for r in load_baseline("patched").rules}
     result = diff_main("patched", "stock")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
     blocks = rule_blocks(result.stdout)
     removed = {rule_id for rule_id, block in blocks.items() if "RULE REMOVED" in block}
     assert removed == patched - stock and removed
@@ -567,9 +567,30 @@ def test_diff_lists_added_and_removed_rules(tmp_path: Path) -> None:
 
 def test_diff_of_a_file_with_itself_marks_nothing() -> None:
     result = cli("diff", "patched", str(SHIPPED / "patched.json"))
-    assert result.exit_code == 0
+    assert result.exit_code == 0  # the same: exit 0, as diff(1)
     assert "0 tolerance(s) changed, 0 row(s) changed, 0 added, 0 removed" in result.stdout
     assert not [line for line in result.stdout.splitlines() if line.startswith("*")]
+    as_json = json.loads(cli("diff", "patched", "patched", "--format", "json").stdout)
+    assert as_json["differs"] is False
+    assert {r["change"] for r in as_json["rules"]} == {"same"}
+
+
+def test_diff_as_json_says_what_differs() -> None:
+    result = diff_main("stock", "patched", "--format", "json")
+    assert result.returncode == 1
+    found = json.loads(result.stdout)
+    assert found["differs"] is True
+    by_id = {r["id"]: r for r in found["rules"]}
+    added = {
+        r.rule_id
+        for r in diff_baselines(load_baseline("stock"), load_baseline("patched")).rows("added")
+    }
+    assert {i for i, r in by_id.items() if r["change"] == "added"} == added
+    assert by_id["pg_clipfrac.near_zero"]["aspects"] == ["required"]
+    run_ids = [f for f in found["fields"] if f["field"] == "provenance.run_id"]
+    assert run_ids == [
+        {"field": "provenance.run_id", "before": "4it2x89i", "after": "jvvnhop9", "changed": True}
+    ]
 
 
 def test_diff_refuses_a_baseline_that_does_not_load(tmp_path: Path) -> None:
@@ -647,7 +668,8 @@ def test_the_documented_update_flow_ends_with_the_gate_naming_the_baseline(
             continue
         extra = ["--allow-no-preflight"] if words[1:3] == ["baseline", "record"] else []
         result = run_cli(*words[1:], *extra, env=env, cwd=tmp_path)
-        assert result.returncode == 0, (line, result.stderr)
+        differs = words[1:3] == ["baseline", "diff"]  # exit 1: they differ, as diff(1)
+        assert result.returncode == (1 if differs else 0), (line, result.stderr)
         outputs.append(result.stdout)
     assert "(baseline patched, run n3wref01" in outputs[0]
     assert "against baseline patched (n3wref01)" in outputs[-1], outputs[-1]

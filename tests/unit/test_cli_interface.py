@@ -95,7 +95,7 @@ def closed_pipe_cases(runs: dict[str, Path]) -> dict[str, tuple[list[str], int]]
             1,
         ),
         "gate-bad": (gate(runs["plain"]), 2),
-        "baseline-diff": (["baseline", "diff", "stock", "patched"], 0),
+        "baseline-diff": (["baseline", "diff", "stock", "patched"], 1),  # they differ
         "baseline-record-bad": (
             [*record(runs["plain"]), "--variant", "patched", "--out", str(out / "b.json")],
             2,

@@ -8,11 +8,13 @@ baseline's own rollout count), and the reference it is derived from (the kind's
 before and after, and which of kind, required flag, tolerance and reference changed; plus
 rules added or removed and every ``name``, ``provenance`` and ``run_shape`` field before and
 after. Rows compare as printed (bands to their 4 significant digits, other numbers to 6).
+:attr:`BaselineDiff.differs` is whether anything differs (``baseline diff``'s exit code).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 from miles_amd.rules.model import Baseline, Rule
@@ -82,6 +84,11 @@ class BaselineDiff:
 
     def rows(self, change: RowChange) -> tuple[RuleRow, ...]:
         return tuple(r for r in self.rules if r.change == change)
+
+    @property
+    def differs(self) -> bool:
+        """Any rule added, removed or changed, or any field (name, provenance, run shape)."""
+        return any(r.change != "same" for r in self.rules) or any(f.changed for f in self.fields)
 
 
 def _view(rule: Rule, baseline: Baseline) -> RuleView:
@@ -242,6 +249,35 @@ def render_markdown(diff: BaselineDiff) -> str:
     return "\n".join(lines) + "\n"
 
 
+def to_json(diff: BaselineDiff) -> dict[str, object]:
+    """The diff as data: each rule's change, aspects and views, each field before -> after."""
+
+    def view(v: RuleView | None) -> dict[str, object] | None:
+        return None if v is None else asdict(v)
+
+    return {
+        "old": diff.old,
+        "new": diff.new,
+        "differs": diff.differs,
+        "rules": [
+            {
+                "id": r.rule_id,
+                "change": r.change,
+                "aspects": list(r.aspects),
+                "before": view(r.before),
+                "after": view(r.after),
+            }
+            for r in diff.rules
+        ],
+        "fields": [
+            {"field": f.field, "before": f.before, "after": f.after, "changed": f.changed}
+            for f in diff.fields
+        ],
+    }
+
+
 def render_diff(diff: BaselineDiff, fmt: str) -> str:
-    """``text`` or ``markdown``."""
+    """``text``, ``markdown`` or ``json``."""
+    if fmt == "json":
+        return json.dumps(to_json(diff), indent=2) + "\n"
     return render_markdown(diff) if fmt == "markdown" else render_text(diff)

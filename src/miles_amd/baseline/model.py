@@ -54,7 +54,7 @@ from miles_amd.baseline import schema_check
 from miles_amd.package_data import package_path
 from miles_amd.rules.model import Baseline, RunShape
 from miles_amd.rules.registry import validate_rule
-from miles_amd.variants import BASELINE_VARIANTS
+from miles_amd.variants import AITER_VARIANTS, BASELINE_VARIANTS
 
 RECIPE_DIR = "gpt_oss_20b_lora"
 SHIPPED: tuple[str, ...] = BASELINE_VARIANTS  # one shipped baseline per variant, same name
@@ -98,10 +98,23 @@ def resolve_baseline_path(spec: str | os.PathLike[str], *, flag: str = "--baseli
         prefix = f"{flag} " if flag.startswith("-") else ""
         choices = ", ".join(f"{prefix}{name}" for name in SHIPPED)
         raise UnknownBaselineError(
-            f"{flag} {text}: no such baseline file; fix: use {choices} or the path of a "
-            "baseline JSON file"
+            f"{flag} {text}: no such baseline file{_name_hint(text, prefix)}; fix: use "
+            f"{choices} or the path of a baseline JSON file"
         )
     return path
+
+
+def _name_hint(text: str, prefix: str) -> str:
+    """What a mistyped name meant: a shipped name in another case, or a variant without a
+    baseline of its own (the rccl control arm: gated with stock's baseline-free checks)."""
+    if text.lower() in SHIPPED:
+        return f" (baseline names are lower case: {prefix}{text.lower()})"
+    if text.lower() in AITER_VARIANTS:
+        return (
+            f" ({text.lower()} has no baseline of its own: a run of it is gated with "
+            f"{prefix}stock, whose baseline-free checks judge it)"
+        )
+    return ""
 
 
 def load_baseline(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> Baseline:

@@ -16,8 +16,9 @@ when a run is refused is ``miles_amd.baseline.record``'s (its module doc states 
   line on stderr naming the flag or file and the fix, and nothing written.
 - ``diff OLD NEW`` (each ``stock``, ``patched`` or a path): prints, per rule, its tolerance
   and reference before -> after, marks what changed, lists added and removed rules and the
-  provenance before -> after (``--format markdown`` for a PR comment). Exit 0 whenever both
-  load (it is a report, not a gate); 2 when either does not.
+  provenance before -> after (``--format markdown`` for a PR comment, ``--format json`` as
+  data). Exit 0 when they are the same, 1 when they differ (as ``diff(1)``: a script can
+  tell), 2 when either does not load.
 
 Everything beyond typer, the standard library and ``miles_amd.cli.options`` (the variant
 names ``--variant`` takes) is imported inside the commands, so registering them costs the CLI's
@@ -55,6 +56,7 @@ baseline_app = new_app("Record a baseline from a finished run; diff two baseline
 class DiffFormat(str, Enum):
     text = "text"
     markdown = "markdown"
+    json = "json"
 
 
 def register(app: typer.Typer) -> None:
@@ -179,12 +181,17 @@ def diff(
     output_format: Annotated[
         DiffFormat,
         typer.Option(
-            "--format", metavar="<text|markdown>", help="text, or markdown for a PR comment."
+            "--format",
+            metavar="<text|markdown|json>",
+            help="text, markdown for a PR comment, or json.",
         ),
     ] = DiffFormat.text,
 ) -> None:
-    """Print what a reviewer must look at between two baselines (exit 0 when both load)."""
+    """Print what a reviewer must look at between two baselines; exit 0 when they are the
+    same, 1 when they differ (as diff(1)), 2 when either does not load."""
     from miles_amd.baseline.diff import diff_baselines, render_diff
 
     loaded = [load_baseline_option(spec, label) for label, spec in (("OLD", old), ("NEW", new))]
-    typer.echo(render_diff(diff_baselines(*loaded), output_format.value), nl=False)
+    found = diff_baselines(*loaded)
+    typer.echo(render_diff(found, output_format.value), nl=False)
+    raise typer.Exit(1 if found.differs else 0)

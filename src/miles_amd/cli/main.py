@@ -3,7 +3,8 @@
 Decides which commands exist (each lives in its own module: ``prepare``, ``train`` and
 ``full-train``, ``preflight``, ``gate``, ``baseline``, ``compare``, ``history``,
 ``canary``),
-``--version``, and how the process exits: :func:`main` runs the app without click's
+``--version``, shell completion (``--install-completion``), and how the process exits (Ctrl-C:
+one line naming the command interrupted, exit 130): :func:`main` runs the app without click's
 standalone handling, so a usage error click finds (unknown flag, value out of range) is
 reported like other bad input, as one
 ``miles-amd: error:`` line and exit 2 (``miles_amd.exit_codes`` lists the exit codes), and a
@@ -37,7 +38,7 @@ from miles_amd.cli import history as history_command
 from miles_amd.cli import preflight as preflight_command
 from miles_amd.cli import prepare as prepare_command
 from miles_amd.cli import train as train_command
-from miles_amd.cli.errors import fail
+from miles_amd.cli.errors import fail, say
 from miles_amd.cli.options import new_app
 from miles_amd.cli.output import guard_std_streams
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_INTERRUPTED
@@ -49,7 +50,7 @@ PROG_NAME = "miles-amd"
 APP_HELP = "gpt-oss-20b MoE LoRA GRPO on 8x AMD MI355X/MI350X: plan, run and gate it."
 _click_errors = importlib.import_module(typer.BadParameter.__module__)
 
-app = new_app(APP_HELP)
+app = new_app(APP_HELP, completion=True)  # shell completion: miles-amd --install-completion
 prepare_command.register(app)
 train_command.register(app)
 preflight_command.register(app)
@@ -105,10 +106,14 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
                 fail(_usage_message(exc), code=exc.exit_code)
         except (KeyboardInterrupt, typer.Abort):
             code = EXIT_INTERRUPTED
+            say(interrupted_line(command, sys.argv[1:] if argv is None else argv), err=True)
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
                 raise
             fail(path_too_long(exc))
+        else:  # typer turns Ctrl-C into Exit(130), which click returns without standalone mode
+            if code == EXIT_INTERRUPTED:
+                say(interrupted_line(command, sys.argv[1:] if argv is None else argv), err=True)
     except typer.Exit as exc:  # fail() above
         code = exc.exit_code
     sys.exit(code if isinstance(code, int) else 0)
@@ -124,6 +129,19 @@ def path_too_long(exc: OSError) -> str:
         f"{shown}: the path is longer than this OS allows ({len(path.encode())} bytes, its "
         f"longest name {longest} bytes; ENAMETOOLONG); fix: name a shorter path"
     )
+
+
+def interrupted_line(command: object, args: Sequence[str]) -> str:
+    """The one line Ctrl-C leaves: which command was interrupted, and the exit code."""
+    words = [PROG_NAME]
+    for arg in args:
+        subcommands = getattr(command, "commands", None) or {}
+        if arg in subcommands:
+            words.append(arg)
+            command = subcommands[arg]
+        elif not arg.startswith("-"):
+            break
+    return f"{' '.join(words)}: interrupted (Ctrl-C); exit {EXIT_INTERRUPTED}"
 
 
 # typer (0.29) converts values with pydantic, whose messages carry its own prefix

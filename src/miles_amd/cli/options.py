@@ -78,13 +78,14 @@ VARIANT_METAVAR = "<" + "|".join(AITER_VARIANTS) + ">"
 BASELINE_VARIANT_METAVAR = "<" + "|".join(BASELINE_VARIANTS) + ">"
 
 
-def new_app(help_text: str) -> typer.Typer:
-    """A typer app with plain help (no ``<bool>`` placeholder on flags, no boxes)."""
+def new_app(help_text: str, *, completion: bool = False) -> typer.Typer:
+    """A typer app with plain help (no ``<bool>`` placeholder on flags, no boxes);
+    ``completion``: the root app's ``--install-completion`` / ``--show-completion``."""
     return typer.Typer(
         help=help_text,
         no_args_is_help=True,
         pretty_exceptions_enable=False,
-        add_completion=False,
+        add_completion=completion,
         rich_markup_mode=None,
     )
 

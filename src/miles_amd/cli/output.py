@@ -31,6 +31,9 @@ class PipeSafeWriter(io.RawIOBase):
     def fileno(self) -> int:
         return self.fd
 
+    def isatty(self) -> bool:  # a terminal stays one (miles_amd.progress asks)
+        return os.isatty(self.fd)
+
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
         view = memoryview(data).cast("B")
         size = len(view)

@@ -318,6 +318,14 @@ class TrainRequest:
     canary: bool = False  # the all-reduce canary first (with aiter_variant, own head only)
 
 
+# said on stdout when --aiter-variant is not given (miles_amd.variants.sglang_env sets only
+# SGLANG_USE_AITER then)
+AITER_LEFT_TO_IMAGE = (
+    "aiter variant: not given; SGLANG_USE_AITER_AR (aiter's all-reduce or SGLang's) is left to "
+    "the image; --aiter-variant stock|patched|rccl sets it and records the run's variant"
+)
+
+
 def run_train(request: TrainRequest) -> None:
     """Print the plan (``dry_run``), or run it, print the outcome and exit with its code."""
     recipe = request.recipe
@@ -331,7 +339,11 @@ def run_train(request: TrainRequest) -> None:
     )
     if request.dry_run:
         print_plan(plan, request.as_json)
+        if request.aiter_variant is None and not request.as_json:
+            say(AITER_LEFT_TO_IMAGE)
         return
+    if request.aiter_variant is None:
+        say(AITER_LEFT_TO_IMAGE)
     if plan.node_run_dir is None:  # with private node storage these are the node's paths
         check_inputs(recipe)
     from miles_amd.app.errors import AppError
