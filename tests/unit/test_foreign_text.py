@@ -170,3 +170,22 @@ def test_a_job_message_echoing_the_key_is_redacted_in_job_json(
     stored = (tmp_path / "job.json").read_text()
     assert record.status == "FAILED"
     assert SECRET not in stored and REDACTED in stored
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(notes=hostile_text, fmt=st.sampled_from(["text", "markdown"]))
+def test_baseline_diff_shows_a_reviewed_files_text_escaped(notes: str, fmt: str) -> None:
+    """A baseline under review (a pull request's) is foreign: its provenance notes reach the
+    terminal and the job summary without a raw control, bidi or zero-width character."""
+    shipped = Path(__file__).parents[2] / "baselines" / "gpt_oss_20b_lora" / "patched.json"
+    doc = json.loads(shipped.read_text())
+    doc["provenance"]["notes"] = f"{notes} <b>| `x`"
+    with tempfile.TemporaryDirectory() as tmp:
+        review = Path(tmp) / "patched.json"
+        review.write_text(json.dumps(doc))
+        done = run_cli("baseline", "diff", "patched", str(review), "--format", fmt)
+    assert done.returncode in (0, 1, 2), done.stderr
+    assert raw_chars(done.stdout + done.stderr) == []
+    if fmt == "markdown" and done.returncode == 1:
+        notes_rows = [line for line in done.stdout.splitlines() if "`provenance.notes`" in line]
+        assert len(notes_rows) == 1 and "<b>" not in notes_rows[0], done.stdout

@@ -9,6 +9,9 @@ before and after, and which of kind, required flag, tolerance and reference chan
 rules added or removed and every ``name``, ``provenance`` and ``run_shape`` field before and
 after. Rows compare as printed (bands to their 4 significant digits, other numbers to 6).
 :attr:`BaselineDiff.differs` is whether anything differs (``baseline diff``'s exit code).
+A baseline under review is foreign text: each text line is shown by
+``miles_amd.escape.terminal``, each markdown cell by ``escape.markdown`` or
+``escape.markdown_code`` (``tests/unit/test_foreign_text.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from miles_amd import escape
 from miles_amd.rules.model import Baseline, Rule
 from miles_amd.rules.registry import KINDS, expected_text
 
@@ -201,19 +205,19 @@ def render_text(diff: BaselineDiff) -> str:
     for field_row in diff.fields:
         mark = "*" if field_row.changed else " "
         lines.append(f"{mark} {field_row.field}: {_pair(field_row.before, field_row.after)}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(escape.terminal(line) for line in lines) + "\n"
 
 
 def _cell(text: str | None) -> str:
     if text is None:
         return "_(absent)_"
-    return text.replace("|", "\\|").replace("\n", " ")
+    return escape.markdown(text)
 
 
 def render_markdown(diff: BaselineDiff) -> str:
     """The diff as a PR comment: one table of rules, one of provenance and run shape."""
     lines = [
-        f"### Baseline diff: `{diff.old}` → `{diff.new}`",
+        f"### Baseline diff: {escape.markdown_code(diff.old)} → {escape.markdown_code(diff.new)}",
         "",
         _counts(diff) + ".",
         "",
@@ -233,7 +237,8 @@ def render_markdown(diff: BaselineDiff) -> str:
                 for a in row.aspects
             )
         lines.append(
-            f"| {mark} | `{row.rule_id}` | `{row.metric or '-'}` | {change} "
+            f"| {mark} | {escape.markdown_code(row.rule_id)} "
+            f"| {escape.markdown_code(row.metric or '-')} | {change} "
             f"| {_cell(before.tolerance if before else None)} "
             f"| {_cell(after.tolerance if after else None)} "
             f"| {_cell(before.reference if before else None)} "
@@ -243,7 +248,7 @@ def render_markdown(diff: BaselineDiff) -> str:
     for field_row in diff.fields:
         mark = "**\\***" if field_row.changed else ""
         lines.append(
-            f"| {mark} | `{field_row.field}` | {_cell(field_row.before)} "
+            f"| {mark} | {escape.markdown_code(field_row.field)} | {_cell(field_row.before)} "
             f"| {_cell(field_row.after)} |"
         )
     return "\n".join(lines) + "\n"
