@@ -189,3 +189,22 @@ def test_baseline_diff_shows_a_reviewed_files_text_escaped(notes: str, fmt: str)
     if fmt == "markdown" and done.returncode == 1:
         notes_rows = [line for line in done.stdout.splitlines() if "`provenance.notes`" in line]
         assert len(notes_rows) == 1 and "<b>" not in notes_rows[0], done.stdout
+
+
+def test_a_probes_fact_quoting_the_key_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a probe quotes from its child, the preflight's facts (the table and env.json)
+    carry no secret: ``run_preflight`` redacts each fact it collects."""
+    from miles_amd.run import preflight
+    from miles_amd.run.facts import PreflightConfig
+
+    def probe_echo(_config: PreflightConfig) -> preflight.Fact:
+        return preflight.Fact("echo", "wrong", f"HF_TOKEN={SECRET}", f"--hf-token {SECRET}")
+
+    def probe_crash(_config: PreflightConfig) -> preflight.Fact:
+        raise RuntimeError(f"child said: --wandb-key={SECRET}")
+
+    monkeypatch.setattr(preflight, "PROBES", (probe_echo, probe_crash))
+    config = PreflightConfig(*(Path("/nonexistent"),) * 5)
+    facts = preflight.run_preflight(config)
+    assert [f.status for f in facts] == ["wrong", "wrong"]
+    assert SECRET not in json.dumps([[f.value, f.message] for f in facts])

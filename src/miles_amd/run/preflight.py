@@ -2,9 +2,11 @@
 
 Decides which probes make up the preflight (:data:`PROBES`, in table order), how they are run
 (:func:`run_preflight`: a probe that crashes is a ``wrong`` fact naming the exception, not a
-pass: ``tests/unit/test_preflight.py``), when the preflight passes (every fact ``ok``), and what
-``env.json`` holds (:func:`write_env_json`, written atomically to ``RunDir(run_dir).env_json``, so a
-report and ``baseline record`` can say which environment produced a run).
+pass: ``tests/unit/test_preflight.py``; each fact's value and message redacted, since a probe
+quotes a child's output: ``miles_amd.redact``, ``tests/unit/test_foreign_text.py``), when the
+preflight passes (every fact ``ok``), and what ``env.json`` holds (:func:`write_env_json`,
+written atomically to ``RunDir(run_dir).env_json``, so a report and ``baseline record`` can
+say which environment produced a run).
 
 Does not decide any single fact: the probes are in ``probes_node`` (GPUs, ROCm, torch) and
 ``probes_stack`` (packages, checkouts, aiter, inputs, disk), ``probes_allreduce`` (the A/B
@@ -25,12 +27,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from miles_amd.files import atomic_write_text
 from miles_amd.records.env import Fact, FactStatus
+from miles_amd.redact import redact
 from miles_amd.run.facts import IMAGE, PreflightConfig, one_line
 from miles_amd.run.parse_probe import probe_miles_argv
 from miles_amd.run.probes_allreduce import (
@@ -108,18 +111,20 @@ def probe_name(probe: Probe) -> str:
 
 
 def run_preflight(config: PreflightConfig) -> list[Fact]:
-    """Every probe's fact, in :data:`PROBES` order; a crashing probe is a ``wrong`` fact."""
+    """Every probe's fact, in :data:`PROBES` order, redacted; a crashing probe is a ``wrong``
+    fact."""
     facts = []
     for probe in PROBES:
         try:
-            facts.append(probe(config))
+            fact = probe(config)
+            facts.append(replace(fact, value=redact(fact.value), message=redact(fact.message)))
         except Exception as exc:
             facts.append(
                 Fact(
                     probe_name(probe),
                     "wrong",
                     "",
-                    f"the probe raised {type(exc).__name__}: {one_line(exc)}",
+                    redact(f"the probe raised {type(exc).__name__}: {one_line(exc)}"),
                 )
             )
     return facts
