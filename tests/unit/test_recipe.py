@@ -100,13 +100,12 @@ def test_override_replaces_the_pinned_flag_and_its_value() -> None:
         ({"target_modules": ("gate_up_proj",)}, "target_modules: LoRA target gate_up_proj"),
         ({"target_modules": ("down_proj", "experts")}, "LoRA target experts is not a name"),
         (
-            {"extra_args": "--target-modules gate_up_proj,down_proj", "override_pinned": True},
-            "--extra-args --target-modules: LoRA target gate_up_proj",
+            {"extra_args": "--target-modules gate_up_proj,down_proj"},
+            "--extra-args --target-modules: LoRA target gate_up_proj is not a name miles "
+            "31f1ca961 (the pinned miles) maps",
         ),
-        (
-            {"extra_args": "--target-modules=gate_up_proj", "override_pinned": True},
-            "use names from q_proj",
-        ),
+        ({"extra_args": "--target-modules=gate_up_proj"}, "use names from q_proj"),
+        ({"extra_args": "--target-modules=gate_up_proj"}, "let the node's preflight"),
         ({"use_dynamic_batch_size": True}, "use_dynamic_batch_size with qkv_format bshd"),
         ({"hardware": "H100"}, "--hardware H100"),
         ({"extra_args": "--lr 2e-5"}, "--extra-args repeats flags the recipe pins: --lr"),
@@ -123,6 +122,15 @@ def test_invariant_errors_name_what_broke(kwargs: dict, needle: str) -> None:
         Recipe(**kwargs)
     assert needle in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_an_overridden_target_the_pinned_miles_does_not_map_is_left_to_the_node() -> None:
+    # a newer miles may map gate_up_proj (recipe.lora_targets): with --override-pinned the
+    # node's preflight (lora_experts) decides, not the pinned miles' table
+    argv = Recipe(extra_args="--target-modules gate_up_proj", override_pinned=True).train_argv()
+    assert argv[-2:] == ["--target-modules", "gate_up_proj"]
+    with pytest.raises(RecipeError, match="miles 31f1ca961"):
+        Recipe(target_modules=("gate_up_proj",), override_pinned=True)  # the recipe's own
 
 
 def test_dynamic_batch_size_is_fine_without_bshd() -> None:

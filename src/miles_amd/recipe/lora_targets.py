@@ -1,18 +1,30 @@
 """Which LoRA target names reach a layer of gpt-oss in miles, and the refusal of the others.
 
-miles turns ``--target-modules`` into Megatron layer names with
-``convert_target_modules_to_megatron`` (``miles/backends/megatron_utils/lora_utils.py``):
-HF names map to Megatron's ``linear_*`` layers, Megatron names pass as they are, and any
-other name passes through unmapped, matches no layer and trains no adapter, without a
-warning. gpt-oss's own expert name ``gate_up_proj`` is such a name. This module lists the
-names that map (:data:`LORA_TARGET_MODULES`, standard LoRA, which miles uses by default) and
-words the refusal; ``recipe.settings`` raises it. The conformance tier checks the table
-against miles' own mapping. It decides nothing about which targets the recipe uses.
+Holds for the pinned miles, :data:`PINNED_MILES` (radixark/miles
+31f1ca961a94cb860cec3b2dea34ec332bfa8f76, ``miles/backends/megatron_utils/lora_utils.py``,
+``convert_target_modules_to_megatron``: ``hf_to_megatron.get(module, module)``): HF names
+map to Megatron's ``linear_*`` layers, Megatron names pass as they are, and any other name
+passes through unmapped, matches no layer and trains no adapter, without a warning.
+gpt-oss's own expert name ``gate_up_proj`` is such a name there. A newer miles may resolve
+targets against the model's HF weight mapping and map ``gate_proj,up_proj`` to the packed
+``gate_up_proj`` (reported in issue 28; not in the mirrored sources, whose newest commit is
+the pinned one), so the refusal is the pinned miles' fact, not a law: with
+``--override-pinned`` an ``--extra-args --target-modules`` name is let through, and on the
+node the preflight's census of the trainer's model as that miles builds it (fact
+``lora_experts``, ``run.probes_bridge``) and the gate's ``model.lora_experts`` check decide
+whether the experts got adapters.
+
+This module lists the names that map (:data:`LORA_TARGET_MODULES`, standard LoRA, which
+miles uses by default) and words the refusal; ``recipe.settings`` raises it. The conformance
+tier checks the table against the pinned miles' own mapping. It decides nothing about which
+targets the recipe uses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+PINNED_MILES = "31f1ca961"  # the miles the table and the refusal hold for (module doc)
 
 # name -> the Megatron layer of gpt-oss miles maps it to (standard LoRA)
 LORA_TARGET_MODULES: dict[str, str] = {
@@ -36,9 +48,11 @@ def unmapped_targets_message(source: str, names: Sequence[str]) -> str | None:
     if not unknown:
         return None
     return (
-        f"{source}: LoRA target {', '.join(unknown)} is not a name miles maps to a Megatron "
-        "layer, so it would match nothing and train no adapter; use names from "
-        f"{', '.join(LORA_TARGET_MODULES)} (gpt-oss's gate_up_proj is gate_proj,up_proj)"
+        f"{source}: LoRA target {', '.join(unknown)} is not a name miles {PINNED_MILES} (the "
+        "pinned miles) maps to a Megatron layer, so there it would match nothing and train no "
+        f"adapter; use names from {', '.join(LORA_TARGET_MODULES)} (gpt-oss's gate_up_proj is "
+        "gate_proj,up_proj); with a newer miles that maps it, pass it in --extra-args with "
+        "--override-pinned and let the node's preflight (fact lora_experts) decide"
     )
 
 

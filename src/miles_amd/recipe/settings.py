@@ -12,8 +12,10 @@ Invariants checked on construction (each error names the broken one):
 - ``num_gpus`` divisible by the trainer TP and by the rollout engine TP.
 - ``lora_rank == sglang_max_lora_rank``: miles ignores the latter and sets SGLang's max LoRA
   rank from ``--lora-rank`` (``recipe.ignored_flags``); equal, the argv says what runs.
-- every LoRA target name maps to a gpt-oss layer in miles (``recipe.lora_targets``), also in
-  ``--extra-args --target-modules``: an unmapped one (``gate_up_proj``) trains no adapter.
+- every LoRA target name maps to a gpt-oss layer in the pinned miles 31f1ca961
+  (``recipe.lora_targets``), also in ``--extra-args --target-modules`` unless
+  ``override_pinned`` (a newer miles may map more: the node's preflight decides): an unmapped
+  one (``gate_up_proj``) trains no adapter there.
 - ``hardware`` is MI355X or MI350X (both 8 GPUs a node).
 - ``--qkv-format bshd`` (sink attention in TE) forbids ``--use-dynamic-batch-size``.
 
@@ -197,10 +199,10 @@ class Recipe:
                 "remove it and set WANDB_API_KEY (or HF_TOKEN) in the environment instead"
             )
         object.__setattr__(self, "_extra", extra)
-        for source, names in (
-            ("target_modules", self.target_modules),
-            ("--extra-args --target-modules", extra_target_modules(extra)),
-        ):
+        checked: list[tuple[str, Sequence[str]]] = [("target_modules", self.target_modules)]
+        if not self.override_pinned:  # overridden: the node's miles decides (lora_targets)
+            checked.append(("--extra-args --target-modules", extra_target_modules(extra)))
+        for source, names in checked:
             if message := unmapped_targets_message(source, names):
                 raise RecipeError(message)
         repeated = sorted(pinned_flags(self) & _flags_in(extra))
