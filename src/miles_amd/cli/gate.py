@@ -6,8 +6,8 @@ run dir, nothing readable in it, a malformed or missing baseline, an unwritable 
 an unusable history), with one line on stderr naming the flag and the fix. The run is
 judged once (``miles_amd.app.gate.gate_run_dir``); what is printed, written to the
 report, appended to the history and returned is that verdict. The report goes to
-``--report-dir`` (default ``<run-dir>/report/``; never inside the installed package, a
-refusal): report.json, report.md, metrics.png; the
+``--report-dir`` (default ``<run-dir>/report/``; inside the installed package it is refused:
+``tests/unit/test_gate_cli.py``): report.json, report.md, metrics.png; the
 chosen ``--format`` is printed to stdout, then, last, where the report was written (on
 stderr for ``json``/``markdown``, whose stdout is the document). ``--example`` gates the embedded
 example run instead of ``--run-dir`` (``miles_amd.app.example``), reporting to
