@@ -45,6 +45,7 @@ from tests.constants import (
     SHIPPED,
 )
 from tests.run_dirs import published_values, write_run
+from tests.unit.test_gate_canary import canary
 
 RESPONSE_LEN = "rollout/response_len/mean"
 TRUNCATED = "rollout/truncated_ratio"
@@ -141,6 +142,7 @@ def test_a_complete_run_with_passing_preflight_records_and_round_trips(tmp_path:
     run_dir = write_run(tmp_path / "run", values)
     write_env(run_dir)
     write_ar_line(run_dir)
+    canary(run_dir, "aiter", bad=False, variant="patched")  # the node's canary, clean
     out = tmp_path / "baselines" / "patched.json"
     result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert result.returncode == 0, result.stderr
@@ -267,6 +269,7 @@ def test_the_example_with_a_passing_preflight_needs_no_flag(tmp_path: Path) -> N
     run_dir = copy_example(tmp_path)
     write_env(run_dir)
     write_ar_line(run_dir)
+    canary(run_dir, "aiter", bad=False, variant="patched")  # the node's canary, clean
     out = tmp_path / "patched.json"
     result = record_cli(run_dir, out)
     assert result.exit_code == 0, result.stderr
