@@ -11,7 +11,9 @@ Decides how bytes reach disk:
   ``O_NOFOLLOW`` relative to its parent, so a ``report`` link in an untrusted run dir is
   :class:`UnsafeDir`, not followed (``tests/unit/test_files.py``); every file of the set is
   written to a temp file first, and only when all are written are they renamed into place,
-  so a failure (a full disk) leaves the previous set as it was.
+  so a failure (a full disk) leaves the previous set as it was. :func:`staged_files` is the
+  same in two steps, for a caller with a side effect to make only once the set is known to
+  fit (the gate appends to a history between them: ``miles_amd.app.gate``).
 
 Both remove a killed writer's temp files for the names they write (``.<name>.<random>.tmp``).
 On any error the temp files are removed and the targets are untouched.
@@ -27,7 +29,14 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["UnsafeDir", "atomic_write_bytes", "atomic_write_text", "write_files"]
+__all__ = [
+    "StagedFiles",
+    "UnsafeDir",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "staged_files",
+    "write_files",
+]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -73,6 +82,50 @@ def write_files(
     from it down to ``out_dir`` is opened without following a link. Default: ``out_dir``'s
     parent. ``UnsafeDir`` when one of them is a link or a file; nothing is written then.
     """
+    with staged_files(out_dir, files, root=root, mode=mode) as staged:
+        staged.commit()
+
+
+class StagedFiles:
+    """A set written to temp files in its directory, not yet in place (:func:`staged_files`).
+
+    :meth:`add` writes (or rewrites) one more file's temp; :meth:`commit` renames every temp
+    into place; leaving the ``with`` block removes the temps not committed.
+    """
+
+    def __init__(self, fd: int, mode: int) -> None:
+        self.fd, self.mode = fd, mode
+        self.temps: dict[str, str] = {}
+
+    def add(self, name: str, data: bytes) -> None:
+        if "/" in name or name in ("", ".", ".."):
+            raise ValueError(f"{name!r} is not a file name")
+        old = self.temps.pop(name, None)
+        if old is not None:
+            _unlink(self.fd, old)
+        else:
+            _remove_stale(self.fd, name)
+        self.temps[name] = _write_temp(self.fd, name, data, self.mode)
+
+    def commit(self) -> None:
+        for name, tmp in list(self.temps.items()):
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            del self.temps[name]
+
+    def __enter__(self) -> StagedFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for tmp in self.temps.values():
+            _unlink(self.fd, tmp)
+        os.close(self.fd)
+
+
+def staged_files(
+    out_dir: Path, files: Mapping[str, bytes], *, root: Path | None = None, mode: int = 0o644
+) -> StagedFiles:
+    """:func:`write_files`' first step: the set's temp files in ``out_dir`` (same checks);
+    use it as a context manager and call :meth:`StagedFiles.commit` to put them in place."""
     base = root if root is not None else out_dir.parent
     parts = out_dir.relative_to(base).parts if out_dir != base else ()
     if any(part in ("", ".", "..") for part in parts):
@@ -81,18 +134,14 @@ def write_files(
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"{name!r} is not a file name")
     base.mkdir(parents=True, exist_ok=True)
-    fd = _open_below(base, parts, out_dir)
-    temps: dict[str, str] = {}
+    staged = StagedFiles(_open_below(base, parts, out_dir), mode)
     try:
         for name, data in files.items():
-            _remove_stale(fd, name)
-            temps[name] = _write_temp(fd, name, data, mode)
-        for name, tmp in temps.items():
-            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
-    finally:
-        for tmp in temps.values():
-            _unlink(fd, tmp)
-        os.close(fd)
+            staged.add(name, data)
+    except BaseException:
+        staged.__exit__()
+        raise
+    return staged
 
 
 def _open_below(base: Path, parts: tuple[str, ...], out_dir: Path) -> int:

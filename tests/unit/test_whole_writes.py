@@ -125,3 +125,15 @@ def test_an_over_long_path_is_one_line_and_exit_2(args: list[str]) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("miles-amd: error: "), done.stderr
     assert "too long" in lines[0] or "longer than" in lines[0], lines[0]
+
+
+def test_a_report_that_cannot_be_written_appends_nothing_to_the_history(tmp_path: Path) -> None:
+    """The set is staged before the history append: exit 2 leaves no new history run."""
+    (tmp_path / "a_file").write_text("")
+    history = tmp_path / "h.sqlite"
+    args = ["gate", "--run-dir", str(EXAMPLE), "--baseline", "patched", "--history", str(history)]
+    done = run_cli(*args, "--report-dir", str(tmp_path / "a_file" / "report"))
+    assert done.returncode == 2, done.stderr
+    listed = run_cli("history", "--history", str(history), "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["runs"] == []

@@ -2,11 +2,13 @@
 
 - The report goes to ``report_dir``, else the run dir's ``report/`` (:func:`report_dir_of`);
   report.json, report.md and metrics.png are rendered in memory and written as one set through
-  ``miles_amd.files.write_files`` (no link below the run dir, or below the named dir's parent,
-  is followed; a failed write leaves the previous set).
-- With a history named, the verdict is appended before the report is rendered, so report.md
-  carries its "Drift across runs" section from the start. A history that cannot take the
-  append is a line in :attr:`GateResult.history_lines`; the verdict stands as judged.
+  ``miles_amd.files.staged_files`` (no link below the run dir, or below the named dir's
+  parent, is followed; a failed write leaves the previous set).
+- With a history named, the verdict is appended once the report set is staged (written to
+  temp files: a set that cannot be written appends nothing, ``tests/unit/test_whole_writes.py``)
+  and before it is put in place, so report.md carries its "Drift across runs" section from
+  the start. A history that cannot take the append is a line in
+  :attr:`GateResult.history_lines`; the verdict stands as judged.
 - The verdict carries the baseline's digest and whether it is the shipped one of its name
   (``miles_amd.app.baselines.identity``): the text, report.md and report.json show both.
 - What the caller prints (the verdict in a format, the history lines) comes from the
@@ -77,7 +79,7 @@ def gate_run_dir(
     from miles_amd.app.baselines import identity
     from miles_amd.app.history import append
     from miles_amd.evidence.load import load_run
-    from miles_amd.files import write_files
+    from miles_amd.files import staged_files
     from miles_amd.judge.gate import judge
     from miles_amd.report.plot import metrics_png
     from miles_amd.report.render import render_json, render_markdown
@@ -90,11 +92,6 @@ def gate_run_dir(
     verdict = replace(verdict, baseline_sha256=digest, shipped_sha256=shipped)
     lines: tuple[str, ...] = ()
     markdown = render_markdown(verdict)
-    if history is not None:
-        appended = append(history, verdict, evidence, baseline, environ=os.environ)
-        lines = appended.lines
-        if appended.section:
-            markdown += "\n" + appended.section
     out_dir = report_dir_of(run_dir, report_dir)
     files = ReportFiles.in_dir(out_dir)
     contents = {
@@ -102,5 +99,13 @@ def gate_run_dir(
         files.markdown.name: markdown.encode("utf-8"),
         files.plot.name: metrics_png(verdict, evidence, baseline),
     }
-    write_files(out_dir, contents, root=run_dir if report_dir is None else None)
+    # the set is staged first: a report that cannot be written appends nothing to the history
+    with staged_files(out_dir, contents, root=run_dir if report_dir is None else None) as staged:
+        if history is not None:
+            appended = append(history, verdict, evidence, baseline, environ=os.environ)
+            lines = appended.lines
+            if appended.section:
+                markdown += "\n" + appended.section
+                staged.add(files.markdown.name, markdown.encode("utf-8"))
+        staged.commit()
     return GateResult(verdict, evidence, baseline, files, markdown, lines)
