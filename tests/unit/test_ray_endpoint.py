@@ -52,6 +52,9 @@ BEFORE_SUBMIT = {
     "no suitable node": {"nodes": Reply(200, NO_SUITABLE_NODE)},
     "submit 500 echoing the request": {"submit": Reply(500, b"bad: ", echo=True)},
     "submit 500 echoing the key first": {"submit": Reply(500, ECHOED)},
+    "submit 500 with the key where the line is cut": {
+        "submit": Reply(500, b"x" * 250 + SECRET.encode())
+    },
 }
 AFTER_SUBMIT = {
     "status hangs": {"status": Reply(hang=True)},
@@ -71,7 +74,7 @@ def train(address: str, run_dir: Path, timeout: str = "30") -> tuple[CliRun, flo
 
 def assert_one_line(done: CliRun) -> str:
     assert "Traceback" not in done.stderr + done.stdout
-    assert SECRET not in done.stderr + done.stdout
+    assert SECRET[:10] not in done.stderr + done.stdout  # not even a cut-off start of it
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("miles-amd: error: "), done.stderr
     return lines[0]
@@ -149,7 +152,7 @@ replies = st.builds(
 )
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(bad=st.dictionaries(st.sampled_from(ROUTES), replies, min_size=1, max_size=2))
 def test_whatever_the_dashboard_answers_the_command_ends_in_one_line(bad: dict) -> None:
     import tempfile

@@ -121,10 +121,10 @@ def read_timeout_s(environ: Mapping[str, str] | None = None) -> float:
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
     """``exc`` as one short line, secrets redacted: what a foreign reply may add to a message."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = redact(" ".join(str(exc).split())) or type(exc).__name__  # before it is cut
     if len(text) > limit:
         text = text[:limit] + "..."
-    return redact(f"{type(exc).__name__}: {text}")
+    return f"{type(exc).__name__}: {text}"
 
 
 class JobsClient:
