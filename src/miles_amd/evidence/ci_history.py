@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from miles_amd import strict_json
@@ -42,6 +43,11 @@ from miles_amd.evidence.series import normalise_map
 from miles_amd.evidence.types import Point, SeriesMap
 
 RECORD_SUFFIXES = (".jsonl", ".ndjson")
+# Bounds on what one ci_history/ may hold (issue 26: a 40 MiB record file cost 1.9 GiB of
+# memory; the file cap bounds bytes, not the objects parsed from them). miles writes one
+# file per process (2 in the recipe's runs) holding 5 keys: 5,000 points for 1000 rollouts.
+MAX_RECORD_FILES = 64
+MAX_POINTS = 1_000_000  # all files together; ~150 bytes each once parsed
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _EXPECTED_POINT = (
     'expected [step, value]: an integer step and a number or "NaN"/"Infinity"/"-Infinity"'
@@ -53,7 +59,9 @@ def find_record_files(
 ) -> list[Path]:
     """The record files directly in ``directory``, sorted by name; one that is not a regular
     file inside ``root`` (default ``directory``) is a ``RefusedFile``."""
-    return regular_files(directory, _is_record_file, recursive=False, root=root)
+    return regular_files(
+        directory, _is_record_file, recursive=False, root=root, max_files=MAX_RECORD_FILES
+    )
 
 
 def _is_record_file(name: str) -> bool:
@@ -82,8 +90,11 @@ def read_ci_history_dir(
     within = directory if root is None else root
     points: dict[str, list[Point]] = {}
     origins: dict[str, dict[int, tuple[float, str, int]]] = {}  # metric -> step -> first place
+    budget = MAX_POINTS
     for file in find_record_files(directory, root=within):
-        for metric, (line, file_points) in read_record_file(file, live=live, root=within).items():
+        records = read_record_file(file, live=live, root=within, max_points=budget)
+        budget -= sum(len(file_points) for _, file_points in records.values())
+        for metric, (line, file_points) in records.items():
             merged = points.setdefault(metric, [])
             seen = origins.setdefault(metric, {})
             in_this_file: set[int] = set()
@@ -112,29 +123,55 @@ def read_record_file(
     *,
     live: bool = False,
     root: str | os.PathLike[str] | None = None,
+    max_points: int = MAX_POINTS,
 ) -> dict[str, tuple[int, list[Point]]]:
-    """``metric -> (line number, points)`` of one record file, points in file order."""
+    """``metric -> (line number, points)`` of one record file, points in file order.
+
+    A line is refused, before it is decoded or parsed, when its brackets allow more than
+    ``max_points`` points in all (a point is one ``[step, value]``), so the memory parsed
+    objects take is bounded by ``max_points``, not by the file's size
+    (``tests/unit/test_evidence_bombs.py``).
+    """
     name = os.fspath(path)
     data = read_regular(name, RECORD_FILE, root=root)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        bad_line = data.count(b"\n", 0, error.start) + 1
-        raise MetricsFormatError(name, bad_line, "not UTF-8 text (corrupt record file)") from None
-    lines = text.split("\n")
-    if live and not text.endswith("\n"):
-        lines.pop()  # the unterminated line a writer is still appending
     metrics: dict[str, tuple[int, list[Point]]] = {}
-    for number, line in enumerate(lines, start=1):
+    view = memoryview(data)
+    for number, (start, end) in enumerate(_lines(data, live), start=1):
+        if data.count(b"[", start, end) - 1 > max_points:  # counted before any copy
+            raise MetricsFormatError(
+                name,
+                number,
+                f"more points than the {MAX_POINTS:,} a ci_history/ may hold (a 1000-rollout "
+                "run records 5,000); this is not a record miles wrote",
+            )
+        try:
+            line = str(view[start:end], "utf-8")
+        except UnicodeDecodeError:
+            raise MetricsFormatError(name, number, "not UTF-8 text (corrupt record file)") from None
         if not line.strip():
             continue
         metric, points = _parse_line(line, name, number)
+        max_points -= len(points)
         if metric in metrics:
             raise MetricsFormatError(
                 name, number, f"metric {metric!r} already appeared at line {metrics[metric][0]}"
             )
         metrics[metric] = (number, points)
     return metrics
+
+
+def _lines(data: bytes, live: bool) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each line of ``data`` (split on ``\\n`` only); ``live`` leaves
+    out an unterminated last line (the one a writer is still appending)."""
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        if end < 0:
+            if not live:
+                yield start, len(data)
+            return
+        yield start, end
+        start = end + 1
 
 
 def _parse_line(line: str, path: str, number: int) -> tuple[str, list[Point]]:

@@ -58,6 +58,9 @@ _RAY_REPEAT = re.compile(r" \[repeated \d+x across cluster\]")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 _NUMBER = r"-?(?:[0-9][0-9.e+-]*|inf|nan)"
+# More unary signs in a row than any repr prints (one): refused before ``ast`` (issue 26: a
+# line of 200,000 minus signs was a MemoryError in the parser).
+_SIGN_RUN = re.compile(r"(?:[-+~]\s*){16,}")
 _PLAIN_ITEM = rf"'[^'\\\n]*': {_NUMBER}"
 _PLAIN_DICT = re.compile(rf"\{{(?:{_PLAIN_ITEM}(?:, {_PLAIN_ITEM})*)?\}}")
 _PLAIN_ITEMS = re.compile(rf"'([^'\\\n]*)': ({_NUMBER})")
@@ -178,11 +181,14 @@ def _plain_numbers(text: str) -> dict[str, float] | None:
 
 
 def _parse_literal_dict(text: str) -> list[tuple[str, float]]:
+    signs = _SIGN_RUN.search(text)
+    if signs is not None:  # Python prints one sign at most: a run is a bomb for the parser
+        raise ValueError(f"a run of {len(signs.group())} sign characters is no number's repr")
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as error:
         raise ValueError(f"not a complete dict literal ({error.msg}; truncated line?)") from None
-    except RecursionError:
+    except (RecursionError, MemoryError):
         raise ValueError("nested too deeply to be a metric dict") from None
     node = tree.body
     if not isinstance(node, ast.Dict):
@@ -195,6 +201,8 @@ def _parse_literal_dict(text: str) -> list[tuple[str, float]]:
             items.append((key_node.value, _number(value_node)))
         except _NotAScalar:
             continue
+        except RecursionError:
+            raise ValueError("a value nested too deeply to be a metric") from None
     return items
 
 

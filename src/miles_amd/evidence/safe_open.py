@@ -158,9 +158,13 @@ def regular_files(
     *,
     recursive: bool,
     root: str | os.PathLike[str] | None = None,
+    max_files: int | None = None,
 ) -> list[Path]:
     """The files under ``directory`` (inside ``root``, default ``directory``) whose names
     ``keep`` accepts, ordered by directory, then name.
+
+    More than ``max_files`` of them is a :class:`RefusedFile` naming ``directory``, raised
+    as the listing passes the bound (a directory of a million files is not listed whole).
 
     An entry with a kept name that is not a regular file is refused, and when ``recursive``
     so is every link (it might be a directory to walk); other entries are not looked at.
@@ -183,6 +187,12 @@ def regular_files(
                             info = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
                             _refuse_entry(base, child, info)
                         found.append(PurePosixPath(*child))
+                        if max_files is not None and len(found) > max_files:
+                            raise RefusedFile(
+                                os.fspath(directory),
+                                f"holds more than {max_files} such files; this is not a "
+                                "directory the run wrote",
+                            )
         finally:
             os.close(fd)
     found.sort(key=lambda path: (path.parent, path.name))

@@ -20,6 +20,7 @@ Agg canvas (headless, no pyplot state); the PNG's bytes are returned, writing th
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from miles_amd.evidence.types import RunEvidence, Series
@@ -56,6 +57,26 @@ BASELINE_COLOUR = "black"
 
 def _gated_metrics(baseline: Baseline) -> list[str]:
     return list(dict.fromkeys(r.metric for r in baseline.rules if r.metric is not None))
+
+
+# Beyond this magnitude matplotlib's axis transform overflows and is singular (issue 26:
+# +-1.7e308 in the CI history was a numpy LinAlgError); such values are drawn at the bound.
+DRAW_LIMIT = 1e300
+
+
+def _clip(value: float) -> float:
+    return max(-DRAW_LIMIT, min(DRAW_LIMIT, value)) if math.isfinite(value) else value
+
+
+def drawable(series: Series) -> Series:
+    """``series`` with finite values clipped to +-:data:`DRAW_LIMIT` (the figure only; the
+    report's numbers are the run's own)."""
+    return tuple((s, _clip(v)) for s, v in series)
+
+
+def drawable_check(check: Check) -> Check:
+    """``check`` with its figures (the lines its hint draws) clipped like :func:`drawable`."""
+    return replace(check, numbers={k: _clip(v) for k, v in check.numbers.items()})
 
 
 def _draw_series(ax: Any, metric: str, series: Series, baseline: Baseline) -> None:
@@ -141,8 +162,8 @@ def metrics_figure(verdict: Verdict, evidence: RunEvidence, baseline: Baseline):
     figure = new_figure(len(measured), title(verdict), colour, small)
     axes = panel_axes(figure, len(measured), small)
     for ax, metric in zip(axes, measured, strict=False):
-        checks = [c for c in verdict.checks if c.metric == metric]
-        _draw_panel(ax, metric, checks, evidence.series[metric], baseline)
+        checks = [drawable_check(c) for c in verdict.checks if c.metric == metric]
+        _draw_panel(ax, metric, checks, drawable(evidence.series[metric]), baseline)
     if not measured:
         axes[0].set_axis_off()
         draw_note(axes[0], "no gated metric was measured")
