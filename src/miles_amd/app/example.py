@@ -1,8 +1,9 @@
 """The embedded example run as ``gate --example`` uses it, and where its report may go.
 
 - :func:`example_run_dir`: the example's run dir, shipped as package data
-  (``miles_amd/testing/example-run``; in the repo a link to ``examples/runs/jvvnhop9``, in an
-  installed wheel a copy inside site-packages: ``miles_amd.package_data``).
+  (``testing/example-run`` below the package; in the repo a link to
+  ``examples/runs/jvvnhop9``, in an installed wheel a copy inside site-packages:
+  ``miles_amd.package_data``).
 - :func:`example_report_dir`: ``--report-dir`` when given, else a new temporary dir, so the
   gate never writes into the installed package.
 - :func:`inside_installed_package`: whether a path lies in the installed ``miles_amd``
@@ -20,14 +21,16 @@ from pathlib import Path
 
 __all__ = ["example_report_dir", "example_run_dir", "inside_installed_package"]
 
-EXAMPLE_ANCHOR = ("miles_amd.testing", "example-run")
+# read as data below the package root, so the product imports nothing of the testing
+# package (tests/unit/test_testing_package.py)
+EXAMPLE_PARTS = ("testing", "example-run")
 
 
 def example_run_dir() -> Path:
     """The embedded example's run dir (real path, links resolved)."""
     from miles_amd.package_data import package_path
 
-    return package_path(*EXAMPLE_ANCHOR)
+    return package_path("miles_amd", *EXAMPLE_PARTS)
 
 
 def package_root() -> Path:
