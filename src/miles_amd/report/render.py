@@ -72,11 +72,6 @@ def _grouped(names: list[str]) -> str:
     )
 
 
-def not_measured_list(verdict: Verdict) -> str:
-    """The optional checks not measured, grouped: ``a.x, a.y, b.z`` -> ``a (x, y); b (z)``."""
-    return _grouped([c.name for c in _not_measured(verdict)])
-
-
 def not_measured_reasons(verdict: Verdict) -> list[tuple[str, str]]:
     """(the checks, why) per distinct reason of the checks not measured, in check order:
     the reason is the check's ``detail`` (what the run lacked)."""
