@@ -208,3 +208,23 @@ def test_a_probes_fact_quoting_the_key_is_redacted(monkeypatch: pytest.MonkeyPat
     facts = preflight.run_preflight(config)
     assert [f.status for f in facts] == ["wrong", "wrong"]
     assert SECRET not in json.dumps([[f.value, f.message] for f in facts])
+
+
+def test_the_history_listing_shows_a_hostile_run_escaped(tmp_path: Path) -> None:
+    """A run whose dir name, job id and job message hold every hostile character, gated into
+    a history: the listing (text and markdown) shows none of them raw."""
+    hostile = "".join(HOSTILE)
+    run_dir = tmp_path / f"run{hostile}"
+    shutil.copytree(EXAMPLE, run_dir, ignore=shutil.ignore_patterns("report", "README.md"))
+    job = json.loads((run_dir / "job.json").read_text())
+    job.update(job_id=f"j{hostile}", message=hostile)
+    (run_dir / "job.json").write_text(json.dumps(job))
+    history = tmp_path / "h.sqlite"
+    args = ("--run-dir", str(run_dir), "--baseline", "patched", "--history", str(history))
+    gated = run_cli("gate", *args)
+    assert gated.returncode in (0, 1), gated.stderr
+    assert raw_chars(gated.stdout + gated.stderr) == []
+    for fmt in ("text", "markdown"):
+        listed = run_cli("history", "--history", str(history), "--format", fmt)
+        assert listed.returncode == 0, listed.stderr
+        assert raw_chars(listed.stdout + listed.stderr) == [], fmt
