@@ -29,6 +29,7 @@ class Reply:
     code: int = 200
     body: bytes = b""
     hang: bool = False
+    trickle: bool = False  # a valid start, then one byte every 0.3 s until the server stops
     echo: bool = False  # append the request's body (a dashboard echoing the request)
 
 
@@ -104,6 +105,17 @@ def _handler(fake: FakeDashboard) -> type[BaseHTTPRequestHandler]:
             if reply.hang:
                 fake.stopping.wait(60)
                 return
+            if reply.trickle:
+                self.send_response(200)
+                self.send_header("Content-Length", "1000000")
+                self.end_headers()
+                while not fake.stopping.wait(0.3):
+                    try:
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                    except OSError:  # the client gave up: what the test wants
+                        return
+                return
             payload = reply.body + (body if reply.echo else b"")
             self.send_response(reply.code)
             self.send_header("Content-Type", "application/json")
@@ -126,6 +138,7 @@ def fake_dashboard(replies: dict[str, Reply] | None = None) -> Iterator[FakeDash
     fake = FakeDashboard(replies=dict(replies or {}))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
     server.daemon_threads = True
+    server.handle_error = lambda *_: None  # type: ignore[method-assign]  # a client gave up
     fake.address = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, name="fake-dashboard", daemon=True)
     thread.start()

@@ -20,7 +20,10 @@ through here.
   :class:`JobsClient`: Ray's client sends without a timeout (``requests.request`` in
   ``SubmissionClient._do_request``, which forwards its keyword arguments: ray-project/ray
   b7f4259e, ``python/ray/dashboard/modules/dashboard_sdk.py``), so a subclass adds the
-  timeouts there, capped by the client's :attr:`JobsClient.deadline`; every failure of a call
+  timeouts there, capped by the client's :attr:`JobsClient.deadline`; a call that has no
+  complete answer within its connect and read timeouts (a reply trickling in a byte at a
+  time resets ``requests``' read timeout) is given up on all the same (:func:`within`; the
+  request is left to a daemon thread); every failure of a call
   (an HTTP 500, a body that is not JSON, a reply of the wrong shape: Ray's ``RuntimeError``,
   ``JSONDecodeError``, pydantic's ``ValidationError``, ``TypeError``) becomes one
   :class:`DashboardError` line, secrets redacted (``miles_amd.redact``). Ray's
@@ -32,6 +35,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -127,6 +132,28 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+def within(seconds: float, call: Callable[[], T], what: str = "the request") -> T:
+    """``call()``'s value (or its exception) if it ends within ``seconds``, else
+    ``TimeoutError``; the call goes on in a daemon thread, which the process does not wait for."""
+    done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+    def run() -> None:
+        try:
+            done.put((True, call()))
+        except BaseException as exc:  # handed to the caller
+            done.put((False, exc))
+
+    threading.Thread(target=run, name="ray-dashboard-call", daemon=True).start()
+    try:
+        ok, value = done.get(timeout=max(seconds, 0.01))
+    except queue.Empty:
+        raise TimeoutError(f"{what} had no complete answer within {seconds:.3g} s") from None
+    if not ok:
+        raise value
+    result: T = value
+    return result
+
+
 class JobsClient:
     """Ray's Jobs API client, each call bounded and each failure a :class:`DashboardError`.
 
@@ -151,8 +178,9 @@ class JobsClient:
         return min(CONNECT_TIMEOUT_S, read), read
 
     def _call(self, what: str, call: Callable[[], T]) -> T:
+        connect, read = self.timeout()
         try:
-            return call()
+            return within(connect + read + 1.0, call, what)
         except DashboardError:
             raise
         except Exception as exc:
@@ -196,8 +224,13 @@ def jobs_client(address: str, headers: Mapping[str, str]) -> JobsClient:
             return super()._do_request(method, endpoint, **kwargs)
 
     bound = JobsClient(None, address, read_timeout_s())
-    try:
-        bound.client = TimedClient(bound, address, headers=dict(headers) or None)
+    connect, read = bound.timeout()
+    try:  # the client asks for the version twice
+        bound.client = within(
+            2 * (connect + read) + 1.0,
+            lambda: TimedClient(bound, address, headers=dict(headers) or None),
+            "the version check",
+        )
         return bound
     except AuthenticationError as exc:
         status = 403 if exc.message.startswith("Authentication failed") else 401
