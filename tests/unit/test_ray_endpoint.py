@@ -50,6 +50,7 @@ BEFORE_SUBMIT = {
     "nodes not JSON": {"nodes": Reply(200, b"\x00\xff junk")},
     "nodes of the wrong types": {"nodes": Reply(200, b'{"data": {"result": {"result": [1]}}}')},
     "nodes hang": {"nodes": Reply(hang=True)},
+    "nodes trickle": {"nodes": Reply(trickle=True)},
     "no suitable node": {"nodes": Reply(200, NO_SUITABLE_NODE)},
     "submit 500 echoing the request": {"submit": Reply(500, b"bad: ", echo=True)},
     "submit 500 echoing the key first": {"submit": Reply(500, ECHOED)},

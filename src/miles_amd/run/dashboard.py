@@ -96,12 +96,17 @@ def get_json(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Any:
-    """``GET address + path`` with ``headers``; the decoded JSON answer."""
+    """``GET address + path`` with ``headers``; the decoded JSON answer (given up on when it
+    is not complete within twice ``timeout_s``: :func:`within`)."""
     url = address.rstrip("/") + path
     request = urllib.request.Request(url, headers=dict(headers))
-    try:
+
+    def fetch() -> Any:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return json.loads(response.read())
+
+    try:
+        return within(2 * timeout_s, fetch, url)
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             raise DashboardAuthError(address, exc.code) from None
