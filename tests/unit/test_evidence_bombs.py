@@ -32,6 +32,7 @@ from typer.testing import CliRunner
 from miles_amd.cli.main import app
 from miles_amd.evidence.ci_history import MAX_POINTS, MAX_RECORD_FILES
 from miles_amd.run.preflight import Fact, write_env_json
+from miles_amd.variants import AITER_VARIANTS
 from tests.constants import EXAMPLE, LOGPROB
 
 pytestmark = pytest.mark.unit
@@ -212,3 +213,5 @@ def test_hostile_env_text_keeps_the_history_table_one_row_a_run(
         width = unescaped_pipes(table[0])
         assert all(unescaped_pipes(line) == width for line in table), table
         assert all(line.endswith("|") for line in table), table
+        assert variant not in AITER_VARIANTS  # HOSTILE cannot spell one
+        assert "variant-unrecorded" in listing.stdout  # EnvRecord refused it, not stored
