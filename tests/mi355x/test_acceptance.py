@@ -24,11 +24,11 @@ from miles_amd.recipe.plan import CANARY_STEP, build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.preflight import (
     PreflightConfig,
-    format_table,
     preflight_ok,
     run_preflight,
     write_env_json,
 )
+from miles_amd.run.preflight_view import shown, table
 from miles_amd.run_dir import RunDir
 
 pytestmark = pytest.mark.mi355x
@@ -52,7 +52,7 @@ def preflight(node, variant: str):
 
 def test_preflight(node) -> None:
     facts = preflight(node, node.aiter_variant)
-    assert preflight_ok(facts), "preflight found problems:\n" + format_table(facts)
+    assert preflight_ok(facts), "preflight found problems:\n" + table(shown(facts), verbose=True)
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 600)
@@ -66,7 +66,7 @@ def test_recipe_matches_baseline(node, variant: str) -> None:
     run_dir = node.run_dir(variant)
     shutil.rmtree(run_dir, ignore_errors=True)  # this test's own output of an earlier run
     facts = preflight(node, variant)
-    assert preflight_ok(facts), "preflight found problems:\n" + format_table(facts)
+    assert preflight_ok(facts), "preflight found problems:\n" + table(shown(facts), verbose=True)
     recipe = Recipe(
         model_dir=str(node.model_dir),
         data_dir=str(node.data_dir),

@@ -26,12 +26,12 @@ from miles_amd.run.preflight import (
     PROBES,
     Fact,
     PreflightConfig,
-    format_table,
     preflight_ok,
     probe_name,
     run_preflight,
     write_env_json,
 )
+from miles_amd.run.preflight_view import shown, table
 from miles_amd.run.probes_node import (
     judge_gpus,
     parse_amd_smi_static,
@@ -174,7 +174,8 @@ def test_on_this_gpu_less_machine_the_gpu_probe_says_missing(tmp_path: Path) -> 
     assert "no AMD GPU visible" in by_name["gpus"].message
     assert by_name["torch"].status == "missing"
     assert not preflight_ok(facts)
-    gpu_row = next(line for line in format_table(facts).splitlines() if line.startswith("gpus "))
+    shown_table = table(shown(facts), verbose=True)
+    gpu_row = next(line for line in shown_table.splitlines() if line.startswith("gpus "))
     assert gpu_row.split()[:2] == ["gpus", "missing"]
 
 
@@ -478,9 +479,9 @@ def test_preflight_ok() -> None:
     assert not preflight_ok([*OK_FACTS, Fact("disk", "wrong", "1 GiB", "free space")])
 
 
-def test_format_table() -> None:
-    table = format_table([*OK_FACTS, Fact("torch", "missing", "", "install it")])
-    lines = table.splitlines()
+def test_the_verbose_table_lines_up() -> None:
+    lines = table(shown([*OK_FACTS, Fact("torch", "missing", "", "install it")]), verbose=True)
+    lines = lines.splitlines()
     assert lines[0].split() == ["fact", "status", "value", "message"]
     assert lines[3].split() == ["torch", "missing", "-", "install", "it"]
     assert lines[1].index("ok") == lines[3].index("missing")  # columns line up

@@ -70,7 +70,6 @@ __all__ = [
     "PreflightConfig",
     "Probe",
     "failing_facts",
-    "format_table",
     "preflight_ok",
     "probe_name",
     "run_preflight",
@@ -138,24 +137,6 @@ def preflight_ok(facts: Iterable[Fact]) -> bool:
 
 def failing_facts(facts: Iterable[Fact]) -> list[Fact]:
     return [f for f in facts if f.status != "ok"]
-
-
-def format_table(facts: Sequence[Fact]) -> str:
-    """A fixed-width table: name, status, value, message (``-`` for empty); a node's words
-    shown by ``miles_amd.escape.terminal`` (one fact, one line)."""
-    from miles_amd.escape import terminal
-
-    rows = [("fact", "status", "value", "message")] + [
-        tuple(terminal(cell) for cell in (f.name, f.status, f.value or "-", f.message or "-"))
-        for f in facts
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
-        + "  "
-        + row[3]
-        for row in rows
-    )
 
 
 def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object]) -> Path:
