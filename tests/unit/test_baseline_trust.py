@@ -12,8 +12,11 @@ and whether it is the shipped one. The workflow side (the base branch's baseline
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -296,3 +299,58 @@ def test_a_changed_shipped_baseline_never_judges(data: st.DataObject) -> None:
             assert result.exit_code in (0, 2), result.output
             if result.exit_code == 0:
                 assert report_baseline(report)["matches_shipped"] is True
+
+
+# ------------------------------------------------- the workflow's review step, run for real
+
+
+def run_review_step(tmp_path: Path, pr_patched: dict[str, Any] | None):
+    """amd-mi355x.yml's "Diff the baselines against the base branch" script, run by bash in
+    a scratch checkout: the base's baselines/ in .reviewed/, the pull request's beside it."""
+    from tests.workflow_yaml import MI355X_WORKFLOW, find_step, load_workflow, steps_of
+
+    steps = steps_of(load_workflow(MI355X_WORKFLOW)["jobs"]["baselines"])
+    index = find_step(steps, "miles-amd baseline diff")
+    assert index is not None
+    work = tmp_path / "checkout"
+    for tree in (work, work / ".reviewed"):
+        shutil.copytree(SHIPPED.parent, tree / "baselines")
+        manifest = tree / "src" / "miles_amd" / "baseline" / "shipped.py"
+        manifest.parent.mkdir(parents=True)
+        shutil.copy(SHIPPED.parents[1] / "src" / "miles_amd" / "baseline" / "shipped.py", manifest)
+    if pr_patched is not None:
+        (work / "baselines" / SHIPPED.name / "patched.json").write_text(json.dumps(pr_patched))
+    summary = tmp_path / "summary.md"
+    env = {
+        **os.environ,
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    result = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", steps[index]["run"]],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result, summary.read_text()
+
+
+def test_the_review_step_passes_unchanged_baselines(tmp_path: Path) -> None:
+    result, summary = run_review_step(tmp_path, None)
+    assert result.returncode == 0, result.stderr
+    assert "Baselines: as on the base branch." in summary
+
+
+def test_the_review_step_shows_the_diff_and_fails_named(tmp_path: Path) -> None:
+    """A pull request deleting the reward rules: its summary shows `baseline diff` base ->
+    pull request naming the removed rules, and the step fails as "baselines changed"."""
+    result, summary = run_review_step(tmp_path, without_rules(shipped_doc("patched"), REWARD_RULES))
+    assert result.returncode == 1, result.stderr
+    assert "::error title=baselines changed: review needed::baselines differ" in result.stdout
+    assert "### baselines changed: review needed" in summary
+    assert "#### patched" in summary and "#### stock" not in summary
+    for rule in REWARD_RULES:
+        assert rule in summary, summary
+    assert "exited" not in summary, summary  # the diff itself ran
