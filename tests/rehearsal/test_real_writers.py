@@ -90,11 +90,14 @@ def verdicts(expected: str | None, cluster_env, tmp_path: Path, **kwargs) -> Non
         assert expectation_problems(expected, outcome) == [], (writers, outcome)
         outcomes[writers] = outcome
     imitation, real = outcomes["imitation"], outcomes["real"]
-    assert (real.verdict, real.stopped_by) == (imitation.verdict, imitation.stopped_by)
-    if imitation.stopped_by is None:
-        assert failed_checks(real.run_dir) == failed_checks(imitation.run_dir)
+    real_run, imitation_run = real.outcome, imitation.outcome
+    assert (real.verdict, real_run.stopped_by) == (imitation.verdict, imitation_run.stopped_by)
+    if imitation_run.stopped_by is None:
+        assert failed_checks(real_run.run_dir) == failed_checks(imitation_run.run_dir)
     else:
-        real_failed, imitation_failed = failed_on_common_rollouts(real.run_dir, imitation.run_dir)
+        real_failed, imitation_failed = failed_on_common_rollouts(
+            real_run.run_dir, imitation_run.run_dir
+        )
         assert real_failed == imitation_failed
 
 
@@ -224,7 +227,7 @@ def test_writer_parity_on_the_same_values(cluster_env, tmp_path, rich_source) ->
             num_rollout=PARITY_ROLLOUTS,
             pace_s=0.1,
         )
-        assert outcome.status == "SUCCEEDED", (writers, outcome)
+        assert outcome.outcome.status == "SUCCEEDED", (writers, outcome)
     imitation, real = dirs["imitation"], dirs["real"]
     assert tensorboard_view(real) == tensorboard_view(imitation)
     assert ci_view(real) == ci_view(imitation)

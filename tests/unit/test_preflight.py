@@ -480,8 +480,8 @@ def test_preflight_ok() -> None:
 
 
 def test_the_verbose_table_lines_up() -> None:
-    lines = table(shown([*OK_FACTS, Fact("torch", "missing", "", "install it")]), verbose=True)
-    lines = lines.splitlines()
+    shown_table = table(shown([*OK_FACTS, Fact("torch", "missing", "", "install it")]), verbose=True)
+    lines = shown_table.splitlines()
     assert lines[0].split() == ["fact", "status", "value", "message"]
     assert lines[3].split() == ["torch", "missing", "-", "install", "it"]
     assert lines[1].index("ok") == lines[3].index("missing")  # columns line up
