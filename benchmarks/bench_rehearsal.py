@@ -87,7 +87,7 @@ def main() -> int:
                 run_dir,
                 fault=fault,
                 pace_s=args.pace
-                if fault is None or FAULTS[fault].driver_stop != "fail-fast"
+                if fault is None or FAULTS[fault].driver_stop not in ("fail-fast", "look")
                 else 0.5,
                 watch_interval_s=interval,
                 timeout_s=10.0 if fault == "hang" else 120.0,

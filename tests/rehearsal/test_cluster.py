@@ -51,15 +51,21 @@ def cluster() -> Iterator[TwoNodeCluster]:
         assert not left, f"processes of the two nodes left: {[p.pid for p in left]}"
 
 
-def plans_for(cluster: TwoNodeCluster, tmp_path: Path, pace_s: float) -> dict:
+def plans_for(
+    cluster: TwoNodeCluster, tmp_path: Path, pace_s: float, faults: dict[str, str] | None = None
+) -> dict:
+    """Both variants' plans; ``faults`` names a variant's replay fault (at rollout 0)."""
     env = {**cluster.client_env(os.environ), PATCHED_DIR_VAR: str(tmp_path / "aiter-patched")}
     tag = uuid.uuid4().hex[:8]  # node dirs outlive a test: each run its own
+    faults = faults or {}
     return {
         variant: build_train_plan(
             Recipe(num_rollout=20),
             variant_env(env, variant),
             run_dir=str(tmp_path / variant),
-            entrypoint_prefix=replay_prefix(EXAMPLE_RUN, pace_s=pace_s),
+            entrypoint_prefix=replay_prefix(
+                EXAMPLE_RUN, pace_s=pace_s, fault=faults.get(variant), at=0
+            ),
             node_root="${" + NODE_ROOT_VAR + "}",
             run_id=tag,
         )
@@ -157,6 +163,21 @@ def test_two_runs_concurrent_pinned_pulled_back_and_gated(cluster, tmp_path) -> 
             data = (tmp_path / name / path).read_bytes()
             assert len(data) == meta["size"]
             assert hashlib.sha256(data).hexdigest() == meta["sha256"]
+
+
+def test_a_variant_stopped_at_a_look_leaves_the_other_running(cluster, tmp_path) -> None:
+    """Stock's replay has its KL doubled: its driver stops it at a look before rollout 20;
+    patched's job, on the other node, runs to its end and passes."""
+    results = execute_both(plans_for(cluster, tmp_path, 0.5, {"stock": "kl-doubled"}), tmp_path)
+    stopped, kept = results["stock"], results["patched"]
+    assert isinstance(stopped, TrainResult) and isinstance(kept, TrainResult), results
+    job = JobRecord.from_json(RunDir(tmp_path / "stock").job_json.read_text())
+    assert (job.status, job.stopped_by) == ("STOPPED", "look")
+    assert job.look is not None and job.look.rule == "train_rollout_kl.mean"
+    assert job.look.rollout < 20 and stopped.verdict == "fail"
+    outcome = kept.outcome
+    assert (outcome.status, outcome.stopped_by, kept.verdict) == ("SUCCEEDED", None, "pass")
+    assert "step 19:" in RunDir(tmp_path / "patched").job_log.read_text()
 
 
 def test_ctrl_c_stops_both_variants(cluster, tmp_path) -> None:

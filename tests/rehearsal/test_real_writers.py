@@ -122,9 +122,9 @@ def failed_on_common_rollouts(*run_dirs: Path) -> list[set[str]]:
 
 @pytest.mark.parametrize("fault", EVIDENCE_FAULTS, ids=lambda f: f or "healthy")
 def test_verdicts_match_with_real_writers(fault, cluster_env, tmp_path) -> None:
-    if fault is not None and FAULTS[fault].driver_stop == "fail-fast":
-        # The watcher must see the fault while the job runs: a slower pace, as in
-        # test_rehearsal's fail-fast tests.
+    if fault is not None and FAULTS[fault].driver_stop in ("fail-fast", "look"):
+        # The watcher must see the fault (or the look that decides it) while the job runs:
+        # a slower pace, as in test_rehearsal's fail-fast and look tests.
         pacing = {"pace_s": 0.5, "watch_interval_s": WATCH_INTERVAL_S}
     else:
         pacing = {"pace_s": 0.1}

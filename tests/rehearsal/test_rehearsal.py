@@ -1,8 +1,11 @@
 """The whole hardware path on CPU: replayed runs through the real driver, watcher and gate.
 
-The healthy replay of the embedded jvvnhop9 run must PASS against the patched baseline;
-every fault of ``miles_amd.testing.faults`` must end red with the gate checks and the driver stop
-its catalogue entry names (never PASS); the known-issue sentinel passes and is reported.
+The healthy replay of the embedded jvvnhop9 run must PASS against the patched baseline,
+judged at every look and run to its last rollout; every fault of ``miles_amd.testing.faults``
+must end red with the gate checks and the driver stop its catalogue entry names (never
+PASS): at once (fail-fast), at the first look that decides it (a reward collapse, a doubled
+KL: stopped before rollout 20, job.json and the report naming the look), by the timeout, or
+by itself; the known-issue sentinel passes and is reported.
 Fail-fast latency is read from the job's own clock (its log stamps and the driver's stop
 request in job.json), never from sleeps in the test.
 """
@@ -27,6 +30,7 @@ pytestmark = pytest.mark.rehearsal
 # latency bound allows for (stamp_resolution_s).
 WATCH_INTERVAL_S = 2.0
 FAIL_FAST = sorted(k for k, f in FAULTS.items() if f.driver_stop == "fail-fast")
+AT_A_LOOK = sorted(k for k, f in FAULTS.items() if f.driver_stop == "look")
 # The known sentinel ends by itself too; its own test below runs it once.
 ENDS_BY_ITSELF = sorted(
     k for k, f in FAULTS.items() if f.driver_stop is None and k != "known-sentinel"
@@ -39,6 +43,10 @@ def test_healthy_replay_passes(healthy_run: TrainResult) -> None:
     assert result.outcome.status == "SUCCEEDED" and result.exit_code == 0
     report = json.loads((RunDir(result.outcome.run_dir).report / "report.json").read_text())
     assert report["verdict"] == "pass" and report["expected_rollouts"] == 20
+    # judged at every look, decided at none: a healthy run is never stopped early
+    assert report["looks"] == [5, 10, 15, 20] and report["decided_at_rollout"] is None
+    job = JobRecord.from_json(RunDir(result.outcome.run_dir).job_json.read_text())
+    assert (job.stopped_by, job.look) == (None, None)
     passed = {c["name"] for c in report["checks"] if c["status"] == "pass"}
     assert {"logprob_abs_diff.spikes", "raw_reward.paired", "job.status"} <= passed
     assert (RunDir(result.outcome.run_dir).report / "metrics.png").stat().st_size > 0
@@ -78,13 +86,41 @@ def test_fail_fast_stops_within_two_intervals(fault, cluster_env, tmp_path, stat
     run = RunDir(tmp_path / "run")
     job = JobRecord.from_json(run.job_json.read_text())
     assert job.status == "STOPPED" and job.failfast is not None
-    assert job.failfast["step"] in (3, None)
+    # a fault at rollout 3, or (wrong-batch-shape) every rollout from the first
+    assert job.failfast["step"] in ((3, None) if FAULTS[fault].uses_at else (0,))
     latency = job.failfast_latency_s
     bound = 2 * WATCH_INTERVAL_S + stamp_resolution_s(run, job)
     assert latency is not None and 0 <= latency <= bound, job
     assert "step 19:" not in run.job_log.read_text(), "the job ran to the end despite the fault"
     report_md = (run.report / "report.md").read_text()
     assert "stopped by fail-fast" in report_md
+
+
+@pytest.mark.parametrize("fault", AT_A_LOOK)
+def test_a_look_stops_the_run_where_it_is_decided(fault, cluster_env, tmp_path, state_dir) -> None:
+    """Stopped by the driver at the first look whose statistic crosses its boundary (a
+    reward collapse from rollout 3, the KL doubled from the start: at rollout 5), not at
+    20; job.json records the look and the rule, and the report says the same."""
+    result = rehearse(
+        cluster_env,
+        tmp_path / "run",
+        fault=fault,
+        at=3 if fault == "reward-collapse" else 0,
+        pace_s=0.5,
+        watch_interval_s=WATCH_INTERVAL_S,
+        state_dir=state_dir,
+    )
+    assert expectation_problems(fault, result) == []
+    run = RunDir(tmp_path / "run")
+    job = JobRecord.from_json(run.job_json.read_text())
+    report = json.loads((run.report / "report.json").read_text())
+    assert job.status == "STOPPED" and job.stopped_by == "look" and job.look is not None
+    assert job.look.rollout == report["decided_at_rollout"] < 20, (job, report)
+    assert job.look.rule == report["decided_by"] and job.look.alpha_spent > 0
+    assert "step 19:" not in run.job_log.read_text(), "the job ran to the end despite the look"
+    report_md = (run.report / "report.md").read_text()
+    assert f"decided at the look at rollout {job.look.rollout} of 20" in report_md
+    assert f"stopped at the look at rollout {job.look.rollout}: {job.look.rule}" in report_md
 
 
 def stamp_resolution_s(run: RunDir, job: JobRecord) -> float:

@@ -439,14 +439,16 @@ def test_a_spike_fails_its_own_baseline_and_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_zero_logprob_gap_is_refused_as_underivable_not_a_traceback(tmp_path: Path) -> None:
-    """step_rise works on logarithms: a reference with a zero gap cannot derive it."""
+    """step_rise works on logarithms: a reference with a zero gap cannot derive it (its
+    bounds at the looks already need the log-scale spread: the rule is named)."""
     values = published_values()
     values[LOGPROB][0] = 0.0
     run_dir = write_run(tmp_path / "run", values)
     write_env(run_dir)
     out = tmp_path / "patched.json"
     result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
-    assert_refused(result, out, "does not load", "non-positive reference value", LOGPROB)
+    named = "rule logprob_abs_diff.step cannot be derived"
+    assert_refused(result, out, named, "non-positive reference value", LOGPROB)
 
 
 def test_a_missing_required_metric_is_refused(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
-from miles_amd.judge.gate import Check, Verdict, hard_failures, judge
+from miles_amd.judge.gate import Check, Verdict, early_failures, judge
 from miles_amd.rules.model import Baseline
 from tests.constants import CLIPFRAC, KL, LOGPROB, REWARD
 
@@ -208,10 +208,15 @@ def test_value_at_the_threshold_is_no_spike(patched: Baseline) -> None:
 def test_logprob_mean_outside_band_fails(patched: Baseline) -> None:
     values = published(patched)
     values[LOGPROB] = [v + 0.0045 for v in values[LOGPROB]]
-    result = check(judge(evidence(values), patched), "logprob_abs_diff.mean")
+    result = check(judge(evidence(values), patched, looks=False), "logprob_abs_diff.mean")
     assert result.status == "fail"
-    assert "outside [0.01288, 0.02107]" in result.detail
+    assert "outside [0.01288, 0.02107]" in result.detail  # the written band: no looks
     assert result.numbers["low"] == 0.01288
+    # with looks its last look's bound is a little above 4 SE (the rate the looks before it
+    # spent): the band it is judged with at the end is a little wider
+    looked = check(judge(evidence(values), patched), "logprob_abs_diff.mean")
+    assert looked.status == "fail"
+    assert looked.numbers["low"] < 0.01288 and looked.numbers["high"] > 0.02107
 
 
 def test_collapsed_logprob_diff_fails_the_lower_edge(patched: Baseline) -> None:
@@ -293,7 +298,7 @@ def test_clipfrac_float_noise_passes(patched: Baseline) -> None:
 def test_paired_reward_drop_fails_with_the_effect_reported(patched: Baseline) -> None:
     values = published(patched)
     values[REWARD] = [max(0.0, v - 5 / 64) for v in values[REWARD]]  # 5 fewer correct of 64
-    verdict = judge(evidence(values), patched)
+    verdict = judge(evidence(values), patched, looks=False)
     paired = check(verdict, "raw_reward.paired")
     assert paired.status == "fail"
     # against the level pooled with the stock run's 0.57 on the same prompts
@@ -441,44 +446,51 @@ def test_known_sentinel_is_listed_but_never_fails(patched: Baseline) -> None:
 # ---------------------------------------------------------------------------- fail fast
 
 
-def test_hard_failures_on_a_partial_run(patched: Baseline) -> None:
+def test_early_failures_on_a_partial_run(patched: Baseline) -> None:
     partial = {metric: vs[:6] for metric, vs in published(patched).items()}
-    assert hard_failures(evidence(partial, job=None), patched) == []
+    assert early_failures(evidence(partial, job=None), patched) == []
     partial[LOGPROB][4] = 0.31
     partial[REWARD][5] = math.nan
-    found = hard_failures(evidence(partial, job=None, sentinels=(FATAL, KNOWN)), patched)
+    found = early_failures(evidence(partial, job=None, sentinels=(FATAL, KNOWN)), patched)
     names = [c.name for c in found]
     assert names == [
         "logprob_abs_diff.spikes",
+        "logprob_abs_diff.mean",  # at the look at rollout 5: the spike lifts the mean
+        "logprob_abs_diff.max",
         "raw_reward.finite",
+        "raw_reward.batch_fingerprint",  # NaN is off the 1/64 grid: at once too
         "sentinel.hip_memory_access_fault",
     ]
     assert "rollout 4 (0.31)" in found[0].detail
-    assert "rollout/raw_reward at rollout 5" in found[1].detail
+    assert found[1].look == 5 and found[1].detail.startswith("look at rollout 5: mean")
+    assert "rollout/raw_reward at rollout 5" in found[3].detail
 
 
-def test_hard_failures_are_the_final_gates_checks(patched: Baseline) -> None:
+def test_early_failures_are_the_final_gates_checks(patched: Baseline) -> None:
     values = with_values(patched, logprob={8: 0.5})
     values[GRAD_NORM] = [0.2] * 20
     values[GRAD_NORM][2] = math.inf
     run = evidence(values, sentinels=(FATAL,))
-    early = hard_failures(run, patched)
+    early = early_failures(run, patched)
     final = {c.name: c for c in judge(run, patched).checks}
     assert [c.name for c in early] == [
         "logprob_abs_diff.spikes",
+        "logprob_abs_diff.mean",
+        "logprob_abs_diff.max",
         "grad_norm.finite",
         "sentinel.hip_memory_access_fault",
     ]
     for c in early:
         assert final[c.name] == c
+    assert final["logprob_abs_diff.mean"].look == 10  # its first failing look
 
 
-def test_hard_failures_ignore_what_a_partial_run_has_not_logged(patched: Baseline) -> None:
-    assert hard_failures(evidence({}, job=None), patched) == []
+def test_early_failures_ignore_what_a_partial_run_has_not_logged(patched: Baseline) -> None:
+    assert early_failures(evidence({}, job=None), patched) == []
     rollout_only = evidence({REWARD: [0.5]}, job=None)
-    assert hard_failures(rollout_only, patched) == []
+    assert early_failures(rollout_only, patched) == []
     assert replace(rollout_only, sentinels=(KNOWN,)).sentinels == (KNOWN,)
-    assert hard_failures(replace(rollout_only, sentinels=(KNOWN,)), patched) == []
+    assert early_failures(replace(rollout_only, sentinels=(KNOWN,)), patched) == []
 
 
 # ---------------------------------------------------------------------------- one sentence

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from miles_amd.files import atomic_write_text
-from miles_amd.records.job import JobRecord
+from miles_amd.records.job import JobRecord, LookStop
 from miles_amd.run_dir import RunDir
 from tests.support.rehearsal import EXAMPLE_RUN
 
@@ -40,6 +40,19 @@ def test_the_embedded_example_and_a_minimal_record_read() -> None:
     assert minimal == JobRecord("raysubmit_x", "FAILED")
 
 
+LOOK = (
+    '{"job_id": "j", "status": "STOPPED", "stopped_by": "look", "look": '
+    '{"rollout": 10, "rule": "train_rollout_kl.mean", "alpha_spent": 0.000473}}'
+)
+
+
+def test_a_stop_at_a_look_reads_back_with_its_look_and_rule() -> None:
+    record = JobRecord.from_json(LOOK)
+    assert record.stopped_by == "look"
+    assert record.look == LookStop(10, "train_rollout_kl.mean", 0.000473)
+    assert JobRecord.from_json(record.to_json()) == record
+
+
 @pytest.mark.parametrize(
     ("text", "names"),
     [
@@ -54,6 +67,19 @@ def test_the_embedded_example_and_a_minimal_record_read() -> None:
         ('{"job_id": "j", "status": "FAILED", "driver_exit_code": true}', '"driver_exit_code"'),
         ('{"job_id": "j", "status": "STOPPED", "stopped_by": "user"}', '"stopped_by"'),
         ('{"job_id": "j", "status": "STOPPED", "failfast": "spike"}', '"failfast"'),
+        # a stop at a look: stopped_by "look" exactly with its look, each field checked
+        ('{"job_id": "j", "status": "STOPPED", "stopped_by": "look"}', '"look" must be an'),
+        (
+            '{"job_id": "j", "status": "STOPPED", "stopped_by": "timeout", "look": '
+            '{"rollout": 5, "rule": "r", "alpha_spent": 0.001}}',
+            '"look" must be an object exactly when',
+        ),
+        (LOOK.replace('"rollout": 10', '"rollout": 0'), r'"look\.rollout"'),
+        (LOOK.replace('"rollout": 10', '"rollout": true'), r'"look\.rollout"'),
+        (LOOK.replace('"rule": "train_rollout_kl.mean"', '"rule": ""'), r'"look\.rule"'),
+        (LOOK.replace('"alpha_spent": 0.000473', '"alpha_spent": 1.5'), r'"look\.alpha_spent"'),
+        (LOOK.replace('"alpha_spent": 0.000473', '"alpha_spent": "x"'), r'"look\.alpha_spent"'),
+        (LOOK.replace('"look": {', '"look": [{').replace("}}", "}]}"), '"look" must be an object'),
     ],
 )
 def test_a_bad_record_names_its_field(text: str, names: str) -> None:

@@ -108,6 +108,9 @@ def test_the_gate_passes_only_a_consistent_succeeded_record(
 ) -> None:
     """Exit 0/1/2 only, no traceback; a pass needs a SUCCEEDED record that agrees with itself
     (and, with --require-env, a job.json at all); nothing written outside the run dir."""
+    if record["stopped_by"] == "look":  # a stop at a look records its look (JobRecord.look)
+        look = {"rollout": 10, "rule": "train_rollout_kl.mean", "alpha_spent": 0.0005}
+        record = {**record, "look": look}
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         run_dir = copy_example(root)

@@ -33,6 +33,8 @@ from miles_amd.recipe.settings import Hardware, Recipe, RecipeError
 from miles_amd.testing.faults import (
     ABS_DIFF,
     FAULTS,
+    KL,
+    PUBLISHED_KL_MEAN,
     RAW_REWARD,
     SPIKE_VALUE,
     FaultError,
@@ -40,6 +42,7 @@ from miles_amd.testing.faults import (
     check_fault_at,
     fatal_sentinel_line,
     final_record_cut,
+    healthy_kl,
     known_sentinel_lines,
     off_batch_reward,
     plan_fault,
@@ -589,6 +592,7 @@ def test_every_fault_names_its_effect_and_expected_reason() -> None:
     assert set(FAULTS) == {
         "spike", "nan", "crash", "hang", "short", "fatal-sentinel", "known-sentinel",
         "no-tensorboard", "truncated-event", "reward-collapse", "wrong-batch-shape",
+        "kl-doubled",
     }  # fmt: skip
     for kind, fault in FAULTS.items():
         assert fault.kind == kind and fault.description and fault.expected
@@ -603,6 +607,22 @@ def test_value_faults_change_only_their_series() -> None:
     assert math.isnan(transform_series("nan", 0, SERIES)[ABS_DIFF][0][1])
     collapsed = transform_series("reward-collapse", 3, SERIES)[RAW_REWARD]
     assert collapsed == (*SERIES[RAW_REWARD][:3], (3, 0.0), (4, 0.0))
+
+
+def test_kl_doubled_doubles_a_healthy_kl_from_rollout_k() -> None:
+    """A source without a KL gets one at jvvnhop9's published mean, shaped by the gap (KL ~
+    gap²), doubled from K; a source with one has its own doubled; nothing else changes."""
+    made = transform_series("kl-doubled", 2, SERIES)
+    healthy = dict(healthy_kl(SERIES[ABS_DIFF]))
+    assert healthy == {k: pytest.approx(PUBLISHED_KL_MEAN) for k in range(5)}  # a flat gap
+    assert made[KL] == tuple((k, healthy[k] * (2 if k >= 2 else 1)) for k in range(5))
+    assert {k: v for k, v in made.items() if k != KL} == SERIES
+    own = {**SERIES, KL: tuple((k, 1e-3) for k in range(5))}
+    assert transform_series("kl-doubled", 0, own)[KL] == tuple((k, 2e-3) for k in range(5))
+    shaped = healthy_kl(((0, 0.01), (1, 0.03)))  # mean gap 0.02: (1/2)² and (3/2)² of the mean
+    assert [v for _, v in shaped] == pytest.approx(
+        [PUBLISHED_KL_MEAN / 4, 9 * PUBLISHED_KL_MEAN / 4]
+    )
     assert SERIES[ABS_DIFF][2] == (2, 0.02)  # the input is untouched
     assert transform_series(None, 0, SERIES) == SERIES
     assert transform_series("crash", 0, SERIES) == SERIES

@@ -110,7 +110,11 @@ def test_report_json_rows(failing, patched: Baseline) -> None:
     assert spikes["failing_steps"] == [6]
     assert "rollout 6 (0.42)" in spikes["detail"]
     assert rows["raw_reward.mean"]["observed"] == "NaN"  # strict JSON, miles' marker
-    assert rows["raw_reward.paired"]["numbers"] == {}
+    # the NaN at rollout 9 leaves the paired effect undefined from the look at rollout 10 on:
+    # decided there, the look and the rate spent by it its only figures
+    paired = rows["raw_reward.paired"]
+    assert paired["status"] == "fail" and "non-finite" in paired["detail"]
+    assert set(paired["numbers"]) == {"look", "alpha_spent"} and paired["numbers"]["look"] == 10
     assert rows["evidence.readable"]["status"] == "fail"
     assert rows["evidence.consistent"]["status"] == "fail"
     assert rows["sentinel.sglang_register_lora_adapter_404"]["observed"] == 2

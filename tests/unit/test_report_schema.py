@@ -64,7 +64,7 @@ def test_the_gates_report_json_matches_its_schema(tmp_path: Path, make, verdict:
 def test_the_schema_refuses_a_report_of_another_shape(tmp_path: Path) -> None:
     report = gated(EXAMPLE, tmp_path / "report")
     for broken in (
-        {**report, "schema_version": 2},
+        {**report, "schema_version": SCHEMA_VERSION + 1},
         {**report, "verdict": "maybe"},
         {k: v for k, v in report.items() if k != "checks"},
         {**report, "checks": [{**report["checks"][0], "status": "skipped"}]},

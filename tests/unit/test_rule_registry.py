@@ -21,6 +21,7 @@ from miles_amd.baseline.model import (
     resolve_baseline_path,
 )
 from miles_amd.report.rule_hints import HINTS
+from miles_amd.rules.model import BOUNDARIES
 from miles_amd.rules.registry import KINDS
 
 
@@ -65,13 +66,15 @@ def mismatches(kinds: Mapping[str, tuple[str, ...]], schema: Mapping[str, Any]) 
 
 def registry() -> dict[str, tuple[str, ...]]:
     """Each kind's required fields: its params without a default (an optional field, such as
-    ``paired_mean_diff``'s ``side``, has one; the schema lists it but does not require it)."""
+    ``paired_mean_diff``'s ``side``, has one; the schema lists it but does not require it),
+    and a spending kind's ``boundaries`` (its bound at each look: ``miles_amd.rules.looks``)."""
     return {
         name: tuple(
             f.name
             for f in dataclasses.fields(spec.params)
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         )
+        + ((BOUNDARIES,) if spec.looks == "spending" else ())
         for name, spec in KINDS.items()
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from miles_amd.baseline.model import load_baseline
-from miles_amd.judge.gate import hard_failures
+from miles_amd.judge.gate import early_failures
 from miles_amd.run.watcher import FailFastWatcher, Trip, first_metric_line_time, line_time
 from miles_amd.run_dir import RunDir
 from tests.constants import REWARD
@@ -16,7 +16,7 @@ PATCHED = load_baseline("patched")
 
 
 def judge(evidence):
-    return hard_failures(evidence, PATCHED)
+    return early_failures(evidence, PATCHED)
 
 
 def values(n: int, **changes: tuple[int, float]) -> dict[str, list[float]]:

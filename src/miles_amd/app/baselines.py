@@ -4,15 +4,17 @@
   :class:`~miles_amd.app.errors.AppError` naming the flag and the fix; a shipped one must
   also carry the recipe's required rules and its pinned evidence
   (``miles_amd.baseline.shipped.check_shipped``).
-- :func:`identity`: the baseline's digest and the shipped one of its name's
-  (``miles_amd.baseline.shipped.baseline_digest``), for the gate to print and record; in CI
-  the shipped baselines are the base branch's (``$MILES_AMD_BASELINES_DIR``, docs/ci.md).
 - :func:`for_variant`: the shipped baseline a variant is gated against: its own, else (the
   rccl control arm, which has none) stock's, applied baseline-free by the gate
   (``judge.control_arm``).
+- :func:`identity`: the baseline's digest and the shipped one of its name's
+  (``miles_amd.baseline.shipped.baseline_digest``), for the gate to print and record; in CI
+  the shipped baselines are the base branch's (``$MILES_AMD_BASELINES_DIR``, docs/ci.md).
 - :func:`watch_rules`: what the fail-fast watcher applies to a run still being written: the
-  gate's ``hard_failures`` against the run's baseline, or the patched one when the run is not
-  gated (the spike threshold, finiteness and fatal sentinels are the same in both).
+  gate's own rules at the looks the run has reached (``judge.gate.early_failures``)
+  against the run's baseline; a run that is not gated is watched with the patched one's
+  rules that take nothing from the reference (the spike threshold, finiteness, the reward
+  grid, the steps, fatal sentinels: the same in both) and no looks.
 """
 
 from __future__ import annotations
@@ -71,7 +73,9 @@ def for_variant(variant: str) -> str:
 
 def watch_rules(gate: Baseline | None) -> Callable[[RunEvidence], list[Check]]:
     """The watcher's judge of partial evidence (module doc)."""
-    from miles_amd.judge.gate import hard_failures
+    from miles_amd.judge.gate import early_failures
 
-    reference = gate if gate is not None else load("patched", "--gate")
-    return lambda evidence: hard_failures(evidence, reference)
+    if gate is not None:
+        return lambda evidence: early_failures(evidence, gate)
+    reference = load("patched", "--gate")
+    return lambda evidence: early_failures(evidence, reference, looks=False, reference_free=True)

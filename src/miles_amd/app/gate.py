@@ -74,8 +74,10 @@ def gate_run_dir(
     report_dir: Path | None = None,
     require_env: bool = False,
     history: Path | None = None,
+    looks: bool = True,
 ) -> GateResult:
-    """Judge ``run_dir`` against ``baseline`` and write the report (module doc)."""
+    """Judge ``run_dir`` against ``baseline`` and write the report (module doc); ``looks``
+    False judges the whole run only (``--no-looks``)."""
     from miles_amd.app.baselines import identity
     from miles_amd.app.history import append
     from miles_amd.evidence.load import load_run
@@ -86,7 +88,11 @@ def gate_run_dir(
 
     evidence = load_run(run_dir)
     verdict = judge(
-        evidence, baseline, expected_rollouts=expected_rollouts, require_env=require_env
+        evidence,
+        baseline,
+        expected_rollouts=expected_rollouts,
+        require_env=require_env,
+        looks=looks,
     )
     digest, shipped = identity(baseline)
     verdict = replace(verdict, baseline_sha256=digest, shipped_sha256=shipped)

@@ -22,13 +22,16 @@ A file is valid when, in order:
    series could pass without evidence);
 4. every per-rollout series has ``run_shape.rollouts`` values, and the rest of ``run_shape``
    (train steps, samples and prompts per rollout, response-length cap) is the recipe's
-   (``Recipe``'s defaults: 1, 64, 8, 4096), since tolerances are derived from it;
+   (``Recipe``'s defaults: 1, 64, 8, 4096), since tolerances are derived from it; its
+   ``looks`` are increasing rollouts ending at ``run_shape.rollouts``
+   (``miles_amd.rules.looks``);
 5. every rule has exactly its kind's fields, and its tolerance is derived as its kind
    declares or lies in its declared sane range (``miles_amd.rules.registry.validate_rule``,
    the kind modules of ``miles_amd.rules.kinds``): a band equals what its ``derive``
    block gives for ``run_shape.rollouts`` (bands come from data, not from taste), a grid's
    quantum is ``1/samples_per_rollout``, a spike threshold lies above the reference's max
-   and within 20x it, ... so an absurd but self-consistent baseline is refused.
+   and within 20x it, a spending rule's ``boundaries`` are the ones its rate spent over the
+   looks gives, ... so an absurd but self-consistent baseline is refused.
 
 6. (files only, :func:`load_baseline`) the file is named after the baseline it holds,
    ``<name>.json``: the gate, report and history show the name inside the file.
@@ -52,6 +55,7 @@ from pathlib import Path
 from miles_amd import strict_json
 from miles_amd.baseline import schema_check
 from miles_amd.package_data import package_path
+from miles_amd.rules.looks import looks_problem
 from miles_amd.rules.model import Baseline, RunShape
 from miles_amd.rules.registry import validate_rule
 from miles_amd.variants import AITER_VARIANTS, BASELINE_VARIANTS
@@ -199,6 +203,10 @@ def _problems(baseline: Baseline) -> Iterator[_Problem]:
         )
     yield from _missing_guards(baseline)
     yield from _shape_problems(baseline.run_shape)
+    looks = looks_problem(baseline.run_shape)
+    if looks is not None:
+        yield looks
+        return  # the boundaries below are derived at the looks
     for index, rule in enumerate(baseline.rules):
         problem = validate_rule(rule, baseline)
         if problem is not None:

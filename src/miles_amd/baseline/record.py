@@ -17,7 +17,10 @@ The method (the file the gate later reads must be one the loader accepts unchang
 - **Rules** are the template's: the same ids, kinds, required flags, rationales, thresholds,
   quanta, ``atol``, ``z`` and ``derive`` blocks (``k``, ``cover``, ``run_sd``, ``rho``) and
   every other param of a kind (``side``, ``pool``, ``alpha``, ...), so only the reviewed
-  rules gate runs. ``run_shape`` is the template's with ``rollouts = N``.
+  rules gate runs. ``run_shape`` is the template's with ``rollouts = N`` and its looks below
+  ``N``, then ``N`` (``miles_amd.rules.looks.run_looks``); each spending rule's
+  ``boundaries`` are re-derived at those looks from the recorded run
+  (``miles_amd.rules.looks``, the code the loader checks them with).
 - **Evidence**: every metric a rule names that the run logged becomes ``evidence.series``
   (rollout 0 first) with a summary (``n``, ``min``, ``mean``, ``max``, and what the kinds
   ruling it add: the count above the spike threshold for ``all_below``). Values are stored
@@ -64,8 +67,9 @@ from miles_amd.judge.environment import Environment, run_environment
 from miles_amd.judge.gate import judge
 from miles_amd.rules import bands
 from miles_amd.rules.band import BandParams
-from miles_amd.rules.model import Baseline, Rule
-from miles_amd.rules.registry import KINDS
+from miles_amd.rules.looks import run_looks
+from miles_amd.rules.model import BOUNDARIES, Baseline, Rule
+from miles_amd.rules.registry import KINDS, rule_boundaries
 
 __all__ = ["NAME_PATTERN", "RecordError", "record_baseline"]
 
@@ -241,6 +245,10 @@ def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
     try:
         if kind.rederive is not None:
             params.update(kind.rederive(rule, draft, rec.rollouts))
+        looks = draft.run_shape.looks
+        bounds = rule_boundaries(replace(rule, params=params), draft, rec.rollouts, looks)
+        if bounds:  # a spending rule: its bound at each look, from the recorded run
+            params[BOUNDARIES] = [b.to_json() for b in bounds]
         derivation = rule.derivation
         if kind.derive_method is not None and rule.metric in draft.series:
             derivation = _band_derivation(rule, draft, rec)
@@ -322,7 +330,7 @@ def record_baseline(
         path=f"<recorded from {evidence.run_dir}>",
         description=description,
         provenance=_provenance(rec, recorded, carried, preflight, source),
-        run_shape=replace(template.run_shape, rollouts=n),
+        run_shape=replace(template.run_shape, rollouts=n, looks=run_looks(template.run_shape, n)),
         series=recorded,
         summaries=summaries,
         rules=(),

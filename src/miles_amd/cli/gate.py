@@ -24,7 +24,11 @@ that differs from the baseline's fails either way. An unknown ``--baseline`` nam
 The verdict is appended to a run history only when one is named (``--history PATH``, else
 ``$MILES_AMD_HISTORY``; ``--no-history`` ignores both; ``miles_amd.cli.history``): the store
 is opened before judging (an unusable one exits 2), and report.md gets a "Drift across
-runs" section.
+runs" section. The run is judged at the baseline's looks too (``run_shape.looks``: a rule
+whose statistic crosses its boundary at rollout 5, 10 or 15 fails it there), and the report
+says at which rollout a red run was decided (``decided_at_rollout``: what a watched run
+would have cost); ``--no-looks`` judges the whole run only, each rule at its fixed-sample
+tolerance.
 
 Reading (``miles_amd.evidence``), judging (``miles_amd.judge.gate``) and reporting
 (``miles_amd.report``) are imported inside the command, so registering it costs nothing.
@@ -109,6 +113,14 @@ def gate(
     require_env: RequireEnvOpt = False,
     history_file: HistoryOpt = None,
     no_history: NoHistoryOpt = False,
+    no_looks: Annotated[
+        bool,
+        typer.Option(
+            "--no-looks",
+            help="Judge the whole run only, each rule at its fixed-sample tolerance "
+            "(default: also at the baseline's looks, rollouts 5, 10, 15).",
+        ),
+    ] = False,
 ) -> None:
     """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
     rollouts = resolve_alias(
@@ -157,6 +169,7 @@ def gate(
             report_dir=report_dir,
             require_env=require_env,
             history=history,
+            looks=not no_looks,
         )
     except OSError as exc:
         fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")

@@ -45,10 +45,13 @@ What is judged, in this order:
 Verdict: ``error`` when nothing at all was readable (no metric, no job.json, no canary.json,
 no sentinel hit); else ``fail`` when any check is ``fail`` or ``error``; else ``pass``.
 
-:func:`hard_failures` is the fail-fast subset for a watcher on a partial run: the rules
-whose kind is ``hard`` (spikes, non-finite values; ``miles_amd.rules.kind.KindSpec``) and
-fatal sentinels, applied by the very same functions to whatever has been read so far; only
-checks that already failed are returned.
+**Sequential looks** (``looks``, on unless ``--no-looks``; ``miles_amd.judge.sequential``): a
+spending rule (mean bands, the paired reward test, the KL level, the step, the trend) is
+judged at each of the baseline's looks (``run_shape.looks``: rollouts 5, 10, 15, 20) against
+a boundary that spends its rate over them; its first failing look decides it, and the
+verdict says at which rollout the run was decided (:attr:`Verdict.decision`). Only red is
+decided early. The watcher's judge of a partial run is :func:`early_failures`: the same rule
+functions at the looks the run has reached, and the fatal sentinels.
 
 Explained for people in ``docs/gate-and-statistics.md``.
 """
@@ -62,18 +65,15 @@ from miles_amd.evidence.types import Conflict, RunEvidence, SentinelHit, SourceP
 from miles_amd.exit_codes import VERDICT_EXIT_CODES, VerdictName
 from miles_amd.judge.allreduce import allreduce_check
 from miles_amd.judge.canary import canary_check, explain_known_bug
-from miles_amd.judge.control_arm import (
-    CONTROL_ARM,
-    control_arm_check,
-    reference_bound,
-)
+from miles_amd.judge.control_arm import CONTROL_ARM
 from miles_amd.judge.environment import environment_check
 from miles_amd.judge.model_build import model_build_check
+from miles_amd.judge.sequential import Decision, decision, early_rule_failures, rule_checks
 from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
+from miles_amd.rules.looks import run_looks
 from miles_amd.rules.model import Baseline
-from miles_amd.rules.registry import KINDS, evaluate_rule
 
-__all__ = ["Check", "Verdict", "VerdictName", "hard_failures", "judge"]
+__all__ = ["Check", "Decision", "Verdict", "VerdictName", "early_failures", "judge"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,8 @@ class Verdict:
     sources: Mapping[str, str] = field(default_factory=dict)
     problems: tuple[SourceProblem, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
+    looks: tuple[int, ...] = ()  # the rollouts the run was judged at (empty: --no-looks)
+    decision: Decision | None = None  # when a red run was decided (None for a pass)
     # set by miles_amd.app.gate: the baseline's digest (miles_amd.baseline.shipped) and the
     # shipped baseline of that name's (None: none of that name, or it does not load)
     baseline_sha256: str | None = None
@@ -206,18 +208,21 @@ def judge(
     *,
     expected_rollouts: int | None = None,
     require_env: bool = False,
+    looks: bool = True,
 ) -> Verdict:
     """Judge a finished run: every built-in check and every baseline rule; see the module doc.
 
     ``expected_rollouts`` overrides the baseline's rollout count (a 3-rollout smoke, a
     1000-rollout benchmark): it sets the expected steps and rescales the bands.
     ``require_env`` fails a run without env.json or job.json (the hardware path) instead of
-    showing the environment or the job's end state as not measured.
+    showing the environment or the job's end state as not measured. ``looks`` False judges
+    the whole run only, each rule with its fixed-sample tolerance (``--no-looks``).
     """
     rollouts = baseline.run_shape.rollouts if expected_rollouts is None else expected_rollouts
     if rollouts < 1:
         raise ValueError(f"expected_rollouts must be >= 1, got {rollouts}")
-    ctx = RuleContext(evidence, baseline, rollouts, require_env=require_env)
+    declared = run_looks(baseline.run_shape, rollouts) if looks else None
+    ctx = RuleContext(evidence, baseline, rollouts, require_env=require_env, looks=declared)
     variant = evidence.variant
     control = variant == CONTROL_ARM
     checks = [
@@ -227,12 +232,7 @@ def judge(
         canary_check(evidence, variant, require_env=require_env),
         model_build_check(evidence, require_env=require_env),
         *sentinel_checks(evidence.sentinels),
-        *(
-            control_arm_check(rule, baseline, rollouts)
-            if control and reference_bound(rule)
-            else evaluate_rule(rule, ctx)
-            for rule in baseline.rules
-        ),
+        *rule_checks(ctx, control=control),
     ]
     checks = explain_known_bug(checks, evidence, variant)
     if not _readable(evidence):
@@ -254,24 +254,15 @@ def judge(
         sources=dict(evidence.sources),
         problems=tuple(evidence.problems),
         conflicts=tuple(evidence.conflicts),
+        looks=declared or (),
+        decision=decision(checks, evidence, baseline, rollouts) if verdict == "fail" else None,
     )
 
 
-def hard_failures(evidence: RunEvidence, baseline: Baseline) -> list[Check]:
-    """Checks that already failed on a partial run and mean the run is lost.
-
-    A spike above the threshold (names the rollout), a non-finite gated value (names metric
-    and step), a fatal sentinel: the ``hard`` kinds of ``miles_amd.rules.registry.KINDS`` and
-    :func:`sentinel_checks`, applied to what has been read so far; a metric not logged yet
-    is no failure here.
-    """
-    ctx = RuleContext(evidence, baseline, baseline.run_shape.rollouts)
-    failed = []
-    for rule in baseline.rules:
-        kind = KINDS[rule.kind]
-        series = evidence.series.get(rule.metric, ()) if rule.metric is not None else ()
-        if kind.hard and series:
-            check = kind.check(rule, series, ctx)
-            if check.failed:
-                failed.append(check)
-    return failed + sentinel_checks(evidence.sentinels)
+def early_failures(
+    evidence: RunEvidence, baseline: Baseline, *, looks: bool = True, reference_free: bool = False
+) -> list[Check]:
+    """What a run read so far has already failed: the rules at once and at the looks it has
+    reached (``sequential.early_rule_failures``), then each fatal sentinel; [] while none."""
+    rules = early_rule_failures(evidence, baseline, looks=looks, reference_free=reference_free)
+    return rules + sentinel_checks(evidence.sentinels)

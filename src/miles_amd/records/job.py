@@ -14,11 +14,37 @@ from typing import TypeVar
 
 from miles_amd import strict_json
 
-__all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "json_object"]
+__all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "LookStop", "json_object"]
 
 JOB_STATES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
-STOP_REASONS = frozenset({"timeout", "interrupt", "fail-fast"})
+STOP_REASONS = frozenset({"timeout", "interrupt", "fail-fast", "look"})
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class LookStop:
+    """Why the driver stopped a job at a look (``stopped_by: "look"``): after ``rollout``
+    rollouts, rule ``rule`` crossed its boundary, having spent ``alpha_spent`` of its
+    false-alarm rate (``miles_amd.rules.looks``)."""
+
+    rollout: int
+    rule: str
+    alpha_spent: float
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> LookStop:
+        rollout, rule, alpha = data.get("rollout"), data.get("rule"), data.get("alpha_spent")
+        if isinstance(rollout, bool) or not isinstance(rollout, int) or rollout < 1:
+            raise ValueError(f'"look.rollout" must be an integer >= 1, found {rollout!r}')
+        if not isinstance(rule, str) or not rule:
+            raise ValueError(f'"look.rule" must be a non-empty string, found {rule!r}')
+        if (
+            isinstance(alpha, bool)
+            or not isinstance(alpha, (int, float))
+            or not 0 < alpha <= 1  # NaN fails too
+        ):
+            raise ValueError(f'"look.alpha_spent" must be a rate in (0, 1], found {alpha!r}')
+        return cls(rollout, rule, float(alpha))
 
 
 @dataclass(frozen=True)
@@ -34,8 +60,11 @@ class JobRecord:
     - ``stopped_by``: ``None`` or one of :data:`STOP_REASONS`; ``stop_requested_at`` is when
       the driver asked Ray to stop the job (epoch seconds).
     - ``failfast``: the watcher's trip (``rule``, ``detail``, ``step``, ``line``,
-      ``fault_time``, ``detected_at``); ``failfast_latency_s``: the stop request minus the
-      moment the fault appeared on the job's own clock.
+      ``fault_time``, ``detected_at``, and ``look``, ``alpha_spent`` for a look's);
+      ``failfast_latency_s``: the stop request minus the moment the fault appeared on the
+      job's own clock (for a look: its last rollout's log line).
+    - ``look``: a :class:`LookStop`, present exactly when ``stopped_by`` is ``look`` (a rule
+      crossed its boundary at a look; ``tests/unit/test_job_record_hardening.py``).
     - ``final_log_error``: why Ray could not give the job's full log at its end (its node
       was lost); ``job.log`` is then only what was streamed, so the run cannot pass.
     - :attr:`contradiction`: a record at odds with itself (``SUCCEEDED`` with a non-zero
@@ -54,6 +83,7 @@ class JobRecord:
     failfast: dict[str, object] | None = None
     failfast_latency_s: float | None = None
     final_log_error: str | None = None
+    look: LookStop | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -79,6 +109,12 @@ class JobRecord:
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> JobRecord:
         job_id, status = data.get("job_id"), data.get("status")
+        stopped_by, look = _stop_reason(data), _optional(data, "look", dict, "an object")
+        if (stopped_by == "look") != (look is not None):
+            raise ValueError(
+                f'"look" must be an object exactly when "stopped_by" is "look", found '
+                f"stopped_by {stopped_by!r} and look {look!r}"
+            )
         if not isinstance(job_id, str) or not job_id:
             raise ValueError(f'"job_id" must be a non-empty string, found {job_id!r}')
         if not isinstance(status, str) or status not in JOB_STATES:
@@ -90,11 +126,12 @@ class JobRecord:
             start_time=_number(data, "start_time"),
             end_time=_number(data, "end_time"),
             driver_exit_code=_optional(data, "driver_exit_code", int, "an integer"),
-            stopped_by=_stop_reason(data),
+            stopped_by=stopped_by,
             stop_requested_at=_number(data, "stop_requested_at"),
             failfast=_optional(data, "failfast", dict, "an object"),
             failfast_latency_s=_number(data, "failfast_latency_s"),
             final_log_error=_optional(data, "final_log_error", str, "a string"),
+            look=LookStop.from_dict(look) if look is not None else None,
         )
 
 

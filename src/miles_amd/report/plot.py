@@ -1,20 +1,21 @@
 """``metrics.png``: every measured gated metric of a run drawn against its baseline.
 
 Decides the figure: one panel per metric a baseline rule names AND the run measured (an
-unmeasured metric gets no empty panel: the figure's footer lists them in one line), with
-the run's series (blue, solid, dots), the baseline's published series when it has one
-(black, dashed, hollow squares, drawn above the run so it does not hide under it), each
-rule's hint (its kind's hint in ``miles_amd.report.rule_hints``: a mean's band beside the
-series where the mean is, a max bound, a spike threshold (a line when the data reach near
-it, else a note, so the data are not squeezed into a strip), a ±atol strip, a Theil-Sen
-trend line), and the failing points marked (a non-finite one as a labelled triangle at the
-top). Every panel has its y label with the unit (:data:`Y_LABELS`) and integer step ticks;
-a flat series or one with no finite value carries a note saying so; a flat all-zero series
-is drawn last, in a small row (``figure_layout.row_heights``). The title (one line)
-carries the verdict and its plain-English sentence. Grid, sizes, legends and notes are
-``figure_layout``'s (shared with the compare and trend plots); matplotlib is drawn on the
-Agg canvas (headless, no pyplot state); the PNG's bytes are returned, writing them is
-``miles_amd.report.report``'s.
+unmeasured metric gets no empty panel: the figure's footer lists them in one line), with the
+run's series (blue, solid, dots), the baseline's published series when it has one (black,
+dashed, hollow squares, drawn above the run so it does not hide under it), each rule's hint
+(its kind's hint in ``miles_amd.report.rule_hints``: a mean's band beside the series where
+the mean is, a max bound, a spike threshold (a line when the data reach near it, else a
+note, so the data are not squeezed into a strip), a ±atol strip, a Theil-Sen trend line),
+and the failing points marked (a non-finite one as a labelled triangle at the top), and, for
+a run decided red before its last rollout, a dotted red line after the rollout it was
+decided at (``Verdict.decision``: a look, or a failing value). Every panel has its y label
+with the unit (:data:`Y_LABELS`) and integer step ticks; a flat series or one with no finite
+value carries a note saying so; a flat all-zero series is drawn last, in a small row
+(``figure_layout.row_heights``). The title (one line) carries the verdict and its
+plain-English sentence. Grid, sizes, legends and notes are ``figure_layout``'s (shared with
+the compare and trend plots); matplotlib is drawn on the Agg canvas (headless, no pyplot
+state); the PNG's bytes are returned, writing them is ``miles_amd.report.report``'s.
 """
 
 from __future__ import annotations
@@ -102,7 +103,14 @@ def _draw_series(ax: Any, metric: str, series: Series, baseline: Baseline) -> No
         )
 
 
-def _draw_panel(ax: Any, metric: str, checks: list[Check], series: Series, baseline: Baseline):
+def _draw_panel(
+    ax: Any,
+    metric: str,
+    checks: list[Check],
+    series: Series,
+    baseline: Baseline,
+    decided: int | None = None,
+):
     failed = any(c.failed for c in checks)
     ylabel = Y_LABELS.get(metric, metric)
     style_panel(ax, metric, axis(metric), ylabel, "tab:red" if failed else "black")
@@ -116,10 +124,25 @@ def _draw_panel(ax: Any, metric: str, checks: list[Check], series: Series, basel
     _mark_failing(ax, series, {step for c in checks for step in c.failing_steps})
     if log_scale:
         ax.set_yscale("log")
+    if decided is not None:
+        _mark_decided(ax, metric, baseline, decided)
     note = series_note([v for _, v in series])
     if note is not None:
         draw_note(ax, note)
     legend_below(ax)
+
+
+def _mark_decided(ax: Any, metric: str, baseline: Baseline, rollout: int) -> None:
+    """A dotted red line after the last step a run decided early had judged."""
+    per = baseline.run_shape.train_steps_per_rollout if metric.startswith("train/") else 1
+    ax.axvline(
+        rollout * per - 0.5,
+        color="tab:red",
+        linestyle=":",
+        linewidth=1.5,
+        label=f"decided at rollout {rollout}",
+        gid="decided",
+    )
 
 
 def _mark_failing(ax: Any, series: Series, steps: set[int]) -> None:
@@ -160,10 +183,12 @@ def metrics_figure(verdict: Verdict, evidence: RunEvidence, baseline: Baseline):
     measured = [m for m in measured if m not in flat_zero] + [m for m in measured if m in flat_zero]
     small = [m in flat_zero for m in measured]
     figure = new_figure(len(measured), title(verdict), colour, small)
+    early = verdict.decision
+    decided = early.rollout if early and early.rollout < verdict.expected_rollouts else None
     axes = panel_axes(figure, len(measured), small)
     for ax, metric in zip(axes, measured, strict=False):
         checks = [drawable_check(c) for c in verdict.checks if c.metric == metric]
-        _draw_panel(ax, metric, checks, drawable(evidence.series[metric]), baseline)
+        _draw_panel(ax, metric, checks, drawable(evidence.series[metric]), baseline, decided)
     if not measured:
         axes[0].set_axis_off()
         draw_note(axes[0], "no gated metric was measured")

@@ -6,7 +6,9 @@ judges and writes nothing (``miles_amd.report.report`` writes the files).
 - ``report.json``: ``schema_version`` (:data:`SCHEMA_VERSION`; its JSON Schema is
   ``report.schema.json``, package data), ``verdict`` (``pass``/``fail``/``error``),
   ``reason``, ``summary`` (the plain-English verdict sentence), ``exit_code``, the run and
-  baseline, and one row per check (``name``, ``metric``, ``kind``, ``required``,
+  baseline, the looks it was judged at and when a red run was decided
+  (``decided_at_rollout``, ``decided_by``, ``alpha_spent``; null for a pass), and one row
+  per check (``name``, ``metric``, ``kind``, ``required``,
   ``status``, ``observed``, ``expected`` (the band or rule), ``detail``, ``rationale``,
   ``failing_steps``, ``numbers``), every sentinel hit, the metric sources, problems and
   conflicts. Strict
@@ -40,7 +42,7 @@ from miles_amd.rules.check import listed
 Format = Literal["text", "json", "markdown"]
 # report.json's shape: report.schema.json beside this module (package data) holds it, and
 # tests/unit/test_report_schema.py holds the gate's output to it
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the sequential looks (looks, decided_at_rollout, decided_by, alpha_spent)
 SCHEMA_PATH = Path(__file__).resolve().parent / "report.schema.json"
 
 _STATUS_ORDER = {"fail": 0, "error": 1, "pass": 2, "not_measured": 3}
@@ -89,13 +91,29 @@ def verdict_sentence(verdict: Verdict) -> str:
         return f"the gate could not judge this run: {verdict.reason}"
     if verdict.verdict == "fail":
         failed = [c.name for c in verdict.checks if c.failed]
+        decided = decision_text(verdict)
         return (
             f"this run is NOT accepted: {len(failed)} of {len(measured)} checks against "
-            f"{against} failed ({listed(failed)})"
+            f"{against} failed ({listed(failed)})" + (f"; {decided}" if decided else "")
         )
     unmeasured = len(verdict.checks) - len(measured)
     tail = f"; {unmeasured} optional checks were not measured" if unmeasured else ""
     return f"this run is accepted: all {len(measured)} measured checks agree with {against}{tail}"
+
+
+def decision_text(verdict: Verdict) -> str:
+    """When a red run was decided (``Verdict.decision``): at a look, at a failing value, or
+    at its end; "" for a pass."""
+    decided = verdict.decision
+    if decided is None:
+        return ""
+    of = f"rollout {decided.rollout} of {verdict.expected_rollouts}"
+    if decided.at_look:
+        alpha = f", α spent {decided.alpha_spent:.3g}" if decided.alpha_spent else ""
+        return f"decided at the look at {of} by {decided.check}{alpha}"
+    if decided.rollout < verdict.expected_rollouts:
+        return f"decided at {of} by {decided.check}"
+    return f"decided at its end ({of}) by {decided.check}"
 
 
 # ---------------------------------------------------------------------------- json
@@ -116,6 +134,7 @@ def to_json(verdict: Verdict) -> dict[str, object]:
     counts = {status: 0 for status in _STATUS_ORDER}
     for check in verdict.checks:
         counts[check.status] += 1
+    decided = verdict.decision
     return {
         "schema_version": SCHEMA_VERSION,
         "verdict": verdict.verdict,
@@ -132,6 +151,10 @@ def to_json(verdict: Verdict) -> dict[str, object]:
             "matches_shipped": verdict.matches_shipped,
         },
         "expected_rollouts": verdict.expected_rollouts,
+        "looks": list(verdict.looks),
+        "decided_at_rollout": decided.rollout if decided else None,
+        "decided_by": decided.check if decided else None,
+        "alpha_spent": _json_number(decided.alpha_spent) if decided else None,
         "counts": counts,
         "checks": [
             {

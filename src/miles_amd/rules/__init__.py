@@ -14,8 +14,10 @@ The loader (``miles_amd.baseline``), the gate (``miles_amd.judge``) and the repo
 - ``kind``: ``KindSpec``, what one kind declares;
 - ``kinds/<kind>.py``: one module per kind (its params, check, expected sentence,
   validation, tolerance derivation), ``band``: what the two band kinds share;
-- ``registry``: ``KINDS`` (every module of ``kinds``), ``evaluate_rule``,
-  ``expected_text``, ``validate_rule``.
+- ``registry``: ``KINDS`` (every module of ``kinds``), ``evaluate_rule`` (the whole run or
+  a look), ``expected_text``, ``validate_rule``;
+- ``looks``: a run's looks and each spending rule's boundaries; ``spending``: the
+  alpha-spending function and the boundaries that spend it.
 
 Plot hints (what a kind draws on its metric's panel of ``metrics.png``) are the report's:
 ``miles_amd.report.rule_hints``.
@@ -29,11 +31,14 @@ How to add a rule kind ``my_kind``:
    ``band.BandParams`` does); ``check`` (rule, the metric's non-empty series, context ->
    ``Check``; build it with ``check.rule_check``); ``expected`` (one sentence); and, as
    the kind needs, ``validate`` (a tolerance derived or bounded, so an absurd baseline is
-   refused), ``reference``, ``summary``, ``rederive``, ``hard``; then
+   refused), ``reference``, ``summary``, ``rederive``, and how it is judged at a look
+   (``looks``: ``at_once``, ``final``, or ``spending`` with its ``information`` and
+   ``nominal`` rate, its check reading the look's bound from ``RuleContext.limit``); then
    ``SPEC = KindSpec(name="my_kind", params=MyKindParams, ...)``. The registry finds it.
 2. Add ``my_kind`` to the ``kind`` enum of ``src/miles_amd/baseline/baseline.schema.json``,
    its fields to the rule's ``properties`` (with a description: how the value is derived
-   or why it is bounded), and an ``allOf`` entry requiring them for ``my_kind``.
+   or why it is bounded), and an ``allOf`` entry requiring them for ``my_kind`` (a
+   ``spending`` kind in the entry requiring ``boundaries`` too).
    ``tests/unit/test_rule_registry.py`` fails until kinds and fields agree both ways.
 3. Optionally, a plot hint in ``miles_amd.report.rule_hints.HINTS``.
 """

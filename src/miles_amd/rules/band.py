@@ -6,8 +6,11 @@ re-derives the written band (:func:`validate_band`); a ``cover`` value (another 
 run the band must include) may stretch it to at most :data:`COVER_MAX_WIDENING` times the
 derived reach; ``k``, ``run_sd`` (a run-level effect) and ``rho`` (lag-1 autocorrelation)
 are bounded by the schema (issue 19: without them a band ignores run-to-run variation and
-fails about one healthy run in ten; ``benchmarks/bench_calibration.py``). Not a kind
-itself. Pure: no file is read.
+fails about one healthy run in ten; ``benchmarks/bench_calibration.py``). At a look
+(``miles_amd.rules.looks``) a mean band spends its rate (``k`` SE a side) over the looks: the
+look's band is its bound ``z`` in SE of the mean of the first rollouts (:func:`look_band`);
+a max bound is judged at once, the whole run's bound at every look. Not a kind itself.
+Pure: no file is read.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from miles_amd.rules.bands import Band
 from miles_amd.rules.check import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.model import Baseline, Params, Rule
+from miles_amd.rules.spending import upper_tail
 
 COVER_MAX_WIDENING = 2.0
 
@@ -86,14 +90,40 @@ def _mean(values: list[float]) -> float:
     return numeric.mean(values)
 
 
+def look_band(rule: Rule, baseline: Baseline, n_rollouts: int, z: float) -> Band:
+    """A mean band's bound at a look (``miles_amd.rules.looks``): ``z`` standard errors of a
+    mean of ``n_rollouts``, widened to cover the ``cover`` values as the written band is."""
+    assert rule.metric is not None
+    derive = BandParams.of(rule).derive
+    spread = baseline.spread(rule.metric)
+    return bands.mean_band(spread, n_rollouts, z, derive.cover, derive.run_sd, derive.rho)
+
+
+def mean_information(rule: Rule, baseline: Baseline, k: int, n: int) -> float:
+    """The information of a mean of ``k`` rollouts against the reference: 1 / its variance."""
+    assert rule.metric is not None
+    derive = BandParams.of(rule).derive
+    spread = baseline.spread(rule.metric)
+    return 1.0 / bands.mean_half_width(spread, k, 1.0, derive.run_sd, derive.rho) ** 2
+
+
+def mean_nominal(rule: Rule, baseline: Baseline, n: int) -> tuple[float, int]:
+    """The band's fixed-sample rate: ``k`` standard errors on each of two sides."""
+    return upper_tail(BandParams.of(rule).derive.k), 2
+
+
 def check_band(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     name, stat = ("mean", _mean) if rule.kind == "mean_within" else ("max", max)
-    band = band_for(rule, ctx.baseline, ctx.rollouts)
+    n_band = ctx.rollouts if ctx.look is None else ctx.look
+    if name == "mean" and ctx.limit is not None:
+        band = look_band(rule, ctx.baseline, n_band, ctx.limit)
+    else:  # a max bound is the whole run's at every look: what exceeds it now fails the run
+        band, n_band = band_for(rule, ctx.baseline, ctx.rollouts), ctx.rollouts
     values = [v for _, v in series]
     bad = [s for s, v in series if not math.isfinite(v)]
     value = math.nan if bad else stat(values)
     ok = band.contains(value)
-    detail = f"{name} {fmt(value)} of {len(values)} values; band for {ctx.rollouts} rollouts"
+    detail = f"{name} {fmt(value)} of {len(values)} values; band for {n_band} rollouts"
     failing: tuple[int, ...] = tuple(bad)
     if bad:
         detail = f"{name} undefined: non-finite at {steps_text(bad)}"
@@ -224,6 +254,7 @@ def band_spec(name: str, method: str) -> KindSpec:
     def validate(rule: Rule, baseline: Baseline) -> Problem | None:
         return validate_band(rule, baseline, method)
 
+    spending = method == "mean_band"
     return KindSpec(
         name=name,
         params=BandParams,
@@ -233,4 +264,7 @@ def band_spec(name: str, method: str) -> KindSpec:
         validate=validate,
         derive_method=method,
         rederive=rederive_band,
+        looks="spending" if spending else "at_once",
+        information=mean_information if spending else None,
+        nominal=mean_nominal if spending else None,
     )

@@ -218,6 +218,7 @@ def ar1_variance(weights: Sequence[float], rho: float) -> float:
     return total
 
 
+@cache
 def mean_variance(n: int, rho: float) -> float:
     """``Var(mean of n rollouts) / σ²`` with lag-1 autocorrelation ``rho`` (``1/n`` at 0)."""
     if rho == 0.0:
@@ -331,9 +332,10 @@ def paired_drop(
     ``q = E[p(1-p)] = m(1-m) - v_p`` (:func:`prompt_variance` of the reference): the
     difference of the run's and the reference's mean over ``n`` paired rollouts varies by
     ``2q/(samples·n) + 2·run_sd²``. With ``pool`` (the other published run's mean on the
-    same prompts) the reference level is the average of the two runs: the reference part
-    halves and the other run adds ``q/(4·samples·n_ref)``: ``q/samples·(1/n + 1/(4n) +
-    1/(4·n_ref)) + 1.5·run_sd²``. The observed spread of the differences is reported, not
+    same prompts) the reference level is the average of the two runs (plus the reference's
+    paired rollouts' difference to its whole mean): :func:`paired_drop_variance`,
+    ``1.5·q/(samples·n) + 1.5·run_sd²`` over the whole reference. The observed spread of the
+    differences is reported, not
     used: a collapse of a few rollouts would inflate it and hide itself.
     """
     n = len(run)
@@ -341,13 +343,18 @@ def paired_drop(
         raise ValueError("paired series must be non-empty and no longer than the reference")
     n_ref = len(reference)
     m_ref = math.fsum(reference) / n_ref
-    q = max(m_ref * (1 - m_ref) - prompt_variance(reference, samples_per_rollout, groups), 0.0)
-    per = q / samples_per_rollout
+    per = _per_rollout_binomial(reference, samples_per_rollout, groups)
     level = math.fsum(reference[:n]) / n
-    var = 2 * per / n + 2 * run_sd**2
     if pool is not None:
         level += (pool - m_ref) / 2
-        var = per / n + per / (4 * n) + per / (4 * n_ref) + 1.5 * run_sd**2
+    var = paired_drop_variance(
+        reference,
+        n,
+        samples_per_rollout=samples_per_rollout,
+        groups=groups,
+        run_sd=run_sd,
+        pool=pool,
+    )
     diffs = [r - b for r, b in zip(run, reference[:n], strict=True)]
     mean_diff = math.fsum(run) / n - level
     observed = None
@@ -361,6 +368,34 @@ def paired_drop(
         sd_observed=observed,
         sd_binomial_floor=math.sqrt(2 * per),
     )
+
+
+def _per_rollout_binomial(reference: Sequence[float], samples: int, groups: int) -> float:
+    """``q / samples`` with ``q = E[p(1-p)] = m(1-m) - v_p`` of the reference series."""
+    m_ref = math.fsum(reference) / len(reference)
+    q = max(m_ref * (1 - m_ref) - prompt_variance(reference, samples, groups), 0.0)
+    return q / samples
+
+
+def paired_drop_variance(
+    reference: Sequence[float],
+    n: int,
+    *,
+    samples_per_rollout: int,
+    groups: int,
+    run_sd: float,
+    pool: float | None,
+) -> float:
+    """The variance of :func:`paired_drop`'s difference over the first ``n`` paired rollouts:
+    ``2q/(samples·n) + 2·run_sd²``, or with ``pool`` ``q/samples·(2/n - 1/(2·n_ref)) +
+    1.5·run_sd²`` (the level is the first ``n`` reference rollouts' mean plus half the other
+    run's difference to the whole reference, ``(pool - m_ref)/2``; the prompts cancel in
+    both differences, and the reference's first ``n`` rollouts are in ``m_ref`` too:
+    ``2/n + 1/(2·n_ref) - 1/n_ref``; ``1.5/n`` when ``n = n_ref``)."""
+    per = _per_rollout_binomial(reference, samples_per_rollout, groups)
+    if pool is None:
+        return 2 * per / n + 2 * run_sd**2
+    return per * (2 / n - 1 / (2 * len(reference))) + 1.5 * run_sd**2
 
 
 def single_token_fraction(samples_per_rollout: int, max_response_tokens: int) -> float:

@@ -40,6 +40,7 @@ class Check:
     rationale: str = ""
     failing_steps: tuple[int, ...] = ()  # steps to mark on the plot
     numbers: Mapping[str, float] = field(default_factory=dict)  # structured figures
+    look: int | None = None  # a spending rule judged at this look: its first ``look`` rollouts
 
     @property
     def failed(self) -> bool:
@@ -85,9 +86,17 @@ class RuleContext:
     baseline: Baseline
     rollouts: int
     require_env: bool = False
+    # Sequential looks (``miles_amd.rules.looks``): the run's looks (None: judged at the end
+    # only, with each rule's fixed-sample tolerance); the look being judged (the first
+    # ``look`` rollouts; None: the whole run); and the boundary a spending rule's statistic
+    # may reach there (normal scale; None: the rule's own fixed-sample bound).
+    looks: tuple[int, ...] | None = None
+    look: int | None = None
+    limit: float | None = None
 
     def expected_steps(self, metric: str) -> range:
-        return step_range(metric, self.baseline, self.rollouts)
+        """The steps of ``metric`` judged: the whole run's, or the look's first rollouts."""
+        return step_range(metric, self.baseline, self.rollouts if self.look is None else self.look)
 
     def where(self, metric: str, step: int) -> str:
         """Name a point by its rollout: ``rollout 3`` (and its train step when they differ)."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from miles_amd.evidence.types import Series
 from miles_amd.rules.check import Check, Problem, RuleContext
 from miles_amd.rules.model import Baseline, KindName, Params, Rule
+
+LookMode = Literal["at_once", "spending", "final"]
 
 
 def no_reference(rule: Rule, baseline: Baseline) -> str:
@@ -43,7 +45,18 @@ class KindSpec:
     - ``summary``: figures ``baseline record`` adds to the metric's summary;
     - ``rederive``: params ``baseline record`` re-derives from the recorded run (a band, the
       reward's sd floor), merged over the template's;
-    - ``hard``: the rule can lose a partial run for good (the watcher's fail-fast set);
+    - ``looks``: how the kind is judged on the first ``k`` rollouts of a run (``k`` below
+      the run's rollouts; ``miles_amd.rules.looks``): ``at_once`` (a value that fails it now
+      fails the whole run: a spike, a non-finite or off-grid value, a step seen twice; the
+      watcher stops the run at it), ``spending`` (a statistic with a boundary that spends
+      part of the rule's false-alarm rate at each declared look) or ``final`` (only the
+      whole run decides: the job's end state, the reward's spread);
+    - ``information``: a ``spending`` kind's information on the first ``k`` of ``N``
+      rollouts (rule, baseline, k, N), from the reference alone (one over the variance of
+      its estimate; the variance of Mann-Kendall's S); ``None`` when ``k`` rollouts cannot
+      judge it (the step rule before its mid-run split);
+    - ``nominal``: a ``spending`` kind's fixed-sample rate (rule, baseline, N) -> (the
+      one-sided rate of a side, the number of sides): the false-alarm rate it spends;
     - ``needs_series``: False when judged from job.json rather than from a metric;
     - ``reference_series``: the rule needs the reference's per-rollout series (so a recorded
       baseline needs the run's own series of that metric);
@@ -60,7 +73,9 @@ class KindSpec:
     derive_method: str | None = None
     summary: Callable[[Rule, list[float]], dict[str, Any]] | None = None
     rederive: Callable[[Rule, Baseline, int], Mapping[str, Any]] | None = None
-    hard: bool = False
+    looks: LookMode = "final"
+    information: Callable[[Rule, Baseline, int, int], float | None] | None = None
+    nominal: Callable[[Rule, Baseline, int], tuple[float, int]] | None = None
     needs_series: bool = True
     reference_series: bool = False
     needs_spread: bool = False

@@ -27,6 +27,9 @@ KindName = str
 # The fields every rule has, in the order a file writes them (params go between the two).
 _HEAD = ("id", "kind", "metric", "required")
 _TAIL = ("rationale", "derivation")
+# A spending rule's bound at each look (``miles_amd.rules.looks``): among a rule's params in
+# the file, but no kind's own field (its check reads the bound from ``RuleContext.limit``).
+BOUNDARIES = "boundaries"
 
 P = TypeVar("P", bound="Params")
 
@@ -78,8 +81,9 @@ class Params:
 
     @classmethod
     def of(cls: type[P], rule: Rule) -> P:
-        """``rule``'s params typed (the loader checked they are this kind's)."""
-        return cls.from_json(rule.params)
+        """``rule``'s params typed (the loader checked they are this kind's), without the
+        look boundaries."""
+        return cls.from_json({k: v for k, v in rule.params.items() if k != BOUNDARIES})
 
     @classmethod
     def from_json(cls: type[P], raw: Mapping[str, Any]) -> P:
@@ -106,13 +110,19 @@ class RunShape:
     samples_per_rollout: int
     prompts_per_rollout: int
     max_response_tokens: int
+    # the rollouts at which a run may be decided red, the last one ``rollouts``
+    # (``miles_amd.rules.looks``)
+    looks: tuple[int, ...] = ()
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> RunShape:
-        return cls(**{f.name: raw[f.name] for f in fields(cls)})
+        values = {f.name: raw[f.name] for f in fields(cls) if f.name != "looks"}
+        return cls(**values, looks=tuple(raw.get("looks", ())))
 
-    def to_json(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["looks"] = list(self.looks)
+        return out
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 Decides which kinds exist (:data:`KINDS`: one per module of ``miles_amd.rules.kinds``,
 found by listing that package, so a new module is a new kind) and applies a rule through
-its kind: :func:`evaluate_rule` (a missing metric is ``not_measured``, or a failure when the rule is
-required), :func:`expected_text` (the sentence stating a tolerance, the same in the gate and
+its kind: :func:`evaluate_rule` (the whole run, or its first ``k`` rollouts at a look as the
+kind's ``KindSpec.looks`` says, with a spending rule's bound there from
+``miles_amd.rules.looks``; a missing metric is ``not_measured``, or a failure when the rule
+is required), :func:`expected_text` (the sentence stating a tolerance, the same in the gate and
 in ``baseline diff``: ``tests/unit/test_gate_rules.py``) and
 :func:`validate_rule` (the loader's check of a rule's fields and tolerance). It decides no
 verdict (``miles_amd.judge.gate``) and reads no file.
@@ -14,11 +16,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Mapping
+from dataclasses import replace
 
-from miles_amd.rules import kinds
-from miles_amd.rules.check import Check, Problem, RuleContext, Status, rule_check
+from miles_amd.evidence.types import Series
+from miles_amd.rules import kinds, looks
+from miles_amd.rules.check import Check, Problem, RuleContext, Status, rule_check, step_range
 from miles_amd.rules.kind import KindSpec
-from miles_amd.rules.model import Baseline, KindName, Rule
+from miles_amd.rules.model import BOUNDARIES, Baseline, KindName, Rule
 
 
 def _discover() -> dict[KindName, KindSpec]:
@@ -34,18 +38,57 @@ def _discover() -> dict[KindName, KindSpec]:
 KINDS: Mapping[KindName, KindSpec] = _discover()
 
 
-def evaluate_rule(rule: Rule, ctx: RuleContext) -> Check:
-    """Apply one baseline rule to the run; a missing metric is never a pass."""
+def evaluate_rule(rule: Rule, ctx: RuleContext, look: int | None = None) -> Check | None:
+    """Apply one baseline rule to the whole run (``look`` None; a missing metric is never a
+    pass), or to its first ``look`` rollouts: ``None`` when the kind judges nothing there
+    (a ``final`` kind, a metric not logged that far, a spending rule without a bound there)."""
     kind = KINDS[rule.kind]
+    if look is not None:
+        return _at_look(kind, rule, ctx, look)
     if not kind.needs_series:
         return kind.check(rule, (), ctx)
     assert rule.metric is not None
     series = ctx.evidence.series.get(rule.metric, ())
+    if series and kind.looks == "spending" and ctx.looks is not None:
+        return _spending(kind, rule, series, ctx, None)
     if series:
         return kind.check(rule, series, ctx)
     detail = f"not measured: no {rule.metric} in any source (TensorBoard, CI history, job.log)"
     status: Status = "fail" if rule.required else "not_measured"
     return rule_check(rule, status, None, expected_text(rule, ctx.baseline, ctx.rollouts), detail)
+
+
+def _at_look(kind: KindSpec, rule: Rule, ctx: RuleContext, look: int) -> Check | None:
+    if kind.looks == "final" or rule.metric is None or look >= ctx.rollouts:
+        return None
+    steps = step_range(rule.metric, ctx.baseline, look)
+    series = tuple(p for p in ctx.evidence.series.get(rule.metric, ()) if p[0] < len(steps))
+    if not series:
+        return None
+    if kind.looks == "at_once":
+        return kind.check(rule, series, replace(ctx, look=look))
+    if not set(steps) <= {s for s, _ in series}:  # a spending look needs its rollouts whole
+        return None
+    return _spending(kind, rule, series, ctx, look)
+
+
+def _spending(
+    kind: KindSpec, rule: Rule, series: Series, ctx: RuleContext, look: int | None
+) -> Check | None:
+    """A spending rule at ``look`` (None: the last look, the whole run) with its bound there."""
+    assert ctx.looks is not None
+    at = ctx.rollouts if look is None else look
+    bound = looks.boundary_at(kind, rule, ctx.baseline, ctx.rollouts, ctx.looks, at)
+    if bound is None:  # a look that spends nothing; the last look always spends the rest
+        return None if look is not None else kind.check(rule, series, ctx)
+    check = kind.check(rule, series, replace(ctx, look=look, limit=bound.z))
+    where = f"look at rollout {at}" if look is not None else f"last look (rollout {at})"
+    detail = check.detail if look is None else f"{where}: {check.detail}"
+    numbers = check.numbers
+    if look is not None:  # an interim look's check says which look and what it had spent
+        numbers = {**numbers, "look": look, "alpha_spent": bound.alpha_spent}
+    expected = f"{check.expected} at the {where}, α spent {bound.alpha_spent:.3g}"
+    return replace(check, detail=detail, expected=expected, numbers=numbers, look=look)
 
 
 def expected_text(rule: Rule, baseline: Baseline, rollouts: int) -> str:
@@ -57,9 +100,20 @@ def validate_rule(rule: Rule, baseline: Baseline) -> Problem | None:
     """Whether ``rule`` has exactly its kind's fields, and its tolerance is derived as
     declared or lies in its sane range. ``(JSON path below the rule, what, fix)``."""
     kind = KINDS[rule.kind]
-    names = kind.params.names()
+    names = kind.params.names() + ((BOUNDARIES,) if kind.looks == "spending" else ())
     for key in rule.params:
         if key not in names:
             takes = ", ".join(names) or "no other field"
             return (f".{key}", f"{rule.kind} takes {takes}, not {key}", f"remove {key}")
-    return kind.validate(rule, baseline)
+    return kind.validate(rule, baseline) or looks.boundaries_problem(kind, rule, baseline)
+
+
+def rule_boundaries(
+    rule: Rule, baseline: Baseline, rollouts: int, run_looks: tuple[int, ...]
+) -> tuple[looks.Boundary, ...]:
+    """A spending rule's boundaries at ``run_looks`` of a run of ``rollouts`` (empty for
+    other kinds): what ``baseline record`` writes and the loader re-derives."""
+    kind = KINDS[rule.kind]
+    if kind.looks != "spending":
+        return ()
+    return looks.rule_boundaries(kind, rule, baseline, rollouts, run_looks)

@@ -96,6 +96,11 @@ class RunOutcome:
                 if self.failfast_latency_s is not None
                 else f"stopped by fail-fast: {self.trip.rule}"
             )
+        elif self.stopped_by == "look" and self.trip and self.trip.look is not None:
+            alpha = f", α spent {self.trip.alpha_spent:.3g}" if self.trip.alpha_spent else ""
+            parts.append(
+                f"stopped at the look at rollout {self.trip.look}: {self.trip.rule}{alpha}"
+            )
         elif self.stopped_by:
             parts.append(f"stopped by {self.stopped_by}")
         if self.pullback_error:

@@ -1,7 +1,8 @@
 """A submitted Ray job, followed to its end: its log streamed, stopped if lost, its end written.
 
 Decides when a running job is stopped (the overall timeout, or the fail-fast watcher's trip,
-polled every interval; Ctrl-C too) and what is written when it ends: ``job.log`` rewritten
+polled every interval: ``fail-fast``, or ``look`` when a rule crossed its boundary at a look;
+Ctrl-C too) and what is written when it ends: ``job.log`` rewritten
 from ``get_job_logs`` (the authoritative full log; ``tail_job_logs`` ends about 5 s after the
 job, measured with Ray 2.60) and ``job.json`` (:class:`~miles_amd.records.job.JobRecord`), each
 atomically. It does not submit the job or start a head (``miles_amd.run.driver``), and it
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from miles_amd.files import atomic_write_text
-from miles_amd.records.job import JobRecord
+from miles_amd.records.job import JobRecord, LookStop
 from miles_amd.redact import redact
 from miles_amd.run.dashboard import JobsClient
 from miles_amd.run.watcher import Trip
@@ -106,7 +107,7 @@ class RayJob:
             elif now >= next_watch:
                 next_watch = now + follow.interval_s
                 self.trip = watcher.poll()
-                self.stopped_by = "fail-fast" if self.trip is not None else None
+                self.stopped_by = self.trip.reason if self.trip is not None else None
             if self.stopped_by:
                 self._stop(follow)
                 return
@@ -164,6 +165,7 @@ class RayJob:
             stopped_by=self.stopped_by,
             stop_requested_at=self.stop_requested_at,
             failfast=self.trip.to_dict() if self.trip else None,
+            look=self._look_stop(),
             failfast_latency_s=self._latency(),
             final_log_error=lost or None,
         )
@@ -183,6 +185,15 @@ class RayJob:
                 streamed = ""
             ending = "" if not streamed or streamed.endswith("\n") else "\n"
             return f"{streamed}{ending}[miles-amd] {lost}\n", lost
+
+    def _look_stop(self) -> LookStop | None:
+        """The look that stopped the job, as job.json records it (``stopped_by: "look"``)."""
+        trip = self.trip
+        if self.stopped_by != "look" or trip is None or trip.look is None:
+            return None
+        if trip.alpha_spent is None:
+            return None
+        return LookStop(trip.look, trip.rule, trip.alpha_spent)
 
     def _latency(self) -> float | None:
         trip, stopped = self.trip, self.stop_requested_at

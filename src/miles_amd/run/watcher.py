@@ -1,8 +1,11 @@
-"""Fail-fast while a run is going: read the growing evidence, trip at the first hard failure.
+"""Fail-fast while a run is going: read the growing evidence, trip at the first failure.
 
 Decides *when* a running job is already lost; *what* counts as lost is the gate's
-``hard_failures`` (a spike above the threshold, a non-finite gated value, a fatal log
-sentinel): the same rule functions the final verdict uses, applied to a partial run. The
+(``miles_amd.judge.gate.early_failures``: a spike above the threshold, a non-finite or
+off-grid value, a fatal log sentinel, or a rule whose statistic crosses its boundary at a
+look the run has reached): the same rule functions the final verdict uses, applied to a
+partial run. A trip at a look stops the job as ``look`` (:attr:`Trip.reason`), any other as
+``fail-fast``. The
 watcher only reads (``load_run(live=True)`` tolerates the half-written last record of an
 event file a writer is still appending to) and reports a :class:`Trip`; stopping the job is
 the driver's side effect.
@@ -40,6 +43,13 @@ class Trip:
     line: int | None  # the sentinel's 1-based line in job.log, for a log signature
     fault_time: float | None  # seconds since the epoch, from the job's own log line
     detected_at: float
+    look: int | None = None  # the look (rollouts judged) of a spending rule's crossing
+    alpha_spent: float | None = None  # the rate that rule had spent by the look
+
+    @property
+    def reason(self) -> str:
+        """The driver's stop reason (``JobRecord.stopped_by``): ``look`` or ``fail-fast``."""
+        return "fail-fast" if self.look is None else "look"
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -49,6 +59,8 @@ class Trip:
             "line": self.line,
             "fault_time": self.fault_time,
             "detected_at": self.detected_at,
+            "look": self.look,
+            "alpha_spent": self.alpha_spent,
         }
 
     def timed_from(self, log_lines: Sequence[str]) -> Trip:
@@ -87,10 +99,11 @@ def first_metric_line_time(log_lines: Sequence[str], step: int) -> float | None:
 
 
 class FailFastWatcher:
-    """Polls a run dir; ``judge`` maps partial evidence to the failing hard checks.
+    """Polls a run dir; ``judge`` maps partial evidence to the checks it already fails.
 
-    ``judge`` is injected (the gate's ``hard_failures`` bound to a baseline) so the watcher
-    stays a reader with one rule: the first failing check trips it, once.
+    ``judge`` is injected (``app.baselines.watch_rules``: the gate's ``early_failures``
+    bound to a baseline) so the watcher stays a reader with one rule: the first failing
+    check trips it, once.
     """
 
     def __init__(
@@ -114,14 +127,18 @@ class FailFastWatcher:
             return None
         check = failures[0]
         steps = getattr(check, "failing_steps", ())
-        line = int(getattr(check, "numbers", {}).get("first_line", 0)) or None
+        numbers = getattr(check, "numbers", {})
+        line = int(numbers.get("first_line", 0)) or None
+        look = getattr(check, "look", None)
         trip = Trip(
             rule=str(getattr(check, "name", check)),
             detail=str(getattr(check, "detail", "")),
-            step=steps[0] if steps else None,
+            step=steps[0] if steps else (look - 1 if look else None),
             line=line,
             fault_time=None,
             detected_at=time.time(),
+            look=look,
+            alpha_spent=numbers.get("alpha_spent") if look is not None else None,
         )
         self.trip = trip.timed_from(read_lines(RunDir(self.run_dir).job_log))
         return self.trip

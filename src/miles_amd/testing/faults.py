@@ -38,6 +38,11 @@ from miles_amd.testing.miles_writer import (
 
 ABS_DIFF = "train/train_rollout_logprob_abs_diff"
 RAW_REWARD = "rollout/raw_reward"
+KL = "train/train_rollout_kl"
+# jvvnhop9's published KL mean (baselines/gpt_oss_20b_lora/patched.json, the summary of
+# train/train_rollout_kl): the level of a healthy KL the replay makes for a source that has
+# no KL series (the embedded example)
+PUBLISHED_KL_MEAN = 8.79e-4
 SPIKE_VALUE = 0.5  # a spike is train_rollout_logprob_abs_diff > 0.15 (RECIPE.md)
 WRONG_BATCH_SAMPLES = 48  # rewards as fractions of 48 samples instead of the recipe's 64
 RECIPE_BATCH_SAMPLES = 64
@@ -68,7 +73,8 @@ class Fault:
     ``expected`` is the reason the gate (or the driver/watcher, for ``hang``) must give, in
     words; ``gate_checks`` are the gate's check names that must fail for it and
     ``driver_stop`` how the driver must have ended the job (``fail-fast`` for a fault the
-    watcher catches while the run goes, ``timeout`` for a hang, None when the job ends by
+    watcher catches at once while the run goes, ``look`` for one a rule's statistic decides
+    at a look before the last rollout, ``timeout`` for a hang, None when the job ends by
     itself); ``fails_run`` is False only for the tracked, harmless known sentinel.
     """
 
@@ -148,8 +154,9 @@ FAULTS: dict[str, Fault] = {
         Fault(
             "reward-collapse",
             f"{RAW_REWARD} = 0.0 from rollout K on (still a multiple of 1/64)",
-            f"reward collapse: {RAW_REWARD} mean below its band",
+            f"reward collapse: {RAW_REWARD} mean below its band at the first look after K",
             ("raw_reward.mean",),
+            "look",
         ),
         Fault(
             "wrong-batch-shape",
@@ -157,7 +164,17 @@ FAULTS: dict[str, Fault] = {
             f"none a multiple of 1/{RECIPE_BATCH_SAMPLES}",
             f"batch shape: {RAW_REWARD} is not a multiple of 1/{RECIPE_BATCH_SAMPLES}",
             ("raw_reward.batch_fingerprint",),
+            "fail-fast",
             uses_at=False,
+        ),
+        Fault(
+            "kl-doubled",
+            f"{KL} twice a healthy KL from rollout K on: the source's KL, or for a source "
+            f"without one {PUBLISHED_KL_MEAN:g} (jvvnhop9's published mean) x (the rollout's "
+            "logprob gap / the run's mean gap)², the KL's relation to the gap",
+            f"KL doubled: {KL}'s log-scale level beyond its bound at a look before the last",
+            ("train_rollout_kl.mean",),
+            "look",
         ),
     )
 }
@@ -237,6 +254,7 @@ _VALUE_FAULT_TARGETS = {
     "nan": ABS_DIFF,
     "reward-collapse": RAW_REWARD,
     "wrong-batch-shape": RAW_REWARD,
+    "kl-doubled": ABS_DIFF,  # the gap a KL is made from when the source has none
 }
 
 
@@ -249,9 +267,14 @@ def transform_series(kind: str | None, at: int, series: Mapping[str, Series]) ->
     target = _VALUE_FAULT_TARGETS.get(kind or "")
     if target is None:
         return out
+    if kind == "kl-doubled" and KL in out:
+        out[KL] = tuple((s, 2 * v if s >= at else v) for s, v in out[KL])
+        return out
     if target not in out:
         raise FaultError(f"--replay-fault {kind}: the source run has no {target} series")
-    if kind == "spike":
+    if kind == "kl-doubled":
+        out[KL] = tuple((s, 2 * v if s >= at else v) for s, v in healthy_kl(out[target]))
+    elif kind == "spike":
         out[target] = _replace_at(out[target], at, SPIKE_VALUE)
     elif kind == "nan":
         out[target] = _replace_at(out[target], at, math.nan)
@@ -260,6 +283,15 @@ def transform_series(kind: str | None, at: int, series: Mapping[str, Series]) ->
     else:
         out[target] = tuple((s, off_batch_reward(v)) for s, v in out[target])
     return out
+
+
+def healthy_kl(gap: Series) -> Series:
+    """A healthy train/rollout KL for a source without one: :data:`PUBLISHED_KL_MEAN` times
+    each rollout's logprob gap over the run's mean gap, squared (the KL of two close
+    distributions is about half the mean squared log-probability difference)."""
+    finite = [v for _, v in gap if math.isfinite(v)]
+    mean = math.fsum(finite) / len(finite) if finite else math.nan
+    return tuple((s, PUBLISHED_KL_MEAN * (v / mean) ** 2) for s, v in gap)
 
 
 def fatal_sentinel_body(epoch_seconds: float) -> str:

@@ -1,8 +1,8 @@
 """``all_below``: no value above ``threshold`` (the spike rule); NaN counts as not below.
 
 The threshold is bounded by the loader: above the reference's largest value (the reference
-passes its own rule) and at most :data:`THRESHOLD_MAX_RATIO` times it. Hard: a spike loses
-a partial run. Pure: no file is read.
+passes its own rule) and at most :data:`THRESHOLD_MAX_RATIO` times it. Judged at once: a
+spike loses a partial run (``KindSpec.looks``). Pure: no file is read.
 """
 
 from __future__ import annotations
@@ -94,5 +94,5 @@ SPEC = KindSpec(
     expected=expected,
     validate=validate,
     summary=summary,
-    hard=True,
+    looks="at_once",
 )

@@ -1,4 +1,5 @@
-"""``finite``: no NaN/inf value. No tolerance. Hard: a non-finite value loses a partial run.
+"""``finite``: no NaN/inf value. No tolerance. Judged at once: a non-finite value loses a
+partial run (``KindSpec.looks``).
 
 Pure: no file is read.
 """
@@ -33,4 +34,4 @@ def expected(rule: Rule, baseline: Baseline, rollouts: int) -> str:
     return "every value finite"
 
 
-SPEC = KindSpec(name="finite", params=NoParams, check=check, expected=expected, hard=True)
+SPEC = KindSpec(name="finite", params=NoParams, check=check, expected=expected, looks="at_once")

@@ -62,6 +62,12 @@ def _stopped_by(job: JobRecord) -> str:
     """The driver's note on why it stopped the job (job.json ``stopped_by``/``failfast``)."""
     if not job.stopped_by:
         return ""
+    if job.look is not None:
+        look = job.look
+        return (
+            f"; stopped at the look at rollout {look.rollout}: {look.rule} crossed its "
+            f"boundary (α spent {look.alpha_spent:.3g})"
+        )
     trip = job.failfast
     if job.stopped_by != "fail-fast" or trip is None:
         return f"; stopped by the driver: {job.stopped_by}"

@@ -29,7 +29,10 @@ jvvnhop9's lag-1, twice the gap's run effect): on the honest model of that READM
 calibration (reference simulated and recorded too; ``benchmarks/bench_calibration.py``)
 KL x2 is caught in 96.7% of runs at 0.13% false alarms (z = 3.5: 94%).
 The plot hint (the band of the geometric mean for this run's spread) is
-``miles_amd.report.rule_hints.geometric_band``. Pure: no file is read.
+``miles_amd.report.rule_hints.geometric_band``. At a look (``miles_amd.rules.looks``) the
+rate of ``z`` a side is spent over the looks: the first ``k`` rollouts' shift is held to the
+look's bound, with the information ``1 / (sd²·(V(k) + V(n_ref)) + 2·run_sd²)``. Pure: no
+file is read.
 
 Explained for people in ``docs/gate-and-statistics.md``.
 """
@@ -54,6 +57,7 @@ from miles_amd.rules.check import (
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.log_scale import log_spread, log_spread_problem
 from miles_amd.rules.model import Baseline, Params, Rule
+from miles_amd.rules.spending import upper_tail
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,8 @@ def log_mean_z(
 def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     assert rule.metric is not None
     params = LogMeanParams.of(rule)
-    wanted = expected(rule, ctx.baseline, ctx.rollouts)
+    bound = params.z if ctx.limit is None else ctx.limit
+    wanted = _expected(bound)
     undefined = non_finite_failure(rule, series, wanted, "geometric mean")
     if undefined is not None:
         return undefined
@@ -95,19 +100,36 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     logs = [math.log(v) for _, v in series]
     z, se = log_mean_z(logs, spread, run_sd=params.run_sd, rho=params.rho)
     value = math.exp(math.fsum(logs) / len(logs))
-    low, high = math.exp(spread.mean - params.z * se), math.exp(spread.mean + params.z * se)
-    ok = abs(z) <= params.z
+    low, high = math.exp(spread.mean - bound * se), math.exp(spread.mean + bound * se)
+    ok = abs(z) <= bound
     centre = math.exp(spread.mean)
     detail = (
         f"geometric mean {fmt(value)} of {len(logs)} values vs reference {fmt(centre)}: "
-        f"{z:+.2f} SE (limit ±{params.z:g}; band for this run's spread [{fmt(low)}, {fmt(high)}])"
+        f"{z:+.2f} SE (limit ±{bound:g}; band for this run's spread [{fmt(low)}, {fmt(high)}])"
     )
-    numbers = {"value": value, "z": z, "z_max": params.z, "low": low, "high": high}
+    numbers = {"value": value, "z": z, "z_max": bound, "low": low, "high": high}
     return rule_check(rule, passed(ok), value, wanted, detail, numbers=numbers)
 
 
 def expected(rule: Rule, baseline: Baseline, rollouts: int) -> str:
-    return f"|log-scale mean shift| ≤ {LogMeanParams.of(rule).z:g} SE (two-sided)"
+    return _expected(LogMeanParams.of(rule).z)
+
+
+def _expected(bound: float) -> str:
+    return f"|log-scale mean shift| ≤ {bound:g} SE (two-sided)"
+
+
+def information(rule: Rule, baseline: Baseline, k: int, n: int) -> float:
+    """One over the variance of the log-scale shift on ``k`` rollouts (reference spread)."""
+    assert rule.metric is not None
+    params = LogMeanParams.of(rule)
+    spread = log_spread(baseline, rule.metric)
+    sampling = bands.mean_variance(k, params.rho) + bands.mean_variance(spread.n, params.rho)
+    return 1.0 / (spread.sd**2 * sampling + 2 * params.run_sd**2)
+
+
+def nominal(rule: Rule, baseline: Baseline, n: int) -> tuple[float, int]:
+    return upper_tail(LogMeanParams.of(rule).z), 2
 
 
 def reference(rule: Rule, baseline: Baseline) -> str:
@@ -133,4 +155,7 @@ SPEC = KindSpec(
     reference=reference,
     validate=validate,
     needs_spread=True,
+    looks="spending",
+    information=information,
+    nominal=nominal,
 )

@@ -2,7 +2,8 @@
 
 ``quantum`` is derived (``1 / run_shape.samples_per_rollout``: the reward is a fraction over
 one rollout's samples) and re-derived by the loader; ``atol`` only absorbs float rounding,
-at most 1/:data:`GRID_ATOL_DIVISOR` of the step. Pure: no file is read.
+at most 1/:data:`GRID_ATOL_DIVISOR` of the step. Judged at once: an off-grid value fails
+the whole run (``KindSpec.looks``). Pure: no file is read.
 """
 
 from __future__ import annotations
@@ -97,5 +98,10 @@ def validate(rule: Rule, baseline: Baseline) -> Problem | None:
 
 
 SPEC = KindSpec(
-    name="multiple_of", params=GridParams, check=check, expected=expected, validate=validate
+    name="multiple_of",
+    params=GridParams,
+    check=check,
+    expected=expected,
+    validate=validate,
+    looks="at_once",
 )

@@ -2,7 +2,8 @@
 
 ``atol`` is derived and re-derived by the loader: half the smallest per-token rate one
 token can make (``1 / (samples_per_rollout x max_response_tokens)``), rounded down to 4
-significant digits. Pure: no file is read.
+significant digits. Judged at once: a value beyond it fails the whole run
+(``KindSpec.looks``). Pure: no file is read.
 """
 
 from __future__ import annotations
@@ -73,5 +74,10 @@ def validate(rule: Rule, baseline: Baseline) -> Problem | None:
 
 
 SPEC = KindSpec(
-    name="near_zero", params=AtolParams, check=check, expected=expected, validate=validate
+    name="near_zero",
+    params=AtolParams,
+    check=check,
+    expected=expected,
+    validate=validate,
+    looks="at_once",
 )

@@ -13,8 +13,11 @@ needs. ``z`` is bounded by the schema to [2, 6] and calibrated by
 ``baselines/README.md``). With ``rho`` (the declared lag-1 autocorrelation; bounded by the
 schema to [0, 0.6]) ``Var S`` is inflated by Hamed and Rao's factor for an AR(1) series
 (:func:`hamed_rao_factor`): autocorrelated rollouts make runs of rises that are no trend
-(issue 19 measured 0.6-0.8% false alarms at Z 3 with lag-1 0.3, not 0.13%). Pure: no file
-is read.
+(issue 19 measured 0.6-0.8% false alarms at Z 3 with lag-1 0.3, not 0.13%). At a look
+(``miles_amd.rules.looks``) the first ``k`` values are tested against the look's bound, which
+spends its one-sided rate (from ``z``) with the information ``Var S`` of ``k`` values (S's
+increments are uncorrelated under no trend: each new value's signs against the earlier
+ones sum to zero covariance with the earlier S). Pure: no file is read.
 
 Explained for people in ``docs/gate-and-statistics.md``.
 """
@@ -39,6 +42,9 @@ from miles_amd.rules.check import (
 )
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.model import Baseline, Params, Rule
+from miles_amd.rules.spending import upper_tail
+
+MIN_VALUES = 4  # judged at a look of at least this many rollouts
 
 
 @dataclass(frozen=True)
@@ -99,8 +105,8 @@ def theil_sen(steps: list[int], values: list[float]) -> tuple[float, float]:
 
 def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     params = TrendParams.of(rule)
-    z_max = params.z
-    wanted = expected(rule, ctx.baseline, ctx.rollouts)
+    z_max = params.z if ctx.limit is None else ctx.limit
+    wanted = _expected(z_max, params.rho)
     points = sorted(series)
     undefined = non_finite_failure(rule, points, wanted, "trend")
     if undefined is not None:
@@ -129,9 +135,34 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
 
 def expected(rule: Rule, baseline: Baseline, rollouts: int) -> str:
     params = TrendParams.of(rule)
-    if params.rho:
-        return f"Mann-Kendall Z ≤ {params.z:g} (no rising trend; Hamed-Rao, lag-1 {params.rho:g})"
-    return f"Mann-Kendall Z ≤ {params.z:g} (no rising trend)"
+    return _expected(params.z, params.rho)
 
 
-SPEC = KindSpec(name="no_rising_trend", params=TrendParams, check=check, expected=expected)
+def _expected(z: float, rho: float | None) -> str:
+    if rho:
+        return f"Mann-Kendall Z ≤ {z:g} (no rising trend; Hamed-Rao, lag-1 {rho:g})"
+    return f"Mann-Kendall Z ≤ {z:g} (no rising trend)"
+
+
+def information(rule: Rule, baseline: Baseline, k: int, n: int) -> float | None:
+    """The variance of Mann-Kendall's S on ``k`` values (Hamed-Rao inflated; no ties): S
+    has uncorrelated increments under no trend, so it is the statistic's information."""
+    if k < MIN_VALUES:
+        return None
+    rho = TrendParams.of(rule).rho or 0.0
+    return k * (k - 1) * (2 * k + 5) / 18.0 * hamed_rao_factor(k, rho)
+
+
+def nominal(rule: Rule, baseline: Baseline, n: int) -> tuple[float, int]:
+    return upper_tail(TrendParams.of(rule).z), 1
+
+
+SPEC = KindSpec(
+    name="no_rising_trend",
+    params=TrendParams,
+    check=check,
+    expected=expected,
+    looks="spending",
+    information=information,
+    nominal=nominal,
+)

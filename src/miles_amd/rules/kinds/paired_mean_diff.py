@@ -12,7 +12,9 @@ from the reference series, plus a declared run-level shift ``run_sd``), and the 
 level pooled with ``pool``, the other published run's mean on the same prompts (the loader
 checks it is a ``cover`` value of a ``mean_within`` rule on the metric). The observed spread
 is reported, not used: a collapse of the last third of a run inflated it and hid itself
-(caught 1 time in 4; now 99%). Pure: no file is read.
+(caught 1 time in 4; now 99%). At a look (``miles_amd.rules.looks``) the first ``k``
+rollouts are paired and held to the look's bound, which spends the rate of ``z`` (one side
+for ``lower``, two for ``both``) over the looks. Pure: no file is read.
 
 Explained for people in ``docs/gate-and-statistics.md``.
 """
@@ -30,6 +32,7 @@ from miles_amd.rules import band, bands
 from miles_amd.rules.check import Check, Problem, RuleContext, passed, rule_check, steps_text
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.model import Baseline, Params, Rule
+from miles_amd.rules.spending import upper_tail
 
 
 @dataclass(frozen=True)
@@ -46,11 +49,11 @@ class PairedParams(Params):
 def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     assert rule.metric is not None
     params = PairedParams.of(rule)
-    z = params.z
+    z = params.z if ctx.limit is None else ctx.limit
     reference = ctx.baseline.series[rule.metric]
     counts = Counter(step for step, _ in series)
     pairs = [(s, v, reference[s]) for s, v in series if 0 <= s < len(reference) and counts[s] == 1]
-    wanted = expected(rule, ctx.baseline, ctx.rollouts)
+    wanted = _expected(params, z)
     if not pairs:
         detail = (
             f"not measured: no rollout of the run pairs with {ctx.baseline.run_id}'s rollouts "
@@ -123,10 +126,41 @@ def _detail(effect: bands.PairedEffect, run_id: str) -> str:
 
 def expected(rule: Rule, baseline: Baseline, rollouts: int) -> str:
     params = PairedParams.of(rule)
+    return _expected(params, params.z)
+
+
+def _expected(params: PairedParams, z: float) -> str:
     if params.side == "lower":
         pooled = f", reference pooled with {params.pool:g}" if params.pool is not None else ""
-        return f"mean paired Δ ≥ -{params.z:g} SE (binomial SE{pooled})"
-    return f"|mean paired Δ| ≤ {params.z:g} SE"
+        return f"mean paired Δ ≥ -{z:g} SE (binomial SE{pooled})"
+    return f"|mean paired Δ| ≤ {z:g} SE"
+
+
+def information(rule: Rule, baseline: Baseline, k: int, n: int) -> float | None:
+    """One over the variance of the difference over the first ``k`` rollouts (those the
+    reference has: the paired ones): the exact binomial one of ``side: lower``
+    (``bands.paired_drop_variance``), else ``k``."""
+    assert rule.metric is not None
+    params = PairedParams.of(rule)
+    reference = baseline.series[rule.metric]
+    k = min(k, len(reference))  # rollouts beyond the reference's pair with nothing
+    if params.side != "lower":
+        return float(k)
+    shape = baseline.run_shape
+    variance = bands.paired_drop_variance(
+        reference,
+        k,
+        samples_per_rollout=shape.samples_per_rollout,
+        groups=shape.prompts_per_rollout,
+        run_sd=params.run_sd or 0.0,
+        pool=params.pool,
+    )
+    return 1.0 / variance
+
+
+def nominal(rule: Rule, baseline: Baseline, n: int) -> tuple[float, int]:
+    params = PairedParams.of(rule)
+    return upper_tail(params.z), 1 if params.side == "lower" else 2
 
 
 def reference(rule: Rule, baseline: Baseline) -> str:
@@ -159,4 +193,7 @@ SPEC = KindSpec(
     reference=reference,
     validate=validate,
     reference_series=True,
+    looks="spending",
+    information=information,
+    nominal=nominal,
 )

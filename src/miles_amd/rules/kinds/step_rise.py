@@ -36,7 +36,14 @@ pooled sd's ``n_ref - 1 + N - 2`` degrees of freedom times ``(1 - rho²)/(1 + rh
 and ``run_sd`` are declared and bounded as the bands' (``baselines/README.md`` says how they
 were chosen from the published runs). A scan that also splits at the last third was measured: it
 costs more power against a mid-run step (87% at 0.24% false alarms) than it buys. The
-plot hint (the halves' geometric means) is ``miles_amd.report.rule_hints.step``. Pure: no
+plot hint (the halves' geometric means) is ``miles_amd.report.rule_hints.step``.
+
+The split is the middle of the whole run (``N // 2`` of the expected rollouts), at every
+look (``miles_amd.rules.looks``): the first ``k`` rollouts judge the same step from mid-run,
+once ``k`` puts :data:`MIN_HALF` values after it (15 of 20: rollouts 10..14), against the
+look's bound (its one-sided rate as the t quantile at the look's degrees of freedom); the
+information is one over the GLS step's variance with the reference's spread. A partial run
+with fewer values after the middle passes this rule (its missing steps fail it). Pure: no
 file is read.
 
 Explained for people in ``docs/gate-and-statistics.md``.
@@ -58,11 +65,13 @@ from miles_amd.rules.check import (
     non_finite_failure,
     passed,
     rule_check,
+    step_range,
     steps_text,
 )
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.log_scale import log_spread, log_spread_problem
 from miles_amd.rules.model import Baseline, Params, Rule
+from miles_amd.rules.spending import upper_tail
 
 MIN_HALF = 2  # rollouts each half needs for a spread
 
@@ -106,6 +115,18 @@ def _dot(a: list[float], b: list[float]) -> float:
     return math.fsum(x * y for x, y in zip(a, b, strict=True))
 
 
+def _normal_equations(
+    n: int, c: int, sd2: float, v_ref: float, rho: float
+) -> tuple[float, float, float, list[float], list[float]]:
+    """(a11, a12, a22, whitened ones, whitened step regressor) of the GLS step from index
+    ``c`` of ``n`` values with variance ``sd2`` and the reference level's variance ``v_ref``."""
+    ones = _whitened([1.0] * n, rho)
+    after = _whitened([0.0] * c + [1.0] * (n - c), rho)
+    a11 = _dot(ones, ones) / sd2 + 1 / v_ref
+    a12, a22 = _dot(ones, after) / sd2, _dot(after, after) / sd2
+    return a11, a12, a22, ones, after
+
+
 def step_rise_z(
     run: list[float],
     spread: bands.Spread,
@@ -113,13 +134,15 @@ def step_rise_z(
     run_sd: float,
     rho: float,
     pool: float | None = None,
+    split: int | None = None,
 ) -> tuple[float, float, float]:
-    """(z, head mean, tail mean) of the rise from rollout ``N // 2`` on, all on the scale of
-    ``run`` and ``spread`` (the caller passes logarithms); ``run_sd`` is an absolute level
-    sd there. z: the generalised least squares step of ``run_t = level + step·[t >= N//2] +
-    AR(1)``, the reference level (:func:`reference_level`) one more observation of ``level``."""
+    """(z, head mean, tail mean) of the rise from index ``split`` (default ``N // 2``) on,
+    all on the scale of ``run`` and ``spread`` (the caller passes logarithms); ``run_sd`` is
+    an absolute level sd there. z: the generalised least squares step of ``run_t = level +
+    step·[t >= split] + AR(1)``, the reference level (:func:`reference_level`) one more
+    observation of ``level``."""
     n = len(run)
-    c = n // 2
+    c = n // 2 if split is None else split
     head = math.fsum(run[:c]) / c
     tail = math.fsum(run[c:]) / (n - c)
     residual = math.fsum((v - head) ** 2 for v in run[:c]) + math.fsum(
@@ -130,11 +153,8 @@ def step_rise_z(
     if sd2 <= 0:
         return 0.0, head, tail
     level, v_ref = reference_level(spread, sd2, run_sd=run_sd, rho=rho, pool=pool)
-    ones = _whitened([1.0] * n, rho)
-    after = _whitened([0.0] * c + [1.0] * (n - c), rho)
+    a11, a12, a22, ones, after = _normal_equations(n, c, sd2, v_ref, rho)
     values = _whitened(run, rho)
-    a11 = _dot(ones, ones) / sd2 + 1 / v_ref
-    a12, a22 = _dot(ones, after) / sd2, _dot(after, after) / sd2
     b1 = _dot(ones, values) / sd2 + level / v_ref
     b2 = _dot(after, values) / sd2
     det = a11 * a22 - a12 * a12
@@ -150,17 +170,29 @@ def threshold(alpha: float, n_run: int, n_ref: int, rho: float = 0.0) -> float:
     return bands.t_quantile(1.0 - alpha, max(1.0, dof))
 
 
+def split_index(metric: str, baseline: Baseline, rollouts: int) -> int:
+    """The index the second half starts at: the middle of the whole run's steps (the same
+    at every look: the step the rule looks for is a step from mid-run)."""
+    return len(step_range(metric, baseline, rollouts)) // 2
+
+
 def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     assert rule.metric is not None
     params = StepParams.of(rule)
-    wanted = expected(rule, ctx.baseline, ctx.rollouts)
+    n_ref = log_spread(ctx.baseline, rule.metric).n
     points = sorted(series)
+    p = params.alpha if ctx.limit is None else upper_tail(ctx.limit)
+    wanted = _expected(threshold(p, len(points), n_ref, params.rho), p)
     undefined = non_finite_failure(rule, points, wanted, "step")
     if undefined is not None:
         return undefined
     values = [v for _, v in points]
-    if len(values) < 2 * MIN_HALF:
-        detail = f"{len(values)} values: too few to compare two halves (needs {2 * MIN_HALF})"
+    c = split_index(rule.metric, ctx.baseline, ctx.rollouts)
+    if c < MIN_HALF or len(values) - c < MIN_HALF:
+        detail = (
+            f"{len(values)} values: too few to compare the halves split at index {c} "
+            f"(each needs {MIN_HALF})"
+        )
         return rule_check(rule, "pass", None, wanted, detail)
     zero = [s for s, v in points if v <= 0]
     if zero:
@@ -169,11 +201,11 @@ def check(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     spread = log_spread(ctx.baseline, rule.metric)
     logs = [math.log(v) for v in values]
     z, head, tail = step_rise_z(
-        logs, spread, run_sd=params.run_sd, rho=params.rho, pool=params.pool
+        logs, spread, run_sd=params.run_sd, rho=params.rho, pool=params.pool, split=c
     )
     head, tail = math.exp(head), math.exp(tail)  # geometric means, for the detail and plot
-    limit = threshold(params.alpha, len(values), spread.n, params.rho)
-    split = points[len(values) // 2][0]
+    limit = threshold(p, len(values), spread.n, params.rho)
+    split = points[c][0]
     detail = (
         f"second half (from step {split}) geometric mean {fmt(tail)} vs first half {fmt(head)}: "
         f"rise {z:+.2f} SE (limit {limit:.2f})"
@@ -196,8 +228,34 @@ def expected(rule: Rule, baseline: Baseline, rollouts: int) -> str:
     assert rule.metric is not None
     params = StepParams.of(rule)
     alpha = params.alpha
-    limit = threshold(alpha, rollouts, log_spread(baseline, rule.metric).n, params.rho)
-    return f"second-half rise ≤ {limit:.2f} SE (one-sided, α {alpha:g})"
+    return _expected(
+        threshold(alpha, rollouts, log_spread(baseline, rule.metric).n, params.rho), alpha
+    )
+
+
+def _expected(limit: float, alpha: float) -> str:
+    return f"second-half rise ≤ {limit:.2f} SE (one-sided, α {alpha:.3g})"
+
+
+def information(rule: Rule, baseline: Baseline, k: int, n: int) -> float | None:
+    """One over the GLS step's variance on the first ``k`` of ``n`` rollouts, split at the
+    whole run's middle, with the reference's log-scale variance; None before the second
+    half has :data:`MIN_HALF` values."""
+    assert rule.metric is not None
+    params = StepParams.of(rule)
+    c = split_index(rule.metric, baseline, n)
+    length = len(step_range(rule.metric, baseline, k))
+    if c < MIN_HALF or length - c < MIN_HALF:
+        return None
+    spread = log_spread(baseline, rule.metric)
+    sd2 = spread.sd**2
+    _, v_ref = reference_level(spread, sd2, run_sd=params.run_sd, rho=params.rho, pool=params.pool)
+    a11, a12, a22, _, _ = _normal_equations(length, c, sd2, v_ref, params.rho)
+    return (a11 * a22 - a12 * a12) / a11
+
+
+def nominal(rule: Rule, baseline: Baseline, n: int) -> tuple[float, int]:
+    return StepParams.of(rule).alpha, 1
 
 
 def reference(rule: Rule, baseline: Baseline) -> str:
@@ -232,4 +290,7 @@ SPEC = KindSpec(
     reference=reference,
     validate=validate,
     needs_spread=True,
+    looks="spending",
+    information=information,
+    nominal=nominal,
 )

@@ -1,7 +1,9 @@
 """``steps_complete``: every step ``0..N-1`` exactly once.
 
 ``N`` = rollouts for ``rollout/*`` and ``perf/*``, times ``train_steps_per_rollout`` for
-``train/*``. No tolerance. Pure: no file is read.
+``train/*``. No tolerance. Judged at once (``KindSpec.looks``): at a look of ``k`` rollouts
+the steps of those rollouts, each once (``RuleContext.expected_steps``). Pure: no file is
+read.
 """
 
 from __future__ import annotations
@@ -59,4 +61,6 @@ def expected(rule: Rule, baseline: Baseline, rollouts: int) -> str:
     return f"{axis(rule.metric)} 0..{steps[-1]}, each once"
 
 
-SPEC = KindSpec(name="steps_complete", params=NoParams, check=check, expected=expected)
+SPEC = KindSpec(
+    name="steps_complete", params=NoParams, check=check, expected=expected, looks="at_once"
+)

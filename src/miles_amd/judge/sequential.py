@@ -1,0 +1,144 @@
+"""Sequential looks for the gate and the watcher: what a run's first rollouts decide.
+
+Decides, with the rules' own functions (``miles_amd.rules.registry.evaluate_rule`` with a
+``look``; the looks, kinds and boundaries are ``miles_amd.rules.looks``'):
+
+- :func:`rule_checks`: the gate's rule checks of a run. Each rule is judged on the whole run;
+  a ``spending`` rule is judged at every look before the last too, and its first failing
+  look, when there is one, is its check (a look decides red for good: the run is not
+  accepted even if a later look passes). The rccl control arm's reference-bound rules are
+  ``miles_amd.judge.control_arm``'s, at every look.
+- :func:`early_rule_failures`: the rules' part of the watcher's judge of a run still being
+  written (``miles_amd.judge.gate.early_failures`` adds the fatal sentinels), the very same
+  :func:`evaluate_rule` calls: the ``at_once`` rules on everything read so far, each
+  ``spending`` rule at every declared look its metric has reached (all of its first ``k``
+  rollouts read). A ``final`` rule waits for the gate, and a look only fails a run
+  (``tests/unit/test_looks.py``). ``reference_free`` leaves out the reference-bound rules
+  (a run that is not gated: only what fails whatever its baseline).
+- :func:`decision`: the rollout a red run was decided at, by which check and the rate it
+  had spent: a failing look's rollout; a failing value's rollout plus one (a spike, a
+  non-finite or off-grid value: the watcher stops at it); else the rollouts the run reached
+  (its end, or where it stopped). At one rollout a look or a value decides before what
+  only the run's end shows (a job stopped right after its look is decided by the look).
+
+Pure; reads nothing. The node time looks save, and their false-alarm rate over all looks, are
+``benchmarks/bench_calibration.py``'s (``baselines/README.md``, "Sequential looks").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from miles_amd.evidence.types import RunEvidence, Series
+from miles_amd.judge.control_arm import CONTROL_ARM, control_arm_check, reference_bound
+from miles_amd.rules.check import Check, RuleContext
+from miles_amd.rules.looks import run_looks
+from miles_amd.rules.model import Baseline, Rule
+from miles_amd.rules.registry import KINDS, evaluate_rule
+
+__all__ = ["Decision", "decision", "early_rule_failures", "rule_checks"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """When a red run was decided: after ``rollout`` rollouts, by ``check``."""
+
+    rollout: int
+    check: str
+    alpha_spent: float | None  # the rate the check's rule had spent (a spending rule)
+    at_look: bool  # decided by a look before the last rollout
+
+
+def rule_checks(ctx: RuleContext, *, control: bool) -> list[Check]:
+    """The rules' checks of a run (module doc)."""
+    checks = []
+    for rule in ctx.baseline.rules:
+        if control and reference_bound(rule):
+            checks.append(control_arm_check(rule, ctx.baseline, ctx.rollouts))
+            continue
+        final = evaluate_rule(rule, ctx)
+        assert final is not None  # the whole run always gets a check
+        checks.append(_first_failing_look(rule, ctx) or final)
+    return checks
+
+
+def _first_failing_look(rule: Rule, ctx: RuleContext) -> Check | None:
+    if ctx.looks is None or KINDS[rule.kind].looks != "spending":
+        return None
+    for look in ctx.looks[:-1]:
+        check = evaluate_rule(rule, ctx, look=look)
+        if check is not None and check.failed:
+            return check
+    return None
+
+
+def early_rule_failures(
+    evidence: RunEvidence,
+    baseline: Baseline,
+    *,
+    looks: bool = True,
+    reference_free: bool = False,
+) -> list[Check]:
+    """The rule checks a run read so far has already failed (module doc); [] while none."""
+    rollouts = baseline.run_shape.rollouts
+    declared = run_looks(baseline.run_shape, rollouts) if looks else None
+    ctx = RuleContext(evidence, baseline, rollouts, looks=declared)
+    skip_bound = reference_free or evidence.variant == CONTROL_ARM
+    failed = []
+    for rule in baseline.rules:
+        kind = KINDS[rule.kind]
+        series = evidence.series.get(rule.metric, ()) if rule.metric is not None else ()
+        if not series or kind.looks == "final" or (skip_bound and reference_bound(rule)):
+            continue
+        if kind.looks == "at_once":
+            seen = _rollouts_seen(series, rule.metric or "", baseline)
+            check = evaluate_rule(rule, ctx, look=seen if seen < rollouts else None)
+        else:
+            check = _first_failing_look(rule, ctx)
+        if check is not None and check.failed:
+            failed.append(check)
+    return failed
+
+
+def _rollouts_seen(series: Series, metric: str, baseline: Baseline) -> int:
+    """The rollouts a series has reached: its last step's rollout plus one."""
+    last = max(step for step, _ in series)
+    return _rollout_of(last, metric, baseline) + 1
+
+
+def _rollout_of(step: int, metric: str, baseline: Baseline) -> int:
+    per = baseline.run_shape.train_steps_per_rollout if metric.startswith("train/") else 1
+    return max(step, 0) // per
+
+
+def decision(
+    checks: Sequence[Check], evidence: RunEvidence, baseline: Baseline, rollouts: int
+) -> Decision | None:
+    """When the failed ``checks`` decided the run (module doc); None when none failed."""
+    gated = {r.metric for r in baseline.rules if r.metric is not None}
+    seen = [
+        _rollouts_seen(series, metric, baseline)
+        for metric, series in evidence.series.items()
+        if metric in gated and series
+    ]
+    reached = min(max(seen), rollouts) if seen else rollouts
+    best: tuple[int, bool, Check] | None = None
+    for check in checks:
+        if not check.failed:
+            continue
+        at, specific = reached, True
+        if check.look is not None:
+            at = check.look
+        elif check.failing_steps and check.metric is not None:
+            at = min(_rollout_of(s, check.metric, baseline) for s in check.failing_steps) + 1
+        else:  # what only the run's end (or its stop) shows: decided where it got to
+            specific = False
+        found = (min(at, reached), not specific, check)  # a look or a value before a stop
+        if best is None or found[:2] < best[:2]:
+            best = found
+    if best is None:
+        return None
+    at, _, check = best
+    alpha = check.numbers.get("alpha_spent")
+    return Decision(at, check.name, alpha, check.look is not None)

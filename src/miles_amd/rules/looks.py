@@ -1,0 +1,201 @@
+"""Sequential looks: the rollouts at which a run may be decided red, and each rule's boundaries.
+
+Decides, for a run of ``N`` rollouts judged against a baseline:
+
+- its looks (:func:`run_looks`): ``run_shape.looks`` below ``N``, then ``N`` (the shipped
+  baselines declare 5, 10, 15, 20); the loader refuses looks that are not increasing
+  rollouts ending at ``run_shape.rollouts`` (:func:`looks_problem`);
+- for a rule whose kind is judged by ``spending`` (``KindSpec.looks``): its boundary at each
+  look (:func:`rule_boundaries`): the information fraction ``t_k`` (the information of the
+  kind's statistic on the first ``k`` rollouts over that on all ``N``, both from the
+  reference alone: ``KindSpec.information``; for a mean, one over its variance), floored
+  to 2 decimals, and the z bound that spends the kind's fixed-sample rate
+  (``KindSpec.nominal``) over the looks with the Lan-DeMets O'Brien-Fleming-like function
+  (``miles_amd.rules.spending``), rounded up to 4 significant digits; ``alpha_spent`` is
+  what the rule has spent by that look, both sides of a two-sided rule counted;
+- the stored boundaries (a spending rule's ``boundaries``, written by ``baseline record``)
+  are the derived ones for ``run_shape.rollouts`` and ``run_shape.looks``
+  (:func:`boundaries_problem`); other kinds carry none.
+
+Only red is decided early: a look can fail a run; a rule that passes a look is judged again
+at the next, up to the last rollout (``miles_amd.judge.sequential``). An ``at_once`` kind
+judges the first ``k`` rollouts with the whole run's tolerance (what fails there fails the
+run), a ``final`` kind only the whole run. The whole gate's false-alarm rate over all looks
+and the rollouts to red are ``benchmarks/bench_calibration.py``'s
+(``baselines/README.md``, "Sequential looks"). Pure; reads no file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+from miles_amd.rules import spending
+from miles_amd.rules.bands import round_outward
+from miles_amd.rules.check import Problem
+from miles_amd.rules.model import BOUNDARIES, Baseline, Rule, RunShape
+
+if TYPE_CHECKING:
+    from miles_amd.rules.kind import KindSpec
+
+DEFAULT_LOOKS = (5, 10, 15, 20)
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A spending rule's bound at one look: what its statistic may reach there."""
+
+    rollout: int  # the look: the first ``rollout`` rollouts are judged
+    information: float  # the fraction of the whole run's information they carry
+    z: float  # the bound on the normal scale (a side's, for a two-sided rule)
+    alpha_spent: float  # the rule's false-alarm rate spent by this look
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rollout": self.rollout,
+            "information": self.information,
+            "z": self.z,
+            "alpha_spent": self.alpha_spent,
+        }
+
+    def describe(self) -> str:
+        return (
+            f"look at rollout {self.rollout}: bound {self.z:g} SE, α spent {self.alpha_spent:.3g}"
+        )
+
+
+def run_looks(shape: RunShape, rollouts: int) -> tuple[int, ...]:
+    """The looks of a run of ``rollouts``: the declared ones below it, then ``rollouts``."""
+    return (*(k for k in shape.looks if k < rollouts), rollouts)
+
+
+def rule_boundaries(
+    spec: KindSpec, rule: Rule, baseline: Baseline, rollouts: int, looks: Sequence[int]
+) -> tuple[Boundary, ...]:
+    """The boundaries of a spending rule at ``looks`` of a run of ``rollouts`` (module doc);
+    a look its kind cannot judge (too few rollouts) or that would spend nothing is left out,
+    and a run too short for the kind to judge at all has none (its fixed-sample tolerance)."""
+    assert spec.information is not None and spec.nominal is not None
+    final = spec.information(rule, baseline, rollouts, rollouts)
+    if final is None or not final > 0:
+        return ()
+    rate, sides = spec.nominal(rule, baseline, rollouts)
+    judged: list[tuple[int, float]] = []
+    for k in looks:
+        if k >= rollouts:
+            break
+        information = spec.information(rule, baseline, k, rollouts)
+        if information is None or not information > 0:
+            continue
+        highest = 1.0 - 10**-spending.FRACTION_DIGITS
+        t = spending.floor_fraction(min(information / final, highest))
+        if t > 0 and (not judged or t > judged[-1][1]):
+            judged.append((k, t))
+    judged.append((rollouts, 1.0))
+    zs = spending.boundaries(rate, tuple(t for _, t in judged))
+    out = []
+    for (k, t), z in zip(judged, zs, strict=True):
+        if z is None:
+            continue
+        alpha = round_outward(sides * spending.spent(rate, t), up=True)
+        out.append(Boundary(k, t, round_outward(z, up=True), alpha))
+    return tuple(out)
+
+
+# The last boundaries computed, by (baseline, rule, rollouts, looks); an entry keeps the
+# baseline and rule it was computed for and is used only for those very objects, so a gate
+# judging many looks of one run, or many runs against one baseline, derives them once.
+_RECENT: OrderedDict[tuple[int, int, int, tuple[int, ...]], tuple[Baseline, Rule, Any]] = (
+    OrderedDict()
+)
+_RECENT_SIZE = 64
+
+
+def boundary_at(
+    spec: KindSpec, rule: Rule, baseline: Baseline, rollouts: int, looks: Sequence[int], look: int
+) -> Boundary | None:
+    """The rule's boundary at ``look`` (None: it judges nothing there)."""
+    key = (id(baseline), id(rule), rollouts, tuple(looks))
+    entry = _RECENT.get(key)
+    if entry is not None and entry[0] is baseline and entry[1] is rule:
+        found = entry[2]
+    else:
+        found = rule_boundaries(spec, rule, baseline, rollouts, looks)
+        _RECENT[key] = (baseline, rule, found)
+        while len(_RECENT) > _RECENT_SIZE:
+            _RECENT.popitem(last=False)
+    return next((b for b in found if b.rollout == look), None)
+
+
+def looks_problem(shape: RunShape) -> Problem | None:
+    """``run_shape.looks`` must be increasing rollouts in 1..rollouts, the last ``rollouts``."""
+    looks, n = shape.looks, shape.rollouts
+    fix = f"set it to increasing rollouts ending at {n}, e.g. {list(_default_for(n))}"
+    if not looks:
+        return ("$.run_shape.looks", "no looks (the last must be run_shape.rollouts)", fix)
+    if any(not a < b for a, b in pairwise(looks)):
+        return ("$.run_shape.looks", f"looks {list(looks)} are not increasing", fix)
+    if looks[0] < 1 or looks[-1] != n:
+        return (
+            "$.run_shape.looks",
+            f"looks {list(looks)} must lie in 1..{n} and end at run_shape.rollouts {n}",
+            fix,
+        )
+    return None
+
+
+def _default_for(rollouts: int) -> tuple[int, ...]:
+    quarter = max(1, rollouts // 4)
+    return (*(k for k in range(quarter, rollouts, quarter)), rollouts)
+
+
+def boundaries_problem(spec: KindSpec, rule: Rule, baseline: Baseline) -> Problem | None:
+    """A spending rule's ``boundaries`` are the derived ones for ``run_shape``; other kinds
+    carry none. ``(JSON path below the rule, what, fix)``."""
+    written = rule.params.get(BOUNDARIES)
+    if spec.looks != "spending":
+        if written is None:
+            return None
+        return (f".{BOUNDARIES}", f"{rule.kind} is not judged at looks", f"remove {BOUNDARIES}")
+    shape = baseline.run_shape
+    try:
+        derived = rule_boundaries(spec, rule, baseline, shape.rollouts, shape.looks)
+    except (KeyError, ValueError, ArithmeticError) as exc:
+        return (
+            ".metric",
+            f"cannot derive the boundaries of {rule.id} at its looks: {exc}",
+            "give the reference the series or summary its tolerance needs",
+        )
+    wanted = [b.to_json() for b in derived]
+    if written is None or not _same(written, wanted):
+        return (
+            f".{BOUNDARIES}",
+            "boundaries are not the ones spending the rule's rate over run_shape.looks gives"
+            if written is not None
+            else "no boundaries (a spending rule needs its bound at each look)",
+            f"set it to {json.dumps(wanted)} (miles_amd.rules.looks; miles-amd baseline record "
+            "writes them)",
+        )
+    return None
+
+
+def _same(written: object, wanted: list[dict[str, Any]]) -> bool:
+    if not isinstance(written, list) or len(written) != len(wanted):
+        return False
+    for got, want in zip(written, wanted, strict=True):
+        if not isinstance(got, Mapping) or set(got) != set(want):
+            return False
+        if got["rollout"] != want["rollout"]:
+            return False
+        for key in ("information", "z", "alpha_spent"):
+            value = got[key]
+            if not isinstance(value, (int, float)) or not math.isclose(
+                value, want[key], rel_tol=1e-12
+            ):
+                return False
+    return True

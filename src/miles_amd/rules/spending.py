@@ -1,0 +1,205 @@
+"""Alpha spending over looks: how much of a rule's false-alarm rate each look may use.
+
+Decides the one spending function of the family and the boundary that spends it; it knows
+no rule (``miles_amd.rules.looks`` gives each rule its information fractions) and reads no
+file. Pure arithmetic, no numpy.
+
+- **Spending** (:func:`spent`): Kim and DeMets' (1987) power family of the information
+  fraction ``t`` (the information of the rule's statistic at the look over that at the
+  end): ``α(t) = α·t^ρ`` with :data:`RHO` ``= 3``, for a one-sided rate ``α``. Chosen on the
+  canonical model (below) with the shipped rules' information fractions and on a tuning
+  seed set of the honest model that the reported figures do not use (``baselines/README.md``,
+  "Sequential looks"): Lan and DeMets' O'Brien-Fleming-like ``2 - 2·Φ(z_(1-α/2)/√t)`` kept
+  the power at the end but decided a 0.08 reward drop by rollout 10 in 38% of runs and a
+  mid-run logprob step by rollout 15 in 43% (canonical); ``ρ = 3`` decides them in 62% and
+  61% (tuning set) for 1.2 points of power against a 0.05 drop (1500 runs); ``ρ = 2`` cost
+  2.0 points, ``ρ = 4`` decided 58% / 54%.
+- **Boundaries** (:func:`boundaries`): the upper z boundaries ``c_1..c_K`` with
+  ``P(Z_1 < c_1, ..., Z_(k-1) < c_(k-1), Z_k ≥ c_k) = α(t_k) - α(t_(k-1))`` under the
+  canonical joint distribution of a statistic seen at growing information
+  (``corr(Z_i, Z_j) = √(t_i / t_j)``: Brownian motion in information time), found by the
+  recursive numerical integration of Armitage, McPherson and Rowe (1969) on Jennison and
+  Turnbull's grid (*Group Sequential Methods*, 2000, chapter 19.2: ``6m - 1`` points a
+  stage, Simpson's rule; ``m = 10`` here: the boundaries agree with ``m = 24`` to 5e-4,
+  and with the textbook's 4.333, 2.963, 2.359, 2.014 for four equal looks at ``α = 2.5%``;
+  ``tests/unit/test_looks.py``). Two-sided rules spend ``α/2`` a side with these
+  boundaries (the chance of crossing both sides is below ``α²``).
+- A look whose cumulative spend is below :data:`MIN_SPEND` judges nothing (its boundary
+  would be beyond the float range of the tail); its information still counts.
+- Fractions are floored to :data:`FRACTION_DIGITS` decimals before the boundaries are
+  computed (a slightly smaller spend, the same correlation to 1%), so the boundaries of
+  references whose spreads differ a little are computed once (``functools.lru_cache``).
+
+Caveat: the canonical form is exact for a mean of independent rollouts with fixed
+run-level and reference terms (the reference and a run's level enter every look alike);
+under the declared lag-1 autocorrelation and with the run's own spread pooled into a
+statistic it is an approximation, whose family-wise false-alarm rate
+``benchmarks/bench_calibration.py`` measures (``baselines/README.md``, "Sequential looks").
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from functools import lru_cache
+from itertools import pairwise
+from statistics import NormalDist
+
+RHO = 3.0  # the power of the spending function (module doc)
+MIN_SPEND = 1e-15  # a look that may spend less judges nothing
+FRACTION_DIGITS = 2
+_GRID_M = 10  # Jennison & Turnbull's m: 6m - 1 grid points a stage
+_KERNEL_REACH = 8.5  # a normal kernel beyond 8.5 sd is below 2e-16 of its peak: skipped
+_SQRT2 = math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_NORMAL = NormalDist()
+
+
+def upper_tail(x: float) -> float:
+    """``1 - Φ(x)``, accurate in the far tail (``erfc``)."""
+    return 0.5 * math.erfc(x / _SQRT2)
+
+
+def upper_quantile(p: float) -> float:
+    """``x`` with ``1 - Φ(x) = p`` (``0 < p < 1``)."""
+    return -_NORMAL.inv_cdf(p)
+
+
+def spent(alpha: float, t: float) -> float:
+    """The one-sided rate spent by information fraction ``t`` (module doc); 0 at ``t <= 0``."""
+    if t <= 0.0:
+        return 0.0
+    if t >= 1.0:
+        return alpha
+    return alpha * t**RHO
+
+
+def floor_fraction(t: float) -> float:
+    """``t`` floored to :data:`FRACTION_DIGITS` decimals (1 stays 1)."""
+    if t >= 1.0:
+        return 1.0
+    scale = 10**FRACTION_DIGITS
+    return math.floor(t * scale + 1e-9) / scale
+
+
+def _grid(sd: float, upper: float) -> tuple[list[float], list[float]]:
+    """Jennison & Turnbull's points for a N(0, sd²) density truncated above at ``upper``,
+    with midpoints added, and their Simpson weights."""
+    m = _GRID_M
+    xs = []
+    for i in range(1, 6 * m):
+        if i < m:
+            x = -3.0 - 4.0 * math.log(m / i)
+        elif i <= 5 * m:
+            x = -3.0 + 3.0 * (i - m) / (2 * m)
+        else:
+            x = 3.0 + 4.0 * math.log(m / (6 * m - i))
+        xs.append(sd * x)
+    knots = [x for x in xs if x < upper]
+    knots.append(upper if upper < xs[-1] else xs[-1])
+    points, weights = [knots[0]], [0.0]
+    for left, right in pairwise(knots):
+        h = right - left
+        points += [(left + right) / 2.0, right]
+        weights[-1] += h / 6.0
+        weights += [4.0 * h / 6.0, h / 6.0]
+    return points, weights
+
+
+def _exit(dens: list[float], points: list[float], b: float, sd: float) -> float:
+    """``∫ g(u)·P(u + N(0, sd²) ≥ b) du`` over the grid (``dens`` holds weight x density)."""
+    return math.fsum(g * upper_tail((b - u) / sd) for g, u in zip(dens, points, strict=True))
+
+
+def _solve(dens: list[float], points: list[float], sd: float, target: float, guess: float):
+    """The score ``b`` whose exit probability is ``target``: Newton on ``log e(b)``, bracketed."""
+    lo, hi = guess - 12.0 * sd, guess + 1e-12  # e(guess) <= target: guess is the marginal one
+    b = guess
+    for _ in range(100):
+        e = _exit(dens, points, b, sd)
+        if e > target:
+            lo = b
+        else:
+            hi = b
+        slope = math.fsum(
+            g * math.exp(-0.5 * ((b - u) / sd) ** 2) for g, u in zip(dens, points, strict=True)
+        )
+        slope *= _INV_SQRT_2PI / sd
+        step = (math.log(e) - math.log(target)) * e / slope if e > 0 and slope > 0 else None
+        candidate = b + step if step is not None else (lo + hi) / 2.0
+        if not lo < candidate < hi:
+            candidate = (lo + hi) / 2.0
+        if abs(candidate - b) < 1e-10 * max(1.0, abs(b)):
+            return candidate
+        b = candidate
+    return b
+
+
+@lru_cache(maxsize=4096)
+def boundaries(alpha: float, fractions: tuple[float, ...]) -> tuple[float | None, ...]:
+    """The upper z boundary at each look (``None``: the look judges nothing), for a
+    one-sided rate ``alpha`` spent by :func:`spent` at increasing information ``fractions``
+    ending at 1."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    return spend_boundaries(tuple(spent(alpha, t) for t in fractions), fractions)
+
+
+def spend_boundaries(
+    totals: tuple[float, ...], fractions: tuple[float, ...]
+) -> tuple[float | None, ...]:
+    """The upper z boundaries that spend the cumulative rates ``totals`` at the looks of
+    information ``fractions`` (module doc: the recursive integration); any spending
+    function's."""
+    if (
+        not fractions
+        or len(totals) != len(fractions)
+        or fractions[-1] != 1.0
+        or not fractions[0] > 0.0
+        or any(not a < b for a, b in pairwise(fractions))
+        or any(not a <= b for a, b in pairwise(totals))
+        or not 0.0 < totals[-1] < 1.0
+    ):
+        raise ValueError(f"information fractions must increase to 1, got {fractions}")
+    out: list[float | None] = []
+    points: list[float] = []
+    dens: list[float] = []  # weight x continuation density at ``points`` (score scale)
+    t_prev, spent_prev = 0.0, 0.0
+    for index, (t, total) in enumerate(zip(fractions, totals, strict=True)):
+        if total < MIN_SPEND or total <= spent_prev:
+            out.append(None)
+            continue
+        sd_t = math.sqrt(t)
+        guess = upper_quantile(total - spent_prev) * sd_t  # the marginal boundary
+        if not points:  # the first judged look: the score is N(0, t), nothing crossed yet
+            b = guess
+        else:
+            b = _solve(dens, points, math.sqrt(t - t_prev), total - spent_prev, guess)
+        out.append(b / sd_t)
+        if index + 1 < len(fractions):
+            dens = _continuation(dens, points, t - t_prev, sd_t, b)
+            points = _grid(sd_t, b)[0]
+        t_prev, spent_prev = t, total
+    return tuple(out)
+
+
+def _continuation(
+    dens: list[float], points: list[float], dt: float, sd_t: float, b: float
+) -> list[float]:
+    """Weight x density of the score at the new look on its grid below ``b``: the normal
+    ``N(0, t)`` at the first judged look, else the old density convolved with ``N(0, dt)``."""
+    new_points, weights = _grid(sd_t, b)
+    if not points:
+        return [
+            w * math.exp(-0.5 * (x / sd_t) ** 2) * _INV_SQRT_2PI / sd_t
+            for x, w in zip(new_points, weights, strict=True)
+        ]
+    sd = math.sqrt(dt)
+    reach = _KERNEL_REACH * sd
+    out = []
+    for x, w in zip(new_points, weights, strict=True):
+        lo, hi = bisect_left(points, x - reach), bisect_right(points, x + reach)
+        near = zip(dens[lo:hi], points[lo:hi], strict=True)
+        total = math.fsum(g * math.exp(-0.5 * ((x - u) / sd) ** 2) for g, u in near)
+        out.append(w * _INV_SQRT_2PI / sd * total)
+    return out

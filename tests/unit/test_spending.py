@@ -1,0 +1,149 @@
+"""Alpha spending over looks (issue 27): the boundaries, and the looks a baseline carries.
+
+The boundary solver against the textbook and against a simulated canonical process; the
+looks and boundaries a baseline must carry, refused with their JSON path (also through the
+CLI, exit 2); every spending rule of a shipped baseline carries the boundaries its rate and
+information give.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from miles_amd.baseline.model import BaselineError, parse_baseline, resolve_baseline_path
+from miles_amd.rules import spending
+from miles_amd.rules.looks import DEFAULT_LOOKS, run_looks
+from miles_amd.rules.model import BOUNDARIES, Baseline
+from miles_amd.rules.registry import KINDS, rule_boundaries
+from tests.cli_runs import run_cli
+
+KL_RULE = "train_rollout_kl.mean"
+
+
+def obf(alpha: float, t: float) -> float:
+    """Lan-DeMets' O'Brien-Fleming-like spending, for the textbook boundaries."""
+    return 2 * spending.upper_tail(spending.upper_quantile(alpha / 2) / math.sqrt(t))
+
+
+def test_the_solver_gives_the_textbook_obrien_fleming_boundaries() -> None:
+    """Jennison & Turnbull's table for four equal looks at one-sided 2.5%."""
+    fractions = (0.25, 0.5, 0.75, 1.0)
+    found = spending.spend_boundaries(tuple(obf(0.025, t) for t in fractions), fractions)
+    assert found == pytest.approx((4.333, 2.963, 2.359, 2.014), abs=2e-3)
+
+
+def test_the_boundaries_spend_what_the_function_says_on_a_simulated_process() -> None:
+    """Brownian motion in information time: the first crossings at each look are the
+    spending function's increments, and over all looks exactly alpha."""
+    alpha, fractions = 0.02, (0.3, 0.55, 0.8, 1.0)
+    bounds = spending.boundaries(alpha, fractions)
+    assert all(b is not None for b in bounds)
+    rng = np.random.default_rng(11)
+    steps = np.diff(np.concatenate([[0.0], fractions]))
+    score = np.cumsum(rng.standard_normal((400_000, 4)) * np.sqrt(steps), axis=1)
+    z = score / np.sqrt(fractions)
+    crossed = z >= np.asarray(bounds, dtype=float)
+    first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), -1)
+    spent = [spending.spent(alpha, t) for t in fractions]
+    wanted = np.diff(np.concatenate([[0.0], spent]))
+    for look, share in enumerate(wanted):
+        rate = float((first == look).mean())
+        se = math.sqrt(share / 400_000)
+        assert abs(rate - share) < 4 * se, (look, rate, share)
+    assert spending.spent(alpha, 1.0) == alpha
+    assert spending.spent(alpha, 0.5) == pytest.approx(alpha * 0.5**spending.RHO)
+
+
+def test_a_look_that_would_spend_nothing_judges_nothing() -> None:
+    bounds = spending.boundaries(1e-4, (1e-5, 0.5, 1.0))
+    assert bounds[0] is None and bounds[1] is not None and bounds[2] is not None
+    with pytest.raises(ValueError, match="increase to 1"):
+        spending.boundaries(0.01, (0.5, 0.4, 1.0))
+
+
+def test_a_runs_looks_are_the_declared_ones_below_it_then_its_end(patched: Baseline) -> None:
+    assert patched.run_shape.looks == DEFAULT_LOOKS
+    assert run_looks(patched.run_shape, 20) == (5, 10, 15, 20)
+    assert run_looks(patched.run_shape, 12) == (5, 10, 12)
+    assert run_looks(patched.run_shape, 3) == (3,)
+    assert run_looks(patched.run_shape, 1000) == (5, 10, 15, 20, 1000)
+
+
+def shipped_text() -> str:
+    return resolve_baseline_path("patched").read_text(encoding="utf-8")
+
+
+def rule_index(raw: dict, rule_id: str) -> int:
+    return next(i for i, r in enumerate(raw["rules"]) if r["id"] == rule_id)
+
+
+@pytest.mark.parametrize(
+    ("looks", "message"),
+    [
+        ([5, 10, 15], r"\$\.run_shape\.looks: looks \[5, 10, 15\] must lie in 1\.\.20 and end"),
+        ([5, 5, 20], r"\$\.run_shape\.looks: looks \[5, 5, 20\] are not increasing"),
+        ([0, 20], r"\$\.run_shape\.looks\[0\]: 0 is less than the minimum of 1"),
+        ([], r"\$\.run_shape\.looks"),
+    ],
+)
+def test_bad_looks_are_refused_naming_the_json_path(looks: list[int], message: str) -> None:
+    raw = json.loads(shipped_text())
+    raw["run_shape"]["looks"] = looks
+    with pytest.raises(BaselineError, match=message):
+        parse_baseline(json.dumps(raw), path="edited.json")
+
+
+def test_boundaries_are_derived_not_chosen() -> None:
+    raw = json.loads(shipped_text())
+    index = rule_index(raw, KL_RULE)
+    tampered = json.loads(json.dumps(raw))
+    tampered["rules"][index][BOUNDARIES][1]["z"] = 9.0  # a bound nobody could cross
+    fix = json.dumps(raw["rules"][index][BOUNDARIES])
+    with pytest.raises(BaselineError) as refused:
+        parse_baseline(json.dumps(tampered), path="edited.json")
+    line = str(refused.value)
+    assert f"edited.json: $.rules[{index}].boundaries: boundaries are not the ones" in line
+    assert f"fix: set it to {fix}" in line
+    missing = json.loads(json.dumps(raw))
+    del missing["rules"][index][BOUNDARIES]
+    with pytest.raises(BaselineError, match=rf"\$\.rules\[{index}\]: 'boundaries' is a required"):
+        parse_baseline(json.dumps(missing), path="edited.json")
+    spikes = rule_index(raw, "logprob_abs_diff.spikes")
+    extra = json.loads(json.dumps(raw))
+    extra["rules"][spikes][BOUNDARIES] = raw["rules"][index][BOUNDARIES]
+    with pytest.raises(BaselineError, match=r"all_below takes threshold, not boundaries"):
+        parse_baseline(json.dumps(extra), path="edited.json")
+
+
+def test_a_bad_look_is_exit_2_naming_the_file_and_path(tmp_path: Path) -> None:
+    raw = json.loads(shipped_text())
+    raw["run_shape"]["looks"] = [10, 5, 20]
+    raw.pop("$schema", None)
+    path = tmp_path / "patched.json"
+    path.write_text(json.dumps(raw))
+    result = run_cli("gate", "--run-dir", str(tmp_path), "--baseline", str(path))
+    assert result.returncode == 2
+    assert f"{path}: $.run_shape.looks: looks [10, 5, 20] are not increasing" in result.stderr
+    assert not (tmp_path / "report").exists()
+
+
+def test_every_spending_rule_carries_its_derived_boundaries(patched: Baseline) -> None:
+    spending_rules = [r for r in patched.rules if KINDS[r.kind].looks == "spending"]
+    assert {r.kind for r in spending_rules} == {
+        "mean_within", "log_mean_within", "paired_mean_diff", "no_rising_trend", "step_rise",
+    }  # fmt: skip
+    for rule in spending_rules:
+        derived = rule_boundaries(rule, patched, 20, DEFAULT_LOOKS)
+        assert rule.params[BOUNDARIES] == [b.to_json() for b in derived]
+        assert derived[-1].rollout == 20 and derived[-1].information == 1.0
+        fractions = [b.information for b in derived]
+        assert fractions == sorted(fractions)
+    step = next(r for r in spending_rules if r.kind == "step_rise")
+    # the step from mid-run is first judged at 15: rollouts 10..14 after the split
+    assert [b["rollout"] for b in step.params[BOUNDARIES]] == [15, 20]
+    assert step.params[BOUNDARIES][-1]["alpha_spent"] == pytest.approx(step.params["alpha"])
