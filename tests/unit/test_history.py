@@ -25,8 +25,8 @@ from miles_amd.history.store import (
     Summary,
 )
 from tests.cli_runs import run_cli
-from tests.constants import CLIPFRAC, EXAMPLE, LOGPROB, REWARD
-from tests.run_dirs import write_run
+from tests.constants import CLIPFRAC, EXAMPLE, KL, LOGPROB, REWARD
+from tests.run_dirs import published_values, write_run
 
 
 def record(
@@ -93,7 +93,9 @@ def test_another_schema_version_is_refused(tmp_path: Path) -> None:
     HistoryStore(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(HistoryError, match="history schema version 99, this miles-amd writes 3"):
+    with pytest.raises(
+        HistoryError, match=f"history schema version 99, this miles-amd writes {SCHEMA_VERSION}"
+    ):
         HistoryStore(path)
     (tmp_path / "junk.sqlite").write_text("not a database at all, just text " * 20)
     with pytest.raises(HistoryError, match="cannot open the history"):
@@ -275,6 +277,28 @@ def test_gate_appends_and_history_lists(tmp_path: Path) -> None:
     assert off.returncode == 0 and "history:" not in off.stdout
     again = run_cli("history", "--history", str(history))
     assert again.stdout.startswith("1 run(s), oldest first")
+
+
+def test_the_history_keeps_the_rollout_a_red_run_was_decided_at(tmp_path: Path) -> None:
+    """A KL doubled from the start is decided at a look (issue 27): the row says which
+    rollout and which check, as report.json does; a pass keeps nulls."""
+    from miles_amd.testing.faults import healthy_kl
+
+    history = tmp_path / "history.sqlite"
+    for name, factor in (("red", 2.0), ("ok", 1.0)):
+        values = published_values()
+        kl = healthy_kl(tuple(enumerate(values[LOGPROB])))
+        values[KL] = [factor * v for _, v in kl]
+        gate(write_run(tmp_path / name, values, job_id=f"raysubmit_{name}"), history)
+    report = json.loads((tmp_path / "red-report" / "report.json").read_text())
+    assert report["decided_by"] == "train_rollout_kl.mean" and report["decided_at_rollout"] < 20
+    with HistoryStore(history, read_only=True) as store:
+        red, ok = store.runs()
+    assert (red.decided_at_rollout, red.decided_by) == (
+        report["decided_at_rollout"],
+        "train_rollout_kl.mean",
+    )
+    assert (ok.verdict, ok.decided_at_rollout, ok.decided_by) == ("pass", None, None)
 
 
 def test_a_slow_drift_inside_the_bands_is_flagged_across_runs(tmp_path: Path) -> None:

@@ -9,6 +9,8 @@
   ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA`` (null when unset). The series kept are the
   baseline's gated metrics, every point (a non-finite one included). ``run_key`` says which
   run it was (:func:`run_key`: job id and evidence digest), so a run gated again counts once.
+  ``decided_at_rollout``/``decided_by`` are the verdict's decision (``Verdict.decision``:
+  the rollout a red run was decided at, a look's when one decided it), null for a pass.
 - :func:`append_verdict` opens the store, appends, and returns the runs of the new run's
   identity including it, with the drift threshold for the metrics they hold
   (``miles_amd.history.drift``).
@@ -61,6 +63,8 @@ def history_record(
         failed_checks=tuple(c.name for c in verdict.failures),
         series={m: evidence.series[m] for m in metrics if evidence.series.get(m)},
         run_key=run_key(evidence),
+        decided_at_rollout=verdict.decision.rollout if verdict.decision else None,
+        decided_by=verdict.decision.check if verdict.decision else None,
     )
 
 

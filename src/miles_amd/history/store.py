@@ -11,7 +11,8 @@ of the trend (:meth:`HistoryStore.mark`, reversible). A run's :class:`Identity` 
 digest, aiter variant and commit) and whether it is ``trusted`` (a pass not marked) are read
 from the row, not from the baseline's name. ``meta.schema_version`` is
 :data:`SCHEMA_VERSION` (2 since the identity, markers and marks; 3 since ``run_key``, which run
-a row judged); a file of another version is
+a row judged; 4 since ``decided_at_rollout`` and ``decided_by``, when a red run was decided:
+a look before its last rollout is node time saved); a file of another version is
 refused, not migrated (``tests/unit/test_history.py``). Standard library only (``sqlite3``);
 appends are one transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) do not
 leave half a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: the row is
@@ -40,7 +41,7 @@ from typing import Any
 
 from miles_amd import numeric, strict_json
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _MARKERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # upstream's capture markers
 
 
@@ -110,6 +111,10 @@ class RunRow:
     # which run this was: its job id and a digest of its evidence (entry.run_key); the same
     # run dir gated again has the same key, and the drift trend counts it once
     run_key: str | None = field(default=None, kw_only=True, metadata=_column("TEXT"))
+    # a red run: the rollouts after which it was decided (a look, a failing value, or its
+    # end: judge.sequential.decision) and by which check; null for a pass
+    decided_at_rollout: int | None = field(default=None, kw_only=True, metadata=_column("INTEGER"))
+    decided_by: str | None = field(default=None, kw_only=True, metadata=_column("TEXT"))
 
 
 @dataclass(frozen=True)
