@@ -9,7 +9,7 @@ What is judged, in this order:
 
 1. **Evidence** (built in, always required): every source read cleanly (``evidence.readable``:
    a corrupt or truncated event file, bad JSON, an unreadable job.json is a failed check
-   naming the file, never silently skipped), and the sources agree (``evidence.consistent``:
+   naming the file, not skipped), and the sources agree (``evidence.consistent``:
    two sources with different values for one metric at one step fail). Both make the verdict
    ``fail`` (exit 1), not ``error``: the run is not accepted, and the other checks still run
    on what was read. ``error`` (exit 2) is kept for evidence that is not there at all.
@@ -27,17 +27,19 @@ What is judged, in this order:
    env.json's deep-probe facts (the trainer's model built by miles through Megatron-Bridge on
    the node): no LoRA-wrapped expert linear, a bare targeted one, or attention windows unlike
    config.json's fail; no count is ``not_measured``, a failure with ``require_env``; the
-   router dtype (bf16 against the argv's fp32: miles#3263) is a note, never a failure.
+   router dtype (bf16 against the argv's fp32: miles#3263) is a note, not a failure
+   (``tests/unit/test_model_build_check.py``).
    **The all-reduce canary** (built in, ``allreduce.canary``; ``miles_amd.judge.canary``):
    canary.json's wrong sums fail, except on stock, where they reproduce the bug
    ROCm/aiter#5694 fixes (a failed spike rule then says it is that known bug); absent is
    ``not_measured``, a failure with ``require_env``.
 4. **Sentinels**: each ``fatal`` hit of ``job.log`` is a failed check naming the sentinel,
-   its count and first line. ``known`` hits never fail; the report lists every hit.
+   its count and first line. ``known`` hits do not fail and are listed
+   (``tests/unit/test_gate_rules.py``).
 5. **Baseline rules**, each with its tolerance from the baseline file, judged by its kind
    (``miles_amd.rules.kinds``). A rule whose metric has no series is ``not_measured`` when
-   optional and ``fail`` with "not measured" when required: a missing metric is never a
-   pass. No rule demands a reward
+   optional and ``fail`` with "not measured" when required: a missing metric is not a
+   pass (``tests/unit/test_gate_rules.py``). No rule demands a reward
    trend (learning); ``no_rising_trend`` fails a rising logprob gap, ``sd_at_least`` a flat
    reward. The whole gate's false-alarm rate and power are measured by
    ``benchmarks/bench_calibration.py`` (tables in ``baselines/README.md``).
