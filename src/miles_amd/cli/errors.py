@@ -5,7 +5,8 @@ folded, control and format characters escaped, secrets redacted: ``miles_amd.esc
 ``miles_amd.redact``); the codes are ``miles_amd.exit_codes``'.
 
 Usage errors that click finds while parsing (an unknown flag, a value out of range) are
-reported through :func:`fail` as well, by :func:`miles_amd.cli.main.main`. Does not decide
+reported through :func:`fail` as well, by :func:`miles_amd.cli.main.main`. No other ``cli`` module
+spells the error prefix or defines a ``fail`` (``tests/unit/test_cli_plan.py``). Does not decide
 what a message says; each command words its own.
 """
 
