@@ -1,4 +1,4 @@
-"""Benchmark: the gate's honest false-alarm rate and its power (issue 19).
+"""Benchmark: the gate's honest false-alarm rate, its power, and the looks' node time (19, 27).
 
 Honest: the reference is simulated too. Each replicate (``tests.support.honest``) draws
 one prompt sequence, a simulated patched and a simulated stock reference on it (each one is
@@ -27,26 +27,42 @@ second-half step rule with its pooled reference level, the KL level on the logar
 each simulated reference's ``pool`` values, like its ``cover`` values, are the simulated
 other run's means.
 
-Printed: the false alarms of both baselines at N = 20 with the checks that fail most; the
-sensitivity table (run effect none / chosen / doubled x autocorrelation 0 / 0.3 / 0.5,
-patched); the skewed-KL row; power against the regressions maintainers fear (reward halved
-in the last third, logprob gap +25% from mid-run, reward -0.08 / -0.05, KL x2, spikes at 5%
-and 10% of rollouts) for both baselines (the cross-run drift check's rates are
-``benchmarks/bench_drift.py``'s). The last
-line: ``honest_false_alarm_20=<rate> ci_high=<rate> power_late_collapse=<p>
-power_step=<p> power_drop08=<p> power_drop05=<p> power_kl2=<p>`` (the patched baseline's
-power; the false alarm of the worse of the two baselines). Exit 1 when that false alarm's
-upper bound exceeds 1.5% (the goal: rate <= 1%, upper bound <= 1.5%, no check above 0.3%).
+Sequential looks (issue 27): every run is judged as the gate judges by default, at the
+baseline's looks (rollouts 5, 10, 15, 20; ``miles_amd.rules.looks``), and the same run at
+the end only (``--no-looks``), so the two columns differ by the looks alone; for each red run
+the rollout it was decided at (``Verdict.decision``).
+
+Printed: the false alarms of both baselines at N = 20, with looks and at the end only, with
+the checks that fail most and how many red runs a look decided; the sensitivity table (run
+effect none / chosen / doubled x autocorrelation 0 / 0.3 / 0.5, patched); the skewed-KL row;
+power against the regressions maintainers fear (reward halved in the last third, logprob
+gap +25% from mid-run, reward -0.08 / -0.05, KL x2, spikes at 5% and 10% of rollouts) for
+both baselines, with looks and at the end only, and the rollouts to red (median / mean, red
+runs per rollout); the node time of a red run (rollouts run before the stop over 20,
+averaged over the red runs of each of :data:`NODE_TIME_FAULTS`, then over them). The cross-
+run drift check's rates are ``benchmarks/bench_drift.py``'s. The last line:
+``honest_false_alarm_20=<rate> ci_high=<rate> power_late_collapse=<p> power_step=<p>
+power_drop08=<p> power_drop05=<p> power_kl2=<p> looks_false_alarm=<rate>
+looks_ci_high=<rate> median_red_kl2=<k> median_red_drop08=<k> median_red_step=<k>
+node_time_red=<fraction>`` (``honest_false_alarm_20``/``ci_high``: at the end only; the
+power: with looks, the patched baseline's; a false alarm: the worse of the two baselines).
+Exit 1 when either false alarm's upper bound exceeds 1.5% (the goal: rate <= 1%, upper bound
+<= 1.5%, no check above 0.3%). ``--seed-offset`` draws another seed set, for tuning a choice
+on noise the reported figures do not use (the spending's power was chosen with 50000).
 
 Run: ``python benchmarks/bench_calibration.py [--quick] [--workers 2]`` (full: about 4
-minutes of CPU on each of 2 cores; ``--quick``: about 40 s of CPU, 1.5 minutes on a loaded
-2-core machine: 1500 healthy runs a baseline, 200 a power cell, no sensitivity grid).
+minutes of CPU; ``--quick``, run by CI through ``benchmarks/run_quick.py``: about 30 s of
+CPU, 2000 healthy runs a baseline, 75 runs a power cell of the patched baseline only, 100
+skewed-KL runs, no sensitivity grid).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 import sys
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -62,6 +78,8 @@ from tests.support.intervals import clustered_interval
 PER_REFERENCE = 5
 GOAL_HIGH = 0.015
 ROLLOUTS = 20
+# the regressions whose red runs' node time is averaged (the spikes are caught at once)
+NODE_TIME_FAULTS = ("late_collapse", "step", "drop08", "drop05", "kl2")
 
 
 def _chunk(args: tuple[Cell, int, int]) -> Tally:
@@ -90,16 +108,39 @@ def _top(by_check: dict[str, int], runs: int) -> str:
     return ", ".join(f"{name} {count / runs:.2%}" for name, count in worst) or "-"
 
 
+def _median(values: list[int]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def _mean(values: list[int]) -> float:
+    return statistics.fmean(values) if values else math.nan
+
+
+def _decided(tally: Tally) -> str:
+    """Rollouts to red: median / mean, and how many red runs each look decided."""
+    if not tally.decided:
+        return "-"
+    counts = Counter(tally.decided)
+    by_look = ", ".join(f"{k}: {counts[k]}" for k in sorted(counts))
+    return f"{_median(tally.decided):g} / {_mean(tally.decided):.1f} ({by_look})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI mode: fewer replicates")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--references", type=int, help="healthy references per baseline")
     parser.add_argument("--power-references", type=int, help="references per power cell")
+    parser.add_argument(
+        "--seed-offset", type=int, default=0, help="another seed set (tuning, not reporting)"
+    )
     args = parser.parse_args()
-    healthy_refs, grid_refs, power_refs = (300, 0, 40) if args.quick else (1200, 200, 120)
+    # quick (CI): the false alarms with a bound that can fail CI, a glance at the power
+    healthy_refs, grid_refs, power_refs = (400, 0, 15) if args.quick else (1200, 200, 120)
+    skewed_refs = 20 if args.quick else 600
     healthy_refs = args.references or healthy_refs
     power_refs = args.power_references or power_refs
+    offset = args.seed_offset
 
     patched, stock = load_baseline("patched"), load_baseline("stock")
     model = honest.honest_model(patched, stock)
@@ -108,32 +149,45 @@ def main() -> int:
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         runs = healthy_refs * PER_REFERENCE
         print(f"False alarms at N = {ROLLOUTS}: {runs} healthy runs, {PER_REFERENCE} per")
-        print("recorded reference; 95% Clopper-Pearson on the effective count")
-        print("| baseline | rate [95% CI] | most frequent failing checks |")
-        print("|---|---|---|")
-        worst = (-1.0, 0.0)
+        print("recorded reference, judged at the looks (the gate's default) and at the end only")
+        print("(--no-looks); 95% Clopper-Pearson on the effective count")
+        print("| baseline | with looks [95% CI] | at the end only | most frequent failing checks |")
+        print("|---|---|---|---|")
+        worst, worst_fixed = (-1.0, 0.0), (-1.0, 0.0)
         for index, (name, template) in enumerate(templates.items()):
             cell = Cell(model, template, ROLLOUTS, PER_REFERENCE)
-            tally = measure(pool, cell, healthy_refs, 1 + index)
+            tally = measure(pool, cell, healthy_refs, offset + 1 + index)
             rate, _, high = clustered_interval(tally.failures, PER_REFERENCE)
-            worst = max(worst, (rate, high))
-            print(f"| {name} | {_interval(tally.failures)} | {_top(tally.by_check, tally.runs)} |")
+            fixed, _, fixed_high = clustered_interval(tally.fixed, PER_REFERENCE)
+            worst, worst_fixed = max(worst, (rate, high)), max(worst_fixed, (fixed, fixed_high))
+            print(
+                f"| {name} | {_interval(tally.failures)} | {_interval(tally.fixed)} "
+                f"| {_top(tally.by_check, tally.runs)} |"
+            )
+            early = sum(1 for k in tally.decided if k < ROLLOUTS)
+            print(f"(decided before rollout {ROLLOUTS}: {early} of {sum(tally.failures)} red)")
             if tally.refused:
                 print(f"(record refused {tally.refused} simulated {name} references)")
-        summary["false_alarm"], summary["ci_high"] = worst
+        summary["looks_false_alarm"], summary["looks_ci_high"] = worst
+        summary["false_alarm"], summary["ci_high"] = worst_fixed
 
         skewed = replace(model, noise=replace(model.noise, kl_shape="skewed"))
-        tally = measure(pool, Cell(skewed, patched, ROLLOUTS, PER_REFERENCE), healthy_refs // 2, 7)
+        cell = Cell(skewed, patched, ROLLOUTS, PER_REFERENCE)
+        tally = measure(pool, cell, skewed_refs, offset + 7)
         print()
         print(
             f"Skewed KL (c + LogNormal matching the published min/mean/max; patched, "
-            f"{tally.runs} runs): {_interval(tally.failures)} ({_top(tally.by_check, tally.runs)})"
+            f"{tally.runs} runs): with looks {_interval(tally.failures)}, at the end only "
+            f"{_interval(tally.fixed)} ({_top(tally.by_check, tally.runs)})"
         )
 
         if grid_refs:
             print()
             runs = grid_refs * PER_REFERENCE
-            print(f"Sensitivity (patched, N = {ROLLOUTS}, {runs} runs a cell): false alarms")
+            print(
+                f"Sensitivity (patched, N = {ROLLOUTS}, {runs} runs a cell): false alarms with "
+                "looks (at the end only)"
+            )
             print("| run effect | rho 0 | rho 0.3 | rho 0.5 |")
             print("|---|---|---|---|")
             for label, factor in (("none", 0.0), ("chosen", 1.0), ("doubled", 2.0)):
@@ -141,33 +195,61 @@ def main() -> int:
                 for r_index, rho in enumerate((0.0, 0.3, 0.5)):
                     noise = replace(honest.CHOSEN.scaled(factor), rho=rho)
                     cell = Cell(replace(model, noise=noise), patched, ROLLOUTS, PER_REFERENCE)
-                    tally = measure(pool, cell, grid_refs, 20 + 3 * int(factor * 2) + r_index)
-                    cells.append(_interval(tally.failures))
+                    seed = offset + 20 + 3 * int(factor * 2) + r_index
+                    tally = measure(pool, cell, grid_refs, seed)
+                    cells.append(f"{_interval(tally.failures)} ({tally.fixed_rate:.2%})")
                 print(f"| {label} | {' | '.join(cells)} |")
 
         print()
         runs = power_refs * PER_REFERENCE
-        print(f"Power at N = {ROLLOUTS} ({runs} runs a cell): fraction failed [95% CI]")
-        print("| regression | patched | stock |")
-        print("|---|---|---|")
+        print(
+            f"Power at N = {ROLLOUTS} ({runs} runs a cell): fraction failed [95% CI] with looks, "
+            "at the end only, and rollouts to red with looks (median / mean; red runs per look)"
+        )
+        print(
+            "| regression | patched, looks | patched, end only | patched, rollouts to red "
+            "| stock, looks | stock, end only |"
+        )
+        print("|---|---|---|---|---|---|")
+        node_time = []
         for f_index, fault in enumerate(honest.FEARED):
             cells = []
             for name, template in templates.items():
+                if args.quick and name == "stock":  # no paired or KL rule: power known ~0
+                    cells += ["-", "-"]
+                    continue
                 cell = Cell(model, template, ROLLOUTS, PER_REFERENCE, fault)
-                tally = measure(pool, cell, power_refs, 100 + 2 * f_index + (name == "stock"))
-                cells.append(_interval(tally.failures))
+                seed = offset + 100 + 2 * f_index + (name == "stock")
+                tally = measure(pool, cell, power_refs, seed)
+                cells += [_interval(tally.failures), _interval(tally.fixed)]
                 if name == "patched":
+                    cells.append(_decided(tally))
                     summary[fault.name] = tally.rate
+                    summary[f"fixed_{fault.name}"] = tally.fixed_rate
+                    summary[f"median_{fault.name}"] = _median(tally.decided)
+                    if fault.name in NODE_TIME_FAULTS and tally.decided:
+                        node_time.append(_mean(tally.decided) / ROLLOUTS)
             print(f"| {fault.name} | {' | '.join(cells)} |")
+        summary["node_time"] = _mean(node_time) if node_time else math.nan  # type: ignore[arg-type]
+        print()
+        print(
+            "Node time of a red run (rollouts run before the stop over "
+            f"{ROLLOUTS}; start-up and the stop's seconds aside), patched, averaged over "
+            f"{', '.join(NODE_TIME_FAULTS)}: {summary['node_time']:.3f}"
+        )
 
     print()
     print(
         f"honest_false_alarm_20={summary['false_alarm']:.4f} ci_high={summary['ci_high']:.4f} "
         f"power_late_collapse={summary['late_collapse']:.3f} power_step={summary['step']:.3f} "
         f"power_drop08={summary['drop08']:.3f} power_drop05={summary['drop05']:.3f} "
-        f"power_kl2={summary['kl2']:.3f}"
+        f"power_kl2={summary['kl2']:.3f} "
+        f"looks_false_alarm={summary['looks_false_alarm']:.4f} "
+        f"looks_ci_high={summary['looks_ci_high']:.4f} "
+        f"median_red_kl2={summary['median_kl2']:g} median_red_drop08={summary['median_drop08']:g} "
+        f"median_red_step={summary['median_step']:g} node_time_red={summary['node_time']:.3f}"
     )
-    return 1 if summary["ci_high"] > GOAL_HIGH else 0
+    return 1 if max(summary["ci_high"], summary["looks_ci_high"]) > GOAL_HIGH else 0
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ Benchmark support (``benchmarks/bench_calibration.py``). For each replicate of
 ``miles_amd.baseline.record.record_baseline`` (the template is the shipped baseline of that
 variant with each ``cover`` value replaced by the simulated other run's mean or max, as a
 recording next to that other run would carry), then judges ``k`` simulated test runs of the
-variant with the real gate (``miles_amd.judge.gate.judge``, ``expected_rollouts`` = N). It
-decides nothing about the gate; it counts. A reference ``record`` refuses (a cover beyond
+variant with the real gate (``miles_amd.judge.gate.judge``, ``expected_rollouts`` = N) as it
+runs by default, at the baseline's looks, and the same runs at the end only (``looks=False``,
+``--no-looks``); for each run red at a look, the rollout it was decided at. It decides
+nothing about the gate; it counts. A reference ``record`` refuses (a cover beyond
 twice the derived reach, a simulated reference failing its own rules) is counted as refused
 and its replicate skipped, as a maintainer would record another run.
 """
@@ -30,9 +32,11 @@ class Tally:
     """Outcomes of one cell: failures per recorded reference, and per check."""
 
     per_reference: int
-    failures: list[int] = field(default_factory=list)
+    failures: list[int] = field(default_factory=list)  # per reference, judged at the looks
     by_check: dict[str, int] = field(default_factory=dict)
     refused: int = 0
+    fixed: list[int] = field(default_factory=list)  # the same runs judged at the end only
+    decided: list[int] = field(default_factory=list)  # each red run's rollout to red (looks)
 
     @property
     def runs(self) -> int:
@@ -42,12 +46,18 @@ class Tally:
     def rate(self) -> float:
         return sum(self.failures) / self.runs if self.runs else math.nan
 
+    @property
+    def fixed_rate(self) -> float:
+        return sum(self.fixed) / self.runs if self.runs else math.nan
+
     def merge(self, other: Tally) -> Tally:
         return Tally(
             self.per_reference,
             self.failures + other.failures,
             _add(self.by_check, other.by_check),
             self.refused + other.refused,
+            self.fixed + other.fixed,
+            self.decided + other.decided,
         )
 
 
@@ -127,11 +137,17 @@ def run_cell(cell: Cell, references: int, seed: int) -> Tally:
         runs = cell.model.runs(
             prompts[: cell.rollouts], cell.per_reference, variant, rng, cell.fault
         )
-        failed = 0
+        failed = fixed = 0
         for index in range(cell.per_reference):
-            verdict = judge(evidence(runs, index), baseline, expected_rollouts=cell.rollouts)
+            run = evidence(runs, index)
+            verdict = judge(run, baseline, expected_rollouts=cell.rollouts)
             failed += verdict.verdict != "pass"
+            if verdict.decision is not None:
+                tally.decided.append(verdict.decision.rollout)
             for check in verdict.failures:
                 tally.by_check[check.name] = tally.by_check.get(check.name, 0) + 1
+            at_end = judge(run, baseline, expected_rollouts=cell.rollouts, looks=False)
+            fixed += at_end.verdict != "pass"
         tally.failures.append(failed)
+        tally.fixed.append(fixed)
     return tally

@@ -151,9 +151,12 @@ def test_the_benchmark_prints_its_figures_last(tmp_path: Path) -> None:
     assert result.returncode in (0, 1), result.stderr
     last = result.stdout.splitlines()[-1]
     figure = r"\d\.\d{3,4}"
+    rollouts = r"(\d+(\.\d+)?|nan)"  # a median rollout to red (nan: no red run at this size)
     pattern = (
         rf"honest_false_alarm_20={figure} ci_high={figure} power_late_collapse={figure} "
-        rf"power_step={figure} power_drop08={figure} power_drop05={figure} power_kl2={figure}"
+        rf"power_step={figure} power_drop08={figure} power_drop05={figure} power_kl2={figure} "
+        rf"looks_false_alarm={figure} looks_ci_high={figure} median_red_kl2={rollouts} "
+        rf"median_red_drop08={rollouts} median_red_step={rollouts} node_time_red=({figure}|nan)"
     )
     assert re.fullmatch(pattern, last), last
     assert "| late_collapse |" in result.stdout and "Skewed KL" in result.stdout

@@ -7,13 +7,13 @@ file. Pure arithmetic, no numpy.
 - **Spending** (:func:`spent`): Kim and DeMets' (1987) power family of the information
   fraction ``t`` (the information of the rule's statistic at the look over that at the
   end): ``α(t) = α·t^ρ`` with :data:`RHO` ``= 3``, for a one-sided rate ``α``. Chosen on the
-  canonical model (below) with the shipped rules' information fractions and on a tuning
-  seed set of the honest model that the reported figures do not use (``baselines/README.md``,
-  "Sequential looks"): Lan and DeMets' O'Brien-Fleming-like ``2 - 2·Φ(z_(1-α/2)/√t)`` kept
-  the power at the end but decided a 0.08 reward drop by rollout 10 in 38% of runs and a
-  mid-run logprob step by rollout 15 in 43% (canonical); ``ρ = 3`` decides them in 62% and
-  61% (tuning set) for 1.2 points of power against a 0.05 drop (1500 runs); ``ρ = 2`` cost
-  2.0 points, ``ρ = 4`` decided 58% / 54%.
+  canonical model (below) with the shipped rules' information fractions
+  (``baselines/README.md``, "Sequential looks"): Lan and DeMets' O'Brien-Fleming-like
+  ``2 - 2·Φ(z_(1-α/2)/√t)`` decides a doubled KL by rollout 10 in 86% of runs, a mid-run
+  logprob step by rollout 15 in 43% and a 0.08 reward drop by rollout 10 in 10%, for 0.4
+  points of power against a 0.05 drop; ``ρ = 3`` in 91%, 61% and 37% for 1.8 points;
+  ``ρ = 2`` in 91%, 67%, 44% for 3.6 points (beyond the 2 allowed); ``ρ = 4`` in 90%, 55%,
+  30% for 1.0. The honest model's figures agree (``benchmarks/bench_calibration.py``).
 - **Boundaries** (:func:`boundaries`): the upper z boundaries ``c_1..c_K`` with
   ``P(Z_1 < c_1, ..., Z_(k-1) < c_(k-1), Z_k ≥ c_k) = α(t_k) - α(t_(k-1))`` under the
   canonical joint distribution of a statistic seen at growing information
