@@ -248,3 +248,17 @@ def test_a_means_band_is_drawn_where_the_mean_is_beside_the_series(patched: Base
     assert band_x.min() <= mean.get_xdata()[0] <= band_x.max()
     labels = [t.get_text() for t in reward.texts if t.get_gid() == "band-label:raw_reward.mean"]
     assert labels == ["mean"]
+
+
+@pytest.mark.parametrize("step", [3, 12])
+def test_a_non_finite_value_decided_at_a_look_still_draws(patched: Baseline, step: int) -> None:
+    """A NaN decides the trend, spike and clip checks (at the first look after it) without
+    the figures the hints draw from: the figure is drawn all the same (a real CI run crashed
+    here with KeyError 'first_step')."""
+    values = published(patched)
+    values[LOGPROB][step] = math.nan
+    values[CLIPFRAC][step] = math.nan
+    run = evidence(values)
+    verdict = judge(run, patched)
+    assert verdict.verdict == "fail"
+    assert_laid_out(metrics_figure(verdict, run, patched), panels=3)

@@ -480,7 +480,9 @@ def test_preflight_ok() -> None:
 
 
 def test_the_verbose_table_lines_up() -> None:
-    shown_table = table(shown([*OK_FACTS, Fact("torch", "missing", "", "install it")]), verbose=True)
+    shown_table = table(
+        shown([*OK_FACTS, Fact("torch", "missing", "", "install it")]), verbose=True
+    )
     lines = shown_table.splitlines()
     assert lines[0].split() == ["fact", "status", "value", "message"]
     assert lines[3].split() == ["torch", "missing", "-", "install", "it"]

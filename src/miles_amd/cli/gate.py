@@ -20,7 +20,8 @@ rescales the bands (``--expected-rollouts`` is its old, hidden spelling).
 ``--require-env`` (the hardware path: the mi355x test and CI) fails a run whose run dir has
 no ``env.json`` or no ``job.json`` (the job's end state); without it the environment check
 is "not measured" there (the CPU main job has no GPUs to probe). A recorded environment
-that differs from the baseline's fails either way. An unknown ``--baseline`` name or path exits 2 naming ``--baseline``.
+that differs from the baseline's fails either way. An unknown ``--baseline`` name or path
+exits 2 naming ``--baseline``.
 The verdict is appended to a run history only when one is named (``--history PATH``, else
 ``$MILES_AMD_HISTORY``; ``--no-history`` ignores both; ``miles_amd.cli.history``): the store
 is opened before judging (an unusable one exits 2), and report.md gets a "Drift across

@@ -6,7 +6,9 @@ the mean is, with the run's mean on it: the band bounds the mean, not the points
 bound, a spike threshold (a line when the data reach near it, else a note, so the data are
 not squeezed into a strip), a ±atol strip, a Theil-Sen trend line, a step's two halves, a
 geometric mean's band. A hint returns True to ask for a log y axis.
-A kind without a hint draws nothing. The panel itself is ``miles_amd.report.plot``'s.
+A kind without a hint draws nothing, and so does a hint whose check carries no figures for
+it (a check decided by a non-finite value fits no trend). The panel itself is
+``miles_amd.report.plot``'s.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ def threshold(ax: Any, check: Check, finite: list[float]) -> bool:
     data into a strip on a linear axis and hide their spread on a log one, so it is named
     instead (a legend entry), with how far above the run's max it lies.
     """
-    limit = check.numbers["threshold"]
+    limit = check.numbers.get("threshold")
+    if limit is None:  # judged on something else (a non-finite value): nothing to draw
+        return False
     top = max(finite, default=limit)
     if top <= 0 or limit <= THRESHOLD_NEAR * top:
         label = f"spike threshold {limit:g}"
@@ -87,14 +91,19 @@ def max_bound(ax: Any, check: Check, finite: list[float]) -> bool:
 
 
 def near_zero(ax: Any, check: Check, finite: list[float]) -> bool:
-    atol = check.numbers["atol"]
+    atol = check.numbers.get("atol")
+    if atol is None:
+        return False
     ax.axhspan(-atol, atol, color="tab:green", alpha=0.3, label=f"|value| ≤ {atol:g}")
     return False
 
 
 def trend(ax: Any, check: Check, finite: list[float]) -> bool:
-    first, last = check.numbers["first_step"], check.numbers["last_step"]
-    slope, intercept = check.numbers["slope"], check.numbers["intercept"]
+    numbers = check.numbers
+    if not {"first_step", "last_step", "slope", "intercept", "z"} <= numbers.keys():
+        return False  # no trend was fitted (a non-finite value decided the check)
+    first, last = numbers["first_step"], numbers["last_step"]
+    slope, intercept = numbers["slope"], numbers["intercept"]
     colour = "tab:red" if check.failed else "tab:purple"
     ax.plot(
         [first, last],
