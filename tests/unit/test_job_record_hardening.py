@@ -101,7 +101,7 @@ records = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(record=records, require_env=st.booleans(), drop=st.booleans())
 def test_the_gate_passes_only_a_consistent_succeeded_record(
     record: dict, require_env: bool, drop: bool
