@@ -523,14 +523,9 @@ def preflight_cli(*args: str, cwd: Path) -> CliRun:
     return run_cli("preflight", *args, cwd=cwd)
 
 
-@pytest.mark.skipif(GPU_TOOLS_HERE, reason="asserts the GPU-less machine's answer")
-def test_command_on_this_machine_fails_and_records_env_json(tmp_path: Path) -> None:
-    write_checkpoint(tmp_path / "models")
-    dataset = tmp_path / "datasets" / "dapo-math-17k" / "dapo-math-17k.jsonl"
-    dataset.parent.mkdir(parents=True)
-    dataset.write_text(json.dumps(DAPO_RECORD) + "\n")
-    run_dir = tmp_path / "run"
-    done = preflight_cli(
+def patched_preflight_in(tmp_path: Path, run_dir: Path):
+    """``miles-amd preflight --aiter-variant patched`` on ``tmp_path``'s dirs, as a process."""
+    return preflight_cli(
         "--model-dir", str(tmp_path / "models"),
         "--data-dir", str(tmp_path / "datasets"),
         "--miles-dir", str(tmp_path / "miles"),
@@ -539,6 +534,16 @@ def test_command_on_this_machine_fails_and_records_env_json(tmp_path: Path) -> N
         "--aiter-variant", "patched",
         cwd=tmp_path,
     )  # fmt: skip
+
+
+@pytest.mark.skipif(GPU_TOOLS_HERE, reason="asserts the GPU-less machine's answer")
+def test_command_on_this_machine_fails_and_records_env_json(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path / "models")
+    dataset = tmp_path / "datasets" / "dapo-math-17k" / "dapo-math-17k.jsonl"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_text(json.dumps(DAPO_RECORD) + "\n")
+    run_dir = tmp_path / "run"
+    done = patched_preflight_in(tmp_path, run_dir)
     assert done.returncode == 1, done.stderr
     gpu_row = next(line for line in done.stdout.splitlines() if line.startswith("gpus "))
     assert gpu_row.split()[:2] == ["gpus", "missing"]
@@ -611,15 +616,7 @@ NODE_HERE = bool(shutil.which("amd-smi") or shutil.which("rocm-smi")) or Path("/
 @pytest.mark.skipif(NODE_HERE, reason="asserts the answer of a machine that is not a node")
 def test_a_machine_that_is_not_a_node_says_so_first_within_100_columns(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    done = preflight_cli(
-        "--model-dir", str(tmp_path / "models"),
-        "--data-dir", str(tmp_path / "datasets"),
-        "--miles-dir", str(tmp_path / "miles"),
-        "--megatron-dir", str(tmp_path / "Megatron-LM"),
-        "--run-dir", str(run_dir),
-        "--aiter-variant", "patched",
-        cwd=tmp_path,
-    )  # fmt: skip
+    done = patched_preflight_in(tmp_path, run_dir)
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("preflight: FAIL - this is not an AMD GPU node"), lines[0]
