@@ -74,8 +74,10 @@ def ray_group(item: pytest.Item) -> str | None:
     share its cluster; the three groups may run at once, on different workers. The
     real-writer rehearsal (conformance tier, its own ``pytest`` in the conformance Python)
     stays ungrouped: its workers each start a session head, and it asserts no latency bound.
+    So do the rehearsal tests marked ``no_ray`` (the canary's gloo ranks, a hostile
+    dashboard): they start no Ray and fill whichever worker is free.
     """
-    if item.get_closest_marker("rehearsal") is None:
+    if item.get_closest_marker("rehearsal") is None or item.get_closest_marker("no_ray"):
         return None
     names = getattr(item, "fixturenames", ())
     if "ray_head" in names:

@@ -20,7 +20,7 @@ Decides the call budget as power (pure):
 - :func:`rate_upper_bound`: with no mismatch in ``n`` calls, the largest rate not excluded
   at confidence ``c``: ``1 - (1 - c)^(1/n)``.
 
-The detection power is measured, not assumed, by ``tests/unit/test_canary_harness.py``.
+The detection power is measured, not assumed, by ``tests/rehearsal/test_canary_harness.py``.
 """
 
 from __future__ import annotations

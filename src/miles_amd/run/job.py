@@ -14,7 +14,7 @@ waited for at most :data:`STOP_WAIT_S`; the Jobs API client's deadline
 (``miles_amd.run.dashboard.JobsClient``) is set when following starts to ``timeout`` plus
 :data:`STOP_GRACE_S`, so a dashboard that hangs or a status that never ends cannot hold the
 command past that (each request is bounded by its own timeout too;
-``tests/unit/test_ray_endpoint.py``). A failed request ends following with its
+``tests/rehearsal/test_ray_endpoint.py``). A failed request ends following with its
 ``DashboardError``. The job's message is stored redacted
 (``miles_amd.redact``).
 """

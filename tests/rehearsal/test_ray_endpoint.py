@@ -27,7 +27,8 @@ from miles_amd.run_dir import RunDir
 from tests.cli_runs import CliRun, run_cli
 from tests.support.fake_dashboard import ROUTES, Reply, fake_dashboard
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.no_ray  # starts no Ray: joins no Ray xdist group
+
 
 SECRET = "wandb-SECRET-0123456789abcdef"
 ENV = {

@@ -28,6 +28,8 @@ import pytest
 from miles_amd.canary.record import schema_path
 from miles_amd.records.canary import CanaryRecord
 
+pytestmark = pytest.mark.no_ray  # starts no Ray: joins no Ray xdist group
+
 GLOO = """
 import torch.distributed as dist
 
