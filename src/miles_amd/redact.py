@@ -12,11 +12,15 @@ is replaced by ``<redacted>``:
   ``'NAME': 'value'`` (a repr of the runtime env), whatever its value;
 - the value of a credential flag in every argv spelling ``miles_amd.recipe.secret_flags``
   refuses (``--wandb-key VALUE``, ``--wandb_key=VALUE``, ``--hf-t VALUE``, ...);
-- an ``Authorization: Bearer <token>`` header's token.
+- an ``Authorization: Bearer <token>`` header's token;
+- the credentials of a URL (``https://user:password@host`` -> ``https://<redacted>@host``:
+  ``--ray-address`` may carry them, and every message about the dashboard names it).
 
-Applied where foreign text enters a message: ``DriverError`` (``run.driver``), the Jobs API's
-errors (``run.dashboard``), a job's message in ``job.json`` (``run.job``), preflight's parse
-probe facts (``run.parse_probe``) and the one error line (``cli.errors``). Redacts text only; it
+Applied where foreign text enters a message: ``DriverError`` and the submission's line
+(``run.driver``), the Jobs API's errors (``run.dashboard``), a job's message in ``job.json``
+(``run.job``), a sentinel's quoted job.log line (``evidence.sentinels``: reports, the
+watcher's trip in ``job.json``), preflight's parse probe facts (``run.parse_probe``) and the
+one error line (``cli.errors``). Redacts text only; it
 cannot find a secret that was transformed (encoded, split across lines).
 ``tests/unit/test_foreign_text.py`` drives it through the CLI.
 """
@@ -39,6 +43,7 @@ _BY_NAME = re.compile(
 )
 _FLAG = re.compile(r"(?P<flag>--[A-Za-z0-9_-]+)(?P<sep>=|\s+)(?P<value>[^\s'\",}\]]+)")
 _BEARER = re.compile(r"(?P<key>\bBearer\s+)(?P<value>[^\s'\",}\]]+)", re.IGNORECASE)
+_USERINFO = re.compile(r"(?P<key>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<value>[^\s/?#@'\"]+)@")
 
 
 def _values(extra: Iterable[str], environ: Mapping[str, str]) -> list[str]:
@@ -62,4 +67,5 @@ def redact(text: str, secrets: Iterable[str] = (), environ: Mapping[str, str] | 
         text = text.replace(value, REDACTED)
     text = _BY_NAME.sub(lambda m: m.group("key") + REDACTED, text)
     text = _BEARER.sub(lambda m: m.group("key") + REDACTED, text)
+    text = _USERINFO.sub(lambda m: m.group("key") + REDACTED + "@", text)
     return _FLAG.sub(_flag_value, text)

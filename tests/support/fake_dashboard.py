@@ -37,6 +37,7 @@ class Reply:
 class FakeDashboard:
     replies: dict[str, Reply] = field(default_factory=dict)
     requests: list[tuple[str, str, bytes]] = field(default_factory=list)
+    authorizations: list[str] = field(default_factory=list)  # each request's header, in order
     status: str = "RUNNING"
     stopping: threading.Event = field(default_factory=threading.Event)
     address: str = ""
@@ -100,6 +101,7 @@ def _handler(fake: FakeDashboard) -> type[BaseHTTPRequestHandler]:
             size = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(size) if size else b""
             fake.requests.append((method, self.path, body))
+            fake.authorizations.append(self.headers.get("Authorization", ""))
             route = fake.route(method, self.path)
             reply = fake.replies.get(route) or fake.normal(route, self.path)
             if reply.hang:

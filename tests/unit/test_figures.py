@@ -142,6 +142,8 @@ def test_series_note(values: list[float], note: str | None) -> None:
 
 def test_one_line_folds_newlines_cuts_and_escapes_dollars() -> None:
     assert figure_layout.one_line("a\nb  c $d$") == r"a b c \$d\$"
+    hostile = figure_layout.one_line("run\x1b[31m\u202eevil\u200b")
+    assert hostile == "run\\x1b[31m\\u202eevil\\u200b"  # shown, not obeyed or dropped
     cut = figure_layout.one_line("x" * 500)
     assert len(cut) == figure_layout.TITLE_LIMIT and cut.endswith("…")
 

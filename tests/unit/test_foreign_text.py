@@ -15,6 +15,7 @@ never printed or stored.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -121,6 +122,7 @@ spellings = st.sampled_from(
         "--hf-t {s}",
         "--sglang-api-key\t{s}",
         "Authorization: Bearer {s}",
+        "https://ray:{s}@head.example:8265/api/jobs/",
     ]
 )
 
@@ -170,6 +172,51 @@ def test_a_job_message_echoing_the_key_is_redacted_in_job_json(
     stored = (tmp_path / "job.json").read_text()
     assert record.status == "FAILED"
     assert SECRET not in stored and REDACTED in stored
+
+
+def test_a_fatal_log_line_echoing_the_key_is_redacted_in_the_report_and_job_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fatal sentinel's line is quoted in the gate's reports and in the watcher's trip,
+    which job.json keeps: neither carries the key the line held."""
+    from miles_amd.app.baselines import load, watch_rules
+    from miles_amd.app.gate import gate_run_dir
+
+    monkeypatch.setenv("WANDB_API_KEY", SECRET)
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE, run, ignore=shutil.ignore_patterns("report"))
+    with (run / "job.log").open("a", encoding="utf-8") as log:
+        log.write(
+            "ERROR Current LoRA backend does not support LoRA on MoE layers "
+            f"(env WANDB_API_KEY={SECRET}, key {SECRET})\n"
+        )
+    result = gate_run_dir(run, load("patched", "--baseline"))
+    assert "sentinel.sglang_lora_skips_moe" in {c.name for c in result.verdict.checks if c.failed}
+    reports = "".join(p.read_text(errors="replace") for p in (run / "report").glob("report.*"))
+    assert "does not support LoRA on MoE" in reports and REDACTED in reports
+    assert SECRET not in reports
+    trip = FailFastWatcher(run, watch_rules(None)).poll()
+    assert trip is not None and trip.rule == "sentinel.sglang_lora_skips_moe"
+    assert SECRET not in trip.detail and REDACTED in trip.detail
+
+
+def test_a_submission_to_a_url_with_credentials_prints_none_of_them(tmp_path: Path) -> None:
+    """``--ray-address`` may carry credentials (``http://user:password@host``): every line
+    the train command prints names the dashboard without them."""
+    with fake_dashboard() as fake:
+        fake.status = "SUCCEEDED"
+        address = fake.address.replace("http://", f"http://ray:{SECRET}@")
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        done = run_cli(
+            "train", "--ray-address", address, "--run-dir", str(tmp_path / "run"),
+            "--timeout", "30", env=env,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr  # submitted; red: the fake job wrote no evidence
+    assert fake.count("submit") == 1
+    assert "submitted" in done.stdout and REDACTED in done.stdout, done.stdout
+    assert SECRET not in done.stdout + done.stderr
+    basic = "Basic " + base64.b64encode(f"ray:{SECRET}".encode()).decode()
+    assert set(fake.authorizations) == {basic}  # ours and Ray's client's requests alike
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -231,6 +231,21 @@ def test_export_is_what_upstream_capture_would_have_written(tmp_path: Path) -> N
     assert (tmp_path / "busy" / "mine.txt").read_text() == "keep"
 
 
+def test_an_export_removes_what_a_killed_export_left_beside_it(tmp_path: Path) -> None:
+    """A killed ``history --export`` leaves its staging dir (``.out.<random>.staging``) beside
+    the destination; the next export of that destination removes it, and nothing else."""
+    leftover = tmp_path / ".out.k1ll3d.staging"
+    (leftover / "half").mkdir(parents=True)
+    (leftover / "half" / "records.jsonl").write_text("{")
+    other = tmp_path / ".out.notes"  # not a staging dir's name: kept
+    other.write_text("mine")
+    with HistoryStore(tmp_path / "h.sqlite") as store:
+        store.append(record(0.017))
+        export_upstream(store, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.notes", "h.sqlite", "out"]
+    assert other.read_text() == "mine"
+
+
 # ---------------------------------------------------------------------------- CLI
 
 

@@ -45,6 +45,7 @@ import re
 from dataclasses import dataclass
 
 from miles_amd.evidence.types import SentinelHit, Severity
+from miles_amd.redact import redact
 
 ALLREDUCE_AITER = "sglang_allreduce_aiter"
 ALLREDUCE_FALLBACK = "sglang_allreduce_fallback"
@@ -265,7 +266,7 @@ class SentinelScan:
                 severity=s.severity,
                 count=found[s.name][0],
                 first_line=found[s.name][1],
-                first_text=found[s.name][2],
+                first_text=redact(found[s.name][2]),  # the log's own line, quoted onward
                 reference=s.reference,
                 advice=s.advice,
             )

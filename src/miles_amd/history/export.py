@@ -45,6 +45,7 @@ Explained for people in ``docs/gate-and-statistics.md``.
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import shutil
@@ -71,6 +72,7 @@ TEST_DIR = "tests/e2e/amd"
 LABELS = ("amd", "lora")
 EST_TIME_S = 4000  # the published run took 66 min (examples/runs/jvvnhop9/job.json)
 INDEX = "runs.jsonl"
+STAGING_SUFFIX = ".staging"  # the dir an export is built in, beside its destination
 
 
 def upstream_test_path(variant: str) -> str:
@@ -186,7 +188,11 @@ def export_upstream(store: HistoryStore, out_dir: Path) -> Export:
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / INDEX).is_file():
         raise FileExistsError(f"{out_dir} is neither empty nor an earlier export")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
+    prefix = f".{out_dir.name}."
+    for stale in out_dir.parent.glob(f"{glob.escape(prefix)}*{STAGING_SUFFIX}"):
+        if stale.is_dir() and not stale.is_symlink():  # a killed export's: never completed
+            shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=prefix, suffix=STAGING_SUFFIX))
     try:
         written = _build(store, staging)
         if out_dir.exists():

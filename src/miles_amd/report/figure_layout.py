@@ -4,8 +4,9 @@ Decides the grid (exactly the panels drawn: on two columns an odd last panel spa
 so no cell is blank; a row of panels a caller calls small, a flat all-zero series, is
 :data:`SMALL_ROW` high), the text sizes (legible at the saved size, 90 dpi: nothing below
 :data:`LEGEND_SIZE` points), the figure title (one line, literal text: newlines folded,
-``$`` not read as mathtext, cut at :data:`TITLE_LIMIT` characters, its font made smaller
-down to :data:`LEGEND_SIZE` when the line is wider than the figure), each panel's legend
+``$`` not read as mathtext, control and format characters escaped, cut at
+:data:`TITLE_LIMIT` characters, its font made smaller down to :data:`LEGEND_SIZE` when the
+line is wider than the figure), each panel's legend
 (under its panel, so the data keep the width) and the note a panel carries when its series
 cannot be read as a line (flat, or no finite value). It does not decide what a panel shows:
 its callers draw the data. matplotlib objects are passed in; nothing here imports it.
@@ -16,6 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from typing import Any
+
+from miles_amd.escape import terminal
 
 DPI = 90
 PANEL_WIDTH_IN = 6.5
@@ -81,18 +84,26 @@ def panel_axes(figure: Any, panels: int, small: Sequence[bool] = ()) -> list[Any
 
 
 def one_line(text: str, limit: int = TITLE_LIMIT) -> str:
-    """``text`` as one literal line of at most ``limit`` characters."""
-    flat = " ".join(text.split())
+    """``text`` as one literal line of at most ``limit`` characters, control and format
+    characters shown as their escapes (``miles_amd.escape.terminal``: a run dir's name is
+    foreign text)."""
+    flat = terminal(" ".join(text.split()))
     if len(flat) > limit:
         flat = flat[: limit - 1].rstrip() + "…"
     return flat.replace("$", r"\$")
+
+
+def literal_lines(text: str) -> str:
+    """``text``'s own lines, each shown literally: escaped (``miles_amd.escape.terminal``), no
+    mathtext."""
+    return "\n".join(terminal(line).replace("$", r"\$") for line in text.split("\n"))
 
 
 def style_panel(ax: Any, title: str, xlabel: str, ylabel: str, title_colour: str) -> None:
     """Title, axis labels, integer x ticks, tick sizes and a light grid."""
     from matplotlib.ticker import MaxNLocator
 
-    ax.set_title(title.replace("$", r"\$"), fontsize=PANEL_TITLE_SIZE, color=title_colour)
+    ax.set_title(literal_lines(title), fontsize=PANEL_TITLE_SIZE, color=title_colour)
     ax.set_xlabel(xlabel, fontsize=LABEL_SIZE)
     ax.set_ylabel(ylabel, fontsize=LABEL_SIZE)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -129,7 +140,7 @@ def draw_note(ax: Any, text: str) -> None:
     ax.text(
         0.5,
         0.5,
-        text.replace("$", r"\$"),
+        literal_lines(text),
         transform=ax.transAxes,
         ha="center",
         va="center",

@@ -32,6 +32,7 @@ through here.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -39,6 +40,7 @@ import queue
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -98,8 +100,8 @@ def get_json(
 ) -> Any:
     """``GET address + path`` with ``headers``; the decoded JSON answer (given up on when it
     is not complete within twice ``timeout_s``: :func:`within`)."""
-    url = address.rstrip("/") + path
-    request = urllib.request.Request(url, headers=dict(headers))
+    url, basic = _credentials_apart(address.rstrip("/") + path)
+    request = urllib.request.Request(url, headers={**basic, **headers})
 
     def fetch() -> Any:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
@@ -113,6 +115,19 @@ def get_json(
         raise DashboardError(redact(f"{url}: HTTP {exc.code} {exc.reason}")) from None
     except (OSError, ValueError) as exc:
         raise DashboardError(f"{url}: {one_line(exc)}") from None
+
+
+def _credentials_apart(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without ``user:password@`` and the Basic authorization header they make: what
+    ``requests``, under Ray's Jobs API client, sends for such an address (urllib would take
+    the credentials for part of the host name)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, {}
+    pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    netloc = parts.netloc.rpartition("@")[2]
+    header = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), {"Authorization": header}
 
 
 def read_timeout_s(environ: Mapping[str, str] | None = None) -> float:

@@ -321,7 +321,7 @@ def _submit(
         raise DriverError(
             f"could not start the job: {exc}", EXIT_BAD_INPUT, secrets=spec.secret_env_vars.values()
         ) from None
-    echo(f"submitted {job_id} to {address}; log: {run_dir.job_log}")
+    echo(redact(f"submitted {job_id} to {address}; log: {run_dir.job_log}"))
     return RayJob(client, job_id, run_dir)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from miles_amd.evidence.types import RunEvidence
+from miles_amd.redact import redact
 from miles_amd.run_dir import RunDir
 
 # miles: "[2026-11-20 10:03:50.007 ]"; SGLang: "[2026-11-20 10:03:50 TP0]" (whole seconds).
@@ -132,7 +133,7 @@ class FailFastWatcher:
         look = getattr(check, "look", None)
         trip = Trip(
             rule=str(getattr(check, "name", check)),
-            detail=str(getattr(check, "detail", "")),
+            detail=redact(str(getattr(check, "detail", ""))),  # job.json keeps it
             step=steps[0] if steps else (look - 1 if look else None),
             line=line,
             fault_time=None,
