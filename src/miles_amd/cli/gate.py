@@ -1,38 +1,26 @@
 """``miles-amd gate``: judge a run directory against a baseline and write the report.
 
-Decides the command's options, output and exit code (``miles_amd.exit_codes``): 0 pass,
-1 fail (a check failed), 2 unusable input (no run dir, a file or a directory that is not a
-run dir, nothing readable in it, a malformed or missing baseline, an unwritable report dir,
-an unusable history), with one line on stderr naming the flag and the fix. The run is
-judged once (``miles_amd.app.gate.gate_run_dir``); what is printed, written to the
-report, appended to the history and returned is that verdict. The report goes to
-``--report-dir`` (default ``<run-dir>/report/``; inside the installed package it is refused:
-``tests/unit/test_gate_cli.py``): report.json, report.md, metrics.png; the
-chosen ``--format`` is printed to stdout, then, last, where the report was written (on
-stderr for ``json``/``markdown``, whose stdout is the document). ``--example`` gates the embedded
-example run instead of ``--run-dir`` (``miles_amd.app.example``), reporting to
-``--report-dir`` or a new temporary dir. A bad baseline, a missing
-run dir or a directory holding none of a run dir's files writes nothing.
-When the run dir has a run's files but nothing in them is readable, the report (verdict
-``error``) is still written, so CI shows why. ``--num-rollouts N`` judges a run of N
-rollouts (a 3-rollout smoke, a 1000-rollout benchmark): it sets the expected steps and
-rescales the bands (``--expected-rollouts`` is its old, hidden spelling).
-``--require-env`` (the hardware path: the mi355x test and CI) fails a run whose run dir has
-no ``env.json`` or no ``job.json`` (the job's end state); without it the environment check
-is "not measured" there (the CPU main job has no GPUs to probe). A recorded environment
-that differs from the baseline's fails either way. An unknown ``--baseline`` name or path
-exits 2 naming ``--baseline``.
-The verdict is appended to a run history only when one is named (``--history PATH``, else
-``$MILES_AMD_HISTORY``; ``--no-history`` ignores both; ``miles_amd.cli.history``): the store
-is opened before judging (an unusable one exits 2), and report.md gets a "Drift across
-runs" section. The run is judged at the baseline's looks too (``run_shape.looks``: a rule
-whose statistic crosses its boundary at rollout 5, 10 or 15 fails it there), and the report
-says at which rollout a red run was decided (``decided_at_rollout``: what a watched run
-would have cost); ``--no-looks`` judges the whole run only, each rule at its fixed-sample
-tolerance.
+- Options, output and exit code (``miles_amd.exit_codes``): 0 pass, 1 fail, 2 unusable input
+  (run dir, baseline, report dir or history), with one line on stderr naming the flag and
+  the fix.
+- The run is judged once (``miles_amd.app.gate.gate_run_dir``); what is printed, written,
+  appended to the history and returned is that verdict.
+- The report (report.json, report.md, metrics.png) goes to ``--report-dir`` (default
+  ``<run-dir>/report/``; inside the installed package it is refused:
+  ``tests/unit/test_gate_cli.py``); ``--example`` gates the embedded run
+  (``miles_amd.app.example``) and reports to ``--report-dir`` or a new temporary dir.
+- ``--num-rollouts N`` sets the expected steps and rescales the bands; ``--require-env``
+  fails a run dir without ``env.json`` or ``job.json``; ``--no-looks`` judges the end only.
+- The verdict is appended to a history only when one is named (``--history``, else
+  ``$MILES_AMD_HISTORY``; ``--no-history`` ignores both); the store is opened before judging.
 
-Reading (``miles_amd.evidence``), judging (``miles_amd.judge.gate``) and reporting
-(``miles_amd.report``) are imported inside the command, so registering it costs nothing.
+Caveats:
+
+- Bad input (a baseline, a missing run dir, a dir with none of a run dir's files) writes
+  nothing; a run dir with nothing readable still gets its report (verdict ``error``).
+- Reading, judging and reporting are imported inside the command, so registering it is cheap.
+
+Explained in ``docs/cli.md`` ("The gate").
 """
 
 from __future__ import annotations
@@ -119,7 +107,7 @@ def gate(
         typer.Option(
             "--no-looks",
             help="Judge the whole run only, each rule at its fixed-sample tolerance "
-            "(default: also at the baseline's looks, rollouts 5, 10, 15).",
+            "(default: also at the baseline's looks: rollouts 6 to 16 in the shipped ones).",
         ),
     ] = False,
 ) -> None:

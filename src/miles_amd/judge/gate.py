@@ -1,61 +1,28 @@
-"""The acceptance gate: one run's evidence + a baseline -> checks -> a verdict.
+"""The acceptance gate: one run's evidence and a baseline -> checks -> a verdict.
 
-Pure and read-only: :func:`judge` takes a :class:`~miles_amd.evidence.types.RunEvidence`
-(already read by ``miles_amd.evidence``) and a :class:`~miles_amd.rules.model.Baseline`
-and returns a :class:`Verdict`; it opens no file. Writing the report is
-``miles_amd.report``'s job; what each baseline rule judges is its kind's (``miles_amd.rules``).
+- Pure and read-only: :func:`judge` takes a :class:`~miles_amd.evidence.types.RunEvidence`
+  and a :class:`~miles_amd.rules.model.Baseline` and returns a :class:`Verdict`; it opens no
+  file (reading is ``miles_amd.evidence``'s, the report ``miles_amd.report``'s).
+- Checks, in order: evidence (``evidence.readable``, ``evidence.consistent``: a failure is
+  ``fail``, not ``error``); environment (``judge.environment``); the all-reduce path
+  (``judge.allreduce``; the rccl arm against stock's baseline-free rules,
+  ``judge.control_arm``); LoRA on the experts (``judge.model_build``); the canary
+  (``judge.canary``); fatal sentinels; then each baseline rule, judged by its kind.
+- A hardware check without its evidence is ``not_measured``, a failure with ``require_env``;
+  a required rule whose metric has no series fails "not measured"
+  (``tests/unit/test_gate_rules.py``).
+- Verdict: ``error`` when nothing at all was readable; else ``fail`` when any check is
+  ``fail`` or ``error``; else ``pass``.
+- Looks (``judge.sequential``): each spending rule at the baseline's ``run_shape.looks``; its
+  first failing look decides it (:attr:`Verdict.decision`). :func:`early_failures` is the
+  watcher's judge of a partial run: the same rules at the looks reached, and fatal sentinels.
 
-What is judged, in this order:
+Caveats:
 
-1. **Evidence** (built in, always required): every source read cleanly (``evidence.readable``:
-   a corrupt or truncated event file, bad JSON, an unreadable job.json is a failed check
-   naming the file, not skipped), and the sources agree (``evidence.consistent``:
-   two sources with different values for one metric at one step fail). Both make the verdict
-   ``fail`` (exit 1), not ``error``: the run is not accepted, and the other checks still run
-   on what was read. ``error`` (exit 2) is kept for evidence that is not there at all.
-2. **Environment** (built in, ``environment.identity``; ``miles_amd.judge.environment``):
-   env.json's GPU arch and count, ROCm, aiter variant and version against the baseline's
-   ``provenance.environment``; a mismatch fails. Without env.json it is ``not_measured``,
-   unless ``require_env`` (``--require-env``, the hardware path) makes it a failure.
-3. **All-reduce path** (built in, ``allreduce.path``; ``miles_amd.judge.allreduce``): the job
-   log's SGLang ``[AR]`` lines and the preflight's ``sglang_allreduce`` fact against the
-   variant (aiter's all-reduce for stock/patched, SGLang's own for the rccl control arm);
-   no ``[AR]`` line is ``not_measured``, a failure with ``require_env``.
-   The rccl control arm, which has no baseline, is gated against the stock one with only
-   its baseline-free rules (``miles_amd.judge.control_arm``).
-   **LoRA on the experts** (built in, ``model.lora_experts``; ``miles_amd.judge.model_build``):
-   env.json's deep-probe facts (the trainer's model built by miles through Megatron-Bridge on
-   the node): no LoRA-wrapped expert linear, a bare targeted one, or attention windows unlike
-   config.json's fail; no count is ``not_measured``, a failure with ``require_env``; the
-   router dtype (bf16 against the argv's fp32: miles#3263) is a note, not a failure
-   (``tests/unit/test_model_build_check.py``).
-   **The all-reduce canary** (built in, ``allreduce.canary``; ``miles_amd.judge.canary``):
-   canary.json's wrong sums fail, except on stock, where they reproduce the bug
-   ROCm/aiter#5694 fixes (a failed spike rule then says it is that known bug); absent is
-   ``not_measured``, a failure with ``require_env``.
-4. **Sentinels**: each ``fatal`` hit of ``job.log`` is a failed check naming the sentinel,
-   its count and first line. ``known`` hits do not fail and are listed
-   (``tests/unit/test_gate_rules.py``).
-5. **Baseline rules**, each with its tolerance from the baseline file, judged by its kind
-   (``miles_amd.rules.kinds``). A rule whose metric has no series is ``not_measured`` when
-   optional and ``fail`` with "not measured" when required: a missing metric is not a
-   pass (``tests/unit/test_gate_rules.py``). No rule demands a reward
-   trend (learning); ``no_rising_trend`` fails a rising logprob gap, ``sd_at_least`` a flat
-   reward. The whole gate's false-alarm rate and power are measured by
-   ``benchmarks/bench_calibration.py`` (tables in ``baselines/README.md``).
+- Only red is decided early; a run passes only at its last rollout.
+- No rule demands a reward trend (learning); the router dtype (miles#3263) is a note.
 
-Verdict: ``error`` when nothing at all was readable (no metric, no job.json, no canary.json,
-no sentinel hit); else ``fail`` when any check is ``fail`` or ``error``; else ``pass``.
-
-**Sequential looks** (``looks``, on unless ``--no-looks``; ``miles_amd.judge.sequential``): a
-spending rule (mean bands, the paired reward test, the KL level, the step, the trend) is
-judged at each of the baseline's looks (``run_shape.looks``: rollouts 5, 10, 15, 20) against
-a boundary that spends its rate over them; its first failing look decides it, and the
-verdict says at which rollout the run was decided (:attr:`Verdict.decision`). Only red is
-decided early. The watcher's judge of a partial run is :func:`early_failures`: the same rule
-functions at the looks the run has reached, and the fatal sentinels.
-
-Explained for people in ``docs/gate-and-statistics.md``.
+Explained in ``docs/cli.md`` ("What the gate judges, in order").
 """
 
 from __future__ import annotations

@@ -1,58 +1,27 @@
 """A Ray head this tool starts, owns, and stops: private to its user, stopped by process id.
 
-Decides how a local head is started, secured and stopped; submitting jobs is ``driver``'s,
-HTTP to the dashboard ``miles_amd.run.dashboard``'s. Facts below were read in Ray 2.60's
-installed source and measured with ``psutil.net_connections`` on the head's process tree
-(``tests/rehearsal/test_private_head.py``):
+- How a local head is started, secured and stopped; submitting jobs is ``driver``'s, HTTP to
+  the dashboard ``miles_amd.run.dashboard``'s.
+- Loopback only: the head's environment has ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, so Ray
+  keeps ``--node-ip-address 127.0.0.1`` and every listener is on loopback.
+- Ports: the nine ``ray start`` port flags (:data:`PORT_OPTIONS`) and the two metrics servers
+  (:data:`PORT_ENV_VARS`) get distinct free ports; workers get port 0 (the kernel's choice).
+- Token authentication (``RAY_AUTH_MODE=token``): a fresh ``secrets.token_hex(32)`` per head,
+  0600 in its private dir (``RAY_AUTH_TOKEN_PATH``; the user's ``RAY_AUTH_TOKEN`` dropped),
+  sent by the client as :meth:`RayHead.auth_headers`; a 401/403 at start is said as such.
+- A private 0700 ``mkdtemp`` under ``/tmp`` (short AF_UNIX paths), Ray's ``--temp-dir`` inside
+  it, the head's ``TMPDIR`` too; removed when the head stops.
+- :meth:`RayHead.stop`: SIGTERM to ``ray start --block``, then each recorded descendant by pid
+  and create time (``miles_amd.run.process_tree``); :func:`clear_leftovers` clears this
+  tool's own recorded heads.
 
-- **Loopback only.** ``ray start --node-ip-address 127.0.0.1`` is not enough: Ray replaces a
-  loopback node address with the host's routable one (``services.resolve_ip_for_localhost``)
-  unless ``ray_constants.ENABLE_RAY_CLUSTER`` is off, which the head's environment switches
-  with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` ("local Ray only": a second node cannot join,
-  which this single-node head does not need). GCS, raylet, object manager, dashboard and its
-  agent, runtime-env agent, Ray client server, both Prometheus endpoints and the workers
-  then listen on 127.0.0.1.
-- **Ports chosen here.** The nine ``ray start`` port flags (:data:`PORT_OPTIONS`) get
-  distinct free ports; the two metrics servers without a flag get theirs through the
-  environment (:data:`PORT_ENV_VARS`: ``AUTOSCALER_METRIC_PORT``, default 44217, and
-  ``DASHBOARD_METRIC_PORT``, default 44227, read by ``autoscaler/_private/monitor.py`` and
-  ``dashboard/consts.py``). Workers (job supervisor, job driver, tasks, actors) get
-  ``--min-worker-port 0 --max-worker-port 0``: the kernel assigns a port at bind time (a
-  list picked in advance would sit unbound until a worker starts, free for anyone to take).
-- **Token authentication** (``RAY_AUTH_MODE=token``). Each head gets a fresh token
-  (``secrets.token_hex(32)``, the generator of ``ray get-auth-token --generate``) written
-  0600 to ``auth_token`` in its private temp dir, named by ``RAY_AUTH_TOKEN_PATH``. Ray's C++
-  ``AuthenticationTokenLoader`` looks in ``RAY_AUTH_TOKEN`` (the value), then the file
-  ``RAY_AUTH_TOKEN_PATH``, then ``~/.ray/auth_token``; the head's environment drops
-  ``RAY_AUTH_TOKEN`` so the user's own token cannot replace the fresh one. GCS and raylet
-  then require the token on gRPC calls; the dashboard answers 401 without it and 403 to a
-  wrong one (``http_token_authentication.py``; health checks and
-  ``/api/authentication_mode`` are public). The head's processes (agents, workers, the job
-  and what it starts with ``ray.init``) inherit ``RAY_AUTH_MODE`` and
-  ``RAY_AUTH_TOKEN_PATH``. The client holds the token in memory (:meth:`RayHead.auth_headers`,
-  ``Authorization: Bearer <token>``), which ``JobSubmissionClient(headers=...)`` sends on
-  each request and on the log websocket (Ray adds its own header only when none is given).
-  A 401/403 at start is reported as such, not as a slow start.
-- **Private temp dir**: a fresh ``mkdtemp`` under ``/tmp`` (0700), not under ``TMPDIR``: a
-  Ray AF_UNIX socket path (``<temp>/session_<date>_<pid>/sockets/dash_MetricsHead`` ...)
-  over 107 bytes makes ``ray start`` fail. Ray's ``--temp-dir`` is its subdirectory ``ray``
-  because Ray makes its temp dir world-writable
-  (``_common/utils.try_make_directory_shared``: chmod 0777); the 0700 dir around it keeps
-  other users out of the session dir, its logs and sockets. The token file sits beside it;
-  the head's ``TMPDIR`` is the private dir too, so the temp files and multiprocessing sockets
-  of Ray's processes and of the job stay in it. Removed when the head stops.
-- **Stopping.** ``ray start --block`` (in a new session) shuts down what it spawned on
-  SIGTERM; :meth:`RayHead.stop` sends it SIGTERM, then terminates (after a grace period
-  kills) each descendant it recorded, matched by pid *and* create time
-  (``miles_amd.run.process_tree``, which the test cluster's nodes use too). ``ray stop`` is
-  not used: it stops every Ray process of the user. A state file records the head so a later
-  run can clear this tool's own leftovers (:func:`clear_leftovers`), by recorded pid and
-  create time.
+Caveats:
 
-Measured on a 2-core CPU machine (Ray 2.60): start to dashboard-ready about 5-8 s, stop
-about 2-6 s.
+- ``ray stop`` is not used: it stops every Ray process of the user.
+- Free ports are picked, not held, until Ray binds them.
+- Listeners are measured by ``tests/rehearsal/test_private_head.py`` (Ray 2.60).
 
-Explained for people in ``docs/ray-head-and-secrets.md``.
+Explained in ``docs/ray-head-and-secrets.md`` ("How the head is built", with Ray's sources).
 """
 
 from __future__ import annotations

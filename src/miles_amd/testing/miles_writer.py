@@ -1,46 +1,26 @@
 """Writes a run's metrics in miles' three output formats, one rollout at a time (the imitation).
 
-Decides: the exact form of what miles leaves behind for one rollout, so the CPU rehearsal's
-replay and the embedded example produce evidence that the readers cannot tell from a real
-run's. The real-writer mode (``real_writers``, miles' own code in Ray actors) is the
-reference; ``tests/rehearsal/test_real_writers.py`` compares the two on the same values.
-This imitation needs neither torch nor miles, so it is the CPU default.
+- The exact form of what miles leaves behind for one rollout, so the replay and the embedded
+  example produce evidence the readers cannot tell from a real run's; it needs neither torch
+  nor miles, so it is the CPU default.
+- Job log: miles' ``[time identity] file:line - message`` lines behind Ray's ANSI actor
+  prefix; per rollout, miles' order: the rollout manager's ``perf k``, the trainer's
+  ``rollout k``, ``step k`` twice, the trainer's ``perf k``; dicts as Python reprs
+  (``nan``/``inf``); :data:`TENSORBOARD_ONLY_KEYS` not printed.
+- TensorBoard: one event file per process (the driver's header-only one included), one
+  ``simple_value`` event per scalar at the rollout's step, flushed after every rollout.
+- CI history: the trainer's ``<pid>-<uuid32>.jsonl`` of ``{"metric", "series"}`` lines,
+  rewritten atomically after each rollout that captured a value; :meth:`close` leaves the
+  driver's 0-byte record.
 
-- **Job log** (stdout of the Ray job): miles' log format
-  ``[YYYY-MM-DD HH:MM:SS.mmm <identity>] <file>:<line> - <message>`` (local time; the identity
-  is miles' process identity, ``main``, ``rollout_manager`` or ``actor_cell0_rank0``), worker
-  lines behind Ray's ANSI-coloured prefix ``\\x1b[36m(<Actor> pid=<pid>)\\x1b[0m ``. Per rollout
-  ``k``, in the order miles prints them: the rollout manager's ``perf k: {...}``
-  (``metrics.py:89``: the rollout manager's ``perf/*``, ``rollout/response_len/*``,
-  ``rollout/truncated_ratio`` ...), the trainer's ``rollout k: {...}`` (``log_utils.py:123``,
-  every other ``rollout/*`` key), ``step k: {..., 'train/step': k}`` twice
-  (``log_utils.py:542`` and ``model.py:854``; ``train/grad_norm`` last before the step, as
-  ``log_train_step`` builds it) and the trainer's own ``perf k: {...}``
-  (``train_metric_utils.py:56``: ``perf/*_time``, ``*_tflops``, ``actor_train_tok_per_s``,
-  ``step_time``, ``wait_time_ratio``). :data:`TENSORBOARD_ONLY_KEYS` are not printed. A
-  message kind without keys is not printed. The dicts are Python reprs, so a non-finite value
-  prints as ``nan``/``inf``, exactly as miles prints it.
-- **TensorBoard** (``TENSORBOARD_DIR``): one file per process, as each miles process opens
-  its own ``SummaryWriter``: the driver's (the file-version header only, 88 bytes), the rollout
-  manager's and the trainer's, named ``events.out.tfevents.<time>.<host>.<pid>.<n>``. One event
-  per scalar, ``Summary.Value(tag, simple_value)`` -- the form ``add_scalar`` writes (torch
-  is not needed: tensorboard's own ``EventFileWriter``, which torch uses too, writes the same
-  records). Every scalar's step is the rollout id; the step keys are not scalars. The files
-  are flushed after every rollout. Quirk: ``simple_value`` is a float32, so a value read back
-  is the float32 rounding of the value written (the log line and the CI history keep the
-  float64).
-- **CI history** (``MILES_CI_GATE_RECORD_DIR``): the trainer's ``<pid>-<uuid32>.jsonl``, one
-  line per captured metric, ``{"metric": key, "series": [[step, value], ...]}``, non-finite
-  values as the strings ``"NaN"``/``"Infinity"``/``"-Infinity"``, rewritten atomically
-  (temp file + ``os.replace``) after every rollout that captured a value (miles' trainer
-  does not call ``finish()``); no file until a captured key was logged; lines in first-capture
-  order (the trainer logs ``rollout/raw_reward`` before the training step). :meth:`close`
-  leaves the driver's **0-byte** record, as its ``finish_tracking`` does.
+Caveats:
 
-Does not decide: which values are written (the caller's), whether they are good (the gate's),
-or anything about faults (``faults``).
+- ``simple_value`` is float32: a value read back from TensorBoard is the float32 rounding.
+- The reference is the real-writer mode (``real_writers``);
+  ``tests/rehearsal/test_real_writers.py`` compares the two on the same values.
+- Does not decide which values are written, whether they are good, or faults.
 
-Explained for people in ``docs/rehearsal.md``.
+Explained in ``docs/rehearsal.md`` ("The imitation writer", with miles' file:line sources).
 """
 
 from __future__ import annotations

@@ -1,57 +1,26 @@
 """The replay's real-writer mode: miles' own code writes the evidence, in Ray actors named as miles.
 
-``python -m miles_amd.testing.replay --replay-writers real --replay-miles-src DIR`` (or env
-``MILES_AMD_MILES_SRC``; on a node ``/root/miles``) replays a run through this module instead
-of the imitation (``miles_writer``). The processes are miles' own: the job's entrypoint is the
-driver (``train.py``'s role), and Ray actors whose classes are named ``RolloutManager`` and
-``MegatronTrainRayActor`` (so Ray prefixes their lines exactly as in a real job, ANSI colour
-included) run miles' code, fed with the replayed values:
+- ``--replay-writers real --replay-miles-src DIR`` (or ``MILES_AMD_MILES_SRC``; on a node
+  ``/root/miles``) replays through this module instead of the imitation (``miles_writer``).
+- The job's entrypoint is the driver (``train.py``'s role); actors whose classes are named
+  ``RolloutManager`` and ``MegatronTrainRayActor`` (so Ray prefixes their lines as in a real
+  job) run miles' logger, tracking backends (TensorBoard, ``CiHistoryBackend``) and metric
+  functions, fed with the replayed values.
+- Where miles' code cannot take a replayed value (``metrics.log_rollout_data``, ``model.py``'s
+  second ``step`` print, ``log_train_step``'s ``train/grad_norm``), the statement is replayed
+  from its source location, found in the given miles tree by its text.
+- Stubs, each only what CPU cannot provide: the parallel state and the DP gather (one rank),
+  ``psutil.virtual_memory`` (the replayed value), the FLOPs count, inert ``triton`` and
+  ``torchvision`` when absent, ``args`` as a ``Namespace`` (not miles' ``parse_args``), and a
+  flush after each rollout.
 
-- every process: ``miles.utils.logging_utils.configure_logger`` with miles' process identity
-  (``main``, ``rollout_manager``, ``actor_cell0_rank0``) and
-  ``miles.utils.tracking_utils.tracking.init_tracking`` (the real TensorBoard backend, i.e.
-  ``torch.utils.tensorboard.SummaryWriter`` on ``TENSORBOARD_DIR``, and the real
-  ``CiHistoryBackend``, on iff ``MILES_CI_GATE_RECORD_DIR`` is set); the driver ends with
-  ``finish_tracking`` (its header-only event file and 0-byte CI-history file);
-- the trainer: ``log_utils.gather_log_data("rollout", ...)`` (``rollout k:``; fed
-  ``(value, 1)`` pairs, so the reduced value is the replayed one exactly),
-  ``log_utils.log_train_step`` (``step k:``, ``log_utils.py:542``), the second ``step k:``
-  of ``megatron_utils/model.py``, ``train_metric_utils.log_perf_data_raw`` (the trainer's
-  ``perf k:``) and ``log_utils.log_cpu_memory`` (TensorBoard only);
-- the rollout manager: the ``perf k:`` message of ``miles/ray/rollout/metrics.py`` and its
-  ``tracking.log(..., step_key="rollout/step")``.
+Caveats:
 
-Where miles' code cannot take a replayed value, the statement is replayed from its source
-location, found in the given miles tree by its text (a miles whose text moved fails loudly,
-naming the file): ``metrics.log_rollout_data`` computes its dict from raw samples (the
-replay has only the reduced values), ``model.py``'s second ``step`` print sits inside
-Megatron's training loop, and ``log_train_step`` always adds ``train/grad_norm`` (a source
-without it is replayed by that function's own two statements, so no value is invented).
+- A miles whose source text moved fails loudly, naming the file.
+- A real job's last rollout may be lost when Ray ends the actors; that risk is not modelled.
+- Does not decide which values are replayed or which faults fire (``replay``, ``faults``).
 
-Stubs, each only what CPU cannot provide:
-
-- ``log_utils.get_parallel_state`` -> one data-parallel rank (rank 0, size 1): Megatron's
-  parallel state needs ``torch.distributed`` initialised across GPUs;
-- ``log_utils.MultiPGUtil.gather_object`` -> ``[obj]``: the gather across the DP ranks'
-  gloo groups (one rank gathers itself);
-- ``log_utils.psutil.virtual_memory`` -> the replayed ``perf/cpu_memory_after_offload_train_gb``
-  (times 1e9, as ``log_cpu_memory`` divides), instead of this machine's memory;
-- ``log_perf_data_raw(compute_total_fwd_flops=None, is_primary_rank=True)``: the FLOPs count
-  needs ``dist.get_world_size()`` and the device's peak TFLOPs (device capability);
-  replayed ``perf/*`` values go in as the ``extra_metrics`` miles passes there;
-- import-time stand-ins for ``triton`` and ``torchvision`` (sglang imports them at load time,
-  miles' ``log_utils`` imports sglang through its chat templates; no kernel runs): inert
-  modules, used only when the real package is absent;
-- ``args``: a ``Namespace`` with the recipe's values for the attributes these functions read,
-  not miles' ``parse_args`` (that needs the checkpoint and GPU checks; the conformance tier
-  tests the parser);
-- the TensorBoard writers are flushed after each rollout, standing in for SummaryWriter's
-  120 s periodic flush, which a real rollout (about 3 minutes) outlasts. A real job's last
-  rollout may still be lost when Ray ends the actors; that risk is not modelled.
-
-Does not decide: which values are replayed or which faults fire (``replay``, ``faults``).
-
-Explained for people in ``docs/rehearsal.md``.
+Explained in ``docs/rehearsal.md`` ("The real writers": each function, stub and why).
 """
 
 from __future__ import annotations

@@ -1,39 +1,23 @@
 """``python -m miles_amd.testing.replay``: a stand-in for miles' ``train.py`` replaying a run.
 
-The CPU rehearsal submits the recipe's command line with only the entrypoint swapped::
+- The CPU rehearsal submits the recipe's command line with only the entrypoint swapped; this
+  re-emits the recorded run as miles would (job-log lines on stdout, TensorBoard scalars,
+  CI history), one rollout every ``--replay-pace`` seconds, with at most one injected fault
+  (``faults``), through ``miles_writer`` (default) or miles' own code (``real_writers``).
+- Refused before anything is written (one line on stderr, exit 2): an argv that is not the
+  recipe's exactly (``replay_argv``); ``--use-tensorboard`` without ``TENSORBOARD_DIR`` and
+  ``MILES_CI_GATE_RECORD_DIR``; an untrustworthy source run (a problem, a conflict, a
+  :data:`REQUIRED_KEYS` metric missing, steps not ``0..n-1`` once each) or fewer rollouts
+  than ``--num-rollout``; a fault that cannot fire (``faults.check_fault_at``).
+- Then a start-up line, the rollouts, exit 0; the crash fault exits 1 with a traceback, the
+  hang fault sleeps until killed.
 
-    python3 -m miles_amd.testing.replay --replay-source RUN_DIR --replay-pace 0.5 \\
-        [--replay-fault KIND --replay-fault-at K] \\
-        [--replay-writers imitation|real [--replay-miles-src DIR]] <model args> <train args>
+Caveats:
 
-and this module re-emits the recorded run as miles would: the job-log lines on stdout,
-TensorBoard scalars under ``TENSORBOARD_DIR`` and the CI history under
-``MILES_CI_GATE_RECORD_DIR``, one rollout every ``--replay-pace`` seconds, with at most one
-injected fault (``faults``). ``--replay-writers imitation`` (the default, no torch needed)
-writes through ``miles_writer``; ``real`` through miles' own writer code in Ray actors
-(``real_writers``; miles' tree from ``--replay-miles-src`` or ``MILES_AMD_MILES_SRC``).
+- Its own options are all ``--replay-*``; an unknown one is a foreign flag.
+- Environment values are not printed.
 
-Decides, before anything is written (a refusal is one line on stderr, exit code 2):
-
-- The argv is the recipe's, exactly (``miles_amd.testing.replay_argv``: a foreign flag, a
-  changed pinned value, a missing flag or a different order is refused naming the flag). Own
-  options are all ``--replay-*`` so they do not clash with a miles flag; an unknown
-  ``--replay-*`` option is a foreign flag.
-- ``--use-tensorboard`` needs ``TENSORBOARD_DIR`` and ``MILES_CI_GATE_RECORD_DIR`` in the
-  environment (miles turns CI history on from that env alone; it has no CLI flag for it).
-  Their values are not printed (nothing from the environment is).
-- The source run (read with ``miles_amd.evidence.load.load_run``) must be trustworthy: no
-  source problem, no conflict between its sources, every metric of :data:`REQUIRED_KEYS`
-  present, every series at steps ``0, 1, ..., n-1`` exactly once. ``--num-rollout`` must not
-  exceed the rollouts the source has: a 3-rollout rehearsal replays the first 3.
-- A fault must fire within ``--num-rollout`` rollouts and, for the event-file faults, with
-  TensorBoard on (``faults.check_fault_at``); a fault that cannot fire tests nothing.
-
-Then: a start-up line, the rollouts (faults as planned by ``faults.plan_fault``), exit 0.
-The crash fault raises ``RuntimeError`` (traceback on stderr, exit 1); the hang fault sleeps
-until killed.
-
-Explained for people in ``docs/rehearsal.md``.
+Explained in ``docs/rehearsal.md`` ("The replay").
 """
 
 from __future__ import annotations
