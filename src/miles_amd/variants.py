@@ -16,6 +16,14 @@ that), and
 all-reduce) or ``0`` for rccl. Without a variant only ``SGLANG_USE_AITER`` is set. Decides
 the names, their descriptions and those env values (``tests/unit/test_ab_premise.py``).
 
+The all-reduce implementations a canary can test (the ``implementation`` a ``canary.json``
+names) and which one a variant's rollouts use (:func:`rollout_implementation`): ``aiter``
+(aiter's ``CustomAllreduce``, what SGLang's ``dispatch_custom_allreduce`` returns on ROCm with
+``SGLANG_USE_AITER_AR`` on: ``run.sglang_allreduce``) for stock and patched; ``sglang``
+(SGLang's own ``CustomAllreduce``) for rccl; ``rccl`` (``torch.distributed.all_reduce`` on the
+RCCL group), the reference no variant's rollouts use at these sizes; ``reducer``, the CPU test
+seam (``--reducer FILE:FUNCTION``).
+
 Caveat: the names are spelled again where a CLI option lists its choices (``cli/canary.py``)
 and where a variant picks its baseline (``app/baselines.py``).
 """
@@ -28,9 +36,12 @@ __all__ = [
     "AITER_FIX",
     "AITER_VARIANTS",
     "BASELINE_VARIANTS",
+    "IMPLEMENTATIONS",
     "AiterVariant",
+    "Implementation",
     "aiter_allreduce_expected",
     "describe",
+    "rollout_implementation",
     "sglang_env",
 ]
 
@@ -63,3 +74,14 @@ def sglang_env(variant: str | None) -> dict[str, str]:
             raise KeyError(variant)
         env["SGLANG_USE_AITER_AR"] = "1" if aiter_allreduce_expected(variant) else "0"
     return env
+
+
+Implementation = Literal["aiter", "sglang", "rccl", "reducer"]
+IMPLEMENTATIONS: tuple[Implementation, ...] = ("aiter", "sglang", "rccl", "reducer")
+
+
+def rollout_implementation(variant: str) -> Implementation:
+    """The all-reduce the rollouts of ``variant`` use; ``KeyError`` for an unknown variant."""
+    if variant not in AITER_VARIANTS:
+        raise KeyError(variant)
+    return "aiter" if aiter_allreduce_expected(variant) else "sglang"

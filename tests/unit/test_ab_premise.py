@@ -30,7 +30,7 @@ from miles_amd.run.probes_allreduce import (
     read_job_aiter,
     sglang_allreduce_fact,
 )
-from miles_amd.run.probes_stack import _git_commit
+from miles_amd.run.probes_stack import git_commit
 from miles_amd.run.sglang_allreduce import allreduce_route
 from tests.cli_runs import run_cli
 from tests.constants import EXAMPLE, SHIPPED
@@ -161,7 +161,7 @@ def test_a_git_checkout_names_its_commit(tmp_path: Path) -> None:
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "aiter"], check=True)
     head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True)
-    commit = _git_commit(root / "aiter")
+    commit = git_commit(root / "aiter")
     assert commit == head.stdout.strip()
     assert aiter_commit_fact(read_job_aiter(str(root)), commit).value.startswith(commit)
 

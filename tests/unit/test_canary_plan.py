@@ -8,9 +8,9 @@ import pytest
 
 from miles_amd.canary import power
 from miles_amd.canary.dispatch import dispatch
-from miles_amd.canary.implementations import rollout_implementation
 from miles_amd.canary.plan import CPU, CPU_MAX_TOKENS, build_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
+from miles_amd.variants import rollout_implementation
 
 
 def test_the_shape_comes_from_the_recipe() -> None:

@@ -5,7 +5,6 @@ Modules, each with one job:
 - ``dispatch``: aiter's custom all-reduce dispatch at one size (kernel, grid, whether the
   stage-1 trip counts are uniform), from ROCm/aiter's source;
 - ``source``: the dispatch constants of the installed aiter, else the pinned commit's;
-- ``implementations``: the all-reduces a canary tests and which one each variant's rollouts use;
 - ``power``: the call budget as detection power;
 - ``plan``: the sizes and calls, from the recipe (``--plan``);
 - ``worker`` (one rank), ``launch`` (the ranks as processes, bounded), ``harness`` (a run, merged);

@@ -72,14 +72,14 @@ def probe_gpus(python: str = sys.executable) -> dict[str, object]:
 def node_facts() -> NodeFacts:
     """What :func:`unusable` needs (module doc)."""
     from miles_amd.run.probes_allreduce import aiter_commit_fact, read_job_aiter
-    from miles_amd.run.probes_stack import _git_commit
+    from miles_amd.run.probes_stack import git_commit
 
     gpu = probe_gpus()
     reading = read_job_aiter(os.environ.get("PYTHONPATH", ""), sys.executable)
     error = reading.get("error") or reading.get("ar_import_error")
     package = reading.get("package_dir")
     commit = aiter_commit_fact(
-        reading, _git_commit(Path(package)) if isinstance(package, str) else None
+        reading, git_commit(Path(package)) if isinstance(package, str) else None
     ).value
     dists = reading.get("dists")
     version = None

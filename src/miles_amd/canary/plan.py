@@ -22,7 +22,7 @@ Decides, purely, from the recipe and the dispatch constants:
 - **Groups**: the node's TP groups run side by side and share each size's calls
   (``canary.harness``); the time estimate divides by them.
 - SGLang's own all-reduce (the control arm) stops at its 16 MiB limit
-  (``implementations.SGLANG_MAX_BYTES``).
+  (:data:`SGLANG_MAX_BYTES`).
 - Each entry names the implementation the run tests; ``kernel``/``uniform_trip_count`` are
   aiter's dispatch for that size whatever the implementation: they define the classes.
 """
@@ -34,13 +34,15 @@ from dataclasses import dataclass
 
 from miles_amd.canary import power
 from miles_amd.canary.dispatch import PINNED, DispatchConstants, dispatch, uses_custom_ar
-from miles_amd.canary.implementations import SGLANG_MAX_BYTES
 from miles_amd.recipe.settings import Recipe
 
 SGLANG_DEFAULT_CHUNKED_PREFILL = 16384  # sglang 0.5.16 server_args.py, gpu_mem >= 160 GiB
 DTYPE_SIZES = {"bfloat16": 2, "float16": 2, "float32": 4}
 UNIFORM_STEP = 64  # 90·N packs per rank is a multiple of 128 lanes iff N % 64 == 0 (TP 4)
 CPU_MAX_TOKENS = 128
+# SGLang's own CustomAllreduce takes inputs up to _MAX_CAR_SIZE = 2 * 8192 * 1024 bytes on HIP
+# (sglang 0.5.16, python/sglang/srt/distributed/device_communicators/custom_all_reduce.py).
+SGLANG_MAX_BYTES = 2 * 8192 * 1024
 
 
 @dataclass(frozen=True)

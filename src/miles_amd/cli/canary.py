@@ -172,10 +172,10 @@ def canary(
 
     Exit 1 on a mismatch (a red canary proves the kernel wrong; a clean one bounds its rate).
     """
-    from miles_amd.canary.implementations import rollout_implementation
     from miles_amd.canary.plan import CPU, NODE, build_plan, recipe_shape
     from miles_amd.canary.source import installed_constants
     from miles_amd.recipe.settings import Recipe
+    from miles_amd.variants import rollout_implementation
 
     recipe = Recipe()
     shape = recipe_shape(recipe)

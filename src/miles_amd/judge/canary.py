@@ -29,10 +29,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from miles_amd.canary.implementations import rollout_implementation
 from miles_amd.evidence.types import CanaryRecord, EnvRecord, RunEvidence
 from miles_amd.rules.check import BuiltinCheck, Check, Status, listed
-from miles_amd.variants import AITER_FIX, AITER_VARIANTS
+from miles_amd.variants import AITER_FIX, AITER_VARIANTS, rollout_implementation
 
 NAME = "allreduce.canary"
 SPIKE_KIND = "all_below"
@@ -55,7 +54,7 @@ def _label(implementation: str) -> str:
 
 
 def rollouts_use(variant: str | None) -> str:
-    """The implementation the run's rollouts use (``canary.implementations``); aiter's when
+    """The implementation the run's rollouts use (``variants.rollout_implementation``); aiter's when
     the run names no known variant."""
     return rollout_implementation(variant) if variant in AITER_VARIANTS else "aiter"
 

@@ -9,7 +9,7 @@ shape as JSON Schema ships as ``canary/canary.schema.json`` (a test holds the wr
 output to it). ``canary.record.write_canary`` writes it into a run dir; ``miles_amd.evidence``
 reads it into ``RunEvidence.canary``.
 
-Fields (``schema_version`` 1): ``implementation`` (``canary.implementations``) and
+Fields (``schema_version`` 1): ``implementation`` (``variants.IMPLEMENTATIONS``) and
 ``reducer`` (the seam's ``FILE:FUNCTION``, else null); ``variant`` (null on CPU);
 ``aiter_version``/``aiter_commit`` (null when unknown); ``dispatch_source`` (where the
 thresholds came from); ``shape`` (``plan.RecipeShape``); ``plan`` (``plan.PlanEntry``);
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from miles_amd import strict_json, variants
-from miles_amd.canary.implementations import IMPLEMENTATIONS
+from miles_amd.variants import IMPLEMENTATIONS
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -38,7 +38,7 @@ from pathlib import Path
 from miles_amd import variants
 from miles_amd.records.env import Fact
 from miles_amd.run.facts import PreflightConfig, one_line
-from miles_amd.run.probes_stack import _git_commit
+from miles_amd.run.probes_stack import git_commit
 from miles_amd.run.sglang_allreduce import SGLANG_SOURCE, allreduce_route
 
 SGLANG_ENV_KEYS = ("SGLANG_USE_AITER", "SGLANG_USE_AITER_AR", "SGLANG_USE_1STAGE_ALLREDUCE")
@@ -132,7 +132,7 @@ def sglang_env_text(env: Mapping[str, str]) -> str:
 def probe_aiter_commit(config: PreflightConfig) -> Fact:
     reading = read_job_aiter(job_pythonpath(config, os.environ))
     package = reading.get("package_dir")
-    git = _git_commit(Path(str(package))) if isinstance(package, str) else None
+    git = git_commit(Path(str(package))) if isinstance(package, str) else None
     return aiter_commit_fact(reading, git)
 
 

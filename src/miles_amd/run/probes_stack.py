@@ -98,7 +98,7 @@ def probe_megatron_lm(config: PreflightConfig) -> Fact:
             f"{root} has no megatron/core/__init__.py; point --megatron-dir at Megatron-LM",
         )
     version = _megatron_core_version(core / "package_info.py") or "unknown version"
-    return Fact(name, "ok", _with_commit(f"megatron.core {version}", _git_commit(root)))
+    return Fact(name, "ok", _with_commit(f"megatron.core {version}", git_commit(root)))
 
 
 def _megatron_core_version(package_info: Path) -> str | None:
@@ -128,7 +128,7 @@ def probe_miles(config: PreflightConfig) -> Fact:
             str(root),
             f"{root} has no train.py; point --miles-dir at a miles checkout",
         )
-    return Fact("miles", "ok", _with_commit(str(root), _git_commit(root)))
+    return Fact("miles", "ok", _with_commit(str(root), git_commit(root)))
 
 
 def probe_aiter(config: PreflightConfig) -> Fact:
@@ -154,9 +154,9 @@ def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
         )
     if "amd-aiter" in normalized:
         version = _distribution_version("amd-aiter") or "unknown version"
-        return Fact(name, "ok", _with_commit(f"amd-aiter {version}", _git_commit(package_dir)))
+        return Fact(name, "ok", _with_commit(f"amd-aiter {version}", git_commit(package_dir)))
     if (package_dir / "jit").is_dir():  # AMD's layout; a source install without metadata
-        return Fact(name, "ok", _with_commit(f"aiter at {package_dir}", _git_commit(package_dir)))
+        return Fact(name, "ok", _with_commit(f"aiter at {package_dir}", git_commit(package_dir)))
     return Fact(
         name,
         "wrong",
@@ -198,7 +198,7 @@ def installed_package_fact(name: str, *, module: str, distribution: str) -> Fact
         )
     version = _distribution_version(distribution)
     label = f"{distribution} {version}" if version else f"{module} at {package_dir}"
-    return Fact(name, "ok", _with_commit(label, _git_commit(package_dir)))
+    return Fact(name, "ok", _with_commit(label, git_commit(package_dir)))
 
 
 def _package_dir(module: str) -> Path | None:
@@ -225,7 +225,7 @@ def _normalize(distribution: str) -> str:
     return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
-def _git_commit(directory: Path) -> str | None:
+def git_commit(directory: Path) -> str | None:
     """HEAD of the checkout holding ``directory``; None outside a checkout or in site-packages."""
     if {"site-packages", "dist-packages"} & set(directory.parts):
         return None
