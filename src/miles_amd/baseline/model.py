@@ -1,49 +1,23 @@
 """Baseline files: find, parse and validate them.
 
-A baseline (``baselines/gpt_oss_20b_lora/<name>.json``) holds one reference run's published
-evidence, its provenance and the acceptance rules the gate applies, each with its tolerance,
-a one-line rationale and how the number was derived. This module decides what a valid
-baseline is; the types it returns and their JSON spelling are ``miles_amd.rules.model``'s
-(:class:`~miles_amd.rules.model.Baseline`); it does not judge runs (``miles_amd.judge.gate``)
-and does not derive bands (``miles_amd.rules.bands``), it only checks that the bands in the
-file are the ones the method gives.
+- What a valid baseline is, checked in order: strict JSON (``miles_amd.strict_json``) that
+  matches ``baseline.schema.json``; unique rule ids, a ``finite`` and a ``steps_complete`` rule
+  per metric, at least one required ``steps_complete``; series and ``run_shape`` that are the
+  recipe's, looks ending at ``run_shape.rollouts``; each rule with exactly its kind's fields
+  and a tolerance derived as its kind declares or in its sane range
+  (``miles_amd.rules.registry.validate_rule``); a file named ``<name>.json`` after its name.
+- Where shipped baselines are: ``$MILES_AMD_BASELINES_DIR/gpt_oss_20b_lora/`` when set, else
+  the package data (``miles_amd.package_data``).
+- Every error is one line: ``<file>: <JSON path>: <what is wrong>; fix: <what to do>``.
 
-A file is valid when, in order:
+Caveats:
 
-1. it is strict JSON (``miles_amd.strict_json``): finite numbers only (no ``NaN``/``Infinity``,
-   no ``1e999``), no duplicate key (a second ``"threshold"`` would replace the reviewed one),
-   bounded depth and integers, each refused with the JSON path of the value; and it matches
-   ``src/miles_amd/baseline/baseline.schema.json`` (Draft 2020-12), whose bounds on ``k``,
-   ``z`` and ``expected_status`` say why;
-2. rule ids are unique; every metric a rule names has a ``finite`` and a ``steps_complete``
-   rule, required whenever any rule on that metric is required (so "every gated value
-   finite, every step present" cannot be forgotten);
-3. at least one required ``steps_complete`` rule exists (a gate that demands no complete
-   series could pass without evidence);
-4. every per-rollout series has ``run_shape.rollouts`` values, and the rest of ``run_shape``
-   (train steps, samples and prompts per rollout, response-length cap) is the recipe's
-   (``Recipe``'s defaults: 1, 64, 8, 4096), since tolerances are derived from it; its
-   ``looks`` are increasing rollouts ending at ``run_shape.rollouts``
-   (``miles_amd.rules.looks``);
-5. every rule has exactly its kind's fields, and its tolerance is derived as its kind
-   declares or lies in its declared sane range (``miles_amd.rules.registry.validate_rule``,
-   the kind modules of ``miles_amd.rules.kinds``): a band equals what its ``derive``
-   block gives for ``run_shape.rollouts`` (bands come from data, not from taste), a grid's
-   quantum is ``1/samples_per_rollout``, a spike threshold lies above the reference's max
-   and within 20x it, a spending rule's ``boundaries`` are the ones its rate spent over the
-   looks gives, ... so an absurd but self-consistent baseline is refused.
+- It derives no band (``miles_amd.rules.bands``) and judges no run (``miles_amd.judge.gate``):
+  it checks the file's bands are the ones the method gives, so an absurd but
+  self-consistent baseline is refused.
+- The types and their JSON spelling are ``miles_amd.rules.model``'s.
 
-6. (files only, :func:`load_baseline`) the file is named after the baseline it holds,
-   ``<name>.json``: the gate, report and history show the name inside the file.
-
-Every error is one line: ``<file>: <JSON path>: <what is wrong>; fix: <what to do>``.
-
-Where shipped baselines live: ``$MILES_AMD_BASELINES_DIR/gpt_oss_20b_lora/`` when that
-variable is set (it names a ``baselines/`` root), else the package data
-``miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/`` (``miles_amd.package_data``: in
-the repo a link to the top-level ``baselines/``, in an installed wheel a copy of it).
-
-Explained for people in ``docs/cli.md``.
+Explained in ``docs/cli.md`` ("What makes a baseline file valid").
 """
 
 from __future__ import annotations

@@ -1,51 +1,27 @@
 """Record a baseline from a finished run: what the new baseline file holds.
 
-Pure: :func:`record_baseline` takes a run's :class:`~miles_amd.evidence.types.RunEvidence`
-(read by ``miles_amd.evidence.load.load_run``) and the shipped baseline of the same aiter
-variant as template, and returns the new file's JSON object. When a run is refused is
-``miles_amd.baseline.refusals``' (plus one refusal here: the run must pass its own recorded
-baseline, ``judge.gate.judge``: a spike, an off-grid reward or a clipped token makes a
-broken run, not a reference). The file's text is ``miles_amd.baseline.json_text``'s;
-writing it and printing are ``miles_amd.cli.baseline``'s; bands are
-``miles_amd.rules.bands``'; what each rule kind records is its ``KindSpec``'s
-(``summary``, ``rederive``; ``miles_amd.rules.kinds``). The file's fields are spelled
-by ``miles_amd.rules.model.Baseline.to_json``, the shape the loader reads
-(``tests/unit/test_baseline_shape.py``).
+- Pure: :func:`record_baseline` takes a run's :class:`~miles_amd.evidence.types.RunEvidence`
+  and the shipped baseline of the same aiter variant as template, and returns the new
+  file's JSON object, in the shape ``rules.model.Baseline.to_json`` spells and the loader
+  reads (``tests/unit/test_baseline_shape.py``).
+- Rules and ``run_shape`` are the template's (``rollouts = N``, looks re-made for ``N``);
+  each spending rule's boundaries are re-derived at those looks.
+- Evidence: each ruled metric the run logged, stored exactly as read, with its summary; an
+  optional metric the run did not log keeps the template's, marked in its ``note``.
+- Bands with a ``derive_method`` are re-derived for ``N`` rollouts by ``rules.band.band_for``
+  (what the loader checks them with), their derivation text rewritten.
+- Provenance: run id, job status and duration, hardware, ROCm, image and aiter from job.json
+  and env.json; ``environment`` (``judge.environment.run_environment``); recording notes.
+- One refusal is decided here: the run must pass its own recorded baseline; the others are
+  ``miles_amd.baseline.refusals``'.
 
-The method (the file the gate later reads must be one the loader accepts unchanged):
+Caveats:
 
-- **Rules** are the template's: the same ids, kinds, required flags, rationales, thresholds,
-  quanta, ``atol``, ``z`` and ``derive`` blocks (``k``, ``cover``, ``run_sd``, ``rho``) and
-  every other param of a kind (``side``, ``pool``, ``alpha``, ...), so only the reviewed
-  rules gate runs. ``run_shape`` is the template's with ``rollouts = N`` and its looks below
-  ``N``, then ``N`` (``miles_amd.rules.looks.run_looks``); each spending rule's
-  ``boundaries`` are re-derived at those looks from the recorded run
-  (``miles_amd.rules.looks``, the code the loader checks them with).
-- **Evidence**: every metric a rule names that the run logged becomes ``evidence.series``
-  (rollout 0 first) with a summary (``n``, ``min``, ``mean``, ``max``, and what the kinds
-  ruling it add: the count above the spike threshold for ``all_below``). Values are stored
-  exactly as read (TensorBoard's are float32 roundings, e.g. ``0.020800000056624413``), so
-  the recorded band centre is the run's own mean to the last bit. An optional metric the run
-  did not log keeps the template's summary, marked in its ``note`` and ``provenance.notes``.
-- **Bands**: the band of every kind with a ``derive_method`` is derived for ``N`` rollouts
-  by ``miles_amd.rules.band.band_for`` -- the very code the loader checks written bands
-  with -- from the
-  spread ``Baseline.spread`` takes (sample sd of the series; else the carried summary's),
-  and its ``derivation`` text is rewritten with the new centre and sd
-  (``bands.derivation_text``). The reward's sd floor is re-derived from the run's mean.
-  Other rules keep their derivation text (their tolerances do not depend on the reference
-  run's values).
-- **Provenance**: run id (job.json ``job_id``), job status and duration, hardware (the
-  ``gpus`` fact), ROCm (``rocm``), image (an ``image`` fact, if preflight recorded one) and
-  aiter (``aiter`` fact with the variant) from env.json; ``environment``, the identity the
-  gate compares later runs with (``judge.environment.run_environment`` of env.json, all null
-  without one or from a preflight that did not pass, and the variant asked for);
-  ``rollouts``/``optimizer_steps``, ``source`` (the recording command) and ``notes``
-  (``recorded_at``, the preflight outcome, where each series came from, what was carried
-  over, known log signatures). The schema has no dedicated ``recorded_at``/``preflight``
-  field, so both are items of ``notes``.
+- Values are TensorBoard's float32 roundings, so the band centre is the run's own mean.
+- The schema has no ``recorded_at``/``preflight`` field; both are items of ``notes``.
+- The file's text is ``baseline.json_text``'s; writing it is ``cli.baseline``'s.
 
-Explained for people in ``docs/cli.md``.
+Explained in ``docs/cli.md`` ("What a recorded baseline holds").
 """
 
 from __future__ import annotations

@@ -1,38 +1,23 @@
 """From a recipe and an environment to a launch plan (pure: executing it is the driver's).
 
-This module decides *how* the recipe is launched, as miles' own launchers do it:
+- *How* the recipe is launched, as miles' own launchers do it: the canary (with an aiter
+  variant, on this machine's own head; run by ``miles_amd.app.train``, not the driver), the
+  cleanup of this tool's own leftovers by recorded pid, ``ray start --head`` unless
+  ``RAY_ADDRESS`` names a cluster, then a Ray job running miles' ``train.py`` with RECIPE.md's
+  env vars in its runtime env.
+- ROCm devices: the ``RAY_EXPERIMENTAL_NOSET_*_VISIBLE_DEVICES`` switches in the launching
+  process and in the runtime env; ``CUDA_VISIBLE_DEVICES`` mirrors ``HIP_VISIBLE_DEVICES``.
+- Secrets (``WANDB_API_KEY``, ``HF_TOKEN``) are held apart from everything printable
+  (:meth:`LaunchPlan.to_dict` shows ``<redacted>``; ``tests/unit/test_cli_plan.py``,
+  ``tests/unit/test_recipe.py``); with the tool's own head they reach the job by inheritance
+  (:meth:`LaunchPlan.head_env`), so none is in the runtime env.
 
-0. with ``canary`` and an aiter variant, on this machine's own head only: the all-reduce
-   canary of the variant's rollout all-reduce (``miles-amd canary``), run before the job by
-   ``miles_amd.app.train``, not by the driver (a cluster's job runs on another node);
-1. clean up this tool's own leftovers (the Ray head and job it recorded in its state file,
-   by recorded pid, not a blanket kill of ``python`` processes);
-2. ``ray start --head`` bound to the master address, unless ``RAY_ADDRESS`` names a cluster;
-3. a Ray job whose entrypoint is ``python3 <miles>/train.py <model args> <train args>`` and
-   whose runtime env carries the env vars of RECIPE.md.
+Caveats:
 
-ROCm device handling: ``RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES=1`` and
-``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1`` are set in the launching process before
-``ray start`` (so the raylet and every worker agree on devices) and also in the job's runtime
-env (so an external cluster's workers get them too); when ``HIP_VISIBLE_DEVICES`` is set,
-``CUDA_VISIBLE_DEVICES`` mirrors it.
+- On a ``RAY_ADDRESS`` cluster ``WANDB_API_KEY`` travels in the job's runtime env
+  (:data:`RUNTIME_ENV_SECRETS`), where Ray stores and shows it; ``HF_TOKEN`` is not sent.
 
-Secrets (``WANDB_API_KEY``, ``HF_TOKEN``) stay out of the argv and the printed plan
-(``tests/unit/test_cli_plan.py``, ``tests/unit/test_recipe.py``); a plan holds them apart from
-everything printable and :meth:`LaunchPlan.to_dict` shows them as ``<redacted>``. How they reach the
-job depends on who starts the head:
-
-- the tool's own head: by inheritance. They are in the head's environment
-  (:meth:`LaunchPlan.head_env`); Ray's raylet, the job's supervisor, the entrypoint and every
-  worker inherit it. Nothing secret is in the runtime env, so nothing secret is in Ray's
-  job record (dashboard ``/api/jobs/``, GCS KV), in ``setup_worker.py``'s command line or
-  in ``runtime_env_agent.log``.
-- a ``RAY_ADDRESS`` cluster: the tool cannot set its processes' environment, so
-  ``WANDB_API_KEY`` travels in the job's runtime env (:data:`RUNTIME_ENV_SECRETS`), where
-  Ray stores and shows it like any runtime env var (README: "Secrets on a RAY_ADDRESS
-  cluster"). ``HF_TOKEN`` is not sent: the job needs no download.
-
-Executing a plan is the driver's job (``miles_amd.run.driver``), not this module's.
+Explained in ``docs/cli.md`` ("The launch plan").
 """
 
 from __future__ import annotations

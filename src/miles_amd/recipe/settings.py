@@ -1,49 +1,28 @@
 """The gpt-oss-20b MoE LoRA GRPO recipe as a typed, validated value.
 
-This module decides *what* miles is asked to run: the recipe's settings, the invariants
-between them, and the exact model and train argv in the order RECIPE.md gives. It does not
-decide how the job is launched (``recipe.plan``): building the argv is a pure function of the
-recipe.
+- *What* miles is asked to run: the recipe's settings, the invariants between them, and the
+  exact model and train argv in RECIPE.md's order (a pure function of the recipe; how it is
+  launched is ``recipe.plan``'s).
+- Invariants checked on construction, each error naming the broken one by its CLI flag
+  (:data:`FIELD_FLAGS`): one optimizer step per rollout, GPUs divisible by both TPs,
+  ``lora_rank == sglang_max_lora_rank``, LoRA targets miles maps (``recipe.lora_targets``),
+  MI355X or MI350X, ``--qkv-format bshd`` without dynamic batch size.
+- Extra args are appended last; one that repeats a pinned flag is an error unless
+  ``override_pinned`` (it then replaces the pinned one); one carrying a credential is an
+  error that does not repeat the value (``tests/unit/test_untrusted_input.py``).
+- Each field declares a :class:`Setting` (:func:`setting`): its miles flags, its ``train``
+  option, whether it is identity (``tests/unit/test_recipe.py``); :data:`FIELD_FLAGS`,
+  :data:`NOT_IDENTITY`, the replay's argv reader and the CLI's option names derive from it
+  (``tests/unit/test_cli_plan.py``). The argv's order stays written out in ``_train_args``.
+- The default directories (``/root/models`` ...) are the image's layout, the defaults of
+  :class:`Recipe`'s fields; no other module spells them (``tests/unit/test_cli_plan.py``).
 
-Invariants checked on construction (each error names the broken one):
+Caveats:
 
-- ``rollout_batch_size * n_samples_per_prompt == global_batch_size``: one optimizer step per
-  rollout, so N rollouts are N optimizer steps.
-- ``num_gpus`` divisible by the trainer TP and by the rollout engine TP.
-- ``lora_rank == sglang_max_lora_rank``: miles ignores the latter and sets SGLang's max LoRA
-  rank from ``--lora-rank`` (``recipe.ignored_flags``); equal, the argv says what runs.
-- every LoRA target name maps to a gpt-oss layer in the pinned miles 31f1ca961
-  (``recipe.lora_targets``), also in ``--extra-args --target-modules`` unless
-  ``override_pinned`` (a newer miles may map more: the node's preflight decides): an unmapped
-  one (``gate_up_proj``) trains no adapter there.
-- ``hardware`` is MI355X or MI350X (both 8 GPUs a node).
-- ``--qkv-format bshd`` (sink attention in TE) forbids ``--use-dynamic-batch-size``.
+- The target check is against the pinned miles 31f1ca961; a newer miles may map more (the
+  node's preflight decides).
 
-Extra args (one string, split with ``shlex``) are appended last. An extra arg that repeats a
-flag the recipe pins is an error, unless ``override_pinned`` is set: then the pinned flag and
-its values are removed from the recipe's argv and the extra arg takes its place at the end.
-An extra arg that carries a credential (``recipe.secret_flags``: every spelling argparse
-would accept) is an error whose message does not repeat the value
-(``tests/unit/test_untrusted_input.py``): an argv is visible to every user of the host (``ps``), in
-Ray's job table and in the printed plan. The W&B key reaches the job as ``WANDB_API_KEY``.
-
-Each field declares a :class:`Setting` (``dataclasses.field`` metadata, written with
-:func:`setting`): the miles flags that carry its value, the ``miles-amd train`` option that
-sets it, and whether it belongs to the run's identity (``tests/unit/test_recipe.py`` checks
-that each field declares one, and that each declared miles flag reaches the argv). Derived
-from those declarations:
-:data:`FIELD_FLAGS`, :data:`NOT_IDENTITY` (left out of the history's recipe digest), the
-replay's argv reader (``miles_amd.testing.replay_argv``) and the flag names of the CLI's
-recipe options (``cli.options``; ``tests/unit/test_cli_plan.py`` checks that each declared
-option sets its field). The argv's order stays written out in ``_train_args`` (RECIPE.md's),
-each field placed by name.
-
-Messages name the CLI flag a field comes from (:data:`FIELD_FLAGS`), so ``num_rollout`` is
-reported as ``--num-rollouts``; fields no flag sets are named as fields.
-
-The default directories (``/root/models`` ...) are the image's layout and are declared here,
-as the defaults of :class:`Recipe`'s fields; no other module spells them
-(``tests/unit/test_cli_plan.py``).
+Explained in ``docs/cli.md`` ("The recipe's invariants and settings").
 """
 
 from __future__ import annotations
