@@ -1,37 +1,25 @@
 """One rank of the canary: all-reduce known integers over the plan and check every bit.
 
-Run by ``canary.launch`` as ``python -m miles_amd.canary.worker SPEC RANK``; writes
-``rank<R>.json`` beside ``SPEC`` (its results, or ``{"error": ..., "at": <epoch s>}``) and
-exits 0, or 3 on an error. Decides, per rank:
+- Run by ``canary.launch`` as ``python -m miles_amd.canary.worker SPEC RANK``; writes
+  ``rank<R>.json`` beside ``SPEC`` (its results, or ``{"error": ..., "at": <epoch s>}``) and
+  exits 0, or 3 on an error.
+- Rendezvous: rank 0's ``TCPStore`` on 127.0.0.1 port 0 (aiter's IPC exchange requires a TCP
+  store), its port written beside the spec; per TP group a device group and a gloo group.
+- Inputs: ``a(r, i) + b(c)``, integers whose every partial sum has magnitude at most 248, so
+  exact in bf16 and fp32 in any order of addition; consecutive calls differ at every element.
+- Checking on the device: a block of calls back to back, then one bitwise comparison against
+  the exact sums, max-reduced over the TP group (``mismatches`` counts calls wrong on any
+  rank); the first wrong element is kept. Latency: a block's wall time over its calls.
+- Reducers: ``reducer`` (``FILE:FUNCTION``, the test seam), ``rccl``
+  (``torch.distributed.all_reduce``), ``aiter`` and ``sglang`` (``CustomAllreduce`` built as
+  SGLang's ``GroupCoordinator`` does).
 
-- **Rendezvous**: rank 0 opens a ``torch.distributed.TCPStore`` on 127.0.0.1 port 0 (the OS
-  picks a free port; aiter's IPC exchange requires a TCP store, ROCm/aiter e4048607
-  ``IPCBufferPool._assert_pure_tcp_store``) and writes the port to ``port`` beside the spec;
-  the others wait for it. The default group uses the spec's backend (gloo on CPU, nccl = RCCL
-  on GPUs); each TP group of ``tp`` consecutive ranks gets a device group and a gloo group
-  (the CPU group aiter's and SGLang's ``CustomAllreduce`` take, and the checker's).
-- **Inputs** (exact by construction): element ``i`` of rank ``r`` (in its TP group) at call
-  ``c`` is ``a(r, i) + b(c)`` with ``a(r, i) = (5i + 3r) mod 15 - 7`` in [-7, 7] and ``b(c) =
-  (c mod 49) - 24`` in [-24, 24]; the exact sum is ``sum_r a(r, i) + tp * b(c)``. Every input,
-  partial sum and sum is an integer of magnitude at most ``8 * 31 = 248 <= 256``, so each is
-  exactly representable in bf16 (8 significant bits) and fp32 (24), whatever order a kernel
-  adds them in; no value is -0. Consecutive calls differ at every element (``b`` changes), so
-  a stale value from an earlier call is wrong.
-- **Checking** on the device, without a host sync per call: a block of calls runs back to back
-  keeping each output (out-of-place reducers return a new tensor; the input is new each call,
-  so an in-place reducer's output is its own), then one stacked comparison of the outputs'
-  bits (``view`` as int16/int32) against the exact sums; the block's per-call flags are
-  max-reduced over the TP group's gloo group, so ``mismatches`` counts calls wrong on at least
-  one rank. The first wrong element (repeat, call, index, expected, seen) is kept. Blocks hold
-  ``mem_budget / (4 * tensor bytes)`` calls (at most 4096).
-- **Latency**: the wall time of a block's calls (input fill + all-reduce), synchronized at its
-  ends, over its calls.
+Caveats:
 
-The reducers: ``reducer`` loads ``FUNCTION(tensor, group) -> tensor`` from ``FILE`` (the test
-seam); ``rccl`` is ``torch.distributed.all_reduce`` on the device group; ``aiter`` and
-``sglang`` build ``CustomAllreduce(cpu_group, device)`` as SGLang's
-``parallel_state.GroupCoordinator`` does (sglang 0.5.16) and call ``custom_all_reduce``; a
-disabled communicator or a declined size is an error. Explained in ``docs/node.md``.
+- A disabled communicator or a declined size is an error, not a skip.
+- Eager calls only: the CUDA-graph registered-input path is not exercised.
+
+Explained in ``docs/node.md`` ("How a rank checks": the input formula, blocks, sources).
 """
 
 from __future__ import annotations

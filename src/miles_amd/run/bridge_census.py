@@ -1,43 +1,27 @@
 """Build the trainer's LoRA model the way miles does, on the meta device, and describe it as JSON.
 
-A stdlib-only script, executed BY FILE PATH with the interpreter that will run ``train.py``
-(the image's ``python3``, with the job's ``PYTHONPATH`` to miles and Megatron-LM), so it works
-where ``miles_amd`` is not installed. ``miles_amd.run.probes_bridge`` runs it and judges the
-result; nothing imports it except the CPU test harness, which calls :func:`build_meta_model`
-and :func:`census` with its stand-ins in place::
+- A stdlib-only script, run by file path with the interpreter that will run ``train.py``
+  (``python bridge_census.py --result FILE -- <the tokens after train.py>``), so it works
+  where ``miles_amd`` is not installed; ``miles_amd.run.probes_bridge`` runs it and judges
+  the result, and the CPU test harness calls :func:`build_meta_model` and :func:`census`.
+- Build: miles' own ``parse_args()`` and ``_setup_lora_model_via_bridge(args)``
+  (Megatron-Bridge's provider, miles' LoRA instance as a pre-wrap hook), with only
+  ``provide_distributed_model`` replaced by :func:`_meta_model`: one gloo process, parallel
+  sizes 1, the decoder on the meta device without embedding and output layer, then the
+  provider's pre-wrap hooks. No weights are loaded.
+- :func:`census`: the LoRA-wrapped expert linears (Megatron-Bridge's ``is_expert_linear``)
+  and the rest, the adapter classes (shared or per expert), bare expert linears, the
+  routers' dtype, each layer's attention window (Megatron's ``is_layer_window_attention``).
+- Exit status: 0 built (``{"ok": true, ...}``); 1 the build or an import failed
+  (``{"ok": false, "stage", "error"}``, traceback on stderr); 64 bad usage.
 
-    python bridge_census.py --result FILE -- <the tokens after train.py>
+Caveats:
 
-What it does, in miles' own code wherever miles has it:
+- With pipeline and expert parallel size 1 one process's census is each trainer rank's;
+  tensor parallelism only shards weights.
+- On a node the GPU holds the routers' and rotary tables' few MB (non-TE tensors).
 
-1. ``args = miles.utils.arguments.parse_args()`` on the argv (as ``train.py`` does);
-2. ``miles.backends.megatron_utils.bridge_lora_helpers._setup_lora_model_via_bridge(args)``:
-   Megatron-Bridge's ``AutoBridge.from_hf_pretrained(--hf-checkpoint)`` and
-   ``to_megatron_provider(load_weights=False)``, the provider fields miles sets, ``finalize()``,
-   miles' LoRA instance (``create_lora_instance``: the HF target names mapped to Megatron's)
-   registered as a pre-wrap hook. Only its last call, ``provide_distributed_model``, is
-   replaced by :func:`_meta_model`: a one-process gloo group with every parallel size 1, the
-   decoder built with ``init_model_with_meta_device`` (Transformer Engine's layers on the meta
-   device; ``perform_initialization`` off) and without embedding and output layer
-   (``pre_process``/``post_process`` false: nothing LoRA targets), then the provider's own
-   pre-wrap hooks, i.e. miles' LoRA. No weights are loaded; on a node the GPU holds only the
-   routers' and rotary tables' few MB (Megatron's non-TE tensors use the current device).
-   With pipeline and expert parallel size 1 every trainer rank holds all layers and experts,
-   so the module census of this single process is each rank's; tensor parallelism only
-   shards weights.
-3. :func:`census`: the LoRA wrappers (a module with ``to_wrap`` and ``adapter``, Megatron-
-   Bridge's ``LoRALinear`` family), split into expert linears by Megatron-Bridge's own
-   ``is_expert_linear`` and the rest, with the adapter classes on the experts (one adapter
-   shared by a grouped linear's experts, ``ParallelLinearAdapter``, or one per expert,
-   ``GroupedExpertLinearAdapter``); expert linears left bare, by leaf name; the routers'
-   ``moe_router_dtype`` and the dtype they will compute in; each layer's attention window by
-   Megatron's own ``is_layer_window_attention`` (what its attention modules use).
-
-Exit status: 0 built (``{"ok": true, ...}`` written); 1 the build or an import failed
-(``{"ok": false, "stage": ..., "error": "<one line>"}`` written, traceback on stderr);
-64 bad usage.
-
-Explained for people in ``docs/node.md``.
+Explained in ``docs/node.md`` ("The trainer's model", how the census is built).
 """
 
 from __future__ import annotations

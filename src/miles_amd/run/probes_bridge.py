@@ -1,36 +1,25 @@
 """The deep preflight probe: the trainer's model as miles will build it, counted on the node.
 
-Decides the ``lora_experts``, ``router_dtype`` and ``attention_window`` facts from one run of
-``run/bridge_census.py`` (miles' own bridge LoRA setup on the meta device; see there): the
-job's ``python3`` with the job's argv and env (``parse_probe.submitted_job``), once per
-preflight, in a subprocess with a time limit. Every import of miles, Megatron-Bridge, torch
-happens in that child; here only its JSON is read.
+- Decides the ``lora_experts``, ``router_dtype`` and ``attention_window`` facts from one run
+  of ``run/bridge_census.py`` with the job's ``python3``, argv and env
+  (``parse_probe.submitted_job``), in a subprocess with a time limit; only its JSON is read.
+- ``lora_experts``: expert linears with a LoRA adapter and other wrapped layers; ``wrong``
+  when none has one or a targeted expert linear (``recipe.lora_targets``) is bare. gpt-oss-20b
+  with grouped GEMM has 24 x 2 = 48; the value names the adapter classes.
+- ``router_dtype``: what the MoE routers compute in; the argv's fp32 not reaching the model
+  is miles#3263 (``recipe.ignored_flags``): recorded, not a failure
+  (``tests/unit/test_bridge_probe.py``).
+- ``attention_window``: each layer's window against config.json's ``layer_types``; ``wrong``
+  on a mismatch or an unreadable config.json. A window one token wider than HF's
+  (Megatron-Bridge before NVIDIA-NeMo/Megatron-Bridge#2656) is said in the value.
 
-- ``lora_experts``: how many expert linears (``mlp.experts...linear_fc1/2``, Megatron-Bridge's
-  ``is_expert_linear``) carry a LoRA adapter, and how many other layers do. ``wrong`` when
-  none does (the run would train and ship no expert adapter while looking healthy: the
-  silent failure of a target name that maps to nothing) or when an expert linear the targets
-  name (``recipe.lora_targets``) is left bare. With grouped GEMM (the gpt-oss provider's
-  default) gpt-oss-20b has one grouped linear per expert projection per layer: 24 x 2 = 48.
-  The value names the adapter classes: whether a grouped linear's experts share one adapter.
-- ``router_dtype``: the dtype the MoE routers compute in: ``fp32``/``fp64`` when the built
-  model's ``moe_router_dtype`` says so, else the model's own (``bf16``). The argv's
-  ``--moe-router-dtype fp32`` not reaching the model is miles#3263 (``recipe.ignored_flags``):
-  recorded, not a failure (``tests/unit/test_bridge_probe.py``).
-- ``attention_window``: each layer's window, by Megatron's own rule, against the checkpoint's
-  ``layer_types``: ``wrong`` when a layer is windowed where config.json says full attention or
-  the reverse (the trainer would not compute the model SGLang serves). A window of
-  ``sliding_window - 1`` is HF's ``sliding_window`` counting the query token; one of
-  ``sliding_window`` is one token wider (Megatron-Bridge before NVIDIA-NeMo/Megatron-Bridge
-  #2656): said in the value, not a failure.
+Caveats:
 
-Where the child cannot answer (no miles checkout, no Megatron-Bridge: a CPU machine), each
-fact is ``ok`` with an ``unknown: <stage>: <reason>`` value, not a crash
-(``tests/unit/test_bridge_probe.py``); the gate decides what an unknown count means
-(``judge.model_build``). A config.json that cannot be read is a ``wrong`` ``attention_window``
-naming the file.
+- Where the child cannot answer (no miles, no Megatron-Bridge: a CPU machine), each fact is
+  ``ok`` with ``unknown: <stage>: <reason>`` (``tests/unit/test_bridge_probe.py``); the gate
+  decides what an unknown count means (``judge.model_build``).
 
-Explained for people in ``docs/node.md``.
+Explained in ``docs/node.md`` ("The trainer's model (the deep probe)").
 """
 
 from __future__ import annotations

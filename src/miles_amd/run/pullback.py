@@ -1,46 +1,26 @@
 """Bring a cluster job's evidence from its node into the local run dir, verified.
 
-Decides how the evidence of a job on a node that does not share the client's filesystem
-(TensorBoard event files, CI-history JSONL) reaches the run dir: during the run (each
-:meth:`PullBack.pull` before the fail-fast watcher reads) and completely at the end
-(:meth:`PullBack.final`). The log is not pulled: it comes through the Jobs API.
+- How TensorBoard event files and CI-history JSONL of a job on another node reach the run
+  dir: during the run (:meth:`PullBack.pull`, before each fail-fast poll) and completely at
+  the end (:meth:`PullBack.final`); the log comes through the Jobs API, not here.
+- Mechanism: a short Ray job per pull, through the Jobs API the run already uses, whose
+  entrypoint (``miles_amd.run.pullback_node``) runs one task pinned to the job's node and
+  prints the files as framed base64 lines; no node needs miles_amd, the client no Ray port.
+- Incremental: only the bytes past what the client holds, when the node's file still starts
+  with them (sha256 of the prefix), else the whole file.
+- Integrity: size and sha256 per file, checked after an atomic write; a cut or malformed
+  frame list, a file over its cap, or a lost node is a :class:`PullError` with a reason.
+- A failed final pull empties the evidence dirs (so the gate cannot pass) and writes
+  ``pullback.json`` with the reason (run exit 1); a good one records every file's digest.
 
-Mechanism: a short Ray job per pull, submitted through the same Jobs API (address and
-``Authorization`` header) the run already uses, whose entrypoint is
-``miles_amd.run.pullback_node`` sent as ``python -c`` source. It starts one Ray task pinned
-to the job's node (``NodeAffinitySchedulingStrategy(soft=False)``, the node id from the job's
-``driver_node_id``) that reads the files and returns them through Ray's object store; the
-entrypoint prints them as framed base64 lines which the client reads with
-``get_job_logs``. Why this and not a direct ``ray.init`` from the client: the client then
-needs nothing the submission does not (no Ray Client port, no GCS/raylet connectivity from
-a CI runner to every node, no matching ``ray`` driver on the runner); and no node needs
-miles_amd installed. Cost: one job start per pull (about 3-8 s on the 2-core rehearsal
-machine; 8 MiB pulled and verified in 5.3 s, ``benchmarks/bench_cluster.py``), and every
-byte passes through the job log as base64 (+33 %), which suits the evidence's size (about 8
-MB of event files per 1000 rollouts, ``evidence.safe_open``), not checkpoints. Pulls are
-incremental: the client sends the size it holds per file and gets only the bytes past it
-when the node's file still starts with the held bytes (sha256 of the prefix compared on the
-node), else the whole file: measured in the rehearsal, a CI-history JSONL is not always a
-pure append between two pulls.
+Caveats:
 
-Integrity: the node reads each file once and reports its size and sha256 over exactly the
-bytes it read; the client writes ``held bytes + new bytes`` atomically and checks the
-size and sha256 of the result; a frame list without the closing ``MILES_AMD_PULL_END`` (or
-with another count) is a cut transfer; a frame that is not strict JSON
-(``miles_amd.strict_json``) with every field of its type, or that announces a file over the
-gate's cap for its kind (``evidence.safe_open``), is malformed. Any of these, or a node that is
-gone, is a
-:class:`PullError` with a named reason; :meth:`PullBack.final` then removes the pulled
-evidence, leaving the two dirs empty (``evidence.load`` reports a present source that holds
-nothing as a problem, so the gate cannot pass), and writes ``pullback.json`` with the reason;
-the run's exit code is 1 whatever the gate says. A successful final pull writes
-``pullback.json`` with every file's size and sha256.
+- One job start per pull (3-8 s on 2 cores) and base64 (+33 %) through the job log: it
+  suits evidence (MBs), not checkpoints.
+- A CI-history JSONL is not always a pure append between two pulls (measured).
+- With a shared filesystem none of this is needed.
 
-With a shared filesystem (the node's evidence dir is visible to the client, e.g. NFS), none
-of this is needed: point the run's evidence at the shared dir (no ``RAY_ADDRESS``-mode node
-root), and the watcher and gate read it in place; the pull-back then only costs a job start.
-
-Explained for people in ``docs/cluster.md``.
+Explained in ``docs/cluster.md`` ("How the pull-back works").
 """
 
 from __future__ import annotations
