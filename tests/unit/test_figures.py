@@ -58,6 +58,9 @@ def assert_laid_out(figure, panels: int) -> None:
         legend = ax.get_legend()
         if legend is not None:
             assert min(t.get_fontsize() for t in legend.get_texts()) >= figure_layout.LEGEND_SIZE
+            # under the x label, not over it (a short row's legend once was)
+            label = ax.xaxis.label.get_window_extent()
+            assert legend.get_window_extent().y1 <= label.y0 + 0.5, (ax.get_title(), label)
     # the cells cover the grid: on two columns an odd last panel spans its row
     cells = sum(len(ax.get_subplotspec().colspan) for ax in axes)
     columns = axes[0].get_subplotspec().get_gridspec().ncols
@@ -225,6 +228,7 @@ def test_png_bytes_draws_once_what_savefig_paints(patched: Baseline) -> None:
 def test_a_flat_all_zero_panel_takes_a_small_row_last(patched: Baseline) -> None:
     run = evidence(published(patched))  # clip fraction all 0, as in a healthy run
     figure = metrics_figure(judge(run, patched), run, patched)
+    assert_laid_out(figure, 3)
     panels = [ax for ax in figure.axes if ax.axison]
     assert panels[-1].get_title() == CLIPFRAC
     heights = {ax.get_title(): ax.get_position().height for ax in panels}

@@ -30,6 +30,7 @@ TICK_SIZE = 9
 LEGEND_SIZE = 8
 NOTE_SIZE = 10
 TITLE_LIMIT = 200
+LEGEND_DROP = 2.2 * TICK_SIZE + 1.5 * LABEL_SIZE  # points: the tick labels and the x label
 SMALL_ROW = 0.55  # a row of flat all-zero panels, in panel heights (room for its legend)
 
 
@@ -113,12 +114,17 @@ def style_panel(ax: Any, title: str, xlabel: str, ylabel: str, title_colour: str
 
 
 def legend_below(ax: Any) -> None:
-    """The panel's legend under its x label, two columns, when the panel has labelled lines."""
+    """The panel's legend under its x label, two columns, when the panel has labelled lines:
+    :data:`LEGEND_DROP` points below the axes whatever their height (a fraction of the axes
+    put a short row's legend over its x label)."""
+    from matplotlib.transforms import offset_copy
+
     if ax.get_legend_handles_labels()[0]:
         ax.legend(
             fontsize=LEGEND_SIZE,
             loc="upper center",
-            bbox_to_anchor=(0.5, -0.2),
+            bbox_to_anchor=(0.5, 0.0),
+            bbox_transform=offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP, units="points"),
             ncols=2,
             frameon=False,
         )
