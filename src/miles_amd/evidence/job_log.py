@@ -1,40 +1,26 @@
 """Metric series from the metric lines of a Ray job log (``job.log``), parsed safely.
 
-miles logs with ``[%(asctime)s.%(msecs)03d <logger>] %(filename)s:%(lineno)d - %(message)s``
-and Ray prefixes a worker's lines with the actor, so a metric line reads::
+- Which lines are metric lines and what they say: a line with
+  ``] <file>:<lineno> - step|rollout|perf <n>: {`` (miles' log format behind Ray's actor
+  prefix); the dict is a Python repr and ``n`` the step of every metric in it; every other
+  line is ignored.
+- A metric line whose dict cannot be read is a :class:`MetricsFormatError` naming file and
+  line, not a skipped line.
+- Values: numbers (bools as 1.0/0.0), ``nan``/``inf``, signs, numpy scalar reprs
+  (``np.float64(0.5)``); strings, ``None`` and containers are skipped; anything else (a call,
+  an attribute, an operator) is an error. Nothing is evaluated.
+- The same metric at the same step twice is one point if equal (NaN equals NaN), else an
+  error naming both lines.
+- Ray's ANSI colour and `` [repeated 2x across cluster]`` suffix are removed.
 
-    (MegatronTrainRayActor pid=4242) [2026-11-20 10:03:50.007 ] log_utils.py:542 - step 3: {...}
+Caveats:
 
-Three messages carry metrics, each a Python dict repr: ``step <n>: {...}`` (a training step),
-``rollout <n>: {...}`` (the trainer's rollout metrics) and ``perf <n>: {...}`` (the rollout
-manager's). The number after the word is the step of every metric in the dict.
+- Plain-number dicts are read by a regex and ``float``, others by ``ast``; ``ast`` alone put
+  the gate over its 1 s target (``benchmarks/bench_gate.py``, figures in the doc).
+- Lines come from ``log_lines``; does not decide which source wins (``merge``) or whether the
+  values are good (``gate``).
 
-Decides: which lines are metric lines and what they say. A metric line is a line with
-``] <file>:<lineno> - step|rollout|perf <n>: {``; every other line is ignored. A metric line
-whose dict cannot be read is a :class:`MetricsFormatError` naming file and line, not a
-skipped line. Values: ``int``/``float`` (and ``bool``, as ``add_scalar`` stores it: 1.0/0.0),
-the names ``nan`` and ``inf`` (how Python prints non-finite floats), signs, and numpy scalar
-reprs such as ``np.float64(0.5)`` (numpy >= 2 prints those inside dicts). Strings, ``None``
-and containers of literals are not scalars and are skipped. Anything else (a call, an
-attribute, an operator) is an error; nothing is ever evaluated.
-
-The same metric at the same step twice (printed by two messages, or a re-run step) is one
-point if the values are equal (NaN equals NaN) and an error naming both lines if not.
-
-Format facts: Ray colours the actor prefix with ANSI escapes when its output is a terminal
-(stripped here) and may append `` [repeated 2x across cluster]`` to deduplicated lines
-(removed). The log is streamed as blocks of whole lines (``log_lines``: split on ``\\n``
-only, so line numbers match ``grep -n`` and the sentinel scan; undecodable bytes become
-U+FFFD, and a metric line with one then fails to parse; lines over 1 MiB are cut).
-
-Speed: each block is searched with one regex (no per-line Python work for the other
-lines); a dict of plain numbers (the common case) is read by a regex and ``float``; only
-other dicts go through ``ast``. Measured with ``benchmarks/bench_gate.py`` (1000 rollouts x
-150 metrics, 150,000 numbers in the log): ``ast`` alone puts the gate at 1.39 s CPU, over its
-1 s target; the regex path brings it to 0.74-0.91 s. A third reader (``json.loads`` after
-swapping quotes) saved less than the run-to-run noise beside it and was removed.
-
-Does not decide: which source wins (``merge``) or whether the values are good (``gate``).
+Explained in ``docs/cli.md`` ("How the gate reads a run dir", the job log's metric lines).
 """
 
 from __future__ import annotations

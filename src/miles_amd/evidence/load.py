@@ -1,39 +1,26 @@
 """A run directory read into one :class:`~miles_amd.evidence.types.RunEvidence`.
 
-The layout (every part optional)::
+- What was read and what could not be, from the optional parts of a run dir:
+  ``tensorboard/``, ``ci_history/*.jsonl``, ``job.log``, ``job.json``, ``env.json``,
+  ``plan.json``, ``canary.json``.
+- A source that fails to read is a :class:`~miles_amd.evidence.types.SourceProblem` naming
+  file and offset or line; the other sources still count, and a failed source is not an
+  empty series. A present metric source that holds nothing, or no metric source at all, is
+  a problem too: a gate must not pass on evidence it did not see.
+- The JSON files are read into their records (``miles_amd.records``); a bad field is a
+  problem naming it; a missing record is ``None`` (the gate decides what absence means).
+- ``job.log`` is read once, streamed (``log_lines``): each block feeds both the metric-line
+  parser (``job_log``) and the sentinel scan (``sentinels``).
+- ``live=True`` is the watcher's view of a run being written: writes in flight are left out
+  and empty sources are not problems yet (a CRC mismatch still is).
 
-    tensorboard/          event files, possibly in subdirectories
-    ci_history/*.jsonl    miles' CI-history records (``*.ndjson`` too)
-    job.log               the Ray job's stdout: metric lines and log signatures
-    job.json              the job's end state, written by the driver
-    env.json              the environment preflight saw
-    plan.json             the launch plan the driver executed
-    canary.json           the all-reduce canary's result (``miles-amd canary``)
+Caveats:
 
-Decides: what was read and what could not be. Every source present is read; one that fails
-(corrupt, truncated, malformed, unreadable) becomes a
-:class:`~miles_amd.evidence.types.SourceProblem` naming file and offset or line, and the other
-sources still count; a failed source is not turned into an empty series. A present metric source
-that holds nothing (a ``tensorboard/`` without event files or without scalars, a
-``ci_history/`` without records, a ``job.log`` without metric lines), and a directory with no
-metric source at all, are problems too: a gate must not pass on evidence it did not see.
+- A run dir holding a file ``safe_open`` refuses (a link, a FIFO, a device, a file over its
+  cap) is not read at all: its evidence is only the problems, so the gate exits 2 naming it.
+- Does not decide whether the run passes (``gate``) or what a log signature is.
 
-``job.json``, ``env.json``, ``plan.json`` and ``canary.json`` are read into their records
-(``miles_amd.records``); a bad field is a problem of that record naming it. A missing record
-is ``None``, not a problem: the gate decides what its absence means.
-
-``live=True`` is the fail-fast watcher's view of a run still being written: incomplete final
-records and lines are the writes in flight and are left out (a CRC mismatch is still a
-problem), and empty or missing sources are not problems yet.
-
-``job.log`` is read once, streamed (``log_lines``): each block feeds both the metric-line
-parser (``job_log``) and the sentinel scan (``sentinels``), so memory does not grow with
-the log. A run dir holding a file ``safe_open`` refuses (a link, a FIFO, a device, a file
-over its cap) is not read at all: its evidence is only the problems, so the gate finds
-nothing readable and exits 2 naming the file.
-
-Does not decide: whether the run passes (``gate``), what a log signature is
-(``sentinels``).
+Explained in ``docs/cli.md`` ("How the gate reads a run dir").
 """
 
 from __future__ import annotations

@@ -1,42 +1,26 @@
 """Known log signatures of the recipe's job log, and a fast scan for them.
 
-Decides: which lines of ``job.log`` carry a known signature, how often each signature
-occurs and where it first occurs. The signatures live in one table, :data:`SENTINELS`;
-each is ``fatal`` (the run is broken even if the Ray job later reports SUCCEEDED, or
-the job is about to die) or ``known`` (a tracked, harmless message that is counted and
-reported but does not fail a run).
+- Which lines of ``job.log`` carry a known signature, how often each occurs and where first.
+  The signatures are the rows of :data:`SENTINELS`: ``fatal`` (the run is broken even if the
+  Ray job later reports SUCCEEDED, or is about to die) or ``known`` (tracked, counted and
+  reported; does not fail a run).
+- Patterns search anywhere in a line (Ray's actor prefix comes first); a carriage return
+  ends a segment for matching, with the ``\\n``-counted line number; a line of any length is
+  scanned in full (``log_lines`` yields long ones in pieces).
+- Speed: a line is tried against a regex only when it holds one of the sentinel's literal
+  ``needles``, and blocks of whole lines are tested as one string first.
 
-Does not decide: whether a run passes. The gate combines these hits with the job state and
-the metrics; the watcher may stop a job on a fatal hit.
+Caveats:
 
-Why a bare ``Traceback (most recent call last)`` is not a sentinel: Ray, SGLang and miles
-print tracebacks for handled, retried or teardown-time exceptions (an HTTP retry during
-engine start-up, a health check before the server is up, an actor killed at shutdown).
-A traceback that matters ends in one of the signatures below, or ends the job, which the
-Ray job status already reports. Counting every traceback would fail healthy runs; missing a
-real failure is prevented by the job status, not by this table.
+- A bare ``Traceback`` is not a sentinel: Ray, SGLang and miles print tracebacks for
+  handled, retried or teardown-time exceptions; a traceback that ends the job shows in its
+  status.
+- Megatron's fp32-routing warning comes once per trainer rank (about 8 expected,
+  radixark/miles#3263).
+- Does not decide whether a run passes: the gate combines hits with the job state and
+  metrics; the watcher may stop a job on a fatal hit.
 
-Format facts the patterns rely on:
-
-- Ray prefixes worker lines with the actor, e.g.
-  ``(MegatronTrainRayActor pid=4242) [2026-11-20 10:03:50.007 ] file.py:12 - <message>``;
-  patterns search anywhere in the line, not anchored at the start of the message.
-- Megatron warns ``Using a large number of experts (e.g. >=32) without fp32 routing`` once
-  per trainer rank (8 on one node): a count of about 8 is expected (radixark/miles#3263).
-- aiter logs ``shape is M:.., N:.., K:.., not found tuned config in <csv>, will use default
-  config!`` once per untuned GEMM shape, with varying text in between.
-
-A carriage return ends a segment for matching (a fatal message printed after ``\\r``
-progress updates on the same line is a line of its own for the patterns; its line number is
-the ``\\n``-counted one), and a line of any length is scanned whole (``log_lines`` yields an
-over-long line in pieces, none skipped).
-
-Speed: a line is only tried against a sentinel's regex when it contains one of the
-sentinel's literal ``needles``, and the log is scanned as blocks of whole lines
-(``log_lines``) first tested as one string, so clean lines cost one substring search per
-needle per block and nothing is split.
-
-Explained for people in ``docs/gate-and-statistics.md``.
+Explained in ``docs/cli.md`` ("How the gate reads a run dir", log sentinels).
 """
 
 from __future__ import annotations

@@ -1,38 +1,25 @@
 """Scalars from TensorBoard event files, read strictly.
 
-Decides: which summary values are scalars and what their (step, value) points are. Reads
-every event file under a directory, recursively (a file is an event file when its name
-contains ``tfevents``, TensorBoard's own rule), directory by directory, files in name order:
-the names start ``events.out.tfevents.<10-digit time>``, so name order is write order.
+- Which summary values are scalars and their (step, value) points: every event file
+  (``tfevents`` in its name, TensorBoard's rule) under a directory, recursively, directory by
+  directory, files in name order (which is write order).
+- Both scalar encodings: ``simple_value`` (float32; what ``SummaryWriter.add_scalar`` and so
+  miles writes) and a one-element float tensor of the ``scalars`` plugin (what
+  ``tensorboard.summary.Writer`` writes; the plugin remembered per directory, since only a
+  tag's first value carries it).
+- Everything else is skipped; nothing else is: no "orphaned data" purge as in
+  ``EventAccumulator``, every point kept, duplicates too (the gate names them).
+- Decoded record by record with the ``tensorboard`` package's ``event_pb2.Event``.
 
-Both scalar encodings are read:
+Caveats:
 
-- ``Summary.Value.simple_value``, a float32: what torch's ``SummaryWriter.add_scalar``
-  writes, and so what miles writes (``miles/utils/tensorboard_utils.py`` calls
-  ``add_scalar(key, value, step)`` for every key of its log dicts);
-- a single-element ``DT_FLOAT``/``DT_DOUBLE`` tensor whose metadata names the ``scalars``
-  plugin (or ``DATA_CLASS_SCALAR``): what ``tensorboard.summary.Writer`` writes. TensorFlow's
-  summary ops write the metadata only with a tag's first value, so a tag's plugin is
-  remembered per directory, as TensorBoard does per run.
+- ``simple_value`` is float32: a value read here is the float32 nearest what the run logged.
+- About 2.5 us a scalar with protobuf's upb backend; a faster whole-file decoder was removed
+  as within ``benchmarks/bench_gate.py``'s noise (figures in the doc).
+- Does not decide whether an empty directory is a problem (``load``) or which source wins
+  (``merge``).
 
-Everything else (histograms, images, text, tensors of other plugins, events without a
-summary) is not a scalar and is skipped. Nothing else is skipped: there is no
-"orphaned data" purge as in ``EventAccumulator`` (which drops steps after a restart); every
-point is kept, duplicates too, and the gate names them.
-
-Does not decide: whether an empty directory is a problem (``load`` reports that, so this
-reader stays a pure function of the files), nor which source wins (``merge``).
-
-Facts: payloads are decoded record by record with the protobuf class the ``tensorboard``
-package ships (``tensorboard.compat.proto.event_pb2.Event``). With protobuf >= 4 the backend
-is upb (``google.protobuf.internal.api_implementation.Type() == "upb"``): parsing is C, but
-every Python wrapper of a nested message costs about half a microsecond, so a scalar costs
-about 2.5 us. A second decoder that parsed a whole file as one helper message (half that
-per scalar) was removed: the gate reads 1000 rollouts x 150 tags in under 1 s CPU
-without it (0.77-0.86 s against 0.62-0.80 s with all speed tricks, within the run-to-run
-noise of ``benchmarks/bench_gate.py``; target 1 s and half EventAccumulator's time).
-``simple_value`` is float32, so a value read here is the float32 nearest to what the run
-logged.
+Explained in ``docs/cli.md`` ("How the gate reads a run dir", TensorBoard).
 """
 
 from __future__ import annotations

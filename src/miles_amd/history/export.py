@@ -1,46 +1,24 @@
 """Export the history as upstream miles' CI capture would have written it.
 
-Upstream miles (``tests/ci/metric_history/`` and ``miles/utils/tracking_utils/ci_history.py``,
-pinned in ``/work/shared/upstream``) keeps, per CI run of a registered test, the records the
-capture backend wrote into ``$MILES_CI_GATE_RECORD_DIR`` (one ``<pid>-<uuid>.jsonl`` per
-process, a line per metric ``{"metric": key, "series": [[step, value], ...]}``, non-finite
-values as the markers ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``, only the keys of
-:data:`TARGET_METRIC_KEYS`); its harness merges one attempt's directory
-(``ci_utils._merge_attempt_records``: every ``*.jsonl`` in it must be a record), gates the
-merged record (``gate.evaluate_gate``) and writes a ``runs`` row keyed by the identity
-``(test_path, backend, suite)`` of the test file's ``register_rocm_ci`` call.
+- The files of :func:`export_upstream`, in one directory: per run
+  ``records/run-<id>/history-<id>.jsonl`` (capture's ``{"metric", "series"}`` lines, non-finite
+  values as markers), ``runs.jsonl`` (upstream's ``runs`` columns per run, plus ours), and the
+  upstream test file the identity names
+  (``tests/e2e/amd/test_gpt_oss_20b_lora_<variant>.py``, with its ``register_rocm_ci`` and one
+  ``register_ci_gate`` per metric), so upstream's own parser, store and gate consume it.
+- Identity mapping: one ``test_path`` per aiter variant (upstream's identity has no aiter
+  field), ``backend`` ``rocm``, ``suite`` upstream's 8-GPU ROCm suite, ``trusted`` a gate pass
+  not marked untrusted, ``commit_sha`` the recorded commit or ``""``.
 
-The export writes into one directory (:func:`export_upstream`):
+Caveats:
 
-- ``records/run-<id>/history-<id>.jsonl``: one stored run as capture writes it (every stored
-  point of a captured key, non-finite ones as markers, steps in order); ``records/run-<id>/``
-  is that run's record directory, which upstream's merge reads whole.
-- ``runs.jsonl``: the index, outside every record directory: one line per exported run, the
-  columns of upstream's ``runs`` table (``test_path, backend, suite, commit_sha, pr_number,
-  github_run_id, github_run_attempt, event_name, ref, created_at, trusted``) plus
-  ``record_dir`` (relative) and ``miles_amd`` (our run id, variant, aiter commit, verdict).
-- ``tests/e2e/amd/test_gpt_oss_20b_lora_<variant>.py``: the upstream test file the identity
-  names: its ``register_rocm_ci`` and one ``register_ci_gate`` per exported metric (upstream's
-  ``GATE_DEFAULTS``), so upstream's own parser derives the identity the rows carry.
+- A run without a recorded aiter variant has no upstream identity and is not exported
+  (:class:`Export` counts it); upstream's GitHub fields this store does not keep are null.
+- Decides the files only; the CLI (``miles-amd history --export``) decides when.
+- Upstream's names (``ci_utils``, ``gate``, ``run_suite``) are of the miles pinned in
+  ``/work/shared/upstream``; ``tests/conformance/test_upstream_history.py`` runs its gate.
 
-Identity mapping (upstream's ``RunIdentity`` from one of our runs):
-
-============  =====================================================================
-``test_path``  ``tests/e2e/amd/test_gpt_oss_20b_lora_<aiter variant>.py`` (one file per
-               variant: upstream's identity has no aiter field, and a stock and a patched
-               history must not share a baseline)
-``backend``    ``rocm`` (``gate._BACKEND_STR[HWBackend.ROCM]``; the GPU is not in it)
-``suite``      ``nightly-stage-c-8-gpu-mi350``: upstream's 8-GPU ROCm suite
-               (``run_suite.CI_SUITES``); MI355X is an MI350-series GPU
-``trusted``    our run is trusted (a gate pass not marked untrusted)
-``commit_sha`` the commit recorded (``$GITHUB_SHA``), ``""`` when none (upstream's default)
-============  =====================================================================
-
-A run without a recorded aiter variant has no upstream identity and is not exported
-(:class:`Export` counts it). Upstream's GitHub fields this store does not keep are null.
-Decides the files only; the CLI (``miles-amd history --export``) decides when.
-
-Explained for people in ``docs/gate-and-statistics.md``.
+Explained in ``docs/cli.md`` ("The export", with upstream's sources and the mapping).
 """
 
 from __future__ import annotations

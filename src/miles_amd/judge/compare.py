@@ -1,44 +1,27 @@
 """A/B of two runs on the same prompt sequence: paired differences, spike counts, power.
 
-Decides the statistics of ``miles-amd compare`` (stock vs patched, before vs after): pure,
-two :class:`~miles_amd.evidence.types.RunEvidence` and a baseline (which metrics matter, the
-spike threshold, the samples a rollout) -> a :class:`Comparison`. It judges nothing (a
-comparison has no pass/fail; the gate judges one run) and reads no file.
+- The statistics of ``miles-amd compare``: pure, two
+  :class:`~miles_amd.evidence.types.RunEvidence` and a baseline (the metrics, the spike
+  threshold, the samples a rollout) -> a :class:`Comparison`; no pass/fail, no file read.
+- Paired difference per metric both runs logged (rollout ``i`` of A and B saw the same
+  prompts): ``Δ = mean(B_i - A_i)``, its SE (a reward's floored by its binomial noise, as
+  ``rules.bands.paired_effect``), a 95% t interval, ``d_z``; spiking rollouts left out.
+- Multiplicity: two-sided p Holm-adjusted over the metrics (:func:`holm`); "differs" only at
+  an adjusted p of at most 5%.
+- Power: the smallest shift 80% power detects; an interval holding 0 and that shift is
+  :attr:`MetricDiff.undecided`.
+- Spikes: counts and a one-sided Fisher's exact test (does B spike less than A?), its power
+  at :data:`SPIKE_RATES` (:func:`spike_power`, :func:`rollouts_for_power`), and the rate a
+  spike-free run rules out (about 3/N).
+- Warnings (:func:`comparison_warnings`): a run compared with itself, rollout counts that
+  differ.
 
-With ``--rollout-shuffle`` and the default seed every run sees the same prompt sequence, so
-rollout ``i`` of run A and of run B are paired (the same prompts); pairing removes the
-prompt-difficulty spread (the reward's largest noise) from the difference.
+Caveats:
 
-- **Paired difference** per metric (every metric the baseline's rules name that both runs
-  logged): steps present once in both, with finite values; ``Δ = mean(B_i - A_i)``, its
-  standard error from the sample sd of the differences — for a reward (a metric with a
-  ``multiple_of`` grid: a fraction of ``samples_per_rollout`` 0/1 samples) at least the
-  binomial floor, as ``miles_amd.rules.bands.paired_effect`` does — and a 95% confidence
-  interval with Student's t (:func:`t_quantile`). Rollouts where either run is above the
-  metric's spike threshold are left out of its paired difference (the spike test below
-  counts them), so one spike neither hides nor fakes a shift of the typical value. Effect
-  sizes: ``d_z = Δ / sd(diffs)`` and ``Δ`` relative to A's mean.
-- **Multiplicity**: each metric's two-sided p (Student's t of Δ/SE, ``n - 1`` dof) is
-  Holm-adjusted over the metrics compared (:func:`holm`), and a metric "differs" only when
-  its adjusted p is at most 5%: an A/A comparison of 6-7 metrics then calls a difference in
-  at most 5% of comparisons, not one in four.
-- **Power statement**: the smallest shift this many pairs detects with 80% power at 5%
-  two-sided, ``(t_{0.975} + t_{0.80})·SE``; when the CI holds both 0 and a shift of that
-  size, :attr:`MetricDiff.undecided` and the report says the data cannot decide.
-- **Spikes** (values above the baseline's ``all_below`` threshold): counts in A and B and
-  Fisher's exact test, one-sided: does B spike less often than A (the fix, B, against the
-  stock or earlier run, A)? p is the hypergeometric probability of B's count or fewer.
-  With it, :func:`spike_power`: the probability this test reaches 5% at the given rollout
-  counts when A spikes at a per-rollout rate of 5% or 10% (:data:`SPIKE_RATES`, the
-  intermittent rates the seed's stock runs showed) and B does not spike, and the rollouts a
-  run (equal counts) needs for 95% power (:func:`rollouts_for_power`); and what a run with
-  no spike rules out: a per-rollout spike rate above ``1 - 0.05^(1/N)`` (95%; about 3/N).
+- Pairing assumes ``--rollout-shuffle`` with the default seed (the same prompt sequence).
+- Runs of different lengths are paired on the rollouts both logged.
 
-- **Warnings** (:func:`comparison_warnings`): a run compared with itself (the same dir, or
-  the same job id with the same series) and rollout counts that differ (20 against 10 is
-  paired on the 10 both logged), each a sentence the reports show before the numbers.
-
-Explained for people in ``docs/gate-and-statistics.md``.
+Explained in ``docs/cli.md`` ("Compare": the statistics, with formulas).
 """
 
 from __future__ import annotations
