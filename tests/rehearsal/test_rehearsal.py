@@ -17,6 +17,7 @@ import json
 import pytest
 
 from miles_amd.app.train import TrainResult
+from miles_amd.baseline.model import load_baseline
 from miles_amd.records.job import JobRecord
 from miles_amd.run.watcher import LOG_TIME
 from miles_amd.run_dir import RunDir
@@ -44,7 +45,8 @@ def test_healthy_replay_passes(healthy_run: TrainResult) -> None:
     report = json.loads((RunDir(result.outcome.run_dir).report / "report.json").read_text())
     assert report["verdict"] == "pass" and report["expected_rollouts"] == 20
     # judged at every look, decided at none: a healthy run is never stopped early
-    assert report["looks"] == [5, 10, 15, 20] and report["decided_at_rollout"] is None
+    looks = list(load_baseline("patched").run_shape.looks)
+    assert report["looks"] == looks and report["decided_at_rollout"] is None
     job = JobRecord.from_json(RunDir(result.outcome.run_dir).job_json.read_text())
     assert (job.stopped_by, job.look) == (None, None)
     passed = {c["name"] for c in report["checks"] if c["status"] == "pass"}

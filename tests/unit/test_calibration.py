@@ -137,7 +137,7 @@ def test_the_loader_re_derives_the_sd_floor(patched: Baseline, tmp_path: Path) -
 
 
 def test_the_benchmark_prints_its_figures_last(tmp_path: Path) -> None:
-    """Tiny counts (the figures are the benchmark's); only the shape of its output. With 20
+    """Tiny counts (the figures are the benchmark's); only the shape of its output. With 40
     healthy runs the interval is wide, so the exit code may be 1 (the bound above 1.5%)."""
     import re
     import subprocess
@@ -160,3 +160,20 @@ def test_the_benchmark_prints_its_figures_last(tmp_path: Path) -> None:
     )
     assert re.fullmatch(pattern, last), last
     assert "| late_collapse |" in result.stdout and "Skewed KL" in result.stdout
+
+
+def test_the_benchmark_refuses_looks_that_do_not_end_at_20() -> None:
+    """``--looks`` (choosing looks on a tuning seed set): bad looks are exit 2 naming the flag."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_calibration.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--looks", "6,12,10,20"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "argument --looks: '6,12,10,20': give increasing rollouts ending at 20" in result.stderr
+    assert result.stdout == ""

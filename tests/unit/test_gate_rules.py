@@ -447,23 +447,26 @@ def test_known_sentinel_is_listed_but_never_fails(patched: Baseline) -> None:
 
 
 def test_early_failures_on_a_partial_run(patched: Baseline) -> None:
-    partial = {metric: vs[:6] for metric, vs in published(patched).items()}
+    """One rollout past the first look: a spike before the look lifts the mean there; the
+    reward's NaN after it fails at once, and no look has judged it yet."""
+    first = patched.run_shape.looks[0]
+    partial = {metric: vs[: first + 1] for metric, vs in published(patched).items()}
     assert early_failures(evidence(partial, job=None), patched) == []
     partial[LOGPROB][4] = 0.31
-    partial[REWARD][5] = math.nan
+    partial[REWARD][first] = math.nan
     found = early_failures(evidence(partial, job=None, sentinels=(FATAL, KNOWN)), patched)
     names = [c.name for c in found]
     assert names == [
         "logprob_abs_diff.spikes",
-        "logprob_abs_diff.mean",  # at the look at rollout 5: the spike lifts the mean
+        "logprob_abs_diff.mean",  # at the first look: the spike lifts the mean
         "logprob_abs_diff.max",
         "raw_reward.finite",
         "raw_reward.batch_fingerprint",  # NaN is off the 1/64 grid: at once too
         "sentinel.hip_memory_access_fault",
     ]
     assert "rollout 4 (0.31)" in found[0].detail
-    assert found[1].look == 5 and found[1].detail.startswith("look at rollout 5: mean")
-    assert "rollout/raw_reward at rollout 5" in found[3].detail
+    assert found[1].look == first and found[1].detail.startswith(f"look at rollout {first}: mean")
+    assert f"rollout/raw_reward at rollout {first}" in found[3].detail
 
 
 def test_early_failures_are_the_final_gates_checks(patched: Baseline) -> None:

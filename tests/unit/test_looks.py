@@ -52,7 +52,7 @@ def evidence(values: dict[str, list[float]], job: JobRecord | None = None) -> Ru
 def test_a_doubled_kl_is_decided_at_the_first_look_that_crosses(patched: Baseline) -> None:
     assert judge(evidence(kl_values(None)), patched).verdict == "pass"
     verdict = judge(evidence(kl_values(0)), patched)
-    assert verdict.verdict == "fail" and verdict.looks == (5, 10, 15, 20)
+    assert verdict.verdict == "fail" and verdict.looks == patched.run_shape.looks
     decided = verdict.decision
     assert decided is not None and decided.check == KL_RULE and decided.at_look
     (check,) = [c for c in verdict.checks if c.name == KL_RULE]
@@ -62,7 +62,7 @@ def test_a_doubled_kl_is_decided_at_the_first_look_that_crosses(patched: Baselin
     bounds = {b["rollout"]: b for b in rule(patched, KL_RULE).params[BOUNDARIES]}
     assert check.numbers["z_max"] == bounds[decided.rollout]["z"]
     # the looks before it did not cross
-    for look in (k for k in (5, 10, 15) if k < decided.rollout):
+    for look in (k for k in patched.run_shape.looks if k < decided.rollout):
         early = early_failures(evidence(cut(kl_values(0), look)), patched)
         assert KL_RULE not in {c.name for c in early}
     # at the end only, the same run is red at its end
@@ -80,16 +80,17 @@ def cut(values: dict[str, list[float]], rollouts: int) -> dict[str, list[float]]
 
 
 def test_a_look_decides_only_red_and_a_crossing_stands(patched: Baseline) -> None:
-    """A KL doubled in the first five rollouts only: red at the look at 5, though the whole
-    run's level is back inside its bound at 20 (the look spent its rate; nothing undoes it)."""
+    """A KL tripled until the first look only: red at that look, though the whole run's
+    level is back inside its bound at 20 (the look spent its rate; nothing undoes it)."""
+    first = patched.run_shape.looks[0]
     values = kl_values(None)
-    values[KL] = [3 * v if i < 5 else v for i, v in enumerate(values[KL])]
+    values[KL] = [3 * v if i < first else v for i, v in enumerate(values[KL])]
     verdict = judge(evidence(values), patched)
-    assert verdict.decision is not None and verdict.decision.rollout == 5
+    assert verdict.decision is not None and verdict.decision.rollout == first
     assert judge(evidence(values), patched, looks=False).verdict == "pass"
     # a healthy run is judged at every look and passes: no look accepts it early
     healthy = judge(evidence(kl_values(None)), patched)
-    assert healthy.decision is None and healthy.looks == (5, 10, 15, 20)
+    assert healthy.decision is None and healthy.looks == patched.run_shape.looks
 
 
 def test_a_run_stopped_right_after_its_look_is_decided_by_the_look(patched: Baseline) -> None:
@@ -132,13 +133,13 @@ def test_the_watcher_stops_a_doubled_kl_at_the_same_look(tmp_path: Path, patched
     assert FailFastWatcher(healthy, lambda ev: early_failures(ev, patched)).poll() is None
 
 
-def test_gate_reports_the_look_in_every_report(tmp_path: Path) -> None:
+def test_gate_reports_the_look_in_every_report(tmp_path: Path, patched: Baseline) -> None:
     run_dir = write_run(tmp_path / "run", kl_values(0))
     result = run_cli("gate", "--run-dir", str(run_dir), "--baseline", "patched")
     assert result.returncode == 1, result.stderr
     report = json.loads((run_dir / "report" / "report.json").read_text())
     rollout = report["decided_at_rollout"]
-    assert report["looks"] == [5, 10, 15, 20] and rollout in (5, 10, 15)
+    assert report["looks"] == list(patched.run_shape.looks) and rollout in report["looks"][:-1]
     assert report["decided_by"] == KL_RULE and report["alpha_spent"] > 0
     sentence = f"decided at the look at rollout {rollout} of 20 by {KL_RULE}"
     assert sentence in report["summary"]
@@ -185,11 +186,11 @@ def test_record_derives_the_boundaries_of_the_recorded_run(
         load_run(run_dir), patched, variant="patched", name="patched", recorded_at="t",
         allow_no_preflight=True, rollouts=15,
     )  # fmt: skip
-    assert doc["run_shape"]["looks"] == [5, 10, 15]
+    assert doc["run_shape"]["looks"] == [6, 8, 10, 12, 14, 15]  # the shipped ones below 15
     recorded = parse_baseline(json.dumps(doc), path="recorded.json")  # the loader agrees
     kl = rule(recorded, KL_RULE)
-    assert [b["rollout"] for b in kl.params[BOUNDARIES]] == [5, 10, 15]
+    assert [b["rollout"] for b in kl.params[BOUNDARIES]] == [6, 8, 10, 12, 14, 15]
     assert kl.params[BOUNDARIES] != rule(patched, KL_RULE).params[BOUNDARIES]  # its own spread
     assert kl.params[BOUNDARIES] == [
-        b.to_json() for b in rule_boundaries(kl, recorded, 15, (5, 10, 15))
+        b.to_json() for b in rule_boundaries(kl, recorded, 15, (6, 8, 10, 12, 14, 15))
     ]

@@ -23,6 +23,7 @@ from miles_amd.rules.registry import KINDS, rule_boundaries
 from tests.cli_runs import run_cli
 
 KL_RULE = "train_rollout_kl.mean"
+SHIPPED_LOOKS = (6, 8, 10, 12, 14, 16, 20)  # baselines/README.md, "Sequential looks"
 
 
 def obf(alpha: float, t: float) -> float:
@@ -67,11 +68,20 @@ def test_a_look_that_would_spend_nothing_judges_nothing() -> None:
 
 
 def test_a_runs_looks_are_the_declared_ones_below_it_then_its_end(patched: Baseline) -> None:
-    assert patched.run_shape.looks == DEFAULT_LOOKS
-    assert run_looks(patched.run_shape, 20) == (5, 10, 15, 20)
-    assert run_looks(patched.run_shape, 12) == (5, 10, 12)
+    assert patched.run_shape.looks == SHIPPED_LOOKS
+    assert run_looks(patched.run_shape, 20) == SHIPPED_LOOKS
+    assert run_looks(patched.run_shape, 11) == (6, 8, 10, 11)
     assert run_looks(patched.run_shape, 3) == (3,)
-    assert run_looks(patched.run_shape, 1000) == (5, 10, 15, 20, 1000)
+    assert run_looks(patched.run_shape, 1000) == (*SHIPPED_LOOKS, 1000)
+
+
+def test_the_fix_for_bad_looks_suggests_quarters_of_the_run() -> None:
+    """``DEFAULT_LOOKS`` (issue 27's 5, 10, 15, 20) is the suggestion for 20 rollouts."""
+    raw = json.loads(shipped_text())
+    raw["run_shape"]["looks"] = [12, 20, 8]
+    with pytest.raises(BaselineError) as refused:
+        parse_baseline(json.dumps(raw), path="edited.json")
+    assert f"e.g. {list(DEFAULT_LOOKS)}" in str(refused.value)
 
 
 def shipped_text() -> str:
@@ -138,12 +148,12 @@ def test_every_spending_rule_carries_its_derived_boundaries(patched: Baseline) -
         "mean_within", "log_mean_within", "paired_mean_diff", "no_rising_trend", "step_rise",
     }  # fmt: skip
     for rule in spending_rules:
-        derived = rule_boundaries(rule, patched, 20, DEFAULT_LOOKS)
+        derived = rule_boundaries(rule, patched, 20, patched.run_shape.looks)
         assert rule.params[BOUNDARIES] == [b.to_json() for b in derived]
         assert derived[-1].rollout == 20 and derived[-1].information == 1.0
         fractions = [b.information for b in derived]
         assert fractions == sorted(fractions)
     step = next(r for r in spending_rules if r.kind == "step_rise")
-    # the step from mid-run is first judged at 15: rollouts 10..14 after the split
-    assert [b["rollout"] for b in step.params[BOUNDARIES]] == [15, 20]
+    # the step from mid-run is first judged at 12: rollouts 10 and 11 after the split
+    assert [b["rollout"] for b in step.params[BOUNDARIES]] == [12, 14, 16, 20]
     assert step.params[BOUNDARIES][-1]["alpha_spent"] == pytest.approx(step.params["alpha"])

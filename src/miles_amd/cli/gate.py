@@ -107,7 +107,7 @@ def gate(
         typer.Option(
             "--no-looks",
             help="Judge the whole run only, each rule at its fixed-sample tolerance "
-            "(default: also at the baseline's looks, rollouts 5, 10, 15).",
+            "(default: also at the baseline's looks: rollouts 6 to 16 in the shipped ones).",
         ),
     ] = False,
 ) -> None:

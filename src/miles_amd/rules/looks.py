@@ -3,14 +3,15 @@
 Decides, for a run of ``N`` rollouts judged against a baseline:
 
 - its looks (:func:`run_looks`): ``run_shape.looks`` below ``N``, then ``N`` (the shipped
-  baselines declare 5, 10, 15, 20); the loader refuses looks that are not increasing
-  rollouts ending at ``run_shape.rollouts`` (:func:`looks_problem`);
+  baselines declare 6, 8, 10, 12, 14, 16, 20); the loader refuses looks that are not
+  increasing rollouts ending at ``run_shape.rollouts`` (:func:`looks_problem`), its fix
+  suggesting quarters of the run (:data:`DEFAULT_LOOKS` for 20 rollouts);
 - for a rule whose kind is judged by ``spending`` (``KindSpec.looks``): its boundary at each
   look (:func:`rule_boundaries`): the information fraction ``t_k`` (the information of the
   kind's statistic on the first ``k`` rollouts over that on all ``N``, both from the
   reference alone: ``KindSpec.information``; for a mean, one over its variance), floored
   to 2 decimals, and the z bound that spends the kind's fixed-sample rate
-  (``KindSpec.nominal``) over the looks with the Lan-DeMets O'Brien-Fleming-like function
+  (``KindSpec.nominal``) over the looks with Kim and DeMets' power function ``α·t^ρ``
   (``miles_amd.rules.spending``), rounded up to 4 significant digits; ``alpha_spent`` is
   what the rule has spent by that look, both sides of a two-sided rule counted;
 - the stored boundaries (a spending rule's ``boundaries``, written by ``baseline record``)
@@ -150,6 +151,7 @@ def looks_problem(shape: RunShape) -> Problem | None:
 
 
 def _default_for(rollouts: int) -> tuple[int, ...]:
+    """Quarters of the run: :data:`DEFAULT_LOOKS` for 20 rollouts (``test_spending.py``)."""
     quarter = max(1, rollouts // 4)
     return (*(k for k in range(quarter, rollouts, quarter)), rollouts)
 
