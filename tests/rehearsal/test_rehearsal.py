@@ -101,7 +101,7 @@ def test_fail_fast_stops_within_two_intervals(fault, cluster_env, tmp_path, stat
 @pytest.mark.parametrize("fault", AT_A_LOOK)
 def test_a_look_stops_the_run_where_it_is_decided(fault, cluster_env, tmp_path, state_dir) -> None:
     """Stopped by the driver at the first look whose statistic crosses its boundary (a
-    reward collapse from rollout 3, the KL doubled from the start: at rollout 5), not at
+    reward collapse from rollout 3, the KL doubled from the start: at rollout 6), not at
     20; job.json records the look and the rule, and the report says the same."""
     result = rehearse(
         cluster_env,
