@@ -167,14 +167,17 @@ def test_two_runs_concurrent_pinned_pulled_back_and_gated(cluster, tmp_path) -> 
 
 def test_a_variant_stopped_at_a_look_leaves_the_other_running(cluster, tmp_path) -> None:
     """Stock's replay has its KL doubled: its driver stops it at a look before rollout 20;
-    patched's job, on the other node, runs to its end and passes."""
-    results = execute_both(plans_for(cluster, tmp_path, 0.5, {"stock": "kl-doubled"}), tmp_path)
+    patched's job, on the other node, runs to its end and passes. Paced at 1 s a rollout: in
+    cluster mode each watcher poll pulls the evidence with a Ray job, and at 0.5 s a loaded
+    machine let the job finish (SUCCEEDED, stopped_by "look") before the stop arrived."""
+    results = execute_both(plans_for(cluster, tmp_path, 1.0, {"stock": "kl-doubled"}), tmp_path)
     stopped, kept = results["stock"], results["patched"]
     assert isinstance(stopped, TrainResult) and isinstance(kept, TrainResult), results
     job = JobRecord.from_json(RunDir(tmp_path / "stock").job_json.read_text())
     assert (job.status, job.stopped_by) == ("STOPPED", "look")
     assert job.look is not None and job.look.rule == "train_rollout_kl.mean"
     assert job.look.rollout < 20 and stopped.verdict == "fail"
+    assert "step 19:" not in RunDir(tmp_path / "stock").job_log.read_text()
     outcome = kept.outcome
     assert (outcome.status, outcome.stopped_by, kept.verdict) == ("SUCCEEDED", None, "pass")
     assert "step 19:" in RunDir(tmp_path / "patched").job_log.read_text()
