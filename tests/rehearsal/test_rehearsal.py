@@ -73,20 +73,26 @@ def test_known_sentinel_passes_and_is_reported(cluster_env, tmp_path, state_dir)
     assert "megatron_moe_router_not_fp32" in (run.report / "report.md").read_text()
 
 
-@pytest.mark.parametrize("fault", FAIL_FAST)
-def test_fail_fast_stops_within_two_intervals(fault, cluster_env, tmp_path, state_dir) -> None:
+def watched(fault: str, at: int, cluster_env, tmp_path, state_dir) -> tuple[RunDir, JobRecord]:
+    """``fault`` from rollout ``at``, paced for the watcher to see it while the job runs: the
+    run dir and its job.json, once the fault's catalogue entry is what the run showed."""
     result = rehearse(
         cluster_env,
         tmp_path / "run",
         fault=fault,
-        at=3,
+        at=at,
         pace_s=0.5,
         watch_interval_s=WATCH_INTERVAL_S,
         state_dir=state_dir,
     )
     assert expectation_problems(fault, result) == []
     run = RunDir(tmp_path / "run")
-    job = JobRecord.from_json(run.job_json.read_text())
+    return run, JobRecord.from_json(run.job_json.read_text())
+
+
+@pytest.mark.parametrize("fault", FAIL_FAST)
+def test_fail_fast_stops_within_two_intervals(fault, cluster_env, tmp_path, state_dir) -> None:
+    run, job = watched(fault, 3, cluster_env, tmp_path, state_dir)
     assert job.status == "STOPPED" and job.failfast is not None
     # a fault at rollout 3, or (wrong-batch-shape) every rollout from the first
     assert job.failfast["step"] in ((3, None) if FAULTS[fault].uses_at else (0,))
@@ -103,18 +109,9 @@ def test_a_look_stops_the_run_where_it_is_decided(fault, cluster_env, tmp_path, 
     """Stopped by the driver at the first look whose statistic crosses its boundary (a
     reward collapse from rollout 3, the KL doubled from the start: at rollout 6), not at
     20; job.json records the look and the rule, and the report says the same."""
-    result = rehearse(
-        cluster_env,
-        tmp_path / "run",
-        fault=fault,
-        at=3 if fault == "reward-collapse" else 0,
-        pace_s=0.5,
-        watch_interval_s=WATCH_INTERVAL_S,
-        state_dir=state_dir,
+    run, job = watched(
+        fault, 3 if fault == "reward-collapse" else 0, cluster_env, tmp_path, state_dir
     )
-    assert expectation_problems(fault, result) == []
-    run = RunDir(tmp_path / "run")
-    job = JobRecord.from_json(run.job_json.read_text())
     report = json.loads((run.report / "report.json").read_text())
     assert job.status == "STOPPED" and job.stopped_by == "look" and job.look is not None
     assert job.look.rollout == report["decided_at_rollout"] < 20, (job, report)
