@@ -68,7 +68,8 @@ def tier_problems(items: list[pytest.Item]) -> list[str]:
 def ray_group(item: pytest.Item) -> str | None:
     """The xdist group of a rehearsal test, by the Ray cluster it uses; None for other tiers.
 
-    ``ray``: the session head (``ray_head``, ``cluster_env``); ``ray-two-node``:
+    ``ray``: the session head (``session_head``, ``ray_head``, ``cluster_env``,
+    ``healthy_run``); ``ray-two-node``:
     ``test_cluster``'s two-node cluster (``cluster``); ``ray-own-head``: the tests whose code
     under test starts and stops its own heads. A group's tests run in order on one worker and
     share its cluster; the three groups may run at once, on different workers. The
@@ -80,7 +81,7 @@ def ray_group(item: pytest.Item) -> str | None:
     if item.get_closest_marker("rehearsal") is None or item.get_closest_marker("no_ray"):
         return None
     names = getattr(item, "fixturenames", ())
-    if "ray_head" in names:
+    if "session_head" in names:
         return "ray"
     return "ray-two-node" if "cluster" in names else "ray-own-head"
 
