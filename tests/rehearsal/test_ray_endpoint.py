@@ -141,6 +141,32 @@ def test_a_status_that_never_ends_is_stopped_once_and_waited_for_a_bound(tmp_pat
     assert json.loads(run_dir.job_json.read_text())["stopped_by"] == "timeout"
 
 
+class SlowPoll:
+    """A watcher whose poll takes ``seconds``, as a cluster poll's pull (a Ray job) does."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.polls: list[tuple[float, float]] = []  # (start, end), monotonic
+
+    def poll(self) -> None:
+        start = time.monotonic()
+        time.sleep(self.seconds)
+        self.polls.append((start, time.monotonic()))
+
+
+def test_the_watch_interval_is_a_pause_after_each_poll(tmp_path: Path) -> None:
+    """A poll slower than the interval: the next poll still waits the interval after it ends
+    (scheduled from the poll's start, slow pulls ran back to back, half a second apart)."""
+    watcher = SlowPoll(0.9)
+    with fake_dashboard() as fake:
+        job = RayJob(jobs_client(fake.address, {}), "job-1", RunDir(tmp_path))
+        follow = Follow(timeout_s=3.6, interval_s=0.8, echo=lambda _: None, stop_wait_s=1.0)
+        job.run(watcher, follow, None)
+    assert len(watcher.polls) >= 2, watcher.polls
+    pauses = [b[0] - a[1] for a, b in zip(watcher.polls, watcher.polls[1:], strict=False)]
+    assert min(pauses) >= 0.8, pauses
+
+
 replies = st.builds(
     Reply,
     code=st.sampled_from([200, 404, 500, 502]),

@@ -1,8 +1,8 @@
 """A submitted Ray job, followed to its end: its log streamed, stopped if lost, its end written.
 
 Decides when a running job is stopped (the overall timeout, or the fail-fast watcher's trip,
-polled every interval: ``fail-fast``, or ``look`` when a rule crossed its boundary at a look;
-Ctrl-C too) and what is written when it ends: ``job.log`` rewritten
+polled with an interval's pause after each poll: ``fail-fast``, or ``look`` when a rule
+crossed its boundary at a look; Ctrl-C too) and what is written when it ends: ``job.log`` rewritten
 from ``get_job_logs`` (the authoritative full log; ``tail_job_logs`` ends about 5 s after the
 job, measured with Ray 2.60) and ``job.json`` (:class:`~miles_amd.records.job.JobRecord`), each
 atomically. It does not submit the job or start a head (``miles_amd.run.driver``), and it
@@ -105,9 +105,11 @@ class RayJob:
             elif now - started > follow.timeout_s:
                 self.stopped_by = "timeout"
             elif now >= next_watch:
-                next_watch = now + follow.interval_s
                 self.trip = watcher.poll()
                 self.stopped_by = self.trip.reason if self.trip is not None else None
+                # the interval is a pause after a poll: a cluster poll's pull is a Ray job
+                # of seconds, so polls are never back to back
+                next_watch = time.monotonic() + follow.interval_s
             if self.stopped_by:
                 self._stop(follow)
                 return
