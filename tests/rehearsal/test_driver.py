@@ -7,7 +7,6 @@ follows it unchanged, exactly as on the node.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -131,23 +130,6 @@ def test_fail_fast_stops_within_two_intervals(cluster_env, tmp_path, state_dir) 
     assert job.failfast_latency_s is not None
     assert 0 <= job.failfast_latency_s <= 2 * interval + 1.0, job
     assert "step 10:" not in log_of(run_dir)
-
-
-def test_own_head_is_started_and_stopped_by_pid(tmp_path, state_dir) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    run_dir = tmp_path / "run"
-    plan = plan_for("print('own head ok', flush=True)\n", env, run_dir)
-    assert [s.name for s in plan.steps] == ["cleanup", "ray-start", "submit"]
-    outcome = execute(plan, timeout_s=120, state_dir=state_dir)
-    assert outcome.status == "SUCCEEDED" and "own head ok" in log_of(run_dir)
-    assert len(outcome.head_pids) > 3
-    alive = [
-        p
-        for p in outcome.head_pids
-        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-    ]
-    assert not alive, f"processes of the driver's head still alive: {alive}"
-    assert not (Path(state_dir) / RAY_HEAD_STATE_FILE).exists()
 
 
 def test_refuses_a_run_dir_with_old_evidence(cluster_env, tmp_path, state_dir) -> None:

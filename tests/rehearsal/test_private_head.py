@@ -47,7 +47,7 @@ USER_TOKEN = "the-users-own-ray-token-0123456789"
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1"}
 
 DRIVER = """\
-import os, sys
+import json, os, sys
 from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.driver import execute
@@ -59,6 +59,7 @@ plan = build_train_plan(
 )
 outcome = execute(plan, timeout_s=300, state_dir=state_dir)
 print(outcome.summary())
+print("head pids", json.dumps(outcome.head_pids))
 raise SystemExit(outcome.exit_code)
 """
 
@@ -199,6 +200,11 @@ def test_two_private_heads_side_by_side(tmp_path: Path) -> None:
         assert proc.returncode == 0, out[-3000:]
         assert JobRecord.from_json(RunDir(run).job_json.read_text()).status == "SUCCEEDED"
         assert "task ran on 127.0.0.1" in RunDir(run).job_log.read_text()
+        # each driver stopped its own head: every process it started and recorded, by pid
+        (pids,) = [json.loads(line[10:]) for line in out.splitlines() if line[:10] == "head pids "]
+        assert len(pids) > 3, out[-3000:]
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        assert not alive, f"processes of a driver's head still alive: {alive}"
     for state in states:
         assert not (state / RAY_HEAD_STATE_FILE).exists()
     assert not temp1.exists() and not temp2.exists()

@@ -139,7 +139,7 @@ def test_every_ray_test_is_grouped_by_the_cluster_it_uses(tmp_path: Path) -> Non
         "tests/rehearsal/test_cluster.py::test_two_runs_concurrent_pinned_pulled_back_and_gated"
     )
     assert by_test[two_node] == "ray-two-node"
-    own = "tests/rehearsal/test_driver.py::test_own_head_is_started_and_stopped_by_pid"
+    own = "tests/rehearsal/test_private_head.py::test_two_private_heads_side_by_side"
     assert by_test[own] == "ray-own-head"
     gloo = "tests/rehearsal/test_canary_harness.py::test_a_reducer_that_raises_is_a_named_exit_2"
     assert by_test[gloo] == "None"  # no_ray: starts no Ray, so joins no group
