@@ -28,6 +28,7 @@ load ``tests/conformance/conftest.py`` for a run of ``tests/unit`` alone.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,6 +89,17 @@ def ray_group(item: pytest.Item) -> str | None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGINT handled as at a terminal. A shell starts a background job (``cmd &``) with SIGINT
+    ignored, and an ignored signal stays ignored across ``exec``: the Ctrl-C tests, which
+    interrupt this process or send SIGINT to a CLI they start, then saw no KeyboardInterrupt
+    (measured: three failures in a ``.ci/run`` started in the background). A handled signal is
+    reset to the default at ``exec``, so the workers and CLIs started from here get Python's
+    own handler too."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # tryfirst: the markers must be on the items before `-m` deselects and before the root
