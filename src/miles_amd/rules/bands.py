@@ -1,45 +1,20 @@
 """How tolerances are derived from data: per-rollout spread -> band, paired effect.
 
-This module decides the statistics every band of a baseline file is computed with, so the
-shipped files and a later ``baseline record`` produce bands the same way. It is pure
-arithmetic on numbers; it reads no file and judges no run.
+Decides the statistics every band of a baseline file is computed with, so the shipped files
+and a later ``baseline record`` produce bands the same way:
 
-The method, one rule per statistic:
+- a rollout's spread (:class:`Spread`): from the series, a published min/max
+  (:func:`range_spread`, Tippett's ``d2``) or a bounded quantity (:func:`bounded_spread`,
+  Bhatia-Davis);
+- a run mean's band (:func:`mean_band`): ``center ± k·sqrt(sd²·(V(n_run) + V(n_ref)) +
+  2·(run_sd·center)²)``, ``V`` from lag-1 ``rho`` (:func:`mean_variance`), widened to cover
+  the other published run's mean;
+- a run max's upper bound (:func:`max_band`), growing with the rollouts; no lower bound;
+- band edges rounded outward (``tests/unit/test_baselines.py``);
+- the paired effect (:func:`paired_effect`), its SE floored by binomial noise.
 
-- **Spread of one rollout** (:class:`Spread`): the per-rollout standard deviation ``sd`` of
-  a metric in the reference run, with the reference mean and the number of rollouts ``n``
-  it came from. Taken, in order of preference, from the per-rollout series (sample sd,
-  :func:`series_spread`), from a published min/max of ``n`` rollouts (range divided by the
-  expected range of ``n`` normal draws, Tippett's ``d2(n)``; :func:`range_spread`), or from
-  the bounds of a bounded per-sample quantity (Bhatia-Davis: a quantity in ``[lo, hi]`` with
-  mean ``m`` has variance at most ``(hi - m)(m - lo)``; a rollout mean over ``groups``
-  independent prompt groups has at most that divided by ``groups``; :func:`bounded_spread`).
-- **Band for a run's mean** (:func:`mean_band`): ``center ± k·sqrt(sd²·(V(n_run) + V(n_ref))
-  + 2·(run_sd·center)²)``, the standard error of the difference of two run means: ``V(n)``
-  the variance of a mean of ``n`` rollouts with lag-1 autocorrelation ``rho``
-  (:func:`mean_variance`, ``1/n`` when ``rho = 0``) and ``run_sd`` the relative sd of a
-  run-level effect (each run's level differs from the recipe's by it); widened when needed
-  so the band covers every ``cover`` value (the other published run's mean). ``run_sd`` and
-  ``rho`` are declared in the rule's ``derive`` block; how their sizes were chosen from the
-  published runs (4it2x89i and jvvnhop9 on one prompt sequence, jvvnhop9's per-rollout
-  series) is the noise table of ``baselines/README.md`` ("How often the gate is wrong";
-  ``benchmarks/bench_calibration.py`` measures the false alarms with and without them).
-- **Upper bound for a run's max** (:func:`max_band`): ``center + (E[max of n_run normals] +
-  k)·sd + k·sqrt(2)·run_sd·center``; the expected maximum grows with the number of rollouts,
-  so a 1000-rollout run is not failed for being long; the last term is the level difference
-  of two runs. No lower bound: a small max is no failure by itself (the mean band's lower
-  edge catches a collapsed metric).
-- **Rounding**: band edges are rounded outward to :data:`SIGNIFICANT_DIGITS` significant
-  digits, so rounding does not tighten a band (``tests/unit/test_baselines.py``) and the files hold
-  short, exact numbers.
-- **Paired effect** (:func:`paired_effect`): with ``--rollout-shuffle`` and the default seed
-  every run sees the same prompt sequence, so rollout ``i`` of a run and of the reference
-  are paired. The effect is the mean of the per-rollout differences; its standard error uses
-  the larger of the observed variance of the differences and the binomial floor
-  ``(p_run(1-p_run) + p_ref(1-p_ref)) / samples_per_rollout`` (two independent draws of
-  ``samples_per_rollout`` Bernoulli rewards differ at least by that much).
-
-Explained for people in ``docs/gate-and-statistics.md``.
+Pure arithmetic: it reads no file and judges no run. The formulas and where ``run_sd`` and
+``rho`` come from: ``docs/gate-and-statistics.md`` ("How tolerances are derived").
 """
 
 from __future__ import annotations

@@ -1,39 +1,21 @@
 """Alpha spending over looks: how much of a rule's false-alarm rate each look may use.
 
-Decides the one spending function of the family and the boundary that spends it; it knows
-no rule (``miles_amd.rules.looks`` gives each rule its information fractions) and reads no
-file. Pure arithmetic, no numpy.
+Decides:
 
-- **Spending** (:func:`spent`): Kim and DeMets' (1987) power family of the information
-  fraction ``t`` (the information of the rule's statistic at the look over that at the
-  end): ``α(t) = α·t^ρ`` with :data:`RHO` ``= 3.5``, for a one-sided rate ``α``. Chosen
-  with the shipped looks (rollouts 6, 8, ..., 16, 20) on a tuning seed set of the honest
-  model (``benchmarks/bench_calibration.py --seed-offset 50000``, not the reported seeds):
-  ``ρ = 3`` cost the mid-run logprob step 2.0 points of power (the goal allows 2), ``ρ =
-  3.5`` 1.0, and both decided a 0.08 reward drop by rollout 12 in more than half the runs;
-  the canonical model (below) ranks them alike (``baselines/README.md``, "Sequential
-  looks", with the looks and functions tried).
-- **Boundaries** (:func:`boundaries`): the upper z boundaries ``c_1..c_K`` with
-  ``P(Z_1 < c_1, ..., Z_(k-1) < c_(k-1), Z_k ≥ c_k) = α(t_k) - α(t_(k-1))`` under the
-  canonical joint distribution of a statistic seen at growing information
-  (``corr(Z_i, Z_j) = √(t_i / t_j)``: Brownian motion in information time), found by the
-  recursive numerical integration of Armitage, McPherson and Rowe (1969) on Jennison and
-  Turnbull's grid (*Group Sequential Methods*, 2000, chapter 19.2: ``6m - 1`` points a
-  stage, Simpson's rule; ``m = 10`` here: the boundaries agree with ``m = 24`` to 5e-4,
-  and with the textbook's 4.333, 2.963, 2.359, 2.014 for four equal looks at ``α = 2.5%``;
-  ``tests/unit/test_looks.py``). Two-sided rules spend ``α/2`` a side with these
-  boundaries (the chance of crossing both sides is below ``α²``).
-- A look whose cumulative spend is below :data:`MIN_SPEND` judges nothing (its boundary
-  would be beyond the float range of the tail); its information still counts.
-- Fractions are floored to :data:`FRACTION_DIGITS` decimals before the boundaries are
-  computed (a slightly smaller spend, the same correlation to 1%), so the boundaries of
-  references whose spreads differ a little are computed once (``functools.lru_cache``).
+- the spending function (:func:`spent`): Kim and DeMets' ``α·t^ρ`` with :data:`RHO` 3.5, of
+  the information fraction ``t``;
+- the boundaries that spend it (:func:`boundaries`): upper z boundaries under the canonical
+  joint distribution (``corr(Z_i, Z_j) = √(t_i / t_j)``), by Armitage, McPherson and Rowe's
+  recursive integration (``tests/unit/test_looks.py`` holds them to the textbook's);
+  two-sided rules spend ``α/2`` a side;
+- a look whose cumulative spend is below :data:`MIN_SPEND` judges nothing; fractions are
+  floored to :data:`FRACTION_DIGITS` decimals so near-equal references share a cached result.
 
-Caveat: the canonical form is exact for a mean of independent rollouts with fixed
-run-level and reference terms (the reference and a run's level enter every look alike);
-under the declared lag-1 autocorrelation and with the run's own spread pooled into a
-statistic it is an approximation, whose family-wise false-alarm rate
-``benchmarks/bench_calibration.py`` measures (``baselines/README.md``, "Sequential looks").
+It knows no rule (``miles_amd.rules.looks`` gives the fractions) and reads no file; pure
+arithmetic, no numpy. Caveat: the canonical form is an approximation under lag-1
+autocorrelation and a pooled spread; ``benchmarks/bench_calibration.py`` measures the
+family-wise rate. Why 3.5, the grid and its accuracy: ``docs/gate-and-statistics.md``
+("Spending over looks").
 """
 
 from __future__ import annotations

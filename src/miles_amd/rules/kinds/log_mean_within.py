@@ -1,40 +1,20 @@
 """``log_mean_within``: the run's mean of logarithms within ``z`` SE of the reference's.
 
-For a positive, right-skewed metric whose level is a factor (the train/rollout KL, issue 19).
-The mean band (``mean_within``) on such a metric rests on a normal spread: under a KL shape
-fitted to the published min/mean/max (``c + LogNormal``, the max far above the mean;
-``baselines/README.md``, the noise table) the run's arithmetic mean has a long right tail
-and the band failed 1.1% of healthy runs. On the logarithms the tail is short, and a
-doubling is a shift of ``ln 2`` whatever the shape. The logarithm exists: miles computes the
-KL per token with Schulman's k3 (``low_var_kl``, not negative;
-``miles/backends/training_utils/loss_hub/losses.py`` at the pinned commit), so a rollout's KL
-is 0 only if every rescored token matched exactly, which a bf16 trainer and engine do not;
-such a value fails, named.
+For a positive, right-skewed metric whose level is a factor (the train/rollout KL, issue 19):
+on the logarithms the tail is short and a doubling is a shift of ``ln 2``.
 
-The statistic: ``z = (mean ln run - m) / sqrt(sd²·(V(N) + V(n_ref)) + 2·run_sd²)`` with
-``m`` the reference's log-scale mean (``miles_amd.rules.log_scale.log_spread``: its series',
-or ``ln(mean) - sd²/2`` with ``sd = ln(max/min)/d2(n)`` from a published summary), ``V(n)``
-the variance of a mean of ``n`` rollouts with lag-1 ``rho``
-(``miles_amd.rules.bands.mean_variance``), ``run_sd`` the sd of a run-level factor on the
-log scale, and ``sd²`` the reference's log-scale variance pooled with the run's own
-(``n_ref - 1`` and ``N - 1`` degrees of freedom): a run whose large values lift its mean
-also shows them in its spread, so a skewed metric's tail does not read as a shift (measured
-with the reference's sd alone: 0.5% false alarms under the skewed KL; pooled: 0.1%).
-Two-sided: the KL moving either way means the rollout and trainer numerics changed.
+Decides:
 
-Tolerance: ``|z| ≤ z``; ``z`` bounded by the schema to [2, 6]. The shipped KL rule's
-``z = 3.25`` (a normal two-sided rate of 0.12%) with ``rho = 0.3`` and ``run_sd = 0.06`` as
-chosen from the published data (``baselines/README.md``'s noise table: the upper bound of
-jvvnhop9's lag-1, twice the gap's run effect): on the honest model of that README's
-calibration (reference simulated and recorded too; ``benchmarks/bench_calibration.py``)
-KL x2 is caught in 96.7% of runs at 0.13% false alarms (z = 3.5: 94%).
-The plot hint (the band of the geometric mean for this run's spread) is
-``miles_amd.report.rule_hints.geometric_band``. At a look (``miles_amd.rules.looks``) the
-rate of ``z`` a side is spent over the looks: the first ``k`` rollouts' shift is held to the
-look's bound, with the information ``1 / (sd²·(V(k) + V(n_ref)) + 2·run_sd²)``. Pure: no
-file is read.
+- the statistic: ``z = (mean ln run - m) / sqrt(sd²·(V(N) + V(n_ref)) + 2·run_sd²)``, ``m``
+  and ``sd`` the reference's log-scale mean and spread (``miles_amd.rules.log_scale``), ``sd²``
+  pooled with the run's own;
+- two-sided: ``|z| ≤ z``, ``z`` bounded by the schema to [2, 6];
+- at a look (``miles_amd.rules.looks``), the rate a side spent over the looks, with the
+  information ``1 / (sd²·(V(k) + V(n_ref)) + 2·run_sd²)``;
+- a value of 0 or below fails, named (miles' k3 KL is 0 only if every token matched).
 
-Explained for people in ``docs/gate-and-statistics.md``.
+Pure: no file is read. The derivation, the shipped rule's figures and why not the mean band:
+``docs/gate-and-statistics.md`` ("log_mean_within").
 """
 
 from __future__ import annotations

@@ -1,52 +1,21 @@
 """``step_rise``: the second half of a run rising above its first half (issue 19).
 
-It closes the blind spot issue 19 measured: a logprob gap that steps up by 25%
-half-way through a run moves the run's mean by 12.5%, inside the mean band once the band
-carries the run-to-run variation, and is caught by the trend test about 3 runs in 4.
+Decides:
 
-The statistic (:func:`step_rise_z`), on the logarithms (the gap is positive and right-skewed,
-and a step is a factor: on the log scale its tails are symmetric and a run-level factor
-``run_sd`` is an additive shift of that size): with ``c = N // 2``, the generalised least
-squares estimate of ``step`` in ``log run_t = level + step·[t >= c] + e_t``, ``e`` AR(1)
-with the declared lag-1 ``rho`` (Prais-Winsten whitening), the reference level one more
-observation of ``level`` with its variance (:func:`reference_level`: ``sd²·V(n_ref) +
-2·run_sd²``, the run-level effect separating two runs; with ``pool``, the other published
-run's mean, the two runs' log levels averaged: ``sd²·V(n_ref)/2 + 1.5·run_sd²``), divided
-by its standard error. At ``rho = 0`` it is the second half's mean minus the inverse-variance
-weighted level of the first half and the reference; at ``rho = 0.3`` GLS has about 5% less
-variance, and pooling takes a quarter off the reference's run-level part (measured, honest
-model: +25% step 89.6% -> 92.3% caught at the same false alarms). Pooling treats the two
-published runs as one level (their means 0.0171 / 0.016975 differ by 0.7%, less than their
-sampling error; ``baselines/README.md``, the noise table); the loader checks ``pool`` is a cover
-of the mean band on the metric (``miles_amd.rules.band.pool_problem``). The reference's
-log-scale spread is ``miles_amd.rules.log_scale.log_spread``'s: its series', or from a
-published min/max, ``ln(max/min)/d2(n)`` around ``ln(mean) - sd²/2`` (the pooled mean is
-taken the same way).
-``sd`` is the reference's per-rollout sd pooled with the run's residual sd around its two
-halves' means: a reference whose 20 values happen to lie close together would otherwise
-fail many healthy runs (measured: false alarms came in clusters of one reference).
-One-sided: a falling gap is no regression. The cost: a smooth ramp of the gap inside the
-bands is read partly as autocorrelation (trend and step together catch a -2..+2 sd ramp in
-54% of runs, about 2 in 3 with the plain difference of means).
+- the statistic (:func:`step_rise_z`): on the logarithms, the GLS estimate of a step at
+  ``N // 2`` under AR(1) noise with the declared lag-1 ``rho``, the reference level one more
+  observation (:func:`reference_level`, pooled with the other published run under ``pool``),
+  over its standard error; ``sd`` pooled from the reference and the run's halves;
+- one-sided: a falling gap is no regression; the tolerance is Student's t at ``alpha`` with
+  Bartlett's reduced degrees of freedom;
+- at a look (``miles_amd.rules.looks``), the same step from mid-run once :data:`MIN_HALF`
+  values follow it, against the look's bound.
 
-Tolerance: the statistic may reach Student's t quantile (one-sided) at ``alpha`` with the
-pooled sd's ``n_ref - 1 + N - 2`` degrees of freedom times ``(1 - rho²)/(1 + rho²)``
-(Bartlett: an AR(1) series' sample variance carries fewer; 3.11 for 20 and 20 at alpha
-0.2% and rho 0.3, 3.22 at 0.15%). ``alpha`` is bounded by the schema to (0, 1%]; ``rho``
-and ``run_sd`` are declared and bounded as the bands' (``baselines/README.md`` says how they
-were chosen from the published runs). A scan that also splits at the last third was measured: it
-costs more power against a mid-run step (87% at 0.24% false alarms) than it buys. The
-plot hint (the halves' geometric means) is ``miles_amd.report.rule_hints.step``.
-
-The split is the middle of the whole run (``N // 2`` of the expected rollouts), at every
-look (``miles_amd.rules.looks``): the first ``k`` rollouts judge the same step from mid-run,
-once ``k`` puts :data:`MIN_HALF` values after it (15 of 20: rollouts 10..14), against the
-look's bound (its one-sided rate as the t quantile at the look's degrees of freedom); the
-information is one over the GLS step's variance with the reference's spread. A partial run
+Caveats: a smooth ramp inside the bands is read partly as autocorrelation; a partial run
 with fewer values after the middle passes this rule (its missing steps fail it). Pure: no
 file is read.
 
-Explained for people in ``docs/gate-and-statistics.md``.
+The derivation and its measured figures: ``docs/gate-and-statistics.md`` ("step_rise").
 """
 
 from __future__ import annotations
