@@ -1,32 +1,19 @@
 """A JSON reader for files someone handed us: strict, bounded, located errors.
 
-The JSON documents miles_amd reads from a file someone handed it (baselines, ``job.json``,
-``env.json``, CI-history records, history rows, pull-back frames, the checkpoint's
-``config.json`` and safetensors headers, the dataset's first record) may come from anywhere,
-so they are read by :func:`loads`, which refuses what Python's ``json`` quietly accepts. Caveat: the
-deep probe's own read of ``config.json`` (``run/probes_bridge.py``, ``read_hf_config``) is plain
-``json``; ``recipe.inputs`` reads the same file strictly. Read leniently on purpose: what a tool
-answers on the node (``amd-smi``/``rocm-smi`` output, only searched for GPU archs), Ray's dashboard
-replies, and this package's own child processes.
+Decides what :func:`loads` refuses that Python's ``json`` quietly accepts:
 
-- **a duplicate key** (``json`` keeps the last one: a second ``"threshold"`` would silently
-  replace a reviewed one, a second ``"series"`` would hide a NaN);
-- **nesting deeper than** ``max_depth`` (:data:`MAX_DEPTH` by default; no file we read nests
-  beyond 6; a deeper one would make every recursive reader a ``RecursionError``);
-- **an integer literal outside 64 bits** (steps, counts and sizes are int64; a huge literal
-  costs quadratic time to convert and overflows ``float()``: ``int()`` refuses over 4300
-  digits with an untyped ``ValueError``);
-- **a float literal beyond the float range** (``1e999`` reads as infinity);
-- **a non-finite constant** (``NaN``, ``Infinity``, ``-Infinity``) unless the caller's
-  schema allows them (``non_finite=True``: miles' CI-history records carry them for failed
-  values; the reader then keeps them as floats, and judging names them as failures);
-- **a lone surrogate** (``"\\ud800"``) in a string or key: it is no Unicode text, and
-  writing it to a UTF-8 report would raise.
+- a duplicate key;
+- nesting deeper than ``max_depth`` (:data:`MAX_DEPTH` by default);
+- an integer literal outside 64 bits, or a float literal beyond the float range;
+- a non-finite constant (``NaN``, ``Infinity``), unless the caller passes ``non_finite=True``;
+- a lone surrogate in a string or key.
 
 Every refusal is a :class:`StrictJsonError` whose ``str()`` is one line, ``<JSON path>:
-<reason>`` (``$.rules[3].threshold: duplicate key "threshold"``), or ``line L column C:
-<reason>`` for a syntax error; the caller prefixes the file. Decides nothing about what the
-document must contain (each reader's schema does). A leaf: the standard library only.
+<reason>`` or ``line L column C: <reason>``; the caller prefixes the file. Decides nothing
+about what the document must contain. A leaf: the standard library only. Caveat: some reads
+stay plain ``json`` on purpose (tool output on the node, Ray's replies), and so does
+``run/probes_bridge.py``'s read of ``config.json``. Which files, and why each refusal:
+``docs/cli.md`` ("How the gate reads a run dir").
 """
 
 from __future__ import annotations

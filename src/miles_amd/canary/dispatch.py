@@ -1,34 +1,22 @@
 """aiter's custom all-reduce dispatch at one size: which kernel, its grid, its stage-1 trip counts.
 
-Decides, as pure functions of (bytes, world size, dtype size, full peer links, constants), what
-``CustomAllreduce::allreduce`` (``use_new`` true, aiter's and SGLang's default) launches, read in
-ROCm/aiter at commit e4048607a535ace3a2b51ded31b1c8c2d45c0879,
-``csrc/include/custom_all_reduce.cuh`` (the lines: ``tests/unit/data/aiter_dispatch_e4048607.txt``):
+Pure functions of (bytes, world size, dtype size, full peer links, constants), read in ROCm/aiter
+at commit e4048607, ``csrc/include/custom_all_reduce.cuh`` (``use_new`` path).
 
-- the size is counted in 16-byte packs (``size /= 16 / sizeof(T)``) after ``bytes = size *
-  sizeof(T)``; world size 2 is always 1-stage; with full peer links 1-stage when ``world_size
-  <= 4 && bytes < 160 KiB`` or ``world_size <= 8 && bytes < 80 KiB``, else 2-stage; without full
-  links at world size > 2 **nothing is launched** (kernel ``none``);
-- 2-stage is the non-naive kernel when ``bytes % (ngpus * 16) == 0 && world_size != 6``, else
-  ``cross_device_reduce_2stage_naive`` (no barrier in its loop); the write-mode variant only
-  at world size 8, bytes > 4 MiB on gfx942 (MI355X is gfx950);
-- grid: ``threads = 512`` (``THREAD_NUM``), ``tnum_gpu = 512 / ngpus`` threads per GPU slot,
-  ``blocks = min(kMaxBlocks = 80, ceil(part / tnum_gpu))`` with ``part = packs / ngpus`` for
-  2-stage (``ceil(packs / tnum_gpu)`` for 1-stage). The launcher's ``block_limit`` (16 on ROCm)
-  is only checked against ``kMaxBlocks`` on this path; it bounds the legacy ``use_new=false``
-  kernels only;
-- the stage-1 loop of ``cross_device_reduce_2stage``, ``for(idx = start + tid; idx < end; idx
-  += stride)`` with ``tid = blockIdx.x * tnum_gpu + lane``, ``stride = gridDim.x * tnum_gpu``,
-  holds ``__syncthreads()``. A thread's trip count is ``ceil((L - tid) / stride)`` for its
-  rank's span ``L`` (``part``, the last rank ``part + packs % ngpus``): the lanes of one block
-  differ exactly when ``L % tnum_gpu != 0`` (the remainder ``L % stride`` then splits a block);
-  counts differing across blocks are harmless (the barrier is per block). The 1-stage kernel
-  computes one iteration count per block ("uniform iteration count (to keep barriers
-  well-formed)").
+Decides:
 
-``affected`` is the suspect class: the non-naive 2-stage kernel with non-uniform trip counts.
-The constants come as :class:`DispatchConstants` (``canary.source`` reads them from the
-installed aiter's source or takes this commit's). Explained in ``docs/node.md``.
+- the kernel (:func:`dispatch`): ``1stage`` (size test: :func:`one_stage`), ``2stage``, naive
+  or not, or ``none`` without full peer links at world size > 2;
+- its grid: threads per GPU slot, blocks, stride;
+- each lane's stage-1 trip count (:func:`trip_counts`) and whether a block's lanes agree;
+- whether a size is :attr:`Dispatch.affected`, the suspect class: non-naive 2-stage with
+  non-uniform trip counts;
+- whether aiter's custom all-reduce takes a size at all (:func:`uses_custom_ar`).
+
+Caveat: the constants come as :class:`DispatchConstants` (:data:`PINNED`: this commit's;
+``canary.source`` reads the installed aiter's). ``tests/unit/test_canary_dispatch.py`` holds
+the model to aiter's lines (``tests/unit/data/aiter_dispatch_e4048607.txt``).
+``docs/node.md`` ("The dispatch model (``canary/dispatch.py``)").
 """
 
 from __future__ import annotations
@@ -98,7 +86,7 @@ def uses_custom_ar(nbytes: int, constants: DispatchConstants = PINNED) -> bool:
 
 
 def one_stage(nbytes: int, world_size: int, constants: DispatchConstants = PINNED) -> bool:
-    """The size test of the full-peer-links branch (module doc)."""
+    """The size test of the full-peer-links branch (``docs/node.md``, the dispatch model)."""
     return any(world_size <= ws and nbytes < limit for ws, limit in constants.one_stage_limits)
 
 
@@ -109,7 +97,7 @@ def dispatch(
     full_peer_links: bool = True,
     constants: DispatchConstants = PINNED,
 ) -> Dispatch:
-    """The kernel and grid for an all-reduce of ``nbytes`` (module doc); ValueError for a size
+    """The kernel and grid for an all-reduce of ``nbytes`` (``docs/node.md``); ValueError for a size
     the launcher refuses (not a multiple of 16 bytes) or a world size it does not support."""
     if world_size not in (2, 4, 6, 8):
         raise ValueError(f"world size {world_size}: aiter supports 2, 4, 6, 8")

@@ -2,31 +2,18 @@
 
 Decides what the records say, strictly:
 
-- only the directory's top level is read, ``*.jsonl`` and ``*.ndjson`` (``*.tmp`` files are
-  writes in flight and are not);
-- each non-blank line is an object with a non-empty string ``metric`` and a list ``series``
-  of ``[step, value]`` pairs, step an integer, value a number or one of ``"NaN"``,
-  ``"Infinity"``, ``"-Infinity"`` (other keys are allowed and ignored); a line is read by
-  ``miles_amd.strict_json`` (a duplicate key, which would hide a NaN behind a second
-  ``"series"``, is refused); a step of ``null`` is an error (such a point cannot be placed);
-- a metric appears at most once per file; points of one metric from several files are
-  merged: the same step with different values (NaN equals NaN) is an error naming both
-  places, the same (step, value) in two files is one observation recorded by two processes
-  and is kept once, a step repeated within one file is kept twice so the gate can name the
-  duplicate.
+- which files: the directory's top level, ``*.jsonl`` and ``*.ndjson``; ``*.tmp`` files are
+  writes in flight and are skipped;
+- a line: an object with a string ``metric`` and a ``series`` of ``[step, value]`` pairs,
+  read by ``miles_amd.strict_json`` (a duplicate key is refused); non-finite values are
+  kept; a ``null`` step is an error;
+- merging files: a metric at most once per file; the same step with different values in two
+  files is an error, the same point in two files is kept once, a step repeated in one file
+  is kept twice.
 
-Format facts: miles' ``CiHistoryBackend`` (``miles/utils/tracking_utils/ci_history.py``)
-keeps, per process, one file ``<pid>-<uuid>.<ext>`` in ``$MILES_CI_GATE_RECORD_DIR``, one
-JSON object a line: ``{"metric": "<key>", "series": [[step, value], ...]}``, rewritten whole
-through ``<file>.tmp`` + ``os.replace`` on each log call, so a reader sees whole snapshots.
-The extension is ``.jsonl`` in the recipe's runs and ``.ndjson`` in some miles versions.
-Non-finite values appear as the strings above or, from a plain ``json.dumps``, as the bare
-tokens ``NaN``/``Infinity``/``-Infinity``; both are read as the values they mark (the gate
-names a non-finite gated value as a failure). The backend records ``step=None`` when a
-caller passed no step.
-
-Does not decide: whether an empty directory is a problem (``load`` does) or which source
-wins (``merge``).
+Does not decide whether an empty directory is a problem (``load`` does) or which source wins
+(``merge``). The format miles writes (``CiHistoryBackend``) and each rule's reason:
+``docs/cli.md`` ("How the gate reads a run dir").
 """
 
 from __future__ import annotations

@@ -1,34 +1,18 @@
 """A job log streamed as blocks of whole lines, in bounded memory whatever the log's size.
 
-Decides how ``job.log`` is cut for its readers (the metric lines of ``job_log`` and the
-sentinel scan of ``sentinels``, which ``load`` feeds from one pass): blocks of about
-:data:`CHUNK` bytes of whole ``\\n``-terminated lines, decoded as UTF-8 (undecodable bytes
-become U+FFFD), each with the 1-based number of its first line. Lines are split on ``\\n``
-only, so line numbers match ``grep -n`` even where progress bars wrote a bare ``\\r``.
+Decides how ``job.log`` is cut for its readers (``job_log``'s metric lines and the scan of
+``sentinels``, fed from one pass by ``load``):
 
-A line longer than :data:`MAX_LINE` bytes is not kept whole, and none of it is skipped:
-it comes as pieces of at most :data:`MAX_LINE` bytes, each yielded with the line's number and
-no ``\\n`` of its own (only the line's last piece ends with one), so memory stays bounded even
-for a log without newlines and the sentinel scan sees every byte (a fatal message after
-megabytes of ``\\r`` progress output on one line is found). A piece is cut just after the
-last ``\\r`` in it when there is one, so a progress update stays whole; a piece without
-any ``\\r`` is cut at :data:`MAX_LINE` bytes and the next one starts :data:`OVERLAP` bytes
-earlier, so a signature across the cut is still whole in one piece (and may be counted in
-both). No line the recipe prints comes near the limit (a metric line of 150 metrics is about
-8 kB); a metric line that long fails to parse and is named by its line.
+- blocks of about :data:`CHUNK` bytes of whole lines, each with the 1-based number of its
+  first line; split on ``\\n`` only, so numbers match ``grep -n``; bad UTF-8 becomes U+FFFD;
+- a line over :data:`MAX_LINE` bytes comes as pieces, none of it skipped: cut after the last
+  ``\\r`` when there is one, else at :data:`MAX_LINE` with :data:`OVERLAP` bytes repeated;
+- ``live``: an unterminated last line (the write in flight) is left out; at most ``size``
+  bytes are read, so a growing log is read as a consistent prefix.
 
-``live`` (the watcher's view of a log still being written) leaves out an unterminated last
-line: it is the write in flight. At most ``size`` bytes are read (the size the file had when
-it was opened, see ``safe_open``), so a log growing meanwhile is read as a consistent prefix.
-
-Measured (``benchmarks/bench_log.py``, 1 GiB log, 150,000 metric points): ``load_run`` peaks
-at 65 MiB RSS (28 MiB before it starts) and takes 11 s (10 s of CPU), most of it the
-sentinel scan's substring searches.
-
-On a terminal, a read of 64 MiB or more shows its progress on stderr
-(``miles_amd.progress``).
-
-Does not decide: what a line means.
+Caveat: a signature across a hard cut may be counted twice. Does not decide what a line
+means. The cuts, the limits and the measured cost (``benchmarks/bench_log.py``):
+``docs/cli.md`` ("How the gate reads a run dir").
 """
 
 from __future__ import annotations

@@ -1,35 +1,18 @@
 """Open a run directory's files as untrusted input: regular files inside it, of bounded size.
 
-A run dir is written by a job and may be copied from anywhere, so the readers of
-``miles_amd.evidence`` open its files through this module, and get:
+Decides, for each file a reader of ``miles_amd.evidence`` opens, whether it may be read and
+how much of it:
 
-- **a regular file**: a device, FIFO or socket is refused *before* it is opened (a FIFO
-  with no writer blocks ``open`` forever, ``/dev/zero`` reads without end). The file is
-  then opened with ``O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`` (a FIFO swapped in meanwhile
-  cannot block it) and checked again with ``fstat`` on the opened descriptor (``S_ISREG``),
-  so a swap between the check and the open is caught, not read (no TOCTOU). A regular file
-  atomically replaced by another one meanwhile (miles rewrites its CI-history files with
-  ``os.replace`` while the watcher reads) is just read: either is a regular file inside;
-- **inside the directory it was given** (``root``: the run dir): every path component below
-  ``root`` is opened relative to its parent's descriptor with ``O_NOFOLLOW``, so no symbolic
-  link is followed anywhere below ``root``. ``root`` itself is the directory the user named
-  and is followed if it is a link (``--run-dir runs/latest`` works);
-- **at most its cap** (:class:`Limit`, per kind of file), and exactly the bytes the file had
-  when it was opened (``fstat``'s size), so a file growing while it is read cannot push a
-  reader past the cap; the live watcher reads a consistent prefix.
+- a regular file: a device, FIFO or socket is refused before it is opened, and the opened
+  descriptor is checked again (``fstat``), so a swap in between is caught;
+- inside ``root`` (the run dir): no symbolic link below ``root`` is followed, whether it
+  leads in or out (``tests/unit/test_evidence_safe_open.py``); ``root`` itself may be a link;
+- at most its cap (:class:`Limit`, per kind of file), and the bytes it had when opened.
 
-Links inside the run dir are refused too, not only those leading out: no writer of a run dir
-(miles, the driver, the preflight) makes links, a link inside can make one file count twice
-(an event file linked under two names doubles every point), a directory link can loop, and
-one rule ("no links below the run dir") is checked by the kernel without resolving anything.
-A refused link is named with where it leads only as "inside" or "outside the run directory":
-nothing outside the run dir is quoted (``tests/unit/test_evidence_safe_open.py``). A hard link
-is not detectable as "outside" (its name is inside; it *is* the file) and is read like any
-file.
-
-Decides: whether a file may be read and how much of it. A refusal is a :class:`RefusedFile`
-naming the file (its path under ``root``) and the reason; ``FileNotFoundError`` means absent.
-Does not decide: what a refusal means for the run (``load`` refuses the whole run dir).
+A refusal is a :class:`RefusedFile` naming the file and the reason; ``FileNotFoundError``
+means absent. What a refusal means for the run is ``load``'s call. Caveat: a hard link is
+read like any file. Why each rule, and the flags used:
+``docs/cli.md`` ("How the gate reads a run dir").
 """
 
 from __future__ import annotations

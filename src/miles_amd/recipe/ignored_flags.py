@@ -1,33 +1,21 @@
 """Flags the recipe passes that miles parses and then ignores on this path (bridge + LoRA).
 
-This module states, for a reader of the argv and for the conformance tier, which of the
-recipe's flags change nothing in the run: the model is built from the checkpoint's
-``config.json`` by Megatron-Bridge, SGLang's LoRA rank comes from ``--lora-rank``, and
-token-budget batching is off. Each entry names the upstream file (in the pinned miles or
-Megatron-LM tree, ``tests/conformance/upstream/``) where that can be read, and the reason.
-The recipe still passes these flags: they keep the argv the same as miles' own gpt-oss
-launcher and several are cross-checked against ``config.json`` at parse time.
+A table for a reader of the argv and for the conformance tier; the argv itself comes from
+``recipe.settings``.
 
-It decides nothing about the argv (``recipe.settings``). The conformance tier
-(``tests/conformance/test_ignored_flags.py``) reads the pinned sources and fails when a flag
-the recipe passes is neither read on the bridge path nor listed here, or when an entry of
-kind ``model`` is read by the LoRA bridge builder after all.
+Decides:
 
-Read in the pinned sources (miles 31f1ca961, 2026-12-01):
+- which of the recipe's flags change nothing in the run (:data:`IGNORED_FLAGS`, by flag in
+  :data:`BY_FLAG`);
+- each one's kind: ``model`` (the bridge builds the model from ``config.json``),
+  ``overridden`` (another value replaces it) or ``inactive`` (read only under a switch the
+  recipe leaves off);
+- each one's upstream file in the pinned miles or Megatron-LM tree, and the reason.
 
-- A LoRA actor in bridge mode is built by ``_setup_lora_model_via_bridge``
-  (``miles/backends/megatron_utils/bridge_lora_helpers.py``, chosen in ``model.py``):
-  ``AutoBridge.from_hf_pretrained(...).to_megatron_provider()`` takes the architecture from
-  ``config.json``; the builder copies only parallelism, recompute and attention-backend
-  flags onto the provider and sets the token dispatcher to ``alltoall`` itself.
-- ``hf_validate_args`` (``miles/utils/arguments.py``) compares hidden size, heads, layers,
-  FFN size, embedding tying, norm epsilon and rotary base with ``config.json`` and refuses a
-  mismatch: those flags must be right although the model does not read them.
-- ``--moe-router-use-torch-mm`` (named in miles #3263 with ``--moe-router-dtype``) is not a
-  flag of the pinned miles or Megatron-LM at all; the recipe does not pass it, so it is not
-  listed.
-
-Explained for people in ``docs/conformance.md``.
+Caveat: the recipe still passes these flags, and several are cross-checked against
+``config.json`` at parse time. ``tests/conformance/test_ignored_flags.py`` fails when a flag
+the recipe passes is neither read on the bridge path nor listed, or an entry no longer holds.
+``docs/conformance.md`` ("Why those flags change nothing (``recipe/ignored_flags.py``)").
 """
 
 from __future__ import annotations

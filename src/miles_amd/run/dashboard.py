@@ -1,33 +1,22 @@
 """HTTP to a Ray dashboard: its URL, the token header, timeouts, and 401/403 named.
 
-Decides how this tool talks to a dashboard (the Jobs API address, e.g.
-``http://127.0.0.1:8265``) and nothing about what it asks: the head's readiness
-(``ray_head``), the node list (``cluster``), the test cluster's nodes
-(``tests/support/two_node.py``) and the Jobs SDK client (``driver``, ``variants_run``) all go
-through here.
+How this tool talks to a dashboard (the Jobs API address), not what it asks: the head's
+readiness (``ray_head``), the node list (``cluster``) and the Jobs SDK client (``driver``,
+``variants_run``) go through here.
 
-- The token travels as ``Authorization: Bearer <token>`` (:func:`auth_headers`), the header
-  Ray's dashboard middleware checks (``http_token_authentication.py``): without it the
-  dashboard answers 401, with a wrong one 403; both raise :class:`DashboardAuthError`, whose
-  message says which and what to set. :func:`token_headers` reads a token file
-  (``RAY_AUTH_TOKEN_PATH``); without one Ray's SDK applies its own rule in this process
-  (``RAY_AUTH_MODE=token`` sends ``RAY_AUTH_TOKEN`` or ``~/.ray/auth_token``).
-- Every request has a connect timeout (:data:`CONNECT_TIMEOUT_S`) and a read timeout
-  (:data:`DEFAULT_TIMEOUT_S`, or ``$MILES_AMD_RAY_HTTP_TIMEOUT`` seconds); any other failure
-  (refused, timed out, not JSON, another HTTP status) is a :class:`DashboardError` naming the
-  URL.
-- :func:`jobs_client` builds Ray's ``JobSubmissionClient`` with the headers and wraps it in
-  :class:`JobsClient`: Ray's client sends without a timeout (``requests.request`` in
-  ``SubmissionClient._do_request``, which forwards its keyword arguments: ray-project/ray
-  b7f4259e, ``python/ray/dashboard/modules/dashboard_sdk.py``), so a subclass adds the
-  timeouts there, capped by the client's :attr:`JobsClient.deadline`; a call that has no
-  complete answer within its connect and read timeouts (a reply trickling in a byte at a
-  time resets ``requests``' read timeout) is given up on all the same (:func:`within`; the
-  request is left to a daemon thread); every failure of a call
-  (an HTTP 500, a body that is not JSON, a reply of the wrong shape: Ray's ``RuntimeError``,
-  ``JSONDecodeError``, pydantic's ``ValidationError``, ``TypeError``) becomes one
-  :class:`DashboardError` line, secrets redacted (``miles_amd.redact``). Ray's
-  ``AuthenticationError`` becomes :class:`DashboardAuthError` (ray imported only there).
+Decides:
+
+- the token header (:func:`auth_headers`, :func:`token_headers`): ``Authorization: Bearer``;
+  a 401 or 403 raises :class:`DashboardAuthError`, saying which and what to set;
+- every request's timeouts: :data:`CONNECT_TIMEOUT_S` and :data:`DEFAULT_TIMEOUT_S` (or
+  ``$MILES_AMD_RAY_HTTP_TIMEOUT``), capped by :attr:`JobsClient.deadline` for Ray's client;
+- that any other failure is one :class:`DashboardError` line naming the URL, secrets redacted;
+- Ray's Jobs client with those headers and timeouts (:func:`jobs_client`); a call without a
+  complete answer in time is given up on (:func:`within`).
+
+Caveat: Ray's own client sends without a timeout, so a subclass adds it; ray is imported in
+:func:`jobs_client` alone.
+``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard (``run/dashboard.py``)").
 """
 
 from __future__ import annotations
@@ -233,7 +222,7 @@ def jobs_client(address: str, headers: Mapping[str, str]) -> JobsClient:
     from ray.job_submission import JobSubmissionClient
 
     class TimedClient(JobSubmissionClient):
-        """Ray's client with ``timeout=`` on each request (see the module doc)."""
+        """Ray's client with ``timeout=`` on each request (``docs/ray-head-and-secrets.md``)."""
 
         def __init__(self, bound: JobsClient, *args: Any, **kwargs: Any) -> None:
             self.bound = bound

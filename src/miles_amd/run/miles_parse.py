@@ -1,36 +1,21 @@
 """Run miles' own ``parse_args()`` on a ``train.py`` argv and write what it decided as JSON.
 
-A stdlib-only script, executed BY FILE PATH with the interpreter that will run ``train.py``
-(the image's ``python3`` on a node; a lean CPU environment in the conformance tier), so it
-works where ``miles_amd`` is not installed. ``miles_amd.run.parse_probe`` runs it and reads
-the result; nothing imports it::
+A stdlib-only script, run by file path (``miles_amd.run.parse_probe`` runs it) with the
+interpreter that will run ``train.py``, in a subprocess of its own::
 
     PYTHONPATH=<miles>:<Megatron-LM> python miles_parse.py --result FILE [--stub-gpu-queries] \
         -- <the tokens after train.py>
 
-It always runs in a subprocess of its own: the parser reads ``sys.argv`` and the
-environment, configures logging and leaves through ``SystemExit``. The environment must be
-the job's runtime env: ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (Megatron's ``validate_args``
-requires it for tensor parallelism > 1 below compute capability 10) and
-``MILES_CI_GATE_RECORD_DIR`` (its presence alone sets ``ci_enable_metrics_capture``).
+Decides:
 
-What it decides: whether ``python3 train.py <args>`` gets past argument handling, i.e. the
-``miles.utils.arguments.parse_args()`` call ``train.py`` makes first: the Megatron parser,
-the miles/SGLang/router argument groups, the checkpoint ``config.json`` cross-check and the
-miles, Megatron and SGLang validators. The namespace it writes is the ``args`` that
-``train()`` would receive. It decides nothing after parsing (Ray placement, model build,
-weights, kernels).
+- whether ``python3 train.py <args>`` gets past argument handling (miles' ``parse_args()``:
+  parsers, ``config.json`` cross-check, validators);
+- the ``args`` namespace ``train()`` would receive, written to ``--result`` as JSON;
+- the exit status: 0 parsed, 2 refused by argparse, 1 by a validator or import, 64 bad usage.
 
-GPU stubs, only with ``--stub-gpu-queries`` and only when torch sees no GPU (so not on a
-node): ``torch.cuda.get_device_capability`` and ``torch.cuda.get_device_properties`` report
-gfx950, because Megatron's ``validate_args`` asks for them (``--moe-grouped-gemm`` needs
-capability >= 8; TP > 1 reads the device arch) and the CPU torch raises instead.
-
-Exit status: 0 parsed (``{"ok": true, "args": {...}}`` written); 2 rejected by argparse (its
-``train.py: error: ...`` line is on stderr); 1 rejected by a validator or an import failure
-(``{"ok": false, "error": "<one line>"}`` written, traceback on stderr); 64 bad usage.
-
-Explained for people in ``docs/conformance.md``.
+Caveats: the environment must be the job's runtime env; nothing after parsing is decided; the
+GPU stubs act on CPU only, with ``--stub-gpu-queries``.
+``docs/conformance.md`` ("How the argv is parsed (``run/miles_parse.py``)").
 """
 
 from __future__ import annotations
