@@ -1,28 +1,19 @@
 """Secrets removed from text that others wrote, before it is printed or stored.
 
-Decides what of a foreign text (a dashboard's error body, which may echo the submitted runtime
-env; a child's output, such as the node's miles failing to parse an argv; a Ray job's message)
-is replaced by ``<redacted>``:
+Decides what of a foreign text (a dashboard's error body, a child's output, a Ray job's
+message) is replaced by :data:`REDACTED`:
 
-- the values of the known secret variables (:data:`SECRET_VARS`: the recipe's
-  ``miles_amd.recipe.plan.SECRET_ENV_VARS`` and Ray's ``RAY_AUTH_TOKEN``) as the environment
-  holds them, plus any value the caller names (a head's own token); values shorter than
-  :data:`MIN_SECRET_LEN` are not searched (they would blank ordinary words);
-- whatever follows a secret variable's name as ``NAME=value``, ``"NAME": "value"`` or
-  ``'NAME': 'value'`` (a repr of the runtime env), whatever its value;
+- the values of the known secret variables (:data:`SECRET_VARS`) and any value the caller
+  names, if at least :data:`MIN_SECRET_LEN` characters long;
+- whatever follows a secret variable's name as ``NAME=value`` or ``"NAME": "value"``;
 - the value of a credential flag in every argv spelling ``miles_amd.recipe.secret_flags``
-  refuses (``--wandb-key VALUE``, ``--wandb_key=VALUE``, ``--hf-t VALUE``, ...);
+  refuses;
 - an ``Authorization: Bearer <token>`` header's token;
-- the credentials of a URL (``https://user:password@host`` -> ``https://<redacted>@host``:
-  ``--ray-address`` may carry them, and every message about the dashboard names it).
+- the credentials of a URL (``https://user:password@host``).
 
-Applied where foreign text enters a message: ``DriverError`` and the submission's line
-(``run.driver``), the Jobs API's errors (``run.dashboard``), a job's message in ``job.json``
-(``run.job``), a sentinel's quoted job.log line (``evidence.sentinels``: reports, the
-watcher's trip in ``job.json``), preflight's parse probe facts (``run.parse_probe``) and the
-one error line (``cli.errors``). Redacts text only; it
-cannot find a secret that was transformed (encoded, split across lines).
-``tests/unit/test_foreign_text.py`` drives it through the CLI.
+Caveat: it redacts text only; it cannot find a secret that was transformed (encoded, split
+across lines). ``tests/unit/test_foreign_text.py`` drives it through the CLI. Where it is
+applied: ``docs/ray-head-and-secrets.md`` ("What is redacted, and where").
 """
 
 from __future__ import annotations

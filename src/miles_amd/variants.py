@@ -1,31 +1,20 @@
 """The aiter variants a run can be labelled with, and the SGLang env of each.
 
-``stock`` is the aiter the image ships; ``patched`` is ROCm/aiter with the kernel fix of
-pull request 5694 (block barriers of aiter's custom all-reduce; intermittent
-``train/train_rollout_logprob_abs_diff`` spikes). Each has its own shipped baseline of the
-same name (:data:`BASELINE_VARIANTS`). ``rccl`` is the control arm: aiter as installed, but
-SGLang's tensor-parallel all-reduce is SGLang's own (``SGLANG_USE_AITER_AR=0``), so a spike
-that survives it is not aiter's all-reduce. It has no published baseline: it is judged by
-the gate's baseline-free checks and by ``miles-amd compare`` against a stock run of the same
-node.
+Decides:
 
-:func:`sglang_env` is what the job's runtime env sets for a variant (``recipe.plan``):
-``SGLANG_USE_AITER=1`` for every variant (the image sets it too; the job no longer relies on
-that), and
-``SGLANG_USE_AITER_AR`` ``1`` for stock/patched (the A/B premise: the fix lives in aiter's
-all-reduce) or ``0`` for rccl. Without a variant only ``SGLANG_USE_AITER`` is set. Decides
-the names, their descriptions and those env values (``tests/unit/test_ab_premise.py``).
-
-The all-reduce implementations a canary can test (the ``implementation`` a ``canary.json``
-names) and which one a variant's rollouts use (:func:`rollout_implementation`): ``aiter``
-(aiter's ``CustomAllreduce``, what SGLang's ``dispatch_custom_allreduce`` returns on ROCm with
-``SGLANG_USE_AITER_AR`` on: ``run.sglang_allreduce``) for stock and patched; ``sglang``
-(SGLang's own ``CustomAllreduce``) for rccl; ``rccl`` (``torch.distributed.all_reduce`` on the
-RCCL group), the reference no variant's rollouts use at these sizes; ``reducer``, the CPU test
-seam (``--reducer FILE:FUNCTION``).
+- the names (:data:`AITER_VARIANTS`) and their descriptions: ``stock``, the image's aiter;
+  ``patched``, with the fix of ROCm/aiter#5694; ``rccl``, the control arm (SGLang's own
+  all-reduce), which has no published baseline (:data:`BASELINE_VARIANTS` has the others);
+- the SGLang switches a variant's job gets (:func:`sglang_env`): ``SGLANG_USE_AITER=1``
+  always and, with a variant, ``SGLANG_USE_AITER_AR`` ``1`` for stock/patched or ``0`` for
+  rccl (``tests/unit/test_ab_premise.py``);
+- the all-reduce implementations a canary can test (:data:`IMPLEMENTATIONS`) and which of them
+  a variant's rollouts use (:func:`rollout_implementation`).
 
 Caveat: the names are spelled again where a CLI option lists its choices (``cli/canary.py``)
 and where a variant picks its baseline (``app/baselines.py``).
+
+``docs/node.md`` ("The aiter variants").
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 - A docstring that says "the one", "the only", "no other", "only place" or "never" (any case)
   names at least one test file (``tests/<dir>/<name>.py``) that exists: the test that holds
   the code to the claim.
+- A module docstring is at most 25 lines: what the module decides, caveats and one pointer;
+  the detail lives in docs/.
 - Every path a docstring names under one of this repo's test directories exists. Paths
   under a ``tests/`` directory this repo does not have (upstream miles' ``tests/ci/``,
   ``tests/e2e/``) are upstream's and are not checked.
@@ -71,3 +73,27 @@ def test_the_check_finds_an_unheld_claim_and_a_missing_test() -> None:
     held = "Never raises (``tests/unit/test_docstrings.py``); upstream's ``tests/ci/x/``."
     assert docstring_problems("m.py", held) == []
     assert docstring_problems("m.py", "Reads one file; a one-line error otherwise.") == []
+
+
+MAX_LINES = 25  # issue 24 item 5: a module doc says what the module decides; detail is in docs/
+
+
+def too_long(docs: dict[str, str], limit: int = MAX_LINES) -> list[str]:
+    """The modules whose docstring is over ``limit`` lines, with their length."""
+    return [
+        f"{module}: {doc.count(chr(10)) + 1} lines (at most {limit}: move the detail to docs/)"
+        for module, doc in docs.items()
+        if doc.count("\n") + 1 > limit
+    ]
+
+
+def test_module_docstrings_are_short() -> None:
+    long = too_long(module_docstrings())
+    assert not long, "\n" + "\n".join(long)
+
+
+def test_the_length_check_finds_a_long_docstring() -> None:
+    assert too_long({"m.py": "x\n" * 25}) == [
+        "m.py: 26 lines (at most 25: move the detail to docs/)"
+    ]
+    assert too_long({"m.py": "x\n" * 24}) == []

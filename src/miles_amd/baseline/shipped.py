@@ -1,31 +1,20 @@
 """What a shipped baseline must carry, and the digests that tie it to its published run.
 
-- :data:`REQUIRED_RULES`: per shipped baseline, the ``(kind, metric)`` rules the recipe
-  demands, each ``required``: today's shipped baselines' required rules (the reward's mean,
-  spread, grid and, for patched, its paired drop; the logprob gap's spikes, bands, trend and
-  step; each gated metric's finite and steps_complete guards). A shipped file without one is
-  refused on load (``tests/unit/test_baseline_trust.py``), so deleting a rule is not a way to
-  loosen the gate.
-- :func:`evidence_digest`: sha256 of the file's reference evidence (``evidence.series`` and
-  ``.summaries`` as the loader types them: series values as floats), as canonical JSON
-  (sorted keys, no spaces, UTF-8). Each shipped file names it in
-  ``provenance.evidence_sha256`` (``miles-amd baseline record`` writes it);
-  :data:`PUBLISHED_EVIDENCE` pins it for the seed pull request's runs, whose numbers are
-  published (RECIPE.md). A shipped file whose evidence does not hash to the digest it
-  carries, or, naming a seed run, to the one pinned for it, is refused: rewriting the
-  reference series and re-deriving the bands from them is caught. Caveat: a new reference
-  (a run id not pinned) is held only to its own digest; what guards it is review: CI judges
-  with the base branch's baselines and shows a changed file's diff, red (docs/ci.md).
-- :func:`check_shipped`: what ``miles_amd.app.baselines.load`` (the gate's and train's
-  loader) applies to a shipped baseline: loaded by name, or a file in the shipped directory
-  (``$MILES_AMD_BASELINES_DIR``; in CI the base branch's). A file passed by another path is
-  the user's own: it is judged with, and the gate says it is not the shipped one.
-- :func:`baseline_digest`: sha256 of the whole baseline (canonical JSON of
-  ``Baseline.to_json()`` without ``$schema``, which is a relative path): what the gate prints
-  and report.json records beside whether it equals the shipped baseline of that name.
+Decides:
 
-Changing a list or a pinned digest is a reviewed code change (docs/ci.md: how CI takes
-baselines from the base branch).
+- :data:`REQUIRED_RULES`: per shipped baseline, the ``(kind, metric)`` rules the recipe
+  demands as ``required``; a shipped file without one is refused on load
+  (``tests/unit/test_baseline_trust.py``);
+- :func:`evidence_digest`: sha256 of the file's reference evidence as canonical JSON, which
+  ``provenance.evidence_sha256`` must equal, and for a seed run :data:`PUBLISHED_EVIDENCE`;
+- :func:`check_shipped`: what ``miles_amd.app.baselines.load`` applies to a shipped baseline
+  (by name, or a file in the shipped directory); a file by another path is the user's own;
+- :func:`baseline_digest`: sha256 of the whole baseline, which the gate prints and
+  report.json records.
+
+Caveat: a new reference (a run id not pinned) is held only to its own digest; review guards
+it. Changing a list or a pinned digest is a reviewed code change. What each holds and how CI
+takes baselines from the base branch: ``docs/ci.md`` ("Which baselines judge").
 """
 
 from __future__ import annotations
@@ -102,12 +91,13 @@ def _sha256(document: Any) -> str:
 
 
 def evidence_digest(baseline: Baseline) -> str:
-    """sha256 of ``baseline``'s reference evidence (module doc)."""
+    """sha256 of ``baseline``'s reference evidence (``docs/ci.md``, "Which baselines judge")."""
     return _sha256(baseline.to_json()["evidence"])
 
 
 def baseline_digest(baseline: Baseline) -> str:
-    """sha256 of the whole baseline, ``$schema`` aside (module doc)."""
+    """sha256 of the whole baseline, ``$schema`` aside (``docs/ci.md``, "Which baselines
+    judge")."""
     document = baseline.to_json()
     document.pop("$schema", None)
     return _sha256(document)

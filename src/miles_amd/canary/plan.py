@@ -2,29 +2,21 @@
 
 Decides, purely, from the recipe and the dispatch constants:
 
-- **Shape** (:func:`recipe_shape`, read from ``recipe.settings.Recipe``): hidden size
-  (``--hidden-size`` of the model argv: 2880), dtype (``--sglang-dtype``: bfloat16), rollout
-  TP (``rollout_num_gpus_per_engine``: 4), engines (``num_gpus / TP``: 2), requests per
-  engine (``rollout_batch_size * n_samples_per_prompt / engines``: 32, the largest decode
-  batch), and the prefill chunk: ``--sglang-chunked-prefill-size`` when the recipe passes it,
-  else SGLang's default for a GPU of more than 160 GiB, 16384 (sglang 0.5.16,
-  ``python/sglang/srt/server_args.py``, ``_handle_gpu_memory_settings``; an MI355X has 288 GB).
-  The rollout all-reduce of ``N`` tokens is ``N x hidden`` elements: 5760·N bytes.
-- **Sizes**: every decode ``N`` in 1..requests (1-stage up to 28, 2-stage from 29); prefill
-  ``N`` in the suspect class, spread over (requests, largest]: 33, every ``64·2^j ± 1`` and the
-  largest ``N`` aiter's custom all-reduce takes (its max size, 64 MiB: 11650 tokens; a larger
-  chunk goes to another all-reduce); controls: the uniform 2-stage sizes ``64·2^j``.
-- **Calls**: ``power.calls_needed`` of the detect rate over the affected sizes, spread by
-  ``power.allocate`` with a per-call time model (:class:`LatencyModel`). A :class:`Target` says
-  where the plan runs: :data:`NODE` (published latencies, controls at 10 % of an affected
-  size's time) or :data:`CPU` (the gloo harness: measured latency, ``N <= 128``, controls at
-  2 %, at least 2 calls). ``tokens`` narrows a plan to chosen sizes (at least one suspect).
-- **Groups**: the node's TP groups run side by side and share each size's calls
-  (``canary.harness``); the time estimate divides by them.
+- **Shape** (:func:`recipe_shape`): hidden size, dtype, rollout TP, engines, requests per
+  engine (the largest decode batch) and the prefill chunk; ``N`` tokens all-reduce
+  ``N x hidden`` elements;
+- **Sizes** (:func:`token_sizes`): every decode ``N``; prefill ``N`` of the suspect class up
+  to the largest aiter's custom all-reduce takes; the uniform 2-stage sizes as controls;
+- **Calls**: enough for the detect rate over the affected sizes (``power``), spread by a
+  per-call time model (:class:`LatencyModel`) for a :class:`Target` (:data:`NODE` or
+  :data:`CPU`); ``tokens`` narrows a plan to chosen sizes;
+- **Groups**: the node's TP groups share each size's calls; the time estimate divides by them;
 - SGLang's own all-reduce (the control arm) stops at its 16 MiB limit
-  (:data:`SGLANG_MAX_BYTES`).
-- Each entry names the implementation the run tests; ``kernel``/``uniform_trip_count`` are
-  aiter's dispatch for that size whatever the implementation: they define the classes.
+  (:data:`SGLANG_MAX_BYTES`);
+- each entry names the implementation tested and aiter's dispatch for its size.
+
+The recipe's figures, the targets' settings and SGLang's sources: ``docs/node.md`` ("How the
+plan is built").
 """
 
 from __future__ import annotations
@@ -86,7 +78,7 @@ def _flag(argv: list[str], flag: str) -> str | None:
 
 
 def recipe_shape(recipe: Recipe) -> RecipeShape:
-    """The shape (module doc) from ``recipe``'s fields and argv."""
+    """The shape (``docs/node.md``, "How the plan is built") from ``recipe``'s fields and argv."""
     argv = recipe.argv()
     hidden = _flag(argv, "--hidden-size")
     dtype = _flag(argv, "--sglang-dtype")
@@ -223,7 +215,8 @@ def top_tokens(
 
 
 def token_sizes(shape: RecipeShape, constants: DispatchConstants, top: int) -> list[int]:
-    """Decode, prefill spread and uniform controls (module doc), ascending, deduplicated."""
+    """Decode, prefill spread and uniform controls (``docs/node.md``, "How the plan is built"),
+    ascending, deduplicated."""
     decode = range(1, min(shape.requests_per_engine, top) + 1)
     uniform = []
     m = UNIFORM_STEP
@@ -250,8 +243,9 @@ def build_plan(
     groups: int = 1,
     tokens: Sequence[int] = (),
 ) -> Plan:
-    """The plan (module doc); ``tokens`` keeps only those sizes. ValueError for a detect rate
-    outside (0, 1), a size outside the plan's range, or no size of the suspect class."""
+    """The plan (``docs/node.md``, "How the plan is built"); ``tokens`` keeps only those sizes.
+    ValueError for a detect rate outside (0, 1), a size outside the plan's range, or no size of
+    the suspect class."""
     needed = power.calls_needed(detect_rate)
     max_bytes = SGLANG_MAX_BYTES if implementation == "sglang" else None
     top = top_tokens(shape, constants, target.max_tokens or shape.chunked_prefill_size, max_bytes)

@@ -1,30 +1,16 @@
 """``miles-amd baseline record|diff``: turn a finished run into a baseline file; compare two.
 
-Decides the commands' options, output and exit codes; what a recorded baseline holds and
-when a run is refused is ``miles_amd.baseline.record``'s (its module doc states the method).
+Decides:
 
-- ``record --run-dir DIR --variant stock|patched --out DIR/<name>.json``: the baseline's name
-  is the variant's (or ``--name``), not the file's stem, and the file must carry it (the
-  loader refuses a file whose name and content disagree); reads the run strictly
-  (``miles_amd.evidence.load.load_run``), records it with the shipped baseline of that variant as
-  template, checks the loader accepts the result and the run passes it, and writes the file
-  atomically (``miles_amd.files.atomic_write_text``: without ``--force`` the final step is a
-  link, so a race does not replace an existing file). Exit 0 written;
-  2 refused (no run dir, a failed, short, corrupt, non-finite or fatal-log run, preflight not
-  passed without ``--allow-no-preflight``, ``--out`` exists without ``--force``, ``--out``
-  not named ``<name>.json``), with one
-  line on stderr naming the flag or file and the fix, and nothing written.
-- ``diff OLD NEW`` (each ``stock``, ``patched`` or a path): prints, per rule, its tolerance
-  and reference before -> after, marks what changed, lists added and removed rules and the
-  provenance before -> after (``--format markdown`` for a PR comment, ``--format json`` as
-  data). Exit 0 when they are the same, 1 when they differ (as ``diff(1)``: a script can
-  tell), 2 when either does not load.
+- the commands' options, output and exit codes (``record``: 0 written, 2 refused with nothing
+  written; ``diff``: 0 the same, 1 different, 2 either does not load);
+- ``record``'s checks of its flags and run dir, and its atomic write of ``--out``;
+- ``diff``'s rows: per rule, tolerance and reference before -> after.
 
-Everything beyond typer, the standard library and ``miles_amd.cli.options`` (the variant
-names ``--variant`` takes) is imported inside the commands, so registering them costs the CLI's
-start-up nothing.
+What a recorded baseline holds and when a run is refused is ``miles_amd.baseline.record``'s.
+Heavy imports happen inside the commands, so registering them costs the CLI's start-up nothing.
 
-Explained for people in ``docs/cli.md``.
+Explained in ``docs/cli.md`` ("Baselines").
 """
 
 from __future__ import annotations

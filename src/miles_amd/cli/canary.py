@@ -2,27 +2,16 @@
 
 Decides the command's options, its checks of them, its output and its exit code:
 
-- ``--plan`` prints the plan (``canary.plan``; the dispatch thresholds of the installed aiter's
-  source, else of the pinned commit: ``canary.source``) and runs nothing; ``--json`` prints it
-  as a JSON list of entries (``tokens``, ``bytes``, ``kernel``, ``uniform_trip_count``,
-  ``calls``, ``implementation``, ...);
-- ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo, ``--world-size`` processes, default
-  4) with ``FUNCTION(tensor, group) -> tensor`` from ``FILE`` as the all-reduce under test:
-  the harness's test seam; the node does not use it. The CPU plan keeps ``N <= 128``
-  (``plan.CPU``) so ``--detect-rate 0.002`` (its default) runs in seconds;
-- without ``--reducer``: the node. ``--variant`` picks the implementation its rollouts use
-  (stock/patched: aiter's; rccl: SGLang's own), ``--implementation`` overrides it (``rccl``:
-  ``torch.distributed`` on RCCL, the reference); default detect rate 1e-6. No torch, no GPU,
-  fewer GPUs than the TP size, the implementation not importable: one line, exit 2;
-- ``--run-dir DIR`` writes ``DIR/canary.json`` (``canary.record``); without it nothing is
-  written. ``--repeats R`` runs the plan R times (the power is per repeat).
+- ``--plan`` prints the plan and runs nothing (``--json``: as a JSON list of entries);
+- ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo): the harness's test seam;
+- without ``--reducer``: the node; ``--variant`` and ``--implementation`` pick the all-reduce;
+- ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times.
 
-Exit 0 clean, 1 a mismatch (one stderr line: the first bad size, its kernel, the first bad
-element), 2 unusable: bad input (the reducer file or function missing, a world size that is
-not a multiple of the TP size, an unwritable run dir, a detect rate outside (0, 1)) or ranks
-that failed or hung (``--timeout``); nothing is written then. Heavy imports happen in the
-ranks (``canary.worker``); this module's top level imports none. Explained in ``docs/cli.md``
-and ``docs/node.md``.
+Exit 0 clean, 1 a mismatch, 2 unusable (bad input, or ranks that failed or hung); nothing is
+written then. Heavy imports happen in the ranks (``canary.worker``); this module's top level
+imports none.
+
+Explained in ``docs/cli.md`` ("The all-reduce canary").
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """Options that several ``miles-amd`` commands share, declared once, and their validation.
 
-Decides each shared flag's name, default, help and the check of its value; commands take
-them as annotated parameters. Every check runs while the command line is parsed, so a bad
-value exits 2 (``miles_amd.cli.errors``) naming the flag before anything starts:
+Decides:
 
-- counts (``--num-gpus``, ``--num-rollouts``) are integers >= 1;
-- ``--timeout`` is a finite number of seconds > 0 (``nan``, ``inf`` and ``-5`` are refused);
-- every directory is made absolute against the current directory (``os.path.abspath``, no
-  symlink resolution), because the job runs in another process and directory.
+- each shared flag's name, default, help and the check of its value, run while the command
+  line is parsed, so a bad value exits 2 naming the flag before anything starts;
+- the checks: counts >= 1, ``--timeout`` finite and > 0, every directory made absolute;
+- one flag name per concept, old spellings kept as hidden aliases (:func:`resolve_alias`);
+- the output format, the run history flags and the aiter-variant choices
+  (:data:`AiterVariant`, :data:`BaselineVariant`).
 
-Defaults of the recipe's directories are :class:`miles_amd.recipe.settings.Recipe`'s; the run
-dir default is shared by ``preflight`` and ``train``, so the preflight's ``env.json`` lands
-in the dir the run writes and ``baseline record --run-dir`` reads.
+The recipe's directory defaults are ``Recipe``'s (``miles_amd.recipe.settings``).
 
-Also declared here, once: the output format (``--format``), the run history (``--history``,
-``--no-history``; a history is written only when one is named, by ``--history`` or
-``$MILES_AMD_HISTORY``: there is no per-user default), and the aiter-variant choices (from
-``miles_amd.variants``: :data:`AiterVariant` every variant, the rccl control arm included;
-:data:`BaselineVariant` the variants with a shipped baseline). Every placeholder in help
-names the value's type (``<path>``, ``<int>``, ``<stock|patched|rccl>``).
-
-One flag name per concept: a count of rollouts is ``--num-rollouts`` everywhere (``train``'s
-recipe, ``gate``'s expected count, ``baseline record``'s recorded count). Old spellings stay
-as hidden aliases (``--num-rollout``, ``--gpus``, ``gate --expected-rollouts``): they parse
-but are not shown in help; :func:`resolve_alias` merges one into its flag.
+Explained in ``docs/cli.md`` ("Shared options").
 """
 
 from __future__ import annotations

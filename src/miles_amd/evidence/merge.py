@@ -2,28 +2,16 @@
 
 Decides, per metric:
 
-- Which source's series is used: the first in :data:`PREFERENCE` that carries the metric
-  (TensorBoard, then CI history, then the job log). The chosen series is used exactly as
-  read. Steps that only another source has are NOT filled in: a step missing from the
-  preferred source means that source lost data (a truncated or half-copied event file), and
-  the gate's step rule must see that gap instead of a patch from a source with different
-  precision; a metric the preferred source lacks entirely comes whole from the next source.
-- Where the sources disagree: at every step two or more sources carry, each value is
-  compared with the values of the most preferred source carrying that step; a value that
-  agrees with none of them beyond float noise is a :class:`~miles_amd.evidence.types.Conflict`
-  holding every source's (first) value at that step. Sources are compared even where the
-  preferred source lacks the step. A step duplicated within one source is not a conflict
-  (the gate names duplicates).
-
-Float noise: TensorBoard stores ``simple_value`` as float32, whose rounding error is at most
-2**-24 (about 6e-8) of the value; the job log and CI history print float64. Two values agree
-when they are equal, both NaN, or both finite and within :data:`REL_TOL` (1e-6, about 17
-float32 roundings) of the larger magnitude or :data:`ABS_TOL` (1e-37, below float32's
-smallest normal number, so subnormal rounding and float32 underflow to 0 agree). Infinities
-agree only with the same infinity; a float64 beyond float32's range (TensorBoard stores inf)
-is a conflict, since the two sources then do say different things.
+- which source's series is used: the first in :data:`PREFERENCE` that carries the metric,
+  exactly as read; steps that only another source has are not filled in;
+- where the sources disagree: a value that agrees with none of the most preferred source's
+  values at that step is a :class:`~miles_amd.evidence.types.Conflict`;
+- what agreeing means: equal, both NaN, or within :data:`REL_TOL` or :data:`ABS_TOL` (float32
+  noise); infinities agree only with the same infinity.
 
 Does not decide: whether a conflict fails the run (the gate does), nor read any file.
+
+Explained in ``docs/cli.md`` ("One series per metric").
 """
 
 from __future__ import annotations

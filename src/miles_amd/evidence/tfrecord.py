@@ -1,27 +1,15 @@
 """Strict reader of the TFRecord framing that TensorBoard event files are written in.
 
-A file is a sequence of records, each::
+Decides:
 
-    uint64 length (little-endian)
-    uint32 masked CRC32C of those 8 length bytes
-    bytes  payload[length]
-    uint32 masked CRC32C of the payload
+- whether a file is a whole, uncorrupted sequence of records (length, its masked CRC32C,
+  payload, the payload's masked CRC32C); every record is checked;
+- the first bad record is an :class:`EventFileError` naming file, byte offset and reason.
 
-with ``masked(c) = ((c >> 15) | (c << 17)) + 0xa282ead8 (mod 2**32)`` (the masking keeps a
-CRC of data that itself holds CRCs from being trivially zero).
-
-Decides: whether a file is a whole, uncorrupted sequence of records; every record is checked,
-and the first bad one is an :class:`EventFileError` naming file, byte offset and reason.
-Does not decide: what the payloads mean (``metrics.tensorboard`` decodes them).
-
-Why not TensorBoard's own loader: its ``EventFileLoader`` swallows a ``DataLossError`` for a
-truncated tail and stops at a corrupted record, logging at debug level only, so
-``EventAccumulator`` silently returns the points before the damage (one flipped byte lost
-half of 200,000 scalars in a measurement). A gate cannot stand on that.
-
-Speed facts: the file is read once into memory; records of equal length share their 12 header
-bytes, so a verified header is remembered and not checked again; the payload CRC is computed
-by google-crc32c's C extension (its ``value`` wants ``bytes``, not a ``memoryview``).
+Does not decide: what the payloads mean (``evidence.tensorboard`` decodes them). Caveat:
+TensorBoard's own loader is not used, as it stops quietly at a damaged record. The framing,
+why not TensorBoard's loader and the speed facts: ``docs/gate-and-statistics.md``
+("Reading event files strictly").
 """
 
 from __future__ import annotations

@@ -1,30 +1,19 @@
 """Cross-run drift: a Mann-Kendall trend test over the last trusted runs of one identity.
 
 Decides when slow drift across pull requests (each run a little worse, each still in band)
-is flagged. Pure: takes stored runs of one identity (oldest first), returns findings.
+is flagged:
 
-The rule: for each metric, take the run means of the last :data:`WINDOW` (12) *trusted*
-runs (a gate pass not marked untrusted; a failed or untrusted run does not feed the trend,
-and a run gated again, the same ``run_key``, counts once: ``tests/unit/test_history.py``)
-and compute Mann-Kendall's ``S = sum over pairs i < j of sign(mean_j - mean_i)`` (-66 .. 66);
-``|S| >= threshold`` flags a drift up (S > 0) or down. For healthy runs the run means are
-exchangeable, so S's distribution is the same whatever the metric's; the check looks at every
-gate, so its error is controlled over a history's life, not per look: :data:`LIFE_RATE` is
-the chance, per metric, that *any* look of a healthy history of :data:`LIFE_RUNS` (100) runs
-reaches ``|S| >= c`` (every window of 12 from run 12 to run 100, 89 looks), measured on
-200,000 simulated histories (``benchmarks/bench_drift.py`` re-measures it; seed 20261130).
-:func:`threshold` picks the smallest c with ``metrics · LIFE_RATE[c] <= LIFE_ALPHA`` (5%,
-Bonferroni over the metrics stored): the patched baseline's 7 gated metrics get c = 54 (bound
-2.4% of healthy 100-run histories falsely flagged; measured end to end with a failed gate
-every 10th run: 1.4%, Wilson 95% 0.9-2.1%, 1,500 histories), the stock baseline's 4 get
-c = 52 (bound 3.2%; measured 3.3%, 2.5-4.3%).
+- which runs feed the trend (:func:`trusted`): gate passes not marked untrusted, a run gated
+  again counting once (``tests/unit/test_history.py``); the last :data:`WINDOW` of them;
+- the statistic (:func:`mann_kendall`): Mann-Kendall's ``S`` over their run means, per metric;
+- the threshold on ``|S|`` (:func:`threshold`): the smallest whose chance of ever flagging a
+  healthy history of :data:`LIFE_RUNS` runs (:data:`LIFE_RATE`), times the metrics, is at
+  most :data:`LIFE_ALPHA` (Bonferroni).
 
-Power against a steady rise of +2% of the metric's mean per run (logprob diff, run-mean
-coefficient of variation 3.8%: the published within-run 2.3% plus a 3% run-level effect) at
-c = 54: flagged at the look that ends the 12th rising run in 30.0% of histories, by the 20th
-rising run in 73.6%; 87.4% and 99.6% without the run-level effect (``bench_drift.py``). Not
-covered: autocorrelated healthy runs (a slowly wandering environment is flagged as a drift,
-which is what it is) and steps (a one-off jump raises S by at most ``6 · 6`` pairs of 66).
+Pure: takes stored runs of one identity (oldest first), returns findings. Caveat:
+autocorrelated healthy runs are flagged as a drift, and a one-off step moves ``S`` little.
+The rule, its measured error and power (``benchmarks/bench_drift.py``):
+``docs/gate-and-statistics.md`` ("The drift check").
 """
 
 from __future__ import annotations

@@ -1,32 +1,20 @@
 """The run-history store: one SQLite file, schema versioned, gate verdicts appended.
 
-Decides what is kept of a judged run and where: a row in ``runs`` (the fields of
-:class:`RunRow`: when, recipe and its digest, aiter variant and commit, baseline, image,
-commit, run dir, verdict, reason, rollouts, the failed checks), its per-metric summary in
-``summaries`` (the fields of :class:`Summary`: n, mean, sd, min, max of the finite values),
-its finite per-rollout values in ``metric_values`` and its non-finite ones in
-``nonfinite_values`` as upstream's capture markers (``NaN``, ``Infinity``, ``-Infinity``:
-the export writes what the run had), and in ``untrusted_marks`` the runs a maintainer took out
-of the trend (:meth:`HistoryStore.mark`, reversible). A run's :class:`Identity` (recipe,
-digest, aiter variant and commit) and whether it is ``trusted`` (a pass not marked) are read
-from the row, not from the baseline's name. ``meta.schema_version`` is
-:data:`SCHEMA_VERSION` (2 since the identity, markers and marks; 3 since ``run_key``, which run
-a row judged; 4 since ``decided_at_rollout`` and ``decided_by``, when a red run was decided:
-a look before its last rollout is node time saved); a file of another version is
-refused, not migrated (``tests/unit/test_history.py``). Standard library only (``sqlite3``);
-appends are one transaction each, so concurrent writers (SQLite's file lock, 30 s timeout) do not
-leave half a run. Reading survives a corrupt row or page (:meth:`HistoryStore.read_runs`: the row is
-named and skipped, the rest listed). Columns are the dataclasses' fields, each spelled once
-with its SQL type (``tests/unit/test_history.py``); INSERTs and SELECTs name their columns.
+Decides what is kept of a judged run and where:
 
-Where: the file the CLI names (``--history PATH`` or ``$MILES_AMD_HISTORY``;
-``miles_amd.cli.options.named_history``); there is no default file. A store opened
-``read_only`` (listing) is not created, initialised or modified
-(``tests/unit/test_cli_interface.py``). It does not decide what a
-drift is (``miles_amd.history.drift``) nor when to append (``miles-amd gate`` and
-``train --gate``, when a history is named).
+- ``runs``: a :class:`RunRow` (identity, baseline, verdict, reason, rollouts, failed checks);
+- ``summaries``: its per-metric :class:`Summary`; ``metric_values`` and ``nonfinite_values``:
+  its per-rollout values, the non-finite ones as upstream's capture markers;
+- ``untrusted_marks``: the runs a maintainer took out of the trend (:meth:`HistoryStore.mark`);
+- a run's :class:`Identity` and whether it is ``trusted``: read from the row;
+- ``meta.schema_version`` (:data:`SCHEMA_VERSION`): a file of another version is refused, not
+  migrated (``tests/unit/test_history.py``).
 
-Explained for people in ``docs/gate-and-statistics.md``.
+Standard library only (``sqlite3``); an append is one transaction. The file is the one the CLI
+names; a ``read_only`` store is not created or modified (``tests/unit/test_cli_interface.py``).
+It does not decide what a drift is (``miles_amd.history.drift``) nor when to append. Columns,
+versions, concurrent writers and corrupt rows: ``docs/gate-and-statistics.md``
+("How runs are stored").
 """
 
 from __future__ import annotations

@@ -1,29 +1,20 @@
 """The A/B premise: did SGLang's rollout all-reduce run where the run's variant says?
 
 Decides the gate's built-in ``allreduce.path`` check. ROCm/aiter#5694 fixes aiter's custom
-all-reduce, so a stock or patched run means something only if SGLang's tensor-parallel
-all-reduce went through aiter's; the rccl control arm means something only if it did not.
-SGLang chooses silently (``run.sglang_allreduce`` has its rule) and says which it took in the
-job log: ``[AR] Using AiterCustomAllreduce`` (aiter's), ``[AR] Aiter custom all-reduce not
-available; falling back to sglang CustomAllreduce`` (the import failed) or ``AMD/ROCm: Using
-1-stage all-reduce kernel (deterministic)`` (deterministic mode); ``evidence.sentinels``
-counts them (``known`` hits, not fatal on their own). The preflight's prediction is
-env.json's ``sglang_allreduce`` fact (``route: reason``).
+all-reduce, so a stock or patched run needs SGLang's all-reduce to have gone through aiter's,
+and the rccl control arm needs it not to. Evidence: SGLang's job-log lines (counted by
+``evidence.sentinels``) and env.json's ``sglang_allreduce`` prediction.
 
-Outcome, for the run's variant (``RunEvidence.variant``: env.json's ``aiter_variant``, else
-plan.json's; any variant but rccl, or none recorded, needs aiter's;
+Outcome, for the run's variant (env.json's, else plan.json's; none recorded needs aiter's;
 ``tests/unit/test_ab_premise.py``):
 
-- the log shows a route other than the needed one (each engine must take aiter's: one
-  fallback next to aiter lines fails too), or the preflight predicted one: ``fail``, naming
-  the line or the fact and the fix;
-- the log shows the needed route and nothing else: ``pass``;
-- the log has no ``[AR]`` line (a CPU rehearsal, an SGLang that logs at WARNING): ``not
-  measured``, and a failure with ``require_env`` (the hardware path must prove it).
+- a route other than the needed one in the log (on any engine) or in the prediction: ``fail``,
+  naming the line or the fact and the fix;
+- the needed route and nothing else: ``pass``;
+- no ``[AR]`` line: ``not measured``, and a failure with ``require_env``.
 
-Pure; reads nothing.
-
-Explained for people in ``docs/node.md``.
+Pure; reads nothing. The log lines and each case: ``docs/node.md`` ("The allreduce.path
+check").
 """
 
 from __future__ import annotations

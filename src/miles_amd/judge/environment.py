@@ -1,32 +1,19 @@
 """Hardware identity: was the run made where its baseline was?
 
-Decides how a run's ``env.json`` (written by ``miles-amd preflight``;
-``miles_amd.run.preflight.write_env_json``) is read into an :class:`Environment` and how
-that is compared with the baseline's ``provenance.environment``; builds the gate's
-``environment.identity`` check. Reads no file (the evidence already holds env.json).
+Decides:
 
-What env.json says (the GPU arch and count, ROCm major.minor, the aiter variant, version
-and commit) is its record's (``miles_amd.records.env.EnvRecord``); here it is compared: ROCm
-by major.minor, the aiter version as written, the aiter commit by prefix (a setuptools-scm
-``+g`` sha is abbreviated). A baseline's ``aiter_commit`` is the aiter its reference ran (the
-patched one's contains ROCm/aiter#5694): a run claiming that variant on another aiter build
-fails, with the fix.
+- how a run's ``env.json`` (from ``miles-amd preflight``) is read into an :class:`Environment`;
+- how that is compared with the baseline's ``provenance.environment``: ROCm by major.minor,
+  the aiter version as written, the aiter commit by prefix; a field the baseline records as
+  null is not compared;
+- the gate's ``environment.identity`` check: any mismatch fails, naming field, run value and
+  baseline value; an env.json whose facts are malformed or failed fails it whenever it is to
+  vouch for hardware; without env.json it is ``not_measured`` unless ``require_env``, which
+  fails it, as it fails a baseline that does not record the GPU arch, GPU count and ROCm.
 
-The rccl control arm (``control_arm``) is judged against the stock baseline's identity
-without its aiter variant (it runs the stock aiter under another variant name).
-
-A value is read whatever the fact's status (a ``wrong`` 4-GPU reading is still 4 GPUs).
-A field the baseline records as null (the shipped references did not publish their aiter
-version) is not compared. Outcome: any mismatch fails, naming field, run value and baseline
-value. An env.json whose facts are malformed, contradictory or failed
-(``EnvRecord.problems``) fails it whatever else it says, whenever it is to vouch for hardware
-(``--require-env``, or a baseline that records any of the hardware). Without env.json the check is
-``not_measured`` (the CPU main job has no GPUs to
-probe) unless ``require_env`` (``--require-env``: the hardware path), which fails it, as it
-fails a field the baseline records but env.json does not, and a baseline that does not record
-the GPU arch, GPU count and ROCm (one recorded without a preflight cannot vouch for hardware).
-
-Explained for people in ``docs/gate-and-statistics.md``.
+Reads no file (the evidence already holds env.json). The rccl control arm is judged against
+the stock baseline's identity without its aiter variant. Each comparison and its reason:
+``baselines/README.md`` ("Hardware identity").
 """
 
 from __future__ import annotations
@@ -128,7 +115,8 @@ def _fix_of(name: str, reference: Environment) -> str:
 def environment_check(
     evidence: RunEvidence, baseline: Baseline, *, require_env: bool, control_arm: bool = False
 ) -> Check:
-    """``environment.identity`` of ``evidence`` against ``baseline``; see the module doc."""
+    """``environment.identity`` of ``evidence`` against ``baseline``; see
+    ``baselines/README.md`` ("Hardware identity")."""
     reference = baseline_environment(baseline.provenance)
     if control_arm:
         reference = replace(reference, aiter_variant=None)

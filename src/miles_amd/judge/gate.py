@@ -1,26 +1,17 @@
 """The acceptance gate: one run's evidence and a baseline -> checks -> a verdict.
 
-- Pure and read-only: :func:`judge` takes a :class:`~miles_amd.evidence.types.RunEvidence`
-  and a :class:`~miles_amd.rules.model.Baseline` and returns a :class:`Verdict`; it opens no
-  file (reading is ``miles_amd.evidence``'s, the report ``miles_amd.report``'s).
-- Checks, in order: evidence (``evidence.readable``, ``evidence.consistent``: a failure is
-  ``fail``, not ``error``); environment (``judge.environment``); the all-reduce path
-  (``judge.allreduce``; the rccl arm against stock's baseline-free rules,
-  ``judge.control_arm``); LoRA on the experts (``judge.model_build``); the canary
-  (``judge.canary``); fatal sentinels; then each baseline rule, judged by its kind.
-- A hardware check without its evidence is ``not_measured``, a failure with ``require_env``;
-  a required rule whose metric has no series fails "not measured"
-  (``tests/unit/test_gate_rules.py``).
-- Verdict: ``error`` when nothing at all was readable; else ``fail`` when any check is
-  ``fail`` or ``error``; else ``pass``.
-- Looks (``judge.sequential``): each spending rule at the baseline's ``run_shape.looks``; its
-  first failing look decides it (:attr:`Verdict.decision`). :func:`early_failures` is the
-  watcher's judge of a partial run: the same rules at the looks reached, and fatal sentinels.
+Decides:
 
-Caveats:
+- the checks, in order: evidence, environment, the all-reduce path, LoRA on the experts, the
+  canary, fatal sentinels, then each baseline rule, judged by its kind;
+- what a missing measurement is: ``not_measured``, or a failure when required;
+- the verdict (:class:`Verdict`): ``error`` when nothing at all was readable, else ``fail``
+  when any check is ``fail`` or ``error``, else ``pass``;
+- at which look a red run is decided (:attr:`Verdict.decision`); :func:`early_failures` is the
+  watcher's judge of a partial run.
 
-- Only red is decided early; a run passes only at its last rollout.
-- No rule demands a reward trend (learning); the router dtype (miles#3263) is a note.
+Pure: :func:`judge` opens no file. Caveats: only red is decided early (a run passes only at
+its last rollout); no rule demands a reward trend.
 
 Explained in ``docs/cli.md`` ("What the gate judges, in order").
 """

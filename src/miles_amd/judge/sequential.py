@@ -1,28 +1,18 @@
 """Sequential looks for the gate and the watcher: what a run's first rollouts decide.
 
-Decides, with the rules' own functions (``miles_amd.rules.registry.evaluate_rule`` with a
-``look``; the looks, kinds and boundaries are ``miles_amd.rules.looks``'):
+Decides, with the rules' own ``evaluate_rule`` (the looks, kinds and boundaries are
+``miles_amd.rules.looks``'):
 
-- :func:`rule_checks`: the gate's rule checks of a run. Each rule is judged on the whole run;
-  a ``spending`` rule is judged at every look before the last too, and its first failing
-  look, when there is one, is its check (a look decides red for good: the run is not
-  accepted even if a later look passes). The rccl control arm's reference-bound rules are
-  ``miles_amd.judge.control_arm``'s, at every look.
+- :func:`rule_checks`: the gate's rule checks of a run: each rule on the whole run, a
+  ``spending`` rule at every look before the last too, its first failing look its check;
 - :func:`early_rule_failures`: the rules' part of the watcher's judge of a run still being
-  written (``miles_amd.judge.gate.early_failures`` adds the fatal sentinels), the very same
-  :func:`evaluate_rule` calls: the ``at_once`` rules on everything read so far, each
-  ``spending`` rule at every declared look its metric has reached (all of its first ``k``
-  rollouts read). A ``final`` rule waits for the gate, and a look only fails a run
-  (``tests/unit/test_looks.py``). ``reference_free`` leaves out the reference-bound rules
-  (a run that is not gated: only what fails whatever its baseline).
+  written: ``at_once`` rules on what is read so far, ``spending`` rules at each look reached;
 - :func:`decision`: the rollout a red run was decided at, by which check and the rate it
-  had spent: a failing look's rollout; a failing value's rollout plus one (a spike, a
-  non-finite or off-grid value: the watcher stops at it); else the rollouts the run reached
-  (its end, or where it stopped). At one rollout a look or a value decides before what
-  only the run's end shows (a job stopped right after its look is decided by the look).
+  had spent.
 
-Pure; reads nothing. The node time looks save, and their false-alarm rate over all looks, are
-``benchmarks/bench_calibration.py``'s (``baselines/README.md``, "Sequential looks").
+A look only fails a run (``tests/unit/test_looks.py``): red at a look stands even if a later
+look passes. Pure; reads nothing. Each function's cases and the node time looks save:
+``docs/gate-and-statistics.md`` ("Judging a run at its looks").
 """
 
 from __future__ import annotations
@@ -51,7 +41,8 @@ class Decision:
 
 
 def rule_checks(ctx: RuleContext, *, control: bool) -> list[Check]:
-    """The rules' checks of a run (module doc)."""
+    """The rules' checks of a run (``docs/gate-and-statistics.md``, "Judging a run at its
+    looks")."""
     checks = []
     for rule in ctx.baseline.rules:
         if control and reference_bound(rule):
@@ -80,7 +71,8 @@ def early_rule_failures(
     looks: bool = True,
     reference_free: bool = False,
 ) -> list[Check]:
-    """The rule checks a run read so far has already failed (module doc); [] while none."""
+    """The rule checks a run read so far has already failed; [] while none
+    (``docs/gate-and-statistics.md``, "Judging a run at its looks")."""
     rollouts = baseline.run_shape.rollouts
     declared = run_looks(baseline.run_shape, rollouts) if looks else None
     ctx = RuleContext(evidence, baseline, rollouts, looks=declared)
@@ -115,7 +107,8 @@ def _rollout_of(step: int, metric: str, baseline: Baseline) -> int:
 def decision(
     checks: Sequence[Check], evidence: RunEvidence, baseline: Baseline, rollouts: int
 ) -> Decision | None:
-    """When the failed ``checks`` decided the run (module doc); None when none failed."""
+    """When the failed ``checks`` decided the run; None when none failed
+    (``docs/gate-and-statistics.md``, "Judging a run at its looks")."""
     gated = {r.metric for r in baseline.rules if r.metric is not None}
     seen = [
         _rollouts_seen(series, metric, baseline)

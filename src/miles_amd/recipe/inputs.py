@@ -1,27 +1,17 @@
 """Checks that the recipe's two input files exist and are the ones the recipe needs.
 
-Decides: whether a checkpoint directory is a complete BF16 gpt-oss-20b checkpoint and whether
-a dataset file starts with a JSON object carrying the prompt and label keys. Each failure is
-an :class:`InputError` whose message is one line naming the path, the CLI flag it came from,
-and the fix.
+Decides:
+
+- whether a checkpoint directory is a complete BF16 gpt-oss-20b checkpoint: not MXFP4, a
+  ``bfloat16`` dtype when one is given, every weight file present and as long as its header;
+- whether a dataset file starts with a JSON object carrying the prompt and label keys;
+- each failure: an :class:`InputError` whose message is one line naming the path, the CLI
+  flag it came from, and the fix.
 
 Does not decide: anything about the model's architecture, the tokenizer, or the contents of
-the dataset beyond its first record; nothing is downloaded or repaired here.
-
-Rules and format facts:
-
-- A checkpoint is MXFP4 (``openai/gpt-oss-20b``) when ``config.json`` has a
-  ``quantization_config`` whose ``quant_method`` is ``mxfp4``; SGLang's Triton MoE path does
-  not serve it, the recipe needs ``lmsys/gpt-oss-20b-bf16``.
-- The dtype field is ``torch_dtype`` (``dtype`` in newer transformers); when present it must be
-  ``bfloat16``.
-- Weights are either one ``model.safetensors`` or shards listed in
-  ``model.safetensors.index.json`` (``weight_map``: tensor name -> shard file). Every listed
-  shard must exist, carry the tensors the index assigns to it, and be exactly as long as its
-  own header says: a safetensors file is an 8-byte little-endian header length ``n``, ``n``
-  bytes of JSON (tensor name -> ``{"dtype", "shape", "data_offsets": [begin, end]}``, plus an
-  optional ``__metadata__``), then the data buffer, whose length is the largest ``end``. A
-  shorter or longer file is a truncated or corrupt download.
+the dataset beyond its first record; nothing is downloaded or repaired here. The format
+facts (MXFP4, the dtype field, safetensors shards and headers): ``docs/conformance.md``
+("The recipe's input files").
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
 """Which tokens of an argv pass a credential, in every spelling argparse would accept.
 
-Decides what ``--extra-args`` may not carry: a flag whose value is a credential. An argv is
-visible to every user of the host (``ps``), in Ray's job table and in the printed plan, so
-such a flag is refused before anything runs, and the refusal names the flag only, not
-``=value`` or the next token (``tests/unit/test_untrusted_input.py``). The W&B key reaches the job
-as ``WANDB_API_KEY``.
+Decides what ``--extra-args`` may not carry: a flag whose value is a credential, refused
+before anything runs; the refusal names the flag, not ``=value`` or the next token
+(``tests/unit/test_untrusted_input.py``):
 
-The credential flags: miles' only one is ``--wandb-key`` (``miles/utils/arguments.py``);
-``--wandb-api-key``, ``--api-key`` and ``--hf-token`` are refused too, and the suffix pattern
-catches SGLang's ``--api-key`` passed through as ``--sglang-api-key`` and any
-``--*-token``/``--*-secret``/``--*-password``-like flag. Megatron's ``--fim-*-token`` flags
-name vocabulary tokens, not credentials, and stay allowed.
+- the flags: :data:`SECRET_FLAGS` and any ``--*-token``/``--*-secret``/``--*-password``-like
+  flag; Megatron's ``--fim-*-token`` flags name vocabulary tokens and stay allowed;
+- the spellings (:func:`normalised`): ``--flag value`` and ``--flag=value``, any case,
+  underscores for dashes, and an abbreviation that reaches the flag's last word.
 
-The spellings refused, each a way the value could reach miles' argv:
-
-- ``--flag value`` and ``--flag=value`` (argparse splits the ``=`` form itself);
-- any case, and underscores for dashes (``--WANDB_KEY``): argparse would reject them as
-  unknown, but only after the value sat in the argv;
-- an abbreviation: a prefix of a credential flag that reaches its last word (``--wandb-k``,
-  ``--hf-t``, ``--sglang-api-k``; shorter prefixes are ambiguous to argparse and an ending
-  like ``-t`` is too common to refuse). The pinned miles parses with Megatron's
-  ``ArgumentParser(allow_abbrev=False)``
-  (``megatron/training/arguments.py``), yet its ``parse_args_train_backend`` pre-parse uses a
-  default parser (``allow_abbrev=True``) on the same argv, and a later miles may drop it.
+Caveat: abbreviations count although the pinned miles parses with ``allow_abbrev=False``.
+Why they count, and why a credential may not ride in an argv: ``docs/ray-head-and-secrets.md``
+("Credential flags in --extra-args").
 """
 
 from __future__ import annotations

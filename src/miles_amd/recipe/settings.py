@@ -1,26 +1,17 @@
 """The gpt-oss-20b MoE LoRA GRPO recipe as a typed, validated value.
 
-- *What* miles is asked to run: the recipe's settings, the invariants between them, and the
-  exact model and train argv in RECIPE.md's order (a pure function of the recipe; how it is
-  launched is ``recipe.plan``'s).
-- Invariants checked on construction, each error naming the broken one by its CLI flag
-  (:data:`FIELD_FLAGS`): one optimizer step per rollout, GPUs divisible by both TPs,
-  ``lora_rank == sglang_max_lora_rank``, LoRA targets miles maps (``recipe.lora_targets``),
-  MI355X or MI350X, ``--qkv-format bshd`` without dynamic batch size.
-- Extra args are appended last; one that repeats a pinned flag is an error unless
-  ``override_pinned`` (it then replaces the pinned one); one carrying a credential is an
-  error that does not repeat the value (``tests/unit/test_untrusted_input.py``).
-- Each field declares a :class:`Setting` (:func:`setting`): its miles flags, its ``train``
-  option, whether it is identity (``tests/unit/test_recipe.py``); :data:`FIELD_FLAGS`,
-  :data:`NOT_IDENTITY`, the replay's argv reader and the CLI's option names derive from it
-  (``tests/unit/test_cli_plan.py``). The argv's order stays written out in ``_train_args``.
-- The default directories (``/root/models`` ...) are the image's layout, the defaults of
-  :class:`Recipe`'s fields; no other module spells them (``tests/unit/test_cli_plan.py``).
+Decides:
 
-Caveats:
+- *what* miles is asked to run: the settings and the exact model and train argv in RECIPE.md's
+  order (how it is launched is ``recipe.plan``'s);
+- the invariants checked on construction, each error naming its CLI flag (:data:`FIELD_FLAGS`);
+- where extra args go and which are errors (a repeated pinned flag, a credential);
+- each field's :class:`Setting` (:func:`setting`), from which :data:`FIELD_FLAGS`,
+  :data:`NOT_IDENTITY` and the CLI's option names derive (``tests/unit/test_cli_plan.py``);
+- the default directories (the image's layout), as :class:`Recipe`'s field defaults.
 
-- The target check is against the pinned miles 31f1ca961; a newer miles may map more (the
-  node's preflight decides).
+Caveat: the LoRA target check is against the pinned miles 31f1ca961; a newer miles may map
+more (the node's preflight decides).
 
 Explained in ``docs/cli.md`` ("The recipe's invariants and settings").
 """

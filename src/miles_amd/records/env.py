@@ -4,25 +4,17 @@ Decides what env.json says and whether it can be believed, for its consumers (th
 environment, all-reduce and model-build checks, ``baseline record``, the history), which get
 it from ``evidence/`` (the one reader of run-dir records: ``tests/unit/test_layers.py``):
 
-- ``facts``: by name, each ``name``, ``status`` (``ok``/``missing``/``wrong``), ``value``,
-  ``message`` (``run.facts.Fact``, as ``run.preflight.write_env_json`` writes them);
-- ``aiter_variant``: the top-level ``aiter_variant`` when it is one of
-  ``miles_amd.variants.AITER_VARIANTS``; anything else is None and a problem;
-- ``aiter_version``: the ``aiter`` fact's value when ``ok`` (``"amd-aiter 0.1.5 @ 0123456789ab"``);
-- ``aiter_commit``: the commit the ``aiter_commit`` fact names (``"1a2b3c4d (aiter/_version.py,
-  setuptools-scm +g)"``; ``"unknown: ..."`` names none; ``run.probes_allreduce`` says where
-  it looks);
-- ``gpu_arch``/``gpu_count`` (the ``gpus`` fact, ``"8x gfx950 (torch)"``) and ``rocm``
-  (major.minor of the ``rocm`` fact, ``"7.2.0-43 (...)"``), whatever the fact's status;
+- ``facts`` by name (:class:`Fact`: ``name``, ``status``, ``value``, ``message``);
+- ``aiter_variant``: the top-level one when it is a known variant, else None and a problem;
+- ``aiter_version`` (when its fact is ``ok``), ``aiter_commit``, ``gpu_arch``/``gpu_count``
+  and ``rocm``: read from their facts' values;
 - ``written_at``: when the preflight wrote it;
-- ``problems``: what makes env.json unbelievable: a fact that is not an object with a string
-  ``name``, a known ``status`` and a string ``value``; the same fact twice; ``ok`` that is not
-  a boolean or disagrees with the facts; an ``aiter_variant`` that is not a known variant or
-  disagrees with the ``aiter_variant`` fact; a failed fact (the preflight said this node
-  cannot run the recipe).
+- ``problems``: what makes env.json unbelievable (a malformed or repeated fact, an ``ok`` or
+  ``aiter_variant`` that disagrees with the facts, a failed fact).
 
 Caveat: a value is read whatever its fact's status; whether a problem fails a check is the
-judge's (``judge.environment``).
+judge's (``judge.environment``). Each field's source and examples: ``docs/node.md`` ("What
+env.json records").
 """
 
 from __future__ import annotations
@@ -57,7 +49,7 @@ class Fact:
 
 @dataclass(frozen=True)
 class EnvRecord:
-    """env.json, read; see the module doc."""
+    """env.json, read; see the module doc and ``docs/node.md`` ("What env.json records")."""
 
     facts: Mapping[str, Fact] = field(default_factory=dict)
     ok: bool = False  # env.json's own "ok", True only when it says true and nothing contradicts

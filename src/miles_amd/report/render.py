@@ -1,30 +1,18 @@
 """The gate's verdict as text: report.json, report.md and the terminal output.
 
-Decides how a :class:`~miles_amd.judge.gate.Verdict` reads; pure (verdict -> text), it
-judges and writes nothing (``miles_amd.report.report`` writes the files).
+Decides how a :class:`~miles_amd.judge.gate.Verdict` reads:
 
-- ``report.json``: ``schema_version`` (:data:`SCHEMA_VERSION`; its JSON Schema is
-  ``report.schema.json``, package data), ``verdict`` (``pass``/``fail``/``error``),
-  ``reason``, ``summary`` (the plain-English verdict sentence), ``exit_code``, the run and
-  baseline, the looks it was judged at and when a red run was decided
-  (``decided_at_rollout``, ``decided_by``, ``alpha_spent``; null for a pass), and one row
-  per check (``name``, ``metric``, ``kind``, ``required``,
-  ``status``, ``observed``, ``expected`` (the band or rule), ``detail``, ``rationale``,
-  ``failing_steps``, ``numbers``), every sentinel hit, the metric sources, problems and
-  conflicts. Strict
-  JSON: non-finite numbers are written as miles' markers ``"NaN"``, ``"Infinity"``,
-  ``"-Infinity"``.
-- ``report.md``: for a CI step summary: one plain-English verdict line first (what a reader
-  needs if they read nothing else), then the checks that failed, then those that passed,
-  then the optional checks not measured, one line per reason (what the run lacked, the
-  check's ``detail``), then every sentinel hit, then
-  the evidence sources, problems and conflicts.
-- text: the same order in aligned plain lines; where the report was written is the CLI's
-  last line (``miles-amd gate``).
+- ``report.json`` (:data:`SCHEMA_VERSION`): the verdict, its reason and summary, when a red run
+  was decided, one row per check, sentinel hits, sources, problems and conflicts; strict JSON;
+- ``report.md``: for a CI step summary, the verdict line first, then the failed, passed and
+  not-measured checks, the sentinel hits and the evidence;
+- text: the same order in aligned plain lines.
 
-Strings from the run dir (tag names, paths, job.json fields, log lines) are escaped for
-their sink by ``miles_amd.escape``: ``markdown`` in report.md, ``terminal`` in text
-(``tests/unit/test_untrusted_input.py``: a hostile job.json message stays inert).
+Pure (verdict -> text): it judges and writes nothing (``miles_amd.report.report`` writes the
+files). Strings from the run dir are escaped for their sink by ``miles_amd.escape``
+(``tests/unit/test_untrusted_input.py``).
+
+Explained in ``docs/cli.md`` ("The report").
 """
 
 from __future__ import annotations
@@ -130,7 +118,7 @@ def _json_numbers(numbers: Mapping[str, float]) -> dict[str, object]:
 
 
 def to_json(verdict: Verdict) -> dict[str, object]:
-    """The report as a JSON-ready dict (strict JSON, see the module doc)."""
+    """The report as a JSON-ready dict (strict JSON, ``docs/cli.md``: "The report")."""
     counts = {status: 0 for status in _STATUS_ORDER}
     for check in verdict.checks:
         counts[check.status] += 1

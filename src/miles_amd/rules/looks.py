@@ -2,28 +2,18 @@
 
 Decides, for a run of ``N`` rollouts judged against a baseline:
 
-- its looks (:func:`run_looks`): ``run_shape.looks`` below ``N``, then ``N`` (the shipped
-  baselines declare 6, 8, 10, 12, 14, 16, 20); the loader refuses looks that are not
-  increasing rollouts ending at ``run_shape.rollouts`` (:func:`looks_problem`), its fix
-  suggesting quarters of the run (:data:`DEFAULT_LOOKS` for 20 rollouts);
-- for a rule whose kind is judged by ``spending`` (``KindSpec.looks``): its boundary at each
-  look (:func:`rule_boundaries`): the information fraction ``t_k`` (the information of the
-  kind's statistic on the first ``k`` rollouts over that on all ``N``, both from the
-  reference alone: ``KindSpec.information``; for a mean, one over its variance), floored
-  to 2 decimals, and the z bound that spends the kind's fixed-sample rate
-  (``KindSpec.nominal``) over the looks with Kim and DeMets' power function ``α·t^ρ``
-  (``miles_amd.rules.spending``), rounded up to 4 significant digits; ``alpha_spent`` is
-  what the rule has spent by that look, both sides of a two-sided rule counted;
-- the stored boundaries (a spending rule's ``boundaries``, written by ``baseline record``)
-  are the derived ones for ``run_shape.rollouts`` and ``run_shape.looks``
-  (:func:`boundaries_problem`); other kinds carry none.
+- its looks (:func:`run_looks`): ``run_shape.looks`` below ``N``, then ``N``; looks that are
+  not increasing rollouts ending at ``run_shape.rollouts`` are refused
+  (:func:`looks_problem`, its fix suggesting quarters of the run: :data:`DEFAULT_LOOKS`);
+- a ``spending`` rule's boundary at each look (:func:`rule_boundaries`): the information
+  fraction ``t_k`` from the reference alone and the z bound that spends the kind's
+  fixed-sample rate (``miles_amd.rules.spending``); ``alpha_spent``, what it spent by then;
+- whether stored ``boundaries`` are the derived ones (:func:`boundaries_problem`).
 
-Only red is decided early: a look can fail a run; a rule that passes a look is judged again
-at the next, up to the last rollout (``miles_amd.judge.sequential``). An ``at_once`` kind
-judges the first ``k`` rollouts with the whole run's tolerance (what fails there fails the
-run), a ``final`` kind only the whole run. The whole gate's false-alarm rate over all looks
-and the rollouts to red are ``benchmarks/bench_calibration.py``'s
-(``baselines/README.md``, "Sequential looks"). Pure; reads no file.
+An ``at_once`` kind judges the first ``k`` rollouts with the whole run's tolerance, a ``final``
+kind only the whole run; a look can fail a run, not pass it (``miles_amd.judge.sequential``).
+Pure; reads no file. The fractions, the rounding and the measured rates:
+``docs/gate-and-statistics.md`` ("The looks and each rule's boundaries").
 """
 
 from __future__ import annotations
@@ -78,7 +68,8 @@ def run_looks(shape: RunShape, rollouts: int) -> tuple[int, ...]:
 def rule_boundaries(
     spec: KindSpec, rule: Rule, baseline: Baseline, rollouts: int, looks: Sequence[int]
 ) -> tuple[Boundary, ...]:
-    """The boundaries of a spending rule at ``looks`` of a run of ``rollouts`` (module doc);
+    """The boundaries of a spending rule at ``looks`` of a run of ``rollouts``
+    (``docs/gate-and-statistics.md``, "The looks and each rule's boundaries");
     a look its kind cannot judge (too few rollouts) or that would spend nothing is left out,
     and a run too short for the kind to judge at all has none (its fixed-sample tolerance)."""
     assert spec.information is not None and spec.nominal is not None

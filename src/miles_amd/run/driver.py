@@ -4,29 +4,17 @@ Decides the side effects of a run, in order (one function per step in :func:`exe
 
 1. refuse a run dir that holds evidence of an earlier run, then lay it out;
 2. clear this tool's own leftovers (the head an earlier run recorded in its state file);
-3. start a Ray head unless the plan names a cluster (``miles_amd.run.ray_head``); on a named
-   cluster, refuse unless it has a whole node for the job (``miles_amd.run.cluster``);
-4. submit through Ray's Jobs SDK (``JobSubmissionClient``, not the ``ray job submit`` CLI), with
-   the plan's ``entrypoint_resources`` (cluster mode: the whole node);
-5. follow the job (``miles_amd.run.job``): stream its log to ``job.log``, let the fail-fast
-   watcher stop a lost job early, enforce the overall timeout; in cluster mode the evidence
-   is pulled from the job's node before each watcher poll (``miles_amd.run.pullback``);
-6. write ``job.json`` (:class:`~miles_amd.records.job.JobRecord`) when the job ends; in cluster
-   mode pull the evidence completely and verify it (a failed pull is a named red).
+3. start a Ray head, or on a named cluster refuse unless it has a whole node for the job;
+4. submit through Ray's Jobs SDK with the plan's ``entrypoint_resources``;
+5. follow the job: its log to ``job.log``, the fail-fast watcher, the overall timeout;
+6. write ``job.json`` when the job ends; in cluster mode pull and verify the evidence.
 
-It runs and records; it does not judge: the fail-fast watcher's rules are given (``watch``;
-``miles_amd.app.baselines.watch_rules``) and the gate runs after it (``miles_amd.app.train``).
+It runs and records; it does not judge (the watcher's rules are given, the gate runs after).
+On every exit path the job is stopped if still running and the head this call started is
+stopped by pid. A failure before the job was submitted removes what step 1 laid out and is
+bad input (:attr:`DriverError.exit_code` 2); every ``DriverError`` message is redacted.
 
-On every exit path (success, failure, timeout, Ctrl-C, exception) the job is stopped if still
-running and the head this call started is stopped by pid; nothing else is touched. A run that
-fails before its job was submitted (the cluster refused, its node list or its Jobs API is
-unusable, the submission refused) removes what step 1 laid out, so the same ``--run-dir``
-can be used again; such a failure of the endpoint is bad input (:attr:`DriverError.exit_code`
-2), one after it a red run (1). Every ``DriverError`` message is redacted
-(``miles_amd.redact``): a refused submission's body may echo the runtime env. A Ctrl-C
-(or ``cancel``) that lands after the run dir is laid out but before the job is followed (a
-slow node check or submission on a loaded machine) still writes ``job.json``: ``STOPPED`` by
-``interrupt``, saying whether the submission may have reached Ray (then it is stopped too).
+Explained in ``docs/cli.md`` ("How a run is executed").
 """
 
 from __future__ import annotations
@@ -119,7 +107,7 @@ def execute(
     echo: Echo = print,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
-    """Run ``plan`` to the end and write the run dir; see the module doc.
+    """Run ``plan`` to the end and write the run dir (``docs/cli.md``: "How a run is executed").
 
     ``watch`` maps the evidence read so far to the hard failures that stop the job (the
     fail-fast watcher); None watches nothing. ``cancel``, set from another thread, stops the

@@ -2,27 +2,18 @@
 
 Decides the ``sglang_aiter_env``, ``aiter_commit`` and ``sglang_allreduce`` facts:
 
-- ``sglang_aiter_env``: ``SGLANG_USE_AITER``, ``SGLANG_USE_AITER_AR`` and
-  ``SGLANG_USE_1STAGE_ALLREDUCE`` as the job will see them: the runtime env's value
-  (``miles_amd.variants.sglang_env`` of ``--aiter-variant``), else the launching process's
-  (a Ray worker inherits the head's env), else ``unset``.
-- ``aiter_commit``: the git commit the aiter the job imports was built from, from (in order)
-  the git checkout holding the package (an editable/source build such as the workflow's
-  patched one), ``direct_url.json``'s ``vcs_info.commit_id`` of ``amd-aiter`` (a pip VCS
-  install), the setuptools-scm local version ``+g<sha>`` in ``aiter/_version.py`` (aiter's
-  ``pyproject.toml`` writes it there) or in the distribution's version; else ``unknown:``
-  with what was looked at (a release built from a tag carries no ``+g``). Not a failure.
+- ``sglang_aiter_env``: the SGLang switches (:data:`SGLANG_ENV_KEYS`) as the job will see
+  them: the runtime env's value, else the launching process's, else ``unset``;
+- ``aiter_commit``: the git commit the aiter the job imports was built from (a git checkout,
+  pip's ``direct_url.json``, a setuptools-scm ``+g<sha>``), else ``unknown:`` with what was
+  looked at; not a failure;
 - ``sglang_allreduce``: the route of ``run.sglang_allreduce.allreduce_route``; ``wrong`` when
-  it is not the variant's (stock/patched need aiter's all-reduce, where ROCm/aiter#5694
-  lives; the rccl control arm needs SGLang's own).
+  it is not the variant's.
 
-"As the job sees it": aiter is inspected in a child ``python3`` (the job's interpreter) with
-the job's ``PYTHONPATH`` (``recipe.plan.job_env_vars``; for patched, ``AITER_PATCHED_DIR``
-first when set, as ``run.variants_run.variant_env`` puts it), which imports
-``aiter.dist.device_communicators.custom_all_reduce`` as SGLang does; its failure is SGLang's
-fallback. The child runs once per preflight and is read as JSON.
-
-Explained for people in ``docs/node.md``.
+Caveat: aiter is inspected as the job sees it, in a child ``python3`` with the job's
+``PYTHONPATH``, once per preflight, read as JSON; its import failure is SGLang's fallback.
+Where each value comes from, in order: ``docs/node.md`` ("The preflight's all-reduce
+probes").
 """
 
 from __future__ import annotations
@@ -95,7 +86,8 @@ def job_pythonpath(config: PreflightConfig, launch_env: Mapping[str, str]) -> st
 
 @lru_cache(maxsize=8)
 def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
-    """What the child finds (module doc); ``{"error": ...}`` when it cannot run or answer."""
+    """What the child finds (``docs/node.md``, "The preflight's all-reduce probes");
+    ``{"error": ...}`` when it cannot run or answer."""
     env = {**os.environ, "PYTHONPATH": pythonpath}
     try:
         done = subprocess.run(
@@ -137,7 +129,8 @@ def probe_aiter_commit(config: PreflightConfig) -> Fact:
 
 
 def aiter_commit_fact(reading: Mapping[str, object], git_commit: str | None) -> Fact:
-    """The ``aiter_commit`` fact from the child's reading (module doc); pure."""
+    """The ``aiter_commit`` fact from the child's reading (``docs/node.md``, "The preflight's
+    all-reduce probes"); pure."""
     name = "aiter_commit"
     if "error" in reading:
         return Fact(name, "ok", f"unknown: {reading['error']}")

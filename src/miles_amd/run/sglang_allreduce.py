@@ -1,30 +1,19 @@
 """Which tensor-parallel all-reduce SGLang's rollout engines will use: SGLang's own rule.
 
-Decides, from the env the job will see, the recipe's argv and whether aiter's custom
-all-reduce module imports, the route SGLang takes on ROCm. The rule is SGLang's
-``dispatch_custom_allreduce`` and ``_use_amd_deterministic_impl`` in
-``python/sglang/srt/distributed/device_communicators/custom_all_reduce.py`` (sglang 0.5.16,
-the CPU conformance env's SGLang; the image builds radixark's ``sglang-miles`` branch, whose
-file the node's job log confirms: ``miles_amd.judge.allreduce``), in its order:
+Decides the route (:func:`allreduce_route`) from the env the job will see, the recipe's argv
+and whether aiter's custom all-reduce module imports, in the order of SGLang's
+``dispatch_custom_allreduce`` (``custom_all_reduce.py``, sglang 0.5.16):
 
-1. no custom all-reduce at all with ``disable_custom_all_reduce`` (``--sglang-disable-custom-
-   all-reduce``; ``parallel_state.GroupCoordinator`` only builds one when it is off);
-2. ``SGLANG_USE_1STAGE_ALLREDUCE`` set: true (``EnvBool``: true/1/yes/y) takes SGLang's own
-   1-stage kernel; false ignores deterministic mode; any other value makes SGLang raise;
-3. unset and deterministic inference on (``ServerArgs.enable_deterministic_inference``, which
-   miles sets from ``--sglang-enable-deterministic-inference``, ``--true-on-policy-mode`` and
-   ``--recompute-logprobs-via-prefill``, and SGLang from ``--sglang-rl-on-policy-target``):
-   SGLang's own 1-stage kernel;
-4. ``SGLANG_USE_AITER_AR`` (``get_bool_env_var``, default ``"true"``; only true/1 are true,
-   anything else is false): false takes SGLang's own;
-5. ``from aiter.dist.device_communicators.custom_all_reduce import CustomAllreduce``: it
-   imports, aiter's (logged ``[AR] Using AiterCustomAllreduce (AMD default)``); it does not,
-   SGLang's own with a warning (``[AR] Aiter custom all-reduce not available; falling back to
-   sglang CustomAllreduce``).
+- :data:`DISABLE_FLAG`: no custom all-reduce (RCCL only);
+- ``SGLANG_USE_1STAGE_ALLREDUCE`` set: true takes SGLang's own 1-stage kernel, false ignores
+  deterministic mode, any other value makes SGLang raise;
+- unset and deterministic inference on (:data:`DETERMINISTIC_FLAGS`): SGLang's own 1-stage;
+- ``SGLANG_USE_AITER_AR`` false: SGLang's own;
+- otherwise aiter's when its module imports, else SGLang's own with a warning.
 
-Pure; reads nothing. The probe that feeds it is ``run.probes_allreduce``.
-
-Explained for people in ``docs/node.md``.
+Pure; reads nothing. The probe that feeds it is ``run.probes_allreduce``. SGLang's source,
+its env parsing and the log line of each route: ``docs/node.md`` ("SGLang's all-reduce
+rule").
 """
 
 from __future__ import annotations
