@@ -4,7 +4,8 @@
   names at least one test file (``tests/<dir>/<name>.py``) that exists: the test that holds
   the code to the claim.
 - A module docstring is at most 25 lines: what the module decides, caveats and one pointer;
-  the detail lives in docs/.
+  the detail lives in docs/. A pointer ``docs/X.md`` ("Section") names an existing file and
+  a heading in it.
 - Every path a docstring names under one of this repo's test directories exists. Paths
   under a ``tests/`` directory this repo does not have (upstream miles' ``tests/ci/``,
   ``tests/e2e/``) are upstream's and are not checked.
@@ -97,3 +98,40 @@ def test_the_length_check_finds_a_long_docstring() -> None:
         "m.py: 26 lines (at most 25: move the detail to docs/)"
     ]
     assert too_long({"m.py": "x\n" * 24}) == []
+
+
+POINTER = re.compile(r"``((?:docs/[\w-]+|baselines/README)\.md)``,? \(\"([^\"]+)\"\)")
+
+
+def pointer_problems(module: str, doc: str, repo: Path = REPO) -> list[str]:
+    """A pointer ``docs/X.md`` ("Section") whose file or section heading does not exist."""
+    problems = []
+    for match in POINTER.finditer(" ".join(doc.split())):
+        path, section = repo / match.group(1), match.group(2).replace("`", "").lower()
+        if not path.is_file():
+            problems.append(f"{module}: points at {match.group(1)}, which does not exist")
+            continue
+        headings = [
+            line.replace("`", "").lower()
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.startswith("#")
+        ]
+        if not any(section in heading for heading in headings):
+            problems.append(f"{module}: {match.group(1)} has no heading {match.group(2)!r}")
+    return problems
+
+
+def test_every_pointer_names_an_existing_doc_section() -> None:
+    docs = module_docstrings()
+    found = [m for doc in docs.values() for m in POINTER.finditer(" ".join(doc.split()))]
+    assert len(found) > 20  # the pattern still matches how the docstrings point
+    problems = [p for module, doc in docs.items() for p in pointer_problems(module, doc)]
+    assert not problems, "\n" + "\n".join(problems)
+
+
+def test_the_pointer_check_finds_a_missing_section_and_file() -> None:
+    doc = 'See ``docs/cli.md`` ("No such section") and ``docs/none.md`` ("X").'
+    assert pointer_problems("m.py", doc) == [
+        "m.py: docs/cli.md has no heading 'No such section'",
+        "m.py: points at docs/none.md, which does not exist",
+    ]
