@@ -18,11 +18,12 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import psutil
 import pytest
@@ -238,12 +239,25 @@ def test_a_cluster_that_wants_a_token_says_so(cluster_env, tmp_path, state_dir) 
         execute(plan("missing", RAY_AUTH_TOKEN_PATH=missing), timeout_s=30, state_dir=state_dir)
 
 
-def test_a_head_that_cannot_start_says_why_and_leaves_no_token(tmp_path: Path) -> None:
-    before = set(TEMP_ROOT.glob(f"{TEMP_PREFIX}*"))
+def test_a_head_that_cannot_start_says_why_and_leaves_no_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The private temp dir (and the token in it) this start made, by name: another xdist
+    # worker may start a head of its own in /tmp meanwhile, so a before/after listing of
+    # TEMP_ROOT is not this start's (seen in a clean .ci/run).
+    made: list[Path] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(**kwargs: Any) -> str:
+        made.append(Path(real_mkdtemp(**kwargs)))
+        return str(made[-1])
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
     with pytest.raises(RayHeadError, match=r"ray start exited with code 2: .*no-such-flag"):
         RayHead.start(
             ("ray", "start", "--head", "--no-such-flag"),
             env=dict(os.environ),
             log_path=tmp_path / "head.log",
         )
-    assert set(TEMP_ROOT.glob(f"{TEMP_PREFIX}*")) == before
+    assert [(p.parent, p.name.startswith(TEMP_PREFIX)) for p in made] == [(TEMP_ROOT, True)]
+    assert not made[0].exists()
