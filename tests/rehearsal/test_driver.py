@@ -10,7 +10,6 @@ import json
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, build_train_plan
@@ -18,6 +17,7 @@ from miles_amd.recipe.settings import Recipe
 from miles_amd.records.job import JobRecord
 from miles_amd.run.driver import execute
 from miles_amd.run_dir import RunDir
+from tests.support.rehearsal import alive_pids
 
 pytestmark = pytest.mark.rehearsal
 
@@ -186,11 +186,7 @@ def test_ctrl_c_stops_the_job_and_the_head_by_pid(tmp_path, state_dir) -> None:
     assert proc.returncode != 0 and "KeyboardInterrupt" in out
     job = job_of(run_dir)
     assert job.status == "STOPPED" and job.stopped_by == "interrupt"
-    alive = [
-        p
-        for p in recorded
-        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-    ]
+    alive = alive_pids(recorded)
     assert not alive, f"processes of the interrupted run's head still alive: {alive}"
     assert not state_file.exists()
 

@@ -41,6 +41,7 @@ from miles_amd.run.ray_head import (
     RayHeadError,
 )
 from miles_amd.run_dir import RunDir
+from tests.support.rehearsal import alive_pids
 
 pytestmark = pytest.mark.rehearsal
 
@@ -204,7 +205,7 @@ def test_two_private_heads_side_by_side(tmp_path: Path) -> None:
         # each driver stopped its own head: every process it started and recorded, by pid
         (pids,) = [json.loads(line[10:]) for line in out.splitlines() if line[:10] == "head pids "]
         assert len(pids) > 3, out[-3000:]
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        alive = alive_pids(pids)
         assert not alive, f"processes of a driver's head still alive: {alive}"
     for state in states:
         assert not (state / RAY_HEAD_STATE_FILE).exists()

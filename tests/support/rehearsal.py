@@ -113,3 +113,17 @@ def expectation_problems(fault: str | None, result: TrainResult) -> list[str]:
     if outcome.stopped_by != expected.driver_stop:
         problems.append(f"driver stop {outcome.stopped_by!r}, expected {expected.driver_stop!r}")
     return problems
+
+
+def alive_pids(pids: list[int]) -> list[int]:
+    """The pids still running (a zombie or a process gone while looked at is not)."""
+    import psutil
+
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.Error:
+            pass
+    return alive
