@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from miles_amd.recipe.plan import LaunchPlan
 from miles_amd.run.driver import RunOutcome, execute
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 Watch = Callable[["RunEvidence"], Sequence[object]]
 
 PATCHED_DIR_VAR = "AITER_PATCHED_DIR"
+T = TypeVar("T")
 
 
 class VariantsError(ValueError):
@@ -71,36 +72,72 @@ def execute_variants(
     A variant whose driver raised has its exception as its result; the others keep theirs.
     """
     _check_nodes(plans)
+    tasks = {
+        variant: _driver(
+            variant, plan, watches[variant], timeout_s, watch_interval_s, state_dir, echo
+        )
+        for variant, plan in plans.items()
+    }
+    return run_each(tasks)
+
+
+def _driver(
+    variant: str,
+    plan: LaunchPlan,
+    watch: Watch,
+    timeout_s: float,
+    watch_interval_s: float,
+    state_dir: str | None,
+    echo: Callable[[str], None],
+) -> Callable[[threading.Event], RunOutcome]:
+    """The variant's driver, run by :func:`run_each` with the shared ``cancel``."""
+
+    def run(cancel: threading.Event) -> RunOutcome:
+        return execute(
+            plan,
+            timeout_s=timeout_s,
+            watch=watch,
+            watch_interval_s=watch_interval_s,
+            state_dir=state_dir,
+            echo=lambda line: echo(f"[{variant}] {line}"),
+            cancel=cancel,
+        )
+
+    return run
+
+
+def run_each(tasks: Mapping[str, Callable[[threading.Event], T]]) -> dict[str, T | BaseException]:
+    """Run every task in its own thread, each given one shared ``cancel`` event; a task that
+    raised has its exception as its result. Ctrl-C (any exception here) sets ``cancel``, waits
+    for every task to end, and is raised again.
+
+    The waits are on events each task sets as it ends, not ``Thread.join``: on Python 3.11 a
+    Ctrl-C that interrupts ``join`` marks the thread as ended while it still runs, so the
+    join after it returns at once (cpython#90882; ``tests/unit/test_variants_wait.py``) and
+    a variant's driver would be left stopping its job, its ``job.json`` unwritten.
+    """
     cancel = threading.Event()
-    results: dict[str, RunOutcome | BaseException] = {}
+    results: dict[str, T | BaseException] = {}
+    ended = {name: threading.Event() for name in tasks}
 
-    def run(variant: str, plan: LaunchPlan) -> None:
+    def run(name: str, task: Callable[[threading.Event], T]) -> None:
         try:
-            results[variant] = execute(
-                plan,
-                timeout_s=timeout_s,
-                watch=watches[variant],
-                watch_interval_s=watch_interval_s,
-                state_dir=state_dir,
-                echo=lambda line: echo(f"[{variant}] {line}"),
-                cancel=cancel,
-            )
-        except BaseException as exc:  # reported as this variant's result
-            results[variant] = exc
+            results[name] = task(cancel)
+        except BaseException as exc:  # reported as this task's result
+            results[name] = exc
+        finally:
+            ended[name].set()
 
-    threads = [
-        threading.Thread(target=run, args=item, name=f"variant-{item[0]}") for item in plans.items()
-    ]
-    for thread in threads:
-        thread.start()
+    for name, task in tasks.items():
+        threading.Thread(target=run, args=(name, task), name=f"variant-{name}").start()
     try:
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(timeout=0.5)
+        for event in ended.values():
+            while not event.wait(timeout=0.5):  # SIGINT taken by another thread does not
+                pass  # wake this wait: Python raises it here at the next timeout
     except BaseException:
         cancel.set()  # Ctrl-C: every driver stops its job and writes its end
-        for thread in threads:
-            thread.join()
+        for event in ended.values():
+            event.wait()
         raise
     return results
 
