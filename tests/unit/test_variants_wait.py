@@ -15,10 +15,10 @@ pytestmark = pytest.mark.unit
 
 
 def test_each_task_has_its_result_or_its_exception() -> None:
-    def fails(_cancel: threading.Event) -> str:
+    def fails(cancel: threading.Event) -> str:
         raise RuntimeError("driver broke")
 
-    results = run_each({"stock": lambda _cancel: "ran", "patched": fails})
+    results = run_each({"stock": lambda cancel: "ran", "patched": fails})
     assert results["stock"] == "ran"
     assert isinstance(results["patched"], RuntimeError), results
 

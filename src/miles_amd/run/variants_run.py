@@ -21,6 +21,7 @@ Explained for people in ``docs/cluster.md``.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -73,43 +74,28 @@ def execute_variants(
     """
     _check_nodes(plans)
     tasks = {
-        variant: _driver(
-            variant, plan, watches[variant], timeout_s, watch_interval_s, state_dir, echo
+        variant: functools.partial(
+            execute,
+            plan,
+            timeout_s=timeout_s,
+            watch=watches[variant],
+            watch_interval_s=watch_interval_s,
+            state_dir=state_dir,
+            echo=_prefixed(echo, f"[{variant}] "),
         )
         for variant, plan in plans.items()
     }
     return run_each(tasks)
 
 
-def _driver(
-    variant: str,
-    plan: LaunchPlan,
-    watch: Watch,
-    timeout_s: float,
-    watch_interval_s: float,
-    state_dir: str | None,
-    echo: Callable[[str], None],
-) -> Callable[[threading.Event], RunOutcome]:
-    """The variant's driver, run by :func:`run_each` with the shared ``cancel``."""
-
-    def run(cancel: threading.Event) -> RunOutcome:
-        return execute(
-            plan,
-            timeout_s=timeout_s,
-            watch=watch,
-            watch_interval_s=watch_interval_s,
-            state_dir=state_dir,
-            echo=lambda line: echo(f"[{variant}] {line}"),
-            cancel=cancel,
-        )
-
-    return run
+def _prefixed(echo: Callable[[str], None], prefix: str) -> Callable[[str], None]:
+    return lambda line: echo(f"{prefix}{line}")
 
 
-def run_each(tasks: Mapping[str, Callable[[threading.Event], T]]) -> dict[str, T | BaseException]:
-    """Run every task in its own thread, each given one shared ``cancel`` event; a task that
-    raised has its exception as its result. Ctrl-C (any exception here) sets ``cancel``, waits
-    for every task to end, and is raised again.
+def run_each(tasks: Mapping[str, Callable[..., T]]) -> dict[str, T | BaseException]:
+    """Run every task in its own thread, each called with one shared ``cancel=`` event; a
+    task that raised has its exception as its result. Ctrl-C (any exception here) sets
+    ``cancel``, waits for every task to end, and is raised again.
 
     The waits are on events each task sets as it ends, not ``Thread.join``: on Python 3.11 a
     Ctrl-C that interrupts ``join`` marks the thread as ended while it still runs, so the
@@ -120,9 +106,9 @@ def run_each(tasks: Mapping[str, Callable[[threading.Event], T]]) -> dict[str, T
     results: dict[str, T | BaseException] = {}
     ended = {name: threading.Event() for name in tasks}
 
-    def run(name: str, task: Callable[[threading.Event], T]) -> None:
+    def run(name: str, task: Callable[..., T]) -> None:
         try:
-            results[name] = task(cancel)
+            results[name] = task(cancel=cancel)
         except BaseException as exc:  # reported as this task's result
             results[name] = exc
         finally:
