@@ -81,10 +81,11 @@ MAX_LINES = 25  # issue 24 item 5: a module doc says what the module decides; de
 
 def too_long(docs: dict[str, str], limit: int = MAX_LINES) -> list[str]:
     """The modules whose docstring is over ``limit`` lines, with their length."""
+    lengths = {module: doc.count("\n") + 1 for module, doc in docs.items()}
     return [
-        f"{module}: {doc.count(chr(10)) + 1} lines (at most {limit}: move the detail to docs/)"
-        for module, doc in docs.items()
-        if doc.count("\n") + 1 > limit
+        f"{module}: {n} lines (at most {limit}: move the detail to docs/)"
+        for module, n in lengths.items()
+        if n > limit
     ]
 
 
