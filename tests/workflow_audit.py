@@ -89,7 +89,7 @@ REQUIRED_PR_PATHS = (
 )
 # What needs a maintainer's review: the references, the rules that judge against them, CI.
 REVIEWED_PATHS = (
-    "baselines/gpt_oss_20b_lora/stock.json",
+    "baselines/gpt_oss_20b_lora/8gpu/mi355x/stock.json",
     "src/miles_amd/rules/registry.py",
     "src/miles_amd/rules/kinds/all_below.py",
     "src/miles_amd/rules/bands.py",

@@ -37,7 +37,16 @@ from miles_amd.baseline.shipped import (
 )
 from miles_amd.cli.main import app
 from miles_amd.rules.model import Baseline
-from tests.constants import EXAMPLE, PUBLISHED_LOGPROB, PUBLISHED_REWARD, REWARD, SHIPPED
+from tests.constants import (
+    BASELINES,
+    EXAMPLE,
+    PUBLISHED_LOGPROB,
+    PUBLISHED_REWARD,
+    REPO,
+    REWARD,
+    SHIPPED,
+    SHIPPED_UNDER,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -53,9 +62,9 @@ def baselines_tree(**docs: dict[str, Any]) -> Iterator[Path]:
     """A copy of baselines/ with ``docs`` written over the shipped files (name -> JSON)."""
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch) / "baselines"
-        shutil.copytree(SHIPPED.parent, root)
+        shutil.copytree(BASELINES, root)
         for name, doc in docs.items():
-            (root / SHIPPED.name / f"{name}.json").write_text(json.dumps(doc, indent=2))
+            (root / SHIPPED_UNDER / f"{name}.json").write_text(json.dumps(doc, indent=2))
         yield root
 
 
@@ -123,7 +132,8 @@ def test_a_shipped_baseline_without_the_reward_rules_is_refused(tmp_path: Path) 
         result = gate(root, tmp_path / "report")
         assert result.exit_code == 2, result.output
         line = one_line(result)
-        assert f"--baseline patched: {root}/gpt_oss_20b_lora/patched.json: $.rules: " in line
+        shipped = root / SHIPPED_UNDER / "patched.json"
+        assert f"--baseline patched: {shipped}: $.rules: " in line
         assert "requires a mean_within rule on rollout/raw_reward" in line
         assert "fix: restore the rule" in line
         assert not (tmp_path / "report").exists()
@@ -199,7 +209,7 @@ def test_rewritten_series_with_rederived_bands_is_refused(
         result = gate(root, tmp_path / "report")
         assert result.exit_code == 2, result.output
         line = one_line(result)
-        assert f"{root}/gpt_oss_20b_lora/patched.json" in line
+        assert f"{root / SHIPPED_UNDER / 'patched.json'}" in line
         if recompute_digest:
             assert "$.evidence: digest " in line
             assert (
@@ -314,12 +324,12 @@ def run_review_step(tmp_path: Path, pr_patched: dict[str, Any] | None):
     assert index is not None
     work = tmp_path / "checkout"
     for tree in (work, work / ".reviewed"):
-        shutil.copytree(SHIPPED.parent, tree / "baselines")
+        shutil.copytree(BASELINES, tree / "baselines")
         manifest = tree / "src" / "miles_amd" / "baseline" / "shipped.py"
         manifest.parent.mkdir(parents=True)
-        shutil.copy(SHIPPED.parents[1] / "src" / "miles_amd" / "baseline" / "shipped.py", manifest)
+        shutil.copy(REPO / "src" / "miles_amd" / "baseline" / "shipped.py", manifest)
     if pr_patched is not None:
-        (work / "baselines" / SHIPPED.name / "patched.json").write_text(json.dumps(pr_patched))
+        (work / "baselines" / SHIPPED_UNDER / "patched.json").write_text(json.dumps(pr_patched))
     summary = tmp_path / "summary.md"
     env = {
         **os.environ,

@@ -9,6 +9,8 @@
   ``<run-dir>/report/``; inside the installed package it is refused:
   ``tests/unit/test_gate_cli.py``); ``--example`` gates the embedded run
   (``miles_amd.app.example``) and reports to ``--report-dir`` or a new temporary dir.
+- ``--baseline auto``: the run's key (shape, GPU model, variant) picks the reviewed
+  baseline; a key without one is record-only (``miles_amd.app.gate.choose_baseline``).
 - ``--num-rollouts N`` sets the expected steps and rescales the bands; ``--require-env``
   fails a run dir without ``env.json`` or ``job.json``; ``--no-looks`` judges the end only.
 - The verdict is appended to a history only when one is named (``--history``, else
@@ -32,7 +34,6 @@ import typer
 
 from miles_amd.cli.errors import fail, say
 from miles_amd.cli.options import (
-    BASELINE_METAVAR,
     INT,
     FormatOpt,
     HistoryOpt,
@@ -46,6 +47,8 @@ from miles_amd.cli.options import (
 )
 from miles_amd.exit_codes import EXIT_CODES_HELP
 
+AUTO = "auto"  # --baseline auto: the run's key picks it (miles_amd.baseline.keys)
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``gate`` command to ``app``."""
@@ -57,8 +60,9 @@ def gate(
         str,
         typer.Option(
             "--baseline",
-            metavar=BASELINE_METAVAR,
-            help="stock, patched, or the path of a baseline JSON file.",
+            metavar="<auto|stock|patched|path>",
+            help="auto (the reviewed baseline of the run's shape, GPU model and variant; "
+            "none reviewed: record-only), stock, patched (8gpu MI355X), or a baseline file.",
         ),
     ],
     run_dir: Annotated[
@@ -124,7 +128,7 @@ def gate(
             + ("give one, not both" if example else "neither given")
             + "; fix: pass --run-dir DIR, or --example for the embedded run"
         )
-    reference = load_baseline_option(baseline, "--baseline")
+    reference = None if baseline == AUTO else load_baseline_option(baseline, "--baseline")
     from miles_amd.app.example import example_run_dir, inside_installed_package
 
     if run_dir is None:
@@ -150,6 +154,8 @@ def gate(
             f"into the installed miles_amd package ({out_dir}); fix: pass --report-dir DIR "
             "outside it, or use --example (a temporary dir)"
         )
+    from miles_amd.app.errors import AppError
+
     try:
         result = gate_run_dir(
             run_dir,
@@ -160,9 +166,17 @@ def gate(
             history=history,
             looks=not no_looks,
         )
+    except AppError as exc:
+        fail(str(exc))
     except OSError as exc:
         fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
     verdict, files = result.verdict, result.files
+    if verdict.record_only:
+        say(
+            f"no reviewed baseline for {verdict.record_only}: recorded, not judged (the "
+            "statistical rules); every evidence check judged",
+            err=output_format is not OutputFormat.text,
+        )
     if output_format is OutputFormat.markdown:
         typer.echo(result.markdown, nl=False)
     else:

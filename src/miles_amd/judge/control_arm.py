@@ -34,10 +34,16 @@ def reference_bound(rule: Rule) -> bool:
     return kind.rederive is not None or kind.reference_series
 
 
-def control_arm_check(rule: Rule, baseline: Baseline, rollouts: int) -> Check:
-    """A reference-bound rule, not applied to the control arm (optional, not measured)."""
+def control_arm_check(
+    rule: Rule, baseline: Baseline, rollouts: int, record_only: str | None = None
+) -> Check:
+    """A reference-bound rule, not applied to the control arm, or to a run whose key has no
+    reviewed baseline (``record_only``: the key; ``miles_amd.baseline.keys``): optional,
+    not measured."""
     detail = (
-        f"not measured: the {CONTROL_ARM} control arm has no baseline, and this tolerance "
+        f"no reviewed baseline for {record_only}: recorded, not judged"
+        if record_only
+        else f"not measured: the {CONTROL_ARM} control arm has no baseline, and this tolerance "
         f"comes from the {baseline.name} reference run; measure it with `miles-amd compare "
         "--run-dir <stock run of this node> --run-dir <this run> --baseline stock`"
     )

@@ -40,13 +40,13 @@ class Decision:
     at_look: bool  # decided by a look before the last rollout
 
 
-def rule_checks(ctx: RuleContext, *, control: bool) -> list[Check]:
+def rule_checks(ctx: RuleContext, *, control: bool, record_only: str | None = None) -> list[Check]:
     """The rules' checks of a run (``docs/gate-and-statistics.md``, "Judging a run at its
-    looks")."""
+    looks"); a reference-bound rule of the control arm or of a record-only key is not judged."""
     checks = []
     for rule in ctx.baseline.rules:
-        if control and reference_bound(rule):
-            checks.append(control_arm_check(rule, ctx.baseline, ctx.rollouts))
+        if (control or record_only) and reference_bound(rule):
+            checks.append(control_arm_check(rule, ctx.baseline, ctx.rollouts, record_only))
             continue
         final = evaluate_rule(rule, ctx)
         assert final is not None  # the whole run always gets a check
