@@ -13,8 +13,9 @@ Decides:
 - :func:`template_for`: the baseline whose rules judge a record-only run and template a
   recording: the variant's reference (8gpu, MI355X), the rccl control arm's stock's.
 
-A baseline of one GPU model never judges another: the key's path holds the model, and the
-gate's ``environment.identity`` compares ``gpu_model`` when both sides record it.
+A baseline of one GPU model never judges another (``tests/unit/test_baseline_keys.py``): the
+key's path holds the model, and ``environment.identity`` compares ``gpu_model`` when both
+sides record it.
 
 Explained in ``docs/ci.md`` ("Baselines per shape and GPU").
 """

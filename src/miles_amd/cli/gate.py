@@ -6,13 +6,12 @@
 - The run is judged once (``miles_amd.app.gate.gate_run_dir``); what is printed, written,
   appended to the history and returned is that verdict.
 - The report (report.json, report.md, metrics.png) goes to ``--report-dir`` (default
-  ``<run-dir>/report/``; inside the installed package it is refused:
-  ``tests/unit/test_gate_cli.py``); ``--example`` gates the embedded run
-  (``miles_amd.app.example``) and reports to ``--report-dir`` or a new temporary dir.
+  ``<run-dir>/report/``; refused inside the installed package: ``tests/unit/test_gate_cli.py``);
+  ``--example`` gates the embedded run and reports to ``--report-dir`` or a temporary dir.
 - ``--baseline auto``: the run's key (shape, GPU model, variant) picks the reviewed
   baseline; a key without one is record-only (``miles_amd.app.gate.choose_baseline``).
-- ``--num-rollouts N`` sets the expected steps and rescales the bands; ``--require-env``
-  fails a run dir without ``env.json`` or ``job.json``; ``--no-looks`` judges the end only.
+- ``--num-rollouts N`` rescales the bands; ``--require-env`` fails a run dir without
+  ``env.json`` or ``job.json``; ``--no-looks`` judges the end only.
 - The verdict is appended to a history only when one is named (``--history``, else
   ``$MILES_AMD_HISTORY``; ``--no-history`` ignores both); the store is opened before judging.
 

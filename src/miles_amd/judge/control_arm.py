@@ -26,6 +26,10 @@ from miles_amd.rules.model import Baseline, Rule
 from miles_amd.rules.registry import KINDS, expected_text
 
 CONTROL_ARM = "rccl"
+# The rule kinds a record-only run (no reviewed baseline for its key) is judged by: evidence,
+# not statistics (the job's end, every step, finite values, the absolute spike threshold, the
+# reward's k/64 grid of the batch shape); every other kind is recorded, not judged.
+EVIDENCE_KINDS = frozenset({"job_status", "steps_complete", "finite", "all_below", "multiple_of"})
 
 
 def reference_bound(rule: Rule) -> bool:
@@ -37,9 +41,9 @@ def reference_bound(rule: Rule) -> bool:
 def control_arm_check(
     rule: Rule, baseline: Baseline, rollouts: int, record_only: str | None = None
 ) -> Check:
-    """A reference-bound rule, not applied to the control arm, or to a run whose key has no
-    reviewed baseline (``record_only``: the key; ``miles_amd.baseline.keys``): optional,
-    not measured."""
+    """A reference-bound rule not applied to the control arm, or a statistical rule not
+    applied to a run whose key has no reviewed baseline (``record_only``: the key,
+    ``miles_amd.baseline.keys``): optional, not measured."""
     detail = (
         f"no reviewed baseline for {record_only}: recorded, not judged"
         if record_only
