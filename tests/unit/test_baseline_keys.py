@@ -195,3 +195,13 @@ def test_a_window_whose_runs_disagree_is_refused_naming_the_run(tmp_path: Path) 
     assert f"({runs[2]}), a trusted run of {MI350X_KEY}, fails the baseline" in done.stderr
     assert "logprob_abs_diff.mean" in done.stderr
     assert not out.exists()
+
+
+def test_the_control_arm_takes_stocks_key_and_its_baseline_free_checks(tmp_path: Path) -> None:
+    run_dir = node_run(tmp_path / "run", model="MI355X", variant="rccl")
+    done = gate_auto(run_dir)
+    assert done.returncode == 0, done.stderr
+    verdict = report(run_dir)
+    assert verdict["baseline"]["name"] == "stock" and "no reviewed baseline" not in done.stderr
+    mean = {c["name"]: c for c in verdict["checks"]}["logprob_abs_diff.mean"]
+    assert mean["status"] == "not_measured" and "rccl control arm" in mean["detail"]
