@@ -76,6 +76,7 @@ def choose_baseline(evidence: RunEvidence) -> tuple[Baseline, RecordOnly | None]
     from miles_amd.app.baselines import load
     from miles_amd.app.errors import AppError
     from miles_amd.baseline.keys import RunKeyError, reviewed_path, run_key, template_for
+    from miles_amd.judge.environment import Environment
     from miles_amd.judge.gate import RecordOnly
     from miles_amd.recipe.shapes import SHAPES
 
@@ -87,7 +88,7 @@ def choose_baseline(evidence: RunEvidence) -> tuple[Baseline, RecordOnly | None]
     if path is not None:
         return load(str(path), "--baseline"), None
     shape = SHAPES.get(key.shape)
-    identity = {"gpu_model": key.gpu, "gpu_count": shape.num_gpus if shape else None}
+    identity = Environment(gpu_model=key.gpu, gpu_count=shape.num_gpus if shape else None)
     return load(template_for(key.variant), "--baseline"), RecordOnly(str(key), identity)
 
 

@@ -128,12 +128,14 @@ def environment_check(
     *,
     require_env: bool,
     control_arm: bool = False,
-    key: Mapping[str, object] | None = None,
+    key: Environment | None = None,
 ) -> Check:
     """``environment.identity`` of ``evidence`` against ``baseline``; see
     ``baselines/README.md`` ("Hardware identity"). ``key``: a record-only run's GPU count
     and model, which replace the template baseline's (``miles_amd.baseline.keys``)."""
-    reference = replace(baseline_environment(baseline.provenance), **(key or {}))
+    reference = baseline_environment(baseline.provenance)
+    if key is not None:
+        reference = replace(reference, gpu_model=key.gpu_model, gpu_count=key.gpu_count)
     if control_arm:
         reference = replace(reference, aiter_variant=None)
     expected = reference.describe()

@@ -26,7 +26,7 @@ from miles_amd.exit_codes import VERDICT_EXIT_CODES, VerdictName
 from miles_amd.judge.allreduce import allreduce_check
 from miles_amd.judge.canary import canary_check, explain_known_bug
 from miles_amd.judge.control_arm import CONTROL_ARM
-from miles_amd.judge.environment import environment_check
+from miles_amd.judge.environment import Environment, environment_check
 from miles_amd.judge.model_build import model_build_check
 from miles_amd.judge.sequential import Decision, decision, early_rule_failures, rule_checks
 from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
@@ -42,7 +42,7 @@ class RecordOnly:
     (GPU count and model) in place of the template baseline's."""
 
     key: str
-    environment: Mapping[str, object]
+    environment: Environment  # its gpu_count and gpu_model replace the template's
 
 
 @dataclass(frozen=True)
