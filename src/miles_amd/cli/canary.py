@@ -285,7 +285,7 @@ def _print_plan(plan: Plan, json_out: bool) -> None:
         f"estimated time: {plan.estimated_seconds:.0f} s with {plan.groups} TP group(s) side by "
         f"side ({plan.latency.source}); constants: {plan.constants.source}",
     ):
-        typer.echo(textwrap.fill(line, width=100, subsequent_indent="  "))
+        typer.echo(textwrap.fill(line, width=100, subsequent_indent="  ", break_on_hyphens=False))
 
 
 def fault_reading(record: CanaryRecord) -> str:
