@@ -34,7 +34,14 @@ OTHER = {"repeat": 1, "call": 0, "index": 9, "expected": 12.0, "seen": -3.0}
 def _arms(calls: int, bad: int, blocks: int) -> dict[str, Any]:
     """Four arms of ``calls`` each in ``blocks`` blocks; ``bad`` calls wrong in the first arm."""
     return {
-        arm: {"calls": calls, "seconds": 0.002 * calls, "blocks": blocks, "block_hits": 0, "bad": 0}
+        arm: {
+            "calls": calls,
+            "seconds": 0.002 * calls,
+            "wall": 0.003 * calls,
+            "blocks": blocks,
+            "block_hits": 0,
+            "bad": 0,
+        }
         | ({"block_hits": 1 if bad else 0, "bad": bad} if arm == "back_to_back" else {})
         for arm in ARMS
     }

@@ -3,10 +3,11 @@
 Decides, purely, from the size's dispatch (``canary.dispatch``) and one kept mismatch, whether
 it fits the fingerprint the hardware reading predicts (``docs/node.md``, "The hardware
 reading"): the size is ``exposed``; the element lies in a segment another rank of the group
-owns (stage 2 reads the owner's buffer); its pack's thread is in an early wave of the one block
+owns (stage 2 reads the owner's buffer); its pack's thread is in an early wave of the block
 whose lanes loop unequally often; and ``expected - seen`` is a whole input step (a non-zero
 multiple of the TP size: the canary's inputs change by an integer per call, so an earlier
 call's sum differs by ``tp`` times it). A result of another shape or dtype is another fault.
+``tests/unit/test_canary_fingerprint.py`` holds it to the kernel's layout.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Decides the run's shape and the merge (the ranks' work is ``canary.worker``, the
   least one of their ranks, blocks and blocks with a mismatch likewise; ``wrong_elements``
   sums every rank's; the kept mismatches are the earliest ``KEEP`` over ranks, each checked
   against the stale-read fingerprint (``canary.fingerprint``); ``latency_us`` is the mean over
-  ranks of the block-timed seconds per call.
+  ranks of the calls' seconds per call, ``cost_us`` of the whole blocks' (inputs and check).
 """
 
 from __future__ import annotations
@@ -60,10 +60,11 @@ class Setup:
     aiter_commit: str | None = None
     rate_source: str = "given: --detect-rate"
     control: ControlRecord | None = None
+    collective: str | None = None  # the device groups' backend; default nccl on cuda, else gloo
 
     @property
     def backend(self) -> str:
-        return "nccl" if self.device == "cuda" else "gloo"
+        return self.collective or ("nccl" if self.device == "cuda" else "gloo")
 
 
 def tensor_dtype(plan: Plan, setup: Setup) -> str:
@@ -176,12 +177,9 @@ def _size(
     blocks = sum(a.blocks for a in arms)
     block_hits = sum(a.blocks_with_mismatch for a in arms)
     kept = _kept(plan, ranks, i)
-    latency = [
-        sum(a["seconds"] for a in r["entries"][i]["arms"].values())
-        / sum(a["calls"] for a in r["entries"][i]["arms"].values())
-        for r in ranks
-        if any(a["calls"] for a in r["entries"][i]["arms"].values())
-    ]
+    made = [r["entries"][i]["arms"].values() for r in ranks]
+    latency = [sum(a["seconds"] for a in m) / sum(a["calls"] for a in m) for m in made if any(m)]
+    cost = [sum(a["wall"] for a in m) / sum(a["calls"] for a in m) for m in made if any(m)]
     return SizeResult(
         tokens=entry.tokens,
         kernel=entry.kernel,
@@ -197,6 +195,7 @@ def _size(
         mismatches_kept=kept,
         fingerprint=None if not kept else STALE_READ if all(m.matches for m in kept) else "other",
         latency_us=1e6 * sum(latency) / len(latency) if latency else None,
+        cost_us=1e6 * sum(cost) / len(cost) if cost else None,
         rate_upper_99=power.rate_upper_bound(calls) if mismatches == 0 else None,
         block_rate_upper_99=power.rate_upper_bound(blocks) if block_hits == 0 else None,
     )

@@ -18,8 +18,7 @@ Decides the call budget as power (pure):
   kernel race-free.
 - **Spread** (:func:`allocate`): every exposed size gets the same estimated node time, so
   the exposed calls add up to at least ``n``; each control size gets a share of it.
-- :func:`rate_upper_bound`: with no hit in ``n`` trials, the largest rate not excluded at
-  confidence ``c``: ``1 - (1 - c)^(1/n)``.
+- :func:`rate_upper_bound`: with no hit in ``n`` trials, ``1 - (1 - c)^(1/n)``.
 
 Derivations: ``docs/node.md`` ("Statistics"); the power is measured by
 ``tests/rehearsal/test_canary_harness.py``.

@@ -13,7 +13,7 @@
   once, its calls run with no host sync, then one batched check (shape and dtype first, then
   bits) and one max-reduce of the per-call flags over the TP group; the first ``keep`` wrong
   elements per size are kept with position, expected and seen.
-- Reducers (:func:`_reducer`, the one place that picks them): ``reducer`` (``FILE:FUNCTION``,
+- Reducers (picked in :func:`_reducer` only): ``reducer`` (``FILE:FUNCTION``,
   the test seam), ``rccl``, ``aiter`` and ``sglang`` (``CustomAllreduce`` as SGLang builds it).
 
 Caveats: a disabled communicator or a declined size is an error, not a skip; eager calls only.
@@ -223,17 +223,19 @@ class _Rank:
         tensor_bytes = a.numel() * a.element_size()
         block = max(1, min(MAX_BLOCK, self.spec["mem_budget"] // (4 * tensor_bytes)))
         arm = out["arms"].setdefault(
-            task["arm"], {"calls": 0, "seconds": 0.0, "blocks": 0, "block_hits": 0, "bad": 0}
+            task["arm"],
+            {"calls": 0, "seconds": 0.0, "wall": 0.0, "blocks": 0, "block_hits": 0, "bad": 0},
         )
         tp = self.spec["tp"]
         for start in range(0, task["calls"], block):
             count = min(block, task["calls"] - start)
+            block_began = time.perf_counter()
             first = out["next_call"]
             out["next_call"] += count
             phases = torch.tensor(
-                [b_value(c) for c in range(first, first + count)], device=self.device
+                [float(b_value(c)) for c in range(first, first + count)], device=self.device
             ).view(-1, 1, 1)
-            inputs = (a.unsqueeze(0) + phases).to(self.dtype)
+            inputs = (a.unsqueeze(0) + phases.to(self.dtype)).to(self.dtype)
             expected = (sum_a.unsqueeze(0) + tp * phases).to(self.dtype)
             outs = []
             self.sync()
@@ -243,9 +245,10 @@ class _Rank:
                 outs.append(reduce(inputs[j]))
             self.sync()
             arm["seconds"] += time.perf_counter() - began
-            flags = self._check(outs, expected, a, first, repeat, task["arm"], out)
+            flags = self._check(outs, inputs, expected, a, first, repeat, task["arm"], out)
             dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.cpu_group)
             bad = int(flags.sum())
+            arm["wall"] += time.perf_counter() - block_began
             arm["calls"] += count
             arm["blocks"] += 1
             arm["block_hits"] += 1 if bad else 0
@@ -255,6 +258,7 @@ class _Rank:
     def _check(
         self,
         outs: list[Any],
+        inputs: Any,
         expected: Any,
         a: Any,
         first: int,
@@ -287,13 +291,15 @@ class _Rank:
                     }
                 )
             outs[j] = expected[j]
-        ne = torch.stack(outs).view(self.bits) != expected.view(self.bits)
-        wrong = ne.flatten(1).sum(dim=1).cpu()  # the block's one host sync
-        flags = (wrong > 0).to(torch.int32)
+        in_place = all(o.data_ptr() == inputs[j].data_ptr() for j, o in enumerate(outs))
+        got = inputs if in_place else torch.stack(outs)  # in-place reducers: no copy
+        ne = got.view(self.bits) != expected.view(self.bits)
+        flags = ne.flatten(1).any(dim=1).to(torch.int32).cpu()  # the block's one host sync
+        bad = flags.nonzero().flatten().tolist()
         for j in foreign:
             flags[j] = 1
-        out["wrong_elements"] += int(wrong.sum())
-        for j in wrong.nonzero().flatten().tolist():
+        out["wrong_elements"] += sum(int(ne[j].sum()) for j in bad)
+        for j in bad:
             if len(out["kept"]) >= keep:
                 break
             got = outs[j].flatten()

@@ -10,20 +10,17 @@ Decides the gate's built-in ``allreduce.canary`` check from ``canary.json``
   **stock** run whose canary tested its rollouts' all-reduce and whose every wrong sum has
   that fingerprint is it the known bug, reproduced: the check passes (the A/B is meaningful);
   a red of another fault fails on stock too;
-- clean, of the rollouts' all-reduce: ``pass`` with the power it had, unless its positive
-  control ran and was not caught: ``not_measured`` (the canary could not see this class of
-  race here); the detail says whether a control ran; on stock it says the A/B says nothing
-  about #5694 here;
+- clean, of the rollouts' all-reduce: ``pass`` with its power, unless its positive control
+  ran uncaught: ``not_measured`` (the canary could not see this race here); the detail says
+  whether a control ran, and on stock that the A/B says nothing about #5694 here;
 - a canary that is not evidence for this run (another implementation than the rollouts'
   use, a canary.json labelled with another variant, or, for aiter's all-reduce, an aiter
   commit other than env.json's): a failure naming both with ``require_env``, else
   ``not_measured`` (its wrong sums still fail, above).
 
 :func:`explain_known_bug`: when a stock run's canary reproduced the bug, each failed spike
-rule (kind ``all_below``, ``rules.kinds.all_below``) keeps its failure, so the verdict stays
-the rules' verdict, and its detail starts :data:`KNOWN`; the canary check names those rules.
-Caveat: a clean canary bounds the kernel's per-call rate at the sizes and calling pattern it
-ran; it does not prove the kernel race-free (``docs/node.md``). Pure; reads nothing.
+rule (kind ``all_below``) keeps its failure and its detail starts :data:`KNOWN`. A clean
+canary bounds the per-call rate; it does not prove the kernel race-free (``docs/node.md``).
 """
 
 from __future__ import annotations

@@ -195,6 +195,7 @@ class SizeResult:
     mismatches_kept: tuple[Mismatch, ...]
     fingerprint: str | None
     latency_us: float | None
+    cost_us: float | None
     rate_upper_99: float | None
     block_rate_upper_99: float | None
 
@@ -220,6 +221,7 @@ class SizeResult:
             mismatches_kept=_list(data, where, "mismatches_kept", Mismatch.from_dict),
             fingerprint=_str(data, where, "fingerprint", optional=True, choices=FINGERPRINTS),
             latency_us=_num(data, where, "latency_us", optional=True),
+            cost_us=_num(data, where, "cost_us", optional=True),
             rate_upper_99=_num(data, where, "rate_upper_99", optional=True),
             block_rate_upper_99=_num(data, where, "block_rate_upper_99", optional=True),
         )
