@@ -9,7 +9,7 @@ files written here: gloo's own all-reduce (clean), one built like ROCm/aiter#569
 segments, at the exposed sizes) and one that corrupts the tail instead (another fault), one that
 hangs, one that raises, one whose ranks exit 0 without a result; and a SIGTERM to the command.
 The detection power is measured over repeats, not taken from the formula. Budget: the launches
-take about 90 CPU-seconds on 2 cores (4 ranks import torch each time).
+take about 75 CPU-seconds on 2 cores (4 ranks import torch each time).
 """
 
 from __future__ import annotations
