@@ -1,4 +1,4 @@
-"""``miles-amd canary``: all-reduce known integers millions of times and check every bit.
+"""``miles-amd canary``: all-reduce known integers at the rollout shapes and check every bit.
 
 Decides the command's options, its checks of them, its output and its exit code:
 
