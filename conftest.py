@@ -77,7 +77,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """``--runslow`` off a node, or without a variant, stops here (module doc)."""
     if config.pluginmanager.is_blocked("xdist"):
         config.addinivalue_line("markers", "xdist_group(name): an xdist group (ignored here)")
-    if not config.getoption("--runslow"):
+    # the controller decides for the run; an xdist worker (workerinput) does not probe again
+    if not config.getoption("--runslow") or hasattr(config, "workerinput"):
         return
     if config.getoption("--aiter-variant") is None:
         raise pytest.UsageError(
