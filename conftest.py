@@ -14,6 +14,7 @@ xdist (``-p no:xdist``) the ``-n``/``--dist`` of ``pytest.ini`` are accepted and
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -59,12 +60,14 @@ def missing_node_parts(needed_gpus: int) -> list[str]:
     if not KFD_DEVICE.exists():
         missing.append(str(KFD_DEVICE))
     gpus = 0
-    if importlib.util.find_spec("torch") is None:
-        missing.append("ROCm torch (not importable)")
+    try:
+        torch = importlib.import_module("torch") if importlib.util.find_spec("torch") else None
+    except Exception as exc:  # a broken install: named, not a traceback
+        missing.append(f"ROCm torch (import torch failed: {type(exc).__name__})")
     else:
-        import torch
-
-        if not getattr(torch.version, "hip", None):
+        if torch is None:
+            missing.append("ROCm torch (not importable)")
+        elif not getattr(torch.version, "hip", None):
             missing.append(f"ROCm torch (torch {torch.__version__} has no HIP)")
         elif torch.cuda.is_available():
             gpus = torch.cuda.device_count()
