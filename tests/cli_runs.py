@@ -26,6 +26,12 @@ from typer.testing import CliRunner
 from miles_amd.cli.main import main
 
 
+def flat(text: str) -> str:
+    """``text`` with every run of whitespace one space: a wrapped line reads as one (the
+    terminal renderers wrap at 100 columns, ``miles_amd.wrap``)."""
+    return " ".join(text.split())
+
+
 @dataclass(frozen=True)
 class CliRun:
     """What a finished run left: its exit code and its two streams (as ``CompletedProcess``)."""

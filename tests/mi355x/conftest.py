@@ -1,11 +1,22 @@
-"""Options of the hardware tests, resolved once: dirs, run root, aiter variant, rollouts."""
+"""Options of the hardware tests, resolved once, and the preflight, run once per run dir.
+
+The run dir is ``<run-root>/<aiter variant>``; :func:`preflighted` clears an earlier run's
+output from it, runs the preflight and writes env.json there once a session. The node tests
+are one xdist group (root ``conftest.py``), so one worker holds the session and the preflight
+test and the acceptance run never write the same env.json at once.
+"""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from miles_amd.records.env import Fact
 
 
 @dataclass(frozen=True)
@@ -18,8 +29,9 @@ class NodeOptions:
     aiter_variant: str
     num_rollouts: int
 
-    def run_dir(self, variant: str) -> Path:
-        return (self.run_root / variant).resolve()
+    @property
+    def run_dir(self) -> Path:
+        return (self.run_root / self.aiter_variant).resolve()
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +46,22 @@ def node(request: pytest.FixtureRequest) -> NodeOptions:
         aiter_variant=opt("--aiter-variant"),
         num_rollouts=opt("--num-rollouts"),
     )
+
+
+@pytest.fixture(scope="session")
+def preflighted(node: NodeOptions) -> list[Fact]:
+    """The preflight's facts of the session's run dir, env.json written there (module doc)."""
+    from miles_amd.run.preflight import PreflightConfig, run_preflight, write_env_json
+
+    shutil.rmtree(node.run_dir, ignore_errors=True)  # an earlier session's run
+    config = PreflightConfig(
+        model_dir=node.model_dir,
+        data_dir=node.data_dir,
+        miles_dir=node.miles_dir,
+        megatron_dir=node.megatron_dir,
+        run_dir=node.run_dir,
+        aiter_variant=node.aiter_variant,
+    )
+    facts = run_preflight(config)
+    write_env_json(facts, config.run_dir, {"config": config.as_dict()})
+    return facts

@@ -17,7 +17,7 @@ import pytest
 from miles_amd.app.train import TrainResult
 from miles_amd.rules.bands import Band
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
-from tests.cli_runs import run_cli_process
+from tests.cli_runs import flat, run_cli_process
 from tests.constants import LOGPROB, REWARD, SHIPPED
 from tests.support.rehearsal import expectation_problems, rehearse
 
@@ -71,11 +71,19 @@ def record_and_gate(run_dir: Path, out: Path) -> None:
 
 
 def marked_rules(diff_text: str) -> dict[str, str]:
-    """Rule id -> head line, for the rows the text diff marks with '*'."""
-    rules_part = diff_text.split("\n\nprovenance")[0]
-    return {
-        line[2:].split(" ", 1)[0]: line for line in rules_part.splitlines() if line.startswith("* ")
-    }
+    """Rule id -> head line (with its wrapped tail, indented six), for the rows the text diff
+    marks with '*'."""
+    heads: dict[str, str] = {}
+    last = None
+    for line in diff_text.split("\n\nprovenance")[0].splitlines():
+        if line.startswith("* "):
+            last = line[2:].split(" ", 1)[0]
+            heads[last] = line
+        elif last is not None and line.startswith(" " * 6) and line[6] != " ":
+            heads[last] += " " + line.strip()
+        else:
+            last = None
+    return heads
 
 
 def test_a_shifted_rehearsal_round_trips_and_the_diff_marks_each_changed_band(
@@ -101,7 +109,7 @@ def test_a_shifted_rehearsal_round_trips_and_the_diff_marks_each_changed_band(
         # the tolerance reads as the gate's expected value: the band for the run's rollouts
         band = Band(after[rule_id]["low"], after[rule_id]["high"])
         block = diff.stdout.split(f"* {rule_id} ")[1].split("\n* ")[0]
-        assert f"-> {band.describe()}" in block, block
+        assert f"-> {band.describe()}" in flat(block), block
     assert "* provenance.run_id: jvvnhop9 -> miles-amd-" in diff.stdout
 
 

@@ -33,7 +33,7 @@ from miles_amd.rules import bands
 from miles_amd.rules.band import BandParams
 from miles_amd.run.preflight import Fact, write_env_json
 from tests.bridge_readings import node_model_facts
-from tests.cli_runs import CliRun, run_cli
+from tests.cli_runs import CliRun, flat, run_cli
 from tests.constants import (
     CLIPFRAC,
     EXAMPLE,
@@ -532,7 +532,7 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
     for rule_id, block in blocks.items():
         if rule_id in changed:
             low, high = band_of(new, rule_id)
-            assert block.startswith(f"* {rule_id} ") and "CHANGED: tolerance" in block, block
+            assert block.startswith(f"* {rule_id} ") and "CHANGED: tolerance" in flat(block), block
             # the tolerance is the sentence the gate shows as the check's expected value
             assert f"-> {bands.Band(low, high).describe()}" in block, block
             assert "reference: mean" in block and " -> mean" in block
@@ -677,5 +677,5 @@ def test_the_documented_update_flow_ends_with_the_gate_naming_the_baseline(
         assert result.returncode == (1 if differs else 0), (line, result.stderr)
         outputs.append(result.stdout)
     assert "(baseline patched, run n3wref01" in outputs[0]
-    assert "against baseline patched (n3wref01)" in outputs[-1], outputs[-1]
+    assert "against baseline patched (n3wref01)" in flat(outputs[-1]), outputs[-1]
     assert "matches the shipped patched" in outputs[-1], outputs[-1]

@@ -26,7 +26,7 @@ from miles_amd.recipe.settings import Recipe
 from miles_amd.records.canary import CanaryRecord, ControlRecord
 from miles_amd.report.render import render_markdown, render_text
 from miles_amd.run.preflight import Fact, write_env_json
-from tests.cli_runs import run_cli
+from tests.cli_runs import flat, run_cli
 from tests.constants import LOGPROB
 from tests.run_dirs import published_values, write_run
 from tests.unit.test_ab_premise import AITER_LINE, run_dir
@@ -75,7 +75,7 @@ def gated(run: Path, baseline: str, **options: bool) -> tuple[Verdict, Check]:
 def shown(verdict: Verdict, check: Check) -> None:
     """The check's detail is in the text and the markdown report (escaped for each)."""
     text, markdown = render_text(verdict), render_markdown(verdict)
-    assert check.detail[:60] in text, text
+    assert flat(check.detail[:60]) in flat(text), text
     assert check.detail[:60].replace("|", "\\|") in markdown, markdown
 
 
@@ -267,7 +267,8 @@ def test_the_cpu_harness_form_gates_a_canary_only_run_dir(tmp_path) -> None:
     canary(tmp_path / "red", "reducer", bad=True)
     done = run_cli("gate", "--run-dir", str(tmp_path / "red"), "--baseline", "patched")
     assert done.returncode == 1, done.stderr
-    assert "allreduce.canary" in done.stdout and "N=127 (aiter's 2stage path" in done.stdout
+    text = flat(done.stdout)
+    assert "allreduce.canary" in text and "N=127 (aiter's 2stage path" in text
     report = json.loads((tmp_path / "red" / "report" / "report.json").read_text())
     row = next(c for c in report["checks"] if c["name"] == NAME)
     assert row["status"] == "fail" and "the CPU harness's --reducer" in row["detail"]

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from miles_amd.cli.main import app
-from tests.cli_runs import CliRun, run_cli
+from tests.cli_runs import CliRun, flat, run_cli
 from tests.constants import (
     CLIPFRAC,
     EXAMPLE,
@@ -334,7 +334,7 @@ def test_example_reports_to_a_named_dir_and_leaves_the_example_alone(tmp_path: P
     out = tmp_path / "example-report"
     result = gate_main("--example", "--baseline", "patched", "--report-dir", str(out))
     assert result.returncode == 0, result.stderr
-    assert "against baseline patched (jvvnhop9)" in result.stdout
+    assert "against baseline patched (jvvnhop9)" in flat(result.stdout)
     assert result.stdout.splitlines()[-1].startswith(f"report written to {out / 'report.md'}")
     assert report_of(out)["verdict"] == "pass"
     assert sorted(p.relative_to(EXAMPLE) for p in EXAMPLE.rglob("*")) == before

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_runs import flat
 from tests.constants import REPO
 
 SHIPPED_DATA = (
@@ -135,7 +136,7 @@ def test_the_installed_wheel_gates_its_example_run(venv: Path, tmp_path: Path) -
     argv = [miles_amd, "gate", "--example", "--baseline", "patched", "--report-dir", str(out)]
     example_gate = run(argv, cwd=tmp_path, env=clean_env())
     assert example_gate.returncode == 0, example_gate.stderr
-    assert "against baseline patched (jvvnhop9)" in example_gate.stdout
+    assert "against baseline patched (jvvnhop9)" in flat(example_gate.stdout)
     assert json.loads((out / "report.json").read_text())["verdict"] == "pass"
     inside = [miles_amd, "gate", "--run-dir", str(example), "--baseline", "patched"]
     refused = run(inside, cwd=tmp_path, env=clean_env())

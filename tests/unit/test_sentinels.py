@@ -41,6 +41,18 @@ SAMPLES: dict[str, list[str]] = {
         "has a total capacity of 287.98 GiB of which 1.02 GiB is free.",
         "RuntimeError: HIP error: hipErrorOutOfMemory",
     ],
+    # Ray's memory monitor as Ray 2.60's raylet words it, as Ray before 2.55 did, as the driver
+    # sees it; the kernel's OOM killer (mm/oom_kill.c) when dmesg reaches the log
+    "host_out_of_memory": [
+        "ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node running low "
+        "on memory. Memory on the node (IP: 10.0.0.1, ID: 4cb2) was 1843.2GB used / 1900.0GB "
+        "limit (0.970105)",
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+        "(raylet) Task SGLangEngine.init failed due to oom. Error: 2 worker(s) were killed due to "
+        "the node running low on memory.",
+        "[Thu Dec  3 10:07:00 2026] Out of memory: Killed process 6001 (ray::SGLangEng) "
+        "total-vm:912345678kB, anon-rss:401234567kB, file-rss:0kB, shmem-rss:0kB, UID:0",
+    ],
     "megatron_nan_grad_norm": [
         TRAIN + "distributed.py:311 - RuntimeError: Rank 3: found NaN in local grad norm for "
         "bucket #0 in backward pass before data-parallel communication collective.",
@@ -168,6 +180,16 @@ def test_each_sample_hits_exactly_its_sentinel(name: str) -> None:
         assert hits[0].severity == sentinel.severity
         assert hits[0].first_text == line
         assert hits[0].reference == sentinel.reference
+
+
+def test_host_memory_is_named_host_memory_with_its_own_fix() -> None:
+    """Ray's low-memory kill raises ``ray.exceptions.OutOfMemoryError``: host RAM, never the
+    GPU allocator's error, whose fix (SGLang's GPU memory fraction) would not help."""
+    advice = BY_NAME["host_out_of_memory"].advice
+    assert "host RAM" in advice and "--lora-base-cpu-backup" in advice
+    assert "--sglang-mem-fraction-static does not help" in advice
+    wrapped = "ray.exceptions.RayTaskError(OutOfMemoryError): ray::SGLangEngine.init()"
+    assert scan_lines([wrapped]) == ()
 
 
 def test_lines_matching_no_sentinel_produce_nothing() -> None:

@@ -136,7 +136,9 @@ class TrainResult:
         line = self.outcome.summary()
         if self.gate is None:
             return line
-        verdict = self.gate.verdict.verdict.upper()
+        from miles_amd.report.render import verdict_label
+
+        verdict = verdict_label(self.gate.verdict)  # says a stock run's expected failure
         return f"{line}; gate: {verdict} (report in {self.gate.files.markdown.parent}/)"
 
 

@@ -23,6 +23,7 @@ from typing import Literal
 from miles_amd import escape
 from miles_amd.rules.model import Baseline, Rule
 from miles_amd.rules.registry import KINDS, expected_text
+from miles_amd.wrap import fit
 
 Aspect = Literal["kind", "required", "tolerance", "reference"]
 RowChange = Literal["same", "changed", "added", "removed"]
@@ -205,7 +206,7 @@ def render_text(diff: BaselineDiff) -> str:
     for field_row in diff.fields:
         mark = "*" if field_row.changed else " "
         lines.append(f"{mark} {field_row.field}: {_pair(field_row.before, field_row.after)}")
-    return "\n".join(escape.terminal(line) for line in lines) + "\n"
+    return fit((escape.terminal(line) for line in lines), indent="      ")
 
 
 def _cell(text: str | None) -> str:

@@ -116,12 +116,16 @@ def preflight(
     if as_json:
         document = {"verdict": view.verdict_line(rows), "env_json": str(path)}
         typer.echo(json.dumps({**document, "facts": view.as_json(rows)}, indent=2))
-    say(f"env.json written to {path} (the run dir's record of this preflight)", err=as_json)
+    from miles_amd.wrap import wrapped
+
+    for line in wrapped(f"env.json written to {path} (the run dir's record of this preflight)"):
+        say(line, err=as_json)
     failing = failing_facts(facts)
     if failing:
         roots = view.root_failures(rows)
         listed = ", ".join(f"{r.fact.name} ({r.status})" for r in roots) or "-"
         if len(failing) > len(roots):
             listed += f" (and {len(failing) - len(roots)} that need one of them)"
-        say(f"miles-amd: preflight failed: {listed}", err=True)
+        for line in wrapped(f"miles-amd: preflight failed: {listed}"):
+            say(line, err=True)
         raise typer.Exit(EXIT_FAILED)

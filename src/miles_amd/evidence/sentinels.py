@@ -102,11 +102,28 @@ SENTINELS: tuple[Sentinel, ...] = (
     _sentinel(
         "gpu_out_of_memory",
         "fatal",
-        r"(?:HIP|CUDA) out of memory|OutOfMemoryError|hipErrorOutOfMemory",
+        # Ray's own OutOfMemoryError (and a task's error wrapping it) is host RAM, below
+        r"(?:HIP|CUDA) out of memory|(?<!ray\.exceptions\.)(?<!RayTaskError\()\bOutOfMemoryError"
+        r"|hipErrorOutOfMemory",
         ("out of memory", "OutOfMemory"),
         "torch / HIP allocator",
         "a GPU ran out of memory; check for leftover processes holding GPU memory "
         "(amd-smi process), then lower --sglang-mem-fraction-static or --max-tokens-per-gpu",
+    ),
+    # Ray's memory monitor (raylet, Ray 2.60: "%d worker(s) were killed due to the node running
+    # low on memory. %s"; before 2.55: "Task was killed due to the node running low on
+    # memory.") and the kernel's OOM killer (mm/oom_kill.c: "%s: Killed process %d (%s)
+    # total-vm:...", %s "Out of memory" or "Memory cgroup out of memory")
+    _sentinel(
+        "host_out_of_memory",
+        "fatal",
+        r"killed due to the node running low on memory|: Killed process \d+ \(.*\) total-vm:",
+        ("running low on memory", "Killed process"),
+        "Ray memory monitor / Linux OOM killer: host RAM",
+        "the node's host RAM ran out, not a GPU's (lowering --sglang-mem-fraction-static does "
+        "not help): look for another job or a leftover run holding RAM (free -g), give the "
+        "container more RAM, or keep less in the rollout workers' host RAM (the recipe's "
+        "--lora-base-cpu-backup keeps a CPU mirror of the base weights in each SGLang engine)",
     ),
     _sentinel(
         "megatron_nan_grad_norm",

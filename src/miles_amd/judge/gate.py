@@ -6,7 +6,8 @@ Decides:
   canary, fatal sentinels, then each baseline rule, judged by its kind;
 - what a missing measurement is: ``not_measured``, or a failure when required;
 - the verdict (:class:`Verdict`): ``error`` when nothing at all was readable, else ``fail``
-  when any check is ``fail`` or ``error``, else ``pass``;
+  when any check is ``fail`` or ``error``, else ``pass``; a red stock run that ROCm/aiter#5694
+  explains carries its expected failure (``judge.known_bug``);
 - at which look a red run is decided (:attr:`Verdict.decision`); :func:`early_failures` is the
   watcher's judge of a partial run.
 
@@ -27,6 +28,7 @@ from miles_amd.judge.allreduce import allreduce_check
 from miles_amd.judge.canary import canary_check, explain_known_bug
 from miles_amd.judge.control_arm import CONTROL_ARM
 from miles_amd.judge.environment import Environment, environment_check
+from miles_amd.judge.known_bug import ExpectedFailure, expected_failure
 from miles_amd.judge.model_build import model_build_check
 from miles_amd.judge.sequential import Decision, decision, early_rule_failures, rule_checks
 from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
@@ -63,6 +65,8 @@ class Verdict:
     conflicts: tuple[Conflict, ...] = ()
     looks: tuple[int, ...] = ()  # the rollouts the run was judged at (empty: --no-looks)
     decision: Decision | None = None  # when a red run was decided (None for a pass)
+    # a red stock run the reproduced bug explains (judge.known_bug); None for any other run
+    expected_failure: ExpectedFailure | None = None
     # set by miles_amd.app.gate: the baseline's digest (miles_amd.baseline.shipped) and the
     # shipped baseline of that name's (None: none of that name, or it does not load)
     baseline_sha256: str | None = None
@@ -246,6 +250,7 @@ def judge(
         looks=declared or (),
         decision=decision(checks, evidence, baseline, rollouts) if verdict == "fail" else None,
         record_only=record_only.key if record_only else None,
+        expected_failure=expected_failure(checks, evidence, variant) if verdict == "fail" else None,
     )
 
 

@@ -32,6 +32,7 @@ from miles_amd.judge.compare import (
 )
 from miles_amd.report import figure_layout as layout
 from miles_amd.rules.check import axis
+from miles_amd.wrap import fit
 
 Format = Literal["text", "json", "markdown"]
 
@@ -173,7 +174,7 @@ def render_text(c: Comparison) -> str:
     lines += ["", *spike_sentences(c)]
     if c.unpaired:
         lines.append(f"not in both runs: {', '.join(c.unpaired)}")
-    return "\n".join(escape.terminal(line) for line in lines) + "\n"
+    return fit(escape.terminal(line) for line in lines)
 
 
 def render_markdown(c: Comparison) -> str:

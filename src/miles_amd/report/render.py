@@ -6,7 +6,10 @@ Decides how a :class:`~miles_amd.judge.gate.Verdict` reads:
   was decided, one row per check, sentinel hits, sources, problems and conflicts; strict JSON;
 - ``report.md``: for a CI step summary, the verdict line first, then the failed, passed and
   not-measured checks, the sentinel hits and the evidence;
-- text: the same order in aligned plain lines.
+- text: the same order in aligned plain lines, each wrapped to 100 columns
+  (``miles_amd.wrap``);
+- a red stock run that ROCm/aiter#5694 explains (``Verdict.expected_failure``) says
+  "ROCm/aiter#5694 reproduced" in its headline, verdict sentence and report.json.
 
 Pure (verdict -> text): it judges and writes nothing (``miles_amd.report.report`` writes the
 files). Strings from the run dir are escaped for their sink by ``miles_amd.escape``
@@ -25,12 +28,15 @@ from typing import Literal
 
 from miles_amd import escape
 from miles_amd.judge.gate import Check, Verdict
+from miles_amd.judge.known_bug import REPRODUCED
 from miles_amd.rules.check import listed
+from miles_amd.wrap import fit
 
 Format = Literal["text", "json", "markdown"]
 # report.json's shape: report.schema.json beside this module (package data) holds it, and
 # tests/unit/test_report_schema.py holds the gate's output to it
-SCHEMA_VERSION = 2  # 2: the sequential looks (looks, decided_at_rollout, decided_by, alpha_spent)
+SCHEMA_VERSION = 3  # 2: the sequential looks (looks, decided_at_rollout, decided_by, alpha_spent);
+# 3: expected_failure (a red stock run ROCm/aiter#5694 explains)
 SCHEMA_PATH = Path(__file__).resolve().parent / "report.schema.json"
 
 _STATUS_ORDER = {"fail": 0, "error": 1, "pass": 2, "not_measured": 3}
@@ -77,6 +83,8 @@ def verdict_sentence(verdict: Verdict) -> str:
     measured = [c for c in verdict.checks if c.status != "not_measured"]
     if verdict.verdict == "error":
         return f"the gate could not judge this run: {verdict.reason}"
+    if verdict.expected_failure is not None:
+        return f"this run is NOT accepted, as expected: {verdict.expected_failure.line}"
     if verdict.verdict == "fail":
         failed = [c.name for c in verdict.checks if c.failed]
         decided = decision_text(verdict)
@@ -143,6 +151,7 @@ def to_json(verdict: Verdict) -> dict[str, object]:
         "decided_at_rollout": decided.rollout if decided else None,
         "decided_by": decided.check if decided else None,
         "alpha_spent": _json_number(decided.alpha_spent) if decided else None,
+        "expected_failure": _expected_json(verdict),
         "counts": counts,
         "checks": [
             {
@@ -188,6 +197,13 @@ def to_json(verdict: Verdict) -> dict[str, object]:
     }
 
 
+def _expected_json(verdict: Verdict) -> dict[str, object] | None:
+    expected = verdict.expected_failure
+    if expected is None:
+        return None
+    return {"reason": REPRODUCED, "canary": expected.canary, "checks": list(expected.checks)}
+
+
 def render_json(verdict: Verdict) -> str:
     return json.dumps(to_json(verdict), indent=2, allow_nan=False) + "\n"
 
@@ -204,9 +220,15 @@ def _observed(check: Check) -> str:
     return str(value)
 
 
+def verdict_label(verdict: Verdict) -> str:
+    """``PASS``, ``FAIL``, ``ERROR``, or ``FAIL (expected: ROCm/aiter#5694 reproduced)``."""
+    expected = f" (expected: {REPRODUCED})" if verdict.expected_failure is not None else ""
+    return verdict.verdict.upper() + expected
+
+
 def headline(verdict: Verdict) -> str:
     return (
-        f"miles-amd gate: {verdict.verdict.upper()} - run {verdict.run_dir} against baseline "
+        f"miles-amd gate: {verdict_label(verdict)} - run {verdict.run_dir} against baseline "
         f"{verdict.baseline_name} ({verdict.baseline_run_id}), "
         f"{verdict.expected_rollouts} rollouts expected"
     )
@@ -259,7 +281,7 @@ def render_text(verdict: Verdict) -> str:
     for conflict in verdict.conflicts:
         values = ", ".join(f"{k}={v!r}" for k, v in sorted(conflict.values.items()))
         lines.append(f"evidence conflict: {conflict.metric} at step {conflict.step}: {values}")
-    return "\n".join(escape.terminal(line) for line in lines) + "\n"
+    return fit((escape.terminal(line) for line in lines), indent=" " * 7)
 
 
 # ---------------------------------------------------------------------------- markdown
@@ -328,7 +350,7 @@ def _markdown_evidence(verdict: Verdict) -> list[str]:
 def render_markdown(verdict: Verdict) -> str:
     """A reviewer's page: the verdict sentence, failures, passes, not measured, hits, evidence."""
     lines = [
-        f"**miles-amd gate: {verdict.verdict.upper()}** - {_cell(verdict_sentence(verdict))}",
+        f"**miles-amd gate: {verdict_label(verdict)}** - {_cell(verdict_sentence(verdict))}",
         "",
         f"Run {escape.markdown_code(verdict.run_dir)} against baseline "
         f"{escape.markdown_code(verdict.baseline_name)} ({_cell(verdict.baseline_run_id)}), "

@@ -14,9 +14,9 @@ recorded).
 - :func:`verdict_line`: ``preflight: PASS|FAIL - <root cause>``; no AMD GPU and no ROCm is
   "this is not an AMD GPU node", else the facts that failed on their own (not those that
   only need a failed one).
-- :func:`table`: fact, shown status, value or what to do, each row cut to :data:`WIDTH`
-  columns (``--verbose``: every value and message in full, uncut); a node's words shown by
-  ``miles_amd.escape.terminal``.
+- :func:`table`: fact, shown status, value or what to do, each row wrapped to 100 columns
+  under its last column (``miles_amd.wrap``; ``--verbose``: value and message columns, every
+  row in full on one line); a node's words shown by ``miles_amd.escape.terminal``.
 
 Tested in ``tests/unit/test_preflight.py`` on this CPU machine, a real "not a node".
 """
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from miles_amd.escape import terminal
 from miles_amd.records.env import Fact
+from miles_amd.wrap import WIDTH, wrapped
 
-WIDTH = 100
 NOT_A_NODE = "this is not an AMD GPU node"
 
 # fact -> the facts its probe needs (see the module doc)
@@ -111,10 +111,6 @@ def verdict_line(rows: Sequence[Shown]) -> str:
     return f"preflight: FAIL - {cause}" + (f"; {', '.join(tail)}" if tail else "")
 
 
-def _cut(line: str, width: int) -> str:
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
 def table(rows: Sequence[Shown], *, verbose: bool = False) -> str:
     """The facts as a table (module doc); ``verbose``: value and message columns, uncut."""
     raw: list[tuple[str, ...]] = []
@@ -126,11 +122,13 @@ def table(rows: Sequence[Shown], *, verbose: bool = False) -> str:
         raw += [(r.fact.name, r.status, r.text) for r in rows]
     cells = [tuple(terminal(cell) for cell in row) for row in raw]  # a node's words
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
-    lines = [
-        "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
-        for row in cells
-    ]
-    return "\n".join(lines if verbose else [_cut(line, WIDTH) for line in lines])
+    lines = []
+    for row in cells:
+        head = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  "
+        # the last cell wrapped in its own column (verbose: in full, on one line)
+        parts = [row[-1]] if verbose else wrapped(row[-1], "", max(WIDTH - len(head), 40))
+        lines += [(head if i == 0 else " " * len(head)) + part for i, part in enumerate(parts)]
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def as_json(rows: Sequence[Shown]) -> list[dict[str, object]]:

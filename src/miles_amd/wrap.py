@@ -1,0 +1,32 @@
+"""Text people read fits :data:`WIDTH` columns: a longer line is wrapped at its spaces, not cut.
+
+A wrapped line's continuations keep its own indentation plus ``indent``; a word longer than a
+line (a long path) is broken across lines, every character kept. The terminal
+renderers (the gate's text, compare, ``baseline diff``, the preflight's table and summary) put
+every line through :func:`fit` after escaping it (``tests/unit/test_line_width.py``).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable
+
+WIDTH = 100
+
+
+def wrapped(line: str, indent: str = "    ", width: int = WIDTH) -> list[str]:
+    """``line`` as lines of at most ``width`` columns (module doc)."""
+    if len(line) <= width:
+        return [line]
+    lead = line[: len(line) - len(line.lstrip(" "))]
+    return textwrap.wrap(
+        line,
+        width=width,
+        subsequent_indent=lead + indent,
+        break_on_hyphens=False,
+    ) or [line]
+
+
+def fit(lines: Iterable[str], indent: str = "    ") -> str:
+    """``lines`` wrapped (:func:`wrapped`) and joined, one newline after each."""
+    return "".join(part + "\n" for line in lines for part in wrapped(line, indent))
