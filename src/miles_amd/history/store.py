@@ -19,10 +19,11 @@ versions, concurrent writers and corrupt rows: ``docs/gate-and-statistics.md``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -281,6 +282,13 @@ class HistoryStore:
 
     def append(self, record: HistoryRecord) -> int:
         """Add one run (one transaction); return its ``run_id``."""
+        with self.appending(record) as run_id:
+            return run_id
+
+    @contextlib.contextmanager
+    def appending(self, record: HistoryRecord) -> Iterator[int]:
+        """Add one run in a transaction that commits when the block ends and is rolled back
+        when it raises; yields its ``run_id`` (this store's reads in the block see the run)."""
         with self._db:
             marks = ", ".join("?" * len(_RUN_FIELDS))
             cursor = self._db.execute(
@@ -310,7 +318,7 @@ class HistoryStore:
                         if not math.isfinite(v)
                     ],
                 )
-        return run_id
+            yield run_id
 
     def mark(self, run_id: int, *, untrusted: bool, now: str) -> bool:
         """Mark run ``run_id`` untrusted (or trusted again); True when that changed anything.
