@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from miles_amd import numeric, strict_json
+from miles_amd.variants import AITER_VARIANTS
 
 SCHEMA_VERSION = 4
 _MARKERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # upstream's capture markers
@@ -38,9 +39,10 @@ class HistoryError(ValueError):
     """A history file that cannot be used; ``str()`` names the file and the fix."""
 
 
-def _column(sql: str, *, as_json: bool = False) -> dict[str, Any]:
-    """A field's metadata: a column of SQL type ``sql`` (``as_json``: stored as a JSON list)."""
-    return {"sql": sql, "json": as_json}
+def _column(sql: str, *, as_json: bool = False, choices: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A field's metadata: a column of SQL type ``sql`` (``as_json``: stored as a JSON list;
+    ``choices``: the only values a row read back may hold, null aside)."""
+    return {"sql": sql, "json": as_json, "choices": choices}
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ class RunRow:
     created_at: str = field(metadata=_column("TEXT NOT NULL"))  # ISO-8601, UTC
     recipe: str = field(metadata=_column("TEXT NOT NULL"))
     recipe_digest: str | None = field(metadata=_column("TEXT"))  # of plan.json's recipe
-    variant: str | None = field(metadata=_column("TEXT"))  # env.json's aiter_variant
+    # env.json's aiter_variant (else plan.json's); a row holding another value is skipped
+    variant: str | None = field(metadata=_column("TEXT", choices=AITER_VARIANTS))
     aiter_commit: str | None = field(metadata=_column("TEXT"))  # env.json's aiter fact
     baseline: str = field(metadata=_column("TEXT NOT NULL"))
     image: str | None = field(metadata=_column("TEXT"))
@@ -202,6 +205,9 @@ def _from_row(row: Sequence[Any]) -> dict[str, Any]:
             value = tuple(value)
         elif not _of_type(value, sql):
             raise ValueError(f"column {f.name} holds {type(value).__name__} {value!r:.60}")
+        elif f.metadata["choices"] and value is not None and value not in f.metadata["choices"]:
+            known = ", ".join(f.metadata["choices"])
+            raise ValueError(f"column {f.name} holds {value!r:.60}, not one of {known}")
         found[f.name] = value
     return found
 
