@@ -170,6 +170,9 @@ def assert_one_line_error(done: CliRun, needle: str) -> None:
         (["--timeout", "nan"], "'--timeout'"),
         (["--timeout", "inf"], "'--timeout'"),
         (["--timeout", "0"], "'--timeout'"),
+        (["--timeout", "1e300"], "at most 2592000"),  # past the driver's waits (time_t)
+        (["--num-rollouts", "1000000000000"], "'--num-rollouts'"),
+        (["--num-rollout", "100001"], "'--num-rollout'"),
         (["--num-gpus", "0"], "'--num-gpus'"),
         (["--num-rollouts", "0"], "'--num-rollouts'"),
         (["--num-rollout", "-1"], "'--num-rollout'"),
