@@ -589,3 +589,33 @@ def test_each_identity_gets_its_own_threshold_and_trusted_count(tmp_path: Path) 
     text = run_cli("history", "--history", str(history)).stdout
     assert "[patched@0a1b d1g3st] drift: not checked yet (1 trusted run(s)" in text
     assert "[stock@9f8e d1g3st] drift: not checked yet (2 trusted run(s)" in text
+
+
+def test_stored_extreme_values_plot_without_warnings_or_another_flags_error(
+    tmp_path: Path,
+) -> None:
+    """Summaries at the edge of the float range (another tool wrote them): the trend PNG is
+    drawn (values held within the axis' range), no warning page, exit 0."""
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+        store.append(record(0.018))
+    with sqlite3.connect(history) as db:
+        db.execute("UPDATE summaries SET mean = 1.7e308, min = -1.7e308, max = 1.7e308, sd = 1e308")
+        db.execute("UPDATE summaries SET mean = -1.7e308 WHERE run_id = 2")
+    plot = tmp_path / "trend.png"
+    done = run_cli("history", "--history", str(history), "--plot", str(plot))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("command", ["mark-untrusted", "mark-trusted"])
+def test_a_run_id_past_64_bits_is_one_line(tmp_path: Path, command: str) -> None:
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+    done = run_cli("history", command, str(2**64), "--history", str(history))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "'ID'" in line and str(2**63 - 1) in line, line

@@ -55,7 +55,13 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="history")
 
 
-RunIdArg = Annotated[int, typer.Argument(metavar="ID", help="The run's id in the history.")]
+MAX_RUN_ID = 2**63 - 1  # SQLite's INTEGER PRIMARY KEY is a signed 64-bit rowid
+RunIdArg = Annotated[
+    int,
+    typer.Argument(
+        metavar="ID", min=1, max=MAX_RUN_ID, help="The run's id in the history (1 to 2**63-1)."
+    ),
+]
 
 
 def _mark(history_file: Path | None, run_id: int, *, untrusted: bool) -> None:
