@@ -619,3 +619,39 @@ def test_a_run_id_past_64_bits_is_one_line(tmp_path: Path, command: str) -> None
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert "'ID'" in line and str(2**63 - 1) in line, line
+
+
+def test_a_negative_stored_sd_is_a_row_named_and_skipped_not_a_plot_traceback(
+    tmp_path: Path,
+) -> None:
+    """sd < 0 made the trend's error bars raise ValueError ('yerr' must not contain negative
+    values) out of --plot; the row is now foreign input refused where it is read."""
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+        store.append(record(0.018))
+    with sqlite3.connect(history) as db:
+        db.execute("UPDATE summaries SET sd = -1 WHERE run_id = 1")
+    done = run_cli("history", "--history", str(history), "--plot", str(tmp_path / "t.png"))
+    assert done.returncode == 0, done.stderr
+    assert "run 1 of" in done.stderr and "sd >= 0" in done.stderr
+    assert (tmp_path / "t.png").is_file()
+
+
+@pytest.mark.parametrize("step", [1e30, "abc", None])
+def test_a_stored_point_that_is_no_integer_step_is_not_exported(tmp_path: Path, step) -> None:
+    """A step stored as a float or text was written verbatim into the upstream record."""
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+    with sqlite3.connect(history) as db:
+        if step is None:
+            db.execute("UPDATE metric_values SET value = 'x' WHERE rowid = 1")
+        else:
+            db.execute("UPDATE metric_values SET step = ? WHERE rowid = 1", (step,))
+    out = tmp_path / "out"
+    done = run_cli("history", "--history", str(history), "--export", str(out))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"miles-amd: error: --history {history}: --export cannot use"), line
+    assert not out.exists()

@@ -220,13 +220,15 @@ def _of_type(value: object, sql: str) -> bool:
 
 
 def _summary(metric: object, figures: Sequence[Any]) -> Summary:
-    """A stored summary, checked: a metric name, n > 0 and finite numbers (sd may be null)."""
+    """A stored summary, checked: a metric name, n > 0, finite numbers, sd >= 0 (or null)."""
     n, mean, sd, low, high = figures
     numbers = (mean, low, high) if sd is None else (mean, sd, low, high)
-    if not (isinstance(metric, str) and isinstance(n, int) and n > 0) or not all(
-        isinstance(v, (int, float)) and math.isfinite(v) for v in numbers
+    if (
+        not (isinstance(metric, str) and isinstance(n, int) and n > 0)
+        or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in numbers)
+        or (sd is not None and sd < 0)
     ):
-        raise ValueError(f"summary of {metric!r:.60} is not n > 0 and finite numbers")
+        raise ValueError(f"summary of {metric!r:.60} is not n > 0, finite numbers and sd >= 0")
     return Summary(n, mean, sd, low, high)
 
 
@@ -411,16 +413,33 @@ class HistoryStore:
 
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
         """Every stored per-rollout value of one run (non-finite ones as NaN/±inf), per
-        metric, in step order (a repeated step in the order it was appended)."""
+        metric, in step order (a repeated step in the order it was appended). A stored point
+        is checked (a metric name, an integer step, a finite number or a marker): another is
+        ``ValueError`` naming the run and the metric."""
         found: dict[str, list[tuple[int, float]]] = {}
-        for metric, step, value in self._db.execute(
-            "SELECT metric, step, value FROM ("
+        for metric, step, value, nonfinite in self._db.execute(
+            "SELECT metric, step, value, t FROM ("
             " SELECT rowid AS n, 0 AS t, metric, step, value FROM metric_values WHERE run_id = ?"
             " UNION ALL"
             " SELECT rowid, 1, metric, step, CAST(marker AS TEXT) FROM nonfinite_values"
             " WHERE run_id = ?) ORDER BY metric, step, t, n",
             (run_id, run_id),
         ):
-            number = float(value)  # a marker: float("NaN"), float("-Infinity"), ...
+            number = _point(step, value, marker=bool(nonfinite))
+            if not isinstance(metric, str) or number is None:
+                raise ValueError(
+                    f"run {run_id}: a stored point of {metric!r:.60} is not an integer step "
+                    f"and a value ({step!r:.30}, {value!r:.30})"
+                )
             found.setdefault(metric, []).append((step, number))
         return found
+
+
+def _point(step: object, value: object, *, marker: bool) -> float | None:
+    """The stored value as a number (a marker as NaN/±inf); None when the point is not one."""
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    if marker:
+        return float(value) if value in _MARKERS.values() else None  # type: ignore[arg-type]
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if finite and math.isfinite(value) else None  # type: ignore[arg-type]
