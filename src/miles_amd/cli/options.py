@@ -4,8 +4,8 @@ Decides:
 
 - each shared flag's name, default, help and the check of its value, run while the command
   line is parsed, so a bad value exits 2 naming the flag before anything starts;
-- the checks: counts >= 1 and rollouts at most :data:`MAX_ROLLOUTS`, ``--timeout`` finite, > 0
-  and at most :data:`MAX_TIMEOUT_S`, every directory made absolute;
+- the checks: counts >= 1 (rollouts at most :data:`MAX_ROLLOUTS`, GPUs :data:`MAX_GPUS`),
+  ``--timeout`` finite, > 0 and at most :data:`MAX_TIMEOUT_S`, every directory made absolute;
 - one flag name per concept, old spellings kept as hidden aliases (:func:`resolve_alias`);
 - the output format, the run history flags and the aiter-variant choices
   (:data:`AiterVariant`, :data:`BaselineVariant`).
@@ -46,6 +46,7 @@ DEFAULT_TIMEOUT_S = 5400.0  # the published 20-rollout runs took about 66 minute
 # an unbounded count exhausts memory in the gate's bands (10**12 rollouts: MemoryError) and a
 # timeout past time_t overflows the driver's waits.
 MAX_ROLLOUTS = 100_000
+MAX_GPUS = max(settings.GPUS_PER_NODE.values())  # the recipe runs on one node
 MAX_TIMEOUT_S = 30 * 24 * 3600.0  # 30 days
 HISTORY_ENV = "MILES_AMD_HISTORY"
 T = TypeVar("T", int, int | None)
@@ -183,9 +184,15 @@ HardwareOpt = Annotated[
 ]
 NumGpusOpt = Annotated[
     int,
-    typer.Option(RECIPE_FLAG["num_gpus"], min=1, metavar=INT, help="GPUs on the node (>= 1)."),
+    typer.Option(
+        RECIPE_FLAG["num_gpus"],
+        min=1,
+        max=MAX_GPUS,
+        metavar=INT,
+        help=f"GPUs on the node (1 to {MAX_GPUS}).",
+    ),
 ]
-GpusAliasOpt = Annotated[int | None, typer.Option("--gpus", min=1, hidden=True)]
+GpusAliasOpt = Annotated[int | None, typer.Option("--gpus", min=1, max=MAX_GPUS, hidden=True)]
 ModelDirOpt = Annotated[Path, _dir_option(RECIPE_FLAG["model_dir"], "Holds gpt-oss-20b-bf16/.")]
 DataDirOpt = Annotated[
     Path, _dir_option(RECIPE_FLAG["data_dir"], "Holds dapo-math-17k/dapo-math-17k.jsonl.")
