@@ -167,7 +167,21 @@ def test_compare_refuses_a_run_dir_without_metrics(tmp_path: Path) -> None:
     (empty / "tensorboard").mkdir(parents=True)
     result = run_cli("compare", "--run-dir", str(empty), "--run-dir", str(EXAMPLE))
     assert result.returncode == 2
-    assert f"--run-dir {empty}: no metric in it" in result.stderr
+    assert f"--run-dir {empty}: no metric read" in result.stderr
+
+
+def test_a_run_dir_whose_log_is_refused_names_the_refusal(tmp_path: Path) -> None:
+    """A job.log linked out of the run dir is refused unread (as the gate refuses it); the
+    line said only "no metric in it", now it names the refused file and why."""
+    linked = tmp_path / "linked"
+    shutil.copytree(EXAMPLE, linked, ignore=shutil.ignore_patterns("report", "tensorboard"))
+    shutil.rmtree(linked / "ci_history")
+    (linked / "job.log").rename(tmp_path / "elsewhere.log")
+    (linked / "job.log").symlink_to(tmp_path / "elsewhere.log")
+    result = run_cli("compare", "--run-dir", str(EXAMPLE), "--run-dir", str(linked))
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "job.log" in line and "symbolic link" in line, line
 
 
 def corrupt_record(run_dir: Path) -> str:

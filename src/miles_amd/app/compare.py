@@ -34,10 +34,12 @@ __all__ = [
 
 
 class NoMetricsError(ValueError):
-    """A run dir to compare holds no metric (``run_dir`` is the one)."""
+    """A run dir to compare holds no metric (``run_dir`` is the one); ``problem``: the source
+    problems (a file refused or unreadable) that explain why, if any."""
 
-    def __init__(self, run_dir: Path) -> None:
-        super().__init__(f"{run_dir}: no metric in it (tensorboard/, ci_history/, job.log)")
+    def __init__(self, run_dir: Path, problem: str | None = None) -> None:
+        why = f": {problem}" if problem else ""
+        super().__init__(f"{run_dir}: no metric read (tensorboard/, ci_history/, job.log){why}")
         self.run_dir = run_dir
 
 
@@ -81,7 +83,9 @@ def compare_run_dirs(
     a, b = load_run(a_dir), load_run(b_dir)
     for run_dir, evidence in ((a_dir, a), (b_dir, b)):
         if not evidence.series:
-            raise NoMetricsError(run_dir)
+            problems = [str(p) for p in evidence.problems]
+            more = f" (+{len(problems) - 2} more)" if len(problems) > 2 else ""
+            raise NoMetricsError(run_dir, "; ".join(problems[:2]) + more if problems else None)
         for check in evidence_checks(evidence):
             if check.failed:
                 raise UntrustedEvidenceError(run_dir, check.name, check.detail)
