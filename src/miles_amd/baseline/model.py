@@ -55,7 +55,7 @@ def baselines_root() -> Path:
     if not override:
         return package_path("miles_amd.baseline", "shipped-baselines")
     try:
-        Path(override).resolve()  # a link loop raises (RuntimeError before Python 3.13)
+        Path(override).resolve()  # a link loop raises (RuntimeError on CPython 3.11)
     except (OSError, RuntimeError) as exc:
         raise UnknownBaselineError(
             f"${BASELINES_DIR_ENV} {override}: cannot be followed ({exc}); fix: set it to the "

@@ -222,6 +222,8 @@ def _of_type(value: object, sql: str) -> bool:
 def _summary(metric: object, figures: Sequence[Any]) -> Summary:
     """A stored summary, checked: a metric name, n > 0, finite numbers, sd >= 0 (or null)."""
     n, mean, sd, low, high = figures
+    # mean is not checked against min/max: a float mean may lie an ulp outside them
+    # (numeric.mean([0.1] * 3) is 0.10000000000000002)
     numbers = (mean, low, high) if sd is None else (mean, sd, low, high)
     if (
         not (isinstance(metric, str) and isinstance(n, int) and n > 0)
