@@ -655,3 +655,17 @@ def test_a_stored_point_that_is_no_integer_step_is_not_exported(tmp_path: Path, 
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"miles-amd: error: --history {history}: --export cannot use"), line
     assert not out.exists()
+
+
+def test_an_export_into_the_current_dir_by_dot(tmp_path: Path) -> None:
+    """``--export .`` built its staging dir inside "." (the parent of "." is ".") and failed
+    with EINVAL; the destination is made absolute first."""
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+    here = tmp_path / "here"
+    here.mkdir()
+    done = run_cli("history", "--history", str(history), "--export", ".", cwd=here)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in here.iterdir()) == ["records", "runs.jsonl", "tests"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite", "here"]

@@ -228,6 +228,7 @@ def export_upstream(store: HistoryStore, out_dir: Path) -> Export:
     replaced; anything else raises ``FileExistsError`` naming what is in the way, and is left
     as it was.
     """
+    out_dir = Path(os.path.abspath(out_dir))  # "." names its parent's entry, not itself
     if out_dir.is_symlink():
         raise FileExistsError(
             f"{out_dir} is a symbolic link; the export does not write through one"
