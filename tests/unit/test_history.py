@@ -669,3 +669,17 @@ def test_an_export_into_the_current_dir_by_dot(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in here.iterdir()) == ["records", "runs.jsonl", "tests"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite", "here"]
+
+
+def test_a_run_dir_whose_name_is_not_utf8_enters_the_history(tmp_path: Path) -> None:
+    """SQLite cannot store the name's surrogate escapes: the append failed ("NOT appended");
+    the name is stored with its undecodable bytes as \\xNN."""
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/run-\xff"))
+    shutil.copytree(EXAMPLE, odd, ignore=shutil.ignore_patterns("report"))
+    history = tmp_path / "h.sqlite"
+    done = gate(odd, history)
+    assert done.returncode == 0, done.stderr
+    assert "appended as run 1" in done.stdout
+    listed = run_cli("history", "--history", str(history), "--format", "json")
+    (run,) = json.loads(listed.stdout)["runs"]
+    assert run["run_dir"].endswith("/run-\\xff")

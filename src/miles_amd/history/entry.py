@@ -6,8 +6,9 @@
   ``recipe_digest`` is plan.json's ``PlanRecord.identity_digest`` (null without plan.json),
   ``variant`` ``RunEvidence.variant`` and ``aiter_commit`` ``EnvRecord.aiter_commit``; each null
   when the run does not record it. ``baseline`` says what judged it; ``image`` is
-  ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA`` (null when unset). The series kept are the
-  baseline's gated metrics, every point (a non-finite one included). ``run_key`` says which
+  ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA`` (null when unset); ``run_dir`` its
+  resolved path, undecodable bytes as ``\\xNN``. The series kept are the baseline's gated
+  metrics, every point (a non-finite one included). ``run_key`` says which
   run it was (:func:`run_key`: job id and evidence digest), so a run gated again counts once.
   ``decided_at_rollout``/``decided_by`` are the verdict's decision (``Verdict.decision``:
   the rollout a red run was decided at, a look's when one decided it), null for a pass.
@@ -58,7 +59,7 @@ def history_record(
         baseline=baseline.name,
         image=environ.get("MILES_AMD_IMAGE") or None,
         commit_sha=environ.get("GITHUB_SHA") or None,
-        run_dir=str(Path(verdict.run_dir).resolve()),
+        run_dir=_text(str(Path(verdict.run_dir).resolve())),
         verdict=verdict.verdict,
         reason=verdict.reason,
         rollouts=verdict.expected_rollouts,
@@ -68,6 +69,12 @@ def history_record(
         decided_at_rollout=verdict.decision.rollout if verdict.decision else None,
         decided_by=verdict.decision.check if verdict.decision else None,
     )
+
+
+def _text(path: str) -> str:
+    """``path`` as UTF-8 text: a name's undecodable bytes (surrogate escapes, which SQLite
+    cannot store) as ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def run_key(evidence: RunEvidence) -> str:
