@@ -17,13 +17,14 @@ it and the CI-history writer derive from host, pid and a random uuid (renamed af
 and the time zone of the log timestamps (UTC).
 
 Values: only what the published evidence determines, read from the shipped patched baseline
-(``baselines/gpt_oss_20b_lora/patched.json``). ``train/train_rollout_logprob_abs_diff`` is the
-published 4-decimal series. ``rollout/raw_reward`` is the published series mapped to the
-unique multiple of 1/64 within its rounding (a fraction correct of 64 samples, e.g. 0.6094 ->
-39/64 = 0.609375). ``train/pg_clipfrac`` is 0 at every step (published as 0, non-negative).
-Metrics published only as summaries (train_rollout_kl, response length, truncation) are not
-invented as series. Timestamps, pids and the uuid are placeholders: the run's start time was
-not published, only its length (about 1h06m).
+(``baselines/gpt_oss_20b_lora/8gpu/mi355x/patched.json``).
+``train/train_rollout_logprob_abs_diff`` is the published 4-decimal series.
+``rollout/raw_reward`` is the published series mapped to the unique multiple of 1/64 within its
+rounding (a fraction correct of 64 samples, e.g. 0.6094 -> 39/64 = 0.609375).
+``train/pg_clipfrac`` is 0 at every step (published as 0, non-negative). Metrics published only
+as summaries (train_rollout_kl, response length, truncation) are not invented as series.
+Timestamps, pids and the uuid are placeholders: the run's start time was not published, only its
+length (about 1h06m).
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "runs" / "jvvnhop9"  # the embedded run, as the driver left it
-SHIPPED = REPO / "baselines" / "gpt_oss_20b_lora"  # the shipped stock.json and patched.json
+BASELINES = REPO / "baselines"
+SHIPPED = BASELINES / "gpt_oss_20b_lora" / "8gpu" / "mi355x"  # stock.json, patched.json
+SHIPPED_UNDER = SHIPPED.relative_to(BASELINES)  # where stock/patched lie in a baselines/ tree
 
 LOGPROB = "train/train_rollout_logprob_abs_diff"
 REWARD = "rollout/raw_reward"

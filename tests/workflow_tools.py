@@ -1,5 +1,4 @@
-"""The workflow tools, run offline as real processes: zizmor, check-jsonschema, shellcheck,
-and the hardware step's own JUnit guard on a JUnit file a real pytest wrote.
+"""The workflow tools, run offline as real processes: zizmor, check-jsonschema, shellcheck.
 
 Decides how each tool is found (beside this interpreter, the test extra, else on PATH, else
 the test is skipped) and run (no GitHub token reaches the child, colours off); the tests
@@ -27,8 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.workflow_audit import GPU_JOB
-from tests.workflow_yaml import MI355X_WORKFLOW, find_step, junit_guard, load_workflow, steps_of
+from tests.workflow_yaml import steps_of
 
 GITHUB_EXPRESSION = re.compile(r"\$\{\{.*?\}\}", re.S)
 ZIZMOR_PERSONA = "pedantic"
@@ -77,50 +75,6 @@ def zizmor(persona: str, *paths: Path) -> subprocess.CompletedProcess[str]:
 
 def check_schema(*paths: Path) -> subprocess.CompletedProcess[str]:
     return run_tool(tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *paths)
-
-
-def hardware_test_script() -> str:
-    steps = steps_of(load_workflow(MI355X_WORKFLOW)["jobs"][GPU_JOB])
-    index = find_step(steps, "pytest", "-m mi355x")
-    assert index is not None, "amd-mi355x.yml has no pytest -m mi355x step"
-    return str(steps[index]["run"])
-
-
-def junit_of(tmp_path: Path, test_source: str) -> Path:
-    """A real JUnit file: pytest runs ``test_source`` in an empty project under tmp_path.
-
-    Only pytest's own plugins load (JUnit XML is one of them): the installed ones (hypothesis,
-    xdist, ...) would cost this child seconds of imports and change nothing it writes.
-    """
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    (project / "test_sample.py").write_text(test_source, encoding="utf-8")
-    junit = tmp_path / "junit.xml"
-    subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
-        cwd=project,
-        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert junit.is_file(), f"pytest wrote no {junit}"
-    return junit
-
-
-def run_junit_guard(junit: Path) -> subprocess.CompletedProcess[str]:
-    guard = junit_guard(hardware_test_script())
-    assert guard is not None, "the hardware test step has no JUnit guard"
-    return subprocess.run(
-        [sys.executable, "-", str(junit)],
-        input=guard,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def shellcheck_problems(doc: Mapping[str, Any]) -> list[str]:

@@ -4,8 +4,8 @@ Decides how a workflow's YAML becomes the mapping the audit (``tests.workflow_au
 the tool runs (``tests.workflow_tools``) read: the YAML 1.1 key ``on`` (PyYAML parses the bare
 key as the boolean ``True``) back to ``"on"``, runner labels behind a ``fromJSON`` default,
 Docker options as ``--flag=value``, steps and the words of their scripts. Also where the
-workflows are, and a mutated copy of the hardware workflow for tests that show a check can
-fail. Judges nothing.
+workflows are, and a mutated copy of a lane's workflow for tests that show a check can fail.
+Judges nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS_DIR = REPO_ROOT / ".github" / "workflows"
-MI355X_WORKFLOW = WORKFLOWS_DIR / "amd-mi355x.yml"
+NIGHTLY_WORKFLOW = WORKFLOWS_DIR / "amd-nightly.yml"
+PR_WORKFLOW = WORKFLOWS_DIR / "amd-pr.yml"
 
 
 def load_workflow(path: Path) -> dict[str, Any]:
@@ -101,12 +102,6 @@ def flag_value(script: str, flag: str) -> str | None:
     return match.group(1).strip("\"'") if match else None
 
 
-def junit_guard(script: str) -> str | None:
-    """The ``python3 - <junit> <<'PY' ... PY`` heredoc that fails a run that skipped."""
-    match = re.search(r"python3 - [^\n]*<<'PY'\n(.*?)\nPY\n", script, re.DOTALL)
-    return match.group(1) if match else None
-
-
 def resolve_env(word: str, env: Mapping[str, Any]) -> str:
     """``$NAME`` / ``${NAME}`` looked up in the step's and job's ``env``; else the word."""
     match = re.fullmatch(r"\$\{?(\w+)\}?", word)
@@ -115,15 +110,16 @@ def resolve_env(word: str, env: Mapping[str, Any]) -> str:
 
 def workflow_files() -> list[Path]:
     files = sorted([*WORKFLOWS_DIR.glob("*.yml"), *WORKFLOWS_DIR.glob("*.yaml")])
-    assert MI355X_WORKFLOW in files, f"{MI355X_WORKFLOW} is missing"
+    for lane in (NIGHTLY_WORKFLOW, PR_WORKFLOW):
+        assert lane in files, f"{lane} is missing"
     return files
 
 
-def mutated_copy(tmp_path: Path, old: str, new: str) -> Path:
-    """amd-mi355x.yml with one exact, unique fragment replaced, under tmp_path."""
-    text = MI355X_WORKFLOW.read_text(encoding="utf-8")
+def mutated_copy(tmp_path: Path, old: str, new: str, workflow: Path = NIGHTLY_WORKFLOW) -> Path:
+    """``workflow`` with one exact, unique fragment replaced, under tmp_path."""
+    text = workflow.read_text(encoding="utf-8")
     assert text.count(old) == 1, f"mutation anchor {old!r} must occur exactly once"
-    target = tmp_path / ".github" / "workflows" / MI355X_WORKFLOW.name
+    target = tmp_path / ".github" / "workflows" / workflow.name
     target.parent.mkdir(parents=True)
     target.write_text(text.replace(old, new), encoding="utf-8")
     return target

@@ -3,7 +3,7 @@
 The package ships three kinds of data (``[tool.setuptools.package-data]`` in
 ``pyproject.toml`` lists them):
 
-- the baselines, ``miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/*.json``;
+- the baselines, ``miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/*/*/*.json``;
 - the baseline schema, ``miles_amd/baseline/baseline.schema.json``;
 - the embedded example run, ``miles_amd/testing/example-run/`` (jvvnhop9).
 

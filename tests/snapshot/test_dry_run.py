@@ -52,6 +52,8 @@ CASES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "full_train": (("full-train",), {}),
     "aiter_stock": (("train", "--aiter-variant", "stock"), {}),
     "aiter_rccl": (("train", "--aiter-variant", "rccl"), {}),
+    # the per-PR smoke's shape (recipe.shapes): one TP-4 engine beside the TP-4 trainer
+    "shape_4gpu": (("train", "--shape", "4gpu", "--aiter-variant", "patched"), {}),
 }
 
 

@@ -656,13 +656,13 @@ def test_the_documented_update_flow_ends_with_the_gate_naming_the_baseline(
     # re-recording of the example under its id is refused as the shipped patched
     job = json.loads((run / "job.json").read_text())
     (run / "job.json").write_text(json.dumps({**job, "job_id": "n3wref01"}))
-    shutil.copytree(SHIPPED, tmp_path / "baselines/gpt_oss_20b_lora")
+    shutil.copytree(SHIPPED, tmp_path / "baselines/gpt_oss_20b_lora/8gpu/mi355x")
     env = {**os.environ, "MILES_AMD_BASELINES_DIR": str(tmp_path / "baselines")}
     lines = documented_update_flow()
     assert [line.split()[:2] for line in lines] == [
         ["miles-amd", "baseline"],
         ["miles-amd", "baseline"],
-        ["mv", "baselines/review/patched.json"],
+        ["mv", "baselines/review/8gpu/mi355x/patched.json"],
         ["miles-amd", "gate"],
     ]
     outputs = []

@@ -15,7 +15,7 @@ import pytest
 from miles_amd.baseline.model import RECIPE_DIR, baselines_root, load_baseline
 from miles_amd.rules.model import Baseline, Rule
 
-SHIPPED_FILES = sorted((baselines_root() / RECIPE_DIR).glob("*.json"))
+SHIPPED_FILES = sorted((baselines_root() / RECIPE_DIR).glob("*/*/*.json"))
 
 
 def test_every_shipped_baseline_is_found() -> None:

@@ -37,7 +37,16 @@ from miles_amd.baseline.shipped import (
 )
 from miles_amd.cli.main import app
 from miles_amd.rules.model import Baseline
-from tests.constants import EXAMPLE, PUBLISHED_LOGPROB, PUBLISHED_REWARD, REWARD, SHIPPED
+from tests.constants import (
+    BASELINES,
+    EXAMPLE,
+    PUBLISHED_LOGPROB,
+    PUBLISHED_REWARD,
+    REPO,
+    REWARD,
+    SHIPPED,
+    SHIPPED_UNDER,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -53,9 +62,9 @@ def baselines_tree(**docs: dict[str, Any]) -> Iterator[Path]:
     """A copy of baselines/ with ``docs`` written over the shipped files (name -> JSON)."""
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch) / "baselines"
-        shutil.copytree(SHIPPED.parent, root)
+        shutil.copytree(BASELINES, root)
         for name, doc in docs.items():
-            (root / SHIPPED.name / f"{name}.json").write_text(json.dumps(doc, indent=2))
+            (root / SHIPPED_UNDER / f"{name}.json").write_text(json.dumps(doc, indent=2))
         yield root
 
 
@@ -123,7 +132,8 @@ def test_a_shipped_baseline_without_the_reward_rules_is_refused(tmp_path: Path) 
         result = gate(root, tmp_path / "report")
         assert result.exit_code == 2, result.output
         line = one_line(result)
-        assert f"--baseline patched: {root}/gpt_oss_20b_lora/patched.json: $.rules: " in line
+        shipped = root / SHIPPED_UNDER / "patched.json"
+        assert f"--baseline patched: {shipped}: $.rules: " in line
         assert "requires a mean_within rule on rollout/raw_reward" in line
         assert "fix: restore the rule" in line
         assert not (tmp_path / "report").exists()
@@ -199,7 +209,7 @@ def test_rewritten_series_with_rederived_bands_is_refused(
         result = gate(root, tmp_path / "report")
         assert result.exit_code == 2, result.output
         line = one_line(result)
-        assert f"{root}/gpt_oss_20b_lora/patched.json" in line
+        assert f"{root / SHIPPED_UNDER / 'patched.json'}" in line
         if recompute_digest:
             assert "$.evidence: digest " in line
             assert (
@@ -304,22 +314,24 @@ def test_a_changed_shipped_baseline_never_judges(data: st.DataObject) -> None:
 # ------------------------------------------------- the workflow's review step, run for real
 
 
-def run_review_step(tmp_path: Path, pr_patched: dict[str, Any] | None):
-    """amd-mi355x.yml's "Diff the baselines against the base branch" script, run by bash in
-    a scratch checkout: the base's baselines/ in .reviewed/, the pull request's beside it."""
-    from tests.workflow_yaml import MI355X_WORKFLOW, find_step, load_workflow, steps_of
+def run_review_step(tmp_path: Path, pr_patched: dict[str, Any] | None, under: Path = SHIPPED_UNDER):
+    """amd-pr.yml's "Diff the baselines against the base branch" script, run by bash in a
+    scratch checkout: the base's baselines/ in .reviewed/, the pull request's beside it, its
+    patched file at ``under`` (another key: a new file)."""
+    from tests.workflow_yaml import PR_WORKFLOW, find_step, load_workflow, steps_of
 
-    steps = steps_of(load_workflow(MI355X_WORKFLOW)["jobs"]["baselines"])
+    steps = steps_of(load_workflow(PR_WORKFLOW)["jobs"]["baselines"])
     index = find_step(steps, "miles-amd baseline diff")
     assert index is not None
     work = tmp_path / "checkout"
     for tree in (work, work / ".reviewed"):
-        shutil.copytree(SHIPPED.parent, tree / "baselines")
+        shutil.copytree(BASELINES, tree / "baselines")
         manifest = tree / "src" / "miles_amd" / "baseline" / "shipped.py"
         manifest.parent.mkdir(parents=True)
-        shutil.copy(SHIPPED.parents[1] / "src" / "miles_amd" / "baseline" / "shipped.py", manifest)
+        shutil.copy(REPO / "src" / "miles_amd" / "baseline" / "shipped.py", manifest)
     if pr_patched is not None:
-        (work / "baselines" / SHIPPED.name / "patched.json").write_text(json.dumps(pr_patched))
+        (work / "baselines" / under).mkdir(parents=True, exist_ok=True)
+        (work / "baselines" / under / "patched.json").write_text(json.dumps(pr_patched))
     summary = tmp_path / "summary.md"
     env = {
         **os.environ,
@@ -343,14 +355,31 @@ def test_the_review_step_passes_unchanged_baselines(tmp_path: Path) -> None:
     assert "Baselines: as on the base branch." in summary
 
 
-def test_the_review_step_shows_the_diff_and_fails_named(tmp_path: Path) -> None:
+def test_the_review_step_shows_the_diff_and_warns_named(tmp_path: Path) -> None:
     """A pull request deleting the reward rules: its summary shows `baseline diff` base ->
-    pull request naming the removed rules, and the step fails as "baselines changed"."""
+    pull request naming the removed rules, and the step warns "baselines changed" without
+    failing (the code owners' review holds the merge, no admin override)."""
     result, summary = run_review_step(tmp_path, without_rules(shipped_doc("patched"), REWARD_RULES))
-    assert result.returncode == 1, result.stderr
-    assert "::error title=baselines changed: review needed::baselines differ" in result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "::warning title=baselines changed: review needed::baselines differ" in result.stdout
     assert "### baselines changed: review needed" in summary
-    assert "#### patched" in summary and "#### stock" not in summary
+    assert "#### 8gpu/mi355x/patched.json" in summary and "stock.json" not in summary
     for rule in REWARD_RULES:
         assert rule in summary, summary
     assert "exited" not in summary, summary  # the diff itself ran
+
+
+def test_the_review_step_diffs_a_new_key_against_its_variants_reference(tmp_path: Path) -> None:
+    """A new MI350X baseline (another key) is shown against the 8gpu/mi355x patched one."""
+    doc = shipped_doc("patched")
+    doc["description"] = "recorded from three MI350X nights"
+    result, summary = run_review_step(tmp_path, doc, under=Path("gpt_oss_20b_lora/8gpu/mi350x"))
+    assert result.returncode == 0, result.stderr
+    assert "#### 8gpu/mi350x/patched.json" in summary, summary
+    assert "#### 8gpu/mi355x" not in summary and "exited" not in summary, summary
+
+
+def test_the_review_step_fails_a_baseline_that_does_not_load(tmp_path: Path) -> None:
+    result, summary = run_review_step(tmp_path, {"name": "patched"})
+    assert result.returncode == 2, result.stderr
+    assert "(miles-amd baseline diff exited 2; its error is above)" in summary

@@ -206,14 +206,14 @@ def test_shipped_files_pass_the_check_jsonschema_tool() -> None:
 
 def test_shipped_baselines_are_found_from_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(BASELINES_DIR_ENV, raising=False)
-    shipped = baselines_root() / "gpt_oss_20b_lora"
+    shipped = baselines_root() / "gpt_oss_20b_lora" / "8gpu" / "mi355x"
     for name in ("stock.json", "patched.json"):
         assert (shipped / name).read_bytes() == (SHIPPED / name).read_bytes()
 
 
 def test_env_var_overrides_the_shipped_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    target = tmp_path / "gpt_oss_20b_lora"
-    target.mkdir()
+    target = tmp_path / "gpt_oss_20b_lora" / "8gpu" / "mi355x"
+    target.mkdir(parents=True)
     raw = shipped_raw("stock")
     raw["description"] = "a copy under test"
     (target / "stock.json").write_text(json.dumps(raw))
@@ -613,6 +613,7 @@ def test_shipped_environment_is_the_recipes_node() -> None:
         environment = load_baseline(name).provenance["environment"]
         assert environment == {
             "gpu_arch": "gfx950",
+            "gpu_model": "MI355X",
             "gpu_count": 8,
             "rocm": "7.2",
             "aiter_variant": name,

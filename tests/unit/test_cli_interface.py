@@ -305,7 +305,9 @@ def test_help_placeholders_name_the_type() -> None:
         assert placeholder in train, placeholder
     assert "<str>" not in train and "<int range>" not in train
     gate = " ".join(invoke("gate", "--help").stdout.split())
-    assert "--baseline <stock|patched|path>" in gate and "--format <text|json|markdown>" in gate
+    assert (
+        "--baseline <auto|stock|patched|path>" in gate and "--format <text|json|markdown>" in gate
+    )
     record = " ".join(invoke("baseline", "record", "--help").stdout.split())
     assert "--variant <stock|patched>" in record and "<str>" not in record
 

@@ -35,7 +35,7 @@ from miles_amd.run.parse_probe import parse_with_miles
 from miles_amd.run.watcher import FailFastWatcher
 from miles_amd.run_dir import RunDir
 from tests.cli_runs import run_cli
-from tests.constants import EXAMPLE
+from tests.constants import EXAMPLE, SHIPPED
 from tests.support.fake_dashboard import Reply, fake_dashboard
 
 pytestmark = pytest.mark.unit
@@ -224,7 +224,7 @@ def test_a_submission_to_a_url_with_credentials_prints_none_of_them(tmp_path: Pa
 def test_baseline_diff_shows_a_reviewed_files_text_escaped(notes: str, fmt: str) -> None:
     """A baseline under review (a pull request's) is foreign: its provenance notes reach the
     terminal and the job summary without a raw control, bidi or zero-width character."""
-    shipped = Path(__file__).parents[2] / "baselines" / "gpt_oss_20b_lora" / "patched.json"
+    shipped = SHIPPED / "patched.json"
     doc = json.loads(shipped.read_text())
     doc["provenance"]["notes"] = f"{notes} <b>| `x`"
     with tempfile.TemporaryDirectory() as tmp:

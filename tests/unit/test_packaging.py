@@ -25,8 +25,8 @@ from tests.constants import REPO
 SHIPPED_DATA = (
     "miles_amd/report/report.schema.json",
     "miles_amd/baseline/baseline.schema.json",
-    "miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/patched.json",
-    "miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/stock.json",
+    "miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/8gpu/mi355x/patched.json",
+    "miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/8gpu/mi355x/stock.json",
     "miles_amd/testing/example-run/job.json",
     "miles_amd/testing/example-run/job.log",
     "miles_amd/testing/example-run/README.md",

@@ -32,7 +32,7 @@ from tests.constants import EXAMPLE, REPO
 
 pytestmark = pytest.mark.unit
 
-PATCHED = REPO / "baselines" / "gpt_oss_20b_lora" / "patched.json"
+PATCHED = REPO / "baselines" / "gpt_oss_20b_lora" / "8gpu" / "mi355x" / "patched.json"
 SECRET = "s3cr3t-value"
 
 

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from miles_amd.app.errors import AppError
-from miles_amd.variants import BASELINE_VARIANTS
 
 if TYPE_CHECKING:
     from miles_amd.evidence.types import RunEvidence
@@ -68,7 +67,9 @@ def identity(baseline: Baseline) -> tuple[str, str | None]:
 
 def for_variant(variant: str) -> str:
     """The shipped baseline ``variant`` is gated against (module doc)."""
-    return variant if variant in BASELINE_VARIANTS else "stock"
+    from miles_amd.baseline.keys import template_for
+
+    return template_for(variant)
 
 
 def watch_rules(gate: Baseline | None) -> Callable[[RunEvidence], list[Check]]:

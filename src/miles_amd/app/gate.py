@@ -13,8 +13,12 @@
   (``miles_amd.app.baselines.identity``): the text, report.md and report.json show both.
 - What the caller prints (the verdict in a format, the history lines) comes from the
   :class:`GateResult`, not from the files read back.
+- Without a baseline (``--baseline auto``) the run's key picks it (:func:`choose_baseline`,
+  ``miles_amd.baseline.keys``): the key's reviewed baseline, else the variant's template,
+  the run judged record-only.
 
-Raises ``OSError`` when the report cannot be written.
+Raises ``OSError`` when the report cannot be written, ``AppError`` when ``--baseline auto``
+finds no key in the run.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from miles_amd.run_dir import RunDir
 
 if TYPE_CHECKING:
     from miles_amd.evidence.types import RunEvidence
-    from miles_amd.judge.gate import Verdict
+    from miles_amd.judge.gate import RecordOnly, Verdict
     from miles_amd.rules.model import Baseline
 
 __all__ = ["GateResult", "ReportFiles", "gate_run_dir", "report_dir_of"]
@@ -66,9 +70,31 @@ def report_dir_of(run_dir: Path, given: Path | None = None) -> Path:
     return given if given is not None else RunDir(run_dir).report
 
 
+def choose_baseline(evidence: RunEvidence) -> tuple[Baseline, RecordOnly | None]:
+    """The baseline of the run's key, or the template and the record-only key; an
+    ``AppError`` when the run does not record its key (``--baseline auto``)."""
+    from miles_amd.app.baselines import load
+    from miles_amd.app.errors import AppError
+    from miles_amd.baseline.keys import RunKeyError, reviewed_path, run_key, template_for
+    from miles_amd.judge.environment import Environment
+    from miles_amd.judge.gate import RecordOnly
+    from miles_amd.recipe.shapes import SHAPES
+
+    try:
+        key = run_key(evidence)
+    except RunKeyError as exc:
+        raise AppError(f"--baseline auto: {exc}") from None
+    path = reviewed_path(key)
+    if path is not None:
+        return load(str(path), "--baseline"), None
+    shape = SHAPES.get(key.shape)
+    identity = Environment(gpu_model=key.gpu, gpu_count=shape.num_gpus if shape else None)
+    return load(template_for(key.variant), "--baseline"), RecordOnly(str(key), identity)
+
+
 def gate_run_dir(
     run_dir: Path,
-    baseline: Baseline,
+    baseline: Baseline | None,
     *,
     expected_rollouts: int | None = None,
     report_dir: Path | None = None,
@@ -76,8 +102,9 @@ def gate_run_dir(
     history: Path | None = None,
     looks: bool = True,
 ) -> GateResult:
-    """Judge ``run_dir`` against ``baseline`` and write the report (module doc); ``looks``
-    False judges the whole run only (``--no-looks``)."""
+    """Judge ``run_dir`` against ``baseline`` (None: the run's key picks it,
+    :func:`choose_baseline`) and write the report (module doc); ``looks`` False judges the
+    whole run only (``--no-looks``)."""
     from miles_amd.app.baselines import identity
     from miles_amd.app.history import appending
     from miles_amd.evidence.load import load_run
@@ -87,12 +114,16 @@ def gate_run_dir(
     from miles_amd.report.render import render_json, render_markdown
 
     evidence = load_run(run_dir)
+    record_only = None
+    if baseline is None:
+        baseline, record_only = choose_baseline(evidence)
     verdict = judge(
         evidence,
         baseline,
         expected_rollouts=expected_rollouts,
         require_env=require_env,
         looks=looks,
+        record_only=record_only,
     )
     digest, shipped = identity(baseline)
     verdict = replace(verdict, baseline_sha256=digest, shipped_sha256=shipped)

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["CanaryRed", "TrainResult", "run_and_gate", "run_canary", "run_variants"]
 
 # The published 20-rollout runs took "about 1h06m" each (provenance.duration of
-# baselines/gpt_oss_20b_lora/stock.json and patched.json; tests/unit/test_train_canary.py).
+# baselines/gpt_oss_20b_lora/8gpu/mi355x/*.json; tests/unit/test_train_canary.py).
 PUBLISHED_RUN_MINUTES = 66
 PUBLISHED_ROLLOUTS = 20
 Command = Callable[[Sequence[str]], int]

@@ -7,7 +7,9 @@
   and a tolerance derived as its kind declares or in its sane range
   (``miles_amd.rules.registry.validate_rule``); a file named ``<name>.json`` after its name.
 - Where shipped baselines are: ``$MILES_AMD_BASELINES_DIR/gpt_oss_20b_lora/`` when set, else
-  the package data (``miles_amd.package_data``).
+  the package data (``miles_amd.package_data``), one file per key
+  ``<shape>/<gpu>/<variant>.json`` (``miles_amd.baseline.keys``); ``stock`` and ``patched``
+  name the reference key's (8gpu, MI355X).
 - Every error is one line: ``<file>: <JSON path>: <what is wrong>; fix: <what to do>``.
 
 Caveats:
@@ -35,6 +37,7 @@ from miles_amd.rules.registry import validate_rule
 from miles_amd.variants import AITER_VARIANTS, BASELINE_VARIANTS
 
 RECIPE_DIR = "gpt_oss_20b_lora"
+REFERENCE_DIR = "8gpu/mi355x"  # the published runs' shape and GPU: what stock/patched name
 SHIPPED: tuple[str, ...] = BASELINE_VARIANTS  # one shipped baseline per variant, same name
 BASELINES_DIR_ENV = "MILES_AMD_BASELINES_DIR"
 SCHEMA_PATH = schema_check.SCHEMA_PATH
@@ -72,7 +75,7 @@ def resolve_baseline_path(spec: str | os.PathLike[str], *, flag: str = "--baseli
     """
     text = os.fspath(spec)
     if text in SHIPPED:
-        path = baselines_root() / RECIPE_DIR / f"{text}.json"
+        path = baselines_root() / RECIPE_DIR / REFERENCE_DIR / f"{text}.json"
         if not path.is_file():
             raise UnknownBaselineError(
                 f"{flag} {text}: shipped baseline not found at {path}; fix: set "

@@ -104,9 +104,9 @@ def baseline_digest(baseline: Baseline) -> str:
 
 
 def is_shipped(spec: str | os.PathLike[str], baseline: Baseline) -> bool:
-    """``spec`` is a shipped name, or the file lies in the shipped baselines' directory."""
+    """``spec`` is a shipped name, or the file lies under the shipped baselines' directory."""
     shipped_dir = baselines_root() / RECIPE_DIR
-    return os.fspath(spec) in SHIPPED or Path(baseline.path).resolve().parent == (
+    return os.fspath(spec) in SHIPPED or Path(baseline.path).resolve().is_relative_to(
         shipped_dir.resolve()
     )
 

@@ -6,11 +6,12 @@
 - The run is judged once (``miles_amd.app.gate.gate_run_dir``); what is printed, written,
   appended to the history and returned is that verdict.
 - The report (report.json, report.md, metrics.png) goes to ``--report-dir`` (default
-  ``<run-dir>/report/``; inside the installed package it is refused:
-  ``tests/unit/test_gate_cli.py``); ``--example`` gates the embedded run
-  (``miles_amd.app.example``) and reports to ``--report-dir`` or a new temporary dir.
-- ``--num-rollouts N`` sets the expected steps and rescales the bands; ``--require-env``
-  fails a run dir without ``env.json`` or ``job.json``; ``--no-looks`` judges the end only.
+  ``<run-dir>/report/``; refused inside the installed package: ``tests/unit/test_gate_cli.py``);
+  ``--example`` gates the embedded run and reports to ``--report-dir`` or a temporary dir.
+- ``--baseline auto``: the run's key (shape, GPU model, variant) picks the reviewed
+  baseline; a key without one is record-only (``miles_amd.app.gate.choose_baseline``).
+- ``--num-rollouts N`` rescales the bands; ``--require-env`` fails a run dir without
+  ``env.json`` or ``job.json``; ``--no-looks`` judges the end only.
 - The verdict is appended to a history only when one is named (``--history``, else
   ``$MILES_AMD_HISTORY``; ``--no-history`` ignores both); the store is opened before judging.
 
@@ -32,7 +33,6 @@ import typer
 
 from miles_amd.cli.errors import fail, say
 from miles_amd.cli.options import (
-    BASELINE_METAVAR,
     INT,
     MAX_ROLLOUTS,
     FormatOpt,
@@ -47,6 +47,8 @@ from miles_amd.cli.options import (
 )
 from miles_amd.exit_codes import EXIT_CODES_HELP
 
+AUTO = "auto"  # --baseline auto: the run's key picks it (miles_amd.baseline.keys)
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``gate`` command to ``app``."""
@@ -58,8 +60,9 @@ def gate(
         str,
         typer.Option(
             "--baseline",
-            metavar=BASELINE_METAVAR,
-            help="stock, patched, or the path of a baseline JSON file.",
+            metavar="<auto|stock|patched|path>",
+            help="auto (the reviewed baseline of the run's shape, GPU model and variant; "
+            "none reviewed: record-only), stock, patched (8gpu MI355X), or a baseline file.",
         ),
     ],
     run_dir: Annotated[
@@ -126,7 +129,7 @@ def gate(
             + ("give one, not both" if example else "neither given")
             + "; fix: pass --run-dir DIR, or --example for the embedded run"
         )
-    reference = load_baseline_option(baseline, "--baseline")
+    reference = None if baseline == AUTO else load_baseline_option(baseline, "--baseline")
     from miles_amd.app.example import example_run_dir, inside_installed_package
 
     if run_dir is None:
@@ -152,6 +155,8 @@ def gate(
             f"into the installed miles_amd package ({out_dir}); fix: pass --report-dir DIR "
             "outside it, or use --example (a temporary dir)"
         )
+    from miles_amd.app.errors import AppError
+
     try:
         result = gate_run_dir(
             run_dir,
@@ -162,9 +167,17 @@ def gate(
             history=history,
             looks=not no_looks,
         )
+    except AppError as exc:
+        fail(str(exc))
     except OSError as exc:
         fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
     verdict, files = result.verdict, result.files
+    if verdict.record_only:
+        say(
+            f"no reviewed baseline for {verdict.record_only}: recorded, not judged (the "
+            "statistical rules); every evidence check judged",
+            err=output_format is not OutputFormat.text,
+        )
     if output_format is OutputFormat.markdown:
         typer.echo(result.markdown, nl=False)
     else:

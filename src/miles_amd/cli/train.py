@@ -81,11 +81,22 @@ from miles_amd.recipe.plan import (
     format_plan,
 )
 from miles_amd.recipe.settings import Hardware, Recipe, RecipeError, parse_hardware
+from miles_amd.recipe.shapes import DEFAULT_SHAPE, SHAPES
 from miles_amd.run_dir import RunDir
 
 if TYPE_CHECKING:
     from miles_amd.rules.model import Baseline
 
+ShapeOpt = Annotated[
+    str,
+    typer.Option(
+        "--shape",
+        metavar="<" + "|".join(SHAPES) + ">",
+        help="The recipe's shape: 8gpu (one node, 20 rollouts) or 4gpu (one TP-4 rollout "
+        "engine beside the TP-4 trainer, 2 rollouts: the per-PR smoke). Sets --num-gpus and "
+        'the default --num-rollouts (docs/cli.md, "Recipe shapes").',
+    ),
+]
 NoCanaryOpt = Annotated[
     bool,
     typer.Option(
@@ -104,6 +115,7 @@ def register(app: typer.Typer) -> None:
 
 def train(
     hardware: HardwareOpt = DEFAULT_HARDWARE,
+    shape: ShapeOpt = DEFAULT_SHAPE,
     num_gpus: NumGpusOpt = DEFAULT_NUM_GPUS,
     model_dir: ModelDirOpt = DEFAULT_MODEL_DIR,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR,
@@ -227,15 +239,29 @@ full_train.__signature__ = inspect.signature(train, eval_str=True)  # type: igno
 
 
 def _recipe_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The options ``make_recipe`` takes, the hidden ``--num-rollout`` merged in."""
+    """The options ``make_recipe`` takes, the hidden ``--num-rollout`` merged in and the
+    shape applied: it fixes ``--num-gpus`` and gives the default ``--num-rollouts``."""
     rollouts = resolve_alias(
         options["num_rollouts"],
         options["num_rollout"],
         default=DEFAULT_NUM_ROLLOUTS,
         names=("--num-rollouts", "--num-rollout"),
     )
+    given = {"num_gpus": options["num_gpus"], "num_rollouts": rollouts}
+    shape = SHAPES.get(options["shape"])
+    if shape is None:
+        fail(f"--shape {options['shape']}: unknown shape; fix: use one of {', '.join(SHAPES)}")
+    if shape.name != DEFAULT_SHAPE:  # the default shape is Recipe's defaults: nothing to set
+        if options["num_gpus"] not in (DEFAULT_NUM_GPUS, shape.num_gpus):
+            fail(
+                f"--shape {shape.name} runs on {shape.num_gpus} GPUs, --num-gpus says "
+                f"{options['num_gpus']}; fix: drop --num-gpus, or pick the shape of that count"
+            )
+        given["num_gpus"] = shape.num_gpus
+        if rollouts == DEFAULT_NUM_ROLLOUTS:
+            given["num_rollouts"] = shape.num_rollouts
     names = inspect.signature(make_recipe).parameters
-    return {name: rollouts if name == "num_rollouts" else options[name] for name in names}
+    return {name: given.get(name, options.get(name)) for name in names}
 
 
 def resolve_hardware(value: str) -> Hardware:

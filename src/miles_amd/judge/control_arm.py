@@ -26,6 +26,10 @@ from miles_amd.rules.model import Baseline, Rule
 from miles_amd.rules.registry import KINDS, expected_text
 
 CONTROL_ARM = "rccl"
+# The rule kinds a record-only run (no reviewed baseline for its key) is judged by: evidence,
+# not statistics (the job's end, every step, finite values, the absolute spike threshold, the
+# reward's k/64 grid of the batch shape); every other kind is recorded, not judged.
+EVIDENCE_KINDS = frozenset({"job_status", "steps_complete", "finite", "all_below", "multiple_of"})
 
 
 def reference_bound(rule: Rule) -> bool:
@@ -34,10 +38,16 @@ def reference_bound(rule: Rule) -> bool:
     return kind.rederive is not None or kind.reference_series
 
 
-def control_arm_check(rule: Rule, baseline: Baseline, rollouts: int) -> Check:
-    """A reference-bound rule, not applied to the control arm (optional, not measured)."""
+def control_arm_check(
+    rule: Rule, baseline: Baseline, rollouts: int, record_only: str | None = None
+) -> Check:
+    """A reference-bound rule not applied to the control arm, or a statistical rule not
+    applied to a run whose key has no reviewed baseline (``record_only``: the key,
+    ``miles_amd.baseline.keys``): optional, not measured."""
     detail = (
-        f"not measured: the {CONTROL_ARM} control arm has no baseline, and this tolerance "
+        f"no reviewed baseline for {record_only}: recorded, not judged"
+        if record_only
+        else f"not measured: the {CONTROL_ARM} control arm has no baseline, and this tolerance "
         f"comes from the {baseline.name} reference run; measure it with `miles-amd compare "
         "--run-dir <stock run of this node> --run-dir <this run> --baseline stock`"
     )

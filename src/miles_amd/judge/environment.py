@@ -47,9 +47,12 @@ class Environment:
     aiter_variant: str | None = None
     aiter_version: str | None = None
     aiter_commit: str | None = None
+    gpu_model: str | None = None  # MI355X, MI350X: env.json's gpu_model fact
 
     def describe(self) -> str:
         gpus = f"{self.gpu_count or '?'}x {self.gpu_arch or '?'}"
+        if self.gpu_model:
+            gpus += f" {self.gpu_model}"
         aiter = f"aiter {self.aiter_variant or '?'}"
         if self.aiter_version:
             aiter += f" ({self.aiter_version})"
@@ -58,7 +61,11 @@ class Environment:
         return f"{gpus}, ROCm {self.rocm or '?'}, {aiter}"
 
     def to_json(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """JSON-ready; ``gpu_model`` only when known (baselines before it lack the field)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if out["gpu_model"] is None:
+            del out["gpu_model"]
+        return out
 
 
 def run_environment(env: EnvRecord) -> Environment:
@@ -70,6 +77,7 @@ def run_environment(env: EnvRecord) -> Environment:
         aiter_variant=env.aiter_variant,
         aiter_version=env.aiter_version,
         aiter_commit=env.aiter_commit,
+        gpu_model=env.value("gpu_model").split(" ")[0] or None,
     )
 
 
@@ -88,6 +96,8 @@ def compare(run: Environment, reference: Environment) -> tuple[list[str], list[s
         expected, found = getattr(reference, name), getattr(run, name)
         if expected is None:
             continue
+        if found is None and name == "gpu_model":
+            continue  # an env.json of a preflight before the gpu_model fact
         if found is None:
             unrecorded.append(name)
         elif name == "aiter_commit" and _same_commit(str(found), str(expected)):
@@ -113,11 +123,19 @@ def _fix_of(name: str, reference: Environment) -> str:
 
 
 def environment_check(
-    evidence: RunEvidence, baseline: Baseline, *, require_env: bool, control_arm: bool = False
+    evidence: RunEvidence,
+    baseline: Baseline,
+    *,
+    require_env: bool,
+    control_arm: bool = False,
+    key: Environment | None = None,
 ) -> Check:
     """``environment.identity`` of ``evidence`` against ``baseline``; see
-    ``baselines/README.md`` ("Hardware identity")."""
+    ``baselines/README.md`` ("Hardware identity"). ``key``: a record-only run's GPU count
+    and model, which replace the template baseline's (``miles_amd.baseline.keys``)."""
     reference = baseline_environment(baseline.provenance)
+    if key is not None:
+        reference = replace(reference, gpu_model=key.gpu_model, gpu_count=key.gpu_count)
     if control_arm:
         reference = replace(reference, aiter_variant=None)
     expected = reference.describe()

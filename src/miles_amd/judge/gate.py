@@ -26,14 +26,23 @@ from miles_amd.exit_codes import VERDICT_EXIT_CODES, VerdictName
 from miles_amd.judge.allreduce import allreduce_check
 from miles_amd.judge.canary import canary_check, explain_known_bug
 from miles_amd.judge.control_arm import CONTROL_ARM
-from miles_amd.judge.environment import environment_check
+from miles_amd.judge.environment import Environment, environment_check
 from miles_amd.judge.model_build import model_build_check
 from miles_amd.judge.sequential import Decision, decision, early_rule_failures, rule_checks
 from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
 from miles_amd.rules.looks import run_looks
 from miles_amd.rules.model import Baseline
 
-__all__ = ["Check", "Decision", "Verdict", "VerdictName", "early_failures", "judge"]
+__all__ = ["Check", "Decision", "RecordOnly", "Verdict", "VerdictName", "early_failures", "judge"]
+
+
+@dataclass(frozen=True)
+class RecordOnly:
+    """A run judged without a reviewed baseline: its key, and the identity the key gives
+    (GPU count and model) in place of the template baseline's."""
+
+    key: str
+    environment: Environment  # its gpu_count and gpu_model replace the template's
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,8 @@ class Verdict:
     # shipped baseline of that name's (None: none of that name, or it does not load)
     baseline_sha256: str | None = None
     shipped_sha256: str | None = None
+    # the key (shape/gpu/variant) a run was judged record-only for: no reviewed baseline
+    record_only: str | None = None
 
     @property
     def matches_shipped(self) -> bool:
@@ -150,7 +161,9 @@ def _readable(evidence: RunEvidence) -> bool:
     )
 
 
-def _reason(verdict: VerdictName, checks: Sequence[Check], evidence: RunEvidence) -> str:
+def _reason(
+    verdict: VerdictName, checks: Sequence[Check], evidence: RunEvidence, record_only: str | None
+) -> str:
     if verdict == "error":
         why = "; ".join(str(p) for p in evidence.problems[:3]) or "no metrics and no job.json"
         return f"nothing readable in {evidence.run_dir}: {why}"
@@ -159,6 +172,11 @@ def _reason(verdict: VerdictName, checks: Sequence[Check], evidence: RunEvidence
         return f"{len(failed)} check(s) failed: {listed(failed)}"
     passed_count = sum(c.status == "pass" for c in checks)
     unmeasured = sum(c.status == "not_measured" for c in checks)
+    if record_only:
+        return (
+            f"{passed_count} checks passed; no reviewed baseline for {record_only}: "
+            f"{unmeasured} statistical or optional checks recorded, not judged"
+        )
     return f"{passed_count} checks passed; {unmeasured} optional not measured"
 
 
@@ -169,8 +187,13 @@ def judge(
     expected_rollouts: int | None = None,
     require_env: bool = False,
     looks: bool = True,
+    record_only: RecordOnly | None = None,
 ) -> Verdict:
     """Judge a finished run: every built-in check and every baseline rule; see the module doc.
+
+    ``record_only``: the run's key has no reviewed baseline (``miles_amd.baseline.keys``);
+    ``baseline`` is the variant's template, whose reference-bound rules are then recorded,
+    not judged, and whose hardware identity takes the key's GPU count and model.
 
     ``expected_rollouts`` overrides the baseline's rollout count (a 3-rollout smoke, a
     1000-rollout benchmark): it sets the expected steps and rescales the bands.
@@ -187,12 +210,18 @@ def judge(
     control = variant == CONTROL_ARM
     checks = [
         *evidence_checks(evidence),
-        environment_check(evidence, baseline, require_env=require_env, control_arm=control),
+        environment_check(
+            evidence,
+            baseline,
+            require_env=require_env,
+            control_arm=control,
+            key=record_only.environment if record_only else None,
+        ),
         allreduce_check(evidence, variant, require_env=require_env),
         canary_check(evidence, variant, require_env=require_env),
         model_build_check(evidence, require_env=require_env),
         *sentinel_checks(evidence.sentinels),
-        *rule_checks(ctx, control=control),
+        *rule_checks(ctx, control=control, record_only=record_only.key if record_only else None),
     ]
     checks = explain_known_bug(checks, evidence, variant)
     if not _readable(evidence):
@@ -203,7 +232,7 @@ def judge(
         verdict = "pass"
     return Verdict(
         verdict=verdict,
-        reason=_reason(verdict, checks, evidence),
+        reason=_reason(verdict, checks, evidence, record_only.key if record_only else None),
         run_dir=evidence.run_dir,
         baseline_name=baseline.name,
         baseline_path=baseline.path,
@@ -216,6 +245,7 @@ def judge(
         conflicts=tuple(evidence.conflicts),
         looks=declared or (),
         decision=decision(checks, evidence, baseline, rollouts) if verdict == "fail" else None,
+        record_only=record_only.key if record_only else None,
     )
 
 

@@ -21,7 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from miles_amd.evidence.types import RunEvidence, Series
-from miles_amd.judge.control_arm import CONTROL_ARM, control_arm_check, reference_bound
+from miles_amd.judge.control_arm import (
+    CONTROL_ARM,
+    EVIDENCE_KINDS,
+    control_arm_check,
+    reference_bound,
+)
 from miles_amd.rules.check import Check, RuleContext
 from miles_amd.rules.looks import run_looks
 from miles_amd.rules.model import Baseline, Rule
@@ -40,13 +45,15 @@ class Decision:
     at_look: bool  # decided by a look before the last rollout
 
 
-def rule_checks(ctx: RuleContext, *, control: bool) -> list[Check]:
+def rule_checks(ctx: RuleContext, *, control: bool, record_only: str | None = None) -> list[Check]:
     """The rules' checks of a run (``docs/gate-and-statistics.md``, "Judging a run at its
-    looks")."""
+    looks"); the control arm's reference-bound rules, and a record-only key's statistical ones
+    (all but ``EVIDENCE_KINDS``), are recorded, not judged."""
     checks = []
     for rule in ctx.baseline.rules:
-        if control and reference_bound(rule):
-            checks.append(control_arm_check(rule, ctx.baseline, ctx.rollouts))
+        statistical = rule.kind not in EVIDENCE_KINDS
+        if (control and reference_bound(rule)) or (record_only and statistical):
+            checks.append(control_arm_check(rule, ctx.baseline, ctx.rollouts, record_only))
             continue
         final = evaluate_rule(rule, ctx)
         assert final is not None  # the whole run always gets a check

@@ -1,6 +1,6 @@
 """The stored shape of a baseline, spelled once: dataclasses with ``to_json``/``from_json``.
 
-Decides how a baseline document (``baselines/gpt_oss_20b_lora/<name>.json``) maps to
+Decides how a baseline document (``baselines/gpt_oss_20b_lora/<shape>/<gpu>/<name>.json``) maps to
 :class:`Baseline`, :class:`RunShape` and :class:`Rule`, both ways, so the loader
 (``miles_amd.baseline.model``) and the writer (``miles_amd.baseline.record``) cannot
 disagree: ``Baseline.from_json(b.to_json(), path) == b`` (``tests/unit/test_baseline_shape.py``,

@@ -46,7 +46,7 @@ from miles_amd.run.probes_bridge import (
     probe_lora_experts,
     probe_router_dtype,
 )
-from miles_amd.run.probes_node import probe_gpus, probe_rocm, probe_torch
+from miles_amd.run.probes_node import probe_gpu_model, probe_gpus, probe_rocm, probe_torch
 from miles_amd.run.probes_stack import (
     probe_aiter,
     probe_aiter_variant,
@@ -82,6 +82,7 @@ Probe = Callable[[PreflightConfig], Fact]
 
 PROBES: tuple[Probe, ...] = (
     probe_gpus,
+    probe_gpu_model,
     probe_rocm,
     probe_torch,
     probe_sglang,

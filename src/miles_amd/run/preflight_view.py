@@ -34,6 +34,7 @@ NOT_A_NODE = "this is not an AMD GPU node"
 
 # fact -> the facts its probe needs (see the module doc)
 NEEDS: Mapping[str, tuple[str, ...]] = {
+    "gpu_model": ("gpus",),
     "sglang_lora_endpoint": ("sglang",),
     "aiter_commit": ("aiter",),
     "sglang_allreduce": ("sglang", "aiter"),

@@ -1,7 +1,7 @@
-"""Preflight probes of the node: GPU count and arch, the ROCm release, a ROCm torch.
+"""Preflight probes of the node: GPU count, arch and model, the ROCm release, a ROCm torch.
 
-Decides the ``gpus``, ``rocm`` and ``torch`` facts (see ``facts`` for what a fact is). No GPU
-memory is allocated; torch is imported only when it is installed.
+Decides the ``gpus``, ``gpu_model``, ``rocm`` and ``torch`` facts (see ``facts`` for what a
+fact is). No GPU memory is allocated; torch is imported only when it is installed.
 
 Facts about the environment the probes rely on:
 
@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from miles_amd.recipe.hardware import Runner, run_tool
+from miles_amd.recipe.hardware import HardwareDetectionError, Runner, detect_hardware, run_tool
 from miles_amd.records.env import Fact
 from miles_amd.run.facts import IMAGE, PreflightConfig, find_spec, one_line
 
@@ -44,6 +44,15 @@ def probe_gpus(config: PreflightConfig) -> Fact:
         )
     source, archs = reading
     return judge_gpus(archs, source, config.expected_gpus, config.expected_arch)
+
+
+def probe_gpu_model(config: PreflightConfig, runner: Runner = run_tool) -> Fact:
+    """The GPU model (MI355X, MI350X) the ROCm tools name: the key of the baselines that may
+    judge a run here (``miles_amd.baseline.keys``); two models, or none, are ``missing``."""
+    try:
+        return Fact("gpu_model", "ok", detect_hardware(runner).value)
+    except HardwareDetectionError as exc:
+        return Fact("gpu_model", "missing", "", str(exc).removeprefix("--hardware auto: "))
 
 
 def judge_gpus(archs: Sequence[str], source: str, expected: int, arch: str) -> Fact:

@@ -39,7 +39,7 @@ from miles_amd.testing.miles_writer import (
 ABS_DIFF = "train/train_rollout_logprob_abs_diff"
 RAW_REWARD = "rollout/raw_reward"
 KL = "train/train_rollout_kl"
-# jvvnhop9's published KL mean (baselines/gpt_oss_20b_lora/patched.json, the summary of
+# jvvnhop9's published KL mean (baselines/gpt_oss_20b_lora/8gpu/mi355x/patched.json, the summary of
 # train/train_rollout_kl): the level of a healthy KL the replay makes for a source that has
 # no KL series (the embedded example)
 PUBLISHED_KL_MEAN = 8.79e-4

@@ -1,0 +1,90 @@
+"""Which reviewed baseline judges a run: the key (recipe shape, GPU model, aiter variant).
+
+Decides:
+
+- :func:`run_key`: a run's key, from what the run recorded: the shape from plan.json's GPU
+  count (else env.json's), the GPU model from env.json's ``gpu_model`` fact (the preflight's
+  reading of the product name), the variant ``RunEvidence.variant``; a piece the run does not
+  record is a :class:`RunKeyError` naming it and the fix; the rccl control arm's key is
+  stock's (it is judged by stock's baseline-free checks, ``judge.control_arm``);
+- :func:`reviewed_path`: where the reviewed baseline of a key lies
+  (``<baselines>/gpt_oss_20b_lora/<shape>/<gpu>/<variant>.json``), or None: the key is
+  record-only (every evidence check judges, the statistical rules are recorded, not judged);
+- :func:`template_for`: the baseline whose rules judge a record-only run and template a
+  recording: the variant's reference (8gpu, MI355X), the rccl control arm's stock's.
+
+A baseline of one GPU model never judges another (``tests/unit/test_baseline_keys.py``): the
+key's path holds the model, and ``environment.identity`` compares ``gpu_model`` when both
+sides record it.
+
+Explained in ``docs/ci.md`` ("Baselines per shape and GPU").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from miles_amd.baseline.model import RECIPE_DIR, baselines_root
+from miles_amd.recipe.shapes import shape_of
+from miles_amd.variants import BASELINE_VARIANTS
+
+if TYPE_CHECKING:
+    from miles_amd.evidence.types import RunEvidence
+
+__all__ = ["BaselineKey", "RunKeyError", "reviewed_path", "run_key", "template_for"]
+
+
+class RunKeyError(ValueError):
+    """A run whose key cannot be read; ``str()`` names what is missing and the fix."""
+
+
+@dataclass(frozen=True)
+class BaselineKey:
+    """A reviewed baseline's key; ``str()`` is its path below the recipe's dir."""
+
+    shape: str
+    gpu: str
+    variant: str
+
+    def __str__(self) -> str:
+        return f"{self.shape}/{self.gpu.lower()}/{self.variant}"
+
+
+def run_key(evidence: RunEvidence) -> BaselineKey:
+    """The key of the run ``evidence`` was read from (module doc)."""
+    where = evidence.run_dir
+    gpus = evidence.plan.recipe.get("num_gpus") if evidence.plan is not None else None
+    if gpus is None and evidence.env is not None:
+        gpus = evidence.env.gpu_count
+    if not isinstance(gpus, int):
+        raise RunKeyError(
+            f"{where}: records no GPU count (plan.json's recipe, env.json's gpus fact); "
+            "fix: gate a run dir that miles-amd preflight and train wrote, or pass "
+            "--baseline stock|patched|PATH"
+        )
+    model = evidence.env.value("gpu_model") if evidence.env is not None else ""
+    if not model:
+        raise RunKeyError(
+            f"{where}: env.json records no gpu_model (the GPU is unknown); fix: run "
+            f"`miles-amd preflight --run-dir {where}` on the node, or pass --baseline PATH"
+        )
+    variant = evidence.variant
+    if variant is None:
+        raise RunKeyError(
+            f"{where}: records no aiter variant (env.json, plan.json); fix: run preflight "
+            "with --aiter-variant, or pass --baseline stock|patched|PATH"
+        )
+    return BaselineKey(shape_of(gpus), model.split()[0], template_for(variant))
+
+
+def reviewed_path(key: BaselineKey) -> Path | None:
+    """The reviewed baseline file of ``key``; None when there is none (record-only)."""
+    path = baselines_root() / RECIPE_DIR / f"{key}.json"
+    return path if path.is_file() else None
+
+
+def template_for(variant: str) -> str:
+    """The shipped baseline whose rules judge ``variant`` when its key has none (module doc)."""
+    return variant if variant in BASELINE_VARIANTS else "stock"
