@@ -76,15 +76,16 @@ def choose_baseline(evidence: RunEvidence) -> tuple[Baseline, RecordOnly | None]
     from miles_amd.app.baselines import load
     from miles_amd.app.errors import AppError
     from miles_amd.baseline.keys import RunKeyError, reviewed_path, run_key, template_for
+    from miles_amd.baseline.model import BaselineError
     from miles_amd.judge.environment import Environment
     from miles_amd.judge.gate import RecordOnly
     from miles_amd.recipe.shapes import SHAPES
 
     try:
         key = run_key(evidence)
-    except RunKeyError as exc:
+        path = reviewed_path(key)
+    except (RunKeyError, BaselineError) as exc:  # BaselineError: $MILES_AMD_BASELINES_DIR
         raise AppError(f"--baseline auto: {exc}") from None
-    path = reviewed_path(key)
     if path is not None:
         return load(str(path), "--baseline"), None
     shape = SHAPES.get(key.shape)
