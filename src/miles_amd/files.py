@@ -120,14 +120,15 @@ class StagedFiles:
 
     def commit(self) -> None:
         """Rename every temp into place, under the directory's lock (one set at a time)."""
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        hold(self.fd, wait=True)
         try:
             for name, (tmp, held) in list(self.temps.items()):
                 os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
                 del self.temps[name]
                 os.close(held)
         finally:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):  # no flock on this file system: nothing held
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def __enter__(self) -> StagedFiles:
         return self
@@ -191,9 +192,15 @@ def owned_name(stem: str, suffix: str) -> str:
     return f"{stem}.{os.getpid()}-{secrets.token_hex(6)}{suffix}"
 
 
-def hold(fd: int) -> None:
-    """Take the writer's lock on ``fd`` (its temp file or dir), held until ``fd`` is closed."""
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+def hold(fd: int, *, wait: bool = False) -> None:
+    """Take the writer's lock on ``fd`` (its temp file or dir), held until ``fd`` is closed
+    (``wait``: until it is free); ``BlockingIOError`` when another holds it. A file system
+    without ``flock`` (``ENOLCK``) leaves the pid in the name as the only proof of life."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError as error:
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
+            raise
 
 
 def abandoned(dir_fd: int, entry: str, stem: str, suffix: str) -> bool:
@@ -211,7 +218,7 @@ def abandoned(dir_fd: int, entry: str, stem: str, suffix: str) -> bool:
         return False
     try:
         hold(fd)
-    except OSError:
+    except BlockingIOError:
         return False  # its writer holds it
     finally:
         os.close(fd)  # a lock taken here goes with the descriptor
