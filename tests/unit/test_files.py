@@ -143,3 +143,24 @@ def test_a_fifo_plan_json_is_refused_not_waited_on(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "plan.json" in done.stdout + done.stderr
+
+
+def test_a_file_system_without_flock_still_takes_the_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No such file system here (tmpfs and ext4 have flock), so flock is made to answer as an
+    NFS mount without a lock manager does (ENOLCK): the set is still written whole."""
+    import errno
+    import fcntl
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    write_files(tmp_path / "out", {"report.json": b"{}", "report.md": b"#"})
+    atomic_write_text(tmp_path / "out" / "job.json", "{}")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "job.json",
+        "report.json",
+        "report.md",
+    ]
