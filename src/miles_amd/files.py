@@ -15,15 +15,21 @@ Decides how bytes reach disk:
   same in two steps, for a caller with a side effect to make only once the set is known to
   fit (the gate appends to a history between them: ``miles_amd.app.gate``).
 
-Both remove a killed writer's temp files for the names they write (``.<name>.<random>.tmp``).
-On any error the temp files are removed and the targets are untouched.
+A writer owns its temp files: each is named ``.<name>.<pid>-<random>.tmp`` and held under an
+``flock`` until it is renamed or removed, and a set is renamed into place under an ``flock`` of
+its directory, so writers of one directory at once never take each other's temps and the last
+set committed is whole. A temp is removed by another writer only when it is provably a dead
+writer's (:func:`abandoned`: its pid runs nowhere here and nobody holds its lock); on any
+error a writer removes its own temps and the targets are untouched.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
+import re
 import secrets
 import stat
 from collections.abc import Mapping
@@ -32,8 +38,11 @@ from pathlib import Path
 __all__ = [
     "StagedFiles",
     "UnsafeDir",
+    "abandoned",
     "atomic_write_bytes",
     "atomic_write_text",
+    "hold",
+    "owned_name",
     "staged_files",
     "write_files",
 ]
@@ -56,7 +65,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, mode: i
     fd = os.open(path.parent, _DIR_FLAGS)
     try:
         _remove_stale(fd, path.name)
-        tmp = _write_temp(fd, path.name, data, mode)
+        tmp, held = _write_temp(fd, path.name, data, mode)
         try:
             if replace:
                 os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
@@ -64,6 +73,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, mode: i
                 os.link(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
         finally:
             _unlink(fd, tmp)
+            os.close(held)
     finally:
         os.close(fd)
 
@@ -95,29 +105,38 @@ class StagedFiles:
 
     def __init__(self, fd: int, mode: int) -> None:
         self.fd, self.mode = fd, mode
-        self.temps: dict[str, str] = {}
+        self.temps: dict[str, tuple[str, int]] = {}  # name: (its temp, the temp's held fd)
 
     def add(self, name: str, data: bytes) -> None:
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"{name!r} is not a file name")
         old = self.temps.pop(name, None)
         if old is not None:
-            _unlink(self.fd, old)
+            _unlink(self.fd, old[0])
+            os.close(old[1])
         else:
             _remove_stale(self.fd, name)
         self.temps[name] = _write_temp(self.fd, name, data, self.mode)
 
     def commit(self) -> None:
-        for name, tmp in list(self.temps.items()):
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-            del self.temps[name]
+        """Rename every temp into place, under the directory's lock (one set at a time)."""
+        hold(self.fd, wait=True)
+        try:
+            for name, (tmp, held) in list(self.temps.items()):
+                os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+                del self.temps[name]
+                os.close(held)
+        finally:
+            with contextlib.suppress(OSError):  # no flock on this file system: nothing held
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def __enter__(self) -> StagedFiles:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for tmp in self.temps.values():
+        for tmp, held in self.temps.values():
             _unlink(self.fd, tmp)
+            os.close(held)
         os.close(self.fd)
 
 
@@ -168,26 +187,75 @@ def _open_below(base: Path, parts: tuple[str, ...], out_dir: Path) -> int:
     return fd
 
 
-def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> str:
-    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+def owned_name(stem: str, suffix: str) -> str:
+    """A name no other writer picks: ``<stem>.<this pid>-<random><suffix>``."""
+    return f"{stem}.{os.getpid()}-{secrets.token_hex(6)}{suffix}"
+
+
+def hold(fd: int, *, wait: bool = False) -> None:
+    """Take the writer's lock on ``fd`` (its temp file or dir), held until ``fd`` is closed
+    (``wait``: until it is free); ``BlockingIOError`` when another holds it. A file system
+    without ``flock`` (``ENOLCK``) leaves the pid in the name as the only proof of life."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError as error:
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
+            raise
+
+
+def abandoned(dir_fd: int, entry: str, stem: str, suffix: str) -> bool:
+    """Whether ``entry`` (in ``dir_fd``) is a dead writer's :func:`owned_name` of ``stem``:
+    the pid in its name runs nowhere on this host and no one holds its lock (a writer on
+    another host sharing the file system does). A name without a pid is never abandoned."""
+    found = re.fullmatch(re.escape(stem) + r"\.(\d+)-[0-9a-f]+" + re.escape(suffix), entry)
+    if found is None or _running(int(found.group(1))):
+        return False
+    try:
+        fd = os.open(
+            entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError:
+        return False
+    try:
+        hold(fd)
+    except BlockingIOError:
+        return False  # its writer holds it
+    finally:
+        os.close(fd)  # a lock taken here goes with the descriptor
+    return True
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process; a pid past the range is not ours to judge
+    return True
+
+
+def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> tuple[str, int]:
+    """``data`` in a new temp of ``name``, flushed; returns it and its fd, locked (:func:`hold`)."""
+    tmp = owned_name(f".{name}", ".tmp")
     fd = os.open(tmp, _TMP_FLAGS, mode, dir_fd=dir_fd)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        hold(fd)
+        with open(fd, "wb", closefd=False) as handle:
             handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
+        os.fchmod(fd, mode)
+        os.fsync(fd)
     except BaseException:
         _unlink(dir_fd, tmp)
+        os.close(fd)
         raise
-    return tmp
+    return tmp, fd
 
 
 def _remove_stale(dir_fd: int, name: str) -> None:
-    """A killed writer's temp files for ``name`` (``.<name>.<random>.tmp``)."""
-    prefix = f".{name}."
+    """The temp files of ``name`` that a killed writer left (:func:`abandoned`)."""
     for entry in os.listdir(dir_fd):
-        if entry.startswith(prefix) and entry.endswith(".tmp") and len(entry) > len(prefix) + 4:
+        if abandoned(dir_fd, entry, f".{name}", ".tmp"):
             _unlink(dir_fd, entry)
 
 

@@ -130,6 +130,16 @@ def test_an_unknown_gpu_is_named_and_judges_nothing(tmp_path: Path) -> None:
     assert not (run_dir / "report").exists()
 
 
+def test_auto_with_a_looping_baselines_dir_is_one_line_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    run_dir = node_run(tmp_path / "run", model="MI355X")
+    done = gate_auto(run_dir, MILES_AMD_BASELINES_DIR=str(tmp_path / "a"))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "$MILES_AMD_BASELINES_DIR" in line and "cannot be followed" in line, line
+
+
 def test_a_baseline_of_one_gpu_never_judges_another(tmp_path: Path) -> None:
     run_dir = node_run(tmp_path / "run")  # MI350X, judged by the MI355X file by name
     done = run_cli("gate", "--run-dir", str(run_dir), "--baseline", "patched", "--no-history")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import re
 import shutil
 import statistics
@@ -220,6 +221,29 @@ def test_env_var_overrides_the_shipped_dir(tmp_path: Path, monkeypatch: pytest.M
     assert load_baseline("stock").description == "a copy under test"
     with pytest.raises(BaselineError, match=r"--baseline patched: shipped baseline not found at"):
         load_baseline("patched")
+
+
+@pytest.mark.parametrize("baseline", ["patched", "MINE"])
+def test_a_symlink_loop_in_the_env_var_is_one_line_naming_it(tmp_path: Path, baseline: str) -> None:
+    """A looping $MILES_AMD_BASELINES_DIR ended in a RuntimeError traceback when the gate
+    asked whether a baseline file lies in the shipped dir; now exit 2, one line naming it."""
+    from tests.cli_runs import run_cli
+    from tests.constants import EXAMPLE
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    mine = tmp_path / "mine" / "patched.json"
+    mine.parent.mkdir()
+    shutil.copy(SHIPPED / "patched.json", mine)
+    done = run_cli(
+        "gate", "--run-dir", str(EXAMPLE), "--no-history", "--report-dir", str(tmp_path / "r"),
+        "--baseline", str(mine) if baseline == "MINE" else baseline,
+        env={**os.environ, BASELINES_DIR_ENV: str(tmp_path / "a")},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"${BASELINES_DIR_ENV} {tmp_path / 'a'}: cannot be followed" in line, line
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_path_is_loaded_as_a_file(tmp_path: Path) -> None:

@@ -170,6 +170,10 @@ def assert_one_line_error(done: CliRun, needle: str) -> None:
         (["--timeout", "nan"], "'--timeout'"),
         (["--timeout", "inf"], "'--timeout'"),
         (["--timeout", "0"], "'--timeout'"),
+        (["--timeout", "1e300"], "at most 2592000"),  # past the driver's waits (time_t)
+        (["--num-rollouts", "1000000000000"], "'--num-rollouts'"),
+        (["--num-rollout", "100001"], "'--num-rollout'"),
+        (["--num-gpus", "99999999999999999999"], "'--num-gpus'"),
         (["--num-gpus", "0"], "'--num-gpus'"),
         (["--num-rollouts", "0"], "'--num-rollouts'"),
         (["--num-rollout", "-1"], "'--num-rollout'"),
@@ -186,6 +190,14 @@ def test_bad_values_exit_2_naming_the_flag_before_anything(
     done = cli(command, "--dry-run", "--run-dir", str(tmp_path / "r"), *flags)
     assert_one_line_error(done, needle)
     assert "--baseline" not in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_preflight_refuses_more_gpus_than_a_node_has_before_probing(tmp_path: Path) -> None:
+    """The recipe's one-node check is train's; preflight probed (and wrote env.json) for any
+    count. Bounded where it is parsed: exit 2 naming the flag, nothing written."""
+    done = cli("preflight", "--run-dir", str(tmp_path / "r"), "--num-gpus", str(10**20))
+    assert_one_line_error(done, "'--num-gpus'")
     assert not (tmp_path / "r").exists()
 
 

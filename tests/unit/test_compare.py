@@ -164,7 +164,71 @@ def test_compare_refuses_a_run_dir_without_metrics(tmp_path: Path) -> None:
     (empty / "tensorboard").mkdir(parents=True)
     result = run_cli("compare", "--run-dir", str(empty), "--run-dir", str(EXAMPLE))
     assert result.returncode == 2
-    assert f"--run-dir {empty}: no metric in it" in result.stderr
+    assert f"--run-dir {empty}: no metric read" in result.stderr
+
+
+def test_a_run_dir_whose_log_is_refused_names_the_refusal(tmp_path: Path) -> None:
+    """A job.log linked out of the run dir is refused unread (as the gate refuses it); the
+    line said only "no metric in it", now it names the refused file and why."""
+    linked = tmp_path / "linked"
+    shutil.copytree(EXAMPLE, linked, ignore=shutil.ignore_patterns("report", "tensorboard"))
+    shutil.rmtree(linked / "ci_history")
+    (linked / "job.log").rename(tmp_path / "elsewhere.log")
+    (linked / "job.log").symlink_to(tmp_path / "elsewhere.log")
+    result = run_cli("compare", "--run-dir", str(EXAMPLE), "--run-dir", str(linked))
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "job.log" in line and "symbolic link" in line, line
+
+
+def corrupt_record(run_dir: Path) -> str:
+    """A truncated last line in the largest CI-history record: a source problem."""
+    record = max((run_dir / "ci_history").iterdir(), key=lambda p: p.stat().st_size)
+    record.write_text(record.read_text() + '{"metric": "train/grad_norm", "series": [[0, \n')
+    return "evidence.readable"
+
+
+def disagreeing_log(run_dir: Path) -> str:
+    """job.log says another logprob gap than TensorBoard at step 0: a conflict."""
+    log = (run_dir / "job.log").read_text()
+    before = "'train/train_rollout_logprob_abs_diff': 0.0208,"
+    assert before in log
+    (run_dir / "job.log").write_text(log.replace(before, f"'{LOGPROB}': 0.0999,"))
+    return "evidence.consistent"
+
+
+@pytest.mark.parametrize("spoil", [corrupt_record, disagreeing_log])
+@pytest.mark.parametrize("which", ["A", "B"])
+def test_a_run_the_gate_fails_as_evidence_is_not_compared(
+    tmp_path: Path, spoil, which: str
+) -> None:
+    """The gate fails such a run (exit 1) by its evidence checks; compare said nothing and
+    compared it. Now exit 1, one line naming the run dir and the check, nothing written."""
+    bad = tmp_path / "bad"
+    shutil.copytree(EXAMPLE, bad, ignore=shutil.ignore_patterns("report"))
+    check = spoil(bad)
+    pair = [str(EXAMPLE), str(bad)] if which == "B" else [str(bad), str(EXAMPLE)]
+    out = tmp_path / "out"
+    done = run_cli("compare", "--run-dir", pair[0], "--run-dir", pair[1], "--out-dir", str(out))
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"miles-amd: error: --run-dir {bad}: {check} fails"), line
+    assert not out.exists() and not (bad / "report").exists()
+
+
+def test_a_run_dir_whose_name_is_not_utf8_is_compared_and_drawn(tmp_path: Path) -> None:
+    """A name of undecodable bytes (surrogate escapes in Python) crashed the figure's legend
+    (matplotlib's font cannot set a lone surrogate); it is shown escaped."""
+    import os
+
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/run-\xff\xfe"))
+    shutil.copytree(EXAMPLE, odd, ignore=shutil.ignore_patterns("report"))
+    out = tmp_path / "out"
+    done = run_cli(
+        "compare", "--run-dir", str(EXAMPLE), "--run-dir", str(odd), "--out-dir", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_holm_adjusts_step_down_and_stays_monotone() -> None:

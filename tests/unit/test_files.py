@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from miles_amd.cli.main import app
-from miles_amd.files import UnsafeDir, atomic_write_text, write_files
+from miles_amd.files import UnsafeDir, atomic_write_text, staged_files, write_files
 from tests.constants import EXAMPLE
 
 
@@ -68,16 +68,60 @@ def test_a_failed_write_keeps_the_previous_set(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["metrics.png", "report.json"]
 
 
+def dead_pid() -> int:
+    """The pid of a process that has ended (and been waited for)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(done.stdout)
+
+
 def test_a_killed_writers_temp_files_are_removed_by_the_next_write(tmp_path: Path) -> None:
+    """Removed: a temp whose writer's pid has ended and whose lock no one holds. Kept: one
+    without a pid in its name (no proof its writer is gone), and other names."""
     out = tmp_path / "out"
     out.mkdir()
-    (out / ".report.json.0a1b2c3d4e5f.tmp").write_bytes(b"half")
-    (out / ".job.json.abcdef.tmp").write_bytes(b"half")
+    pid = dead_pid()
+    (out / f".report.json.{pid}-0a1b2c3d4e5f.tmp").write_bytes(b"half")
+    (out / f".job.json.{pid}-abcdef.tmp").write_bytes(b"half")
+    (out / ".job.json.abcdef.tmp").write_bytes(b"no pid: kept")
     (out / ".unrelated.tmp").write_bytes(b"kept")
     write_files(out, {"report.json": b"{}"})
     atomic_write_text(out / "job.json", "{}")
     names = sorted(p.name for p in out.iterdir())
-    assert names == [".unrelated.tmp", "job.json", "report.json"]
+    assert names == [".job.json.abcdef.tmp", ".unrelated.tmp", "job.json", "report.json"]
+
+
+def test_writers_of_one_dir_at_once_keep_each_others_temp_files(tmp_path: Path) -> None:
+    """A set staged (a gate appending to its history meanwhile) while another writer writes
+    the same names: its temps are a live writer's, not a killed one's; both sets go in whole,
+    the last committed wins."""
+    out = tmp_path / "out"
+    with staged_files(out, {"report.json": b"first", "report.md": b"first"}) as first:
+        write_files(out, {"report.json": b"second", "report.md": b"second"})
+        first.commit()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {
+        "report.json": b"first",
+        "report.md": b"first",
+    }
+
+
+def test_a_live_writer_on_another_host_keeps_its_temp_files(tmp_path: Path) -> None:
+    """A pid that runs nowhere here, but whose temp is locked (a writer on another host
+    sharing the file system): not removed."""
+    import fcntl
+
+    out = tmp_path / "out"
+    out.mkdir()
+    held = out / f".report.json.{dead_pid()}-0a1b2c.tmp"
+    held.write_bytes(b"in flight")
+    with held.open("rb") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        write_files(out, {"report.json": b"{}"})
+        assert held.read_bytes() == b"in flight"
 
 
 def test_compare_refuses_a_report_link_in_run_b(tmp_path: Path) -> None:
@@ -99,3 +143,24 @@ def test_a_fifo_plan_json_is_refused_not_waited_on(tmp_path: Path) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "plan.json" in done.stdout + done.stderr
+
+
+def test_a_file_system_without_flock_still_takes_the_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No such file system here (tmpfs and ext4 have flock), so flock is made to answer as an
+    NFS mount without a lock manager does (ENOLCK): the set is still written whole."""
+    import errno
+    import fcntl
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    write_files(tmp_path / "out", {"report.json": b"{}", "report.md": b"#"})
+    atomic_write_text(tmp_path / "out" / "job.json", "{}")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "job.json",
+        "report.json",
+        "report.md",
+    ]

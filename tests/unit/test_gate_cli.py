@@ -210,6 +210,20 @@ def test_disagreeing_sources_fail(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- exit 2
 
 
+@pytest.mark.parametrize("flag", ["--num-rollouts", "--expected-rollouts"])
+def test_an_absurd_rollout_count_is_refused_where_it_is_parsed(tmp_path: Path, flag: str) -> None:
+    """10**12 rollouts exhausted memory building the bands; past the bound is one line naming
+    the flag and the limit, exit 2, nothing written."""
+    done = run_cli(
+        "gate", "--example", "--baseline", "patched", "--no-history",
+        "--report-dir", str(tmp_path / "report"), flag, "100001",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"'{flag}'" in line and "100000" in line, line
+    assert not (tmp_path / "report").exists()
+
+
 def test_missing_run_dir_is_unusable_input(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     result = gate_main("--run-dir", str(missing), "--baseline", "patched")

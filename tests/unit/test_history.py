@@ -8,12 +8,15 @@ import math
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from miles_amd.history import export
 from miles_amd.history.drift import LIFE_RATE, WINDOW, drifts, mann_kendall, threshold
 from miles_amd.history.export import SUITE, export_upstream
 from miles_amd.history.store import (
@@ -232,18 +235,120 @@ def test_export_is_what_upstream_capture_would_have_written(tmp_path: Path) -> N
 
 
 def test_an_export_removes_what_a_killed_export_left_beside_it(tmp_path: Path) -> None:
-    """A killed ``history --export`` leaves its staging dir (``.out.<random>.staging``) beside
-    the destination; the next export of that destination removes it, and nothing else."""
-    leftover = tmp_path / ".out.k1ll3d.staging"
+    """A killed ``history --export`` leaves its staging dir (``.out.<pid>-<random>.staging``)
+    beside the destination; the next export of that destination removes it when its pid has
+    ended, and nothing else: not a live export's (this process's pid), not one without a pid."""
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    leftover = tmp_path / f".out.{int(ended.stdout)}-0a1b2c.staging"
     (leftover / "half").mkdir(parents=True)
     (leftover / "half" / "records.jsonl").write_text("{")
+    live = tmp_path / f".out.{os.getpid()}-0a1b2c.staging"  # a concurrent export's, in flight
+    live.mkdir()
     other = tmp_path / ".out.notes"  # not a staging dir's name: kept
     other.write_text("mine")
     with HistoryStore(tmp_path / "h.sqlite") as store:
         store.append(record(0.017))
         export_upstream(store, tmp_path / "out")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.notes", "h.sqlite", "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".out.notes", live.name, "h.sqlite", "out"]
+    )
     assert other.read_text() == "mine"
+
+
+def crafted(history: Path, variant: str) -> None:
+    """A stored row's variant replaced with foreign text (written by another tool)."""
+    with sqlite3.connect(history) as db:
+        db.execute("UPDATE runs SET variant = ? WHERE run_id = 1", (variant,))
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "../../../../outside",
+        'x"""\nimport os; os.system("touch pwned")\n"""',
+        "stock/../../../../outside",
+        "/tmp/absolute",
+    ],
+)
+def test_a_crafted_row_writes_no_code_and_nothing_outside(tmp_path: Path, variant: str) -> None:
+    """The row is named and skipped; the export holds only the other runs' files, its test
+    file is the registration calls alone, and nothing is written beside or above it."""
+    history = tmp_path / "a" / "b" / "h.sqlite"
+    history.parent.mkdir(parents=True)
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+        store.append(record(0.018))
+    crafted(history, variant)
+    before = {p for p in tmp_path.rglob("*")}
+    out = tmp_path / "a" / "b" / "out"
+    done = run_cli("history", "--history", str(history), "--export", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "run 1 of" in done.stderr and "skipped" in done.stderr
+    written = {p for p in tmp_path.rglob("*")} - before
+    assert all(p == out or out in p.parents for p in written), written
+    test_file = out / "tests/e2e/amd/test_gpt_oss_20b_lora_patched.py"
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "records/run-2/history-2.jsonl",
+        "runs.jsonl",
+        test_file.relative_to(out).as_posix(),
+    ]
+    import ast
+
+    body = ast.parse(test_file.read_text()).body
+    calls = [
+        s.value.func.id for s in body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+    ]
+    assert calls == ["register_rocm_ci", "register_ci_gate", "register_ci_gate"]
+    assert len(body) == 1 + 2 + len(calls)  # the docstring, two imports, the calls
+
+
+def test_an_export_writes_only_through_its_one_guard() -> None:
+    with pytest.raises(ValueError, match="not one of"):
+        export.upstream_test_path("../../x")
+    for bad in ("../x", "/etc/x", "records/../../x", ""):
+        with pytest.raises(ValueError):
+            export.inside(Path("/tmp/export"), bad)
+    kept = export.inside(Path("/tmp/export"), "records/run-1/history-1.jsonl")
+    assert kept == Path("/tmp/export/records/run-1/history-1.jsonl")
+
+
+def test_a_plan_json_variant_outside_the_known_ones_is_refused() -> None:
+    """plan.json's variant reaches the history (and the export's paths) when env.json has none."""
+    from miles_amd.records.plan import PlanRecord
+
+    with pytest.raises(ValueError, match="aiter_variant"):
+        PlanRecord.from_dict({"recipe": {}, "aiter_variant": "../../../outside"})
+    assert PlanRecord.from_dict({"recipe": {}, "aiter_variant": "rccl"}).aiter_variant == "rccl"
+
+
+def test_an_export_into_a_dir_that_only_holds_a_runs_jsonl_deletes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A runs.jsonl beside other files is not an earlier export: exit 2, one line naming
+    --export and the file in the way, every file kept; an earlier export is replaced."""
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+    mine = tmp_path / "mine"
+    (mine / "notes").mkdir(parents=True)
+    (mine / "runs.jsonl").write_text("{}\n")
+    (mine / "notes" / "thesis.tex").write_text("keep")
+    done = run_cli("history", "--history", str(history), "--export", str(mine))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("miles-amd: error: --export") and "notes/thesis.tex" in line, line
+    assert (mine / "notes" / "thesis.tex").read_text() == "keep"
+    assert (mine / "runs.jsonl").read_text() == "{}\n"
+    out = tmp_path / "out"
+    for _ in range(2):  # the second replaces the first
+        done = run_cli("history", "--history", str(history), "--export", str(out))
+        assert done.returncode == 0, done.stderr
+    assert (out / "records/run-1/history-1.jsonl").is_file()
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -484,3 +589,97 @@ def test_each_identity_gets_its_own_threshold_and_trusted_count(tmp_path: Path) 
     text = run_cli("history", "--history", str(history)).stdout
     assert "[patched@0a1b d1g3st] drift: not checked yet (1 trusted run(s)" in text
     assert "[stock@9f8e d1g3st] drift: not checked yet (2 trusted run(s)" in text
+
+
+def test_stored_extreme_values_plot_without_warnings_or_another_flags_error(
+    tmp_path: Path,
+) -> None:
+    """Summaries at the edge of the float range (another tool wrote them): the trend PNG is
+    drawn (values held within the axis' range), no warning page, exit 0."""
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+        store.append(record(0.018))
+    with sqlite3.connect(history) as db:
+        db.execute("UPDATE summaries SET mean = 1.7e308, min = -1.7e308, max = 1.7e308, sd = 1e308")
+        db.execute("UPDATE summaries SET mean = -1.7e308 WHERE run_id = 2")
+    plot = tmp_path / "trend.png"
+    done = run_cli("history", "--history", str(history), "--plot", str(plot))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("command", ["mark-untrusted", "mark-trusted"])
+def test_a_run_id_past_64_bits_is_one_line(tmp_path: Path, command: str) -> None:
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+    done = run_cli("history", command, str(2**64), "--history", str(history))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "'ID'" in line and str(2**63 - 1) in line, line
+
+
+def test_a_negative_stored_sd_is_a_row_named_and_skipped_not_a_plot_traceback(
+    tmp_path: Path,
+) -> None:
+    """sd < 0 made the trend's error bars raise ValueError ('yerr' must not contain negative
+    values) out of --plot; the row is now foreign input refused where it is read."""
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+        store.append(record(0.018))
+    with sqlite3.connect(history) as db:
+        db.execute("UPDATE summaries SET sd = -1 WHERE run_id = 1")
+    done = run_cli("history", "--history", str(history), "--plot", str(tmp_path / "t.png"))
+    assert done.returncode == 0, done.stderr
+    assert "run 1 of" in done.stderr and "sd >= 0" in done.stderr
+    assert (tmp_path / "t.png").is_file()
+
+
+@pytest.mark.parametrize("step", [1e30, "abc", None])
+def test_a_stored_point_that_is_no_integer_step_is_not_exported(tmp_path: Path, step) -> None:
+    """A step stored as a float or text was written verbatim into the upstream record."""
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+    with sqlite3.connect(history) as db:
+        if step is None:
+            db.execute("UPDATE metric_values SET value = 'x' WHERE rowid = 1")
+        else:
+            db.execute("UPDATE metric_values SET step = ? WHERE rowid = 1", (step,))
+    out = tmp_path / "out"
+    done = run_cli("history", "--history", str(history), "--export", str(out))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"miles-amd: error: --history {history}: --export cannot use"), line
+    assert not out.exists()
+
+
+def test_an_export_into_the_current_dir_by_dot(tmp_path: Path) -> None:
+    """``--export .`` built its staging dir inside "." (the parent of "." is ".") and failed
+    with EINVAL; the destination is made absolute first."""
+    history = tmp_path / "h.sqlite"
+    with HistoryStore(history) as store:
+        store.append(record(0.017))
+    here = tmp_path / "here"
+    here.mkdir()
+    done = run_cli("history", "--history", str(history), "--export", ".", cwd=here)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in here.iterdir()) == ["records", "runs.jsonl", "tests"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.sqlite", "here"]
+
+
+def test_a_run_dir_whose_name_is_not_utf8_enters_the_history(tmp_path: Path) -> None:
+    """SQLite cannot store the name's surrogate escapes: the append failed ("NOT appended");
+    the name is stored with its undecodable bytes as \\xNN."""
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/run-\xff"))
+    shutil.copytree(EXAMPLE, odd, ignore=shutil.ignore_patterns("report"))
+    history = tmp_path / "h.sqlite"
+    done = gate(odd, history)
+    assert done.returncode == 0, done.stderr
+    assert "appended as run 1" in done.stdout
+    listed = run_cli("history", "--history", str(history), "--format", "json")
+    (run,) = json.loads(listed.stdout)["runs"]
+    assert run["run_dir"].endswith("/run-\\xff")

@@ -137,3 +137,20 @@ def test_a_report_that_cannot_be_written_appends_nothing_to_the_history(tmp_path
     listed = run_cli("history", "--history", str(history), "--format", "json")
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["runs"] == []
+
+
+def test_a_report_that_cannot_be_put_in_place_appends_nothing_to_the_history(
+    tmp_path: Path,
+) -> None:
+    """The set stages, but renaming it into place fails (a directory named report.json): the
+    history append, made in the same transaction, is rolled back; exit 2, one line."""
+    report_dir = tmp_path / "report"
+    (report_dir / "report.json").mkdir(parents=True)
+    history = tmp_path / "h.sqlite"
+    args = ["gate", "--run-dir", str(EXAMPLE), "--baseline", "patched", "--history", str(history)]
+    done = run_cli(*args, "--report-dir", str(report_dir))
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    listed = run_cli("history", "--history", str(history), "--format", "json")
+    assert json.loads(listed.stdout)["runs"] == []
+    assert [p.name for p in report_dir.iterdir()] == ["report.json"]  # no temp left either

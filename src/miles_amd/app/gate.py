@@ -5,10 +5,10 @@
   ``miles_amd.files.staged_files`` (no link below the run dir, or below the named dir's
   parent, is followed; a failed write leaves the previous set).
 - With a history named, the verdict is appended once the report set is staged (written to
-  temp files: a set that cannot be written appends nothing, ``tests/unit/test_whole_writes.py``)
-  and before it is put in place, so report.md carries its "Drift across runs" section from
-  the start. A history that cannot take the append is a line in
-  :attr:`GateResult.history_lines`; the verdict stands as judged.
+  temp files) and committed only once the set is in place: a set that cannot be written or
+  put in place appends nothing (``tests/unit/test_whole_writes.py``), and report.md carries
+  its "Drift across runs" section from the start. A history that cannot take the append is
+  a line in :attr:`GateResult.history_lines`; the verdict stands as judged.
 - The verdict carries the baseline's digest and whether it is the shipped one of its name
   (``miles_amd.app.baselines.identity``): the text, report.md and report.json show both.
 - What the caller prints (the verdict in a format, the history lines) comes from the
@@ -76,15 +76,16 @@ def choose_baseline(evidence: RunEvidence) -> tuple[Baseline, RecordOnly | None]
     from miles_amd.app.baselines import load
     from miles_amd.app.errors import AppError
     from miles_amd.baseline.keys import RunKeyError, reviewed_path, run_key, template_for
+    from miles_amd.baseline.model import BaselineError
     from miles_amd.judge.environment import Environment
     from miles_amd.judge.gate import RecordOnly
     from miles_amd.recipe.shapes import SHAPES
 
     try:
         key = run_key(evidence)
-    except RunKeyError as exc:
+        path = reviewed_path(key)
+    except (RunKeyError, BaselineError) as exc:  # BaselineError: $MILES_AMD_BASELINES_DIR
         raise AppError(f"--baseline auto: {exc}") from None
-    path = reviewed_path(key)
     if path is not None:
         return load(str(path), "--baseline"), None
     shape = SHAPES.get(key.shape)
@@ -106,7 +107,7 @@ def gate_run_dir(
     :func:`choose_baseline`) and write the report (module doc); ``looks`` False judges the
     whole run only (``--no-looks``)."""
     from miles_amd.app.baselines import identity
-    from miles_amd.app.history import append
+    from miles_amd.app.history import appending
     from miles_amd.evidence.load import load_run
     from miles_amd.files import staged_files
     from miles_amd.judge.gate import judge
@@ -136,13 +137,15 @@ def gate_run_dir(
         files.markdown.name: markdown.encode("utf-8"),
         files.plot.name: metrics_png(verdict, evidence, baseline),
     }
-    # the set is staged first: a report that cannot be written appends nothing to the history
+    # staged first, committed inside the history's transaction: both are written, or neither
     with staged_files(out_dir, contents, root=run_dir if report_dir is None else None) as staged:
-        if history is not None:
-            appended = append(history, verdict, evidence, baseline, environ=os.environ)
+        if history is None:
+            staged.commit()
+        else:
+            with appending(history, verdict, evidence, baseline, environ=os.environ) as appended:
+                if appended.section:
+                    markdown += "\n" + appended.section
+                    staged.add(files.markdown.name, markdown.encode("utf-8"))
+                staged.commit()
             lines = appended.lines
-            if appended.section:
-                markdown += "\n" + appended.section
-                staged.add(files.markdown.name, markdown.encode("utf-8"))
-        staged.commit()
     return GateResult(verdict, evidence, baseline, files, markdown, lines)

@@ -2,15 +2,19 @@
 
 - :func:`open_history`: the store opens (created if new) before anything is judged or run;
   one that cannot is :class:`~miles_amd.app.errors.AppError` naming ``--history``.
-- :func:`append`: the verdict goes into the store as judged; returns the lines to print and
-  report.md's "Drift across runs" section. A store that cannot take the append is one line
-  saying so, not an error: the verdict stands.
+- :func:`appending`: the verdict goes into the store as judged, in a transaction that commits
+  when the block ends (the gate puts its report set in place inside it): a block that raises
+  (a report that cannot be put in place) leaves the history without the run, so a run is in
+  the history only with its report. Yields the lines to print and report.md's "Drift across
+  runs" section. A store that cannot take the append (or its commit) is one line saying so,
+  not an error: the verdict stands.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,10 +26,10 @@ if TYPE_CHECKING:
     from miles_amd.judge.gate import Verdict
     from miles_amd.rules.model import Baseline
 
-__all__ = ["Appended", "append", "open_history"]
+__all__ = ["Appended", "appending", "open_history"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Appended:
     lines: tuple[str, ...]
     section: str  # markdown for report.md; "" when nothing was appended
@@ -43,31 +47,43 @@ def open_history(path: Path) -> Path:
     return path
 
 
-def append(
+def _not_appended(path: Path, exc: BaseException) -> tuple[str]:
+    reason = " ".join(str(exc).split())
+    return (f"history: the verdict was NOT appended to {path} ({reason}); it stands as judged",)
+
+
+@contextlib.contextmanager
+def appending(
     path: Path,
     verdict: Verdict,
     evidence: RunEvidence,
     baseline: Baseline,
     *,
     environ: Mapping[str, str],
-) -> Appended:
-    """Append the judged run to the history at ``path`` (module doc)."""
+) -> Iterator[Appended]:
+    """Append the judged run to the history at ``path`` when the block ends (module doc)."""
     from miles_amd.history.drift import drifts, trusted
-    from miles_amd.history.entry import append_verdict, history_record
+    from miles_amd.history.entry import appending_verdict, history_record
     from miles_amd.history.render import drift_lines, drift_section
-    from miles_amd.history.store import HistoryError
 
     record = history_record(verdict, evidence, baseline, environ=environ)
+    transaction = contextlib.ExitStack()
     try:
-        run_id, same, k, skipped = append_verdict(path, record)
-    except (HistoryError, sqlite3.Error, OSError, ValueError) as exc:
-        reason = " ".join(str(exc).split())
-        line = f"history: the verdict was NOT appended to {path} ({reason}); it stands as judged"
-        return Appended((line,), "")
+        run_id, same, k, skipped = transaction.enter_context(appending_verdict(path, record))
+    except (sqlite3.Error, OSError, ValueError) as exc:  # HistoryError is a ValueError
+        transaction.close()
+        yield Appended(_not_appended(path, exc), "")
+        return
     found = drifts(same, k)
     count = len(trusted(same))
     lines = (f"history: appended as run {run_id} to {path}", *skipped)
-    return Appended(
+    appended = Appended(
         (*lines, *drift_lines(found, k, count)),
         drift_section(found, k, count, run_id, str(path)),
     )
+    with transaction:
+        yield appended  # the block's error rolls the append back and goes on to the caller
+        try:
+            transaction.close()  # the commit
+        except (sqlite3.Error, OSError) as exc:
+            appended.lines = _not_appended(path, exc)

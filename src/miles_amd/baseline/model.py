@@ -52,11 +52,19 @@ class UnknownBaselineError(BaselineError):
 
 
 def baselines_root() -> Path:
-    """The ``baselines/`` root: ``$MILES_AMD_BASELINES_DIR``, else the shipped package data."""
+    """The ``baselines/`` root: ``$MILES_AMD_BASELINES_DIR``, else the shipped package data;
+    :class:`UnknownBaselineError` naming the variable when it cannot be followed (a loop)."""
     override = os.environ.get(BASELINES_DIR_ENV)
-    if override:
-        return Path(override)
-    return package_path("miles_amd.baseline", "shipped-baselines")
+    if not override:
+        return package_path("miles_amd.baseline", "shipped-baselines")
+    try:
+        Path(override).resolve()  # a link loop raises (RuntimeError on CPython 3.11)
+    except (OSError, RuntimeError) as exc:
+        raise UnknownBaselineError(
+            f"${BASELINES_DIR_ENV} {override}: cannot be followed ({exc}); fix: set it to the "
+            "repo's baselines/ directory, or unset it for the shipped baselines"
+        ) from None
+    return Path(override)
 
 
 def resolve_baseline_path(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> Path:

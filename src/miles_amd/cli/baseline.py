@@ -29,6 +29,7 @@ from miles_amd.cli.options import (
     BASELINE_METAVAR,
     BASELINE_VARIANT_METAVAR,
     INT,
+    MAX_ROLLOUTS,
     BaselineVariant,
     existing_run_dir,
     load_baseline_option,
@@ -63,6 +64,7 @@ def record(
         typer.Option(
             "--num-rollouts",
             min=2,
+            max=MAX_ROLLOUTS,
             metavar=INT,
             help="Rollouts the run had (default: the template's, 20).",
         ),

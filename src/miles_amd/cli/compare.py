@@ -1,9 +1,11 @@
 """``miles-amd compare``: a paired A/B of two runs on the same prompt sequence.
 
 Decides the command's options, output and exit code: 0 when the comparison was made (a
-comparison is no gate: it has no pass/fail), 2 for unusable input (not two ``--run-dir``,
-a run dir that does not exist or has no metric, a bad ``--baseline``, an unwritable
-``--out-dir``), with one line on stderr naming the flag and the fix. The first
+comparison is no gate: it has no pass/fail), 1 when a run's evidence fails as the gate's
+evidence checks would fail it (a corrupt source, sources that disagree: nothing compared or
+written), 2 for unusable input (not two ``--run-dir``, a run dir that does not exist or has
+no metric, a bad ``--baseline``, an unwritable ``--out-dir``), with one line on stderr
+naming the flag and the fix. The first
 ``--run-dir`` is A, the second B; Δ = B - A. ``--baseline`` (default ``patched``) names
 the metrics compared, the spike threshold and the samples a rollout. The files
 (compare.json, compare.md, compare.png) go to ``--out-dir`` (default
@@ -67,13 +69,22 @@ def compare(
     for run_dir in run_dirs:
         existing_run_dir(run_dir)
     reference = load_baseline_option(baseline, "--baseline")
-    from miles_amd.app.compare import NoMetricsError, compare_dir_of, compare_run_dirs
+    from miles_amd.app.compare import (
+        NoMetricsError,
+        UntrustedEvidenceError,
+        compare_dir_of,
+        compare_run_dirs,
+    )
+    from miles_amd.exit_codes import EXIT_FAILED
     from miles_amd.report.compare_report import render
 
     try:
         compared = compare_run_dirs(run_dirs[0], run_dirs[1], reference, out_dir=out_dir)
     except NoMetricsError as exc:
         fail(f"--run-dir {exc}; point it at a finished run")
+    except UntrustedEvidenceError as exc:
+        fix = f"`miles-amd gate --run-dir {exc.run_dir}` names every problem"
+        fail(f"--run-dir {exc}; its evidence cannot be compared; fix: {fix}", code=EXIT_FAILED)
     except OSError as exc:
         target = compare_dir_of(run_dirs[1], out_dir)
         fail(f"--out-dir {target}: cannot write ({exc}); choose a writable directory")

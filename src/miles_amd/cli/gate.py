@@ -34,6 +34,7 @@ import typer
 from miles_amd.cli.errors import fail, say
 from miles_amd.cli.options import (
     INT,
+    MAX_ROLLOUTS,
     FormatOpt,
     HistoryOpt,
     NoHistoryOpt,
@@ -95,12 +96,13 @@ def gate(
         typer.Option(
             "--num-rollouts",
             min=1,
+            max=MAX_ROLLOUTS,
             metavar=INT,
             help="Rollouts the run must have (default: the baseline's, 20).",
         ),
     ] = None,
     expected_rollouts: Annotated[
-        int | None, typer.Option("--expected-rollouts", min=1, hidden=True)
+        int | None, typer.Option("--expected-rollouts", min=1, max=MAX_ROLLOUTS, hidden=True)
     ] = None,
     require_env: RequireEnvOpt = False,
     history_file: HistoryOpt = None,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -41,6 +41,10 @@ from miles_amd.cli.options import (
 )
 from miles_amd.exit_codes import EXIT_CODES_HELP
 
+if TYPE_CHECKING:
+    from miles_amd.history.drift import Drift
+    from miles_amd.history.store import HistoryStore, StoredRun
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``history`` command (listing) and its ``mark-*`` subcommands to ``app``."""
@@ -51,7 +55,13 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="history")
 
 
-RunIdArg = Annotated[int, typer.Argument(metavar="ID", help="The run's id in the history.")]
+MAX_RUN_ID = 2**63 - 1  # SQLite's INTEGER PRIMARY KEY is a signed 64-bit rowid
+RunIdArg = Annotated[
+    int,
+    typer.Argument(
+        metavar="ID", min=1, max=MAX_RUN_ID, help="The run's id in the history (1 to 2**63-1)."
+    ),
+]
 
 
 def _mark(history_file: Path | None, run_id: int, *, untrusted: bool) -> None:
@@ -155,31 +165,10 @@ def history(
         checked = by_identity(runs)
         found = [d for group in checked for d in group.found]
         written = []
-        try:
-            if plot is not None:
-                from miles_amd.files import atomic_write_bytes
-                from miles_amd.history.render import trend_png
-
-                atomic_write_bytes(plot, trend_png(runs, found))
-                written.append(f"trend plot written to {plot}")
-            if export is not None:
-                from miles_amd.history.export import export_upstream
-
-                done = export_upstream(store, export)
-                written.append(
-                    f"exported {done.runs} run(s) to {export} (runs.jsonl, records/, "
-                    f"{', '.join(done.test_files) or 'no test file'})"
-                    + (
-                        f"; {done.without_variant} run(s) without a recorded aiter variant "
-                        "left out (no upstream identity)"
-                        if done.without_variant
-                        else ""
-                    )
-                )
-        except OSError as exc:
-            fail(f"--plot/--export: cannot write ({exc}); choose a writable path")
-        except (sqlite3.DatabaseError, ValueError) as exc:
-            fail(f"--history {path}: --export cannot read the stored values ({exc})")
+        if plot is not None:
+            written.append(_plot(plot, runs, found))
+        if export is not None:
+            written.append(_export(export, store, path))
     from miles_amd.history import render
 
     text = {
@@ -190,3 +179,42 @@ def history(
     typer.echo(text, nl=False)
     for line in written:
         say(line, err=output_format is not OutputFormat.text)
+
+
+def _plot(plot: Path, runs: list[StoredRun], found: list[Drift]) -> str:
+    """Write the trend PNG; exit 2 naming ``--plot`` when it cannot be written."""
+    from miles_amd.files import atomic_write_bytes
+    from miles_amd.history.render import trend_png
+
+    try:
+        atomic_write_bytes(plot, trend_png(runs, found))
+    except OSError as exc:
+        fail(f"--plot {plot}: cannot write ({exc}); choose a writable path")
+    return f"trend plot written to {plot}"
+
+
+def _export(export: Path, store: HistoryStore, path: Path) -> str:
+    """Write the export; exit 2 naming ``--export`` (or ``--history``) when it cannot be."""
+    from miles_amd.history.export import export_upstream
+
+    try:
+        done = export_upstream(store, export)
+    except FileExistsError as exc:
+        fail(
+            f"--export: {exc}; nothing was changed; fix: name a new or empty dir, or an "
+            "earlier export"
+        )
+    except OSError as exc:
+        fail(f"--export {export}: cannot write ({exc}); choose a writable path")
+    except (sqlite3.DatabaseError, ValueError) as exc:
+        fail(f"--history {path}: --export cannot use the stored values ({exc})")
+    left_out = (
+        f"; {done.without_variant} run(s) without a recorded aiter variant left out "
+        "(no upstream identity)"
+        if done.without_variant
+        else ""
+    )
+    return (
+        f"exported {done.runs} run(s) to {export} (runs.jsonl, records/, "
+        f"{', '.join(done.test_files) or 'no test file'}){left_out}"
+    )

@@ -4,7 +4,8 @@ Decides:
 
 - each shared flag's name, default, help and the check of its value, run while the command
   line is parsed, so a bad value exits 2 naming the flag before anything starts;
-- the checks: counts >= 1, ``--timeout`` finite and > 0, every directory made absolute;
+- the checks: counts >= 1 (rollouts at most :data:`MAX_ROLLOUTS`, GPUs :data:`MAX_GPUS`),
+  ``--timeout`` finite, > 0 and at most :data:`MAX_TIMEOUT_S`, every directory made absolute;
 - one flag name per concept, old spellings kept as hidden aliases (:func:`resolve_alias`);
 - the output format, the run history flags and the aiter-variant choices
   (:data:`AiterVariant`, :data:`BaselineVariant`).
@@ -40,6 +41,13 @@ DEFAULT_HARDWARE = settings.Recipe.hardware.value
 DEFAULT_NUM_GPUS = settings.Recipe.num_gpus
 DEFAULT_NUM_ROLLOUTS = settings.Recipe.num_rollout
 DEFAULT_TIMEOUT_S = 5400.0  # the published 20-rollout runs took about 66 minutes
+# Bounds of what a command line may ask for: past them a run, its bands and its looks are not
+# a verdict anyone waits for (100,000 rollouts at 66 min per 20 is 7.5 months of a node), and
+# an unbounded count exhausts memory in the gate's bands (10**12 rollouts: MemoryError) and a
+# timeout past time_t overflows the driver's waits.
+MAX_ROLLOUTS = 100_000
+MAX_GPUS = max(settings.GPUS_PER_NODE.values())  # the recipe runs on one node
+MAX_TIMEOUT_S = 30 * 24 * 3600.0  # 30 days
 HISTORY_ENV = "MILES_AMD_HISTORY"
 T = TypeVar("T", int, int | None)
 BASELINE_METAVAR = "<stock|patched|path>"
@@ -95,8 +103,11 @@ def absolute_path(param: typer.CallbackParam, value: Path) -> Path:
 
 
 def finite_positive_seconds(value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise typer.BadParameter(f"{value}: must be a finite number of seconds > 0, e.g. 5400")
+    if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT_S:
+        raise typer.BadParameter(
+            f"{value}: must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:.0f} "
+            "(30 days), e.g. 5400"
+        )
     return value
 
 
@@ -173,9 +184,15 @@ HardwareOpt = Annotated[
 ]
 NumGpusOpt = Annotated[
     int,
-    typer.Option(RECIPE_FLAG["num_gpus"], min=1, metavar=INT, help="GPUs on the node (>= 1)."),
+    typer.Option(
+        RECIPE_FLAG["num_gpus"],
+        min=1,
+        max=MAX_GPUS,
+        metavar=INT,
+        help=f"GPUs on the node (1 to {MAX_GPUS}).",
+    ),
 ]
-GpusAliasOpt = Annotated[int | None, typer.Option("--gpus", min=1, hidden=True)]
+GpusAliasOpt = Annotated[int | None, typer.Option("--gpus", min=1, max=MAX_GPUS, hidden=True)]
 ModelDirOpt = Annotated[Path, _dir_option(RECIPE_FLAG["model_dir"], "Holds gpt-oss-20b-bf16/.")]
 DataDirOpt = Annotated[
     Path, _dir_option(RECIPE_FLAG["data_dir"], "Holds dapo-math-17k/dapo-math-17k.jsonl.")
@@ -193,10 +210,16 @@ RunDirOpt = Annotated[
 NumRolloutsOpt = Annotated[
     int,
     typer.Option(
-        RECIPE_FLAG["num_rollout"], min=1, metavar=INT, help="Rollouts (= optimizer steps, >= 1)."
+        RECIPE_FLAG["num_rollout"],
+        min=1,
+        max=MAX_ROLLOUTS,
+        metavar=INT,
+        help=f"Rollouts (= optimizer steps, 1 to {MAX_ROLLOUTS}).",
     ),
 ]
-NumRolloutAliasOpt = Annotated[int | None, typer.Option("--num-rollout", min=1, hidden=True)]
+NumRolloutAliasOpt = Annotated[
+    int | None, typer.Option("--num-rollout", min=1, max=MAX_ROLLOUTS, hidden=True)
+]
 ExtraArgsOpt = Annotated[
     str,
     typer.Option(

@@ -6,21 +6,24 @@
   ``recipe_digest`` is plan.json's ``PlanRecord.identity_digest`` (null without plan.json),
   ``variant`` ``RunEvidence.variant`` and ``aiter_commit`` ``EnvRecord.aiter_commit``; each null
   when the run does not record it. ``baseline`` says what judged it; ``image`` is
-  ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA`` (null when unset). The series kept are the
-  baseline's gated metrics, every point (a non-finite one included). ``run_key`` says which
+  ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA`` (null when unset); ``run_dir`` its
+  resolved path, undecodable bytes as ``\\xNN``. The series kept are the baseline's gated
+  metrics, every point (a non-finite one included). ``run_key`` says which
   run it was (:func:`run_key`: job id and evidence digest), so a run gated again counts once.
   ``decided_at_rollout``/``decided_by`` are the verdict's decision (``Verdict.decision``:
   the rollout a red run was decided at, a look's when one decided it), null for a pass.
-- :func:`append_verdict` opens the store, appends, and returns the runs of the new run's
-  identity including it, with the drift threshold for the metrics they hold
-  (``miles_amd.history.drift``).
+- :func:`appending_verdict` opens the store and appends in a transaction that commits when
+  its block ends (rolled back when the block raises: the gate's report set is put in place
+  inside it); it yields the runs of the new run's identity including it, with the drift
+  threshold for the metrics they hold (``miles_amd.history.drift``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -56,7 +59,7 @@ def history_record(
         baseline=baseline.name,
         image=environ.get("MILES_AMD_IMAGE") or None,
         commit_sha=environ.get("GITHUB_SHA") or None,
-        run_dir=str(Path(verdict.run_dir).resolve()),
+        run_dir=_text(str(Path(verdict.run_dir).resolve())),
         verdict=verdict.verdict,
         reason=verdict.reason,
         rollouts=verdict.expected_rollouts,
@@ -66,6 +69,12 @@ def history_record(
         decided_at_rollout=verdict.decision.rollout if verdict.decision else None,
         decided_by=verdict.decision.check if verdict.decision else None,
     )
+
+
+def _text(path: str) -> str:
+    """``path`` as UTF-8 text: a name's undecodable bytes (surrogate escapes, which SQLite
+    cannot store) as ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def run_key(evidence: RunEvidence) -> str:
@@ -79,15 +88,15 @@ def run_key(evidence: RunEvidence) -> str:
     return f"{job_id}:{hashlib.sha256(canonical.encode()).hexdigest()[:12]}"
 
 
-def append_verdict(
+@contextlib.contextmanager
+def appending_verdict(
     path: Path, record: HistoryRecord
-) -> tuple[int, list[StoredRun], int, list[str]]:
-    """Append ``record`` to the store at ``path``; return its id, the runs of its identity
-    (oldest first, the new one last), the drift threshold for them and a line per stored
-    row that could not be read (skipped)."""
-    with HistoryStore(path) as store:
-        run_id = store.append(record)
-        read = store.read_runs(variant=record.variant)
+) -> Iterator[tuple[int, list[StoredRun], int, list[str]]]:
+    """Append ``record`` to the store at ``path``, committed when the block ends (module doc);
+    yields its id, the runs of its identity (oldest first, the new one last), the drift
+    threshold for them and a line per stored row that could not be read (skipped)."""
     identity = Identity(record.recipe, record.recipe_digest, record.variant, record.aiter_commit)
-    same = [r for r in read.runs if r.identity == identity]
-    return run_id, same, threshold(metric_count(same)), read.skipped
+    with HistoryStore(path) as store, store.appending(record) as run_id:
+        read = store.read_runs(variant=record.variant)
+        same = [r for r in read.runs if r.identity == identity]
+        yield run_id, same, threshold(metric_count(same)), read.skipped

@@ -14,6 +14,9 @@ Caveats:
 
 - A run without a recorded aiter variant has no upstream identity and is not exported
   (:class:`Export` counts it); upstream's GitHub fields this store does not keep are null.
+- A row is foreign input: paths are made of a known variant and an integer id, every write
+  passes one guard (:func:`inside`); ``out_dir`` is replaced only when it is an earlier
+  export (:func:`earlier_export`), a staging dir only when its writer is gone.
 - Decides the files only; the CLI (``miles-amd history --export``) decides when.
 - Upstream's names (``ci_utils``, ``gate``, ``run_suite``) are of the miles pinned in
   ``/work/shared/upstream``; ``tests/conformance/test_upstream_history.py`` runs its gate.
@@ -23,16 +26,18 @@ Explained in ``docs/cli.md`` ("The export", with upstream's sources and the mapp
 
 from __future__ import annotations
 
-import glob
 import json
 import math
+import os
+import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from miles_amd.files import abandoned, hold, owned_name
 from miles_amd.history.store import HistoryStore, StoredRun
+from miles_amd.variants import AITER_VARIANTS
 
 # miles/utils/tracking_utils/ci_history.py TARGET_METRIC_KEYS (a conformance test keeps them equal)
 TARGET_METRIC_KEYS: tuple[str, ...] = (
@@ -54,8 +59,18 @@ STAGING_SUFFIX = ".staging"  # the dir an export is built in, beside its destina
 
 
 def upstream_test_path(variant: str) -> str:
-    """The upstream test file (repo-relative) whose identity the runs of ``variant`` carry."""
+    """The upstream test file (repo-relative) whose identity the runs of ``variant`` carry;
+    ``ValueError`` for a variant that is not one of :data:`AITER_VARIANTS`."""
+    if variant not in AITER_VARIANTS:
+        raise ValueError(f"aiter variant {variant!r:.40} is not one of {', '.join(AITER_VARIANTS)}")
     return f"{TEST_DIR}/test_gpt_oss_20b_lora_{variant}.py"
+
+
+def record_path(run_id: int) -> str:
+    """A run's record (repo-relative); ``ValueError`` for an id that is not a positive int."""
+    if not isinstance(run_id, int) or isinstance(run_id, bool) or run_id < 1:
+        raise ValueError(f"run id {run_id!r:.40} is not a positive integer")
+    return f"records/run-{run_id}/history-{run_id}.jsonl"
 
 
 def encode_value(value: float) -> float | str:
@@ -82,6 +97,10 @@ def record_text(series: dict[str, list[tuple[int, float]]]) -> str:
 
 def upstream_test_file(variant: str, metrics: Sequence[str]) -> str:
     """The upstream test file that registers the identity and gates ``metrics``."""
+    upstream_test_path(variant)  # a known variant, or ValueError
+    unknown = [m for m in metrics if m not in TARGET_METRIC_KEYS]
+    if unknown:
+        raise ValueError(f"metric {unknown[0]!r:.60} is not one of upstream's captured keys")
     gates = "".join(f'register_ci_gate(metric_key="{m}")\n' for m in metrics)
     labels = ", ".join(f'"{label}"' for label in LABELS)
     return (
@@ -129,9 +148,28 @@ class Export:
     test_files: tuple[str, ...]
 
 
-def _write(path: Path, text: str) -> None:
+def inside(root: Path, relative: str) -> Path:
+    """``root / relative``, the one guard of every write the export makes: ``relative`` is
+    made of plain names (no ``..``, no absolute part, no link below ``root``); else
+    ``ValueError``."""
+    parts = PurePosixPath(relative).parts
+    if (
+        not parts
+        or any(p in ("", ".", "..") or "/" in p or "\\" in p for p in parts)
+        or (PurePosixPath(relative).is_absolute())
+    ):
+        raise ValueError(f"{relative!r:.80} is not a path inside the export")
+    path = root.joinpath(*parts)
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise ValueError(f"{relative!r:.80} leads outside the export")
+    return path
+
+
+def _write(root: Path, relative: str, text: str) -> None:
+    path = inside(root, relative)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    with path.open("x", encoding="utf-8") as handle:  # never over a file, never through a link
+        handle.write(text)
 
 
 def _build(store: HistoryStore, root: Path) -> Export:
@@ -143,39 +181,81 @@ def _build(store: HistoryStore, root: Path) -> Export:
             skipped += 1
             continue
         series = store.series(run.run_id)
-        record_dir = f"records/run-{run.run_id}"
-        _write(root / record_dir / f"history-{run.run_id}.jsonl", record_text(series))
+        record = record_path(run.run_id)
+        _write(root, record, record_text(series))
         seen = metrics_by_variant.setdefault(run.variant, set())
         seen.update(k for k in TARGET_METRIC_KEYS if series.get(k))
-        rows.append(index_row(run, record_dir))
+        rows.append(index_row(run, str(PurePosixPath(record).parent)))
     for variant, seen in sorted(metrics_by_variant.items()):
         metrics = [k for k in TARGET_METRIC_KEYS if k in seen]
-        _write(root / upstream_test_path(variant), upstream_test_file(variant, metrics))
-    _write(root / INDEX, "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows))
+        _write(root, upstream_test_path(variant), upstream_test_file(variant, metrics))
+    _write(root, INDEX, "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows))
     return Export(
         len(rows), skipped, tuple(upstream_test_path(v) for v in sorted(metrics_by_variant))
     )
 
 
+def _export_files() -> re.Pattern[str]:
+    tests = "|".join(re.escape(upstream_test_path(v)) for v in AITER_VARIANTS)
+    return re.compile(rf"{re.escape(INDEX)}|records/run-([1-9][0-9]*)/history-\1\.jsonl|{tests}")
+
+
+def earlier_export(out_dir: Path) -> str | None:
+    """Why ``out_dir`` (an existing dir) is not an earlier export, None when it is one: it
+    holds only regular files an export writes, in its layout, and no link."""
+    files = _export_files()
+    for top, dirs, names in os.walk(out_dir, onerror=_raise):
+        for name in (*dirs, *names):
+            path = Path(top, name)
+            relative = path.relative_to(out_dir).as_posix()
+            if path.is_symlink():
+                return f"{relative} is a symbolic link"
+            if name in names and not (path.is_file() and files.fullmatch(relative)):
+                return f"{relative} is not a file an export writes"
+    if not (out_dir / INDEX).is_file():
+        return f"it holds no {INDEX}"
+    return None
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
 def export_upstream(store: HistoryStore, out_dir: Path) -> Export:
     """Write the export into ``out_dir`` whole or not at all (built beside it, then renamed).
 
-    ``out_dir`` must be absent, empty, or an earlier export (it holds ``runs.jsonl``), which
-    is replaced; anything else raises ``FileExistsError`` and is left as it was.
+    ``out_dir`` must be absent, empty, or an earlier export (:func:`earlier_export`), which is
+    replaced; anything else raises ``FileExistsError`` naming what is in the way, and is left
+    as it was.
     """
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / INDEX).is_file():
-        raise FileExistsError(f"{out_dir} is neither empty nor an earlier export")
+    out_dir = Path(os.path.abspath(out_dir))  # "." names its parent's entry, not itself
+    if out_dir.is_symlink():
+        raise FileExistsError(
+            f"{out_dir} is a symbolic link; the export does not write through one"
+        )
+    if out_dir.exists() and any(out_dir.iterdir()):
+        why = earlier_export(out_dir)
+        if why is not None:
+            raise FileExistsError(f"{out_dir} is neither empty nor an earlier export ({why})")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f".{out_dir.name}."
-    for stale in out_dir.parent.glob(f"{glob.escape(prefix)}*{STAGING_SUFFIX}"):
-        if stale.is_dir() and not stale.is_symlink():  # a killed export's: never completed
-            shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=prefix, suffix=STAGING_SUFFIX))
+    stem = f".{out_dir.name}"
+    parent = os.open(out_dir.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        for entry in os.listdir(parent):
+            if abandoned(parent, entry, stem, STAGING_SUFFIX):  # a killed export's
+                shutil.rmtree(out_dir.parent / entry, ignore_errors=True)
+        staging = out_dir.parent / owned_name(stem, STAGING_SUFFIX)
+        os.mkdir(staging.name, 0o755, dir_fd=parent)
+    finally:
+        os.close(parent)
+    held = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        hold(held)
         written = _build(store, staging)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)
     finally:
+        os.close(held)
         shutil.rmtree(staging, ignore_errors=True)
     return written

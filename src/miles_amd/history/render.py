@@ -226,7 +226,7 @@ def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:
 
 def trend_figure(runs: Sequence[StoredRun], found: Sequence[Drift]):
     """Per-metric run means across runs (see the module doc), one panel a metric."""
-    from miles_amd.report.plot import Y_LABELS
+    from miles_amd.report.plot import Y_LABELS, drawable_value
 
     metrics = sorted({m for r in runs for m in r.summaries})
     drifted = {d.metric for d in found}
@@ -242,10 +242,12 @@ def trend_figure(runs: Sequence[StoredRun], found: Sequence[Drift]):
             if not points:
                 continue
             xs = [order[r.run_id] for r in points]
-            means = [r.summaries[metric].mean for r in points]
+            # stored figures are drawn within the axis' range (report.plot.drawable_value)
+            means = [drawable_value(r.summaries[metric].mean) for r in points]
             drawn += means
             errors = [
-                (r.summaries[metric].sd or 0.0) / math.sqrt(r.summaries[metric].n) for r in points
+                drawable_value((r.summaries[metric].sd or 0.0) / math.sqrt(r.summaries[metric].n))
+                for r in points
             ]
             ax.errorbar(xs, means, yerr=errors, marker="o", markersize=4, capsize=2, label=identity)
             failed = [

@@ -19,15 +19,17 @@ versions, concurrent writers and corrupt rows: ``docs/gate-and-statistics.md``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from miles_amd import numeric, strict_json
+from miles_amd.variants import AITER_VARIANTS
 
 SCHEMA_VERSION = 4
 _MARKERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # upstream's capture markers
@@ -37,9 +39,10 @@ class HistoryError(ValueError):
     """A history file that cannot be used; ``str()`` names the file and the fix."""
 
 
-def _column(sql: str, *, as_json: bool = False) -> dict[str, Any]:
-    """A field's metadata: a column of SQL type ``sql`` (``as_json``: stored as a JSON list)."""
-    return {"sql": sql, "json": as_json}
+def _column(sql: str, *, as_json: bool = False, choices: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A field's metadata: a column of SQL type ``sql`` (``as_json``: stored as a JSON list;
+    ``choices``: the only values a row read back may hold, null aside)."""
+    return {"sql": sql, "json": as_json, "choices": choices}
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,8 @@ class RunRow:
     created_at: str = field(metadata=_column("TEXT NOT NULL"))  # ISO-8601, UTC
     recipe: str = field(metadata=_column("TEXT NOT NULL"))
     recipe_digest: str | None = field(metadata=_column("TEXT"))  # of plan.json's recipe
-    variant: str | None = field(metadata=_column("TEXT"))  # env.json's aiter_variant
+    # env.json's aiter_variant (else plan.json's); a row holding another value is skipped
+    variant: str | None = field(metadata=_column("TEXT", choices=AITER_VARIANTS))
     aiter_commit: str | None = field(metadata=_column("TEXT"))  # env.json's aiter fact
     baseline: str = field(metadata=_column("TEXT NOT NULL"))
     image: str | None = field(metadata=_column("TEXT"))
@@ -201,6 +205,9 @@ def _from_row(row: Sequence[Any]) -> dict[str, Any]:
             value = tuple(value)
         elif not _of_type(value, sql):
             raise ValueError(f"column {f.name} holds {type(value).__name__} {value!r:.60}")
+        elif f.metadata["choices"] and value is not None and value not in f.metadata["choices"]:
+            known = ", ".join(f.metadata["choices"])
+            raise ValueError(f"column {f.name} holds {value!r:.60}, not one of {known}")
         found[f.name] = value
     return found
 
@@ -213,13 +220,17 @@ def _of_type(value: object, sql: str) -> bool:
 
 
 def _summary(metric: object, figures: Sequence[Any]) -> Summary:
-    """A stored summary, checked: a metric name, n > 0 and finite numbers (sd may be null)."""
+    """A stored summary, checked: a metric name, n > 0, finite numbers, sd >= 0 (or null)."""
     n, mean, sd, low, high = figures
+    # mean is not checked against min/max: a float mean may lie an ulp outside them
+    # (numeric.mean([0.1] * 3) is 0.10000000000000002)
     numbers = (mean, low, high) if sd is None else (mean, sd, low, high)
-    if not (isinstance(metric, str) and isinstance(n, int) and n > 0) or not all(
-        isinstance(v, (int, float)) and math.isfinite(v) for v in numbers
+    if (
+        not (isinstance(metric, str) and isinstance(n, int) and n > 0)
+        or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in numbers)
+        or (sd is not None and sd < 0)
     ):
-        raise ValueError(f"summary of {metric!r:.60} is not n > 0 and finite numbers")
+        raise ValueError(f"summary of {metric!r:.60} is not n > 0, finite numbers and sd >= 0")
     return Summary(n, mean, sd, low, high)
 
 
@@ -281,6 +292,13 @@ class HistoryStore:
 
     def append(self, record: HistoryRecord) -> int:
         """Add one run (one transaction); return its ``run_id``."""
+        with self.appending(record) as run_id:
+            return run_id
+
+    @contextlib.contextmanager
+    def appending(self, record: HistoryRecord) -> Iterator[int]:
+        """Add one run in a transaction that commits when the block ends and is rolled back
+        when it raises; yields its ``run_id`` (this store's reads in the block see the run)."""
         with self._db:
             marks = ", ".join("?" * len(_RUN_FIELDS))
             cursor = self._db.execute(
@@ -310,7 +328,7 @@ class HistoryStore:
                         if not math.isfinite(v)
                     ],
                 )
-        return run_id
+            yield run_id
 
     def mark(self, run_id: int, *, untrusted: bool, now: str) -> bool:
         """Mark run ``run_id`` untrusted (or trusted again); True when that changed anything.
@@ -397,16 +415,33 @@ class HistoryStore:
 
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
         """Every stored per-rollout value of one run (non-finite ones as NaN/±inf), per
-        metric, in step order (a repeated step in the order it was appended)."""
+        metric, in step order (a repeated step in the order it was appended). A stored point
+        is checked (a metric name, an integer step, a finite number or a marker): another is
+        ``ValueError`` naming the run and the metric."""
         found: dict[str, list[tuple[int, float]]] = {}
-        for metric, step, value in self._db.execute(
-            "SELECT metric, step, value FROM ("
+        for metric, step, value, nonfinite in self._db.execute(
+            "SELECT metric, step, value, t FROM ("
             " SELECT rowid AS n, 0 AS t, metric, step, value FROM metric_values WHERE run_id = ?"
             " UNION ALL"
             " SELECT rowid, 1, metric, step, CAST(marker AS TEXT) FROM nonfinite_values"
             " WHERE run_id = ?) ORDER BY metric, step, t, n",
             (run_id, run_id),
         ):
-            number = float(value)  # a marker: float("NaN"), float("-Infinity"), ...
+            number = _point(step, value, marker=bool(nonfinite))
+            if not isinstance(metric, str) or number is None:
+                raise ValueError(
+                    f"run {run_id}: a stored point of {metric!r:.60} is not an integer step "
+                    f"and a value ({step!r:.30}, {value!r:.30})"
+                )
             found.setdefault(metric, []).append((step, number))
         return found
+
+
+def _point(step: object, value: object, *, marker: bool) -> float | None:
+    """The stored value as a number (a marker as NaN/±inf); None when the point is not one."""
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    if marker:
+        return float(value) if value in _MARKERS.values() else None  # type: ignore[arg-type]
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if finite and math.isfinite(value) else None  # type: ignore[arg-type]

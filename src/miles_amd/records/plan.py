@@ -3,7 +3,8 @@
 Decides:
 
 - ``recipe``: plan.json's resolved recipe (``Recipe.as_dict``), required, an object;
-- ``aiter_variant``: the variant the job's env was set for, null when none was asked for;
+- ``aiter_variant``: the variant the job's env was set for (one of
+  ``miles_amd.variants.AITER_VARIANTS``), null when none was asked for;
 - ``identity_digest``: the first 12 hex digits of the SHA-256 of the recipe without its
   locations and tracking switches (``recipe.settings.NOT_IDENTITY``): the run's identity in
   the history.
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from miles_amd.recipe.settings import NOT_IDENTITY
+from miles_amd.variants import AITER_VARIANTS
 
 __all__ = ["PlanRecord"]
 
@@ -36,8 +38,11 @@ class PlanRecord:
         recipe, variant = data.get("recipe"), data.get("aiter_variant")
         if not isinstance(recipe, Mapping):
             raise ValueError(f'"recipe" must be the resolved recipe (an object), found {recipe!r}')
-        if variant is not None and not isinstance(variant, str):
-            raise ValueError(f'"aiter_variant" must be a string or null, found {variant!r}')
+        if variant is not None and variant not in AITER_VARIANTS:
+            known = ", ".join(AITER_VARIANTS)
+            raise ValueError(
+                f'"aiter_variant" must be one of {known} or null, found {variant!r:.60}'
+            )
         return cls(recipe=recipe, aiter_variant=variant)
 
     @property

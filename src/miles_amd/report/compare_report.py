@@ -241,7 +241,7 @@ def compare_figure(c: Comparison, a: RunEvidence, b: RunEvidence):
                 [s for s, _ in points],
                 [v for _, v in points],
                 markersize=3,
-                label=f"{label} {Path(run.run_dir).name}",
+                label=layout.one_line(f"{label} {Path(run.run_dir).name}"),  # foreign text
                 **style,
             )
         layout.style_panel(

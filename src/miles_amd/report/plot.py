@@ -65,19 +65,20 @@ def _gated_metrics(baseline: Baseline) -> list[str]:
 DRAW_LIMIT = 1e300
 
 
-def _clip(value: float) -> float:
+def drawable_value(value: float) -> float:
+    """``value`` within +-:data:`DRAW_LIMIT` when finite (the figure only)."""
     return max(-DRAW_LIMIT, min(DRAW_LIMIT, value)) if math.isfinite(value) else value
 
 
 def drawable(series: Series) -> Series:
     """``series`` with finite values clipped to +-:data:`DRAW_LIMIT` (the figure only; the
     report's numbers are the run's own)."""
-    return tuple((s, _clip(v)) for s, v in series)
+    return tuple((s, drawable_value(v)) for s, v in series)
 
 
 def drawable_check(check: Check) -> Check:
     """``check`` with its figures (the lines its hint draws) clipped like :func:`drawable`."""
-    return replace(check, numbers={k: _clip(v) for k, v in check.numbers.items()})
+    return replace(check, numbers={k: drawable_value(v) for k, v in check.numbers.items()})
 
 
 def _draw_series(ax: Any, metric: str, series: Series, baseline: Baseline) -> None:
