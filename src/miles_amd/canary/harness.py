@@ -49,6 +49,8 @@ class Setup:
     repeats: int = 1
     aiter_version: str | None = None
     aiter_commit: str | None = None
+    aiter_fix: str | None = None  # miles_amd.aiter_fix's value for the aiter the ranks import
+    pythonpath: str | None = None  # the ranks' (variants.aiter_pythonpath); None: inherited
 
     @property
     def backend(self) -> str:
@@ -82,7 +84,7 @@ def spec(plan: Plan, setup: Setup) -> dict[str, Any]:
 def run(plan: Plan, setup: Setup, timeout_s: float) -> CanaryRecord:
     """Run the plan on the ranks and merge their results; ``launch.HarnessError`` otherwise."""
     started = time.time()
-    ranks = run_ranks(spec(plan, setup), timeout_s)
+    ranks = run_ranks(spec(plan, setup), timeout_s, setup.pythonpath)
     return merge(plan, setup, ranks, started, time.time())
 
 
@@ -149,6 +151,7 @@ def merge(
         aiter_version=setup.aiter_version,
         aiter_commit=setup.aiter_commit,
         dispatch_source=plan.constants.source,
+        aiter_fix=setup.aiter_fix,
         shape=plan.shape.as_dict(),
         plan=tuple(e.as_dict() for e in plan.entries),
         results=tuple(results),

@@ -2,7 +2,10 @@
 
 Decides the command's options, its checks of them, its output and its exit code:
 
-- ``--plan`` prints the plan and runs nothing (``--json``: as a JSON list of entries);
+- ``--plan`` prints the plan and runs nothing (``--json``: an object of ``entries``,
+  ``dispatch_source``: the file or commit the constants came from, and ``aiter_fix``);
+- which aiter: ``variants.aiter_pythonpath`` of ``--variant`` (the rule the job follows):
+  the fingerprint (``miles_amd.aiter_fix``), the constants and the ranks all see it;
 - ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo): the harness's test seam;
 - without ``--reducer``: the node; ``--variant`` and ``--implementation`` pick the all-reduce;
 - ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times.
@@ -19,6 +22,8 @@ from __future__ import annotations
 import ast
 import json
 import os
+import sys
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -164,7 +169,8 @@ def canary(
     from miles_amd.canary.plan import CPU, NODE, build_plan, recipe_shape
     from miles_amd.canary.source import installed_constants
     from miles_amd.recipe.settings import Recipe
-    from miles_amd.variants import rollout_implementation
+    from miles_amd.run.probes_allreduce import read_aiter_fix
+    from miles_amd.variants import aiter_pythonpath, rollout_implementation
 
     recipe = Recipe()
     shape = recipe_shape(recipe)
@@ -192,27 +198,47 @@ def canary(
     reducer_path = check_reducer(reducer) if reducer is not None else None
     if run_dir is not None:
         check_run_dir(run_dir)
+    pythonpath = aiter_pythonpath(variant.value if variant else None, os.environ)
+    aiter = read_aiter_fix(pythonpath, sys.executable)
+    package = aiter.get("package_dir")
+    fix = str(aiter["value"])
     try:
         plan = build_plan(
             shape,
             label,
             rate,
             target=CPU if on_cpu else NODE,
-            constants=installed_constants(os.environ),
+            constants=installed_constants(
+                os.environ, package if isinstance(package, str) else None, fix
+            ),
             groups=world // shape.tp,
             tokens=_tokens(tokens),
         )
     except ValueError as exc:
         fail(f"--tokens {tokens}: {exc}" if tokens else str(exc))
     if plan_only:
-        _print_plan(plan, json_out)
+        _print_plan(plan, fix, json_out)
         return
-    _run(plan, label, reducer_path, variant, world, repeats, timeout, run_dir, json_out, on_cpu)
+    where = Where(pythonpath, fix)
+    _run(plan, label, reducer_path, variant, world, repeats, timeout, run_dir, json_out, where)
 
 
-def _print_plan(plan: Plan, json_out: bool) -> None:
+@dataclass(frozen=True)
+class Where:
+    """The aiter the ranks import: their PYTHONPATH and its fingerprint."""
+
+    pythonpath: str
+    aiter_fix: str
+
+
+def _print_plan(plan: Plan, fix: str, json_out: bool) -> None:
     if json_out:
-        typer.echo(json.dumps([e.as_dict() for e in plan.entries], indent=2))
+        document = {
+            "dispatch_source": plan.constants.source,
+            "aiter_fix": fix,
+            "entries": [e.as_dict() for e in plan.entries],
+        }
+        typer.echo(json.dumps(document, indent=2))
         return
     typer.echo(
         f"{'N':>6} {'bytes':>10} {'kernel':>7} {'uniform':>7} {'role':>8} {'calls':>9}  "
@@ -227,8 +253,10 @@ def _print_plan(plan: Plan, json_out: bool) -> None:
     typer.echo(_power_line(plan.detect_rate, plan.affected_calls, plan.probability))
     typer.echo(
         f"estimated time: {plan.estimated_seconds:.0f} s with {plan.groups} TP group(s) "
-        f"side by side ({plan.latency.source}); constants: {plan.constants.source}"
+        f"side by side ({plan.latency.source})"
     )
+    typer.echo(f"dispatch_source: {plan.constants.source}")
+    typer.echo(f"aiter_fix: {fix}")
 
 
 def _power_line(rate: float, calls: int, probability: float) -> str:
@@ -248,17 +276,18 @@ def _run(
     timeout: float | None,
     run_dir: Path | None,
     json_out: bool,
-    on_cpu: bool,
+    where: Where,
 ) -> None:
     from miles_amd.canary.harness import Setup, run
     from miles_amd.canary.launch import HarnessError
     from miles_amd.canary.record import write_canary
 
+    on_cpu = reducer is not None
     version = commit = None
     if not on_cpu:
         from miles_amd.canary.node import node_facts, unusable
 
-        facts = node_facts()
+        facts = node_facts(where.pythonpath)
         problem = unusable(facts, label, plan.shape.tp)
         if problem:
             fail(problem)
@@ -277,6 +306,8 @@ def _run(
         repeats=repeats,
         aiter_version=version,
         aiter_commit=commit,
+        aiter_fix=where.aiter_fix,
+        pythonpath=where.pythonpath,
     )
     bound = timeout or (
         120.0 + 10.0 * plan.estimated_seconds * repeats

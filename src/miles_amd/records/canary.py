@@ -12,7 +12,9 @@ reads it into ``RunEvidence.canary``.
 Fields (``schema_version`` 1): ``implementation`` (``variants.IMPLEMENTATIONS``) and
 ``reducer`` (the seam's ``FILE:FUNCTION``, else null); ``variant`` (null on CPU);
 ``aiter_version``/``aiter_commit`` (null when unknown); ``dispatch_source`` (where the
-thresholds came from); ``shape`` (``plan.RecipeShape``); ``plan`` (``plan.PlanEntry``);
+thresholds came from: the installed file and its fingerprint, or the pinned commit and why);
+``aiter_fix`` (optional, may be absent: ``miles_amd.aiter_fix``'s value for the aiter the
+ranks import); ``shape`` (``plan.RecipeShape``); ``plan`` (``plan.PlanEntry``);
 ``results`` per size (calls made, ``mismatches`` = calls whose result was wrong on at least
 one rank, ``wrong_elements`` summed over ranks, the first mismatch, the mean latency per
 call in microseconds, the largest rate the clean calls do not exclude at 99 %); ``power``
@@ -243,6 +245,7 @@ class CanaryRecord:
     backend: str
     device: str
     tensor_dtype: str
+    aiter_fix: str | None = None
 
     @property
     def mismatches(self) -> int:
@@ -304,4 +307,5 @@ class CanaryRecord:
             backend=_str(data, "", "backend") or "",
             device=_str(data, "", "device") or "",
             tensor_dtype=_str(data, "", "tensor_dtype") or "",
+            aiter_fix=_str(data, "", "aiter_fix", optional=True) if "aiter_fix" in data else None,
         )
