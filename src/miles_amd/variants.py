@@ -104,5 +104,5 @@ def aiter_origin(variant: str | None, env: Mapping[str, str]) -> str:
     patched = aiter_dir(variant, env)
     if patched:
         return f"{PATCHED_DIR_VAR}={patched}, first on PYTHONPATH"
-    unset = f" ({PATCHED_DIR_VAR} unset)" if variant == "patched" else ""
-    return f"site-packages' aiter{unset}: the image's, or a build installed there (pip -e)"
+    unset = f"; {PATCHED_DIR_VAR} unset" if variant == "patched" else ""
+    return f"site-packages (the image's aiter, or one pip installed there){unset}"

@@ -43,6 +43,7 @@ def canary(
     bad: bool,
     variant: str | None = None,
     aiter_commit: str | None = None,
+    aiter_fix: str | None = None,
 ) -> CanaryRecord:
     """Write ``run/canary.json`` of ``implementation``: N=28 clean, N=29 wrong when ``bad``."""
     plan = build_plan(recipe_shape(Recipe()), implementation, 0.5, target=CPU, tokens=(28, 29))
@@ -56,6 +57,7 @@ def canary(
         variant=variant,
         repeats=2,
         aiter_commit=aiter_commit,
+        aiter_fix=aiter_fix,
     )
     record = merge(plan, setup, ranks, 100.0, 107.5)
     write_canary(run, record)

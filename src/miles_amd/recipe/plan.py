@@ -403,7 +403,8 @@ def format_plan(plan: LaunchPlan) -> str:
         if step.argv and step.name != "submit":
             lines.append("   $ " + " ".join(step.argv))
     if plan.aiter:
-        lines.append(f"aiter (one rule, variants.aiter_pythonpath): {plan.aiter['from']}")
+        lines.append("aiter each process imports (one rule: variants.aiter_pythonpath):")
+        lines.append(f"  from: {plan.aiter['from']}")
         lines += [
             f"  {who}: PYTHONPATH={plan.aiter[who] or '(unset)'}"
             for who in ("preflight", "canary", "job")
