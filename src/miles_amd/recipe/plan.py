@@ -22,8 +22,10 @@ Explained in ``docs/cli.md`` ("The launch plan").
 
 from __future__ import annotations
 
+import base64
 import shlex
 import uuid
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -83,13 +85,15 @@ class JobSpec:
         return (self.aiter_fix_python, "-c", script) if self.aiter_fix_python else ()
 
     def command(self) -> str:
-        """The shell command Ray runs: the fingerprint, then ``exec`` the entrypoint."""
+        """The shell command Ray runs: the fingerprint, then ``exec`` the entrypoint. The
+        fingerprint's source travels compressed on one line (Ray logs the command in job.log)."""
         main = shlex.join(self.entrypoint)
         if not self.aiter_fix_python:
             return main
         from miles_amd import aiter_fix
 
-        script = Path(aiter_fix.__file__).read_text(encoding="utf-8")
+        packed = base64.b64encode(zlib.compress(Path(aiter_fix.__file__).read_bytes(), 9))
+        script = f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed.decode()}')))"
         return f"{shlex.join(self.aiter_fix_argv(script))}; exec {main}"
 
     def runtime_env(self) -> dict[str, object]:
