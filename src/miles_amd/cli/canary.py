@@ -219,8 +219,8 @@ def canary(
     if plan_only:
         _print_plan(plan, fix, json_out)
         return
-    where = Where(pythonpath, fix)
-    _run(plan, label, reducer_path, variant, world, repeats, timeout, run_dir, json_out, where)
+    imports = Where(pythonpath, fix)
+    _run(plan, label, reducer_path, variant, world, repeats, timeout, run_dir, json_out, imports)
 
 
 @dataclass(frozen=True)
@@ -276,7 +276,7 @@ def _run(
     timeout: float | None,
     run_dir: Path | None,
     json_out: bool,
-    where: Where,
+    aiter: Where,
 ) -> None:
     from miles_amd.canary.harness import Setup, run
     from miles_amd.canary.launch import HarnessError
@@ -287,7 +287,7 @@ def _run(
     if not on_cpu:
         from miles_amd.canary.node import node_facts, unusable
 
-        facts = node_facts(where.pythonpath)
+        facts = node_facts(aiter.pythonpath)
         problem = unusable(facts, label, plan.shape.tp)
         if problem:
             fail(problem)
@@ -306,8 +306,8 @@ def _run(
         repeats=repeats,
         aiter_version=version,
         aiter_commit=commit,
-        aiter_fix=where.aiter_fix,
-        pythonpath=where.pythonpath,
+        aiter_fix=aiter.aiter_fix,
+        pythonpath=aiter.pythonpath,
     )
     bound = timeout or (
         120.0 + 10.0 * plan.estimated_seconds * repeats
