@@ -146,16 +146,14 @@ def installed_constants(
         where = (
             "no aiter on the python path"
             if package_dir is None
-            else (f"no custom_all_reduce.cuh and .py beside {package_dir}")
+            else f"no custom_all_reduce.cuh and .py beside {package_dir}"
         )
         base = replace(PINNED, source=f"{PINNED.source} (pinned: {where})")
     else:
         cuh, py = files
         try:
             base = parse_constants(
-                cuh.read_text(encoding="utf-8", errors="replace"),
-                py.read_text(encoding="utf-8", errors="replace"),
-                f"installed {cuh}, {py} (aiter_fix {fix})",
+                _text(cuh), _text(py), f"installed {cuh}, {py} (aiter_fix {fix})"
             )
         except (OSError, ValueError) as exc:
             base = replace(PINNED, source=f"{PINNED.source} (pinned: {cuh} refused: {exc})")
@@ -164,3 +162,11 @@ def installed_constants(
     if limit != base.car_max_size:
         source += f"; {CAR_MAX_SIZE_ENV}={limit}"
     return replace(base, car_max_size=limit, source=source)
+
+
+def _text(path: Path) -> str:
+    """A source file's text, at most ``aiter_fix.MAX_HEADER_BYTES``; OSError otherwise."""
+    data, why = aiter_fix.read_header(str(path))
+    if data is None:
+        raise OSError(why)
+    return data.decode("utf-8", errors="replace")
