@@ -27,6 +27,7 @@ import pytest
 
 from miles_amd.canary.record import schema_path
 from miles_amd.records.canary import CanaryRecord
+from tests.support.fake_aiter import fake_aiter
 
 pytestmark = pytest.mark.no_ray  # starts no Ray: joins no Ray xdist group
 
@@ -254,3 +255,36 @@ def test_a_reducer_that_raises_is_a_named_exit_2(torch_python: str, tmp_path: Pa
     assert done.returncode == 2, done.stderr
     assert "rank 1 failed" in done.stderr and "injected reducer failure" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+SEES_AITER = (
+    GLOO
+    + """
+
+def sees_aiter(tensor, group):
+    import importlib.util
+
+    if importlib.util.find_spec("aiter") is None:  # found, never imported (it raises)
+        raise RuntimeError("this rank does not see the aiter the canary fingerprinted")
+    return gloo(tensor, group)
+"""
+)
+
+
+def test_the_canary_its_ranks_and_its_record_see_the_aiter_the_rule_chooses(
+    torch_python: str, tmp_path: Path
+) -> None:
+    """``--variant patched`` with AITER_PATCHED_DIR: the fingerprint, the constants and every
+    rank see the patched checkout (it is on no PYTHONPATH of the command's own)."""
+    entry, header = fake_aiter(tmp_path / "aiter", fixed=True, layout="checkout")
+    run_dir = tmp_path / "run"
+    done = canary(
+        torch_python, tmp_path, SEES_AITER, "sees_aiter",
+        "--variant", "patched", "--tokens", "29,64", "--detect-rate", "0.2",
+        "--run-dir", str(run_dir),
+        env={"AITER_PATCHED_DIR": str(entry), "PYTHONPATH": ""},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = CanaryRecord.from_json((run_dir / "canary.json").read_text(encoding="utf-8"))
+    assert record.aiter_fix is not None and record.aiter_fix.startswith(f"fixed: {header} sha256:")
+    assert record.dispatch_source.startswith(f"installed {header}, ")
