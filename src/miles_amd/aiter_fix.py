@@ -6,9 +6,9 @@ run this file's source as ``python3 -c <source>`` in their own Python, with thei
 ``MILES_AMD_AITER_FIX <json>``. Decides:
 
 - where the header is (:func:`locate`): ``importlib.util.find_spec("aiter")`` (aiter is found,
-  not imported), then ``csrc/include/custom_all_reduce.cuh`` under ``aiter_meta/`` beside the
-  package (a wheel) or beside the package itself (a ROCm/aiter checkout: editable, or on
-  ``AITER_PATCHED_DIR``);
+  not imported), then ``csrc/include/custom_all_reduce.cuh`` under ``$AITER_META_DIR`` (the
+  override aiter's JIT honours), ``aiter_meta/`` beside the package (a wheel) or beside the
+  package itself (a ROCm/aiter checkout: editable, or on ``AITER_PATCHED_DIR``);
 - the verdict (:func:`classify`), from the lines the fix changed between ROCm/aiter e4048607
   and 01f53100 (whitespace ignored): ``fixed`` when ``cross_device_reduce_2stage`` takes
   ``bool has_tail``, its stage-1 loop stops at whole tiles (``loop_end -= (end - start) %
@@ -96,7 +96,8 @@ def locate() -> tuple[str | None, str | None, str]:
         return None, None, "no module aiter on this Python's path"
     package = os.path.realpath(next(iter(spec.submodule_search_locations)))
     parent = os.path.dirname(package)
-    for root in (os.path.join(parent, "aiter_meta"), parent):
+    meta = os.environ.get("AITER_META_DIR")  # aiter's JIT compiles its csrc when it has one
+    for root in (*([meta] if meta else []), os.path.join(parent, "aiter_meta"), parent):
         header = os.path.join(root, HEADER)
         if os.path.isfile(header):
             return package, header, ""

@@ -157,3 +157,13 @@ def test_unknown_missing_or_repeated_is_no_evidence_on_the_hardware_path(tmp_pat
     )
     repeated = fix_check(twice, "patched", require_env=False)
     assert repeated.status == "fail" and "2 MILES_AMD_AITER_FIX lines" in repeated.detail
+
+
+def test_aiter_meta_dir_names_the_csrc_aiters_jit_compiles(tmp_path: Path, monkeypatch) -> None:
+    """``AITER_META_DIR`` overrides where aiter's JIT finds ``csrc`` (aiter/jit/core.py): the
+    fingerprint reads the header there, not the wheel's own."""
+    entry, _ = fake_aiter(tmp_path / "wheel", fixed=False, layout="wheel")
+    _, meta_header = fake_aiter(tmp_path / "meta", fixed=True, layout="checkout")
+    monkeypatch.setenv("AITER_META_DIR", str(tmp_path / "meta"))
+    value = str(read_aiter_fix(str(entry), sys.executable)["value"])
+    assert value.startswith(f"fixed: {meta_header} sha256:"), value
