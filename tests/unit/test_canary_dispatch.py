@@ -106,12 +106,12 @@ def test_an_installed_header_is_named_with_its_fingerprint_or_refused_with_why(
     tmp_path: Path,
 ) -> None:
     entry, cuh = fake_aiter(tmp_path / "ok", fixed=True, layout="checkout")
-    used = source.installed_constants({}, str(entry / "aiter"), "fixed: (its value)")
+    used = source.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
     assert used.stage1_whole_tiles and used.source.startswith(f"installed {cuh}, ")
     assert used.source.endswith("(aiter_fix fixed: (its value))")
     bad = header_text(fixed=True).replace("#define THREAD_NUM 512", "#define THREAD_NUM 0")
     entry, cuh = fake_aiter(tmp_path / "bad", fixed=True, layout="wheel", header=bad)
-    refused = source.installed_constants({}, str(entry / "aiter"), "fixed: (its value)")
+    refused = source.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
     assert refused.thread_num == PINNED.thread_num
     assert f"(pinned: {cuh} refused: #define THREAD_NUM is 0" in refused.source
 
@@ -165,27 +165,16 @@ def test_installed_constants_fall_back_to_the_pinned_commit_and_honour_the_env(
     """No aiter: the pinned constants, saying why, and AITER_CUSTOM_AR_MAX_SIZE as aiter
     resolves it."""
     unknown = "unknown: no module aiter"
-    plain = source.installed_constants({}, None, unknown)
+    plain = source.installed_constants({}, None, None, unknown)
     assert plain.car_max_size == PINNED.car_max_size
     assert plain.source.endswith("(pinned: no aiter on the python path)"), plain.source
-    sized = source.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "1048576"}, None, unknown)
+    sized = source.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "1048576"}, None, None, unknown)
     assert sized.car_max_size == 1 << 20
     assert (
-        source.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "0"}, None, unknown).car_max_size
+        source.installed_constants(
+            {"AITER_CUSTOM_AR_MAX_SIZE": "0"}, None, None, unknown
+        ).car_max_size
         == 0
     )
     for ignored in ("-5", "lots", str(2 << 30)):
         assert source.car_max_size(7, {"AITER_CUSTOM_AR_MAX_SIZE": ignored}) == 7
-
-
-def test_installed_source_files_are_found_in_a_pip_layout(tmp_path: Path) -> None:
-    parts = fixture_sections()
-    package = tmp_path / "aiter"
-    py = package / "dist" / "device_communicators" / "custom_all_reduce.py"
-    cuh = tmp_path / "aiter_meta" / "csrc" / "include" / "custom_all_reduce.cuh"
-    assert source.aiter_source_files(package) is None
-    py.parent.mkdir(parents=True)
-    cuh.parent.mkdir(parents=True)
-    py.write_text(parts[PY_PATH])
-    cuh.write_text(parts[CUH_PATH])
-    assert source.aiter_source_files(package) == (cuh, py)

@@ -14,11 +14,11 @@ Decides where :class:`~miles_amd.canary.dispatch.DispatchConstants` come from:
   commits' lines (``tests/unit/data/``);
 - :func:`installed_constants`: the constants of the aiter a process imports (its package dir
   comes from ``aiter_fix``'s child, run with the PYTHONPATH of ``variants.aiter_pythonpath``):
-  ``aiter_meta/csrc/include/custom_all_reduce.cuh`` (a wheel) or ``csrc/include/...`` beside
-  the package (a checkout), with ``AITER_CUSTOM_AR_MAX_SIZE`` applied as aiter's
-  ``_resolve_car_max_size`` does. Without a readable, accepted source it is
-  :data:`~miles_amd.canary.dispatch.PINNED`; ``source`` always names the file and its
-  fingerprint, or the pinned commit and why.
+  the header the fingerprint read (``aiter_fix.locate``: ``$AITER_META_DIR``, a wheel's
+  ``aiter_meta/`` or a checkout's root) and ``aiter/dist/.../custom_all_reduce.py``, with
+  ``AITER_CUSTOM_AR_MAX_SIZE`` applied as aiter's ``_resolve_car_max_size`` does. Without a
+  readable, accepted source it is :data:`~miles_amd.canary.dispatch.PINNED`; ``source`` always
+  names the file and its fingerprint, or the pinned commit and why.
 """
 
 from __future__ import annotations
@@ -126,37 +126,23 @@ def car_max_size(default: int, env: Mapping[str, str]) -> int:
     return value
 
 
-def aiter_source_files(package_dir: Path) -> tuple[Path, Path] | None:
-    """The installed ``.cuh`` and ``.py`` the constants are read from, when both exist."""
-    py = package_dir / "dist" / "device_communicators" / "custom_all_reduce.py"
-    for root in (package_dir.parent / "aiter_meta", package_dir.parent):
-        cuh = root / aiter_fix.HEADER
-        if cuh.is_file() and py.is_file():
-            return cuh, py
-    return None
-
-
 def installed_constants(
-    env: Mapping[str, str], package_dir: str | None, fix: str
+    env: Mapping[str, str], package_dir: str | None, header: str | None, fix: str
 ) -> DispatchConstants:
-    """The constants of the aiter at ``package_dir`` (None: no aiter), whose fingerprint is
-    ``fix`` (``aiter_fix.value``), else the pinned commit's, with why (module doc)."""
-    files = aiter_source_files(Path(package_dir)) if package_dir is not None else None
-    if files is None:
-        where = (
-            "no aiter on the python path"
-            if package_dir is None
-            else f"no custom_all_reduce.cuh and .py beside {package_dir}"
-        )
+    """The constants of the aiter at ``package_dir`` (None: no aiter) from ``header``, the
+    ``custom_all_reduce.cuh`` its fingerprint ``fix`` read (``aiter_fix``), else the pinned
+    commit's, with why (module doc)."""
+    if package_dir is None or header is None:
+        where = "no aiter on the python path" if package_dir is None else fix
         base = replace(PINNED, source=f"{PINNED.source} (pinned: {where})")
     else:
-        cuh, py = files
+        py = Path(package_dir, "dist", "device_communicators", "custom_all_reduce.py")
         try:
             base = parse_constants(
-                _text(cuh), _text(py), f"installed {cuh}, {py} (aiter_fix {fix})"
+                _text(Path(header)), _text(py), f"installed {header}, {py} (aiter_fix {fix})"
             )
         except (OSError, ValueError) as exc:
-            base = replace(PINNED, source=f"{PINNED.source} (pinned: {cuh} refused: {exc})")
+            base = replace(PINNED, source=f"{PINNED.source} (pinned: {header} refused: {exc})")
     limit = car_max_size(base.car_max_size, env)
     source = base.source
     if limit != base.car_max_size:

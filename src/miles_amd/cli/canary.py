@@ -200,7 +200,7 @@ def canary(
         check_run_dir(run_dir)
     pythonpath = aiter_pythonpath(variant.value if variant else None, os.environ)
     aiter = read_aiter_fix(pythonpath, sys.executable)
-    package = aiter.get("package_dir")
+    package, header = aiter.get("package_dir"), aiter.get("header")
     fix = str(aiter["value"])
     try:
         plan = build_plan(
@@ -209,7 +209,10 @@ def canary(
             rate,
             target=CPU if on_cpu else NODE,
             constants=installed_constants(
-                os.environ, package if isinstance(package, str) else None, fix
+                os.environ,
+                package if isinstance(package, str) else None,
+                header if isinstance(header, str) else None,
+                fix,
             ),
             groups=world // shape.tp,
             tokens=_tokens(tokens),
