@@ -151,15 +151,16 @@ def probe_aiter_fix(config: PreflightConfig) -> Fact:
 
 def aiter_fix_fact(variant: str | None, value: str) -> Fact:
     """The ``aiter_fix`` fact of the job's aiter for ``variant`` (module doc); pure."""
-    from miles_amd.aiter_fix import FIXED, verdict_of
+    from miles_amd.aiter_fix import FIXED, UNKNOWN, verdict_of
 
     verdict = verdict_of(value)
     if variant == "patched" and verdict != FIXED:
+        holds = "is not shown to hold" if verdict == UNKNOWN else "does not hold"
         return Fact(
             "aiter_fix",
             "wrong",
             value,
-            f"the patched run's aiter does not hold {variants.AITER_FIX}'s fix; point "
+            f"the patched run's aiter {holds} {variants.AITER_FIX}'s fix; point "
             f"{variants.PATCHED_DIR_VAR} at the patched checkout or install it (pip install -e)",
         )
     if variant == "stock" and verdict == FIXED:
