@@ -9,7 +9,11 @@ Decides:
   always and, with a variant, ``SGLANG_USE_AITER_AR`` ``1`` for stock/patched or ``0`` for
   rccl (``tests/unit/test_ab_premise.py``);
 - the all-reduce implementations a canary can test (:data:`IMPLEMENTATIONS`) and which of them
-  a variant's rollouts use (:func:`rollout_implementation`).
+  a variant's rollouts use (:func:`rollout_implementation`);
+- which aiter a variant's processes import (:func:`aiter_pythonpath`, the one rule the
+  preflight's probes, the canary and the job take it from): for patched, the build's dir
+  ``AITER_PATCHED_DIR`` when set, first on their ``PYTHONPATH`` (ahead of site-packages); else
+  site-packages' aiter (the image's, or a build installed there, e.g. editable).
 
 Caveat: the names are spelled again where a CLI option lists its choices (``cli/canary.py``)
 and where a variant picks its baseline (``app/baselines.py``).
@@ -19,6 +23,7 @@ and where a variant picks its baseline (``app/baselines.py``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 __all__ = [
@@ -26,9 +31,13 @@ __all__ = [
     "AITER_VARIANTS",
     "BASELINE_VARIANTS",
     "IMPLEMENTATIONS",
+    "PATCHED_DIR_VAR",
     "AiterVariant",
     "Implementation",
     "aiter_allreduce_expected",
+    "aiter_dir",
+    "aiter_origin",
+    "aiter_pythonpath",
     "describe",
     "rollout_implementation",
     "sglang_env",
@@ -38,6 +47,7 @@ AiterVariant = Literal["stock", "patched", "rccl"]
 AITER_VARIANTS: tuple[AiterVariant, ...] = ("stock", "patched", "rccl")
 BASELINE_VARIANTS: tuple[AiterVariant, ...] = ("stock", "patched")  # one shipped baseline each
 AITER_FIX = "ROCm/aiter#5694"
+PATCHED_DIR_VAR = "AITER_PATCHED_DIR"
 _DESCRIPTIONS: dict[str, str] = {
     "stock": f"stock (as shipped in the image, without {AITER_FIX})",
     "patched": f"patched (with the kernel fix {AITER_FIX})",
@@ -74,3 +84,25 @@ def rollout_implementation(variant: str) -> Implementation:
     if variant not in AITER_VARIANTS:
         raise KeyError(variant)
     return "aiter" if aiter_allreduce_expected(variant) else "sglang"
+
+
+def aiter_dir(variant: str | None, env: Mapping[str, str]) -> str | None:
+    """The dir of the patched build a ``patched`` run imports aiter from (``AITER_PATCHED_DIR``);
+    None otherwise: the processes import site-packages' aiter."""
+    return (env.get(PATCHED_DIR_VAR) or None) if variant == "patched" else None
+
+
+def aiter_pythonpath(variant: str | None, env: Mapping[str, str], *first: str) -> str:
+    """The ``PYTHONPATH`` of a ``variant`` process (module doc): ``first`` (the job's miles and
+    Megatron checkouts, which hold no aiter), :func:`aiter_dir`, then ``env``'s own."""
+    parts = (*first, aiter_dir(variant, env) or "", env.get("PYTHONPATH", ""))
+    return ":".join(p for p in parts if p)
+
+
+def aiter_origin(variant: str | None, env: Mapping[str, str]) -> str:
+    """Where a ``variant`` process imports aiter from, in one line."""
+    patched = aiter_dir(variant, env)
+    if patched:
+        return f"{PATCHED_DIR_VAR}={patched}, first on PYTHONPATH"
+    unset = f"; {PATCHED_DIR_VAR} unset" if variant == "patched" else ""
+    return f"site-packages (the image's aiter, or one pip installed there){unset}"

@@ -28,6 +28,7 @@ import pytest
 
 from miles_amd.canary.record import schema_path
 from miles_amd.records.canary import CanaryRecord
+from tests.support.fake_aiter import fake_aiter
 
 pytestmark = pytest.mark.no_ray  # starts no Ray: joins no Ray xdist group
 
@@ -408,3 +409,36 @@ def test_a_result_of_another_shape_is_a_mismatch_not_a_broadcast(
     one, big = record.results
     assert one.mismatches == 0 and big.mismatches == big.calls  # N=1 has the right shape
     assert big.wrong_elements == 4 * big.calls * 127 * 2880  # every element of every rank
+
+
+SEES_AITER = (
+    GLOO
+    + """
+
+def sees_aiter(tensor, group):
+    import importlib.util
+
+    if importlib.util.find_spec("aiter") is None:  # found, never imported (it raises)
+        raise RuntimeError("this rank does not see the aiter the canary fingerprinted")
+    return gloo(tensor, group)
+"""
+)
+
+
+def test_the_canary_its_ranks_and_its_record_see_the_aiter_the_rule_chooses(
+    torch_python: str, tmp_path: Path
+) -> None:
+    """``--variant patched`` with AITER_PATCHED_DIR: the fingerprint, the constants and every
+    rank see the patched checkout (it is on no PYTHONPATH of the command's own)."""
+    entry, header = fake_aiter(tmp_path / "aiter", fixed=True, layout="checkout")
+    run_dir = tmp_path / "run"
+    done = canary(
+        torch_python, tmp_path, SEES_AITER, "sees_aiter",
+        "--variant", "patched", "--tokens", "64,127", "--detect-rate", "0.2",
+        "--run-dir", str(run_dir),
+        env={"AITER_PATCHED_DIR": str(entry), "PYTHONPATH": ""},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = CanaryRecord.from_json((run_dir / "canary.json").read_text(encoding="utf-8"))
+    assert record.aiter_fix is not None and record.aiter_fix.startswith(f"fixed: {header} sha256:")
+    assert record.dispatch_source.startswith(f"installed {header}, ")

@@ -87,8 +87,14 @@ def test_train_on_a_cluster_with_require_env_fails_once_everywhere(
     with HistoryStore(history, read_only=True) as store:
         (run,) = store.runs()
     # a CPU rehearsal has no env.json, no SGLang [AR] line, no canary.json (no --aiter-variant:
-    # train ran no canary), no built model: none is proven
+    # train ran no canary), only the job's aiter fingerprint, no built model: none is proven
     assert (run.verdict, run.failed_checks) == (
         "fail",
-        ("environment.identity", "allreduce.path", "allreduce.canary", "model.lora_experts"),
+        (
+            "environment.identity",
+            "allreduce.path",
+            "allreduce.canary",
+            "allreduce.fix",
+            "model.lora_experts",
+        ),
     )

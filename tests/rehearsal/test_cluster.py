@@ -68,6 +68,7 @@ def plans_for(
             ),
             node_root="${" + NODE_ROOT_VAR + "}",
             run_id=tag,
+            aiter_variant=variant,  # as `train --variants` plans each (cli/variants.py)
         )
         for variant in ("stock", "patched")
     }

@@ -22,6 +22,7 @@ from miles_amd.records.job import JobRecord
 from miles_amd.run.watcher import LOG_TIME
 from miles_amd.run_dir import RunDir
 from miles_amd.testing.faults import FAULTS
+from tests.support.fake_aiter import fake_aiter
 from tests.support.rehearsal import expectation_problems, rehearse
 
 pytestmark = pytest.mark.rehearsal
@@ -137,3 +138,34 @@ def test_hang_is_stopped_by_the_timeout(cluster_env, tmp_path, state_dir) -> Non
     result = rehearse(cluster_env, tmp_path / "run", fault="hang", timeout_s=8, state_dir=state_dir)
     assert expectation_problems("hang", result) == []
     assert result.outcome.status == "STOPPED"
+
+
+@pytest.mark.parametrize(
+    ("env_name", "layout", "fixed", "status"),
+    [
+        ("AITER_PATCHED_DIR", "checkout", True, "pass"),  # the patched build the rule chooses
+        ("PYTHONPATH", "wheel", False, "fail"),  # a stock aiter under the patched label
+    ],
+)
+def test_the_replayed_job_records_the_aiter_its_runtime_env_imports(
+    env_name, layout, fixed, status, cluster_env, tmp_path, state_dir
+) -> None:
+    """The job's own line (``miles_amd.aiter_fix`` inside the submitted job, with its runtime
+    env's PYTHONPATH) names the fake aiter's header; the gate's allreduce.fix reads it."""
+    entry, header = fake_aiter(tmp_path / "aiter", fixed=fixed, layout=layout)
+    env = {**cluster_env, env_name: str(entry)}
+    result = rehearse(
+        env, tmp_path / "run", num_rollout=3, state_dir=state_dir, aiter_variant="patched"
+    )
+    run = RunDir(tmp_path / "run")
+    log = run.job_log.read_text().splitlines()
+    lines = [line for line in log if line.startswith("MILES_AMD_AITER_FIX ")]
+    assert len(lines) == 1, lines
+    value = json.loads(lines[0].removeprefix("MILES_AMD_AITER_FIX "))["value"]
+    assert value.startswith(f"{'fixed' if fixed else 'not fixed'}: {header} sha256:"), value
+    report = json.loads((run.report / "report.json").read_text())
+    (check,) = [c for c in report["checks"] if c["name"] == "allreduce.fix"]
+    assert check["status"] == status, check["detail"]
+    if status == "fail":
+        assert f"job: patched run on not fixed: {header}" in check["detail"]
+        assert result.exit_code == 1

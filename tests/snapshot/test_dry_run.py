@@ -27,6 +27,7 @@ BASE_ENV = {"PATH": "/usr/bin"}
 NODE_RUN_ID = re.compile(r"(/miles_amd_runs/[\w.-]+?)-[0-9a-f]{8}\b")
 SECRET = "wandb-secret-value-0123456789"
 
+PATCHED, PATCHED_DIR = "AITER_PATCHED_DIR", "/opt/aiter-5694"
 CUSTOM_DIRS = (
     "--model-dir", "/data/models",
     "--data-dir", "/data/sets",
@@ -51,6 +52,9 @@ CASES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "prepare": (("prepare", "--model-dir", "/data/models", "--data-dir", "/data/sets"), {}),
     "full_train": (("full-train",), {}),
     "aiter_stock": (("train", "--aiter-variant", "stock"), {}),
+    "aiter_patched": (("train", "--aiter-variant", "patched"), {}),
+    "aiter_patched_dir": (("train", "--aiter-variant", "patched"), {PATCHED: PATCHED_DIR}),
+    "aiter_stock_patched_dir": (("train", "--aiter-variant", "stock"), {PATCHED: PATCHED_DIR}),
     "aiter_rccl": (("train", "--aiter-variant", "rccl"), {}),
     # the per-PR smoke's shape (recipe.shapes): one TP-4 engine beside the TP-4 trainer
     "shape_4gpu": (("train", "--shape", "4gpu", "--aiter-variant", "patched"), {}),
@@ -125,3 +129,16 @@ def test_wandb_key_travels_in_the_runtime_env_to_a_ray_address_cluster() -> None
     env_vars = job.runtime_env()["env_vars"]
     assert isinstance(env_vars, dict) and env_vars["WANDB_API_KEY"] == SECRET
     assert "WANDB_API_KEY" not in plan.head_env()
+
+
+def test_the_patched_builds_dir_reaches_every_process_of_a_patched_run_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``AITER_PATCHED_DIR`` is on the PYTHONPATH of the preflight's probes, the canary and the
+    job of a patched run (``variants.aiter_pythonpath``), and of no stock run."""
+    patched = dry_run("aiter_patched_dir", monkeypatch=monkeypatch)
+    job_path = f"PYTHONPATH=/root/miles:/root/Megatron-LM:{PATCHED_DIR}"
+    assert f"  {job_path}\n" in patched  # the job's runtime env
+    assert f"  job: {job_path}\n" in patched and f"  preflight: {job_path}\n" in patched
+    assert f"  canary: PYTHONPATH={PATCHED_DIR}\n" in patched
+    assert PATCHED_DIR not in dry_run("aiter_stock_patched_dir", monkeypatch=monkeypatch)

@@ -72,13 +72,19 @@ def rehearse(
     state_dir: str | None = None,
     writers: str = "imitation",
     miles_src: str | None = None,
+    aiter_variant: str | None = None,
 ) -> TrainResult:
-    """One replayed run through the real driver and gate; ``env`` may name a Ray cluster."""
+    """One replayed run through the real driver and gate; ``env`` may name a Ray cluster;
+    ``aiter_variant`` labels the job as ``train --aiter-variant`` does (no canary)."""
     prefix = replay_prefix(
         source, pace_s=pace_s, fault=fault, at=at, writers=writers, miles_src=miles_src
     )
     plan = build_train_plan(
-        Recipe(num_rollout=num_rollout), env, run_dir=str(run_dir), entrypoint_prefix=prefix
+        Recipe(num_rollout=num_rollout),
+        env,
+        run_dir=str(run_dir),
+        entrypoint_prefix=prefix,
+        aiter_variant=aiter_variant,
     )
     return run_and_gate(
         plan,

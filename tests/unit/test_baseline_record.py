@@ -69,6 +69,11 @@ def shifted_values(rollouts: int = 20) -> dict[str, list[float]]:
     return values
 
 
+# The patched aiter's fingerprint on a node (miles_amd.aiter_fix), and the image's stock one
+NODE_FIX = "fixed: /opt/aiter/csrc/include/custom_all_reduce.cuh sha256:0123456789ab (tiles)"
+STOCK_FIX = "not fixed: /usr/aiter_meta/csrc/include/custom_all_reduce.cuh sha256:aaaaaaaaaaaa (x)"
+
+
 def write_env(run_dir: Path, *, ok: bool = True, variant: str | None = "patched") -> None:
     """env.json as `miles-amd preflight` writes it (the real writer), passing or not."""
     facts = [
@@ -79,6 +84,7 @@ def write_env(run_dir: Path, *, ok: bool = True, variant: str | None = "patched"
         Fact("aiter", "ok", "amd-aiter 0.1.5 (commit 1a2b3c4)"),
         Fact("aiter_variant", "ok", variant or "unrecorded"),
         *node_model_facts(),  # the deep probe's, as a node records them
+        Fact("aiter_fix", "ok", NODE_FIX if variant != "stock" else STOCK_FIX),
     ]
     write_env_json(facts, run_dir, {"host": "node-1"})
 
@@ -92,9 +98,10 @@ AR_LINE = (
 
 
 def write_ar_line(run_dir: Path) -> None:
-    """The job log says which all-reduce ran, as a node's log does (allreduce.path)."""
+    """The job log says which all-reduce ran (allreduce.path) and, first, which aiter the job
+    imports (allreduce.fix), as a node's log does."""
     with open(run_dir / "job.log", "a", encoding="utf-8") as log:
-        log.write(AR_LINE)
+        log.write(f'MILES_AMD_AITER_FIX {{"value": "{NODE_FIX}"}}\n' + AR_LINE)
 
 
 def copy_example(tmp_path: Path) -> Path:
@@ -142,7 +149,7 @@ def test_a_complete_run_with_passing_preflight_records_and_round_trips(tmp_path:
     run_dir = write_run(tmp_path / "run", values)
     write_env(run_dir)
     write_ar_line(run_dir)
-    canary(run_dir, "aiter", bad=False, variant="patched")  # the node's canary, clean
+    canary(run_dir, "aiter", bad=False, variant="patched", aiter_fix=NODE_FIX)  # clean
     out = tmp_path / "baselines" / "patched.json"
     result = record_main("--run-dir", str(run_dir), "--variant", "patched", "--out", str(out))
     assert result.returncode == 0, result.stderr
@@ -269,7 +276,7 @@ def test_the_example_with_a_passing_preflight_needs_no_flag(tmp_path: Path) -> N
     run_dir = copy_example(tmp_path)
     write_env(run_dir)
     write_ar_line(run_dir)
-    canary(run_dir, "aiter", bad=False, variant="patched")  # the node's canary, clean
+    canary(run_dir, "aiter", bad=False, variant="patched", aiter_fix=NODE_FIX)  # clean
     out = tmp_path / "patched.json"
     result = record_cli(run_dir, out)
     assert result.exit_code == 0, result.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_runs import run_cli
+from tests.support.fake_aiter import fake_aiter, header_text
 
 GLOO = """import torch.distributed as dist
 
@@ -23,7 +24,7 @@ def gloo(tensor, group):
 def test_plan_json_lists_the_entries_labelled_with_the_variants_implementation() -> None:
     done = run_cli("canary", "--plan", "--json")
     assert done.returncode == 0, done.stderr
-    entries = json.loads(done.stdout)
+    entries = json.loads(done.stdout)["entries"]
     kept = {"tokens", "bytes", "kernel", "uniform_trip_count", "calls", "implementation"}
     assert kept | {"wave_class", "exposed", "arms"} <= set(entries[0])
     assert [e["tokens"] for e in entries][:8] == [1, 2, 4, 8, 12, 16, 24, 32]
@@ -36,7 +37,9 @@ def test_plan_json_lists_the_entries_labelled_with_the_variants_implementation()
         "exposed",
     )
     assert by_tokens[127]["calls"] == sum(by_tokens[127]["arms"].values())
-    control = json.loads(run_cli("canary", "--plan", "--json", "--variant", "rccl").stdout)
+    control = json.loads(run_cli("canary", "--plan", "--json", "--variant", "rccl").stdout)[
+        "entries"
+    ]
     assert {e["implementation"] for e in control} == {"sglang"}
 
 
@@ -118,3 +121,32 @@ def test_aiters_size_variable_at_zero_says_every_size_goes_to_rccl() -> None:
         "aiter sends every size to RCCL" in lines[0]
         and "unset AITER_CUSTOM_AR_MAX_SIZE" in lines[0]
     )
+
+
+def test_plan_names_its_dispatch_source_read_through_the_rule(tmp_path: Path) -> None:
+    """The patched build on AITER_PATCHED_DIR (a checkout) is where the plan's constants come
+    from, named with its fingerprint; stock ignores it and plans with the pinned commit, saying
+    why; neither falls back silently."""
+    entry, cuh = fake_aiter(tmp_path, fixed=True, layout="checkout")
+    env = {"AITER_PATCHED_DIR": str(entry)}
+    done = run_cli("canary", "--plan", "--json", "--variant", "patched", env=env)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["dispatch_source"].startswith(f"installed {cuh}, ")
+    assert document["aiter_fix"].startswith(f"fixed: {cuh} sha256:")
+    assert f"(aiter_fix {document['aiter_fix']})" in document["dispatch_source"]
+    assert any(e["affected"] for e in document["entries"])  # the sizes the fix takes its tail at
+    stock = json.loads(run_cli("canary", "--plan", "--json", "--variant", "stock", env=env).stdout)
+    assert stock["dispatch_source"].endswith("(pinned: no aiter on the python path)")
+    assert stock["aiter_fix"] == "unknown: no module aiter on this Python's path"
+    text = run_cli("canary", "--plan", "--variant", "patched", env=env).stdout
+    assert "dispatch_source: installed " in text and "aiter_fix: fixed: " in text  # wrapped
+
+
+def test_a_header_with_a_nonsense_constant_is_named_not_a_crash(tmp_path: Path) -> None:
+    bad = header_text(fixed=False).replace("#define THREAD_NUM 512", "#define THREAD_NUM 0")
+    entry, cuh = fake_aiter(tmp_path, fixed=False, layout="wheel", header=bad)
+    done = run_cli("canary", "--plan", "--json", env={"PYTHONPATH": str(entry)})
+    assert done.returncode == 0, done.stderr
+    source = json.loads(done.stdout)["dispatch_source"]
+    assert f"(pinned: {cuh} refused: #define THREAD_NUM is 0, outside 8..1024" in source

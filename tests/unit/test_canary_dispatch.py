@@ -18,6 +18,7 @@ from miles_amd.canary.dispatch import (
     trip_counts,
     uses_custom_ar,
 )
+from tests.support.fake_aiter import fake_aiter, header_text
 
 FIXTURE = Path(__file__).parent / "data" / "aiter_dispatch_e4048607.txt"
 HIDDEN_BF16 = 2880 * 2  # bytes per token of the rollout all-reduce
@@ -63,6 +64,56 @@ def test_the_reader_refuses_a_dispatch_of_another_shape() -> None:
         source.parse_constants(edited, parts[PY_PATH], "edited")
     with pytest.raises(ValueError, match="_DEFAULT_CAR_MAX_SIZE"):
         source.parse_constants(parts[CUH_PATH], "x = 1\n", "edited")
+
+
+def test_the_reader_knows_the_fixed_kernel_and_that_its_stage1_runs_whole_tiles() -> None:
+    """ROCm/aiter#5694's kernel (01f53100): the same constants, stage 1 in whole tiles."""
+    py = fixture_sections()[PY_PATH]
+    fixed = source.parse_constants(header_text(fixed=True), py, "fixed")
+    stock = source.parse_constants(header_text(fixed=False), py, "stock")
+    assert (fixed.thread_num, fixed.max_blocks, fixed.one_stage_limits) == (
+        PINNED.thread_num,
+        PINNED.max_blocks,
+        PINNED.one_stage_limits,
+    )
+    assert fixed.stage1_whole_tiles and not stock.stage1_whole_tiles
+
+
+@pytest.mark.parametrize(
+    ("line", "absurd", "named"),
+    [
+        (
+            "#define THREAD_NUM 512",
+            "#define THREAD_NUM 0",
+            "#define THREAD_NUM is 0, outside 8..1024",
+        ),
+        ("#define THREAD_NUM 512", "#define THREAD_NUM 500", "not a multiple of 8"),
+        ("kMaxBlocks = 80;", "kMaxBlocks = 0;", "kMaxBlocks is 0, outside 1..4096"),
+        ("bytes < 160 * 1024", "bytes < 0 * 1024", "the 1-stage byte limit is 0"),
+    ],
+)
+def test_the_reader_refuses_a_constant_aiter_cannot_launch(line, absurd, named) -> None:
+    """A nonsense constant is refused where it is parsed (a zero thread count divided the plan
+    by zero before), and the plan names it as the reason for the pinned constants."""
+    for fixed in (True, False):
+        cuh = header_text(fixed=fixed)
+        assert line in cuh
+        with pytest.raises(ValueError, match=re.escape(named)):
+            source.parse_constants(cuh.replace(line, absurd), fixture_sections()[PY_PATH], "x")
+
+
+def test_an_installed_header_is_named_with_its_fingerprint_or_refused_with_why(
+    tmp_path: Path,
+) -> None:
+    entry, cuh = fake_aiter(tmp_path / "ok", fixed=True, layout="checkout")
+    used = source.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
+    assert used.stage1_whole_tiles and used.source.startswith(f"installed {cuh}, ")
+    assert used.source.endswith("(aiter_fix fixed: (its value))")
+    bad = header_text(fixed=True).replace("#define THREAD_NUM 512", "#define THREAD_NUM 0")
+    entry, cuh = fake_aiter(tmp_path / "bad", fixed=True, layout="wheel", header=bad)
+    refused = source.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
+    assert refused.thread_num == PINNED.thread_num
+    assert f"(pinned: {cuh} refused: #define THREAD_NUM is 0" in refused.source
 
 
 def test_the_threshold_branches() -> None:
@@ -111,25 +162,19 @@ def test_uniformity_matches_every_lanes_trip_count(world: int) -> None:
 def test_installed_constants_fall_back_to_the_pinned_commit_and_honour_the_env(
     tmp_path: Path,
 ) -> None:
-    """No aiter here: the pinned constants, and AITER_CUSTOM_AR_MAX_SIZE as aiter resolves it."""
-    plain = source.installed_constants({})
-    assert plain.car_max_size == PINNED.car_max_size and "e4048607" in plain.source
+    """No aiter: the pinned constants, saying why, and AITER_CUSTOM_AR_MAX_SIZE as aiter
+    resolves it."""
+    unknown = "unknown: no module aiter"
+    plain = source.installed_constants({}, None, None, unknown)
+    assert plain.car_max_size == PINNED.car_max_size
+    assert plain.source.endswith("(pinned: no aiter on the python path)"), plain.source
+    sized = source.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "1048576"}, None, None, unknown)
+    assert sized.car_max_size == 1 << 20
     assert (
-        source.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "1048576"}).car_max_size == 1 << 20
+        source.installed_constants(
+            {"AITER_CUSTOM_AR_MAX_SIZE": "0"}, None, None, unknown
+        ).car_max_size
+        == 0
     )
-    assert source.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "0"}).car_max_size == 0
     for ignored in ("-5", "lots", str(2 << 30)):
         assert source.car_max_size(7, {"AITER_CUSTOM_AR_MAX_SIZE": ignored}) == 7
-
-
-def test_installed_source_files_are_found_in_a_pip_layout(tmp_path: Path) -> None:
-    parts = fixture_sections()
-    package = tmp_path / "aiter"
-    py = package / "dist" / "device_communicators" / "custom_all_reduce.py"
-    cuh = tmp_path / "aiter_meta" / "csrc" / "include" / "custom_all_reduce.cuh"
-    assert source.aiter_source_files(package) is None
-    py.parent.mkdir(parents=True)
-    cuh.parent.mkdir(parents=True)
-    py.write_text(parts[PY_PATH])
-    cuh.write_text(parts[CUH_PATH])
-    assert source.aiter_source_files(package) == (cuh, py)

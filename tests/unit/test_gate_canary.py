@@ -46,6 +46,7 @@ def canary(
     aiter_commit: str | None = None,
     first: dict[str, object] = STALE,
     control: ControlRecord | None = None,
+    aiter_fix: str | None = None,
 ) -> CanaryRecord:
     """Write ``run/canary.json`` of ``implementation``: N=28 clean, N=127 wrong when ``bad``
     (``first`` on rank 2: by default the stale read's fingerprint)."""
@@ -61,6 +62,7 @@ def canary(
         repeats=2,
         aiter_commit=aiter_commit,
         control=control,
+        aiter_fix=aiter_fix,
     )
     record = merge(plan, setup, ranks, 100.0, 107.5)
     write_canary(run, record)

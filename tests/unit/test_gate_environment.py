@@ -28,6 +28,7 @@ from tests.unit.test_gate_canary import canary
 
 PATCHED = SHIPPED / "patched.json"
 AITER = "amd-aiter 0.1.5 @ 0123456789ab"
+NODE_FIX = "fixed: /opt/aiter/csrc/include/custom_all_reduce.cuh sha256:0123456789ab (whole tiles)"
 
 
 def run_dir_with_env(
@@ -45,6 +46,7 @@ def run_dir_with_env(
         Fact("aiter", "ok", AITER),
         Fact("aiter_variant", "ok", variant or "unrecorded"),
         *node_model_facts(),  # the deep probe's, as a node records them
+        Fact("aiter_fix", "ok", NODE_FIX),
     ]
     write_env_json(facts, run_dir, {"host": "node-1"})
     return run_dir
@@ -183,6 +185,7 @@ def test_require_env_passes_a_matching_node(tmp_path: Path) -> None:
     run_dir = run_dir_with_env(tmp_path)
     with open(run_dir / "job.log", "a", encoding="utf-8") as log:  # the node's SGLang says so
         log.write("(SGLangEngine pid=77) [AR] Using AiterCustomAllreduce (AMD default)\n")
-    canary(run_dir, "aiter", bad=False, variant="patched")  # the node's canary, clean
+        log.write(f'MILES_AMD_AITER_FIX {{"value": "{NODE_FIX}"}}\n')  # the job's own aiter
+    canary(run_dir, "aiter", bad=False, variant="patched", aiter_fix=NODE_FIX)  # clean
     result = gate("--run-dir", str(run_dir), "--baseline", "patched", "--require-env")
     assert result.exit_code == 0, result.stdout

@@ -517,11 +517,13 @@ def test_the_append_records_the_verdict_judged_with_the_flags_given(tmp_path: Pa
     with HistoryStore(history) as store:
         (run,) = store.runs()
     assert (run.verdict, run.baseline, run.variant) == ("fail", "stock", None)  # no env.json
-    # no env.json, no SGLang [AR] line, no deep probe: all unproven on the hardware path
+    # no env.json, no SGLang [AR] line, no aiter fingerprint, no deep probe: all unproven on the
+    # hardware path
     assert run.failed_checks == (
         "environment.identity",
         "allreduce.path",
         "allreduce.canary",
+        "allreduce.fix",
         "model.lora_experts",
     )
     assert "### Drift across runs" in (run_dir / "report" / "report.md").read_text()

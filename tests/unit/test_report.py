@@ -187,7 +187,7 @@ def test_markdown_of_a_passing_run(passing) -> None:
     assert "Problems: none." in text and "Conflicts: none." in text
     assert text.splitlines()[0].startswith(
         "**miles-amd gate: PASS** - this run is accepted: all 19 measured checks agree with "
-        "baseline patched (jvvnhop9); 15 optional checks were not measured"
+        "baseline patched (jvvnhop9); 16 optional checks were not measured"
     )
     assert "train_rollout_kl (steps, finite, mean)" in text
     assert "| FAIL |" not in text

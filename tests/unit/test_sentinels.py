@@ -95,6 +95,10 @@ SAMPLES: dict[str, list[str]] = {
         "(SGLangEngine pid=6001) [2026-11-20 10:01:00] AMD/ROCm: Using 1-stage all-reduce "
         "kernel (deterministic)",
     ],
+    "aiter_fix_job": [
+        'MILES_AMD_AITER_FIX {"header": null, "package_dir": null, "value": "unknown: no module '
+        "aiter on this Python's path\"}",
+    ],
     "aiter_untuned_gemm_config": [
         "(SGLangEngine pid=6001) [aiter] shape is M:4096, N:2880, K:2880, not found tuned config "
         "in /sgl-workspace/aiter/aiter/configs/bf16_tuned_gemm.csv, will use default config!",
@@ -113,6 +117,8 @@ CLEAN = [
     "Traceback (most recent call last):",
     '  File "/root/miles/miles/utils/http_utils.py", line 88, in post',
     "2026-11-20 10:00:01,000 INFO worker.py:1832 -- Connected to Ray cluster.",
+    # an actor printing the job's marker is not the job's entrypoint (Ray prefixes its lines)
+    '(SGLangEngine pid=6001) MILES_AMD_AITER_FIX {"value": "fixed: /x sha256:0123456789ab"}',
     TRAIN + "arguments.py:12 - moe_router_dtype ........................ fp32",
     TRAIN + "arguments.py:12 - sglang_lora_backend ..................... triton",
     "NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=1",

@@ -42,6 +42,9 @@ class DispatchConstants:
     one_stage_limits: tuple[tuple[int, int], ...]  # (world size <=, bytes <) pairs, in order
     car_max_size: int  # Python side: custom AR for bytes <= this (AITER_CUSTOM_AR_MAX_SIZE)
     source: str
+    # ROCm/aiter#5694's kernel: stage 1 runs whole tiles, the tail apart (miles_amd.aiter_fix);
+    # the suspect sizes are the same, they take its has_tail instantiation
+    stage1_whole_tiles: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -50,6 +53,7 @@ class DispatchConstants:
             "one_stage_limits": [list(pair) for pair in self.one_stage_limits],
             "car_max_size": self.car_max_size,
             "source": self.source,
+            "stage1_whole_tiles": self.stage1_whole_tiles,
         }
 
 

@@ -61,6 +61,8 @@ class Setup:
     rate_source: str = "given: --detect-rate"
     control: ControlRecord | None = None
     collective: str | None = None  # the device groups' backend; default nccl on cuda, else gloo
+    aiter_fix: str | None = None  # miles_amd.aiter_fix's value for the aiter the ranks import
+    pythonpath: str | None = None  # the ranks' (variants.aiter_pythonpath); None: inherited
 
     @property
     def backend(self) -> str:
@@ -123,7 +125,7 @@ def spec(plan: Plan, setup: Setup) -> dict[str, Any]:
 def run(plan: Plan, setup: Setup, timeout_s: float) -> CanaryRecord:
     """Run the plan on the ranks and merge their results; ``launch.HarnessError`` otherwise."""
     started = time.time()
-    ranks = run_ranks(spec(plan, setup), timeout_s)
+    ranks = run_ranks(spec(plan, setup), timeout_s, setup.pythonpath)
     try:
         return merge(plan, setup, ranks, started, time.time())
     except (KeyError, IndexError, TypeError, ValueError) as exc:
@@ -225,6 +227,7 @@ def merge(
         aiter_version=setup.aiter_version,
         aiter_commit=setup.aiter_commit,
         dispatch_source=plan.constants.source,
+        aiter_fix=setup.aiter_fix,
         shape=plan.shape.as_dict(),
         wave_size=plan.wave_size,
         plan=tuple(e.as_dict() for e in plan.entries),

@@ -108,15 +108,17 @@ def _result(spec_path: Path, rank: int) -> dict[str, Any]:
     return data
 
 
-def run_ranks(spec: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
-    """Every rank's result (``canary.worker``), in rank order; HarnessError (module doc)."""
+def run_ranks(
+    spec: dict[str, Any], timeout_s: float, pythonpath: str | None = None
+) -> list[dict[str, Any]]:
+    """Every rank's result (``canary.worker``), in rank order; HarnessError (module doc).
+    ``pythonpath`` (``variants.aiter_pythonpath``; default this process's) follows the source."""
     world = spec["world_size"]
+    after = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(SRC_DIR), os.environ.get("PYTHONPATH", "")) if p
-        ),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(SRC_DIR), after) if p),
     }
     with tempfile.TemporaryDirectory(prefix="miles-amd-canary-") as name:
         tmp = Path(name)

@@ -8,8 +8,9 @@ the fix; the CLI exits 2 on them) and the aiter provenance the record carries:
   cannot form one TP group;
 - ``aiter`` (stock/patched) and ``sglang`` (the control arm) must import their
   ``CustomAllreduce`` module: the child of ``run.probes_allreduce.read_job_aiter`` tries the
-  import as SGLang does, with this process's ``PYTHONPATH``, and reads aiter's version and
-  build commit (``run.probes_allreduce.aiter_commit_fact``; None when unknown);
+  import as SGLang does, with the ranks' ``PYTHONPATH`` (``variants.aiter_pythonpath``), and
+  reads aiter's version and build commit (``run.probes_allreduce.aiter_commit_fact``; None
+  when unknown);
 - SGLang's module is tried in the GPU probe's child, which also reads the GPU's wave size
   (``warp_size`` of torch's device properties, where torch exposes it; else the plan's 64).
 """
@@ -17,7 +18,6 @@ the fix; the CLI exits 2 on them) and the aiter provenance the record carries:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -73,13 +73,13 @@ def probe_gpus(python: str = sys.executable) -> dict[str, object]:
     return answer
 
 
-def node_facts() -> NodeFacts:
-    """What :func:`unusable` needs (module doc)."""
+def node_facts(pythonpath: str) -> NodeFacts:
+    """What :func:`unusable` needs (module doc), aiter read with ``pythonpath``."""
     from miles_amd.run.probes_allreduce import aiter_commit_fact, read_job_aiter
     from miles_amd.run.probes_stack import git_commit
 
     gpu = probe_gpus()
-    reading = read_job_aiter(os.environ.get("PYTHONPATH", ""), sys.executable)
+    reading = read_job_aiter(pythonpath, sys.executable)
     error = reading.get("error") or reading.get("ar_import_error")
     package = reading.get("package_dir")
     commit = aiter_commit_fact(

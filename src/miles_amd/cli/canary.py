@@ -2,8 +2,11 @@
 
 Decides the command's options, its checks of them, its output and its exit code:
 
-- ``--plan`` prints the plan and runs nothing (``--json``: as a JSON list of entries), each
+- ``--plan`` prints the plan and runs nothing (``--json``: an object of ``entries``,
+  ``dispatch_source``: the file or commit the constants came from, and ``aiter_fix``), each
   size's class under the lane and the wave model and its calls per arm;
+- which aiter: ``variants.aiter_pythonpath`` of ``--variant`` (the rule the job follows):
+  the fingerprint (``miles_amd.aiter_fix``), the constants and the ranks all see it;
 - ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo): the harness's test seam;
 - without ``--reducer``: the node; ``--variant`` and ``--implementation`` pick the all-reduce;
 - ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times.
@@ -22,7 +25,9 @@ import json
 import math
 import os
 import stat
+import sys
 import textwrap
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -185,7 +190,8 @@ def canary(
     from miles_amd.canary.plan import CPU, NODE, build_plan, recipe_shape
     from miles_amd.canary.source import CAR_MAX_SIZE_ENV, installed_constants
     from miles_amd.recipe.settings import Recipe
-    from miles_amd.variants import rollout_implementation
+    from miles_amd.run.probes_allreduce import read_aiter_fix
+    from miles_amd.variants import aiter_pythonpath, rollout_implementation
 
     recipe = Recipe()
     shape = recipe_shape(recipe)
@@ -215,7 +221,16 @@ def canary(
     reducer_path = check_reducer(reducer) if reducer is not None else None
     if run_dir is not None:
         check_run_dir(run_dir)
-    constants = installed_constants(os.environ)
+    pythonpath = aiter_pythonpath(variant.value if variant else None, os.environ)
+    aiter = read_aiter_fix(pythonpath, sys.executable)
+    package, header = aiter.get("package_dir"), aiter.get("header")
+    fix = str(aiter["value"])
+    constants = installed_constants(
+        os.environ,
+        package if isinstance(package, str) else None,
+        header if isinstance(header, str) else None,
+        fix,
+    )
     if constants.car_max_size < shape.nbytes(1) and label == "aiter":
         fail(
             f"{CAR_MAX_SIZE_ENV}={os.environ.get(CAR_MAX_SIZE_ENV)} switches aiter's custom "
@@ -235,7 +250,7 @@ def canary(
     except ValueError as exc:
         fail(f"--tokens {tokens}: {exc}" if tokens else str(exc))
     if plan_only:
-        _print_plan(plan, json_out)
+        _print_plan(plan, fix, json_out)
         return
     source = (
         "given: --detect-rate"
@@ -259,12 +274,26 @@ def canary(
         json_out,
         on_cpu,
         source,
+        Where(pythonpath, fix),
     )
 
 
-def _print_plan(plan: Plan, json_out: bool) -> None:
+@dataclass(frozen=True)
+class Where:
+    """The aiter the ranks import: their PYTHONPATH and its fingerprint."""
+
+    pythonpath: str
+    aiter_fix: str
+
+
+def _print_plan(plan: Plan, fix: str, json_out: bool) -> None:
     if json_out:
-        typer.echo(json.dumps([e.as_dict() for e in plan.entries], indent=2))
+        document = {
+            "dispatch_source": plan.constants.source,
+            "aiter_fix": fix,
+            "entries": [e.as_dict() for e in plan.entries],
+        }
+        typer.echo(json.dumps(document, indent=2))
         return
     arms = [arm for arm, _ in plan.entries[0].arms]
     typer.echo(
@@ -283,7 +312,9 @@ def _print_plan(plan: Plan, json_out: bool) -> None:
         f"{plan.entries[0].implementation}; lanes: the lane model's trip counts; waves: "
         "dispatch.wave_class (docs/node.md)",
         f"estimated time: {plan.estimated_seconds:.0f} s with {plan.groups} TP group(s) side by "
-        f"side ({plan.latency.source}); constants: {plan.constants.source}",
+        f"side ({plan.latency.source})",
+        f"dispatch_source: {plan.constants.source}",
+        f"aiter_fix: {fix}",
     ):
         typer.echo(textwrap.fill(line, width=100, subsequent_indent="  ", break_on_hyphens=False))
 
@@ -314,16 +345,18 @@ def _run(
     json_out: bool,
     on_cpu: bool,
     rate_source: str,
+    aiter: Where,
 ) -> None:
     from miles_amd.canary.harness import Setup, run
     from miles_amd.canary.launch import HarnessError
     from miles_amd.canary.record import write_canary
 
+    on_cpu = reducer is not None
     version = commit = None
     if not on_cpu:
         from miles_amd.canary.node import node_facts, unusable
 
-        facts = node_facts()
+        facts = node_facts(aiter.pythonpath)
         if facts.wave_size and facts.wave_size != plan.wave_size:
             from miles_amd.canary.plan import build_plan
 
@@ -355,6 +388,8 @@ def _run(
         aiter_version=version,
         aiter_commit=commit,
         rate_source=rate_source,
+        aiter_fix=aiter.aiter_fix,
+        pythonpath=aiter.pythonpath,
     )
     bound = timeout or (
         120.0 + 10.0 * plan.estimated_seconds * repeats

@@ -335,6 +335,7 @@ AiterVariantOpt = Annotated[
         metavar=VARIANT_METAVAR,
         help="The run's aiter: stock, patched (ROCm/aiter#5694), or rccl (the control arm: "
         "aiter as installed, SGLANG_USE_AITER_AR=0, SGLang's own all-reduce). Sets the job's "
-        "SGLANG_USE_AITER / SGLANG_USE_AITER_AR.",
+        "SGLANG_USE_AITER / SGLANG_USE_AITER_AR; patched puts AITER_PATCHED_DIR, when set, "
+        "first on the PYTHONPATH of the canary and the job.",
     ),
 ]

@@ -34,6 +34,7 @@ from miles_amd.redact import redact
 ALLREDUCE_AITER = "sglang_allreduce_aiter"
 ALLREDUCE_FALLBACK = "sglang_allreduce_fallback"
 ALLREDUCE_ONE_STAGE = "sglang_allreduce_one_stage"
+AITER_FIX_JOB = "aiter_fix_job"
 _MAX_TEXT = 500  # characters of the first matching line kept in a hit
 
 
@@ -227,6 +228,16 @@ SENTINELS: tuple[Sentinel, ...] = (
         "aiter tuned GEMM tables",
         "a GEMM shape has no tuned aiter config and uses the default kernel config; "
         "performance only",
+    ),
+    # The job's own aiter fingerprint (miles_amd.aiter_fix, the plan's JobSpec.command): the
+    # entrypoint's first line, unprefixed; judged by the gate's allreduce.fix check
+    _sentinel(
+        AITER_FIX_JOB,
+        "known",
+        r"^MILES_AMD_AITER_FIX \{",
+        ("MILES_AMD_AITER_FIX",),
+        "miles_amd.aiter_fix, run inside the job",
+        "the aiter the job's Python imports and whether it holds ROCm/aiter#5694's fix",
     ),
 )
 

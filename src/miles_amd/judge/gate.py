@@ -2,8 +2,9 @@
 
 Decides:
 
-- the checks, in order: evidence, environment, the all-reduce path, LoRA on the experts, the
-  canary, fatal sentinels, then each baseline rule, judged by its kind;
+- the checks, in order: evidence, environment, the all-reduce path, the canary, the aiter
+  fix each process imported, LoRA on the experts, fatal sentinels, then each baseline rule,
+  judged by its kind;
 - what a missing measurement is: ``not_measured``, or a failure when required;
 - the verdict (:class:`Verdict`): ``error`` when nothing at all was readable, else ``fail``
   when any check is ``fail`` or ``error``, else ``pass``; a red stock run that ROCm/aiter#5694
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 from miles_amd.evidence.types import Conflict, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.exit_codes import VERDICT_EXIT_CODES, VerdictName
+from miles_amd.judge.aiter_fix import fix_check
 from miles_amd.judge.allreduce import allreduce_check
 from miles_amd.judge.canary import canary_check, explain_known_bug
 from miles_amd.judge.control_arm import CONTROL_ARM
@@ -223,6 +225,7 @@ def judge(
         ),
         allreduce_check(evidence, variant, require_env=require_env),
         canary_check(evidence, variant, require_env=require_env),
+        fix_check(evidence, variant, require_env=require_env),
         model_build_check(evidence, require_env=require_env),
         *sentinel_checks(evidence.sentinels),
         *rule_checks(ctx, control=control, record_only=record_only.key if record_only else None),

@@ -22,9 +22,13 @@ Explained in ``docs/cli.md`` ("The launch plan").
 
 from __future__ import annotations
 
+import base64
+import shlex
 import uuid
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from miles_amd import variants
 from miles_amd.recipe.settings import (
@@ -36,6 +40,7 @@ from miles_amd.recipe.settings import (
 )
 
 REDACTED = "<redacted>"
+AITER_FIX_SHOWN = "<miles_amd/aiter_fix.py>"  # the fingerprint's source, as printed
 SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN")  # inherited from the tool's own head
 RUNTIME_ENV_SECRETS = ("WANDB_API_KEY",)  # sent to a RAY_ADDRESS cluster's job
 DEFAULT_MASTER_ADDR = "127.0.0.1"
@@ -71,6 +76,25 @@ class JobSpec:
     secret_env_vars: Mapping[str, str] = field(default_factory=dict, repr=False)
     # cluster mode: Ray's entrypoint_resources, the whole node (``{NODE_RESOURCE: 1}``)
     entrypoint_resources: Mapping[str, float] = field(default_factory=dict)
+    # run ``miles_amd.aiter_fix`` with this Python first, inside the job (its runtime env and
+    # PYTHONPATH): one ``MILES_AMD_AITER_FIX`` line in job.log, the aiter the job imports
+    aiter_fix_python: str | None = None
+
+    def aiter_fix_argv(self, script: str = AITER_FIX_SHOWN) -> tuple[str, ...]:
+        """The fingerprint's argv (``script``: the source; by default a printable stand-in)."""
+        return (self.aiter_fix_python, "-c", script) if self.aiter_fix_python else ()
+
+    def command(self) -> str:
+        """The shell command Ray runs: the fingerprint, then ``exec`` the entrypoint. The
+        fingerprint's source travels compressed on one line (Ray logs the command in job.log)."""
+        main = shlex.join(self.entrypoint)
+        if not self.aiter_fix_python:
+            return main
+        from miles_amd import aiter_fix
+
+        packed = base64.b64encode(zlib.compress(Path(aiter_fix.__file__).read_bytes(), 9))
+        script = f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed.decode()}')))"
+        return f"{shlex.join(self.aiter_fix_argv(script))}; exec {main}"
 
     def runtime_env(self) -> dict[str, object]:
         """The runtime env to submit, secrets included. Never print or store this."""
@@ -80,6 +104,8 @@ class JobSpec:
         env = dict(self.env_vars)
         env.update({name: REDACTED for name in self.secret_env_vars})
         out: dict[str, object] = {"entrypoint": list(self.entrypoint)}
+        if self.aiter_fix_python:
+            out["aiter_fix"] = list(self.aiter_fix_argv())
         if self.entrypoint_resources:
             out["entrypoint_resources"] = dict(self.entrypoint_resources)
         out["runtime_env"] = {"env_vars": env}
@@ -100,6 +126,9 @@ class LaunchPlan:
     ray_auth_token_path: str | None = None  # the RAY_ADDRESS cluster's token file, if given
     node_run_dir: str | None = None  # cluster mode: where the job writes evidence on its node
     inherited_secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # which aiter each process imports (variants.aiter_pythonpath): "from", then the
+    # PYTHONPATH of the preflight's probes, the canary and the job
+    aiter: Mapping[str, str] = field(default_factory=dict)
 
     def head_env(self) -> dict[str, str]:
         """What the tool's own head adds to the launching env, secrets included. Never print."""
@@ -119,6 +148,7 @@ class LaunchPlan:
             "ray_auth_token_path": self.ray_auth_token_path,
             "run_dir": self.run_dir,
             "aiter_variant": self.aiter_variant,
+            **({"aiter": dict(self.aiter)} if self.aiter else {}),
             **({"node_run_dir": self.node_run_dir} if self.node_run_dir else {}),
         }
 
@@ -147,10 +177,11 @@ def job_env_vars(
     ``run_dir`` is the dir the *job* writes: the client's run dir on one node, the node-local
     dir (:func:`node_run_dir`) in cluster mode. SGLang's aiter switches are the variant's
     (``miles_amd.variants.sglang_env``: ``SGLANG_USE_AITER=1`` always, ``SGLANG_USE_AITER_AR``
-    1 for stock/patched, 0 for the rccl control arm, unset without a variant).
+    1 for stock/patched, 0 for the rccl control arm, unset without a variant). Its
+    ``PYTHONPATH`` is ``variants.aiter_pythonpath``'s: the patched build's dir when set.
     """
-    pythonpath = ":".join(
-        p for p in (recipe.miles_dir, recipe.megatron_dir, env.get("PYTHONPATH", "")) if p
+    pythonpath = variants.aiter_pythonpath(
+        aiter_variant, env, recipe.miles_dir, recipe.megatron_dir
     )
     out = {
         "PYTHONUNBUFFERED": "1",
@@ -249,10 +280,11 @@ def build_train_plan(
     )
     if canary and aiter_variant and run_dir and not ray_address:
         steps = (canary_step(aiter_variant, run_dir), *steps)
+    job = JobSpec(entrypoint, job_vars, secrets if ray_address else {}, resources, entrypoint[0])
     return LaunchPlan(
         recipe=recipe,
         steps=steps,
-        job=JobSpec(entrypoint, job_vars, secrets if ray_address else {}, resources),
+        job=job,
         process_env=device_env(env),
         ray_address=ray_address,
         run_dir=run_dir,
@@ -260,7 +292,19 @@ def build_train_plan(
         ray_auth_token_path=token_path,
         node_run_dir=on_node,
         inherited_secrets={} if ray_address else secrets,
+        aiter=aiter_imports(aiter_variant, env, job_vars["PYTHONPATH"]),
     )
+
+
+def aiter_imports(variant: str | None, env: Mapping[str, str], job_path: str) -> dict[str, str]:
+    """Where each process of the run imports aiter from (``LaunchPlan.aiter``): one rule,
+    ``variants.aiter_pythonpath``; the preflight probes the job's python path."""
+    return {
+        "from": variants.aiter_origin(variant, env),
+        "preflight": job_path,
+        "canary": variants.aiter_pythonpath(variant, env),
+        "job": job_path,
+    }
 
 
 def canary_step(variant: str, run_dir: str) -> Step:
@@ -362,6 +406,13 @@ def format_plan(plan: LaunchPlan) -> str:
         lines.append(f"{i}. {step.name}: {step.description}")
         if step.argv and step.name != "submit":
             lines.append("   $ " + " ".join(step.argv))
+    if plan.aiter:
+        lines.append("aiter each process imports (one rule: variants.aiter_pythonpath):")
+        lines.append(f"  from: {plan.aiter['from']}")
+        lines += [
+            f"  {who}: PYTHONPATH={plan.aiter[who] or '(unset)'}"
+            for who in ("preflight", "canary", "job")
+        ]
     process_env = plan.printable_process_env()
     if process_env:
         own_head = plan.ray_address is None and plan.job is not None
@@ -370,6 +421,9 @@ def format_plan(plan: LaunchPlan) -> str:
         lines += [f"  {k}={v}" for k, v in process_env.items()]
     if plan.job:
         job = plan.job.to_dict()
+        if plan.job.aiter_fix_python:
+            lines.append("job first records its aiter_fix (a MILES_AMD_AITER_FIX line in job.log):")
+            lines.append("  " + " ".join(plan.job.aiter_fix_argv()))
         lines.append("job entrypoint:")
         lines += _argv_lines(job["entrypoint"])  # type: ignore[arg-type]
         lines.append("job runtime env:")

@@ -416,6 +416,7 @@ class CanaryRecord:
     device: str
     tensor_dtype: str
     control: ControlRecord | None
+    aiter_fix: str | None = None
 
     @property
     def mismatches(self) -> int:
@@ -489,6 +490,7 @@ class CanaryRecord:
             device=_str(data, "", "device") or "",
             tensor_dtype=_str(data, "", "tensor_dtype") or "",
             control=None if control is None else ControlRecord.from_dict(control, control_where),
+            aiter_fix=_str(data, "", "aiter_fix", optional=True) if "aiter_fix" in data else None,
         )
         problem = record.contradiction()
         if problem:

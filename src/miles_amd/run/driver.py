@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import threading
 import time
 import uuid
@@ -298,7 +297,7 @@ def _submit(
 ) -> RayJob:
     try:
         client.submit_job(
-            entrypoint=shlex.join(spec.entrypoint),
+            entrypoint=spec.command(),
             runtime_env=spec.runtime_env(),
             submission_id=job_id,
             entrypoint_resources=dict(spec.entrypoint_resources) or None,

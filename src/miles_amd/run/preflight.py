@@ -10,7 +10,7 @@ say which environment produced a run).
 
 Does not decide any single fact: the probes are in ``probes_node`` (GPUs, ROCm, torch) and
 ``probes_stack`` (packages, checkouts, aiter, inputs, disk), ``probes_allreduce`` (the A/B
-premise: the job's SGLang aiter env, aiter's commit, SGLang's all-reduce route),
+premise: the job's SGLang aiter env, aiter's commit and fix, SGLang's all-reduce route),
 ``probes_bridge`` (the trainer's model as miles builds it: LoRA-wrapped experts, router dtype,
 attention windows), a fact's shape in ``facts``.
 Nothing on the machine is changed: no server is started and no GPU memory is allocated.
@@ -38,6 +38,7 @@ from miles_amd.run.facts import IMAGE, PreflightConfig, one_line
 from miles_amd.run.parse_probe import probe_miles_argv
 from miles_amd.run.probes_allreduce import (
     probe_aiter_commit,
+    probe_aiter_fix,
     probe_sglang_aiter_env,
     probe_sglang_allreduce,
 )
@@ -93,6 +94,7 @@ PROBES: tuple[Probe, ...] = (
     probe_aiter,
     probe_aiter_variant,
     probe_aiter_commit,
+    probe_aiter_fix,
     probe_sglang_aiter_env,
     probe_sglang_allreduce,
     probe_checkpoint,

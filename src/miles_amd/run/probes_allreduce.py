@@ -1,12 +1,16 @@
 """Preflight probes of the A/B premise: the job's SGLang aiter env, aiter's build, the route.
 
-Decides the ``sglang_aiter_env``, ``aiter_commit`` and ``sglang_allreduce`` facts:
+Decides the ``sglang_aiter_env``, ``aiter_commit``, ``aiter_fix`` and ``sglang_allreduce`` facts:
 
 - ``sglang_aiter_env``: the SGLang switches (:data:`SGLANG_ENV_KEYS`) as the job will see
   them: the runtime env's value, else the launching process's, else ``unset``;
 - ``aiter_commit``: the git commit the aiter the job imports was built from (a git checkout,
   pip's ``direct_url.json``, a setuptools-scm ``+g<sha>``), else ``unknown:`` with what was
   looked at; not a failure;
+- ``aiter_fix``: whether that aiter's ``custom_all_reduce.cuh`` holds ROCm/aiter#5694's fix
+  (``miles_amd.aiter_fix``, run in a child ``python3`` with the job's ``PYTHONPATH``:
+  :func:`read_aiter_fix`); ``wrong`` when it contradicts the variant (patched and not
+  ``fixed``: ``unknown`` is no evidence for patched; stock and ``fixed``);
 - ``sglang_allreduce``: the route of ``run.sglang_allreduce.allreduce_route``; ``wrong`` when
   it is not the variant's.
 
@@ -74,14 +78,11 @@ def job_sglang_env(variant: str | None, launch_env: Mapping[str, str]) -> dict[s
 
 
 def job_pythonpath(config: PreflightConfig, launch_env: Mapping[str, str]) -> str:
-    """The job's PYTHONPATH (``recipe.plan.job_env_vars``), the patched build first if given."""
+    """The job's PYTHONPATH (``recipe.plan.job_env_vars``: ``variants.aiter_pythonpath``)."""
     from miles_amd.recipe.plan import job_env_vars
 
-    env = dict(launch_env)
-    patched = launch_env.get("AITER_PATCHED_DIR")
-    if config.aiter_variant == "patched" and patched:
-        env["PYTHONPATH"] = ":".join(p for p in (patched, env.get("PYTHONPATH", "")) if p)
-    return job_env_vars(config.recipe(), env, "127.0.0.1", None)["PYTHONPATH"]
+    recipe = config.recipe()
+    return job_env_vars(recipe, launch_env, "127.0.0.1", None, config.aiter_variant)["PYTHONPATH"]
 
 
 @lru_cache(maxsize=8)
@@ -110,6 +111,67 @@ def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, obj
         tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
         return {"error": f"{python} gave no reading: {tail}"}
     return reading
+
+
+@lru_cache(maxsize=8)
+def read_aiter_fix(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
+    """``miles_amd.aiter_fix``'s fingerprint from a child ``python`` with ``pythonpath`` (aiter
+    found, not imported); ``{"value": "unknown: ..."}`` when the child cannot run or answer."""
+    from miles_amd import aiter_fix
+
+    script = Path(aiter_fix.__file__).read_text(encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    try:
+        done = subprocess.run(
+            [python, "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            check=False,
+            cwd="/",
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"value": f"unknown: {python} could not run: {one_line(exc)}"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith(aiter_fix.MARKER)]
+    try:
+        reading = json.loads(lines[-1].removeprefix(aiter_fix.MARKER)) if lines else None
+    except json.JSONDecodeError:
+        reading = None
+    if not isinstance(reading, dict) or not isinstance(reading.get("value"), str):
+        tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
+        return {"value": f"unknown: {python} gave no fingerprint: {tail}"}
+    return reading
+
+
+def probe_aiter_fix(config: PreflightConfig) -> Fact:
+    reading = read_aiter_fix(job_pythonpath(config, os.environ))
+    return aiter_fix_fact(config.aiter_variant, str(reading["value"]))
+
+
+def aiter_fix_fact(variant: str | None, value: str) -> Fact:
+    """The ``aiter_fix`` fact of the job's aiter for ``variant`` (module doc); pure."""
+    from miles_amd.aiter_fix import FIXED, UNKNOWN, verdict_of
+
+    verdict = verdict_of(value)
+    if variant == "patched" and verdict != FIXED:
+        holds = "is not shown to hold" if verdict == UNKNOWN else "does not hold"
+        return Fact(
+            "aiter_fix",
+            "wrong",
+            value,
+            f"the patched run's aiter {holds} {variants.AITER_FIX}'s fix; point "
+            f"{variants.PATCHED_DIR_VAR} at the patched checkout or install it (pip install -e)",
+        )
+    if variant == "stock" and verdict == FIXED:
+        return Fact(
+            "aiter_fix",
+            "wrong",
+            value,
+            f"the stock run's aiter holds {variants.AITER_FIX}'s fix; run stock on the image's "
+            "aiter (no patched build on PYTHONPATH or installed over it)",
+        )
+    return Fact("aiter_fix", "ok", value)
 
 
 def probe_sglang_aiter_env(config: PreflightConfig) -> Fact:

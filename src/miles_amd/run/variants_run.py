@@ -10,7 +10,8 @@ every job still running (each driver gets the same ``cancel`` event); the overal
 is each driver's. Gating each and the A/B comparison are ``miles_amd.app.train``'s.
 
 The patched variant's runtime env: ``AITER_PATCHED_DIR`` (a dir on the nodes holding the
-patched aiter build, importable as ``aiter``) is put on the job's ``PYTHONPATH`` (after the
+patched aiter build, importable as ``aiter``) is put on the job's ``PYTHONPATH`` by the plan
+(``variants.aiter_pythonpath``, the rule every process follows; after the
 miles and Megatron checkouts, which hold no ``aiter``; every ``PYTHONPATH`` entry precedes
 site-packages, where the image's stock aiter is), so the patched job imports that build and
 the stock job the image's. The dir must exist at that path on every node that may take the
@@ -28,13 +29,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 from miles_amd.recipe.plan import LaunchPlan
 from miles_amd.run.driver import RunOutcome, execute
+from miles_amd.variants import PATCHED_DIR_VAR
 
 if TYPE_CHECKING:
     from miles_amd.evidence.types import RunEvidence
 
 Watch = Callable[["RunEvidence"], Sequence[object]]
 
-PATCHED_DIR_VAR = "AITER_PATCHED_DIR"
 T = TypeVar("T")
 
 
@@ -43,17 +44,14 @@ class VariantsError(ValueError):
 
 
 def variant_env(env: Mapping[str, str], variant: str) -> dict[str, str]:
-    """The launch env of one variant: the patched one with its aiter build on PYTHONPATH."""
-    out = dict(env)
-    if variant == "patched":
-        patched = env.get(PATCHED_DIR_VAR)
-        if not patched:
-            raise VariantsError(
-                f"{PATCHED_DIR_VAR} is not set: the patched variant needs the dir of its aiter "
-                "build on the nodes (it is put on the job's PYTHONPATH)"
-            )
-        out["PYTHONPATH"] = ":".join(p for p in (patched, env.get("PYTHONPATH", "")) if p)
-    return out
+    """The launch env of one variant; the patched one must name its aiter build (the plan
+    puts it on the job's PYTHONPATH: ``variants.aiter_pythonpath``)."""
+    if variant == "patched" and not env.get(PATCHED_DIR_VAR):
+        raise VariantsError(
+            f"{PATCHED_DIR_VAR} is not set: the patched variant needs the dir of its aiter "
+            "build on the nodes (it is put on the job's PYTHONPATH)"
+        )
+    return dict(env)
 
 
 def execute_variants(
