@@ -12,7 +12,7 @@
   rank); the first wrong element is kept. Latency: a block's wall time over its calls.
 - Reducers: ``reducer`` (``FILE:FUNCTION``, the test seam), ``rccl``
   (``torch.distributed.all_reduce``), ``aiter`` and ``sglang`` (``CustomAllreduce`` built as
-  SGLang's ``GroupCoordinator`` does).
+  SGLang's ``GroupCoordinator`` does), ``control`` and ``control-broken`` (``canary.control``).
 
 Caveats:
 
@@ -112,6 +112,10 @@ def _reducer(
             return t
 
         return rccl
+    if kind.startswith("control"):
+        from miles_amd.canary import control
+
+        return control.reducer(kind, spec, cpu_group)
     comm = importlib.import_module(COMM_MODULES[kind]).CustomAllreduce(cpu_group, device)
     if comm.disabled:
         raise RuntimeError(f"{kind}'s CustomAllreduce is disabled on this TP group")

@@ -5,7 +5,9 @@ Decides the command's options, its checks of them, its output and its exit code:
 - ``--plan`` prints the plan and runs nothing (``--json``: as a JSON list of entries);
 - ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo): the harness's test seam;
 - without ``--reducer``: the node; ``--variant`` and ``--implementation`` pick the all-reduce;
-- ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times.
+- ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times;
+- on the node the positive control's broken build runs first (``canary.control``); the record
+  keeps it as ``control``, and a clean record whose control was not caught says so.
 
 Exit 0 clean, 1 a mismatch, 2 unusable (bad input, or ranks that failed or hung); nothing is
 written then. Heavy imports happen in the ranks (``canary.worker``); this module's top level
@@ -17,6 +19,7 @@ Explained in ``docs/cli.md`` ("The all-reduce canary").
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 from enum import Enum
@@ -250,6 +253,7 @@ def _run(
     json_out: bool,
     on_cpu: bool,
 ) -> None:
+    from miles_amd.canary.control import NOT_SEEN, run_control
     from miles_amd.canary.harness import Setup, run
     from miles_amd.canary.launch import HarnessError
     from miles_amd.canary.record import write_canary
@@ -284,7 +288,9 @@ def _run(
         else 600.0 + 3.0 * plan.estimated_seconds * repeats
     )
     try:
-        record = run(plan, setup, bound)
+        # On the node the positive control's broken build runs first (canary.control).
+        checked = None if on_cpu else run_control(plan, setup, bound)
+        record = dataclasses.replace(run(plan, setup, bound), control=checked)
     except HarnessError as exc:
         fail(f"canary unusable: {exc}")
     written = None
@@ -309,6 +315,8 @@ def _run(
         )
         if written is not None:
             say(f"wrote {written}")
+    if record.control is not None and not record.control.caught and record.clean:
+        typer.echo(f"miles-amd: canary: the control was not caught: {NOT_SEEN}", err=True)
     bad = record.first_bad()
     if bad is not None:
         first = bad.first_mismatch

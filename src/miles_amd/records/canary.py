@@ -19,7 +19,9 @@ call in microseconds, the largest rate the clean calls do not exclude at 99 %); 
 (the detect rate, the confidence, the affected calls made, the detection probability, the
 estimated node seconds and the latency model's source); ``repeats`` and
 ``repeats_with_mismatch``; ``start_time``/``end_time`` (epoch seconds); ``world_size``,
-``groups`` (TP groups side by side), ``backend``, ``device``, ``tensor_dtype``.
+``groups`` (TP groups side by side), ``backend``, ``device``, ``tensor_dtype``; optional
+``control`` (the positive control's broken build run first on the node, ``canary.control``;
+absent or null when none ran).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from miles_amd.variants import IMPLEMENTATIONS
 __all__ = [
     "SCHEMA_VERSION",
     "CanaryRecord",
+    "ControlResult",
     "FirstMismatch",
     "PowerRecord",
     "SizeResult",
@@ -191,6 +194,34 @@ class PowerRecord:
         )
 
 
+@dataclass(frozen=True)
+class ControlResult:
+    """The broken control build's run: its calls, those caught wrong, the first fingerprint."""
+
+    implementation: str
+    calls: int
+    mismatched_calls: int
+    caught: bool
+    fingerprint: str | None
+
+    @classmethod
+    def from_dict(cls, value: Any, where: str) -> ControlResult:
+        data = _obj(value, where)
+        result = cls(
+            implementation=_str(data, where, "implementation", choices=IMPLEMENTATIONS) or "",
+            calls=_int(data, where, "calls"),
+            mismatched_calls=_int(data, where, "mismatched_calls"),
+            caught=_bool(data, where, "caught"),
+            fingerprint=_str(data, where, "fingerprint", optional=True),
+        )
+        if result.caught != (result.mismatched_calls > 0) or result.mismatched_calls > result.calls:
+            raise ValueError(
+                f'"{where}": caught={result.caught} contradicts '
+                f"{result.mismatched_calls} mismatched of {result.calls} calls"
+            )
+        return result
+
+
 def _plan_entry(value: Any, where: str) -> dict[str, Any]:
     data = _obj(value, where)
     return {
@@ -243,6 +274,7 @@ class CanaryRecord:
     backend: str
     device: str
     tensor_dtype: str
+    control: ControlResult | None = None
 
     @property
     def mismatches(self) -> int:
@@ -304,4 +336,7 @@ class CanaryRecord:
             backend=_str(data, "", "backend") or "",
             device=_str(data, "", "device") or "",
             tensor_dtype=_str(data, "", "tensor_dtype") or "",
+            control=None
+            if data.get("control") is None
+            else ControlResult.from_dict(data["control"], "control"),
         )
