@@ -1,22 +1,21 @@
-"""Benchmark on a CUDA (or ROCm) machine: the positive control's detection and the harness's cost.
+"""Benchmark on a CUDA (or ROCm) machine: the positive control's detection, and device time.
 
 1. **Control** (``canary.control``): the broken build, then the correct one, over ``--tokens``
-   with ``--control-calls`` calls each, in the canary's own ranks (``canary.harness`` spec,
-   ``canary.launch``, ``canary.worker``); per size the calls, the calls caught wrong, their
-   rate and the fingerprint of the first wrong element; checked: the broken build caught,
-   the correct one clean.
-2. **Harness** (``canary.worker`` with ``EXACT``, a reducer that makes the exact sum locally,
-   so the figure is the harness's): per size the per-call time of a block (``latency_us``).
-3. **Device time**: one process, the same per-call work (input ``a + b``, the local sum, the
-   check's stack and compare) under torch's profiler: the GPU's busy time per call against
-   the wall time per call; the rest is the host's.
+   with ``--control-calls`` back-to-back calls each, in the canary's own ranks
+   (``canary.harness.run``); per size the calls, the calls caught wrong, their rate, the
+   control's time per call and the fingerprint of the first wrong element; checked: the broken
+   build caught, the correct one clean.
+2. **Device time** (one process): ``bench_canary.EXACT``'s per-call work as the harness does
+   it (a block of inputs ``a + b``, the local exact sum, one batched check), its GPU busy time
+   per call (torch's profiler) against its wall time per call (unprofiled): the rest is the
+   host's. ``bench_canary.py --device cuda`` gives the harness's own per-call cost in 4 ranks.
 
 When the world is larger than the GPUs (``--world-size 4`` on one GPU) the ranks share the
-GPUs and the spec's backend is gloo (NCCL refuses two ranks on one GPU); kernels of different
+GPUs and their device groups use gloo (NCCL refuses two ranks on one GPU); kernels of different
 processes then time-slice, so the control's race window is wider than on separate GPUs.
 
-Last line: ``control_caught=<0|1> control_clean=<0|1> harness_us_n<N>=<x> ...``; exit 1 when
-the broken build is not caught or the correct one is not clean.
+Last line: ``control_caught=<0|1> control_clean=<0|1>``; exit 1 when the broken build is not
+caught or the correct one is not clean.
 
 Run: ``python benchmarks/bench_canary_gpu.py --world-size 4 --tokens 1,32,127,255,1023``.
 """
@@ -27,56 +26,27 @@ import argparse
 import dataclasses
 import json
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from bench_canary import EXACT
+
 from miles_amd.canary import control
-from miles_amd.canary.harness import Setup, merge, spec
-from miles_amd.canary.launch import HarnessError, run_ranks
+from miles_amd.canary.harness import Setup, run
+from miles_amd.canary.launch import HarnessError
 from miles_amd.canary.plan import Plan, build_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
 
 TIMEOUT_S = 240.0
-EXACT = """import torch
-import torch.distributed as dist
-from miles_amd.canary.worker import A_MOD, A_OFFSET
-
-_CACHE = {}
-
-
-def exact_sum(t, tp, r):
-    key = (t.shape, t.dtype)
-    if key not in _CACHE:
-        index = torch.arange(t.numel(), device=t.device).view(t.shape)
-        terms = [((5 * index + 3 * k) % A_MOD - A_OFFSET).float() for k in range(tp)]
-        _CACHE[key] = (terms[r], sum(terms) - terms[r])
-    own, others = _CACHE[key]
-    b = t.flatten()[0].float() - own.flatten()[0]
-    return (t.float() + others + (tp - 1) * b).to(t.dtype)
-
-
-def exact(t, group):
-    return exact_sum(t, dist.get_world_size(group), dist.get_rank(group))
-"""
 
 
 def _plan(tokens: list[int], implementation: str, calls: int) -> Plan:
     plan = build_plan(recipe_shape(Recipe()), "aiter", 0.5, tokens=tokens)
     entries = tuple(
-        dataclasses.replace(e, calls=calls, implementation=implementation) for e in plan.entries
+        dataclasses.replace(e, arms=((control.ARM, calls),), implementation=implementation)
+        for e in plan.entries
     )
     return dataclasses.replace(plan, entries=entries)
-
-
-def _run(plan: Plan, setup: Setup, share_gpu: bool, timeout_s: float) -> Any:
-    data = spec(plan, setup)
-    if share_gpu:
-        data["backend"] = "gloo"
-    started = time.time()
-    ranks = run_ranks(data, timeout_s)
-    return merge(plan, setup, ranks, started, time.time())
 
 
 def control_section(tokens: list[int], calls: int, world: int, share: bool) -> dict[str, str]:
@@ -84,8 +54,8 @@ def control_section(tokens: list[int], calls: int, world: int, share: bool) -> d
     figures = {}
     for build in ("control-broken", "control"):
         began = time.perf_counter()
-        setup = Setup(world_size=world, device="cuda", implementation=build)
-        record = _run(_plan(tokens, build, calls), setup, share, TIMEOUT_S)
+        setup = Setup(world, "cuda", build, collective="gloo" if share else None)
+        record = run(_plan(tokens, build, calls), setup, TIMEOUT_S)
         print(f"\n1. {build} ({time.perf_counter() - began:.0f} s with the build)")
         print("| N | calls | wrong calls | rate | us/call | fingerprint of the first |")
         print("|---|---|---|---|---|---|")
@@ -107,47 +77,42 @@ def control_section(tokens: list[int], calls: int, world: int, share: bool) -> d
     return figures
 
 
-def harness_section(tokens: list[int], calls: int, world: int, share: bool) -> dict[str, str]:
-    figures = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "exact.py"
-        path.write_text(EXACT, encoding="utf-8")
-        setup = Setup(world, "cuda", "reducer", reducer=f"{path}:exact")
-        record = _run(_plan(tokens, "reducer", calls), setup, share, TIMEOUT_S)
-    print(f"\n2. Harness per call ({world} ranks, exact local sum)")
-    print("| N | calls | wrong calls | us/call |")
-    print("|---|---|---|---|")
-    for r in record.results:
-        print(f"| {r.tokens} | {r.calls} | {r.mismatches} | {r.latency_us:.1f} |")
-        figures[f"harness_us_n{r.tokens}"] = f"{r.latency_us:.0f}"
-    return figures
+def _block(exact: Any, group: Any, a: Any, expected: Any, calls: int) -> None:
+    """A block of calls as the harness makes them, then the batched check (one host sync)."""
+    import torch
+
+    outs = [exact(a + (b % 49 - 24), group) for b in range(calls)]
+    torch.stack(outs).ne(expected).flatten(1).any(1).cpu()
 
 
 def device_section(tokens: list[int], calls: int) -> dict[str, str]:
     import torch
+    import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
     namespace: dict[str, Any] = {}
-    exec(EXACT, namespace)  # the reducer's own text: the same work as in the ranks
-    exact_sum = namespace["exact_sum"]
+    exec(EXACT, namespace)  # the harness benchmark's reducer, in a group of one
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    group = dist.group.WORLD
+    exact = namespace["exact"]
     hidden, dtype = recipe_shape(Recipe()).hidden, torch.bfloat16
-    print("\n3. One process: GPU busy time per call against wall time per call")
+    print("\n2. One process: GPU busy time per call against wall time per call")
     print("| N | calls | wall us/call | GPU busy us/call |")
     print("|---|---|---|---|")
     for n in tokens:
         a = torch.randint(-7, 8, (n, hidden), device="cuda").to(dtype)
         block = max(1, min(calls, (1 << 30) // (4 * a.numel() * a.element_size())))
-        expected = exact_sum(a, 4, 0)
-        for _ in range(2):  # the first pass warms the allocator and the kernels' caches
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                torch.cuda.synchronize()
-                began = time.perf_counter()
-                outs = [exact_sum(a + (b % 49 - 24), 4, 0) for b in range(block)]
-                torch.stack(outs).ne(expected).flatten(1).any(1).cpu()  # the check's work
-                torch.cuda.synchronize()
-                wall = time.perf_counter() - began
+        expected = exact(a, group)
+        _block(exact, group, a, expected, block)  # warm-up: the allocator, the sum's cache
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        _block(exact, group, a, expected, block)
+        wall = time.perf_counter() - began
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            _block(exact, group, a, expected, block)
         busy = sum(e.self_device_time_total for e in prof.key_averages())
         print(f"| {n} | {block} | {1e6 * wall / block:.1f} | {busy / block:.1f} |")
+    dist.destroy_process_group()
     return {}
 
 
@@ -156,8 +121,8 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--tokens", default="1,32,127,255,1023")
     parser.add_argument("--control-calls", type=int, default=control.CONTROL_CALLS)
-    parser.add_argument("--harness-calls", type=int, default=2000)
-    parser.add_argument("--skip", default="", help="sections to skip: control,harness,device")
+    parser.add_argument("--device-calls", type=int, default=512)
+    parser.add_argument("--skip", default="", help="sections to skip: control,device")
     args = parser.parse_args()
     import torch
 
@@ -167,8 +132,7 @@ def main() -> int:
     figures: dict[str, str] = {}
     sections = {
         "control": lambda: control_section(tokens, args.control_calls, args.world_size, share),
-        "harness": lambda: harness_section(tokens, args.harness_calls, args.world_size, share),
-        "device": lambda: device_section(tokens, min(args.harness_calls, 512)),
+        "device": lambda: device_section(tokens, args.device_calls),
     }
     for name, section in sections.items():
         if name in skip:

@@ -4,11 +4,12 @@ Each test runs ``python -m miles_amd.cli canary`` as a process of an interpreter
 torch (this one, else ``$MILES_AMD_MILES_PYTHON``, the conformance env's, which ``.ci/run``
 installs the project into); without one the tests skip saying how to get torch, unless
 ``MILES_AMD_REQUIRE_TORCH=1`` (``.ci/run`` sets it), when they fail. The reducers are small
-files written here: gloo's own all-reduce (clean), one built like the suspect bug class
-(stale data in the tail of the result, with a set probability per call, at the suspect
-sizes only), one that hangs and one that raises. The detection power is measured over
-repeats, not taken from the formula. Budget: the four launches take about 50 CPU-seconds on
-2 cores (4 ranks import torch each time).
+files written here: gloo's own all-reduce (clean), one built like ROCm/aiter#5694's stale read
+(with a set probability per call, the previous call's sum in the early wave's lanes of peer
+segments, at the exposed sizes) and one that corrupts the tail instead (another fault), one that
+hangs, one that raises, one whose ranks exit 0 without a result; and a SIGTERM to the command.
+The detection power is measured over repeats, not taken from the formula. Budget: the launches
+take about 90 CPU-seconds on 2 cores (4 ranks import torch each time).
 """
 
 from __future__ import annotations
@@ -39,31 +40,54 @@ def gloo(tensor, group):
     return tensor
 """
 
-# Built like the bug class: at the suspect sizes, with probability RATE per call, one rank's
-# result keeps stale data (its own unreduced input) in the elements past the last whole tile.
-# Every rank draws from the same seeded stream, so all agree on which calls are hit.
+# Built like ROCm/aiter#5694's stale read: at the exposed sizes, with probability RATE per call,
+# one rank's result keeps the previous call's sum where the kernel's early wave reads peer data
+# (bf16 packs of 8 elements, as on the node); CANARY_TEST_MODE=tail corrupts the last 37 elements
+# with its own input instead (another fault). Every rank draws from the same seeded stream.
 STALE = """
 import os
 import random
 
 import torch.distributed as dist
 
-from miles_amd.canary.dispatch import dispatch
+from miles_amd.canary.dispatch import dispatch, early_waves, wave_class
 
 RATE = float(os.environ["CANARY_TEST_RATE"])
-TAIL = 37
+TAIL = os.environ.get("CANARY_TEST_MODE") == "tail"
 _draws = random.Random(int(os.environ["CANARY_TEST_SEED"]))
+_previous = {}
+
+
+def stale_elements(tokens, rank, tp):
+    d = dispatch(tokens * 2880 * 2, tp, 2)
+    first, early = early_waves(d, d.part, d.threads_per_gpu * tp)
+    out = []
+    for owner in range(tp):
+        slot = (owner - rank) % tp
+        for wave, reads in early.items():
+            for thread in range(wave * 64, wave * 64 + 64):
+                if reads and thread // d.threads_per_gpu == slot and owner != rank:
+                    pack = owner * d.part + first + thread % d.threads_per_gpu
+                    out += range(8 * pack, 8 * pack + 8)
+    return out
 
 
 def stale(tensor, group):
-    world = dist.get_world_size(group)
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
     before = tensor.clone()
     dist.all_reduce(tensor, group=group)
     hit = _draws.random() < RATE
     victim = _draws.randrange(world)
-    suspect = dispatch(tensor.shape[0] * 2880 * 2, world, 2).affected
-    if hit and suspect and dist.get_rank(group) == victim:
-        tensor.view(-1)[-TAIL:].copy_(before.view(-1)[-TAIL:])
+    tokens = tensor.shape[0]
+    exposed = wave_class(dispatch(tokens * 2880 * 2, world, 2), world) == "exposed"
+    last = _previous.get(tokens)
+    _previous[tokens] = tensor.clone()
+    if hit and exposed and rank == victim and last is not None:
+        if TAIL:
+            tensor.view(-1)[-37:].copy_(before.view(-1)[-37:])
+        else:
+            where = stale_elements(tokens, rank, world)
+            tensor.view(-1)[where] = last.view(-1)[where]
     return tensor
 """
 
@@ -171,8 +195,13 @@ def test_gloo_all_reduce_is_clean_and_the_record_is_valid(
         r.calls >= e["calls"] and r.latency_us
         for r, e in zip(record.results, record.plan, strict=True)
     )
-    assert record.power.affected_calls >= 228 and record.power.probability >= 0.99
+    assert record.power.exposed_calls >= 228 and record.power.probability >= 0.99
     assert {r.kernel for r in record.results} == {"1stage", "2stage"}
+    assert {r.wave_class for r in record.results} >= {"exposed", "uniform", "not-2stage"}
+    for result in record.results:  # every arm ran, in blocks, with its own counts
+        assert {a.arm for a in result.arms} == {"back_to_back", "gemm", "skew", "spread"}
+        assert all(a.calls and a.blocks for a in result.arms)
+        assert result.block_rate_upper_99 is not None and result.rate_upper_99 is not None
 
 
 def binomial_lower_bound(successes: int, trials: int, confidence: float) -> float:
@@ -191,20 +220,20 @@ def binomial_lower_bound(successes: int, trials: int, confidence: float) -> floa
     return low
 
 
-def test_a_stale_tail_at_the_stated_rate_is_caught_at_the_stated_power(
+def test_a_stale_read_at_the_stated_rate_is_caught_at_the_stated_power_with_its_fingerprint(
     torch_python: str, tmp_path: Path
 ) -> None:
-    """Per-call rate 0.5 at N=29 (2-stage, non-uniform) and a budget for 0.5 at 99 %: 7 calls a
-    repeat. Over 100 repeats the detection fraction is measured; a harness that missed the
+    """Per-call rate 0.5 at N=127 (exposed) and a budget for 0.5 at 99 %: 7 calls a repeat (8 over
+    the four arms). Over 60 repeats the detection fraction is measured; a harness that missed the
     corruption, or looked at too few elements, would show it."""
-    repeats = 100
+    repeats = 60
     done = canary(
         torch_python,
         tmp_path,
         STALE,
         "stale",
         "--tokens",
-        "29",
+        "127",
         "--detect-rate",
         "0.5",
         "--repeats",
@@ -213,16 +242,41 @@ def test_a_stale_tail_at_the_stated_rate_is_caught_at_the_stated_power(
         env={"CANARY_TEST_RATE": "0.5", "CANARY_TEST_SEED": "20261202"},
     )
     assert done.returncode == 1, done.stderr
-    assert "N=29 (2stage, suspect class)" in done.stderr
+    assert "matches ROCm/aiter#5694's stale read" in done.stderr
+    assert "N=127 (2stage, exposed)" in done.stderr
     record = CanaryRecord.from_json(done.stdout)
     (result,) = record.results
-    assert result.calls == 7 * repeats and record.power.affected_calls == 7
+    assert result.calls == 8 * repeats and record.power.exposed_calls == 8
     detected = record.repeats_with_mismatch
     assert binomial_lower_bound(detected, repeats, 0.95) >= 0.9, detected
-    assert repeats - detected <= 4, detected  # P(>= 5 misses | power 0.99) = 0.34 %
+    assert repeats - detected <= 3, detected  # P(>= 4 misses | power 0.996) < 0.2 %
     assert 0.35 * result.calls <= result.mismatches <= 0.65 * result.calls
-    first = result.first_mismatch
-    assert first is not None and first.index >= 29 * 2880 - 37 and first.expected != first.seen
+    assert result.fingerprint == "stale-read" and len(result.mismatches_kept) == 16
+    assert all(m.matches and m.expected - m.seen in (4.0, -192.0) for m in result.mismatches_kept)
+    assert {a.arm for a in result.arms if a.mismatches} == {
+        "back_to_back",
+        "gemm",
+        "skew",
+        "spread",
+    }
+
+
+def test_a_stale_tail_is_another_fault(torch_python: str, tmp_path: Path) -> None:
+    done = canary(
+        torch_python,
+        tmp_path,
+        STALE,
+        "stale",
+        "--tokens",
+        "127",
+        "--detect-rate",
+        "0.5",
+        "--repeats",
+        "3",
+        env={"CANARY_TEST_RATE": "1.0", "CANARY_TEST_SEED": "7", "CANARY_TEST_MODE": "tail"},
+    )
+    assert done.returncode == 1, done.stderr
+    assert "another fault" in done.stderr and "stale read" not in done.stderr
 
 
 def test_a_reducer_that_hangs_is_a_named_exit_2_within_the_timeout(
@@ -254,3 +308,69 @@ def test_a_reducer_that_raises_is_a_named_exit_2(torch_python: str, tmp_path: Pa
     assert done.returncode == 2, done.stderr
     assert "rank 1 failed" in done.stderr and "injected reducer failure" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+EXIT_0 = """
+import os
+import time
+
+import torch.distributed as dist
+
+
+def quiet(tensor, group):
+    time.sleep(0.5 * (3 - dist.get_rank(group)))  # rank 0, the store's host, leaves last
+    os._exit(0)
+"""
+
+
+def test_ranks_that_exit_0_without_a_result_are_a_named_exit_2(
+    torch_python: str, tmp_path: Path
+) -> None:
+    done = canary(torch_python, tmp_path, EXIT_0, "quiet", "--timeout", "120")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "exited 0 without a readable result file" in lines[0], done.stderr
+
+
+def test_sigterm_stops_the_ranks_and_removes_the_temp_dir(
+    torch_python: str, tmp_path: Path
+) -> None:
+    psutil = pytest.importorskip("psutil")
+    reducer = tmp_path / "hang.py"
+    reducer.write_text(HANG, encoding="utf-8")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = subprocess.Popen(
+        [
+            torch_python,
+            "-m",
+            "miles_amd.cli",
+            "canary",
+            "--reducer",
+            f"{reducer}:hang",
+            "--timeout",
+            "300",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        ranks: list = []
+        while len(ranks) < 4 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            ranks = psutil.Process(proc.pid).children(recursive=True)
+        assert len(ranks) >= 4 and list(temp.iterdir()), "the ranks did not start"
+        proc.send_signal(15)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2, err
+    assert "stopped by SIGTERM" in err and len(err.strip().splitlines()) == 1
+    _, alive = psutil.wait_procs(ranks, timeout=10)
+    assert not alive, alive
+    assert list(temp.iterdir()) == []

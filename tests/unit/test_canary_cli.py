@@ -4,6 +4,7 @@ nothing written. No rank starts here (``test_canary_harness.py`` runs them)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -23,14 +24,18 @@ def test_plan_json_lists_the_entries_labelled_with_the_variants_implementation()
     done = run_cli("canary", "--plan", "--json")
     assert done.returncode == 0, done.stderr
     entries = json.loads(done.stdout)
-    assert {"tokens", "bytes", "kernel", "uniform_trip_count", "calls", "implementation"} <= set(
-        entries[0]
-    )
-    assert [e["tokens"] for e in entries][:32] == list(range(1, 33))
+    kept = {"tokens", "bytes", "kernel", "uniform_trip_count", "calls", "implementation"}
+    assert kept | {"wave_class", "exposed", "arms"} <= set(entries[0])
+    assert [e["tokens"] for e in entries][:8] == [1, 2, 4, 8, 12, 16, 24, 32]
     assert {e["implementation"] for e in entries} == {"aiter"}
     by_tokens = {e["tokens"]: e for e in entries}
-    assert by_tokens[28]["kernel"] == "1stage" and by_tokens[29]["kernel"] == "2stage"
-    assert not by_tokens[29]["uniform_trip_count"] and by_tokens[64]["uniform_trip_count"]
+    assert by_tokens[24]["kernel"] == "1stage" and by_tokens[32]["kernel"] == "2stage"
+    assert not by_tokens[32]["uniform_trip_count"] and by_tokens[64]["uniform_trip_count"]
+    assert (by_tokens[32]["wave_class"], by_tokens[127]["wave_class"]) == (
+        "early-no-read",
+        "exposed",
+    )
+    assert by_tokens[127]["calls"] == sum(by_tokens[127]["arms"].values())
     control = json.loads(run_cli("canary", "--plan", "--json", "--variant", "rccl").stdout)
     assert {e["implementation"] for e in control} == {"sglang"}
 
@@ -38,8 +43,11 @@ def test_plan_json_lists_the_entries_labelled_with_the_variants_implementation()
 def test_plan_text_states_the_power_and_the_time() -> None:
     done = run_cli("canary", "--plan")
     assert done.returncode == 0, done.stderr
-    assert "caught with probability 0.9900 (>= 0.99) by 4605177 affected calls" in done.stdout
-    assert "estimated time:" in done.stdout and "sgl-project/sglang#6619" in done.stdout
+    text = " ".join(done.stdout.split())  # wrapped at 100 columns
+    assert "caught with probability 0.9900 (>= 0.99) by 351964 exposed calls" in text
+    assert "estimated time:" in text and "sgl-project/sglang#6619" in text
+    assert "harness: measured on one H200" in text
+    assert max(len(line) for line in done.stdout.splitlines()) <= 100
 
 
 @pytest.fixture
@@ -57,11 +65,18 @@ def reducer(tmp_path: Path) -> str:
         (["--reducer", "just-a-file.py"], "expected FILE:FUNCTION"),
         (["--reducer", "{reducer}", "--world-size", "3"], "--world-size 3: the plan runs TP-4"),
         (["--reducer", "{reducer}", "--world-size", "12"], "--world-size 12"),
-        (["--reducer", "{reducer}", "--detect-rate", "0"], "--detect-rate 0.0: must be in (0, 1)"),
-        (["--reducer", "{reducer}", "--detect-rate", "1.5"], "must be in (0, 1)"),
+        (
+            ["--reducer", "{reducer}", "--detect-rate", "0"],
+            "--detect-rate 0: must be in [1e-12, 1)",
+        ),
+        (["--reducer", "{reducer}", "--detect-rate", "1.5"], "must be in [1e-12, 1)"),
+        (["--reducer", "{reducer}", "--detect-rate", "1e-310"], "--detect-rate 1e-310: must be"),
+        (["--reducer", "{reducer}", "--detect-rate", "nan"], "--detect-rate nan: must be"),
+        (["--reducer", "{dir}/fifo:gloo"], "is not a regular file"),
+        (["--reducer", "/dev/zero:gloo"], "/dev/zero is not a regular file"),
         (["--reducer", "{reducer}", "--run-dir", "{dir}/a-file"], "is a file"),
         (["--reducer", "{reducer}", "--run-dir", "{dir}/a-file/run"], "is not writable"),
-        (["--reducer", "{reducer}", "--tokens", "1,2"], "suspect class"),
+        (["--reducer", "{reducer}", "--tokens", "1,2,29,115"], "suspect class"),
         (["--reducer", "{reducer}", "--tokens", "29,x"], "comma-separated"),
         (["--reducer", "{reducer}", "--implementation", "rccl"], "exclude each other"),
     ],
@@ -70,6 +85,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
     tmp_path: Path, reducer: str, args: list[str], message: str
 ) -> None:
     (tmp_path / "a-file").write_text("not a dir", encoding="utf-8")
+    os.mkfifo(tmp_path / "fifo")  # nothing writes it: reading it would hang
     before = sorted(p.name for p in tmp_path.rglob("*"))
     done = run_cli(
         "canary",
@@ -90,3 +106,15 @@ def test_the_node_path_without_gpus_names_the_fix(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert "no GPU visible" in done.stderr or "torch does not import" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_aiters_size_variable_at_zero_says_every_size_goes_to_rccl() -> None:
+    done = run_cli("canary", "--plan", env={"AITER_CUSTOM_AR_MAX_SIZE": "0"})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "AITER_CUSTOM_AR_MAX_SIZE=0 switches aiter's custom all-reduce off" in lines[0]
+    assert (
+        "aiter sends every size to RCCL" in lines[0]
+        and "unset AITER_CUSTOM_AR_MAX_SIZE" in lines[0]
+    )

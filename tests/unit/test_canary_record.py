@@ -12,72 +12,109 @@ import jsonschema
 import pytest
 
 from miles_amd.canary.harness import Setup, merge
-from miles_amd.canary.plan import CPU, build_plan, recipe_shape
+from miles_amd.canary.plan import ARMS, CPU, build_plan, recipe_shape
 from miles_amd.canary.record import schema_path, write_canary
 from miles_amd.recipe.settings import Recipe
-from miles_amd.records.canary import CanaryRecord
+from miles_amd.records.canary import CanaryRecord, ControlRecord
 from miles_amd.run_dir import RunDir
 
-PLAN = build_plan(recipe_shape(Recipe()), "reducer", 0.5, target=CPU, tokens=(28, 29))
+PLAN = build_plan(recipe_shape(Recipe()), "reducer", 0.5, target=CPU, tokens=(28, 127))
+# A wrong element of N=127 where ROCm/aiter#5694's stale read puts one: group rank 2, in rank 3's
+# segment (pack 3·11430 + 1152 + 70: block 9's lane 70, the upper wave), off by one input step.
+STALE = {
+    "repeat": 0,
+    "call": 5,
+    "index": 8 * (3 * 11430 + 1152 + 70) + 3,
+    "expected": 4.0,
+    "seen": 0.0,
+}
+OTHER = {"repeat": 1, "call": 0, "index": 9, "expected": 12.0, "seen": -3.0}
+
+
+def _arms(calls: int, bad: int, blocks: int) -> dict[str, Any]:
+    """Four arms of ``calls`` each in ``blocks`` blocks; ``bad`` calls wrong in the first arm."""
+    return {
+        arm: {
+            "calls": calls,
+            "seconds": 0.002 * calls,
+            "wall": 0.003 * calls,
+            "blocks": blocks,
+            "block_hits": 0,
+            "bad": 0,
+        }
+        | ({"block_hits": 1 if bad else 0, "bad": bad} if arm == "back_to_back" else {})
+        for arm in ARMS
+    }
 
 
 def rank_result(rank: int, bad: list[int], first: dict[str, Any] | None) -> dict[str, Any]:
-    """One rank's result as ``canary.worker`` writes it: size 28 clean, size 29 as given."""
-    clean = {
-        "calls": 4,
-        "seconds": 0.004,
-        "wrong_elements": 0,
-        "mismatches_per_repeat": [0, 0],
-        "first": None,
-    }
+    """One rank's result as ``canary.worker`` writes it: size 28 clean, size 127 with ``bad``
+    calls wrong per repeat (group-wide flags) and ``first`` kept on this rank."""
+    kept = [] if first is None else [{"arm": "back_to_back", "returned": None, **first}]
     return {
         "rank": rank,
         "group": rank // 4,
         "entries": [
-            {**clean, "tokens": 28},
             {
-                "tokens": 29,
-                "calls": 14,
-                "seconds": 0.028 * (rank + 1),
+                "tokens": 28,
+                "wrong_elements": 0,
+                "mismatches_per_repeat": [0, 0],
+                "kept": [],
+                "arms": _arms(2, 0, 1),
+            },
+            {
+                "tokens": 127,
                 "wrong_elements": 5 if first else 0,
                 "mismatches_per_repeat": bad,
-                "first": first,
+                "kept": kept,
+                "arms": _arms(4, sum(bad), 2),
             },
         ],
     }
 
 
-def faulty_record() -> CanaryRecord:
-    first_late = {"repeat": 1, "call": 0, "index": 9, "expected": 12.0, "seen": -3.0}
-    first_early = {"repeat": 0, "call": 5, "index": 2, "expected": 4.0, "seen": 0.0}
+def faulty_record(
+    first: dict[str, Any] = STALE, control: ControlRecord | None = None
+) -> CanaryRecord:
     ranks = [
         rank_result(0, [1, 1], None),  # the group's leader holds the union of the flags
-        rank_result(1, [1, 1], first_late),
-        rank_result(2, [1, 1], first_early),
+        rank_result(1, [1, 1], OTHER if first is not STALE else None),
+        rank_result(2, [1, 1], first),
         rank_result(3, [1, 1], None),
     ]
     setup = Setup(
-        world_size=4, device="cpu", implementation="reducer", reducer="/r.py:f", repeats=2
+        world_size=4,
+        device="cpu",
+        implementation="reducer",
+        reducer="/r.py:f",
+        repeats=2,
+        control=control,
     )
     return merge(PLAN, setup, ranks, 100.0, 107.5)
 
 
-def test_merge_counts_calls_once_per_group_and_keeps_the_earliest_mismatch() -> None:
+def test_merge_counts_calls_once_per_group_keeps_every_mismatch_and_reads_its_fingerprint() -> None:
     record = faulty_record()
     clean, bad = record.results
     assert (clean.tokens, clean.mismatches, clean.first_mismatch) == (28, 0, None)
-    assert clean.rate_upper_99 is not None and clean.rate_upper_99 > 0
-    assert (bad.tokens, bad.calls, bad.mismatches, bad.wrong_elements) == (29, 14, 2, 10)
-    assert bad.first_mismatch is not None
+    assert clean.rate_upper_99 is not None and clean.block_rate_upper_99 is not None
+    assert clean.block_rate_upper_99 > clean.rate_upper_99  # 8 blocks bound less than 8 calls
+    assert (bad.tokens, bad.calls, bad.mismatches, bad.wrong_elements) == (127, 16, 2, 5)
+    assert (bad.blocks, bad.blocks_with_mismatch, bad.block_rate_upper_99) == (8, 1, None)
+    assert bad.first_mismatch is not None and bad.first_mismatch.matches
     assert (bad.first_mismatch.rank, bad.first_mismatch.call, bad.first_mismatch.seen) == (
         2,
         5,
         0.0,
     )
-    assert bad.latency_us == pytest.approx(1e6 * 0.028 * 2.5 / 14)
+    assert bad.fingerprint == "stale-read" and record.matches_stale_read
+    assert {a.arm: a.mismatches for a in bad.arms}["back_to_back"] == 2
     assert (record.repeats, record.repeats_with_mismatch, record.mismatches) == (2, 2, 2)
     assert record.first_bad() is bad and not record.clean
-    assert record.power.affected_calls == 7 and record.power.probability >= 0.99
+    assert record.power.exposed_calls == 8 and record.power.probability >= 0.99
+    other = faulty_record(OTHER)
+    assert other.results[1].fingerprint == "other" and not other.matches_stale_read
+    assert [m.matches for m in other.results[1].mismatches_kept] == [False, False]
 
 
 def test_the_written_record_reads_back_equal_and_matches_the_shipped_schema(tmp_path: Path) -> None:
@@ -93,18 +130,19 @@ def test_the_written_record_reads_back_equal_and_matches_the_shipped_schema(tmp_
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda d: d.update(schema_version=2), '"schema_version" must be 1'),
+        (lambda d: d.update(schema_version=1), '"schema_version" must be 2'),
         (lambda d: d.update(implementation="nccl"), '"implementation" must be one of'),
         (lambda d: d.update(variant="fixed"), '"variant" must be one of'),
         (lambda d: d["results"][1].update(calls="14"), '"results[1].calls" must be an integer'),
         (
-            lambda d: d["results"][1]["first_mismatch"].update(index=-1),
-            "results[1].first_mismatch.index",
+            lambda d: d["results"][1]["mismatches_kept"][0].update(index=-1),
+            "results[1].mismatches_kept[0].index",
         ),
         (lambda d: d["results"][0].pop("mismatches"), '"results[0].mismatches" is missing'),
         (lambda d: d["plan"][0].update(role="warmup"), '"plan[0].role" must be one of'),
         (lambda d: d["power"].update(detect_rate=1.0), '"power.detect_rate" must be in'),
         (lambda d: d.update(start_time=True), '"start_time" must be a finite number'),
+        (lambda d: d.update(control={"calls": 3}), '"control.implementation" is missing'),
     ],
 )
 def test_a_wrong_field_is_refused_by_name(edit: Any, message: str) -> None:
@@ -117,12 +155,93 @@ def test_a_wrong_field_is_refused_by_name(edit: Any, message: str) -> None:
         jsonschema.validate(data, schema)
 
 
-def test_more_repeats_with_a_mismatch_than_repeats_is_refused() -> None:
-    """A cross-field rule JSON Schema cannot state: the reader holds it."""
+def _zero_calls(d: dict[str, Any]) -> None:
+    for result in d["results"]:
+        result.update(
+            calls=0,
+            mismatches=0,
+            wrong_elements=0,
+            blocks=0,
+            blocks_with_mismatch=0,
+            mismatches_kept=[],
+            fingerprint=None,
+        )
+        for arm in result["arms"]:
+            arm.update(calls=0, mismatches=0, blocks=0, blocks_with_mismatch=0)
+    d["repeats_with_mismatch"] = 0
+
+
+def _clean(d: dict[str, Any]) -> None:
+    bad = d["results"][1]
+    bad.update(
+        mismatches=0, wrong_elements=0, blocks_with_mismatch=0, mismatches_kept=[], fingerprint=None
+    )
+    for arm in bad["arms"]:
+        arm.update(mismatches=0, blocks_with_mismatch=0)
+    d["repeats_with_mismatch"] = 0
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (_zero_calls, "no calls were made"),
+        (
+            lambda d: [r.update(exposed=False, wave_class="waves-agree") for r in d["results"]],
+            "no size of the suspect class",
+        ),
+        (
+            lambda d: (_clean(d), d["results"][1].update(wrong_elements=7)),
+            "7 wrong elements recorded with 0 mismatched calls",
+        ),
+        (lambda d: d["results"][1].update(mismatches=17), "17 mismatches exceed its 16 calls"),
+        (lambda d: d["results"][1].update(mismatches_kept=[]), "0 mismatches kept with 2"),
+        (lambda d: d["results"][1].update(fingerprint="other"), '"fingerprint" other disagrees'),
+        (lambda d: d["results"][1].update(blocks_with_mismatch=9), "blocks with a mismatch"),
+        (lambda d: d["results"][1]["arms"][1].update(calls=5), "arms do not add up"),
+        (lambda d: d.update(repeats_with_mismatch=0), '"repeats_with_mismatch" 0 disagrees'),
+        (lambda d: d.update(repeats_with_mismatch=3), "exceeds"),
+        (lambda d: d["power"].update(exposed_calls=0, probability=0.0), "buys no power"),
+        (lambda d: d["power"].update(exposed_calls=99, probability=1.0), "exceeds the 16 calls"),
+        (lambda d: d["power"].update(probability=0.999999), "is not what 8 exposed calls buy"),
+        (
+            lambda d: d.update(
+                control={
+                    "implementation": "control-broken",
+                    "calls": 5,
+                    "mismatched_calls": 6,
+                    "caught": True,
+                    "fingerprint": None,
+                }
+            ),
+            'mismatched_calls" 6 exceeds',
+        ),
+        (
+            lambda d: d.update(
+                control={
+                    "implementation": "control-broken",
+                    "calls": 5,
+                    "mismatched_calls": 0,
+                    "caught": True,
+                    "fingerprint": None,
+                }
+            ),
+            '"control.caught" True disagrees',
+        ),
+    ],
+)
+def test_a_record_whose_fields_disagree_is_refused_with_its_reason(edit: Any, message: str) -> None:
+    """Issue 36: contradictory or powerless evidence; JSON Schema cannot state these rules."""
     data = faulty_record().to_dict()
-    data["repeats_with_mismatch"] = 3
-    with pytest.raises(ValueError, match="exceeds"):
+    edit(data)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")):
         CanaryRecord.from_dict(data)
+
+
+def test_the_control_field_reads_back_and_null_is_allowed() -> None:
+    control = ControlRecord("control-broken", 40, 12, True, "stale-read")
+    record = faulty_record(control=control)
+    assert CanaryRecord.from_json(record.to_json()).control == control
+    assert CanaryRecord.from_json(faulty_record().to_json()).control is None
 
 
 def test_non_finite_numbers_and_duplicate_keys_are_refused() -> None:

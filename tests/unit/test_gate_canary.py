@@ -23,17 +23,18 @@ from miles_amd.evidence.load import load_run
 from miles_amd.judge.canary import KNOWN
 from miles_amd.judge.gate import Check, Verdict, judge
 from miles_amd.recipe.settings import Recipe
-from miles_amd.records.canary import CanaryRecord
+from miles_amd.records.canary import CanaryRecord, ControlRecord
 from miles_amd.report.render import render_markdown, render_text
 from miles_amd.run.preflight import Fact, write_env_json
 from tests.cli_runs import run_cli
 from tests.constants import LOGPROB
 from tests.run_dirs import published_values, write_run
 from tests.unit.test_ab_premise import AITER_LINE, run_dir
-from tests.unit.test_canary_record import rank_result
+from tests.unit.test_canary_record import OTHER, STALE, rank_result
 
-FIRST = {"repeat": 1, "call": 5, "index": 2, "expected": 4.0, "seen": 0.0}
 NAME = "allreduce.canary"
+BROKEN_CONTROL_MISSED = ControlRecord("control-broken", 4000, 0, False, None)
+BROKEN_CONTROL_CAUGHT = ControlRecord("control-broken", 4000, 37, True, "stale-read")
 
 
 def canary(
@@ -43,11 +44,14 @@ def canary(
     bad: bool,
     variant: str | None = None,
     aiter_commit: str | None = None,
+    first: dict[str, object] = STALE,
+    control: ControlRecord | None = None,
 ) -> CanaryRecord:
-    """Write ``run/canary.json`` of ``implementation``: N=28 clean, N=29 wrong when ``bad``."""
-    plan = build_plan(recipe_shape(Recipe()), implementation, 0.5, target=CPU, tokens=(28, 29))
+    """Write ``run/canary.json`` of ``implementation``: N=28 clean, N=127 wrong when ``bad``
+    (``first`` on rank 2: by default the stale read's fingerprint)."""
+    plan = build_plan(recipe_shape(Recipe()), implementation, 0.5, target=CPU, tokens=(28, 127))
     flags = [1, 1] if bad else [0, 0]
-    ranks = [rank_result(r, flags, FIRST if bad and r == 2 else None) for r in range(4)]
+    ranks = [rank_result(r, flags, first if bad and r == 2 else None) for r in range(4)]
     setup = Setup(
         world_size=4,
         device="cpu",
@@ -56,6 +60,7 @@ def canary(
         variant=variant,
         repeats=2,
         aiter_commit=aiter_commit,
+        control=control,
     )
     record = merge(plan, setup, ranks, 100.0, 107.5)
     write_canary(run, record)
@@ -92,8 +97,9 @@ def test_a_wrong_sum_on_patched_fails_naming_n_the_kernel_path_and_the_element(
     assert check.status == "fail" and check.observed == 2 and verdict.verdict == "fail"
     for needle in (
         "2 wrong sum(s) from aiter's CustomAllreduce",
-        "N=29 (aiter's 2stage path, non-uniform stage-1 trip count)",
-        "repeat 1 call 5 rank 2 index 2: expected 4, seen 0",
+        "(matches ROCm/aiter#5694's stale read)",
+        "N=127 (aiter's 2stage path, non-uniform stage-1 trip count, exposed)",
+        f"repeat 0 call 5 rank 2 index {STALE['index']}: expected 4, seen 0",
     ):
         assert needle in check.detail, check.detail
     shown(verdict, check)
@@ -106,6 +112,7 @@ def test_a_clean_patched_canary_passes_with_its_power(tmp_path) -> None:
     assert check.status == "pass" and verdict.verdict == "pass", verdict.reason
     assert check.detail.startswith("clean: ") and "caught with probability" in check.detail
     assert "reproduce" not in check.detail
+    assert "no positive control ran" in check.detail
     shown(verdict, check)
 
 
@@ -162,6 +169,42 @@ def test_a_clean_stock_canary_says_the_ab_says_nothing_about_the_fix(tmp_path) -
     spikes = next(c for c in verdict.checks if c.name == "logprob_abs_diff.spikes")
     assert spikes.status == "fail" and not spikes.detail.startswith("known:")
     shown(verdict, check)
+
+
+def test_a_stock_red_of_another_fault_fails_and_is_not_the_known_bug(tmp_path) -> None:
+    """Issue 34 item 7: a red that does not match #5694's fingerprint is a failure on stock too."""
+    run = spiking_stock_run(tmp_path / "spike")
+    canary(run, "aiter", bad=True, variant="stock", first=OTHER)
+    verdict, check = gated(run, "stock")
+    assert check.status == "fail" and "(another fault)" in check.detail
+    assert "the all-reduce is wrong" in check.detail and "reproduced" not in check.detail
+    spikes = next(c for c in verdict.checks if c.name == "logprob_abs_diff.spikes")
+    assert not spikes.detail.startswith("known:")
+    shown(verdict, check)
+
+
+@pytest.mark.parametrize("variant", ["stock", "patched"])
+def test_a_clean_canary_whose_positive_control_was_missed_is_not_measured(
+    tmp_path, variant
+) -> None:
+    run = run_dir(tmp_path, variant, AITER_LINE)
+    canary(run, "aiter", bad=False, variant=variant, control=BROKEN_CONTROL_MISSED)
+    verdict, check = gated(run, variant)
+    assert check.status == "not_measured", check.detail
+    assert check.detail.startswith("not measured: the canary could not see this class of race")
+    assert "control-broken made 4000 calls and none was wrong" in check.detail
+    assert gated(run, variant, require_env=True)[1].status == "fail"
+    shown(verdict, check)
+
+
+def test_a_clean_canary_whose_positive_control_was_caught_says_it_can_see_the_race(
+    tmp_path,
+) -> None:
+    run = run_dir(tmp_path, "stock", AITER_LINE)
+    canary(run, "aiter", bad=False, variant="stock", control=BROKEN_CONTROL_CAUGHT)
+    _, check = gated(run, "stock", require_env=True)
+    assert check.status == "pass"
+    assert "control-broken was caught (37 of 4000 calls wrong)" in check.detail
 
 
 def test_the_control_arm_needs_sglangs_own_all_reduce_clean(tmp_path) -> None:
@@ -224,7 +267,7 @@ def test_the_cpu_harness_form_gates_a_canary_only_run_dir(tmp_path) -> None:
     canary(tmp_path / "red", "reducer", bad=True)
     done = run_cli("gate", "--run-dir", str(tmp_path / "red"), "--baseline", "patched")
     assert done.returncode == 1, done.stderr
-    assert "allreduce.canary" in done.stdout and "N=29 (aiter's 2stage path" in done.stdout
+    assert "allreduce.canary" in done.stdout and "N=127 (aiter's 2stage path" in done.stdout
     report = json.loads((tmp_path / "red" / "report" / "report.json").read_text())
     row = next(c for c in report["checks"] if c["name"] == NAME)
     assert row["status"] == "fail" and "the CPU harness's --reducer" in row["detail"]

@@ -91,7 +91,7 @@ def test_a_red_of_the_variants_all_reduce_stops_before_the_driver(
         run_and_gate(plan, timeout_s=60, canary_command=command, echo=lambda _: None)
     line = str(stopped.value)
     assert line.startswith("the all-reduce canary found the kernel wrong: 2 wrong sum(s)")
-    assert "N=29 (aiter's 2stage path" in line and "about 66 node-minutes saved" in line
+    assert "N=127 (aiter's 2stage path" in line and "about 66 node-minutes saved" in line
     assert "\n" not in line and seen == [plan.steps[0].argv]
     assert sorted(p.name for p in run.iterdir()) == ["canary.json"]  # no job.log, no plan.json
     short = build_train_plan(

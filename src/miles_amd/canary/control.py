@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from miles_amd.canary import harness
-from miles_amd.canary.plan import Plan
-from miles_amd.records.canary import CanaryRecord, ControlResult, FirstMismatch
+from miles_amd.canary.plan import ARMS, Plan
+from miles_amd.records.canary import CanaryRecord, ControlRecord, Mismatch
 
 BUILDS = {"control": False, "control-broken": True}
 CONTROL_CALLS = 200
 KERNEL_SOURCE = Path(__file__).with_name("control_kernel.cu")
 THREADS, MAX_BLOCKS, PACK_BYTES = 512, 80, 16  # control_kernel.cu's kThreads, kMaxBlocks, uint4
+ARM = ARMS[0]  # back to back
 NOT_SEEN = "the canary could not see this class of race here"
 
 
@@ -70,17 +71,20 @@ def reducer(implementation: str, spec: dict[str, Any], cpu_group: Any) -> Callab
 
 
 def control_plan(plan: Plan, calls: int = CONTROL_CALLS) -> Plan:
-    """The broken build's plan: ``plan``'s suspect sizes, at most ``calls`` calls each."""
+    """The broken build's plan: ``plan``'s suspect sizes (either model), at most ``calls``
+    back-to-back calls each."""
     entries = tuple(
-        dataclasses.replace(e, calls=min(e.calls, calls), implementation="control-broken")
+        dataclasses.replace(e, arms=((ARM, min(e.calls, calls)),), implementation="control-broken")
         for e in plan.entries
-        if e.affected
+        if e.affected or e.exposed
     )
     return dataclasses.replace(plan, entries=entries)
 
 
-def fingerprint(first: FirstMismatch, tokens: int, hidden: int, tp: int, itemsize: int) -> str:
+def fingerprint(first: Mismatch, tokens: int, hidden: int, tp: int, itemsize: int) -> str:
     """Where the control kernel put ``first``'s element, and how far off it was (module doc)."""
+    if first.index is None or first.expected is None or first.seen is None:
+        return f"N={tokens} call {first.call}: returned {first.returned}"
     lanes = PACK_BYTES // itemsize
     size = tokens * hidden // lanes
     part = size // tp
@@ -89,8 +93,8 @@ def fingerprint(first: FirstMismatch, tokens: int, hidden: int, tp: int, itemsiz
     rel = packed - owner * part
     slot = THREADS // tp
     blocks = min(MAX_BLOCKS, max(1, math.ceil(part / slot)))
-    step = (first.expected - first.seen) / tp  # consecutive calls' inputs differ by 1 a rank
-    steps = f"{step:g} input step(s)" if step == int(step) else f"{step:g} (not whole steps)"
+    off = first.expected - first.seen  # a rank's input steps by 1 a call, the sum by tp
+    steps = f"{off:g} rank input step(s), {off / tp:g} of the sum's"
     reader = first.rank % tp
     return (
         f"N={tokens} call {first.call}: rank {reader} read rank {owner}'s segment "
@@ -99,11 +103,11 @@ def fingerprint(first: FirstMismatch, tokens: int, hidden: int, tp: int, itemsiz
     )
 
 
-def control_result(record: CanaryRecord, hidden: int, tp: int, itemsize: int) -> ControlResult:
+def control_result(record: CanaryRecord, hidden: int, tp: int, itemsize: int) -> ControlRecord:
     """``canary.json``'s ``control`` from the broken build's run."""
     bad = record.first_bad()
     first = bad.first_mismatch if bad is not None else None
-    return ControlResult(
+    return ControlRecord(
         implementation=record.implementation,
         calls=sum(r.calls for r in record.results),
         mismatched_calls=record.mismatches,
@@ -116,10 +120,10 @@ def control_result(record: CanaryRecord, hidden: int, tp: int, itemsize: int) ->
     )
 
 
-def run_control(plan: Plan, setup: harness.Setup, timeout_s: float) -> ControlResult:
+def run_control(plan: Plan, setup: harness.Setup, timeout_s: float) -> ControlRecord:
     """The broken build over :func:`control_plan` in ``setup``'s ranks; ``launch.HarnessError``
     when they cannot run it."""
-    broken = dataclasses.replace(setup, implementation="control-broken", repeats=1)
+    broken = dataclasses.replace(setup, implementation="control-broken", repeats=1, control=None)
     record = harness.run(control_plan(plan), broken, timeout_s)
     shape = plan.shape
     return control_result(record, shape.hidden, shape.tp, shape.dtype_size)

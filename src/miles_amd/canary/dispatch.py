@@ -11,7 +11,10 @@ Decides:
 - each lane's stage-1 trip count (:func:`trip_counts`) and whether a block's lanes agree;
 - whether a size is :attr:`Dispatch.affected`, the suspect class: non-naive 2-stage with
   non-uniform trip counts;
-- whether aiter's custom all-reduce takes a size at all (:func:`uses_custom_ar`).
+- whether aiter's custom all-reduce takes a size at all (:func:`uses_custom_ar`);
+- the hardware reading (:func:`wave_class`): barriers count waves of ``wave`` lanes (64 on
+  CDNA), so only an early-leaving wave that still has stage-2 reads can return a stale sum
+  (``exposed``).
 
 Caveat: the constants come as :class:`DispatchConstants` (:data:`PINNED`: this commit's;
 ``canary.source`` reads the installed aiter's). ``tests/unit/test_canary_dispatch.py`` holds
@@ -25,7 +28,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 Kernel = Literal["1stage", "2stage", "none"]
+WaveClass = Literal["exposed", "early-no-read", "waves-agree", "uniform", "not-2stage"]
 PACK_BYTES = 16
+CDNA_WAVE = 64
 
 
 @dataclass(frozen=True)
@@ -127,3 +132,42 @@ def trip_counts(span: int, stride: int, first_tid: int, lanes: int) -> list[int]
     """Stage-1 trip count of each lane ``first_tid .. first_tid + lanes - 1`` over ``span``
     packs (``ceil((span - tid) / stride)``, 0 past the span): the check the tests run."""
     return [max(0, -(-(span - tid) // stride)) for tid in range(first_tid, first_tid + lanes)]
+
+
+def early_waves(
+    d: Dispatch, span: int, threads: int, wave: int = CDNA_WAVE
+) -> tuple[int, dict[int, bool]]:
+    """For a rank's stage-1 ``span``: the first tid of the one block whose lanes loop unequally
+    often, and its early waves (wave index -> whether it still has a stage-2 read)."""
+    tnum = d.threads_per_gpu
+    largest = d.part + d.packs % (threads // tnum)
+    first = (span % d.stride) // tnum * tnum
+    # a wave loops as often as its smallest lane (trip counts fall as tid grows)
+    low = [0 if w // tnum != (w + wave - 1) // tnum else w % tnum for w in range(0, threads, wave)]
+    trips = [trip_counts(span, d.stride, first + lane, 1)[0] for lane in low]
+    return first, {
+        w: first + lane < largest
+        for w, (lane, t) in enumerate(zip(low, trips, strict=True))
+        if t < max(trips)
+    }
+
+
+def wave_class(d: Dispatch, world_size: int, wave: int = CDNA_WAVE) -> WaveClass:
+    """The size's class when barriers count waves of ``wave`` lanes (``docs/node.md``, "The
+    hardware reading"): ``exposed`` when a wave of some block runs fewer stage-1 iterations than
+    another wave of it and still reads peer data in stage 2 (a stale read: a wrong sum);
+    ``early-no-read`` when the early wave has nothing to read; ``waves-agree`` when lanes differ
+    but every wave runs the same barriers; ``uniform``; ``not-2stage`` (1-stage, naive, none)."""
+    if d.kernel != "2stage" or d.naive:
+        return "not-2stage"
+    if d.uniform_trip_count:
+        return "uniform"
+    threads = d.threads_per_gpu * world_size
+    reads = [
+        read
+        for span in {d.part, d.part + d.packs % world_size}
+        for read in early_waves(d, span, threads, wave)[1].values()
+    ]
+    if not reads:
+        return "waves-agree"
+    return "exposed" if any(reads) else "early-no-read"

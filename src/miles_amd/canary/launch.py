@@ -13,8 +13,12 @@ free one (``canary.worker``). The bound:
 - ranks still running ``timeout_s`` after the start (a reducer that hangs, a collective that
   does not complete) are killed: :class:`HarnessError` saying which ranks hung.
 
+- a rank that exits 0 without a readable result file: :class:`HarnessError` naming it.
+
 Only the process groups of the ranks it started are signalled (``os.killpg`` of each
-child's own group, SIGKILL).
+child's own group, SIGKILL), also when this process gets SIGTERM or SIGHUP while they run
+(:func:`_signals_raise`: the signal ends the run as a :class:`HarnessError`, the ranks are
+stopped and the temp dir removed).
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +74,40 @@ def _error(tmp: Path, spec_path: Path, rank: int) -> tuple[float, str]:
     return math.inf, lines[-1] if lines else "no output"
 
 
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`HarnessError` while the ranks run (main thread only),
+    so the caller's ``finally`` stops them; the previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise HarnessError(f"stopped by {signal.Signals(signum).name}; the ranks were stopped")
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _result(spec_path: Path, rank: int) -> dict[str, Any]:
+    path = result_path(spec_path, rank)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise HarnessError(
+            f"rank {rank} exited 0 without a readable result file {path.name} ({exc})"
+        ) from None
+    if not isinstance(data, dict):
+        raise HarnessError(f"rank {rank}'s result file {path.name} is not a JSON object")
+    if "error" in data:
+        raise HarnessError(f"rank {rank} failed: {data['error']}")
+    return data
+
+
 def run_ranks(spec: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
     """Every rank's result (``canary.worker``), in rank order; HarnessError (module doc)."""
     world = spec["world_size"]
@@ -83,35 +123,41 @@ def run_ranks(spec: dict[str, Any], timeout_s: float) -> list[dict[str, Any]]:
         spec_path = tmp / "spec.json"
         spec_path.write_text(json.dumps({**spec, "timeout_s": timeout_s}), encoding="utf-8")
         procs: list[subprocess.Popen[bytes]] = []
-        try:
-            for rank in range(world):
-                with open(tmp / f"rank{rank}.log", "wb") as log:
-                    procs.append(
-                        subprocess.Popen(
-                            [
-                                sys.executable,
-                                "-m",
-                                "miles_amd.canary.worker",
-                                str(spec_path),
-                                str(rank),
-                            ],
-                            stdin=subprocess.DEVNULL,
-                            stdout=log,
-                            stderr=subprocess.STDOUT,
-                            env=env,
-                            start_new_session=True,
-                        )
-                    )
-            _wait(procs, tmp, spec_path, timeout_s)
-        finally:
-            _kill(procs)
-        results = []
+        with _signals_raise():
+            _start_and_wait(procs, tmp, spec_path, world, env, timeout_s)
+        return [_result(spec_path, rank) for rank in range(world)]
+
+
+def _start_and_wait(
+    procs: list[subprocess.Popen[bytes]],
+    tmp: Path,
+    spec_path: Path,
+    world: int,
+    env: dict[str, str],
+    timeout_s: float,
+) -> None:
+    try:
         for rank in range(world):
-            data = json.loads(result_path(spec_path, rank).read_text(encoding="utf-8"))
-            if "error" in data:
-                raise HarnessError(f"rank {rank} failed: {data['error']}")
-            results.append(data)
-        return results
+            with open(tmp / f"rank{rank}.log", "wb") as log:
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "miles_amd.canary.worker",
+                            str(spec_path),
+                            str(rank),
+                        ],
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                    )
+                )
+        _wait(procs, tmp, spec_path, timeout_s)
+    finally:
+        _kill(procs)
 
 
 def _wait(

@@ -10,7 +10,8 @@ the fix; the CLI exits 2 on them) and the aiter provenance the record carries:
   ``CustomAllreduce`` module: the child of ``run.probes_allreduce.read_job_aiter`` tries the
   import as SGLang does, with this process's ``PYTHONPATH``, and reads aiter's version and
   build commit (``run.probes_allreduce.aiter_commit_fact``; None when unknown);
-- SGLang's module is tried in the GPU probe's child.
+- SGLang's module is tried in the GPU probe's child, which also reads the GPU's wave size
+  (``warp_size`` of torch's device properties, where torch exposes it; else the plan's 64).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from pathlib import Path
 PROBE_TIMEOUT_S = 300.0
 GPU_PROBE = r"""
 import json
-out = {"error": None, "gpus": 0, "hip": None, "sglang_error": None}
+out = {"error": None, "gpus": 0, "hip": None, "sglang_error": None, "wave_size": None}
 try:
     import torch
     out["gpus"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
     out["hip"] = getattr(torch.version, "hip", None)
+    if out["gpus"]:
+        out["wave_size"] = getattr(torch.cuda.get_device_properties(0), "warp_size", None)
 except BaseException as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
 try:
@@ -48,6 +51,7 @@ class NodeFacts:
     aiter_error: str | None
     aiter_version: str | None
     aiter_commit: str | None
+    wave_size: int | None = None  # the GPU's wave (warp) size where torch exposes it
 
 
 def probe_gpus(python: str = sys.executable) -> dict[str, object]:
@@ -86,6 +90,7 @@ def node_facts() -> NodeFacts:
     if isinstance(dists, list) and dists and isinstance(dists[0], dict):
         version = str(dists[0].get("version") or "") or None
     gpus = gpu.get("gpus")
+    wave = gpu.get("wave_size")
     return NodeFacts(
         gpus=gpus if isinstance(gpus, int) else 0,
         torch_error=str(gpu["error"]) if gpu.get("error") else None,
@@ -93,6 +98,9 @@ def node_facts() -> NodeFacts:
         aiter_error=str(error) if error else None,
         aiter_version=version,
         aiter_commit=None if commit.startswith("unknown") else commit.split()[0],
+        wave_size=wave
+        if isinstance(wave, int) and not isinstance(wave, bool) and wave > 0
+        else None,
     )
 
 

@@ -1,19 +1,18 @@
-"""The canary's plan: which all-reduce sizes, how many calls each, and what the budget proves.
+"""The canary's plan: which all-reduce sizes, under which conditions, how many calls each.
 
 Decides, purely, from the recipe and the dispatch constants:
 
 - **Shape** (:func:`recipe_shape`): hidden size, dtype, rollout TP, engines, requests per
-  engine (the largest decode batch) and the prefill chunk; ``N`` tokens all-reduce
-  ``N x hidden`` elements;
-- **Sizes** (:func:`token_sizes`): every decode ``N``; prefill ``N`` of the suspect class up
-  to the largest aiter's custom all-reduce takes; the uniform 2-stage sizes as controls;
-- **Calls**: enough for the detect rate over the affected sizes (``power``), spread by a
-  per-call time model (:class:`LatencyModel`) for a :class:`Target` (:data:`NODE` or
-  :data:`CPU`); ``tokens`` narrows a plan to chosen sizes;
+  engine and the prefill chunk; ``N`` tokens all-reduce ``N x hidden`` elements;
+- **Sizes** (:func:`token_sizes`), each classed under both models (lanes: ``affected``;
+  waves: ``dispatch.wave_class``): decode ``N`` as SGLang pads them (its CUDA-graph sizes),
+  prefill sizes where a stale read is possible (``exposed``) up to the largest aiter takes,
+  and matched controls of the same kernel (waves agree, uniform, lane-only);
+- **Calls**: enough for the detect rate over the exposed sizes (``power``), spread by a
+  per-call time model (:class:`LatencyModel`: kernel plus the harness measured on a GPU) for
+  a :class:`Target`, each size's calls split over the rollout conditions (:data:`ARMS`);
 - **Groups**: the node's TP groups share each size's calls; the time estimate divides by them;
-- SGLang's own all-reduce (the control arm) stops at its 16 MiB limit
-  (:data:`SGLANG_MAX_BYTES`);
-- each entry names the implementation tested and aiter's dispatch for its size.
+- SGLang's own all-reduce (the control arm) stops at its 16 MiB limit.
 
 The recipe's figures, the targets' settings and SGLang's sources: ``docs/node.md`` ("How the
 plan is built").
@@ -23,15 +22,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from miles_amd.canary import power
-from miles_amd.canary.dispatch import PINNED, DispatchConstants, dispatch, uses_custom_ar
+from miles_amd.canary.dispatch import (
+    CDNA_WAVE,
+    PINNED,
+    DispatchConstants,
+    dispatch,
+    uses_custom_ar,
+    wave_class,
+)
 from miles_amd.recipe.settings import Recipe
 
 SGLANG_DEFAULT_CHUNKED_PREFILL = 16384  # sglang 0.5.16 server_args.py, gpu_mem >= 160 GiB
 DTYPE_SIZES = {"bfloat16": 2, "float16": 2, "float32": 4}
 UNIFORM_STEP = 64  # 90·N packs per rank is a multiple of 128 lanes iff N % 64 == 0 (TP 4)
 CPU_MAX_TOKENS = 128
+# The rollout conditions (docs/node.md, "Rollout conditions"), each an arm with its own calls.
+ARMS = ("back_to_back", "gemm", "skew", "spread")
 # SGLang's own CustomAllreduce takes inputs up to _MAX_CAR_SIZE = 2 * 8192 * 1024 bytes on HIP
 # (sglang 0.5.16, python/sglang/srt/distributed/device_communicators/custom_all_reduce.py).
 SGLANG_MAX_BYTES = 2 * 8192 * 1024
@@ -97,31 +106,67 @@ def recipe_shape(recipe: Recipe) -> RecipeShape:
     )
 
 
+def sglang_decode_sizes(requests: int) -> list[int]:
+    """The batch sizes SGLang's decode replays for up to ``requests`` requests: its CUDA-graph
+    capture list (sglang ``server_args._generate_cuda_graph_batch_sizes``, no speculative
+    decoding) up to the first size that holds ``requests`` (a batch pads up to it)."""
+    ladder = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, 4097, 32)]
+    sizes = []
+    for bs in ladder:
+        sizes.append(bs)
+        if bs >= requests:
+            break
+    return sizes
+
+
 @dataclass(frozen=True)
 class LatencyModel:
-    """Estimated seconds per call: ``base_s + bytes / bytes_per_s``, and where it comes from."""
+    """Estimated seconds per call: kernel ``base_s + bytes / bytes_per_s`` plus the harness's
+    own cost at ``N`` tokens (linear between the measured points), and where they come from."""
 
     base_s: float
     bytes_per_s: float
+    harness_us: tuple[tuple[int, float], ...]  # (tokens, us per call), ascending
     source: str
 
-    def seconds(self, nbytes: int) -> float:
-        return self.base_s + nbytes / self.bytes_per_s
+    def harness_s(self, tokens: int) -> float:
+        points = self.harness_us
+        if tokens <= points[0][0]:
+            return points[0][1] * 1e-6
+        for (n0, t0), (n1, t1) in pairwise(points):
+            if tokens <= n1:
+                return (t0 + (t1 - t0) * (tokens - n0) / (n1 - n0)) * 1e-6
+        return points[-1][1] * tokens / points[-1][0] * 1e-6
+
+    def seconds(self, nbytes: int, tokens: int) -> float:
+        return self.base_s + nbytes / self.bytes_per_s + self.harness_s(tokens)
 
 
+# The harness alone, 4 ranks of canary.worker on one H200 over gloo, bf16, hidden 2880, a reducer
+# that makes the exact sum locally (issue 34, measured 2026-12-03; docs/node.md).
+H200_HARNESS_US = (
+    (1, 42.0),
+    (32, 48.0),
+    (127, 54.0),
+    (255, 54.0),
+    (1023, 85.0),
+    (4095, 198.0),
+    (11650, 547.0),
+)
 NODE_LATENCY = LatencyModel(
-    base_s=20e-6,
+    base_s=12e-6,
     bytes_per_s=75e9,
+    harness_us=H200_HARNESS_US,
     source=(
-        "published, not measured here: aiter/SGLang custom all-reduce at TP 4, 14.4 us at "
-        "256 KB and 118.3 us at 8 MB (sgl-project/sglang#6619, MI300-class), aiter's 2-stage "
-        "at world size 4 620.8 us for 2040x8192 fp32 (ROCm/FlyDSL#326); modelled as 12 us + "
-        "bytes / 75 GB/s plus 8 us of harness per call (assumed)"
+        "kernel: published, not measured here (sgl-project/sglang#6619, ROCm/FlyDSL#326): "
+        "12 us + bytes / 75 GB/s; harness: measured on one H200 (42 us at N=1 to 547 us at "
+        "N=11650)"
     ),
 )
 CPU_LATENCY = LatencyModel(
     base_s=2e-3,
     bytes_per_s=1.0e9,
+    harness_us=((1, 0.0),),
     source=(
         "measured: gloo, 4 CPU processes on 2 cores, 2-8 ms per call at any of the CPU plan's "
         "sizes (benchmarks/bench_canary.py)"
@@ -141,12 +186,12 @@ class Target:
 
 
 NODE = Target("node", NODE_LATENCY, None, power.CONTROL_SHARE, power.MIN_CONTROL_CALLS)
-CPU = Target("cpu", CPU_LATENCY, CPU_MAX_TOKENS, 0.02, 2)
+CPU = Target("cpu", CPU_LATENCY, CPU_MAX_TOKENS, 0.02, 4)
 
 
 @dataclass(frozen=True)
 class PlanEntry:
-    """One size of the plan."""
+    """One size of the plan: its class under both models and its calls per arm."""
 
     tokens: int
     bytes: int
@@ -154,10 +199,16 @@ class PlanEntry:
     naive: bool
     uniform_trip_count: bool
     affected: bool
+    wave_class: str
+    exposed: bool
     blocks: int
     role: str  # decode, prefill, control
-    calls: int
+    arms: tuple[tuple[str, int], ...]
     implementation: str
+
+    @property
+    def calls(self) -> int:
+        return sum(calls for _, calls in self.arms)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -167,9 +218,12 @@ class PlanEntry:
             "naive": self.naive,
             "uniform_trip_count": self.uniform_trip_count,
             "affected": self.affected,
+            "wave_class": self.wave_class,
+            "exposed": self.exposed,
             "blocks": self.blocks,
             "role": self.role,
             "calls": self.calls,
+            "arms": dict(self.arms),
             "implementation": self.implementation,
         }
 
@@ -184,20 +238,36 @@ class Plan:
     detect_rate: float
     latency: LatencyModel
     groups: int
+    wave_size: int
 
     @property
-    def affected_calls(self) -> int:
-        return sum(e.calls for e in self.entries if e.affected)
+    def exposed_calls(self) -> int:
+        return sum(e.calls for e in self.entries if e.exposed)
 
     @property
     def probability(self) -> float:
-        return power.detection_probability(self.detect_rate, self.affected_calls)
+        return power.detection_probability(self.detect_rate, self.exposed_calls)
 
     @property
     def estimated_seconds(self) -> float:
         """Estimated time of all calls, the TP groups running side by side."""
-        total = sum(e.calls * self.latency.seconds(e.bytes) for e in self.entries)
+        total = sum(
+            e.calls * self.latency.seconds(e.bytes, e.tokens)
+            + dict(e.arms).get("gemm", 0) * gemm_seconds(self.shape, e.tokens)
+            + dict(e.arms).get("skew", 0) * SKEW_S
+            for e in self.entries
+        )
         return total / self.groups
+
+
+# The gemm arm's layer-shaped matmul, (N, hidden) x (hidden, hidden), at an assumed 300 TFLOP/s
+# bf16, and the skew arm's delay of one rank per call (docs/node.md, "Rollout conditions").
+GEMM_FLOPS = 300e12
+SKEW_S = 20e-6
+
+
+def gemm_seconds(shape: RecipeShape, tokens: int) -> float:
+    return 2.0 * tokens * shape.hidden * shape.hidden / GEMM_FLOPS
 
 
 def top_tokens(
@@ -214,23 +284,59 @@ def top_tokens(
     return top
 
 
-def token_sizes(shape: RecipeShape, constants: DispatchConstants, top: int) -> list[int]:
-    """Decode, prefill spread and uniform controls (``docs/node.md``, "How the plan is built"),
-    ascending, deduplicated."""
-    decode = range(1, min(shape.requests_per_engine, top) + 1)
-    uniform = []
+def _classes(
+    shape: RecipeShape, constants: DispatchConstants, n: int, wave: int
+) -> tuple[bool, str]:
+    d = dispatch(shape.nbytes(n), shape.tp, shape.dtype_size, True, constants)
+    return d.affected, wave_class(d, shape.tp, wave)
+
+
+def token_sizes(
+    shape: RecipeShape, constants: DispatchConstants, top: int, wave: int = CDNA_WAVE
+) -> list[int]:
+    """Decode as SGLang pads it, exposed prefill sizes and matched controls (``docs/node.md``,
+    "How the plan is built"), ascending, deduplicated."""
+    decode = [n for n in sglang_decode_sizes(shape.requests_per_engine) if n <= top]
+    powers = []
     m = UNIFORM_STEP
     while m <= top:
-        uniform.append(m)
+        powers.append(m)
         m *= 2
-    prefill = {shape.requests_per_engine + 1, top} | {u + d for u in uniform for d in (-1, 1)}
-    spread = {
+    candidates = {top} | {p + d for p in powers for d in (-1, 1)} | set(powers)
+
+    def find(start: int, step: int, wanted: str) -> int | None:
+        n = start
+        while shape.requests_per_engine < n <= top:
+            if _classes(shape, constants, n, wave)[1] == wanted:
+                return n
+            n += step
+        return None
+
+    first_exposed = find(shape.requests_per_engine + 1, 1, "exposed")
+    picks = [
+        first_exposed,
+        find(top // 2, 1, "exposed"),
+        find(shape.requests_per_engine + 1, 1, "early-no-read"),
+        find((first_exposed or top + 1) - 1, -1, "early-no-read"),
+    ]
+    candidates |= {n for n in picks if n is not None}
+    kept = {
         n
-        for n in prefill
+        for n in candidates
         if shape.requests_per_engine < n <= top
-        and dispatch(shape.nbytes(n), shape.tp, shape.dtype_size, True, constants).affected
+        and _classes(shape, constants, n, wave)[1]
+        in ("exposed", "early-no-read", "waves-agree", "uniform")
     }
-    return sorted(set(decode) | spread | set(uniform))
+    return sorted(set(decode) | kept)
+
+
+def _role(n: int, decode: set[int], exposed: bool) -> str:
+    return "decode" if n in decode else "prefill" if exposed else "control"
+
+
+def _split(calls: int, arms: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    each = -(-calls // len(arms))
+    return tuple((arm, each) for arm in arms)
 
 
 def build_plan(
@@ -242,32 +348,39 @@ def build_plan(
     constants: DispatchConstants = PINNED,
     groups: int = 1,
     tokens: Sequence[int] = (),
+    wave_size: int = CDNA_WAVE,
+    arms: Sequence[str] = ARMS,
 ) -> Plan:
     """The plan (``docs/node.md``, "How the plan is built"); ``tokens`` keeps only those sizes.
-    ValueError for a detect rate outside (0, 1), a size outside the plan's range, or no size of
-    the suspect class."""
+    ValueError for a detect rate outside (0, 1), a size outside the plan's range, or no size
+    where a stale read is possible."""
     needed = power.calls_needed(detect_rate)
+    if wave_size < 1:
+        raise ValueError(f"wave size {wave_size}: must be a positive lane count")
     max_bytes = SGLANG_MAX_BYTES if implementation == "sglang" else None
     top = top_tokens(shape, constants, target.max_tokens or shape.chunked_prefill_size, max_bytes)
-    sizes = token_sizes(shape, constants, top)
+    sizes = token_sizes(shape, constants, top, wave_size)
     if tokens:
         outside = sorted({n for n in tokens if not 1 <= n <= top})
         if outside:
             raise ValueError(f"tokens {outside} are outside this plan's 1..{top}")
         sizes = sorted(set(tokens))
     shapes = [dispatch(shape.nbytes(n), shape.tp, shape.dtype_size, True, constants) for n in sizes]
-    if not any(d.affected for d in shapes):
+    waves = [wave_class(d, shape.tp, wave_size) for d in shapes]
+    if "exposed" not in waves:
         raise ValueError(
-            f"none of the sizes {sizes} is in the suspect class (2-stage, non-uniform)"
+            f"none of the sizes {sizes} is in the suspect class (a {wave_size}-lane wave that "
+            "leaves stage 1 early and still reads peer data)"
         )
     latency = target.latency
     calls = power.allocate(
-        [latency.seconds(shape.nbytes(n)) for n in sizes],
-        [d.affected for d in shapes],
+        [latency.seconds(shape.nbytes(n), n) for n in sizes],
+        [w == "exposed" for w in waves],
         needed,
         target.control_share,
         target.min_control_calls,
     )
+    decode = set(sglang_decode_sizes(shape.requests_per_engine))
     entries = tuple(
         PlanEntry(
             tokens=n,
@@ -276,15 +389,13 @@ def build_plan(
             naive=d.naive,
             uniform_trip_count=d.uniform_trip_count,
             affected=d.affected,
+            wave_class=w,
+            exposed=w == "exposed",
             blocks=d.blocks,
-            role="decode"
-            if n <= shape.requests_per_engine
-            else "control"
-            if d.uniform_trip_count
-            else "prefill",
-            calls=c,
+            role=_role(n, decode, w == "exposed"),
+            arms=_split(c, arms),
             implementation=implementation,
         )
-        for n, d, c in zip(sizes, shapes, calls, strict=True)
+        for n, d, w, c in zip(sizes, shapes, waves, calls, strict=True)
     )
-    return Plan(shape, constants, entries, detect_rate, latency, max(1, groups))
+    return Plan(shape, constants, entries, detect_rate, latency, max(1, groups), wave_size)

@@ -7,19 +7,18 @@
   store), its port written beside the spec; per TP group a device group and a gloo group.
 - Inputs: ``a(r, i) + b(c)``, integers whose every partial sum has magnitude at most 248, so
   exact in bf16 and fp32 in any order of addition; consecutive calls differ at every element.
-- Checking on the device: a block of calls back to back, then one bitwise comparison against
-  the exact sums, max-reduced over the TP group (``mismatches`` counts calls wrong on any
-  rank); the first wrong element is kept. Latency: a block's wall time over its calls.
-- Reducers: ``reducer`` (``FILE:FUNCTION``, the test seam), ``rccl``
-  (``torch.distributed.all_reduce``), ``aiter`` and ``sglang`` (``CustomAllreduce`` built as
-  SGLang's ``GroupCoordinator`` does), ``control`` and ``control-broken`` (``canary.control``).
+- The spec's tasks run in order, each a size's calls under one rollout condition (arm:
+  back to back, a layer-shaped GEMM before each call, one rank delayed before each call, or a
+  slice of calls spread over the run) in blocks: a block's inputs and exact sums are built
+  once, its calls run with no host sync, then one batched check (shape and dtype first, then
+  bits) and one max-reduce of the per-call flags over the TP group; the first ``keep`` wrong
+  elements per size are kept with position, expected and seen.
+- Reducers (picked in :func:`_reducer` only): ``reducer`` (``FILE:FUNCTION``,
+  the test seam), ``rccl``, ``aiter`` and ``sglang`` (``CustomAllreduce`` as SGLang builds it),
+  ``control`` and ``control-broken`` (``canary.control``).
 
-Caveats:
-
-- A disabled communicator or a declined size is an error, not a skip.
-- Eager calls only: the CUDA-graph registered-input path is not exercised.
-
-Explained in ``docs/node.md`` ("How a rank checks": the input formula, blocks, sources).
+Caveats: a disabled communicator or a declined size is an error, not a skip; eager calls only.
+Explained in ``docs/node.md`` ("How a rank checks").
 """
 
 from __future__ import annotations
@@ -159,87 +158,169 @@ def run(spec: dict[str, Any], spec_path: Path, rank: int) -> dict[str, Any]:
     world_cpu = dist.new_group(list(range(world)), backend="gloo")
     dev_group, cpu_group = dev_groups[group], cpu_groups[group]
     reduce = _reducer(spec, device, dev_group, cpu_group)
-    dtype = getattr(torch, spec["tensor_dtype"])
-    bits = torch.int16 if dtype.itemsize == 2 else torch.int32
-    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
-    r = rank % tp
-    entries = []
-    for entry in spec["entries"]:
-        tokens, calls = entry["tokens"], entry["calls"]
-        shape = (tokens, spec["hidden"])
-        index = torch.arange(tokens * spec["hidden"], device=device, dtype=torch.int64).view(shape)
-        a = ((5 * index + 3 * r) % A_MOD - A_OFFSET).to(dtype)
-        sum_a = torch.stack([(5 * index + 3 * k) % A_MOD - A_OFFSET for k in range(tp)]).sum(0)
-        sum_a = sum_a.to(torch.float32)
-        tensor_bytes = a.numel() * a.element_size()
-        block = max(1, min(MAX_BLOCK, spec["mem_budget"] // (4 * tensor_bytes)))
-        entries.append(
-            _run_entry(spec, reduce, sync, a, sum_a, tp, bits, block, calls, cpu_group, dist)
-            | {"tokens": tokens}
-        )
-    sync()
+    rank_state = _Rank(spec, rank % tp, device, cpu_group, on_gpu)
+    results = [_empty(entry["tokens"], spec) for entry in spec["entries"]]
+    for repeat in range(spec["repeats"]):
+        for task in spec["tasks"]:
+            rank_state.run_task(reduce, task, repeat, results[task["entry"]])
+    rank_state.sync()
     dist.barrier(group=world_cpu)
     dist.destroy_process_group()
-    return {"rank": rank, "group": group, "entries": entries}
+    return {"rank": rank, "group": group, "entries": results}
 
 
-def _run_entry(
-    spec: dict[str, Any],
-    reduce: Callable[[Any], Any],
-    sync: Callable[[], None],
-    a: Any,
-    sum_a: Any,
-    tp: int,
-    bits: Any,
-    block: int,
-    calls: int,
-    cpu_group: Any,
-    dist: Any,
-) -> dict[str, Any]:
-    import torch
-
-    seconds, wrong, per_repeat = 0.0, 0, []
-    first: dict[str, Any] | None = None
-    for repeat in range(spec["repeats"]):
-        bad_calls = 0
-        for start in range(0, calls, block):
-            count = min(block, calls - start)
-            phases = [b_value(c) for c in range(start, start + count)]
-            outs = []
-            sync()
-            began = time.perf_counter()
-            for b in phases:
-                outs.append(reduce(a + b))
-            sync()
-            seconds += time.perf_counter() - began
-            expected = (
-                sum_a
-                + tp * torch.tensor(phases, dtype=torch.float32, device=a.device).view(-1, 1, 1)
-            ).to(a.dtype)
-            ne = torch.stack(outs).view(bits) != expected.view(bits)
-            flags = ne.flatten(1).any(dim=1)
-            wrong += int(ne.sum().item())
-            local = flags.to(torch.int32).cpu()
-            if first is None and bool(local.any()):
-                j = int(local.nonzero()[0])
-                k = int(ne[j].flatten().nonzero()[0])
-                first = {
-                    "repeat": repeat,
-                    "call": start + j,
-                    "index": k,
-                    "expected": float(expected[j].flatten()[k]),
-                    "seen": float(outs[j].flatten()[k]),
-                }
-            dist.all_reduce(local, op=dist.ReduceOp.MAX, group=cpu_group)
-            bad_calls += int(local.sum())
-        per_repeat.append(bad_calls)
+def _empty(tokens: int, spec: dict[str, Any]) -> dict[str, Any]:
     return {
-        "calls": calls * spec["repeats"],
-        "seconds": seconds,
-        "wrong_elements": wrong,
-        "mismatches_per_repeat": per_repeat,
-        "first": first,
+        "tokens": tokens,
+        "wrong_elements": 0,
+        "mismatches_per_repeat": [0] * spec["repeats"],
+        "kept": [],
+        "arms": {},
+        "next_call": 0,
     }
+
+
+class _Rank:
+    """One rank's inputs per size (built once), its arms' extra work and its checker."""
+
+    def __init__(self, spec: dict[str, Any], r: int, device: Any, cpu_group: Any, gpu: bool):
+        import torch
+
+        self.spec, self.r, self.device, self.cpu_group, self.gpu = spec, r, device, cpu_group, gpu
+        self.dtype = getattr(torch, spec["tensor_dtype"])
+        self.bits = torch.int16 if self.dtype.itemsize == 2 else torch.int32
+        self.sync = torch.cuda.synchronize if gpu else (lambda: None)
+        self.inputs: dict[int, tuple[Any, Any]] = {}
+        width = spec["gemm_width"]
+        self.weight = torch.ones((spec["hidden"], width), dtype=self.dtype, device=device) / width
+
+    def base(self, tokens: int) -> tuple[Any, Any]:
+        """``a(r, i)`` of this rank and ``sum_r a(r, i)`` for ``tokens``, built once."""
+        import torch
+
+        if tokens not in self.inputs:
+            tp, hidden = self.spec["tp"], self.spec["hidden"]
+            index = torch.arange(tokens * hidden, device=self.device).view(tokens, hidden)
+            a = ((5 * index + 3 * self.r) % A_MOD - A_OFFSET).to(self.dtype)
+            sum_a = sum((5 * index + 3 * k) % A_MOD - A_OFFSET for k in range(tp))
+            self.inputs = {tokens: (a, sum_a.to(torch.float32))}  # one size at a time in memory
+        return self.inputs[tokens]
+
+    def before_call(self, arm: str, call: int, x: Any) -> None:
+        """The arm's work before a call: a layer-shaped GEMM, or this rank delayed."""
+        import torch
+
+        if arm == "gemm":
+            torch.matmul(x, self.weight)
+        elif arm == "skew" and call % self.spec["tp"] == self.r:
+            if self.gpu:
+                torch.cuda._sleep(int(self.spec["skew_s"] * 2e9))
+            else:
+                time.sleep(self.spec["skew_s"])
+
+    def run_task(
+        self, reduce: Callable[[Any], Any], task: dict[str, Any], repeat: int, out: dict[str, Any]
+    ) -> None:
+        import torch
+        import torch.distributed as dist
+
+        a, sum_a = self.base(out["tokens"])
+        tensor_bytes = a.numel() * a.element_size()
+        block = max(1, min(MAX_BLOCK, self.spec["mem_budget"] // (4 * tensor_bytes)))
+        arm = out["arms"].setdefault(
+            task["arm"],
+            {"calls": 0, "seconds": 0.0, "wall": 0.0, "blocks": 0, "block_hits": 0, "bad": 0},
+        )
+        tp = self.spec["tp"]
+        for start in range(0, task["calls"], block):
+            count = min(block, task["calls"] - start)
+            block_began = time.perf_counter()
+            first = out["next_call"]
+            out["next_call"] += count
+            phases = torch.tensor(
+                [float(b_value(c)) for c in range(first, first + count)], device=self.device
+            ).view(-1, 1, 1)
+            inputs = (a.unsqueeze(0) + phases.to(self.dtype)).to(self.dtype)
+            expected = (sum_a.unsqueeze(0) + tp * phases).to(self.dtype)
+            outs = []
+            self.sync()
+            began = time.perf_counter()
+            for j in range(count):
+                self.before_call(task["arm"], first + j, inputs[j])
+                outs.append(reduce(inputs[j]))
+            self.sync()
+            arm["seconds"] += time.perf_counter() - began
+            flags = self._check(outs, inputs, expected, a, first, repeat, task["arm"], out)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.cpu_group)
+            bad = int(flags.sum())
+            arm["wall"] += time.perf_counter() - block_began
+            arm["calls"] += count
+            arm["blocks"] += 1
+            arm["block_hits"] += 1 if bad else 0
+            arm["bad"] += bad
+            out["mismatches_per_repeat"][repeat] += bad
+
+    def _check(
+        self,
+        outs: list[Any],
+        inputs: Any,
+        expected: Any,
+        a: Any,
+        first: int,
+        repeat: int,
+        arm: str,
+        out: dict[str, Any],
+    ) -> Any:
+        """Per-call flags (int32, on the CPU) of this rank's block; wrong elements counted and
+        the first ``keep`` kept. Shape and dtype are compared before any value."""
+        import torch
+
+        keep = self.spec["keep"]
+        foreign = [
+            j for j, o in enumerate(outs) if tuple(o.shape) != tuple(a.shape) or o.dtype != a.dtype
+        ]
+        for j in foreign:
+            out["wrong_elements"] += a.numel()
+            if len(out["kept"]) < keep:
+                got = outs[j]
+                out["kept"].append(
+                    {
+                        "repeat": repeat,
+                        "call": first + j,
+                        "arm": arm,
+                        "index": None,
+                        "expected": None,
+                        "seen": None,
+                        "returned": f"shape {list(got.shape)} {got.dtype}, expected "
+                        f"{list(a.shape)} {a.dtype}",
+                    }
+                )
+            outs[j] = expected[j]
+        in_place = all(o.data_ptr() == inputs[j].data_ptr() for j, o in enumerate(outs))
+        got = inputs if in_place else torch.stack(outs)  # in-place reducers: no copy
+        ne = got.view(self.bits) != expected.view(self.bits)
+        flags = ne.flatten(1).any(dim=1).to(torch.int32).cpu()  # the block's one host sync
+        bad = flags.nonzero().flatten().tolist()
+        for j in foreign:
+            flags[j] = 1
+        out["wrong_elements"] += sum(int(ne[j].sum()) for j in bad)
+        for j in bad:
+            if len(out["kept"]) >= keep:
+                break
+            got = outs[j].flatten()
+            for k in ne[j].flatten().nonzero().flatten()[: keep - len(out["kept"])].tolist():
+                out["kept"].append(
+                    {
+                        "repeat": repeat,
+                        "call": first + j,
+                        "arm": arm,
+                        "index": k,
+                        "expected": float(expected[j].flatten()[k]),
+                        "seen": float(got[k]),
+                        "returned": None,
+                    }
+                )
+        return flags
 
 
 def main(argv: list[str]) -> int:

@@ -2,16 +2,17 @@
 
 Decides the command's options, its checks of them, its output and its exit code:
 
-- ``--plan`` prints the plan and runs nothing (``--json``: as a JSON list of entries);
+- ``--plan`` prints the plan and runs nothing (``--json``: as a JSON list of entries), each
+  size's class under the lane and the wave model and its calls per arm;
 - ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo): the harness's test seam;
 - without ``--reducer``: the node; ``--variant`` and ``--implementation`` pick the all-reduce;
 - ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times;
 - on the node the positive control's broken build runs first (``canary.control``); the record
   keeps it as ``control``, and a clean record whose control was not caught says so.
 
-Exit 0 clean, 1 a mismatch, 2 unusable (bad input, or ranks that failed or hung); nothing is
-written then. Heavy imports happen in the ranks (``canary.worker``); this module's top level
-imports none.
+Exit 0 clean, 1 a mismatch (the line says whether it matches ROCm/aiter#5694's stale read), 2
+unusable (bad input, or ranks that failed, hung or were stopped); nothing is written then.
+Heavy imports happen in the ranks (``canary.worker``); this module's top level imports none.
 
 Explained in ``docs/cli.md`` ("The all-reduce canary").
 """
@@ -21,7 +22,10 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import math
 import os
+import stat
+import textwrap
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -33,11 +37,13 @@ from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 
 if TYPE_CHECKING:
     from miles_amd.canary.plan import Plan
+    from miles_amd.records.canary import CanaryRecord
 
-NODE_DETECT_RATE = 1e-6
 CPU_DETECT_RATE = 0.002
+MIN_DETECT_RATE = 1e-12  # 4.6e12 calls: beyond any canary; below it (subnormals) is refused
 CPU_WORLD_SIZE = 4
 MAX_REPEATS = 10_000
+ARM_LABELS = {"back_to_back": "b2b"}
 
 
 class VariantChoice(str, Enum):
@@ -65,6 +71,8 @@ def check_reducer(target: str) -> str:
         fail(f"--reducer {target}: expected FILE:FUNCTION, e.g. reducers.py:all_reduce")
     path = Path(file_name).expanduser().absolute()
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            fail(f"--reducer {target}: {path} is not a regular file; name a Python file")
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except OSError as exc:
         fail(
@@ -92,6 +100,16 @@ def check_run_dir(run_dir: Path) -> None:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         fail(f"--run-dir {run_dir}: {existing} is not writable; choose a writable directory")
+
+
+def check_detect_rate(value: float | None) -> float | None:
+    """``--detect-rate`` in ``[MIN_DETECT_RATE, 1)``, finite; exits 2 otherwise (where parsed)."""
+    if value is not None and not (math.isfinite(value) and MIN_DETECT_RATE <= value < 1.0):
+        fail(
+            f"--detect-rate {value:g}: must be in [{MIN_DETECT_RATE:g}, 1), e.g. 1.3e-05 "
+            "(a smaller rate needs more calls than any canary can make)"
+        )
+    return value
 
 
 def _tokens(text: str | None) -> tuple[int, ...]:
@@ -138,7 +156,9 @@ def canary(
     detect_rate: Annotated[
         float | None,
         typer.Option(
-            "--detect-rate", help="Per-call corruption rate to catch at 99% (node 1e-6, CPU 0.002)."
+            "--detect-rate",
+            callback=check_detect_rate,
+            help="Per-call rate to catch at 99% (node: the rate the spikes imply; CPU 0.002).",
         ),
     ] = None,
     tokens: Annotated[
@@ -164,8 +184,9 @@ def canary(
 
     Exit 1 on a mismatch (a red canary proves the kernel wrong; a clean one bounds its rate).
     """
+    from miles_amd.canary import power
     from miles_amd.canary.plan import CPU, NODE, build_plan, recipe_shape
-    from miles_amd.canary.source import installed_constants
+    from miles_amd.canary.source import CAR_MAX_SIZE_ENV, installed_constants
     from miles_amd.recipe.settings import Recipe
     from miles_amd.variants import rollout_implementation
 
@@ -175,10 +196,12 @@ def canary(
     if on_cpu and implementation is not None:
         fail("--reducer and --implementation exclude each other; the reducer is the implementation")
     rate = (
-        detect_rate if detect_rate is not None else CPU_DETECT_RATE if on_cpu else NODE_DETECT_RATE
+        detect_rate
+        if detect_rate is not None
+        else CPU_DETECT_RATE
+        if on_cpu
+        else power.implied_rate()
     )
-    if not 0.0 < rate < 1.0:
-        fail(f"--detect-rate {rate}: must be in (0, 1), e.g. 1e-6")
     label = (
         "reducer"
         if on_cpu
@@ -195,13 +218,20 @@ def canary(
     reducer_path = check_reducer(reducer) if reducer is not None else None
     if run_dir is not None:
         check_run_dir(run_dir)
+    constants = installed_constants(os.environ)
+    if constants.car_max_size < shape.nbytes(1) and label == "aiter":
+        fail(
+            f"{CAR_MAX_SIZE_ENV}={os.environ.get(CAR_MAX_SIZE_ENV)} switches aiter's custom "
+            "all-reduce off: aiter sends every size to RCCL, so there is no aiter kernel to test; "
+            f"unset {CAR_MAX_SIZE_ENV} (or test RCCL with --implementation rccl)"
+        )
     try:
         plan = build_plan(
             shape,
             label,
             rate,
             target=CPU if on_cpu else NODE,
-            constants=installed_constants(os.environ),
+            constants=constants,
             groups=world // shape.tp,
             tokens=_tokens(tokens),
         )
@@ -210,34 +240,68 @@ def canary(
     if plan_only:
         _print_plan(plan, json_out)
         return
-    _run(plan, label, reducer_path, variant, world, repeats, timeout, run_dir, json_out, on_cpu)
+    source = (
+        "given: --detect-rate"
+        if detect_rate is not None
+        else "CPU harness default"
+        if on_cpu
+        else (
+            f"implied: a spike in {power.SPIKE_RATE_PER_RUN:.0%} of stock runs over "
+            f"{power.exposed_calls_per_run()} exposed calls per run (docs/node.md, Statistics)"
+        )
+    )
+    _run(
+        plan,
+        label,
+        reducer_path,
+        variant,
+        world,
+        repeats,
+        timeout,
+        run_dir,
+        json_out,
+        on_cpu,
+        source,
+    )
 
 
 def _print_plan(plan: Plan, json_out: bool) -> None:
     if json_out:
         typer.echo(json.dumps([e.as_dict() for e in plan.entries], indent=2))
         return
+    arms = [arm for arm, _ in plan.entries[0].arms]
     typer.echo(
-        f"{'N':>6} {'bytes':>10} {'kernel':>7} {'uniform':>7} {'role':>8} {'calls':>9}  "
-        "implementation"
+        f"{'N':>6} {'kernel':>6} {'lanes':>8} {'waves':>13} {'role':>7} {'calls':>8}  "
+        + " ".join(f"{ARM_LABELS.get(arm, arm):>8}" for arm in arms)
     )
     for e in plan.entries:
-        mark = " *" if e.affected else ""
+        lanes = "unequal" if e.affected else "equal" if e.kernel == "2stage" else "-"
         typer.echo(
-            f"{e.tokens:>6} {e.bytes:>10} {e.kernel:>7} {e.uniform_trip_count!s:>7} "
-            f"{e.role:>8} {e.calls:>9}  {e.implementation}{mark}"
+            f"{e.tokens:>6} {e.kernel:>6} {lanes:>8} {e.wave_class:>13} {e.role:>7} "
+            f"{e.calls:>8}  " + " ".join(f"{calls:>8}" for _, calls in e.arms)
         )
-    typer.echo(_power_line(plan.detect_rate, plan.affected_calls, plan.probability))
-    typer.echo(
-        f"estimated time: {plan.estimated_seconds:.0f} s with {plan.groups} TP group(s) "
-        f"side by side ({plan.latency.source}); constants: {plan.constants.source}"
-    )
+    for line in (
+        _power_line(plan.detect_rate, plan.exposed_calls, plan.probability),
+        f"waves of {plan.wave_size} lanes (CDNA; the node run reads the GPU's); implementation "
+        f"{plan.entries[0].implementation}; lanes: the lane model's trip counts; waves: "
+        "dispatch.wave_class (docs/node.md)",
+        f"estimated time: {plan.estimated_seconds:.0f} s with {plan.groups} TP group(s) side by "
+        f"side ({plan.latency.source}); constants: {plan.constants.source}",
+    ):
+        typer.echo(textwrap.fill(line, width=100, subsequent_indent="  ", break_on_hyphens=False))
+
+
+def fault_reading(record: CanaryRecord) -> str:
+    """What the wrong sums look like: #5694's stale read, or another fault."""
+    from miles_amd.canary.fingerprint import MATCHES, OTHER
+
+    return MATCHES if record.matches_stale_read else OTHER
 
 
 def _power_line(rate: float, calls: int, probability: float) -> str:
     return (
-        f"power: a per-call corruption rate >= {rate:g} at the affected sizes (*) is caught with "
-        f"probability {probability:.4f} (>= 0.99) by {calls} affected calls"
+        f"power: a per-call rate >= {rate:.3g} at the exposed sizes is caught with probability "
+        f"{probability:.4f} (>= 0.99) by {calls} exposed calls"
     )
 
 
@@ -252,6 +316,7 @@ def _run(
     run_dir: Path | None,
     json_out: bool,
     on_cpu: bool,
+    rate_source: str,
 ) -> None:
     from miles_amd.canary.control import NOT_SEEN, run_control
     from miles_amd.canary.harness import Setup, run
@@ -263,6 +328,18 @@ def _run(
         from miles_amd.canary.node import node_facts, unusable
 
         facts = node_facts()
+        if facts.wave_size and facts.wave_size != plan.wave_size:
+            from miles_amd.canary.plan import build_plan
+
+            plan = build_plan(
+                plan.shape,
+                label,
+                plan.detect_rate,
+                constants=plan.constants,
+                groups=plan.groups,
+                tokens=tuple(e.tokens for e in plan.entries),
+                wave_size=facts.wave_size,
+            )
         problem = unusable(facts, label, plan.shape.tp)
         if problem:
             fail(problem)
@@ -281,6 +358,7 @@ def _run(
         repeats=repeats,
         aiter_version=version,
         aiter_commit=commit,
+        rate_source=rate_source,
     )
     bound = timeout or (
         120.0 + 10.0 * plan.estimated_seconds * repeats
@@ -290,7 +368,7 @@ def _run(
     try:
         # On the node the positive control's broken build runs first (canary.control).
         checked = None if on_cpu else run_control(plan, setup, bound)
-        record = dataclasses.replace(run(plan, setup, bound), control=checked)
+        record = run(plan, dataclasses.replace(setup, control=checked), bound)
     except HarnessError as exc:
         fail(f"canary unusable: {exc}")
     written = None
@@ -305,12 +383,12 @@ def _run(
         for r in record.results:
             lat = f"{r.latency_us:.1f} us" if r.latency_us is not None else "-"
             typer.echo(
-                f"N={r.tokens:<6} {r.kernel:>7} calls={r.calls:<9} "
-                f"mismatches={r.mismatches:<6} {lat}"
+                f"N={r.tokens:<6} {r.kernel:>6} {r.wave_class:>13} calls={r.calls:<9} "
+                f"mismatches={r.mismatches:<6} blocks={r.blocks_with_mismatch}/{r.blocks} {lat}"
             )
         typer.echo(
             _power_line(
-                record.power.detect_rate, record.power.affected_calls, record.power.probability
+                record.power.detect_rate, record.power.exposed_calls, record.power.probability
             )
         )
         if written is not None:
@@ -320,16 +398,18 @@ def _run(
     bad = record.first_bad()
     if bad is not None:
         first = bad.first_mismatch
-        where = (
-            f"; first at call {first.call} rank {first.rank} element {first.index}: "
-            f"expected {first.expected:g}, seen {first.seen:g}"
-            if first
-            else ""
-        )
+        where = ""
+        if first is not None and first.returned is not None:
+            where = f"; first at call {first.call} rank {first.rank}: returned {first.returned}"
+        elif first is not None:
+            where = (
+                f"; first at call {first.call} rank {first.rank} element {first.index}: "
+                f"expected {first.expected:g}, seen {first.seen:g}"
+            )
         typer.echo(
             f"miles-amd: canary: {record.mismatches} wrong all-reduce call(s) of "
-            f"{record.implementation}; first at N={bad.tokens} "
-            f"({bad.kernel}{', suspect class' if bad.affected else ''}){where}",
+            f"{record.implementation}: {fault_reading(record)}; first at N={bad.tokens} "
+            f"({bad.kernel}, {bad.wave_class}){where}",
             err=True,
         )
         raise typer.Exit(EXIT_FAILED)

@@ -6,22 +6,21 @@ Decides the gate's built-in ``allreduce.canary`` check from ``canary.json``
 
 - no canary.json: ``not_measured``, a failure with ``require_env`` (the hardware path);
 - a wrong sum fails whatever implementation the record names, naming N, aiter's kernel path
-  for that size and the first bad element, except on a **stock** run whose canary tested the
-  all-reduce its rollouts use (aiter's): that is the bug ROCm/aiter#5694 fixes, reproduced;
-  the check passes saying the A/B is meaningful on this node (not a failure of the change
-  under test);
-- clean, of the rollouts' all-reduce: ``pass`` with the power it had; on stock the detail
-  says the canary did not reproduce the bug, so the A/B says nothing about #5694 here;
+  and the first bad element, and whether it matches ROCm/aiter#5694's stale read; only on a
+  **stock** run whose canary tested its rollouts' all-reduce and whose every wrong sum has
+  that fingerprint is it the known bug, reproduced: the check passes (the A/B is meaningful);
+  a red of another fault fails on stock too;
+- clean, of the rollouts' all-reduce: ``pass`` with its power, unless its positive control
+  ran uncaught: ``not_measured`` (the canary could not see this race here); the detail says
+  whether a control ran, and on stock that the A/B says nothing about #5694 here;
 - a canary that is not evidence for this run (another implementation than the rollouts'
   use, a canary.json labelled with another variant, or, for aiter's all-reduce, an aiter
   commit other than env.json's): a failure naming both with ``require_env``, else
   ``not_measured`` (its wrong sums still fail, above).
 
 :func:`explain_known_bug`: when a stock run's canary reproduced the bug, each failed spike
-rule (kind ``all_below``, ``rules.kinds.all_below``) keeps its failure, so the verdict stays
-the rules' verdict, and its detail starts :data:`KNOWN`; the canary check names those rules.
-Caveat: a clean canary bounds the kernel's per-call rate at the sizes and calling pattern it
-ran; it does not prove the kernel race-free (``docs/node.md``). Pure; reads nothing.
+rule (kind ``all_below``) keeps its failure and its detail starts :data:`KNOWN`. A clean
+canary bounds the per-call rate; it does not prove the kernel race-free (``docs/node.md``).
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ def canary_check(evidence: RunEvidence, variant: str | None, *, require_env: boo
         )
     foreign = not_evidence(record, variant, evidence.env)
     if not record.clean:
-        if stock and not foreign:
+        if stock and not foreign and record.matches_stale_read:
             detail = (
                 f"reproduced: {_wrong(record)}: the bug {AITER_FIX} fixes is on this node, so "
                 "the A/B is meaningful on this node (not a failure of the change under test)"
@@ -89,7 +88,21 @@ def canary_check(evidence: RunEvidence, variant: str | None, *, require_env: boo
         detail = f"not evidence for this run: {'; '.join(foreign)} (it was clean: {_power(record)})"
         status: Status = "fail" if require_env else "not_measured"
         return _check(status, 0, expected, detail, require_env)
-    detail = f"clean: {_power(record)}"
+    control = record.control
+    if control is not None and not control.caught:
+        detail = (
+            "not measured: the canary could not see this class of race here: its positive "
+            f"control {control.implementation} made {control.calls} calls and none was wrong, "
+            f"so a clean result says nothing (it was clean: {_power(record)})"
+        )
+        status = "fail" if require_env else "not_measured"
+        return _check(status, 0, expected, detail, require_env)
+    detail = f"clean: {_power(record)}; " + (
+        "no positive control ran, so whether the canary can see this race here is not shown"
+        if control is None
+        else f"its positive control {control.implementation} was caught ({control.mismatched_calls}"
+        f" of {control.calls} calls wrong), so it can see this race here"
+    )
     if stock:
         detail += (
             f"; the canary did not reproduce the bug {AITER_FIX} fixes, so the A/B says nothing "
@@ -129,6 +142,7 @@ def reproduced(evidence: RunEvidence, variant: str | None) -> bool:
         variant == "stock"
         and record is not None
         and not record.clean
+        and record.matches_stale_read
         and not not_evidence(record, variant, evidence.env)
     )
 
@@ -162,15 +176,19 @@ def _wrong(record: CanaryRecord) -> str:
         ", non-uniform stage-1 trip count" if bad.affected else ""
     )
     first = bad.first_mismatch
-    element = (
-        f"; first bad element: repeat {first.repeat} call {first.call} rank {first.rank} "
-        f"index {first.index}: expected {first.expected:g}, seen {first.seen:g}"
-        if first is not None
-        else ""
-    )
+    element = ""
+    if first is not None and first.returned is not None:
+        element = f"; first bad call: repeat {first.repeat} call {first.call} rank {first.rank} "
+        element += f"returned {first.returned}"
+    elif first is not None:
+        element = (
+            f"; first bad element: repeat {first.repeat} call {first.call} rank {first.rank} "
+            f"index {first.index}: expected {first.expected:g}, seen {first.seen:g}"
+        )
+    reading = f"matches {AITER_FIX}'s stale read" if record.matches_stale_read else "another fault"
     return (
         f"{record.mismatches} wrong sum(s) from {_label(record.implementation)} at {sizes} "
-        f"size(s), first at N={bad.tokens} ({path}){element}"
+        f"size(s) ({reading}), first at N={bad.tokens} ({path}, {bad.wave_class}){element}"
     )
 
 
@@ -179,6 +197,6 @@ def _power(record: CanaryRecord) -> str:
     calls = sum(r.calls for r in record.results)
     return (
         f"{calls} calls over {len(record.results)} sizes from {_label(record.implementation)}; "
-        f"a per-call corruption rate >= {power.detect_rate:g} at the suspect sizes is caught "
-        f"with probability {power.probability:.4f}"
+        f"a per-call rate >= {power.detect_rate:.3g} at the exposed sizes ({power.rate_source}) "
+        f"is caught with probability {power.probability:.4f}"
     )
