@@ -9,7 +9,7 @@ files written here: gloo's own all-reduce (clean), one built like ROCm/aiter#569
 segments, at the exposed sizes) and one that corrupts the tail instead (another fault), one that
 hangs, one that raises, one whose ranks exit 0 without a result; and a SIGTERM to the command.
 The detection power is measured over repeats, not taken from the formula. Budget: the launches
-take about 90 CPU-seconds on 2 cores (4 ranks import torch each time).
+take about 75 CPU-seconds on 2 cores (4 ranks import torch each time).
 """
 
 from __future__ import annotations
@@ -374,3 +374,37 @@ def test_sigterm_stops_the_ranks_and_removes_the_temp_dir(
     _, alive = psutil.wait_procs(ranks, timeout=10)
     assert not alive, alive
     assert list(temp.iterdir()) == []
+
+
+# The exact sum, but only its first row: the canary's rows are equal (2880 is a multiple of 15),
+# so a check that broadcast the (1, 2880) result over (N, 2880) would read it clean.
+FIRST_ROW = """
+import torch.distributed as dist
+
+
+def first_row(tensor, group):
+    dist.all_reduce(tensor, group=group)
+    return tensor[:1]
+"""
+
+
+def test_a_result_of_another_shape_is_a_mismatch_not_a_broadcast(
+    torch_python: str, tmp_path: Path
+) -> None:
+    done = canary(
+        torch_python,
+        tmp_path,
+        FIRST_ROW,
+        "first_row",
+        "--tokens",
+        "1,127",
+        "--detect-rate",
+        "0.5",
+        "--json",
+    )
+    assert done.returncode == 1, done.stderr
+    assert "returned shape [1, 2880]" in done.stderr and "another fault" in done.stderr
+    record = CanaryRecord.from_json(done.stdout)
+    one, big = record.results
+    assert one.mismatches == 0 and big.mismatches == big.calls  # N=1 has the right shape
+    assert big.wrong_elements == 4 * big.calls * 127 * 2880  # every element of every rank

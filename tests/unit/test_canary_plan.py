@@ -8,6 +8,7 @@ import pytest
 
 from miles_amd.canary import power
 from miles_amd.canary.dispatch import dispatch, wave_class
+from miles_amd.canary.harness import tasks
 from miles_amd.canary.plan import (
     ARMS,
     CPU,
@@ -142,3 +143,16 @@ def test_allocate_spends_equal_time_on_affected_sizes() -> None:
     assert calls[3] == 40  # CONTROL_SHARE of the affected sizes' time
     with pytest.raises(ValueError):
         power.allocate(times, [False] * 4, 10)
+
+
+def test_the_tasks_give_every_arm_its_calls_and_spread_the_spread_arm_over_the_run() -> None:
+    plan = build_plan(recipe_shape(Recipe()), "aiter", power.implied_rate(), groups=2)
+    order = tasks(plan, groups=2)
+    for i, entry in enumerate(plan.entries):
+        for arm, calls in entry.arms:
+            made = sum(t["calls"] for t in order if t["entry"] == i and t["arm"] == arm)
+            assert made == -(-calls // 2), (entry.tokens, arm)
+    spread = [k for k, t in enumerate(order) if t["arm"] == "spread"]
+    assert len(spread) == 8 * len(plan.entries)
+    first_size = [k for k in spread if order[k]["entry"] == 0]
+    assert first_size[0] < len(order) / 8 and first_size[-1] > len(order) * 3 / 4

@@ -30,6 +30,7 @@ from miles_amd.recipe.settings import Recipe
 from miles_amd.run.driver import DriverError
 from miles_amd.run_dir import RunDir
 from tests.constants import SHIPPED
+from tests.unit.test_canary_record import OTHER, STALE
 from tests.unit.test_cli_plan import write_checkpoint
 from tests.unit.test_gate_canary import canary
 
@@ -40,14 +41,15 @@ def plan_for(run: Path, variant: str | None, env: dict[str, str] | None = None) 
     )
 
 
-def writes(implementation: str, *, bad: bool, code: int):
+def writes(implementation: str, *, bad: bool, code: int, first: dict[str, object] = STALE):
     """A stand-in for the node canary: canary.json of ``implementation`` into its --run-dir."""
     seen: list[Sequence[str]] = []
 
     def command(argv: Sequence[str]) -> int:
         seen.append(argv)
         variant = argv[argv.index("--variant") + 1]
-        canary(Path(argv[argv.index("--run-dir") + 1]), implementation, bad=bad, variant=variant)
+        run = Path(argv[argv.index("--run-dir") + 1])
+        canary(run, implementation, bad=bad, variant=variant, first=first)
         return code
 
     return command, seen
@@ -162,3 +164,14 @@ def test_train_on_a_cpu_runs_the_real_canary_and_exits_2_before_the_job(tmp_path
     assert "--no-canary" in errors[-1]
     assert not (tmp_path / "run" / "job.log").exists()
     assert not (tmp_path / "run" / "plan.json").exists()
+
+
+def test_a_stock_red_of_another_fault_stops_before_the_driver(tmp_path) -> None:
+    run = tmp_path / "run"
+    command, _ = writes("aiter", bad=True, code=1, first=OTHER)
+    with pytest.raises(CanaryRed) as stopped:
+        run_and_gate(
+            plan_for(run, "stock"), timeout_s=60, canary_command=command, echo=lambda _: None
+        )
+    assert "(another fault)" in str(stopped.value)
+    assert sorted(p.name for p in run.iterdir()) == ["canary.json"]

@@ -202,8 +202,10 @@ class _Rank:
             tp, hidden = self.spec["tp"], self.spec["hidden"]
             index = torch.arange(tokens * hidden, device=self.device).view(tokens, hidden)
             a = ((5 * index + 3 * self.r) % A_MOD - A_OFFSET).to(self.dtype)
-            sum_a = sum((5 * index + 3 * k) % A_MOD - A_OFFSET for k in range(tp))
-            self.inputs = {tokens: (a, sum_a.to(torch.float32))}  # one size at a time in memory
+            sum_a = torch.zeros((tokens, hidden), dtype=torch.float32, device=self.device)
+            for k in range(tp):
+                sum_a += (5 * index + 3 * k) % A_MOD - A_OFFSET
+            self.inputs = {tokens: (a, sum_a)}  # one size at a time in memory
         return self.inputs[tokens]
 
     def before_call(self, arm: str, call: int, x: Any) -> None:
