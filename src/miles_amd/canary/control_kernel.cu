@@ -202,7 +202,9 @@ class Control {
   }
 
   void open(const std::vector<torch::Tensor>& handles) {
-    if (static_cast<int64_t>(handles.size()) != world_) throw std::runtime_error("one handle a rank");
+    if (static_cast<int64_t>(handles.size()) != world_) {
+      throw std::runtime_error("one handle a rank");
+    }
     for (int r = 0; r < world_; ++r) {
       char* p = base_;
       if (r != rank_) {
@@ -222,7 +224,9 @@ class Control {
 
   torch::Tensor all_reduce(const torch::Tensor& input) {
     const int64_t bytes = input.numel() * input.element_size();
-    if (!input.is_cuda() || !input.is_contiguous()) throw std::runtime_error("contiguous cuda input");
+    if (!input.is_cuda() || !input.is_contiguous()) {
+      throw std::runtime_error("contiguous cuda input");
+    }
     if (bytes > max_bytes_ || bytes % 16 != 0) throw std::runtime_error("size not served");
     const bool bf16 = input.scalar_type() == at::kBFloat16;
     if (!bf16 && input.scalar_type() != at::kFloat) throw std::runtime_error("float32 or bf16");
