@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, str | None] = {
     "bench_drift.py": None,
     "bench_calibration.py": None,
     "bench_canary.py": None,
+    "bench_canary_gpu.py": 'needs a CUDA or ROCm GPU (docs/node.md, "What a GPU run showed")',
 }
 # A hang guard, not a speed target: the quick modes take seconds to about a minute each.
 TIMEOUT_S = 600.0

@@ -75,8 +75,15 @@ def sglang_env(variant: str | None) -> dict[str, str]:
     return env
 
 
-Implementation = Literal["aiter", "sglang", "rccl", "reducer"]
-IMPLEMENTATIONS: tuple[Implementation, ...] = ("aiter", "sglang", "rccl", "reducer")
+Implementation = Literal["aiter", "sglang", "rccl", "reducer", "control", "control-broken"]
+IMPLEMENTATIONS: tuple[Implementation, ...] = (
+    "aiter",
+    "sglang",
+    "rccl",
+    "reducer",
+    "control",
+    "control-broken",
+)
 
 
 def rollout_implementation(variant: str) -> Implementation:

@@ -14,7 +14,8 @@
   bits) and one max-reduce of the per-call flags over the TP group; the first ``keep`` wrong
   elements per size are kept with position, expected and seen.
 - Reducers (picked in :func:`_reducer` only): ``reducer`` (``FILE:FUNCTION``,
-  the test seam), ``rccl``, ``aiter`` and ``sglang`` (``CustomAllreduce`` as SGLang builds it).
+  the test seam), ``rccl``, ``aiter`` and ``sglang`` (``CustomAllreduce`` as SGLang builds it),
+  ``control`` and ``control-broken`` (``canary.control``).
 
 Caveats: a disabled communicator or a declined size is an error, not a skip; eager calls only.
 Explained in ``docs/node.md`` ("How a rank checks").
@@ -110,6 +111,10 @@ def _reducer(
             return t
 
         return rccl
+    if kind.startswith("control"):
+        from miles_amd.canary import control
+
+        return control.reducer(kind, spec, cpu_group)
     comm = importlib.import_module(COMM_MODULES[kind]).CustomAllreduce(cpu_group, device)
     if comm.disabled:
         raise RuntimeError(f"{kind}'s CustomAllreduce is disabled on this TP group")

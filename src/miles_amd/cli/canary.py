@@ -9,7 +9,9 @@ Decides the command's options, its checks of them, its output and its exit code:
   the fingerprint (``miles_amd.aiter_fix``), the constants and the ranks all see it;
 - ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo): the harness's test seam;
 - without ``--reducer``: the node; ``--variant`` and ``--implementation`` pick the all-reduce;
-- ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times.
+- ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times;
+- on the node the positive control's broken build runs first (``canary.control``); the record
+  keeps it as ``control``, and a clean record whose control was not caught says so.
 
 Exit 0 clean, 1 a mismatch (the line says whether it matches ROCm/aiter#5694's stale read), 2
 unusable (bad input, or ranks that failed, hung or were stopped); nothing is written then.
@@ -21,6 +23,7 @@ Explained in ``docs/cli.md`` ("The all-reduce canary").
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import math
 import os
@@ -347,6 +350,7 @@ def _run(
     rate_source: str,
     aiter: Where,
 ) -> None:
+    from miles_amd.canary.control import NOT_SEEN, run_control
     from miles_amd.canary.harness import Setup, run
     from miles_amd.canary.launch import HarnessError
     from miles_amd.canary.record import write_canary
@@ -397,7 +401,9 @@ def _run(
         else 600.0 + 3.0 * plan.estimated_seconds * repeats
     )
     try:
-        record = run(plan, setup, bound)
+        # On the node the positive control's broken build runs first (canary.control).
+        checked = None if on_cpu else run_control(plan, setup, bound)
+        record = run(plan, dataclasses.replace(setup, control=checked), bound)
     except HarnessError as exc:
         fail(f"canary unusable: {exc}")
     written = None
@@ -422,6 +428,8 @@ def _run(
         )
         if written is not None:
             say(f"wrote {written}")
+    if record.control is not None and not record.control.caught and record.clean:
+        typer.echo(f"miles-amd: canary: the control was not caught: {NOT_SEEN}", err=True)
     bad = record.first_bad()
     if bad is not None:
         first = bad.first_mismatch
