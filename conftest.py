@@ -68,7 +68,7 @@ def missing_node_parts(needed_gpus: int) -> list[str]:
         if torch is None:
             missing.append("ROCm torch (not importable)")
         elif not getattr(torch.version, "hip", None):
-            missing.append(f"ROCm torch (torch {torch.__version__} has no HIP)")
+            missing.append(f"ROCm torch ({torch.__version__}: no HIP)")
         elif torch.cuda.is_available():
             gpus = torch.cuda.device_count()
     if gpus < needed_gpus:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.canary import control
+from miles_amd.canary import control, control_build
 from miles_amd.canary.harness import Setup, run
 from miles_amd.canary.plan import CPU, build_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
@@ -81,7 +81,7 @@ def test_control_module_imports_no_torch() -> None:
 
 
 def test_kernel_source_is_plain_cuda_runtime_for_hipify() -> None:
-    text = control.KERNEL_SOURCE.read_text(encoding="utf-8")
+    text = control_build.KERNEL_SOURCE.read_text(encoding="utf-8")
     code = re.sub(r"//[^\n]*", "", text)
     assert not re.search(r"\basm\b|cuda_bf16|cuda_fp16|__shfl|cooperative_groups", code)
     for call in ("cudaIpcGetMemHandle", "cudaIpcOpenMemHandle", "cudaIpcCloseMemHandle"):
@@ -94,8 +94,8 @@ def test_kernel_source_is_plain_cuda_runtime_for_hipify() -> None:
 def test_hipify_turns_the_kernel_into_hip(tmp_path: Path) -> None:
     from torch.utils.hipify import hipify_python
 
-    source = tmp_path / control.KERNEL_SOURCE.name
-    source.write_text(control.KERNEL_SOURCE.read_text(encoding="utf-8"), encoding="utf-8")
+    source = tmp_path / control_build.KERNEL_SOURCE.name
+    source.write_text(control_build.KERNEL_SOURCE.read_text(encoding="utf-8"), encoding="utf-8")
     hipify_python.hipify(
         project_directory=str(tmp_path),
         output_directory=str(tmp_path),

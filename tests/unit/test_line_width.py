@@ -39,7 +39,7 @@ def test_gate_rows_fit(stock_red: Path) -> None:
         cwd=stock_red.parent,
     )  # fmt: skip
     assert result.returncode == 1 and not too_wide(result), too_wide(result)
-    assert "first bad element: repeat 1 call 5 rank 2 index 2" in flat(result.stdout)
+    assert "first bad element: repeat 0 call 5 rank 2 index 284099" in flat(result.stdout)
 
 
 def test_compare_fits(stock_red: Path) -> None:

@@ -2,12 +2,7 @@
 
 Decides:
 
-- the builds (:data:`BUILDS`): ``control`` (correct) and ``control-broken`` (end_sync's wait
-  removed: stage 2 may read a peer's tmp before that peer's stage 1, i.e. stale data), both
-  from ``control_kernel.cu`` compiled by torch's extension loader (nvcc; on ROCm torch
-  hipifies the same file), once per build in torch's extensions dir;
-- a rank's reducer (:func:`reducer`): one buffer sized for the spec's largest input, the IPC
-  handles exchanged over the TP group's gloo group;
+- the builds and a rank's reducer live in ``canary.control_build`` (what a rank imports);
 - the control's run before the canary's on the node (:func:`run_control`): the plan's suspect
   sizes, at most :data:`CONTROL_CALLS` calls each (:func:`control_plan`), and what
   ``canary.json`` carries of it as ``control`` (:func:`control_result`), with the fingerprint
@@ -16,7 +11,7 @@ Decides:
   that reduced it, expected - seen in input steps).
 
 A broken build the canary does not catch means it could not see this class of race on this
-machine (:data:`NOT_SEEN`). torch is imported only inside :func:`load` and :func:`reducer`.
+machine (:data:`NOT_SEEN`). torch is imported only inside ``control_build``'s functions.
 ``docs/node.md`` ("The positive control").
 """
 
@@ -24,50 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from miles_amd.canary import harness
 from miles_amd.canary.plan import ARMS, Plan
 from miles_amd.records.canary import CanaryRecord, ControlRecord, Mismatch
 
-BUILDS = {"control": False, "control-broken": True}
 CONTROL_CALLS = 200
-KERNEL_SOURCE = Path(__file__).with_name("control_kernel.cu")
 THREADS, MAX_BLOCKS, PACK_BYTES = 512, 80, 16  # control_kernel.cu's kThreads, kMaxBlocks, uint4
 ARM = ARMS[0]  # back to back
 NOT_SEEN = "the canary could not see this class of race here"
-
-
-def load(implementation: str) -> Any:
-    """The compiled extension of ``implementation``'s build (cached by torch per name)."""
-    from torch.utils import cpp_extension
-
-    broken = BUILDS[implementation]
-    return cpp_extension.load(
-        name="miles_amd_control_broken" if broken else "miles_amd_control",
-        sources=[str(KERNEL_SOURCE)],
-        extra_cuda_cflags=["-O3", *(["-DMILES_AMD_CONTROL_BROKEN"] if broken else [])],
-        verbose=False,
-    )
-
-
-def reducer(implementation: str, spec: dict[str, Any], cpu_group: Any) -> Callable[[Any], Any]:
-    """``implementation``'s all-reduce for this rank of ``cpu_group`` (module doc)."""
-    import torch
-    import torch.distributed as dist
-
-    itemsize = torch.empty((), dtype=getattr(torch, spec["tensor_dtype"])).element_size()
-    max_bytes = max(e["tokens"] for e in spec["entries"]) * spec["hidden"] * itemsize
-    control = load(implementation).Control(
-        dist.get_rank(cpu_group), dist.get_world_size(cpu_group), max_bytes
-    )
-    handles = [torch.empty_like(control.handle()) for _ in range(dist.get_world_size(cpu_group))]
-    dist.all_gather(handles, control.handle(), group=cpu_group)
-    control.open(handles)
-    dist.barrier(group=cpu_group)
-    return control.all_reduce
 
 
 def control_plan(plan: Plan, calls: int = CONTROL_CALLS) -> Plan:

@@ -15,7 +15,7 @@
   elements per size are kept with position, expected and seen.
 - Reducers (picked in :func:`_reducer` only): ``reducer`` (``FILE:FUNCTION``,
   the test seam), ``rccl``, ``aiter`` and ``sglang`` (``CustomAllreduce`` as SGLang builds it),
-  ``control`` and ``control-broken`` (``canary.control``).
+  ``control`` and ``control-broken`` (``canary.control_build``).
 
 Caveats: a disabled communicator or a declined size is an error, not a skip; eager calls only.
 Explained in ``docs/node.md`` ("How a rank checks").
@@ -112,9 +112,9 @@ def _reducer(
 
         return rccl
     if kind.startswith("control"):
-        from miles_amd.canary import control
+        from miles_amd.canary import control_build
 
-        return control.reducer(kind, spec, cpu_group)
+        return control_build.reducer(kind, spec, cpu_group)
     comm = importlib.import_module(COMM_MODULES[kind]).CustomAllreduce(cpu_group, device)
     if comm.disabled:
         raise RuntimeError(f"{kind}'s CustomAllreduce is disabled on this TP group")
