@@ -1,7 +1,7 @@
 """Benchmark: the canary's power and node time, and its harness's own cost per call.
 
-1. **Power and node time** (pure, ``miles_amd.canary.power`` and ``canary.plan``): for the rate
-   the spikes imply (``power.implied_rate``) and a few others, the exposed calls that catch it
+1. **Power and node time** (pure, ``miles_amd.canary.plan``): for the rate
+   the spikes imply (``plan.implied_rate``) and a few others, the exposed calls that catch it
    at 99 %, the node plan's calls and estimated node time per variant (two TP-4 groups side by
    side; the kernel from published latencies, the harness from the H200 measurement); checked:
    every plan reaches 0.99.
@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from miles_amd.canary import power
+from miles_amd.canary import plan as power
 from miles_amd.canary.plan import CPU, NODE, build_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
 
@@ -80,8 +80,7 @@ def power_table() -> tuple[bool, dict[str, str]]:
 
 
 def harness_cost(device: str, quick: bool) -> tuple[bool, dict[str, str]]:
-    from miles_amd.canary.harness import Setup, run
-    from miles_amd.canary.launch import HarnessError
+    from miles_amd.canary.harness import HarnessError, Setup, run
 
     print()
     print(f"2. Harness cost per call ({device}, 4 ranks, a reducer that sums locally)")

@@ -1,8 +1,8 @@
 """Benchmark on a CUDA (or ROCm) machine: the positive control's detection, and device time.
 
-1. **Control** (``canary.control``): the broken build, then the correct one, over ``--tokens``
-   with ``--control-calls`` back-to-back calls each, in the canary's own ranks
-   (``canary.harness.run``); per size the calls, the calls caught wrong, their rate, the
+1. **Control** (``canary.harness.run_control``'s builds): the broken build, then the correct
+   one, over ``--tokens`` with ``--control-calls`` back-to-back calls each, in the canary's own
+   ranks (``canary.harness.run``); per size the calls, the calls caught wrong, their rate, the
    control's time per call and the fingerprint of the first wrong element; checked: the broken
    build caught, the correct one clean.
 2. **Device time** (one process): ``bench_canary.EXACT``'s per-call work as the harness does
@@ -31,9 +31,15 @@ from typing import Any
 
 from bench_canary import EXACT
 
-from miles_amd.canary import control
-from miles_amd.canary.harness import Setup, run
-from miles_amd.canary.launch import HarnessError
+from miles_amd.canary.harness import (
+    CONTROL_ARM,
+    CONTROL_CALLS,
+    HarnessError,
+    Setup,
+    control_fingerprint,
+    control_result,
+    run,
+)
 from miles_amd.canary.plan import Plan, build_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
 
@@ -43,7 +49,7 @@ TIMEOUT_S = 240.0
 def _plan(tokens: list[int], implementation: str, calls: int) -> Plan:
     plan = build_plan(recipe_shape(Recipe()), "aiter", 0.5, tokens=tokens)
     entries = tuple(
-        dataclasses.replace(e, arms=((control.ARM, calls),), implementation=implementation)
+        dataclasses.replace(e, arms=((CONTROL_ARM, calls),), implementation=implementation)
         for e in plan.entries
     )
     return dataclasses.replace(plan, entries=entries)
@@ -62,7 +68,7 @@ def control_section(tokens: list[int], calls: int, world: int, share: bool) -> d
         for r in record.results:
             first = r.first_mismatch
             mark = (
-                control.fingerprint(first, r.tokens, shape.hidden, shape.tp, shape.dtype_size)
+                control_fingerprint(first, r.tokens, shape.hidden, shape.tp, shape.dtype_size)
                 if first
                 else "-"
             )
@@ -70,7 +76,7 @@ def control_section(tokens: list[int], calls: int, world: int, share: bool) -> d
                 f"| {r.tokens} | {r.calls} | {r.mismatches} | {r.mismatches / r.calls:.3f} "
                 f"| {r.latency_us:.0f} | {mark} |"
             )
-        result = control.control_result(record, shape.hidden, shape.tp, shape.dtype_size)
+        result = control_result(record, shape.hidden, shape.tp, shape.dtype_size)
         print(json.dumps(dataclasses.asdict(result)))
         key = "control_caught" if build == "control-broken" else "control_clean"
         figures[key] = "1" if result.caught == (build == "control-broken") else "0"
@@ -120,7 +126,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--tokens", default="1,32,127,255,1023")
-    parser.add_argument("--control-calls", type=int, default=control.CONTROL_CALLS)
+    parser.add_argument("--control-calls", type=int, default=CONTROL_CALLS)
     parser.add_argument("--device-calls", type=int, default=512)
     parser.add_argument("--skip", default="", help="sections to skip: control,device")
     args = parser.parse_args()

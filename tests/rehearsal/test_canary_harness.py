@@ -26,7 +26,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from miles_amd.canary.record import schema_path
+from miles_amd.canary.harness import schema_path
 from miles_amd.records.canary import CanaryRecord
 from tests.support.fake_aiter import fake_aiter
 
@@ -51,7 +51,7 @@ import random
 
 import torch.distributed as dist
 
-from miles_amd.canary.dispatch import dispatch, early_waves, wave_class
+from miles_amd.canary.kernel import dispatch, early_waves, wave_class
 
 RATE = float(os.environ["CANARY_TEST_RATE"])
 TAIL = os.environ.get("CANARY_TEST_MODE") == "tail"

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from miles_amd import aiter_fix, variants
-from miles_amd.canary.harness import Setup, merge
+from miles_amd.canary.harness import Setup, merge, write_canary
 from miles_amd.canary.plan import CPU, build_plan, recipe_shape
-from miles_amd.canary.record import write_canary
 from miles_amd.evidence.load import load_run
-from miles_amd.judge.aiter_fix import fix_check
+from miles_amd.judge.allreduce import fix_check
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.preflight import Fact, write_env_json
 from miles_amd.run.probes_allreduce import read_aiter_fix

@@ -1,4 +1,4 @@
-"""The canary's plan and its power (``canary.plan``, ``canary.power``): pure, no torch."""
+"""The canary's plan and its power (``canary.plan``): pure, no torch."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from miles_amd.canary import power
-from miles_amd.canary.dispatch import dispatch, wave_class
-from miles_amd.canary.harness import tasks
+from miles_amd.canary import plan as power
+from miles_amd.canary.harness import control_plan, tasks
+from miles_amd.canary.kernel import dispatch, wave_class
 from miles_amd.canary.plan import (
     ARMS,
     CPU,
@@ -82,9 +82,21 @@ def test_decode_sizes_are_sglangs_graph_sizes() -> None:
 
 def test_the_node_time_model_takes_the_harness_measured_on_a_gpu() -> None:
     model = build_plan(recipe_shape(Recipe()), "aiter", 1e-3).latency
-    assert model.harness_s(1) == pytest.approx(42e-6)
-    assert model.harness_s(4095) == pytest.approx(198e-6)
-    assert model.harness_s(2559) == pytest.approx((85 + (198 - 85) / 2) * 1e-6)
+    assert model.harness_s(1) == pytest.approx(90e-6)  # whole blocks, the current worker
+    assert model.harness_s(4095) == pytest.approx(858e-6)
+    assert model.harness_s(2559) == pytest.approx((237 + (858 - 237) / 2) * 1e-6)
+    assert model.harness_s(11650) == pytest.approx(2361e-6)
+    assert "90 us at N=1 to 2361 us at N=11650" in model.source and "4x" in model.source
+
+
+def test_the_ab_canary_fits_five_node_minutes_per_variant_at_the_restated_power() -> None:
+    """stock and patched each: the positive control's run, then the plan with its controls."""
+    shape = recipe_shape(Recipe())
+    for variant in ("stock", "patched"):
+        plan = build_plan(shape, rollout_implementation(variant), power.implied_rate(), groups=2)
+        assert plan.probability >= 0.99
+        seconds = plan.estimated_seconds + control_plan(plan).estimated_seconds
+        assert seconds < 5 * 60, variant
 
 
 def test_the_control_arm_plan_stops_at_sglangs_size_limit() -> None:

@@ -1,4 +1,4 @@
-"""``canary.json`` (``records.canary``, ``canary.record``): the merge of the ranks' results,
+"""``canary.json`` (``records.canary``, ``canary.harness``): the merge of the ranks' results,
 strict reading, the shipped schema, and the atomic write into a run dir. Pure: no torch, no
 ranks."""
 
@@ -11,9 +11,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from miles_amd.canary.harness import Setup, merge
+from miles_amd.canary.harness import Setup, merge, schema_path, write_canary
 from miles_amd.canary.plan import ARMS, CPU, build_plan, recipe_shape
-from miles_amd.canary.record import schema_path, write_canary
 from miles_amd.recipe.settings import Recipe
 from miles_amd.records.canary import CanaryRecord, ControlRecord
 from miles_amd.run_dir import RunDir

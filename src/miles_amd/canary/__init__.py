@@ -2,17 +2,16 @@
 
 Modules, each with one job:
 
-- ``dispatch``: aiter's custom all-reduce dispatch at one size (kernel, grid, whether the
-  stage-1 trip counts are uniform per lane and per 64-lane wave), from ROCm/aiter's source;
-- ``source``: the dispatch constants of the installed aiter, else the pinned commit's;
-- ``power``: the call budget as detection power, and the rate the spikes imply;
-- ``fingerprint``: whether a wrong element looks like ROCm/aiter#5694's stale read;
-- ``plan``: the sizes and calls, from the recipe (``--plan``);
-- ``worker`` (one rank), ``launch`` (the ranks as processes, bounded), ``harness`` (a run, merged);
-- ``node``: whether this machine can run the hardware canary;
-- ``record``: writing ``canary.json`` (its model: ``miles_amd.records.canary.CanaryRecord``)
-  and its schema ``canary.schema.json``.
+- ``kernel``: aiter's custom all-reduce at one size (kernel, grid, the stage-1 trip counts per
+  lane and per wave), its constants (the installed aiter's source, else the pinned commit's)
+  and whether a wrong element looks like ROCm/aiter#5694's stale read;
+- ``plan``: the sizes, conditions and calls from the recipe, and the power they buy;
+- ``worker``: one rank (torch imported there), the positive control's builds included;
+- ``harness``: a run (the ranks as bounded processes, merged), the positive control's run,
+  and writing ``canary.json`` (its model: ``miles_amd.records.canary``; its schema
+  ``canary.schema.json``);
+- ``node``: whether this machine can run the hardware canary.
 
-Pure except ``worker``, ``launch``, ``harness``, ``node`` and ``record.write_canary``; torch is
-imported by ``worker``, in the ranks. What a result proves: ``docs/node.md``.
+Pure: ``kernel`` (but for reading the installed aiter's source) and ``plan``. What a result
+proves: ``docs/node.md``.
 """

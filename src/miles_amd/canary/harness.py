@@ -1,32 +1,57 @@
-"""A canary run end to end: the plan handed to the ranks, their results merged into a record.
+"""A canary run end to end: the ranks as bounded processes, merged, the record written.
 
-Decides the run's shape and the merge (the ranks' work is ``canary.worker``, their processes
-``canary.launch``):
+Decides (the ranks' own work is ``canary.worker``):
 
-- ``world_size`` ranks in TP groups of the plan's TP, side by side: each group makes
-  ``ceil(calls / groups)`` of each size's calls per arm;
-- :func:`tasks`: the order of the work: each size's arms in turn, the ``spread`` arm cut into
-  slices interleaved over the whole run;
-- :class:`Setup` says where: ``cpu`` (gloo, float32; a small GEMM and a 1 ms skew) or ``cuda``
-  (nccl = RCCL, the recipe's dtype, a hidden x hidden GEMM, a 20 us skew);
-- the merge: per size and arm, ``mismatches`` sums the groups' counts of calls wrong on at
-  least one of their ranks, blocks and blocks with a mismatch likewise; ``wrong_elements``
-  sums every rank's; the kept mismatches are the earliest ``KEEP`` over ranks, each checked
-  against the stale-read fingerprint (``canary.fingerprint``); ``latency_us`` is the mean over
-  ranks of the calls' seconds per call, ``cost_us`` of the whole blocks' (inputs and check).
+- the shape: ``world_size`` ranks in TP groups of the plan's TP, side by side, each group
+  making ``ceil(calls / groups)`` of each size's calls per arm, in :func:`tasks`' order (the
+  ``spread`` arm cut into slices over the run); :class:`Setup` says where: ``cpu`` (gloo,
+  float32, a small GEMM, a 1 ms skew) or ``cuda`` (nccl = RCCL, the recipe's dtype);
+- the processes (:func:`run_ranks`): one ``python -m miles_amd.canary.worker SPEC RANK`` per
+  rank in its own session, spec and results in a temp dir removed afterwards, no fixed port.
+  A rank that fails ends the run after ``GRACE_S`` (:class:`HarnessError` naming the rank that
+  failed first); ranks still running after ``timeout_s`` are killed and named; a rank that
+  exits 0 without a readable result is named. Only the ranks' own process groups are
+  signalled, also when this process gets SIGTERM or SIGHUP;
+- the merge (:func:`merge`): per size and arm, calls wrong on at least one rank of a group,
+  blocks and blocks with a hit; the earliest ``KEEP`` mismatches over ranks, each checked
+  against the stale-read fingerprint; mean seconds per call (``latency_us``) and per call of
+  whole blocks (``cost_us``);
+- the positive control (:func:`run_control`): the broken build over the plan's suspect sizes,
+  at most :data:`CONTROL_CALLS` calls each, kept as ``control`` with its first wrong element
+  placed in the control kernel; uncaught, a clean canary says :data:`NOT_SEEN`;
+- :func:`write_canary`: ``canary.json`` whole or not at all (its model:
+  ``miles_amd.records.canary``; its schema: :func:`schema_path`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from miles_amd.canary import power
-from miles_amd.canary.fingerprint import Layout, matches
-from miles_amd.canary.launch import HarnessError, run_ranks
-from miles_amd.canary.plan import SKEW_S, Plan
+from miles_amd.canary.kernel import PACK_BYTES, Layout, matches
+from miles_amd.canary.plan import (
+    ARMS,
+    CONFIDENCE,
+    SKEW_S,
+    Plan,
+    detection_probability,
+    rate_upper_bound,
+)
+from miles_amd.canary.worker import result_path
+from miles_amd.files import atomic_write_text
 from miles_amd.records.canary import (
     SCHEMA_VERSION,
     STALE_READ,
@@ -37,6 +62,156 @@ from miles_amd.records.canary import (
     PowerRecord,
     SizeResult,
 )
+from miles_amd.run_dir import RunDir
+
+GRACE_S = 3.0
+POLL_S = 0.05
+SRC_DIR = Path(__file__).resolve().parents[2]
+
+
+class HarnessError(RuntimeError):
+    """The ranks could not give a result; ``str()`` is one line saying why."""
+
+
+def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    for proc in procs:
+        proc.wait()
+
+
+def _error(tmp: Path, spec_path: Path, rank: int) -> tuple[float, str]:
+    """When rank ``rank`` failed (epoch seconds; infinity if unknown) and its error line."""
+    try:
+        data = json.loads(result_path(spec_path, rank).read_text(encoding="utf-8"))
+        if "error" in data:
+            return float(data.get("at", math.inf)), str(data["error"])
+    except (OSError, ValueError):
+        pass
+    log = tmp / f"rank{rank}.log"
+    lines = (
+        log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        if log.exists()
+        else []
+    )
+    return math.inf, lines[-1] if lines else "no output"
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`HarnessError` while the ranks run (main thread only),
+    so the caller's ``finally`` stops them; the previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise HarnessError(f"stopped by {signal.Signals(signum).name}; the ranks were stopped")
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _result(spec_path: Path, rank: int) -> dict[str, Any]:
+    path = result_path(spec_path, rank)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise HarnessError(
+            f"rank {rank} exited 0 without a readable result file {path.name} ({exc})"
+        ) from None
+    if not isinstance(data, dict):
+        raise HarnessError(f"rank {rank}'s result file {path.name} is not a JSON object")
+    if "error" in data:
+        raise HarnessError(f"rank {rank} failed: {data['error']}")
+    return data
+
+
+def run_ranks(
+    spec: dict[str, Any], timeout_s: float, pythonpath: str | None = None
+) -> list[dict[str, Any]]:
+    """Every rank's result (``canary.worker``), in rank order; HarnessError (module doc).
+    ``pythonpath`` (``variants.aiter_pythonpath``; default this process's) follows the source."""
+    world = spec["world_size"]
+    after = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(SRC_DIR), after) if p),
+    }
+    with tempfile.TemporaryDirectory(prefix="miles-amd-canary-") as name:
+        tmp = Path(name)
+        spec_path = tmp / "spec.json"
+        spec_path.write_text(json.dumps({**spec, "timeout_s": timeout_s}), encoding="utf-8")
+        procs: list[subprocess.Popen[bytes]] = []
+        with _signals_raise():
+            _start_and_wait(procs, tmp, spec_path, world, env, timeout_s)
+        return [_result(spec_path, rank) for rank in range(world)]
+
+
+def _start_and_wait(
+    procs: list[subprocess.Popen[bytes]],
+    tmp: Path,
+    spec_path: Path,
+    world: int,
+    env: dict[str, str],
+    timeout_s: float,
+) -> None:
+    try:
+        for rank in range(world):
+            with open(tmp / f"rank{rank}.log", "wb") as log:
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "miles_amd.canary.worker",
+                            str(spec_path),
+                            str(rank),
+                        ],
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                    )
+                )
+        _wait(procs, tmp, spec_path, timeout_s)
+    finally:
+        _kill(procs)
+
+
+def _wait(
+    procs: list[subprocess.Popen[bytes]], tmp: Path, spec_path: Path, timeout_s: float
+) -> None:
+    started = time.monotonic()
+    failed_at: float | None = None
+    while True:
+        codes = [proc.poll() for proc in procs]
+        now = time.monotonic()
+        failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
+        if all(code is not None for code in codes) and not failed:
+            return
+        if failed:
+            failed_at = failed_at if failed_at is not None else now
+            if all(code is not None for code in codes) or now - failed_at > GRACE_S:
+                errors = {rank: _error(tmp, spec_path, rank) for rank in failed}
+                rank = min(failed, key=lambda r: (errors[r][0], r))
+                raise HarnessError(f"rank {rank} failed (exit {codes[rank]}): {errors[rank][1]}")
+        if now - started > timeout_s:
+            hung = [rank for rank, code in enumerate(codes) if code is None]
+            raise HarnessError(
+                f"ranks {hung} still running after {timeout_s:.0f} s: a reducer or collective "
+                "hangs (or the plan needs more time: --timeout)"
+            )
+        time.sleep(POLL_S)
+
 
 CPU_MEM_BUDGET = 64 * 1024 * 1024
 GPU_MEM_BUDGET = 1024 * 1024 * 1024
@@ -123,7 +298,7 @@ def spec(plan: Plan, setup: Setup) -> dict[str, Any]:
 
 
 def run(plan: Plan, setup: Setup, timeout_s: float) -> CanaryRecord:
-    """Run the plan on the ranks and merge their results; ``launch.HarnessError`` otherwise."""
+    """Run the plan on the ranks and merge their results; HarnessError otherwise."""
     started = time.time()
     ranks = run_ranks(spec(plan, setup), timeout_s, setup.pythonpath)
     try:
@@ -198,8 +373,8 @@ def _size(
         fingerprint=None if not kept else STALE_READ if all(m.matches for m in kept) else "other",
         latency_us=1e6 * sum(latency) / len(latency) if latency else None,
         cost_us=1e6 * sum(cost) / len(cost) if cost else None,
-        rate_upper_99=power.rate_upper_bound(calls) if mismatches == 0 else None,
-        block_rate_upper_99=power.rate_upper_bound(blocks) if block_hits == 0 else None,
+        rate_upper_99=rate_upper_bound(calls) if mismatches == 0 else None,
+        block_rate_upper_99=rate_upper_bound(blocks) if block_hits == 0 else None,
     )
 
 
@@ -235,9 +410,9 @@ def merge(
         power=PowerRecord(
             detect_rate=plan.detect_rate,
             rate_source=setup.rate_source,
-            confidence=power.CONFIDENCE,
+            confidence=CONFIDENCE,
             exposed_calls=exposed_calls,
-            probability=power.detection_probability(plan.detect_rate, exposed_calls),
+            probability=detection_probability(plan.detect_rate, exposed_calls),
             estimated_seconds=plan.estimated_seconds,
             latency_source=plan.latency.source,
         ),
@@ -252,3 +427,84 @@ def merge(
         tensor_dtype=tensor_dtype(plan, setup),
         control=setup.control,
     )
+
+
+CONTROL_CALLS = 200
+CONTROL_THREADS, CONTROL_MAX_BLOCKS = 512, 80  # control_kernel.cu's kThreads, kMaxBlocks
+CONTROL_ARM = ARMS[0]  # back to back
+NOT_SEEN = "the canary could not see this class of race here"
+
+
+def control_plan(plan: Plan, calls: int = CONTROL_CALLS) -> Plan:
+    """The broken build's plan: ``plan``'s suspect sizes (either model), at most ``calls``
+    back-to-back calls each."""
+    entries = tuple(
+        dataclasses.replace(
+            e, arms=((CONTROL_ARM, min(e.calls, calls)),), implementation="control-broken"
+        )
+        for e in plan.entries
+        if e.affected or e.exposed
+    )
+    return dataclasses.replace(plan, entries=entries)
+
+
+def control_fingerprint(first: Mismatch, tokens: int, hidden: int, tp: int, itemsize: int) -> str:
+    """Where the control kernel put ``first``'s element, and how far off it was (module doc)."""
+    if first.index is None or first.expected is None or first.seen is None:
+        return f"N={tokens} call {first.call}: returned {first.returned}"
+    lanes = PACK_BYTES // itemsize
+    size = tokens * hidden // lanes
+    part = size // tp
+    packed = first.index // lanes
+    owner = min(packed // part, tp - 1) if part else tp - 1
+    rel = packed - owner * part
+    slot = CONTROL_THREADS // tp
+    blocks = min(CONTROL_MAX_BLOCKS, max(1, math.ceil(part / slot)))
+    off = first.expected - first.seen  # a rank's input steps by 1 a call, the sum by tp
+    steps = f"{off:g} rank input step(s), {off / tp:g} of the sum's"
+    reader = first.rank % tp
+    return (
+        f"N={tokens} call {first.call}: rank {reader} read rank {owner}'s segment "
+        f"({'its own' if owner == reader else 'a peer'}), block {(rel // slot) % blocks} "
+        f"lane {rel % slot}; expected {first.expected:g}, seen {first.seen:g}: {steps}"
+    )
+
+
+def control_result(record: CanaryRecord, hidden: int, tp: int, itemsize: int) -> ControlRecord:
+    """``canary.json``'s ``control`` from the broken build's run."""
+    bad = record.first_bad()
+    first = bad.first_mismatch if bad is not None else None
+    return ControlRecord(
+        implementation=record.implementation,
+        calls=sum(r.calls for r in record.results),
+        mismatched_calls=record.mismatches,
+        caught=record.mismatches > 0,
+        fingerprint=(
+            control_fingerprint(first, bad.tokens, hidden, tp, itemsize)
+            if bad is not None and first is not None
+            else None
+        ),
+    )
+
+
+def run_control(plan: Plan, setup: Setup, timeout_s: float) -> ControlRecord:
+    """The broken build over :func:`control_plan` in ``setup``'s ranks; HarnessError
+    when they cannot run it."""
+    broken = dataclasses.replace(setup, implementation="control-broken", repeats=1, control=None)
+    record = run(control_plan(plan), broken, timeout_s)
+    shape = plan.shape
+    return control_result(record, shape.hidden, shape.tp, shape.dtype_size)
+
+
+def schema_path() -> Path:
+    """The shipped JSON Schema of ``canary.json``."""
+    from miles_amd.package_data import package_path
+
+    return package_path("miles_amd.canary", "canary.schema.json")
+
+
+def write_canary(root: Path, record: CanaryRecord) -> Path:
+    """Write ``record`` as ``<root>/canary.json``, whole or not at all; the path."""
+    path = RunDir(root).canary_json
+    atomic_write_text(path, record.to_json())
+    return path

@@ -1,31 +1,36 @@
-"""The canary's plan: which all-reduce sizes, under which conditions, how many calls each.
+"""The canary's plan: which all-reduce sizes, under which conditions, how many calls, what power.
 
-Decides, purely, from the recipe and the dispatch constants:
+Decides, purely, from the recipe and the dispatch constants (``canary.kernel``):
 
 - **Shape** (:func:`recipe_shape`): hidden size, dtype, rollout TP, engines, requests per
   engine and the prefill chunk; ``N`` tokens all-reduce ``N x hidden`` elements;
 - **Sizes** (:func:`token_sizes`), each classed under both models (lanes: ``affected``;
-  waves: ``dispatch.wave_class``): decode ``N`` as SGLang pads them (its CUDA-graph sizes),
-  prefill sizes where a stale read is possible (``exposed``) up to the largest aiter takes,
-  and matched controls of the same kernel (waves agree, uniform, lane-only);
-- **Calls**: enough for the detect rate over the exposed sizes (``power``), spread by a
-  per-call time model (:class:`LatencyModel`: kernel plus the harness measured on a GPU) for
-  a :class:`Target`, each size's calls split over the rollout conditions (:data:`ARMS`);
-- **Groups**: the node's TP groups share each size's calls; the time estimate divides by them;
-- SGLang's own all-reduce (the control arm) stops at its 16 MiB limit.
+  waves: ``wave_class``): decode ``N`` as SGLang pads them, prefill sizes where a stale read
+  is possible (``exposed``) up to the largest aiter takes, and matched controls of the same
+  kernel (waves agree, uniform, lane-only); SGLang's own all-reduce stops at 16 MiB;
+- **The rate worth catching** (:func:`implied_rate`): a bug that spikes a fraction ``s`` of
+  stock runs with ``E`` exposed calls each has a per-call rate of at least ``-ln(1 - s) / E``;
+- **Calls** (:func:`calls_needed`): ``n = ceil(ln(1 - c) / ln(1 - p))`` exposed calls catch a
+  per-call rate ``p`` with probability ``c`` = 0.99 if calls were independent (calls in a
+  block are not: the record also bounds the rate of blocks with a hit); :func:`allocate`
+  gives every exposed size the same estimated time by a per-call time model
+  (:class:`LatencyModel`: kernel plus the harness measured on a GPU, its source printed) and
+  each control size a share; each size's calls split over the rollout conditions
+  (:data:`ARMS`); the node's TP groups share them and the time estimate divides by them.
 
-The recipe's figures, the targets' settings and SGLang's sources: ``docs/node.md`` ("How the
-plan is built").
+A clean canary bounds the rate (:func:`rate_upper_bound`); it does not show the kernel
+race-free. Figures, derivations and sources: ``docs/node.md`` ("How the plan is built",
+"Statistics").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from miles_amd.canary import power
-from miles_amd.canary.dispatch import (
+from miles_amd.canary.kernel import (
     CDNA_WAVE,
     PINNED,
     DispatchConstants,
@@ -34,6 +39,83 @@ from miles_amd.canary.dispatch import (
     wave_class,
 )
 from miles_amd.recipe.settings import Recipe
+
+CONFIDENCE = 0.99
+CONTROL_SHARE = 0.1
+MIN_CONTROL_CALLS = 10
+# The rollouts' exposed calls per run (docs/node.md, "Statistics"): 20 rollouts x 2 engines x at
+# most 4 prefill forwards per engine and rollout x 49 all-reduces per forward (24 layers x 2 and
+# the vocab-parallel embedding) x 1/2 (the share of prefill sizes >= 114 whose 90·N mod 128 is in
+# 1..64); and the spike rate per stock run the A/B must be able to explain.
+ROLLOUTS_PER_RUN = 20
+ENGINES = 2
+PREFILL_FORWARDS = 4
+ALL_REDUCES_PER_FORWARD = 49
+EXPOSED_SHARE = 0.5
+SPIKE_RATE_PER_RUN = 0.05
+
+
+def _check_rate(p: float) -> None:
+    if not (0.0 < p < 1.0) or not math.isfinite(p):
+        raise ValueError(f"detect rate {p!r} is not in (0, 1)")
+
+
+def exposed_calls_per_run() -> int:
+    """The rollouts' exposed all-reduce calls in one run (the constants above)."""
+    return round(
+        ROLLOUTS_PER_RUN * ENGINES * PREFILL_FORWARDS * ALL_REDUCES_PER_FORWARD * EXPOSED_SHARE
+    )
+
+
+def implied_rate(spike_rate: float = SPIKE_RATE_PER_RUN, exposed: int | None = None) -> float:
+    """The least per-call rate at which ``exposed`` calls per run hold a wrong sum in a fraction
+    ``spike_rate`` of runs: ``-ln(1 - s) / E`` (module doc)."""
+    _check_rate(spike_rate)
+    calls = exposed_calls_per_run() if exposed is None else exposed
+    return -math.log1p(-spike_rate) / calls
+
+
+def calls_needed(p: float, confidence: float = CONFIDENCE) -> int:
+    """``ceil(ln(1 - confidence) / ln(1 - p))`` (module doc)."""
+    _check_rate(p)
+    _check_rate(confidence)
+    return math.ceil(math.log1p(-confidence) / math.log1p(-p))
+
+
+def detection_probability(p: float, calls: int) -> float:
+    """``1 - (1 - p)^calls``: the chance ``calls`` affected calls show a rate-``p`` fault."""
+    _check_rate(p)
+    return -math.expm1(calls * math.log1p(-p))
+
+
+def rate_upper_bound(calls: int, confidence: float = CONFIDENCE) -> float | None:
+    """The largest per-call rate that ``calls`` clean calls do not exclude; None for 0 calls."""
+    if calls <= 0:
+        return None
+    return -math.expm1(math.log1p(-confidence) / calls)
+
+
+def allocate(
+    seconds_per_call: Sequence[float],
+    affected: Sequence[bool],
+    needed: int,
+    control_share: float = CONTROL_SHARE,
+    min_control_calls: int = MIN_CONTROL_CALLS,
+) -> list[int]:
+    """Calls per entry (module doc: equal time per affected size, a share for controls)."""
+    if len(seconds_per_call) != len(affected) or any(t <= 0 for t in seconds_per_call):
+        raise ValueError("one positive time per entry is needed")
+    rates = [1.0 / t for t, hit in zip(seconds_per_call, affected, strict=True) if hit]
+    if not rates:
+        raise ValueError("no affected size to spend the budget on")
+    share = needed / sum(rates)
+    return [
+        math.ceil(share / t)
+        if hit
+        else max(min_control_calls, math.ceil(control_share * share / t))
+        for t, hit in zip(seconds_per_call, affected, strict=True)
+    ]
+
 
 SGLANG_DEFAULT_CHUNKED_PREFILL = 16384  # sglang 0.5.16 server_args.py, gpu_mem >= 160 GiB
 DTYPE_SIZES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -142,16 +224,18 @@ class LatencyModel:
         return self.base_s + nbytes / self.bytes_per_s + self.harness_s(tokens)
 
 
-# The harness alone, 4 ranks of canary.worker on one H200 over gloo, bf16, hidden 2880, a reducer
-# that makes the exact sum locally (issue 34, measured 2026-12-03; docs/node.md).
+# The harness's whole blocks (inputs, calls, check) per call with the current worker: 4 ranks of
+# canary.worker sharing one H200 over gloo, bf16, hidden 2880, a reducer that makes the exact sum
+# locally (docs/node.md, "What a GPU run showed"). The 4 ranks time-share the GPU, so from
+# N = 4095 (device-bound) the figures overstate a node with a GPU a rank by up to 4x.
 H200_HARNESS_US = (
-    (1, 42.0),
-    (32, 48.0),
-    (127, 54.0),
-    (255, 54.0),
-    (1023, 85.0),
-    (4095, 198.0),
-    (11650, 547.0),
+    (1, 90.0),
+    (32, 81.0),
+    (127, 86.0),
+    (255, 108.0),
+    (1023, 237.0),
+    (4095, 858.0),
+    (11650, 2361.0),
 )
 NODE_LATENCY = LatencyModel(
     base_s=12e-6,
@@ -159,8 +243,9 @@ NODE_LATENCY = LatencyModel(
     harness_us=H200_HARNESS_US,
     source=(
         "kernel: published, not measured here (sgl-project/sglang#6619, ROCm/FlyDSL#326): "
-        "12 us + bytes / 75 GB/s; harness: measured on one H200 (42 us at N=1 to 547 us at "
-        "N=11650)"
+        "12 us + bytes / 75 GB/s; harness: whole blocks measured with the current worker on one "
+        "H200, 90 us at N=1 to 2361 us at N=11650 (4 ranks time-sharing the GPU: from N=4095 "
+        "up to 4x a node's)"
     ),
 )
 CPU_LATENCY = LatencyModel(
@@ -185,7 +270,7 @@ class Target:
     min_control_calls: int
 
 
-NODE = Target("node", NODE_LATENCY, None, power.CONTROL_SHARE, power.MIN_CONTROL_CALLS)
+NODE = Target("node", NODE_LATENCY, None, CONTROL_SHARE, MIN_CONTROL_CALLS)
 CPU = Target("cpu", CPU_LATENCY, CPU_MAX_TOKENS, 0.02, 4)
 
 
@@ -246,7 +331,7 @@ class Plan:
 
     @property
     def probability(self) -> float:
-        return power.detection_probability(self.detect_rate, self.exposed_calls)
+        return detection_probability(self.detect_rate, self.exposed_calls)
 
     @property
     def estimated_seconds(self) -> float:
@@ -354,7 +439,7 @@ def build_plan(
     """The plan (``docs/node.md``, "How the plan is built"); ``tokens`` keeps only those sizes.
     ValueError for a detect rate outside (0, 1), a size outside the plan's range, or no size
     where a stale read is possible."""
-    needed = power.calls_needed(detect_rate)
+    needed = calls_needed(detect_rate)
     if wave_size < 1:
         raise ValueError(f"wave size {wave_size}: must be a positive lane count")
     max_bytes = SGLANG_MAX_BYTES if implementation == "sglang" else None
@@ -373,7 +458,7 @@ def build_plan(
             "leaves stage 1 early and still reads peer data)"
         )
     latency = target.latency
-    calls = power.allocate(
+    calls = allocate(
         [latency.seconds(shape.nbytes(n), n) for n in sizes],
         [w == "exposed" for w in waves],
         needed,

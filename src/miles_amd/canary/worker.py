@@ -1,24 +1,25 @@
 """One rank of the canary: all-reduce known integers over the plan and check every bit.
 
-- Run by ``canary.launch`` as ``python -m miles_amd.canary.worker SPEC RANK``; writes
+- Run by ``canary.harness`` as ``python -m miles_amd.canary.worker SPEC RANK``; writes
   ``rank<R>.json`` beside ``SPEC`` (its results, or ``{"error": ..., "at": <epoch s>}``) and
   exits 0, or 3 on an error.
 - Rendezvous: rank 0's ``TCPStore`` on 127.0.0.1 port 0 (aiter's IPC exchange requires a TCP
   store), its port written beside the spec; per TP group a device group and a gloo group.
 - Inputs: ``a(r, i) + b(c)``, integers whose every partial sum has magnitude at most 248, so
   exact in bf16 and fp32 in any order of addition; consecutive calls differ at every element.
-- The spec's tasks run in order, each a size's calls under one rollout condition (arm:
-  back to back, a layer-shaped GEMM before each call, one rank delayed before each call, or a
-  slice of calls spread over the run) in blocks: a block's inputs and exact sums are built
-  once, its calls run with no host sync, then one batched check (shape and dtype first, then
-  bits) and one max-reduce of the per-call flags over the TP group; the first ``keep`` wrong
-  elements per size are kept with position, expected and seen.
-- Reducers (picked in :func:`_reducer` only): ``reducer`` (``FILE:FUNCTION``,
-  the test seam), ``rccl``, ``aiter`` and ``sglang`` (``CustomAllreduce`` as SGLang builds it),
-  ``control`` and ``control-broken`` (``canary.control_build``).
+- The spec's tasks run in order, each a size's calls under one rollout condition (arm) in
+  blocks: a block's inputs and exact sums are built once, its calls run with no host sync,
+  then one batched check (shape and dtype first, then bits) and one max-reduce of the per-call
+  flags over the TP group; the first ``keep`` wrong elements per size are kept.
+- Reducers (picked in :func:`_reducer` only): ``reducer`` (``FILE:FUNCTION``, the test seam),
+  ``rccl``, ``aiter`` and ``sglang`` (``CustomAllreduce`` as SGLang builds it), and the
+  positive control's builds (:data:`CONTROL_BUILDS`: ``control``, and ``control-broken`` whose
+  end_sync does not wait), compiled from ``control_kernel.cu`` by torch's extension loader
+  (hipified on ROCm), one IPC buffer per rank, handles exchanged over the gloo group.
 
-Caveats: a disabled communicator or a declined size is an error, not a skip; eager calls only.
-Explained in ``docs/node.md`` ("How a rank checks").
+torch is imported only inside functions. A disabled communicator or a declined size is an
+error, not a skip; eager calls only. ``docs/node.md`` ("How a rank checks", "The positive
+control").
 """
 
 from __future__ import annotations
@@ -112,9 +113,7 @@ def _reducer(
 
         return rccl
     if kind.startswith("control"):
-        from miles_amd.canary import control_build
-
-        return control_build.reducer(kind, spec, cpu_group)
+        return control_reducer(kind, spec, cpu_group)
     comm = importlib.import_module(COMM_MODULES[kind]).CustomAllreduce(cpu_group, device)
     if comm.disabled:
         raise RuntimeError(f"{kind}'s CustomAllreduce is disabled on this TP group")
@@ -323,6 +322,42 @@ class _Rank:
                     }
                 )
         return flags
+
+
+CONTROL_BUILDS = {"control": False, "control-broken": True}
+KERNEL_SOURCE = Path(__file__).with_name("control_kernel.cu")
+
+
+def load_control(implementation: str) -> Any:
+    """The compiled extension of ``implementation``'s build (cached by torch per name)."""
+    from torch.utils import cpp_extension
+
+    broken = CONTROL_BUILDS[implementation]
+    return cpp_extension.load(
+        name="miles_amd_control_broken" if broken else "miles_amd_control",
+        sources=[str(KERNEL_SOURCE)],
+        extra_cuda_cflags=["-O3", *(["-DMILES_AMD_CONTROL_BROKEN"] if broken else [])],
+        verbose=False,
+    )
+
+
+def control_reducer(
+    implementation: str, spec: dict[str, Any], cpu_group: Any
+) -> Callable[[Any], Any]:
+    """``implementation``'s all-reduce for this rank of ``cpu_group`` (module doc)."""
+    import torch
+    import torch.distributed as dist
+
+    itemsize = torch.empty((), dtype=getattr(torch, spec["tensor_dtype"])).element_size()
+    max_bytes = max(e["tokens"] for e in spec["entries"]) * spec["hidden"] * itemsize
+    control = load_control(implementation).Control(
+        dist.get_rank(cpu_group), dist.get_world_size(cpu_group), max_bytes
+    )
+    handles = [torch.empty_like(control.handle()) for _ in range(dist.get_world_size(cpu_group))]
+    dist.all_gather(handles, control.handle(), group=cpu_group)
+    control.open(handles)
+    dist.barrier(group=cpu_group)
+    return control.all_reduce
 
 
 def main(argv: list[str]) -> int:

@@ -10,8 +10,8 @@ Decides the command's options, its checks of them, its output and its exit code:
 - ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo): the harness's test seam;
 - without ``--reducer``: the node; ``--variant`` and ``--implementation`` pick the all-reduce;
 - ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times;
-- on the node the positive control's broken build runs first (``canary.control``); the record
-  keeps it as ``control``, and a clean record whose control was not caught says so.
+- on the node the positive control's broken build runs first (``harness.run_control``); the
+  record keeps it as ``control``, and a clean record whose control was not caught says so.
 
 Exit 0 clean, 1 a mismatch (the line says whether it matches ROCm/aiter#5694's stale read), 2
 unusable (bad input, or ranks that failed, hung or were stopped); nothing is written then.
@@ -189,9 +189,16 @@ def canary(
 
     Exit 1 on a mismatch (a red canary proves the kernel wrong; a clean one bounds its rate).
     """
-    from miles_amd.canary import power
-    from miles_amd.canary.plan import CPU, NODE, build_plan, recipe_shape
-    from miles_amd.canary.source import CAR_MAX_SIZE_ENV, installed_constants
+    from miles_amd.canary.kernel import CAR_MAX_SIZE_ENV, installed_constants
+    from miles_amd.canary.plan import (
+        CPU,
+        NODE,
+        SPIKE_RATE_PER_RUN,
+        build_plan,
+        exposed_calls_per_run,
+        implied_rate,
+        recipe_shape,
+    )
     from miles_amd.recipe.settings import Recipe
     from miles_amd.run.probes_allreduce import read_aiter_fix
     from miles_amd.variants import aiter_pythonpath, rollout_implementation
@@ -201,13 +208,7 @@ def canary(
     on_cpu = reducer is not None
     if on_cpu and implementation is not None:
         fail("--reducer and --implementation exclude each other; the reducer is the implementation")
-    rate = (
-        detect_rate
-        if detect_rate is not None
-        else CPU_DETECT_RATE
-        if on_cpu
-        else power.implied_rate()
-    )
+    rate = detect_rate if detect_rate is not None else CPU_DETECT_RATE if on_cpu else implied_rate()
     label = (
         "reducer"
         if on_cpu
@@ -261,8 +262,8 @@ def canary(
         else "CPU harness default"
         if on_cpu
         else (
-            f"implied: a spike in {power.SPIKE_RATE_PER_RUN:.0%} of stock runs over "
-            f"{power.exposed_calls_per_run()} exposed calls per run (docs/node.md, Statistics)"
+            f"implied: a spike in {SPIKE_RATE_PER_RUN:.0%} of stock runs over "
+            f"{exposed_calls_per_run()} exposed calls per run (docs/node.md, Statistics)"
         )
     )
     _run(
@@ -313,7 +314,7 @@ def _print_plan(plan: Plan, fix: str, json_out: bool) -> None:
         _power_line(plan.detect_rate, plan.exposed_calls, plan.probability),
         f"waves of {plan.wave_size} lanes (CDNA; the node run reads the GPU's); implementation "
         f"{plan.entries[0].implementation}; lanes: the lane model's trip counts; waves: "
-        "dispatch.wave_class (docs/node.md)",
+        "kernel.wave_class (docs/node.md)",
         f"estimated time: {plan.estimated_seconds:.0f} s with {plan.groups} TP group(s) side by "
         f"side ({plan.latency.source})",
         f"dispatch_source: {plan.constants.source}",
@@ -324,7 +325,7 @@ def _print_plan(plan: Plan, fix: str, json_out: bool) -> None:
 
 def fault_reading(record: CanaryRecord) -> str:
     """What the wrong sums look like: #5694's stale read, or another fault."""
-    from miles_amd.canary.fingerprint import MATCHES, OTHER
+    from miles_amd.canary.kernel import MATCHES, OTHER
 
     return MATCHES if record.matches_stale_read else OTHER
 
@@ -350,10 +351,14 @@ def _run(
     rate_source: str,
     aiter: Where,
 ) -> None:
-    from miles_amd.canary.control import NOT_SEEN, run_control
-    from miles_amd.canary.harness import Setup, run
-    from miles_amd.canary.launch import HarnessError
-    from miles_amd.canary.record import write_canary
+    from miles_amd.canary.harness import (
+        NOT_SEEN,
+        HarnessError,
+        Setup,
+        run,
+        run_control,
+        write_canary,
+    )
 
     on_cpu = reducer is not None
     version = commit = None
@@ -401,7 +406,7 @@ def _run(
         else 600.0 + 3.0 * plan.estimated_seconds * repeats
     )
     try:
-        # On the node the positive control's broken build runs first (canary.control).
+        # On the node the positive control's broken build runs first (run_control).
         checked = None if on_cpu else run_control(plan, setup, bound)
         record = run(plan, dataclasses.replace(setup, control=checked), bound)
     except HarnessError as exc:

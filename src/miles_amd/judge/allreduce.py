@@ -1,34 +1,46 @@
-"""The A/B premise: did SGLang's rollout all-reduce run where the run's variant says?
+"""The A/B premise, judged: did the rollouts' all-reduce run where the variant says, on the aiter
+it names?
 
-Decides the gate's built-in ``allreduce.path`` check. ROCm/aiter#5694 fixes aiter's custom
-all-reduce, so a stock or patched run needs SGLang's all-reduce to have gone through aiter's,
-and the rccl control arm needs it not to. Evidence: SGLang's job-log lines (counted by
-``evidence.sentinels``) and env.json's ``sglang_allreduce`` prediction.
+Decides two of the gate's built-in checks; pure, reads nothing. ROCm/aiter#5694 fixes aiter's
+custom all-reduce, so stock and patched need SGLang's all-reduce to go through aiter's and the
+rccl control arm needs it not to; and the A/B compares aiter without and with the fix.
 
-Outcome, for the run's variant (env.json's, else plan.json's; none recorded needs aiter's;
-``tests/unit/test_ab_premise.py``):
+- ``allreduce.path`` (:func:`allreduce_check`), from SGLang's job-log lines
+  (``evidence.sentinels``) and env.json's ``sglang_allreduce`` prediction: a route other than
+  the needed one in the log or the prediction fails, naming the line or fact and the fix; the
+  needed route alone passes; no ``[AR]`` line is ``not measured`` (a failure with
+  ``require_env``). ``tests/unit/test_ab_premise.py``.
+- ``allreduce.fix`` (:func:`fix_check`), from the three processes' fingerprints
+  (``miles_amd.aiter_fix``: env.json's ``aiter_fix`` fact, canary.json's ``aiter_fix``, the
+  job's ``MILES_AMD_AITER_FIX`` line, exactly once): a fingerprint against the variant, two
+  processes that read different aiter sources, or a repeated or unreadable job line fails;
+  patched with ``unknown`` is no evidence (a failure with ``require_env``, else ``not
+  measured``), as is a process that recorded none; else ``pass``.
 
-- a route other than the needed one in the log (on any engine) or in the prediction: ``fail``,
-  naming the line or the fact and the fix;
-- the needed route and nothing else: ``pass``;
-- no ``[AR]`` line: ``not measured``, and a failure with ``require_env``.
-
-Pure; reads nothing. The log lines and each case: ``docs/node.md`` ("The allreduce.path
-check").
+``docs/node.md`` ("The ``allreduce.path`` check", "Which aiter a run imports, and whether it
+holds the fix").
 """
 
 from __future__ import annotations
 
-from miles_amd import variants
-from miles_amd.evidence.sentinels import ALLREDUCE_AITER, ALLREDUCE_FALLBACK, ALLREDUCE_ONE_STAGE
+import json
+import re
+
+from miles_amd import aiter_fix, variants
+from miles_amd.evidence.sentinels import (
+    AITER_FIX_JOB,
+    ALLREDUCE_AITER,
+    ALLREDUCE_FALLBACK,
+    ALLREDUCE_ONE_STAGE,
+)
 from miles_amd.evidence.types import EnvRecord, RunEvidence, SentinelHit
 from miles_amd.rules.check import BuiltinCheck, Check
 
-_RATIONALE = (
+_PATH_RATIONALE = (
     f"{variants.AITER_FIX} fixes aiter's custom all-reduce: stock vs patched compares it only "
     "if SGLang's rollout all-reduce is aiter's, and the rccl control arm only if it is not"
 )
-_check = BuiltinCheck("allreduce.path", "allreduce", _RATIONALE)
+_path_check = BuiltinCheck("allreduce.path", "allreduce", _PATH_RATIONALE)
 _FIX = (
     "fix: run with the job env `miles-amd train --aiter-variant VARIANT` sets "
     "(SGLANG_USE_AITER_AR), no SGLANG_USE_1STAGE_ALLREDUCE or deterministic flags, and an aiter "
@@ -44,7 +56,7 @@ def allreduce_check(evidence: RunEvidence, variant: str | None, *, require_env: 
     predicted = _predicted(evidence.env)
     if predicted is not None and not predicted.startswith(want + ":"):
         detail = f"the preflight says the job takes {predicted}, not {want}; {_FIX}"
-        return _check("fail", predicted, expected, detail, True)
+        return _path_check("fail", predicted, expected, detail, True)
     wrong = [hits[n] for n in _names_against(want) if n in hits]
     if wrong:
         first = min(wrong, key=lambda hit: hit.first_line)
@@ -53,14 +65,16 @@ def allreduce_check(evidence: RunEvidence, variant: str | None, *, require_env: 
             f"({sum(h.count for h in wrong)}x): the {variant or 'baseline'} run needs {want}'s; "
             f"{_FIX}"
         )
-        return _check("fail", _observed(hits), expected, detail, True)
+        return _path_check("fail", _observed(hits), expected, detail, True)
     if _names_for(want) & hits.keys():
         where = ", ".join(f"line {h.first_line} x{h.count}" for h in _ordered(hits, want))
-        return _check("pass", _observed(hits), expected, f"job.log: {where}", require_env)
+        return _path_check("pass", _observed(hits), expected, f"job.log: {where}", require_env)
     detail = "not measured: job.log has no SGLang [AR] line saying which all-reduce ran" + (
         f"; the preflight predicted {predicted}" if predicted else ""
     )
-    return _check("fail" if require_env else "not_measured", None, expected, detail, require_env)
+    return _path_check(
+        "fail" if require_env else "not_measured", None, expected, detail, require_env
+    )
 
 
 def _names_for(route: str) -> set[str]:
@@ -87,3 +101,65 @@ def _observed(hits: dict[str, SentinelHit]) -> str:
 
 def _predicted(env: EnvRecord | None) -> str | None:
     return (env.value("sglang_allreduce") or None) if env is not None else None
+
+
+_FIX_RATIONALE = (
+    f"the A/B compares aiter without and with {variants.AITER_FIX}: a label is not evidence, "
+    "the source each process imports is"
+)
+_fix_check = BuiltinCheck("allreduce.fix", "allreduce", _FIX_RATIONALE)
+_VALUE = re.compile(r'"value":\s*("(?:[^"\\]|\\.)*")')
+PROCESSES = ("preflight", "canary", "job")
+
+
+def recorded(evidence: RunEvidence) -> tuple[dict[str, str], list[str]]:
+    """(process -> fingerprint value, what is wrong with the job's line)."""
+    values: dict[str, str] = {}
+    wrong: list[str] = []
+    if evidence.env is not None and evidence.env.value("aiter_fix"):
+        values["preflight"] = evidence.env.value("aiter_fix")
+    if evidence.canary is not None and evidence.canary.aiter_fix:
+        values["canary"] = evidence.canary.aiter_fix
+    hit = next((h for h in evidence.sentinels if h.name == AITER_FIX_JOB), None)
+    if hit is not None:
+        found = _VALUE.search(hit.first_text)
+        value = json.loads(found.group(1)) if found else None
+        if hit.count != 1:
+            wrong.append(f"job.log has {hit.count} MILES_AMD_AITER_FIX lines, one expected")
+        if isinstance(value, str) and aiter_fix.verdict_of(value) == value.split(":")[0]:
+            values["job"] = value
+        else:
+            wrong.append(f"job.log line {hit.first_line} holds no fingerprint value")
+    return values, wrong
+
+
+def fix_check(evidence: RunEvidence, variant: str | None, *, require_env: bool) -> Check:
+    """``allreduce.fix`` of ``evidence`` for ``variant`` (module doc)."""
+    want = {"patched": aiter_fix.FIXED, "stock": aiter_fix.NOT_FIXED}.get(variant or "")
+    expected = f"{want or 'any fingerprint'}, one aiter source in {', '.join(PROCESSES)}"
+    values, wrong = recorded(evidence)
+    unknown = []
+    for who, value in values.items():
+        verdict = aiter_fix.verdict_of(value)
+        if want is not None and verdict not in (want, aiter_fix.UNKNOWN):
+            wrong.append(f"{who}: {variant} run on {value}")
+        elif want == aiter_fix.FIXED and verdict == aiter_fix.UNKNOWN:
+            unknown.append(f"{who}: {value} (unknown is no evidence for patched)")
+    sources = {who: aiter_fix.source_of(value) or value for who, value in values.items()}
+    if len(set(sources.values())) > 1:
+        seen = "; ".join(f"{who} {source}" for who, source in sources.items())
+        wrong.append(f"the processes saw different aiter sources: {seen}")
+    missing = [who for who in PROCESSES if who not in values]
+    observed = "; ".join(f"{who}: {value}" for who, value in values.items()) or None
+    if wrong:
+        return _fix_check("fail", observed, expected, "; ".join(wrong), True)
+    if unknown or (missing and require_env) or not values:
+        absent = f"not recorded by {', '.join(missing)}" if missing else ""
+        detail = "; ".join(part for part in (*unknown, absent) if part)
+        if require_env:
+            return _fix_check("fail", observed, expected, f"no evidence: {detail}", True)
+        return _fix_check("not_measured", observed, expected, f"not measured: {detail}", False)
+    detail = f"{', '.join(values)} read {next(iter(sources.values()))}" + (
+        f"; not recorded by {', '.join(missing)}" if missing else ""
+    )
+    return _fix_check("pass", observed, expected, detail, require_env)

@@ -1,32 +1,32 @@
-"""The all-reduce canary, judged for the run: did the all-reduce its rollouts use add exactly?
+"""The all-reduce canary, judged for the run, and a stock run's red that ROCm/aiter#5694 explains.
 
-Decides the gate's built-in ``allreduce.canary`` check from ``canary.json``
-(``RunEvidence.canary``, written by ``miles-amd canary``) and the run's variant
-(``RunEvidence.variant``; none: aiter's all-reduce, as ``allreduce.path`` assumes):
+Decides the gate's built-in ``allreduce.canary`` check from ``canary.json`` and the run's
+variant (none: aiter's all-reduce, as ``allreduce.path`` assumes):
 
 - no canary.json: ``not_measured``, a failure with ``require_env`` (the hardware path);
-- a wrong sum fails whatever implementation the record names, naming N, aiter's kernel path
-  and the first bad element, and whether it matches ROCm/aiter#5694's stale read; only on a
-  **stock** run whose canary tested its rollouts' all-reduce and whose every wrong sum has
-  that fingerprint is it the known bug, reproduced: the check passes (the A/B is meaningful);
-  a red of another fault fails on stock too;
-- clean, of the rollouts' all-reduce: ``pass`` with its power, unless its positive control
-  ran uncaught: ``not_measured`` (the canary could not see this race here); the detail says
-  whether a control ran, and on stock that the A/B says nothing about #5694 here;
-- a canary that is not evidence for this run (another implementation than the rollouts'
-  use, a canary.json labelled with another variant, or, for aiter's all-reduce, an aiter
-  commit other than env.json's): a failure naming both with ``require_env``, else
-  ``not_measured`` (its wrong sums still fail, above).
+- a wrong sum fails whatever implementation the record names, naming N, aiter's kernel path,
+  the first bad element and whether it matches #5694's stale read; only on a **stock** run
+  whose canary tested its rollouts' all-reduce and whose every wrong sum has that fingerprint
+  is it the known bug, reproduced (:func:`reproduced`): the check passes;
+- clean, of the rollouts' all-reduce: ``pass`` with its power, unless its positive control ran
+  uncaught: ``not_measured`` (the canary could not see this race here);
+- a canary that is not evidence for this run (:func:`not_evidence`: another implementation,
+  variant or aiter commit): a failure with ``require_env``, else ``not_measured``.
 
-:func:`explain_known_bug`: when a stock run's canary reproduced the bug, each failed spike
-rule (kind ``all_below``) keeps its failure and its detail starts :data:`KNOWN`. A clean
-canary bounds the per-call rate; it does not prove the kernel race-free (``docs/node.md``).
+What a reproduced bug explains: each failed spike rule's detail starts :data:`KNOWN`
+(:func:`explain_known_bug`), and a red stock run is an expected failure
+(:func:`expected_failure`) when every failing check is a rule of :data:`LOGPROB_METRIC` of a
+kind it moves (:data:`EXPLAINED_KINDS`), or the job's status and missing steps of a driver's
+stop for one (:data:`STOP_KINDS`). The verdict stays ``fail`` (exit 1); the report says
+"ROCm/aiter#5694 reproduced" and the node's pytest marks it xfail. Anything else red on stock
+is a failure like any other. Pure. A clean canary bounds the per-call rate; it does not prove
+the kernel race-free (``docs/node.md``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from miles_amd.evidence.types import CanaryRecord, EnvRecord, RunEvidence
 from miles_amd.rules.check import BuiltinCheck, Check, Status, listed
@@ -200,3 +200,59 @@ def _power(record: CanaryRecord) -> str:
         f"a per-call rate >= {power.detect_rate:.3g} at the exposed sizes ({power.rate_source}) "
         f"is caught with probability {power.probability:.4f}"
     )
+
+
+LOGPROB_METRIC = "train/train_rollout_logprob_abs_diff"
+# spikes, mean, max, step, trend: the rule kinds a corrupted all-reduce moves
+EXPLAINED_KINDS = ("all_below", "mean_within", "max_within", "step_rise", "no_rising_trend")
+STOP_KINDS = ("job_status", "steps_complete")  # what a driver's stop leaves red by itself
+REPRODUCED = f"{AITER_FIX} reproduced"
+
+
+@dataclass(frozen=True)
+class ExpectedFailure:
+    """Why a red stock run is expected: the canary's evidence and the checks it explains."""
+
+    canary: str
+    checks: tuple[str, ...]
+
+    @property
+    def line(self) -> str:
+        return (
+            f"{REPRODUCED}: the canary found {self.canary}; the failing checks "
+            f"({listed(list(self.checks))}) are the bug's, so this stock run is the A/B's "
+            "control failing as expected"
+        )
+
+
+def expected_failure(
+    checks: Sequence[Check], evidence: RunEvidence, variant: str | None
+) -> ExpectedFailure | None:
+    """The expected failure of a red stock run (module doc); None for any other run."""
+    failing = [c for c in checks if c.failed]
+    if not failing or not reproduced(evidence, variant) or evidence.canary is None:
+        return None
+    explained = {
+        c.name for c in failing if c.metric == LOGPROB_METRIC and c.kind in EXPLAINED_KINDS
+    }
+    stopped = _stopped_for(evidence) in explained
+    if any(c.name not in explained and not (stopped and c.kind in STOP_KINDS) for c in failing):
+        return None
+    record = evidence.canary
+    bad = record.first_bad()
+    first = f", first at N={bad.tokens} ({bad.kernel} path)" if bad is not None else ""
+    found = f"{record.mismatches} wrong sum(s) from {record.implementation}'s all-reduce{first}"
+    return ExpectedFailure(found, tuple(c.name for c in failing))
+
+
+def _stopped_for(evidence: RunEvidence) -> str | None:
+    """The check the driver stopped the job for (a fail-fast trip or a look); None if none."""
+    job = evidence.job
+    if job is None:
+        return None
+    if job.stopped_by == "look" and job.look is not None:
+        return job.look.rule
+    if job.stopped_by == "fail-fast" and job.failfast is not None:
+        rule = job.failfast.get("rule")
+        return rule if isinstance(rule, str) else None
+    return None

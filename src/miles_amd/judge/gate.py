@@ -8,7 +8,7 @@ Decides:
 - what a missing measurement is: ``not_measured``, or a failure when required;
 - the verdict (:class:`Verdict`): ``error`` when nothing at all was readable, else ``fail``
   when any check is ``fail`` or ``error``, else ``pass``; a red stock run that ROCm/aiter#5694
-  explains carries its expected failure (``judge.known_bug``);
+  explains carries its expected failure (``judge.canary``);
 - at which look a red run is decided (:attr:`Verdict.decision`); :func:`early_failures` is the
   watcher's judge of a partial run.
 
@@ -25,12 +25,15 @@ from dataclasses import dataclass, field
 
 from miles_amd.evidence.types import Conflict, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.exit_codes import VERDICT_EXIT_CODES, VerdictName
-from miles_amd.judge.aiter_fix import fix_check
-from miles_amd.judge.allreduce import allreduce_check
-from miles_amd.judge.canary import canary_check, explain_known_bug
+from miles_amd.judge.allreduce import allreduce_check, fix_check
+from miles_amd.judge.canary import (
+    ExpectedFailure,
+    canary_check,
+    expected_failure,
+    explain_known_bug,
+)
 from miles_amd.judge.control_arm import CONTROL_ARM
 from miles_amd.judge.environment import Environment, environment_check
-from miles_amd.judge.known_bug import ExpectedFailure, expected_failure
 from miles_amd.judge.model_build import model_build_check
 from miles_amd.judge.sequential import Decision, decision, early_rule_failures, rule_checks
 from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
@@ -67,7 +70,7 @@ class Verdict:
     conflicts: tuple[Conflict, ...] = ()
     looks: tuple[int, ...] = ()  # the rollouts the run was judged at (empty: --no-looks)
     decision: Decision | None = None  # when a red run was decided (None for a pass)
-    # a red stock run the reproduced bug explains (judge.known_bug); None for any other run
+    # a red stock run the reproduced bug explains (judge.canary); None for any other run
     expected_failure: ExpectedFailure | None = None
     # set by miles_amd.app.gate: the baseline's digest (miles_amd.baseline.shipped) and the
     # shipped baseline of that name's (None: none of that name, or it does not load)

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Literal
 
 from miles_amd import escape
+from miles_amd.judge.canary import REPRODUCED
 from miles_amd.judge.gate import Check, Verdict
-from miles_amd.judge.known_bug import REPRODUCED
 from miles_amd.rules.check import listed
 from miles_amd.wrap import fit
 

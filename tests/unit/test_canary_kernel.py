@@ -1,5 +1,8 @@
-"""aiter's all-reduce dispatch model (``canary.dispatch``) against aiter's own lines and a
-brute-force count of every lane's stage-1 trips; the constants' reader (``canary.source``)."""
+"""The kernel model (``canary.kernel``): the dispatch against aiter's own lines and a brute-force
+count of every lane's stage-1 trips; the constants' reader; the stale-read fingerprint against
+the kernel's layout at N=127, TP 4, bf16: part = 11430 packs, stride 80 x 128 = 10240, the
+unequal block 9 (tids 1152..1279) whose lanes 0..37 loop twice and 38..127 once, so the upper
+wave (lanes 64..127) leaves early."""
 
 from __future__ import annotations
 
@@ -8,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.canary import source
-from miles_amd.canary.dispatch import (
+from miles_amd.canary import kernel
+from miles_amd.canary.kernel import (
     AITER_COMMIT,
     CUH_PATH,
     PINNED,
     PY_PATH,
+    Layout,
     dispatch,
+    matches,
     trip_counts,
     uses_custom_ar,
 )
@@ -39,7 +44,7 @@ def fixture_sections() -> dict[str, str]:
 
 def test_the_pinned_constants_are_the_ones_in_aiters_lines() -> None:
     parts = fixture_sections()
-    parsed = source.parse_constants(parts[CUH_PATH], parts[PY_PATH], "fixture")
+    parsed = kernel.parse_constants(parts[CUH_PATH], parts[PY_PATH], "fixture")
     assert parsed.thread_num == PINNED.thread_num == 512
     assert parsed.max_blocks == PINNED.max_blocks == 80
     assert parsed.one_stage_limits == PINNED.one_stage_limits == ((4, 160 * 1024), (8, 80 * 1024))
@@ -54,23 +59,23 @@ def test_the_reader_refuses_a_kernel_whose_stage1_loop_lost_its_barrier() -> Non
     changed = cuh[:barrier] + cuh[barrier + len("__syncthreads();") :]
     changed = changed.replace("__syncthreads();", "", 1)  # both barriers of the loop
     with pytest.raises(ValueError, match="__syncthreads"):
-        source.parse_constants(changed, parts[PY_PATH], "edited")
+        kernel.parse_constants(changed, parts[PY_PATH], "edited")
 
 
 def test_the_reader_refuses_a_dispatch_of_another_shape() -> None:
     parts = fixture_sections()
     edited = parts[CUH_PATH].replace("bytes % (ngpus * 16) == 0", "bytes % 32 == 0")
     with pytest.raises(ValueError, match="naive test"):
-        source.parse_constants(edited, parts[PY_PATH], "edited")
+        kernel.parse_constants(edited, parts[PY_PATH], "edited")
     with pytest.raises(ValueError, match="_DEFAULT_CAR_MAX_SIZE"):
-        source.parse_constants(parts[CUH_PATH], "x = 1\n", "edited")
+        kernel.parse_constants(parts[CUH_PATH], "x = 1\n", "edited")
 
 
 def test_the_reader_knows_the_fixed_kernel_and_that_its_stage1_runs_whole_tiles() -> None:
     """ROCm/aiter#5694's kernel (01f53100): the same constants, stage 1 in whole tiles."""
     py = fixture_sections()[PY_PATH]
-    fixed = source.parse_constants(header_text(fixed=True), py, "fixed")
-    stock = source.parse_constants(header_text(fixed=False), py, "stock")
+    fixed = kernel.parse_constants(header_text(fixed=True), py, "fixed")
+    stock = kernel.parse_constants(header_text(fixed=False), py, "stock")
     assert (fixed.thread_num, fixed.max_blocks, fixed.one_stage_limits) == (
         PINNED.thread_num,
         PINNED.max_blocks,
@@ -99,19 +104,19 @@ def test_the_reader_refuses_a_constant_aiter_cannot_launch(line, absurd, named) 
         cuh = header_text(fixed=fixed)
         assert line in cuh
         with pytest.raises(ValueError, match=re.escape(named)):
-            source.parse_constants(cuh.replace(line, absurd), fixture_sections()[PY_PATH], "x")
+            kernel.parse_constants(cuh.replace(line, absurd), fixture_sections()[PY_PATH], "x")
 
 
 def test_an_installed_header_is_named_with_its_fingerprint_or_refused_with_why(
     tmp_path: Path,
 ) -> None:
     entry, cuh = fake_aiter(tmp_path / "ok", fixed=True, layout="checkout")
-    used = source.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
+    used = kernel.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
     assert used.stage1_whole_tiles and used.source.startswith(f"installed {cuh}, ")
     assert used.source.endswith("(aiter_fix fixed: (its value))")
     bad = header_text(fixed=True).replace("#define THREAD_NUM 512", "#define THREAD_NUM 0")
     entry, cuh = fake_aiter(tmp_path / "bad", fixed=True, layout="wheel", header=bad)
-    refused = source.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
+    refused = kernel.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
     assert refused.thread_num == PINNED.thread_num
     assert f"(pinned: {cuh} refused: #define THREAD_NUM is 0" in refused.source
 
@@ -165,16 +170,53 @@ def test_installed_constants_fall_back_to_the_pinned_commit_and_honour_the_env(
     """No aiter: the pinned constants, saying why, and AITER_CUSTOM_AR_MAX_SIZE as aiter
     resolves it."""
     unknown = "unknown: no module aiter"
-    plain = source.installed_constants({}, None, None, unknown)
+    plain = kernel.installed_constants({}, None, None, unknown)
     assert plain.car_max_size == PINNED.car_max_size
     assert plain.source.endswith("(pinned: no aiter on the python path)"), plain.source
-    sized = source.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "1048576"}, None, None, unknown)
+    sized = kernel.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "1048576"}, None, None, unknown)
     assert sized.car_max_size == 1 << 20
     assert (
-        source.installed_constants(
+        kernel.installed_constants(
             {"AITER_CUSTOM_AR_MAX_SIZE": "0"}, None, None, unknown
         ).car_max_size
         == 0
     )
     for ignored in ("-5", "lots", str(2 << 30)):
-        assert source.car_max_size(7, {"AITER_CUSTOM_AR_MAX_SIZE": ignored}) == 7
+        assert kernel.car_max_size(7, {"AITER_CUSTOM_AR_MAX_SIZE": ignored}) == 7
+
+
+LAYOUT = Layout(tokens=127, hidden=2880, tp=4, dtype_size=2)
+PART, FIRST = 11430, 1152
+
+
+def element(owner: int, lane: int, offset: int = 0) -> int:
+    """The flat index of element ``offset`` of the pack block 9's ``lane`` reads in ``owner``'s
+    segment (8 bf16 per 16-byte pack)."""
+    return 8 * (owner * PART + FIRST + lane) + offset
+
+
+@pytest.mark.parametrize("lane", [64, 100, 127])
+def test_the_upper_waves_lanes_in_a_peers_segment_one_step_off_match(lane: int) -> None:
+    assert matches(LAYOUT, 0, element(1, lane, 5), 10.0, 6.0)
+    assert matches(LAYOUT, 2, element(3, lane), 10.0, 202.0)  # the phase wrap: -48 steps
+
+
+@pytest.mark.parametrize(
+    ("rank", "index", "expected", "seen", "why"),
+    [
+        (0, element(1, 63), 10.0, 6.0, "the lower wave loops to the end"),
+        (0, element(1, 10), 10.0, 6.0, "a lane that loops twice"),
+        (1, element(1, 70), 10.0, 6.0, "the rank's own segment"),
+        (0, element(1, 70) - 8 * 128, 10.0, 6.0, "another block"),
+        (0, element(1, 70), 10.0, 7.0, "not a whole input step"),
+        (0, element(1, 70), 10.0, 10.5, "not an integer step"),
+        (0, None, None, None, "another shape"),
+    ],
+)
+def test_anything_else_is_another_fault(rank, index, expected, seen, why) -> None:
+    assert not matches(LAYOUT, rank, index, expected, seen), why
+
+
+def test_a_size_where_waves_agree_never_matches() -> None:
+    layout = Layout(tokens=129, hidden=2880, tp=4, dtype_size=2)  # r = 90: waves agree
+    assert not any(matches(layout, 0, 8 * (11610 + k), 10.0, 6.0) for k in range(0, 10240, 7))
