@@ -26,23 +26,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-__all__ = [
-    "AITER_FIX",
-    "AITER_VARIANTS",
-    "BASELINE_VARIANTS",
-    "IMPLEMENTATIONS",
-    "PATCHED_DIR_VAR",
-    "AiterVariant",
-    "Implementation",
-    "aiter_allreduce_expected",
-    "aiter_dir",
-    "aiter_origin",
-    "aiter_pythonpath",
-    "describe",
-    "rollout_implementation",
-    "sglang_env",
-]
-
 AiterVariant = Literal["stock", "patched", "rccl"]
 AITER_VARIANTS: tuple[AiterVariant, ...] = ("stock", "patched", "rccl")
 BASELINE_VARIANTS: tuple[AiterVariant, ...] = ("stock", "patched")  # one shipped baseline each

@@ -67,6 +67,16 @@ from miles_amd.run_dir import RunDir
 GRACE_S = 3.0
 POLL_S = 0.05
 SRC_DIR = Path(__file__).resolve().parents[2]
+CPU_MEM_BUDGET = 64 * 1024 * 1024
+GPU_MEM_BUDGET = 1024 * 1024 * 1024
+KEEP = 16
+SPREAD_SLICES = 8
+CPU_GEMM_WIDTH = 16
+CPU_SKEW_S = 1e-3
+CONTROL_CALLS = 200
+CONTROL_THREADS, CONTROL_MAX_BLOCKS = 512, 80  # control_kernel.cu's kThreads, kMaxBlocks
+CONTROL_ARM = ARMS[0]  # back to back
+NOT_SEEN = "the canary could not see this class of race here"
 
 
 class HarnessError(RuntimeError):
@@ -211,14 +221,6 @@ def _wait(
                 "hangs (or the plan needs more time: --timeout)"
             )
         time.sleep(POLL_S)
-
-
-CPU_MEM_BUDGET = 64 * 1024 * 1024
-GPU_MEM_BUDGET = 1024 * 1024 * 1024
-KEEP = 16
-SPREAD_SLICES = 8
-CPU_GEMM_WIDTH = 16
-CPU_SKEW_S = 1e-3
 
 
 @dataclass(frozen=True)
@@ -427,12 +429,6 @@ def merge(
         tensor_dtype=tensor_dtype(plan, setup),
         control=setup.control,
     )
-
-
-CONTROL_CALLS = 200
-CONTROL_THREADS, CONTROL_MAX_BLOCKS = 512, 80  # control_kernel.cu's kThreads, kMaxBlocks
-CONTROL_ARM = ARMS[0]  # back to back
-NOT_SEEN = "the canary could not see this class of race here"
 
 
 def control_plan(plan: Plan, calls: int = CONTROL_CALLS) -> Plan:

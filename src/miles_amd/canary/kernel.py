@@ -52,16 +52,6 @@ class DispatchConstants:
     # the suspect sizes are the same, they take its has_tail instantiation
     stage1_whole_tiles: bool = False
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "thread_num": self.thread_num,
-            "max_blocks": self.max_blocks,
-            "one_stage_limits": [list(pair) for pair in self.one_stage_limits],
-            "car_max_size": self.car_max_size,
-            "source": self.source,
-            "stage1_whole_tiles": self.stage1_whole_tiles,
-        }
-
 
 AITER_REPO = "ROCm/aiter"
 AITER_COMMIT = "e4048607a535ace3a2b51ded31b1c8c2d45c0879"

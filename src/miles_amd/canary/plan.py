@@ -25,6 +25,7 @@ race-free. Figures, derivations and sources: ``docs/node.md`` ("How the plan is 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -147,14 +148,7 @@ class RecipeShape:
         return tokens * self.hidden * self.dtype_size
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "hidden": self.hidden,
-            "dtype": self.dtype,
-            "tp": self.tp,
-            "engines": self.engines,
-            "requests_per_engine": self.requests_per_engine,
-            "chunked_prefill_size": self.chunked_prefill_size,
-        }
+        return dataclasses.asdict(self)
 
 
 def _flag(argv: list[str], flag: str) -> str | None:
@@ -296,21 +290,10 @@ class PlanEntry:
         return sum(calls for _, calls in self.arms)
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "tokens": self.tokens,
-            "bytes": self.bytes,
-            "kernel": self.kernel,
-            "naive": self.naive,
-            "uniform_trip_count": self.uniform_trip_count,
-            "affected": self.affected,
-            "wave_class": self.wave_class,
-            "exposed": self.exposed,
-            "blocks": self.blocks,
-            "role": self.role,
-            "calls": self.calls,
-            "arms": dict(self.arms),
-            "implementation": self.implementation,
-        }
+        """The fields in order, ``calls`` before ``arms`` (a dict) and ``implementation``."""
+        fields = dataclasses.asdict(self)
+        arms, implementation = dict(fields.pop("arms")), fields.pop("implementation")
+        return {**fields, "calls": self.calls, "arms": arms, "implementation": implementation}
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,12 @@ COMM_MODULES = {
     "sglang": "sglang.srt.distributed.device_communicators.custom_all_reduce",
 }
 PORT_FILE = "port"
+CONTROL_BUILDS = {"control": False, "control-broken": True}
+KERNEL_SOURCE = Path(__file__).with_name("control_kernel.cu")
 
 
-def a_value(rank: int, index: int) -> int:
-    """``a(r, i)`` of the module doc."""
+def a_value(rank: int, index: Any) -> Any:
+    """``a(r, i)`` of the module doc, of an int or a tensor of indices."""
     return (5 * index + 3 * rank) % A_MOD - A_OFFSET
 
 
@@ -200,10 +202,10 @@ class _Rank:
         if tokens not in self.inputs:
             tp, hidden = self.spec["tp"], self.spec["hidden"]
             index = torch.arange(tokens * hidden, device=self.device).view(tokens, hidden)
-            a = ((5 * index + 3 * self.r) % A_MOD - A_OFFSET).to(self.dtype)
+            a = a_value(self.r, index).to(self.dtype)
             sum_a = torch.zeros((tokens, hidden), dtype=torch.float32, device=self.device)
             for k in range(tp):
-                sum_a += (5 * index + 3 * k) % A_MOD - A_OFFSET
+                sum_a += a_value(k, index)
             self.inputs = {tokens: (a, sum_a)}  # one size at a time in memory
         return self.inputs[tokens]
 
@@ -322,10 +324,6 @@ class _Rank:
                     }
                 )
         return flags
-
-
-CONTROL_BUILDS = {"control": False, "control-broken": True}
-KERNEL_SOURCE = Path(__file__).with_name("control_kernel.cu")
 
 
 def load_control(implementation: str) -> Any:

@@ -276,7 +276,6 @@ def canary(
         timeout,
         run_dir,
         json_out,
-        on_cpu,
         source,
         Where(pythonpath, fix),
     )
@@ -347,7 +346,6 @@ def _run(
     timeout: float | None,
     run_dir: Path | None,
     json_out: bool,
-    on_cpu: bool,
     rate_source: str,
     aiter: Where,
 ) -> None:

@@ -41,6 +41,13 @@ _PATH_RATIONALE = (
     "if SGLang's rollout all-reduce is aiter's, and the rccl control arm only if it is not"
 )
 _path_check = BuiltinCheck("allreduce.path", "allreduce", _PATH_RATIONALE)
+_FIX_RATIONALE = (
+    f"the A/B compares aiter without and with {variants.AITER_FIX}: a label is not evidence, "
+    "the source each process imports is"
+)
+_fix_check = BuiltinCheck("allreduce.fix", "allreduce", _FIX_RATIONALE)
+_VALUE = re.compile(r'"value":\s*("(?:[^"\\]|\\.)*")')
+PROCESSES = ("preflight", "canary", "job")
 _FIX = (
     "fix: run with the job env `miles-amd train --aiter-variant VARIANT` sets "
     "(SGLANG_USE_AITER_AR), no SGLANG_USE_1STAGE_ALLREDUCE or deterministic flags, and an aiter "
@@ -101,15 +108,6 @@ def _observed(hits: dict[str, SentinelHit]) -> str:
 
 def _predicted(env: EnvRecord | None) -> str | None:
     return (env.value("sglang_allreduce") or None) if env is not None else None
-
-
-_FIX_RATIONALE = (
-    f"the A/B compares aiter without and with {variants.AITER_FIX}: a label is not evidence, "
-    "the source each process imports is"
-)
-_fix_check = BuiltinCheck("allreduce.fix", "allreduce", _FIX_RATIONALE)
-_VALUE = re.compile(r'"value":\s*("(?:[^"\\]|\\.)*")')
-PROCESSES = ("preflight", "canary", "job")
 
 
 def recorded(evidence: RunEvidence) -> tuple[dict[str, str], list[str]]:
