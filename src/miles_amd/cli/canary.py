@@ -30,7 +30,6 @@ import os
 import stat
 import sys
 import textwrap
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -41,6 +40,7 @@ from miles_amd.cli.errors import fail, say
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 
 if TYPE_CHECKING:
+    from miles_amd.canary.harness import Setup
     from miles_amd.canary.plan import Plan
     from miles_amd.records.canary import CanaryRecord
 
@@ -266,27 +266,20 @@ def canary(
             f"{exposed_calls_per_run()} exposed calls per run (docs/node.md, Statistics)"
         )
     )
-    _run(
-        plan,
-        label,
-        reducer_path,
-        variant,
-        world,
-        repeats,
-        timeout,
-        run_dir,
-        json_out,
-        source,
-        Where(pythonpath, fix),
+    from miles_amd.canary.harness import Setup
+
+    setup = Setup(
+        world_size=world,
+        device="cpu" if on_cpu else "cuda",
+        implementation=label,
+        reducer=reducer_path,
+        variant=variant.value if variant else None,
+        repeats=repeats,
+        rate_source=source,
+        aiter_fix=fix,
+        pythonpath=pythonpath,
     )
-
-
-@dataclass(frozen=True)
-class Where:
-    """The aiter the ranks import: their PYTHONPATH and its fingerprint."""
-
-    pythonpath: str
-    aiter_fix: str
+    _run(plan, setup, timeout, run_dir, json_out)
 
 
 def _print_plan(plan: Plan, fix: str, json_out: bool) -> None:
@@ -337,71 +330,48 @@ def _power_line(rate: float, calls: int, probability: float) -> str:
 
 
 def _run(
-    plan: Plan,
-    label: str,
-    reducer: str | None,
-    variant: VariantChoice | None,
-    world: int,
-    repeats: int,
-    timeout: float | None,
-    run_dir: Path | None,
-    json_out: bool,
-    rate_source: str,
-    aiter: Where,
+    plan: Plan, setup: Setup, timeout: float | None, run_dir: Path | None, json_out: bool
 ) -> None:
     from miles_amd.canary.harness import (
         NOT_SEEN,
         HarnessError,
-        Setup,
         run,
         run_control,
         write_canary,
     )
 
-    on_cpu = reducer is not None
-    version = commit = None
+    on_cpu = setup.device == "cpu"
     if not on_cpu:
         from miles_amd.canary.node import node_facts, unusable
 
-        facts = node_facts(aiter.pythonpath)
+        facts = node_facts(setup.pythonpath or "")
         if facts.wave_size and facts.wave_size != plan.wave_size:
             from miles_amd.canary.plan import build_plan
 
             plan = build_plan(
                 plan.shape,
-                label,
+                setup.implementation,
                 plan.detect_rate,
                 constants=plan.constants,
                 groups=plan.groups,
                 tokens=tuple(e.tokens for e in plan.entries),
                 wave_size=facts.wave_size,
             )
-        problem = unusable(facts, label, plan.shape.tp)
+        problem = unusable(facts, setup.implementation, plan.shape.tp)
         if problem:
             fail(problem)
-        if facts.gpus < world:
+        if facts.gpus < setup.world_size:
             fail(
-                f"--world-size {world}: only {facts.gpus} GPU(s) visible; "
+                f"--world-size {setup.world_size}: only {facts.gpus} GPU(s) visible; "
                 f"pass --world-size {plan.shape.tp}"
             )
-        version, commit = facts.aiter_version, facts.aiter_commit
-    setup = Setup(
-        world_size=world,
-        device="cpu" if on_cpu else "cuda",
-        implementation=label,
-        reducer=reducer,
-        variant=variant.value if variant else None,
-        repeats=repeats,
-        aiter_version=version,
-        aiter_commit=commit,
-        rate_source=rate_source,
-        aiter_fix=aiter.aiter_fix,
-        pythonpath=aiter.pythonpath,
-    )
+        setup = dataclasses.replace(
+            setup, aiter_version=facts.aiter_version, aiter_commit=facts.aiter_commit
+        )
     bound = timeout or (
-        120.0 + 10.0 * plan.estimated_seconds * repeats
+        120.0 + 10.0 * plan.estimated_seconds * setup.repeats
         if on_cpu
-        else 600.0 + 3.0 * plan.estimated_seconds * repeats
+        else 600.0 + 3.0 * plan.estimated_seconds * setup.repeats
     )
     try:
         # On the node the positive control's broken build runs first (run_control).
