@@ -1,0 +1,121 @@
+"""How a record's dataclass is read, checked and described: pydantic v2 on its type hints.
+
+Decides, for every record of ``miles_amd.records`` (frozen dataclasses whose hints carry
+their constraints as ``annotated_types`` and whose cross-field checks are a ``_check``
+classmethod):
+
+- :func:`parse`: a JSON object into the record, strictly (pydantic's strict JSON mode: no
+  string for a number, no number for a boolean, no float for an integer, no non-finite
+  number); the first refusal is one ``ValueError`` naming the field's path,
+  ``"results[2].first_mismatch.index" must be an integer >= 0, found -1``;
+- :func:`json_schema`: the record's JSON Schema (Draft 2020-12), which the shipped schema
+  files are (``tests/unit/test_record_schemas.py``; ``python -m miles_amd.records.schema``
+  writes them).
+
+pydantic is imported on first use only: the snapshot suite never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from typing import Any, TypeVar, cast
+
+__all__ = ["CONFIG", "checked", "json_schema", "parse"]
+
+T = TypeVar("T")
+# a record's ``__pydantic_config__``: its attributes' docstrings describe them in its schema
+CONFIG = {"use_attribute_docstrings": True}
+
+# pydantic's error types, as this project's reasons ("must be ..."); ctx fills the braces
+_REASONS = {
+    "missing": "must be present",
+    "int_type": "must be an integer",
+    "int_from_float": "must be an integer",
+    "float_type": "must be a finite number",
+    "finite_number": "must be a finite number",
+    "string_type": "must be a string",
+    "string_too_short": "must be a non-empty string",
+    "bool_type": "must be true or false",
+    "literal_error": "must be one of {expected}",
+    "greater_than_equal": "must be >= {ge}",
+    "greater_than": "must be > {gt}",
+    "less_than": "must be < {lt}",
+    "less_than_equal": "must be <= {le}",
+    "dataclass_type": "must be an object",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+}
+
+
+def _checked_schema(cls: type, source: type, handler: Any) -> Any:
+    from pydantic_core import core_schema
+
+    def check(record: Any) -> Any:
+        problem = record._check()
+        if problem:
+            raise ValueError(problem)
+        return record
+
+    return core_schema.no_info_after_validator_function(check, handler(source))
+
+
+# a record's ``__get_pydantic_core_schema__`` when its ``_check()`` returns the reason its
+# fields disagree (or None): its fields' checks first, then that one
+checked: classmethod[Any, [Any, Any], Any] = classmethod(_checked_schema)
+
+
+@cache
+def _adapter(cls: Any) -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(cls)
+
+
+def _path(loc: tuple[str | int, ...]) -> str:
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
+
+
+def _reason(error: Mapping[str, Any]) -> str:
+    where = _path(error["loc"])
+    if error["type"] == "value_error":  # a record's own check: its reason names its fields
+        reason = str(error["ctx"]["error"])  # '"field" ...' or a reason about the whole
+        if not where:
+            return reason
+        return f'"{where}.{reason[1:]}' if reason.startswith('"') else f'"{where}": {reason}'
+    template = _REASONS.get(error["type"])
+    what = template.format(**error.get("ctx", {})) if template else error["msg"].lower()
+    if error["type"] == "missing":
+        return f'"{where}" {what}, found nothing'
+    return f'"{where}" {what}, found {error["input"]!r:.80}'
+
+
+def parse(cls: type[T], data: Mapping[str, Any]) -> T:
+    """``data`` (a JSON object, as ``miles_amd.strict_json`` reads it) as record ``cls``;
+    ``ValueError`` naming the first bad field's path and why."""
+    from pydantic import ValidationError
+
+    try:
+        text = json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"not a JSON object of finite numbers ({error})") from None
+    try:
+        record: T = _adapter(cast(Any, cls)).validate_json(text, strict=True)
+        return record
+    except ValidationError as error:
+        raise ValueError(_reason(error.errors(include_url=False)[0])) from None
+
+
+def json_schema(cls: type, title: str) -> dict[str, Any]:
+    """Record ``cls``'s JSON Schema (Draft 2020-12), titled ``title``."""
+    from pydantic.json_schema import GenerateJsonSchema
+
+    class _Untitled(GenerateJsonSchema):
+        def field_title_should_be_set(self, schema: Any) -> bool:
+            return False
+
+    schema = _adapter(cls).json_schema(schema_generator=_Untitled)
+    return {"$schema": GenerateJsonSchema.schema_dialect, **schema, "title": title}
