@@ -29,7 +29,7 @@ from annotated_types import Ge, Gt, Lt
 from typing_extensions import TypedDict  # pydantic reads its fields on Python < 3.12
 
 from miles_amd.records.job import json_object
-from miles_amd.records.model import CONFIG, checked, parse
+from miles_amd.records.model import CONFIG, As, checked, parse
 from miles_amd.variants import AiterVariant, Implementation
 
 __all__ = [
@@ -98,7 +98,7 @@ class SizeResult:
     tokens: Positive
     kernel: str
     affected: bool
-    wave_class: WaveClass
+    wave_class: Annotated[str, As(WaveClass)]
     exposed: bool
     calls: Count
     mismatches: Count
@@ -110,7 +110,7 @@ class SizeResult:
     arms: tuple[ArmResult, ...]
     mismatches_kept: tuple[Mismatch, ...]
     """The first wrong elements (at most 16 per size), earliest first."""
-    fingerprint: Literal["stale-read", "other"] | None
+    fingerprint: Annotated[str, As(Literal["stale-read", "other"])] | None
     latency_us: float | None
     """Seconds per call of the calls alone (block-timed), in us."""
     cost_us: float | None
@@ -259,21 +259,21 @@ class Shape(TypedDict):
 class CanaryRecord:
     """``canary.json`` (module doc)."""
 
-    schema_version: Literal[2]
-    implementation: Implementation
+    schema_version: Annotated[int, As(Literal[2])]
+    implementation: Annotated[str, As(Implementation)]
     """The all-reduce tested (miles_amd.variants.IMPLEMENTATIONS)."""
     reducer: str | None
     """FILE:FUNCTION of the CPU test seam; null otherwise."""
-    variant: AiterVariant | None
+    variant: Annotated[str, As(AiterVariant)] | None
     """The aiter variant the run is for; null on CPU."""
     aiter_version: str | None
     aiter_commit: str | None
     dispatch_source: str
     """Where the dispatch thresholds were read (installed source or the pinned commit)."""
-    shape: Shape
+    shape: Annotated[dict[str, Any], As(Shape)]
     wave_size: Positive
     """Lanes a barrier counts as one wave (64 on CDNA)."""
-    plan: tuple[PlanEntry, ...]
+    plan: tuple[Annotated[dict[str, Any], As(PlanEntry)], ...]
     results: tuple[SizeResult, ...]
     power: PowerRecord
     repeats: Positive

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar, cast
 
-__all__ = ["CONFIG", "checked", "json_schema", "parse"]
+__all__ = ["CONFIG", "As", "checked", "json_schema", "parse"]
 
 T = TypeVar("T")
 # a record's ``__pydantic_config__``: its attributes' docstrings describe them in its schema
@@ -66,6 +67,17 @@ def _checked_schema(cls: type, source: type, handler: Any) -> Any:
 # a record's ``__get_pydantic_core_schema__`` when its ``_check()`` returns the reason its
 # fields disagree (or None): its fields' checks first, then that one
 checked: classmethod[Any, [Any, Any], Any] = classmethod(_checked_schema)
+
+
+@dataclass(frozen=True)
+class As:
+    """``Annotated`` metadata: read and describe the field as ``type`` (a ``Literal``, a
+    ``TypedDict``) while its Python hint stays the wider one its writers use (``str``, ``dict``)."""
+
+    type: Any
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return handler.generate_schema(self.type)
 
 
 @cache
