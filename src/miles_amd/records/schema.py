@@ -22,6 +22,11 @@ SHIPPED: dict[Path, tuple[str, str, str]] = {
         "CanaryRecord",
         "canary.json: the all-reduce canary's record (miles_amd.records.canary.CanaryRecord)",
     ),
+    _PACKAGE / "report" / "report.schema.json": (
+        "miles_amd.report.schema",
+        "Report",
+        "miles-amd gate report (report.json)",
+    ),
 }
 
 
@@ -31,7 +36,20 @@ def generated(path: Path) -> str:
 
     module, name, title = SHIPPED[path]
     schema: dict[str, Any] = json_schema(getattr(importlib.import_module(module), name), title)
-    return json.dumps(schema, indent=2) + "\n"
+    return _compact(schema) + "\n"
+
+
+def _compact(value: Any, indent: int = 0) -> str:
+    """``value`` as JSON, a value on one line when it fits 100 columns, else one per line."""
+    flat = json.dumps(value)
+    if indent + len(flat) <= 100 or not isinstance(value, (dict, list)) or not value:
+        return flat
+    pad = " " * (indent + 2)
+    if isinstance(value, dict):
+        items = [f"{pad}{json.dumps(k)}: {_compact(v, indent + 2)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    items = [pad + _compact(v, indent + 2) for v in value]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
 
 
 if __name__ == "__main__":
