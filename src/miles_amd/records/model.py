@@ -8,9 +8,9 @@ classmethod):
   string for a number, no number for a boolean, no float for an integer, no non-finite
   number); the first refusal is one ``ValueError`` naming the field's path,
   ``"results[2].first_mismatch.index" must be an integer >= 0, found -1``;
-- :func:`json_schema`: the record's JSON Schema (Draft 2020-12), which the shipped schema
-  files are (``tests/unit/test_record_schemas.py``; ``python -m miles_amd.records.schema``
-  writes them).
+- :func:`json_schema`: the record's JSON Schema (Draft 2020-12), which each shipped schema
+  file is (``tests/unit/test_record_schemas.py`` holds them, and
+  ``python -m tests.unit.test_record_schemas`` writes them).
 
 pydantic is imported on first use only: the snapshot suite never imports it.
 """
@@ -121,8 +121,9 @@ def parse(cls: type[T], data: Mapping[str, Any]) -> T:
         raise ValueError(_reason(error.errors(include_url=False)[0])) from None
 
 
-def json_schema(cls: type, title: str) -> dict[str, Any]:
-    """Record ``cls``'s JSON Schema (Draft 2020-12), titled ``title``."""
+def json_schema(cls: type, title: str) -> str:
+    """Record ``cls``'s JSON Schema (Draft 2020-12), titled ``title``, as a shipped file's
+    text: a value on one line when it fits 100 columns."""
     from pydantic.json_schema import GenerateJsonSchema
 
     class _Untitled(GenerateJsonSchema):
@@ -130,4 +131,16 @@ def json_schema(cls: type, title: str) -> dict[str, Any]:
             return False
 
     schema = _adapter(cls).json_schema(schema_generator=_Untitled)
-    return {"$schema": GenerateJsonSchema.schema_dialect, **schema, "title": title}
+    return _compact({"$schema": GenerateJsonSchema.schema_dialect, **schema, "title": title}) + "\n"
+
+
+def _compact(value: Any, indent: int = 0) -> str:
+    flat = json.dumps(value)
+    if indent + len(flat) <= 100 or not isinstance(value, (dict, list)) or not value:
+        return flat
+    pad = " " * (indent + 2)
+    if isinstance(value, dict):
+        items = [f"{pad}{json.dumps(k)}: {_compact(v, indent + 2)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    items = [pad + _compact(v, indent + 2) for v in value]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"

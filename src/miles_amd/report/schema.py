@@ -1,5 +1,5 @@
 """report.json's model: the shape ``miles-amd gate`` writes, from which its JSON Schema
-(``report/report.schema.json``, package data) is generated (``miles_amd.records.schema``).
+(``report/report.schema.json``, package data) is generated (``records.model.json_schema``).
 
 Decides what a consumer of report.json may rely on (``docs/cli.md``, "The report"); the
 writer is ``report.render.to_json`` and ``tests/unit/test_report_schema.py`` holds the gate's
