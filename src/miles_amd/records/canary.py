@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Gt, Lt
 from typing_extensions import TypedDict  # pydantic reads its fields on Python < 3.12
 
+from miles_amd.records import model
 from miles_amd.records.job import json_object
 from miles_amd.records.model import CONFIG, As, checked, parse
 from miles_amd.variants import AiterVariant, Implementation
@@ -71,6 +72,7 @@ class Mismatch:
 
     __get_pydantic_core_schema__ = checked
     __pydantic_config__ = CONFIG
+    from_dict = model.from_dict
 
     def _check(self) -> str | None:
         if (self.returned is None) != (None not in (self.index, self.expected, self.seen)):
@@ -89,6 +91,7 @@ class ArmResult:
     blocks_with_mismatch: Count
 
     __pydantic_config__ = CONFIG
+    from_dict = model.from_dict
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class SizeResult:
 
     __get_pydantic_core_schema__ = checked
     __pydantic_config__ = CONFIG
+    from_dict = model.from_dict
 
     @property
     def first_mismatch(self) -> Mismatch | None:
@@ -190,6 +194,7 @@ class PowerRecord:
 
     __get_pydantic_core_schema__ = checked
     __pydantic_config__ = CONFIG
+    from_dict = model.from_dict
 
     def _check(self) -> str | None:
         if self.exposed_calls == 0:
@@ -216,6 +221,7 @@ class ControlRecord:
 
     __get_pydantic_core_schema__ = checked
     __pydantic_config__ = CONFIG
+    from_dict = model.from_dict
 
     def _check(self) -> str | None:
         if self.mismatched_calls > self.calls:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar, cast
 
-__all__ = ["CONFIG", "As", "checked", "json_schema", "parse"]
+__all__ = ["CONFIG", "As", "checked", "from_dict", "json_schema", "parse"]
 
 T = TypeVar("T")
 # a record's ``__pydantic_config__``: its attributes' docstrings describe them in its schema
@@ -87,12 +87,13 @@ def _adapter(cls: Any) -> Any:
     return TypeAdapter(cls)
 
 
-def _path(loc: tuple[str | int, ...]) -> str:
-    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
+def _path(loc: tuple[str | int, ...], where: str) -> str:
+    text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    return where + text if where else text.lstrip(".")
 
 
-def _reason(error: Mapping[str, Any]) -> str:
-    where = _path(error["loc"])
+def _reason(error: Mapping[str, Any], at: str) -> str:
+    where = _path(error["loc"], at)
     if error["type"] == "value_error":  # a record's own check: its reason names its fields
         reason = str(error["ctx"]["error"])  # '"field" ...' or a reason about the whole
         if not where:
@@ -105,9 +106,9 @@ def _reason(error: Mapping[str, Any]) -> str:
     return f'"{where}" {what}, found {error["input"]!r:.80}'
 
 
-def parse(cls: type[T], data: Mapping[str, Any]) -> T:
-    """``data`` (a JSON object, as ``miles_amd.strict_json`` reads it) as record ``cls``;
-    ``ValueError`` naming the first bad field's path and why."""
+def parse(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
+    """``data`` (a JSON object, as ``miles_amd.strict_json`` reads it, at JSON path ``where``)
+    as record ``cls``; ``ValueError`` naming the first bad field's path and why."""
     from pydantic import ValidationError
 
     try:
@@ -118,7 +119,15 @@ def parse(cls: type[T], data: Mapping[str, Any]) -> T:
         record: T = _adapter(cast(Any, cls)).validate_json(text, strict=True)
         return record
     except ValidationError as error:
-        raise ValueError(_reason(error.errors(include_url=False)[0])) from None
+        raise ValueError(_reason(error.errors(include_url=False)[0], where)) from None
+
+
+def _from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
+    return parse(cls, data, where)
+
+
+# a nested record's ``from_dict(data, where)``: :func:`parse` as its classmethod
+from_dict: classmethod[Any, [Mapping[str, Any], str], Any] = classmethod(_from_dict)
 
 
 def json_schema(cls: type, title: str) -> str:
