@@ -1,8 +1,8 @@
 """How a record's dataclass is read, checked and described: pydantic v2 on its type hints.
 
 Decides, for every record of ``miles_amd.records`` (frozen dataclasses whose hints carry
-their constraints as ``annotated_types`` and whose cross-field checks are a ``_check``
-classmethod):
+their constraints as ``annotated_types``; :data:`checked` adds a record's cross-field
+``_check``):
 
 - :func:`parse`: a JSON object into the record, strictly (pydantic's strict JSON mode: no
   string for a number, no number for a boolean, no float for an integer, no non-finite
@@ -46,8 +46,6 @@ _REASONS = {
     "less_than_equal": "must be <= {le}",
     "dataclass_type": "must be an object",
     "dict_type": "must be an object",
-    "model_type": "must be an object",
-    "list_type": "must be a list",
     "tuple_type": "must be a list",
 }
 
