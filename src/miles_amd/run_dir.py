@@ -29,47 +29,33 @@ from pathlib import Path
 __all__ = ["RunDir"]
 
 
+class _Under:
+    """A run dir's attribute: the path ``name`` under its root."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run: RunDir, owner: object = None) -> Path:
+        return run.root / self.name
+
+
 @dataclass(frozen=True)
 class RunDir:
     """Paths of one run directory; building one touches no file."""
 
     root: Path
 
-    @property
-    def tensorboard(self) -> Path:
-        return self.root / "tensorboard"
-
-    @property
-    def ci_history(self) -> Path:
-        return self.root / "ci_history"
-
-    @property
-    def job_log(self) -> Path:
-        return self.root / "job.log"
-
-    @property
-    def job_json(self) -> Path:
-        return self.root / "job.json"
-
-    @property
-    def env_json(self) -> Path:
-        return self.root / "env.json"
-
-    @property
-    def canary_json(self) -> Path:
-        return self.root / "canary.json"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report"
-
-    @property
-    def compare_report(self) -> Path:
-        return self.report / "compare"
-
-    @property
-    def pullback_json(self) -> Path:
-        return self.root / "pullback.json"
+    tensorboard = _Under("tensorboard")
+    ci_history = _Under("ci_history")
+    job_log = _Under("job.log")
+    job_json = _Under("job.json")
+    env_json = _Under("env.json")
+    plan_json = _Under("plan.json")
+    canary_json = _Under("canary.json")
+    report = _Under("report")
+    compare_report = _Under("report/compare")
+    ray_head_log = _Under("ray_head.log")
+    pullback_json = _Under("pullback.json")
 
     def variant(self, name: str) -> RunDir:
         """``train --variants``: the run dir of aiter variant ``name`` under this one."""
@@ -91,11 +77,3 @@ class RunDir:
     def evidence(self) -> tuple[Path, ...]:
         """What a run leaves behind; a run dir holding any of it is not fresh."""
         return (self.tensorboard, self.ci_history, self.job_log, self.job_json, self.report)
-
-    @property
-    def plan_json(self) -> Path:
-        return self.root / "plan.json"
-
-    @property
-    def ray_head_log(self) -> Path:
-        return self.root / "ray_head.log"

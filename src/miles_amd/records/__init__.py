@@ -4,7 +4,9 @@
 - ``env``: ``env.json``, the preflight's facts (:class:`~miles_amd.records.env.EnvRecord`);
 - ``plan``: ``plan.json``, the launch plan (:class:`~miles_amd.records.plan.PlanRecord`);
 - ``canary``: ``canary.json``, the all-reduce canary's result
-  (:class:`~miles_amd.records.canary.CanaryRecord`).
+  (:class:`~miles_amd.records.canary.CanaryRecord`);
+- ``model``: how they are read (pydantic on their type hints, imported on first read) and
+  their JSON Schemas generated.
 
 Writers (the driver, the preflight, ``miles-amd canary``) and ``miles_amd.evidence`` (the
 reader, into ``RunEvidence``) share them; judging, recording a baseline and the history

@@ -1,13 +1,13 @@
 """``canary.json``: what a canary run tested, with what power, and what it found.
 
-Decides the record's model (:class:`CanaryRecord`, frozen) and its JSON: :meth:`to_json`
-writes it, :meth:`CanaryRecord.from_json` reads it strictly (``miles_amd.strict_json``: no
-duplicate key, no non-finite number): every field is required unless marked optional, a wrong
-type or value raises ``ValueError`` naming the field's path; keys the model does not know are
-ignored. JSON Schema: ``canary/canary.schema.json``; ``miles_amd.evidence`` reads it into
-``RunEvidence.canary``.
+Decides the record's model (:class:`CanaryRecord`, frozen dataclasses whose hints carry each
+field's constraints) and its JSON: :meth:`CanaryRecord.to_json` writes it,
+:meth:`CanaryRecord.from_json` reads it strictly (``miles_amd.strict_json``, then
+``records.model``): every field is required unless it has a default, a wrong type or value
+raises ``ValueError`` naming the field's path; keys the model does not know are ignored. Its
+JSON Schema, ``canary/canary.schema.json``, is generated from the model.
 
-Beyond types the fields must agree with each other (:meth:`CanaryRecord.from_dict`, each
+Beyond types the fields must agree with each other (each class's ``contradiction``, each
 refusal names its reason): calls were made, at least one exposed size ran, no size has more
 mismatches than calls, wrong elements or kept mismatches only with a mismatch count (and the
 other way round), arms and blocks that add up, a fingerprint that follows the kept
@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal
 
-from miles_amd import strict_json, variants
-from miles_amd.variants import IMPLEMENTATIONS
+from annotated_types import Ge, Gt, Lt
+from typing_extensions import TypedDict  # pydantic reads its fields on Python < 3.12
+
+from miles_amd.records import model
+from miles_amd.records.job import json_object
+from miles_amd.records.model import CONFIG, As, checked, parse
+from miles_amd.variants import AiterVariant, Implementation
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -41,78 +45,11 @@ __all__ = [
 
 SCHEMA_VERSION = 2
 STALE_READ = "stale-read"
-FINGERPRINTS = (STALE_READ, "other")
-WAVE_CLASSES = ("exposed", "early-no-read", "waves-agree", "uniform", "not-2stage")
-T = TypeVar("T")
-
-
-def _field(data: Mapping[str, Any], path: str, name: str) -> tuple[Any, str]:
-    where = f"{path}.{name}" if path else name
-    if name not in data:
-        raise ValueError(f'"{where}" is missing')
-    return data[name], where
-
-
-def _int(data: Mapping[str, Any], path: str, name: str, minimum: int = 0) -> int:
-    value, where = _field(data, path, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f'"{where}" must be an integer >= {minimum}, found {value!r}')
-    return value
-
-
-def _num(data: Mapping[str, Any], path: str, name: str, optional: bool = False) -> float | None:
-    value, where = _field(data, path, name)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        kind = "a finite number or null" if optional else "a finite number"
-        raise ValueError(f'"{where}" must be {kind}, found {value!r}')
-    return float(value)
-
-
-def _str(
-    data: Mapping[str, Any],
-    path: str,
-    name: str,
-    optional: bool = False,
-    choices: tuple[str, ...] = (),
-) -> str | None:
-    value, where = _field(data, path, name)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or (choices and value not in choices):
-        kind = f"one of {list(choices)}" if choices else "a string"
-        raise ValueError(
-            f'"{where}" must be {kind}{" or null" if optional else ""}, found {value!r}'
-        )
-    return value
-
-
-def _bool(data: Mapping[str, Any], path: str, name: str) -> bool:
-    value, where = _field(data, path, name)
-    if not isinstance(value, bool):
-        raise ValueError(f'"{where}" must be true or false, found {value!r}')
-    return value
-
-
-def _obj(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f'"{where}" must be an object, found {type(value).__name__}')
-    return value
-
-
-def _list(
-    data: Mapping[str, Any], path: str, name: str, item: Callable[[Any, str], T]
-) -> tuple[T, ...]:
-    value, where = _field(data, path, name)
-    if not isinstance(value, list):
-        raise ValueError(f'"{where}" must be a list, found {type(value).__name__}')
-    return tuple(item(entry, f"{where}[{i}]") for i, entry in enumerate(value))
-
-
-def _opt_int(data: Mapping[str, Any], path: str, name: str) -> int | None:
-    value, _ = _field(data, path, name)
-    return None if value is None else _int(data, path, name)
+# the size's class when barriers count waves (canary.dispatch.wave_class)
+WaveClass = Literal["exposed", "early-no-read", "waves-agree", "uniform", "not-2stage"]
+Count = Annotated[int, Ge(0)]
+Positive = Annotated[int, Ge(1)]
+Rate = Annotated[float, Gt(0), Lt(1)]
 
 
 @dataclass(frozen=True)
@@ -121,38 +58,26 @@ class Mismatch:
     says what came back, and ``index``/``expected``/``seen`` are null); ``matches``: it fits
     the fingerprint of ROCm/aiter#5694's stale read (``canary.fingerprint``)."""
 
-    repeat: int
-    call: int
+    repeat: Count
+    call: Count
     arm: str
-    rank: int
-    index: int | None
+    rank: Count
+    index: Count | None
     expected: float | None
     seen: float | None
     returned: str | None
+    """Another shape or dtype returned."""
     matches: bool
+    """Fits ROCm/aiter#5694's stale-read fingerprint."""
 
-    @classmethod
-    def from_dict(cls, value: Any, where: str) -> Mismatch:
-        data = _obj(value, where)
-        index = _opt_int(data, where, "index")
-        expected = _num(data, where, "expected", optional=True)
-        seen = _num(data, where, "seen", optional=True)
-        returned = _str(data, where, "returned", optional=True)
-        if (returned is None) != (None not in (index, expected, seen)):
-            raise ValueError(
-                f'"{where}": either "returned" or all of "index", "expected", "seen" is set'
-            )
-        return cls(
-            repeat=_int(data, where, "repeat"),
-            call=_int(data, where, "call"),
-            arm=_str(data, where, "arm") or "",
-            rank=_int(data, where, "rank"),
-            index=index,
-            expected=expected,
-            seen=seen,
-            returned=returned,
-            matches=_bool(data, where, "matches"),
-        )
+    __get_pydantic_core_schema__ = checked
+    __pydantic_config__ = CONFIG
+    from_dict = model.from_dict
+
+    def _check(self) -> str | None:
+        if (self.returned is None) != (None not in (self.index, self.expected, self.seen)):
+            return 'either "returned" or all of "index", "expected", "seen" is set'
+        return None
 
 
 @dataclass(frozen=True)
@@ -160,75 +85,49 @@ class ArmResult:
     """One rollout condition's share of a size: calls, calls wrong, blocks and blocks with one."""
 
     arm: str
-    calls: int
-    mismatches: int
-    blocks: int
-    blocks_with_mismatch: int
+    calls: Count
+    mismatches: Count
+    blocks: Count
+    blocks_with_mismatch: Count
 
-    @classmethod
-    def from_dict(cls, value: Any, where: str) -> ArmResult:
-        data = _obj(value, where)
-        return cls(
-            arm=_str(data, where, "arm") or "",
-            calls=_int(data, where, "calls"),
-            mismatches=_int(data, where, "mismatches"),
-            blocks=_int(data, where, "blocks"),
-            blocks_with_mismatch=_int(data, where, "blocks_with_mismatch"),
-        )
+    __pydantic_config__ = CONFIG
+    from_dict = model.from_dict
 
 
 @dataclass(frozen=True)
 class SizeResult:
     """One size's outcome over every arm, repeat and TP group."""
 
-    tokens: int
+    tokens: Positive
     kernel: str
     affected: bool
-    wave_class: str
+    wave_class: Annotated[str, As(WaveClass)]
     exposed: bool
-    calls: int
-    mismatches: int
-    wrong_elements: int
-    blocks: int
-    blocks_with_mismatch: int
+    calls: Count
+    mismatches: Count
+    """Calls wrong on at least one rank."""
+    wrong_elements: Count
+    blocks: Count
+    """Blocks of back-to-back calls, summed over groups."""
+    blocks_with_mismatch: Count
     arms: tuple[ArmResult, ...]
     mismatches_kept: tuple[Mismatch, ...]
-    fingerprint: str | None
+    """The first wrong elements (at most 16 per size), earliest first."""
+    fingerprint: Annotated[str, As(Literal["stale-read", "other"])] | None
     latency_us: float | None
+    """Seconds per call of the calls alone (block-timed), in us."""
     cost_us: float | None
+    """Seconds per call of whole blocks: inputs, calls, check, flags; in us."""
     rate_upper_99: float | None
     block_rate_upper_99: float | None
+
+    __get_pydantic_core_schema__ = checked
+    __pydantic_config__ = CONFIG
+    from_dict = model.from_dict
 
     @property
     def first_mismatch(self) -> Mismatch | None:
         return self.mismatches_kept[0] if self.mismatches_kept else None
-
-    @classmethod
-    def from_dict(cls, value: Any, where: str) -> SizeResult:
-        data = _obj(value, where)
-        result = cls(
-            tokens=_int(data, where, "tokens", 1),
-            kernel=_str(data, where, "kernel") or "",
-            affected=_bool(data, where, "affected"),
-            wave_class=_str(data, where, "wave_class", choices=WAVE_CLASSES) or "",
-            exposed=_bool(data, where, "exposed"),
-            calls=_int(data, where, "calls"),
-            mismatches=_int(data, where, "mismatches"),
-            wrong_elements=_int(data, where, "wrong_elements"),
-            blocks=_int(data, where, "blocks"),
-            blocks_with_mismatch=_int(data, where, "blocks_with_mismatch"),
-            arms=_list(data, where, "arms", ArmResult.from_dict),
-            mismatches_kept=_list(data, where, "mismatches_kept", Mismatch.from_dict),
-            fingerprint=_str(data, where, "fingerprint", optional=True, choices=FINGERPRINTS),
-            latency_us=_num(data, where, "latency_us", optional=True),
-            cost_us=_num(data, where, "cost_us", optional=True),
-            rate_upper_99=_num(data, where, "rate_upper_99", optional=True),
-            block_rate_upper_99=_num(data, where, "block_rate_upper_99", optional=True),
-        )
-        problem = result.contradiction()
-        if problem:
-            raise ValueError(f'"{where}": {problem}')
-        return result
 
     def contradiction(self) -> str | None:
         """Why this size's fields disagree with each other; None when they agree."""
@@ -276,147 +175,129 @@ class SizeResult:
             return f'"fingerprint" {self.fingerprint} disagrees with its kept mismatches ({want})'
         return None
 
+    _check = contradiction
+
 
 @dataclass(frozen=True)
 class PowerRecord:
     """The budget as power: a per-call rate >= ``detect_rate`` at the exposed sizes is caught
     with ``probability``; ``rate_source`` says where the rate comes from."""
 
-    detect_rate: float
+    detect_rate: Rate
     rate_source: str
-    confidence: float
-    exposed_calls: int
+    confidence: Rate
+    exposed_calls: Count
+    """Calls at exposed sizes in one repeat."""
     probability: float
     estimated_seconds: float
     latency_source: str
 
-    @classmethod
-    def from_dict(cls, value: Any, where: str) -> PowerRecord:
-        data = _obj(value, where)
-        rate = _num(data, where, "detect_rate") or 0.0
-        if not 0.0 < rate < 1.0:
-            raise ValueError(f'"{where}.detect_rate" must be in (0, 1), found {rate!r}')
-        confidence = _num(data, where, "confidence") or 0.0
-        if not 0.0 < confidence < 1.0:
-            raise ValueError(f'"{where}.confidence" must be in (0, 1), found {confidence!r}')
-        record = cls(
-            detect_rate=rate,
-            rate_source=_str(data, where, "rate_source") or "",
-            confidence=confidence,
-            exposed_calls=_int(data, where, "exposed_calls"),
-            probability=_num(data, where, "probability") or 0.0,
-            estimated_seconds=_num(data, where, "estimated_seconds") or 0.0,
-            latency_source=_str(data, where, "latency_source") or "",
-        )
-        if record.exposed_calls == 0:
-            raise ValueError(
-                f'"{where}.exposed_calls" is 0: a canary that buys no power is not evidence'
+    __get_pydantic_core_schema__ = checked
+    __pydantic_config__ = CONFIG
+    from_dict = model.from_dict
+
+    def _check(self) -> str | None:
+        if self.exposed_calls == 0:
+            return '"exposed_calls" is 0: a canary that buys no power is not evidence'
+        bought = -math.expm1(self.exposed_calls * math.log1p(-self.detect_rate))
+        if abs(bought - self.probability) > 1e-9:
+            return (
+                f'"probability" {self.probability!r} is not what {self.exposed_calls} exposed '
+                f"calls buy at rate {self.detect_rate:g} ({bought:.6f})"
             )
-        bought = -math.expm1(record.exposed_calls * math.log1p(-rate))
-        if abs(bought - record.probability) > 1e-9:
-            raise ValueError(
-                f'"{where}.probability" {record.probability!r} is not what {record.exposed_calls}'
-                f" exposed calls buy at rate {rate:g} ({bought:.6f})"
-            )
-        return record
+        return None
 
 
 @dataclass(frozen=True)
 class ControlRecord:
-    """The positive control: a deliberately broken all-reduce the canary must catch."""
+    """The positive control: a deliberately broken all-reduce the canary must catch; null when
+    none ran."""
 
     implementation: str
-    calls: int
-    mismatched_calls: int
+    calls: Positive
+    mismatched_calls: Count
     caught: bool
     fingerprint: str | None
 
-    @classmethod
-    def from_dict(cls, value: Any, where: str) -> ControlRecord:
-        data = _obj(value, where)
-        record = cls(
-            implementation=_str(data, where, "implementation") or "",
-            calls=_int(data, where, "calls", 1),
-            mismatched_calls=_int(data, where, "mismatched_calls"),
-            caught=_bool(data, where, "caught"),
-            fingerprint=_str(data, where, "fingerprint", optional=True),
-        )
-        if record.mismatched_calls > record.calls:
-            raise ValueError(
-                f'"{where}.mismatched_calls" {record.mismatched_calls} exceeds its '
-                f"{record.calls} calls"
-            )
-        if record.caught != (record.mismatched_calls > 0):
-            raise ValueError(
-                f'"{where}.caught" {record.caught} disagrees with {record.mismatched_calls} '
-                "mismatched calls"
-            )
-        return record
+    __get_pydantic_core_schema__ = checked
+    __pydantic_config__ = CONFIG
+    from_dict = model.from_dict
+
+    def _check(self) -> str | None:
+        if self.mismatched_calls > self.calls:
+            return f'"mismatched_calls" {self.mismatched_calls} exceeds its {self.calls} calls'
+        if self.caught != (self.mismatched_calls > 0):
+            return f'"caught" {self.caught} disagrees with {self.mismatched_calls} mismatched calls'
+        return None
 
 
-def _plan_entry(value: Any, where: str) -> dict[str, Any]:
-    data = _obj(value, where)
-    return {
-        "tokens": _int(data, where, "tokens", 1),
-        "bytes": _int(data, where, "bytes", 1),
-        "kernel": _str(data, where, "kernel"),
-        "naive": _bool(data, where, "naive"),
-        "uniform_trip_count": _bool(data, where, "uniform_trip_count"),
-        "affected": _bool(data, where, "affected"),
-        "wave_class": _str(data, where, "wave_class", choices=WAVE_CLASSES),
-        "exposed": _bool(data, where, "exposed"),
-        "blocks": _int(data, where, "blocks"),
-        "role": _str(data, where, "role", choices=("decode", "prefill", "control")),
-        "calls": _int(data, where, "calls"),
-        "arms": _arms(_field(data, where, "arms")[0], f"{where}.arms"),
-        "implementation": _str(data, where, "implementation", choices=IMPLEMENTATIONS),
-    }
+class PlanEntry(TypedDict):
+    """One size of the canary's plan, as ``canary.plan`` wrote it: ``exposed`` when a stale
+    read is possible (``wave_class`` exposed), ``arms`` the calls per rollout condition."""
+
+    tokens: Positive
+    bytes: Positive
+    kernel: str
+    naive: bool
+    uniform_trip_count: bool
+    affected: bool
+    wave_class: WaveClass
+    exposed: bool
+    blocks: Count
+    role: Literal["decode", "prefill", "control"]
+    calls: Count
+    arms: dict[str, Count]
+    implementation: Implementation
 
 
-def _arms(value: Any, where: str) -> dict[str, int]:
-    data = _obj(value, where)
-    return {str(arm): _int(data, where, str(arm)) for arm in data}
+class Shape(TypedDict):
+    """The recipe's all-reduce shape the plan was built for."""
 
-
-def _shape(value: Any, where: str) -> dict[str, Any]:
-    data = _obj(value, where)
-    return {
-        "hidden": _int(data, where, "hidden", 1),
-        "dtype": _str(data, where, "dtype"),
-        "tp": _int(data, where, "tp", 1),
-        "engines": _int(data, where, "engines", 1),
-        "requests_per_engine": _int(data, where, "requests_per_engine", 1),
-        "chunked_prefill_size": _int(data, where, "chunked_prefill_size", 1),
-    }
+    hidden: Positive
+    dtype: str
+    tp: Positive
+    engines: Positive
+    requests_per_engine: Positive
+    chunked_prefill_size: Positive
 
 
 @dataclass(frozen=True)
 class CanaryRecord:
     """``canary.json`` (module doc)."""
 
-    schema_version: int
-    implementation: str
+    schema_version: Annotated[int, As(Literal[2])]
+    implementation: Annotated[str, As(Implementation)]
+    """The all-reduce tested (miles_amd.variants.IMPLEMENTATIONS)."""
     reducer: str | None
-    variant: str | None
+    """FILE:FUNCTION of the CPU test seam; null otherwise."""
+    variant: Annotated[str, As(AiterVariant)] | None
+    """The aiter variant the run is for; null on CPU."""
     aiter_version: str | None
     aiter_commit: str | None
     dispatch_source: str
-    shape: dict[str, Any]
-    wave_size: int
-    plan: tuple[dict[str, Any], ...]
+    """Where the dispatch thresholds were read (installed source or the pinned commit)."""
+    shape: Annotated[dict[str, Any], As(Shape)]
+    wave_size: Positive
+    """Lanes a barrier counts as one wave (64 on CDNA)."""
+    plan: tuple[Annotated[dict[str, Any], As(PlanEntry)], ...]
     results: tuple[SizeResult, ...]
     power: PowerRecord
-    repeats: int
-    repeats_with_mismatch: int
+    repeats: Positive
+    repeats_with_mismatch: Count
     start_time: float
     end_time: float
-    world_size: int
-    groups: int
+    world_size: Positive
+    groups: Positive
     backend: str
     device: str
     tensor_dtype: str
     control: ControlRecord | None
     aiter_fix: str | None = None
+    """Whether the aiter the ranks import holds ROCm/aiter#5694's fix (miles_amd.aiter_fix):
+    fixed, not fixed or unknown, with its header."""
+
+    __get_pydantic_core_schema__ = checked
+    __pydantic_config__ = CONFIG
 
     @property
     def mismatches(self) -> int:
@@ -438,67 +319,27 @@ class CanaryRecord:
         return next((r for r in self.results if r.mismatches), None)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["plan"] = [dict(entry) for entry in self.plan]
-        data["results"] = [asdict(r) for r in self.results]
-        for result in data["results"]:
-            result["arms"] = list(result["arms"])
-            result["mismatches_kept"] = list(result["mismatches_kept"])
-        return data
+        return json.loads(json.dumps(asdict(self)))  # tuples as lists, as on disk
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
+        return json.dumps(asdict(self), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
     @classmethod
     def from_json(cls, text: str | bytes) -> CanaryRecord:
         """Parse ``canary.json``'s text; ``ValueError`` for bad JSON or a bad field."""
-        data = strict_json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, found {type(data).__name__}")
-        return cls.from_dict(data)
+        return cls.from_dict(json_object(text))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CanaryRecord:
-        version = _int(data, "", "schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f'"schema_version" must be {SCHEMA_VERSION}, found {version}')
-        repeats = _int(data, "", "repeats", 1)
-        with_mismatch = _int(data, "", "repeats_with_mismatch")
-        if with_mismatch > repeats:
-            raise ValueError(f'"repeats_with_mismatch" {with_mismatch} exceeds "repeats" {repeats}')
-        control, control_where = _field(data, "", "control")
-        record = cls(
-            schema_version=version,
-            implementation=_str(data, "", "implementation", choices=IMPLEMENTATIONS) or "",
-            reducer=_str(data, "", "reducer", optional=True),
-            variant=_str(data, "", "variant", optional=True, choices=variants.AITER_VARIANTS),
-            aiter_version=_str(data, "", "aiter_version", optional=True),
-            aiter_commit=_str(data, "", "aiter_commit", optional=True),
-            dispatch_source=_str(data, "", "dispatch_source") or "",
-            shape=_shape(_field(data, "", "shape")[0], "shape"),
-            wave_size=_int(data, "", "wave_size", 1),
-            plan=_list(data, "", "plan", _plan_entry),
-            results=_list(data, "", "results", SizeResult.from_dict),
-            power=PowerRecord.from_dict(_field(data, "", "power")[0], "power"),
-            repeats=repeats,
-            repeats_with_mismatch=with_mismatch,
-            start_time=_num(data, "", "start_time") or 0.0,
-            end_time=_num(data, "", "end_time") or 0.0,
-            world_size=_int(data, "", "world_size", 1),
-            groups=_int(data, "", "groups", 1),
-            backend=_str(data, "", "backend") or "",
-            device=_str(data, "", "device") or "",
-            tensor_dtype=_str(data, "", "tensor_dtype") or "",
-            control=None if control is None else ControlRecord.from_dict(control, control_where),
-            aiter_fix=_str(data, "", "aiter_fix", optional=True) if "aiter_fix" in data else None,
-        )
-        problem = record.contradiction()
-        if problem:
-            raise ValueError(problem)
-        return record
+    def from_dict(cls, data: dict[str, Any]) -> CanaryRecord:
+        return parse(cls, data)
 
     def contradiction(self) -> str | None:
         """Why the record as a whole is not evidence; None when its fields agree."""
+        if self.repeats_with_mismatch > self.repeats:
+            return (
+                f'"repeats_with_mismatch" {self.repeats_with_mismatch} exceeds "repeats" '
+                f"{self.repeats}"
+            )
         if not any(r.calls for r in self.results):
             return '"results": no calls were made; a canary without calls is not evidence'
         if not any(r.exposed and r.calls for r in self.results):
@@ -518,3 +359,5 @@ class CanaryRecord:
                 f"{self.mismatches} mismatched calls"
             )
         return None
+
+    _check = contradiction

@@ -1,24 +1,27 @@
 """``job.json``: the Ray job's end state, as the driver writes it and evidence/ reads it.
 
-Decides :class:`JobRecord`'s fields and their validation (strict: a wrong type is a
-``ValueError`` naming the field) and :func:`json_object`, the strict JSON object reader of
-every run-dir record (``miles_amd.strict_json``).
+Decides :class:`JobRecord`'s fields and their validation (its hints, read by
+``records.model``: a wrong type is a ``ValueError`` naming the field) and :func:`json_object`,
+the strict JSON object reader of every run-dir record (``miles_amd.strict_json``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import Annotated, Any, Literal, get_args
+
+from annotated_types import Ge, Gt, Le, MinLen
 
 from miles_amd import strict_json
+from miles_amd.records.model import As, checked, parse
 
 __all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "LookStop", "json_object"]
 
-JOB_STATES = frozenset({"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"})
-STOP_REASONS = frozenset({"timeout", "interrupt", "fail-fast", "look"})
-T = TypeVar("T")
+_JobState = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]
+_StopReason = Literal["timeout", "interrupt", "fail-fast", "look"]
+JOB_STATES = frozenset(get_args(_JobState))
+STOP_REASONS = frozenset(get_args(_StopReason))
 
 
 @dataclass(frozen=True)
@@ -27,34 +30,19 @@ class LookStop:
     rollouts, rule ``rule`` crossed its boundary, having spent ``alpha_spent`` of its
     false-alarm rate (``miles_amd.rules.looks``)."""
 
-    rollout: int
-    rule: str
-    alpha_spent: float
-
-    @classmethod
-    def from_dict(cls, data: dict[str, object]) -> LookStop:
-        rollout, rule, alpha = data.get("rollout"), data.get("rule"), data.get("alpha_spent")
-        if isinstance(rollout, bool) or not isinstance(rollout, int) or rollout < 1:
-            raise ValueError(f'"look.rollout" must be an integer >= 1, found {rollout!r}')
-        if not isinstance(rule, str) or not rule:
-            raise ValueError(f'"look.rule" must be a non-empty string, found {rule!r}')
-        if (
-            isinstance(alpha, bool)
-            or not isinstance(alpha, (int, float))
-            or not 0 < alpha <= 1  # NaN fails too
-        ):
-            raise ValueError(f'"look.alpha_spent" must be a rate in (0, 1], found {alpha!r}')
-        return cls(rollout, rule, float(alpha))
+    rollout: Annotated[int, Ge(1)]
+    rule: Annotated[str, MinLen(1)]
+    alpha_spent: Annotated[float, Gt(0), Le(1)]
 
 
 @dataclass(frozen=True)
 class JobRecord:
     """``job.json``: the Ray job's end state and why the driver stopped it, if it did.
 
-    Written by the driver (:meth:`to_json`), read back by :meth:`from_json`, which is strict:
-    ``job_id`` (non-empty string) and ``status`` (one of Ray's :data:`JOB_STATES`) are
-    required; every other field may be absent or null; a wrong type raises ``ValueError``
-    naming the field. Keys this model does not know are ignored.
+    Written by the driver (:meth:`to_json`), read back by :meth:`from_json`, which is strict
+    (``records.model``): ``job_id`` (non-empty string) and ``status`` (one of Ray's
+    :data:`JOB_STATES`) are required; every other field may be absent or null; a wrong type
+    raises ``ValueError`` naming the field. Keys this model does not know are ignored.
 
     - ``start_time``/``end_time``: seconds since the epoch (Ray reports milliseconds).
     - ``stopped_by``: ``None`` or one of :data:`STOP_REASONS`; ``stop_requested_at`` is when
@@ -72,18 +60,20 @@ class JobRecord:
       (``tests/unit/test_job_record_hardening.py``).
     """
 
-    job_id: str
-    status: str
+    job_id: Annotated[str, MinLen(1)]
+    status: Annotated[str, As(_JobState)]
     message: str = ""
     start_time: float | None = None
     end_time: float | None = None
     driver_exit_code: int | None = None
-    stopped_by: str | None = None
+    stopped_by: Annotated[str, As(_StopReason)] | None = None
     stop_requested_at: float | None = None
-    failfast: dict[str, object] | None = None
+    failfast: dict[str, Any] | None = None
     failfast_latency_s: float | None = None
     final_log_error: str | None = None
     look: LookStop | None = None
+
+    __get_pydantic_core_schema__ = checked
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -101,6 +91,14 @@ class JobRecord:
             return "status SUCCEEDED but a fail-fast trip is recorded"
         return None
 
+    def _check(self) -> str | None:
+        if (self.stopped_by == "look") != (self.look is not None):
+            return (
+                f'"look" must be an object exactly when "stopped_by" is "look", found '
+                f"stopped_by {self.stopped_by!r} and look {self.look!r}"
+            )
+        return None
+
     @classmethod
     def from_json(cls, text: str | bytes) -> JobRecord:
         """Parse ``job.json``'s text; ``ValueError`` for bad JSON or a bad field."""
@@ -108,58 +106,8 @@ class JobRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> JobRecord:
-        job_id, status = data.get("job_id"), data.get("status")
-        stopped_by, look = _stop_reason(data), _optional(data, "look", dict, "an object")
-        if (stopped_by == "look") != (look is not None):
-            raise ValueError(
-                f'"look" must be an object exactly when "stopped_by" is "look", found '
-                f"stopped_by {stopped_by!r} and look {look!r}"
-            )
-        if not isinstance(job_id, str) or not job_id:
-            raise ValueError(f'"job_id" must be a non-empty string, found {job_id!r}')
-        if not isinstance(status, str) or status not in JOB_STATES:
-            raise ValueError(f'"status" must be one of {sorted(JOB_STATES)}, found {status!r}')
-        return cls(
-            job_id=job_id,
-            status=status,
-            message=_optional(data, "message", str, "a string") or "",
-            start_time=_number(data, "start_time"),
-            end_time=_number(data, "end_time"),
-            driver_exit_code=_optional(data, "driver_exit_code", int, "an integer"),
-            stopped_by=stopped_by,
-            stop_requested_at=_number(data, "stop_requested_at"),
-            failfast=_optional(data, "failfast", dict, "an object"),
-            failfast_latency_s=_number(data, "failfast_latency_s"),
-            final_log_error=_optional(data, "final_log_error", str, "a string"),
-            look=LookStop.from_dict(look) if look is not None else None,
-        )
-
-
-def _optional(data: dict[str, object], name: str, kind: type[T], what: str) -> T | None:
-    value = data.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ValueError(f'"{name}" must be {what} or null, found {value!r}')
-    return value
-
-
-def _stop_reason(data: dict[str, object]) -> str | None:
-    value = data.get("stopped_by")
-    if value is not None and value not in STOP_REASONS:
-        raise ValueError(
-            f'"stopped_by" must be null or one of {sorted(STOP_REASONS)}, found {value!r}'
-        )
-    return value
-
-
-def _number(data: dict[str, object], name: str) -> float | None:
-    value = data.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f'"{name}" must be a finite number or null, found {value!r}')
-    return float(value)
+        """The record of job.json's object; a null field is an absent one (its default)."""
+        return parse(cls, {key: value for key, value in data.items() if value is not None})
 
 
 def json_object(text: str | bytes) -> dict[str, object]:

@@ -10,7 +10,7 @@ Decides:
   the history.
 
 A plan.json that is not such an object is a ``ValueError`` naming the field (evidence/ makes
-it a ``plan_json`` problem). Pure.
+it a ``plan_json`` problem; ``records.model`` reads it). Pure.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated, Any
 
 from miles_amd.recipe.settings import NOT_IDENTITY
-from miles_amd.variants import AITER_VARIANTS
+from miles_amd.records.model import As, parse
+from miles_amd.variants import AiterVariant
 
 __all__ = ["PlanRecord"]
 
@@ -31,19 +33,11 @@ class PlanRecord:
     """plan.json, read; see the module doc."""
 
     recipe: Mapping[str, object]
-    aiter_variant: str | None = None
+    aiter_variant: Annotated[str, As(AiterVariant)] | None = None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> PlanRecord:
-        recipe, variant = data.get("recipe"), data.get("aiter_variant")
-        if not isinstance(recipe, Mapping):
-            raise ValueError(f'"recipe" must be the resolved recipe (an object), found {recipe!r}')
-        if variant is not None and variant not in AITER_VARIANTS:
-            known = ", ".join(AITER_VARIANTS)
-            raise ValueError(
-                f'"aiter_variant" must be one of {known} or null, found {variant!r:.60}'
-            )
-        return cls(recipe=recipe, aiter_variant=variant)
+    def from_dict(cls, data: Mapping[str, Any]) -> PlanRecord:
+        return parse(cls, data)
 
     @property
     def identity_digest(self) -> str:
