@@ -17,7 +17,7 @@ from miles_amd.history.render import trend_figure
 from miles_amd.history.store import StoredRun, summarize
 from miles_amd.judge.compare import compare
 from miles_amd.judge.gate import judge
-from miles_amd.report import figure_layout
+from miles_amd.report import plot as figure_layout
 from miles_amd.report.compare_report import compare_figure
 from miles_amd.report.plot import metrics_figure
 from tests.constants import CLIPFRAC, LOGPROB, REWARD
