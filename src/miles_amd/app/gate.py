@@ -2,13 +2,14 @@
 
 - The report goes to ``report_dir``, else the run dir's ``report/`` (:func:`report_dir_of`);
   report.json, report.md and metrics.png are rendered in memory and written as one set through
-  ``miles_amd.files.staged_files`` (no link below the run dir, or below the named dir's
+  ``miles_amd.files.write_files`` (no link below the run dir, or below the named dir's
   parent, is followed; a failed write leaves the previous set).
-- With a history named, the verdict is appended once the report set is staged (written to
-  temp files) and committed only once the set is in place: a set that cannot be written or
-  put in place appends nothing (``tests/unit/test_whole_writes.py``), and report.md carries
-  its "Drift across runs" section from the start. A history that cannot take the append is
-  a line in :attr:`GateResult.history_lines`; the verdict stands as judged.
+- With a history named, the verdict is appended once the set is in place
+  (``miles_amd.app.history.append``): a set that cannot be written raises before it, so a run
+  is in the history only with its report (``tests/unit/test_whole_writes.py``). report.md
+  then gets the append's "Drift across runs" section, rewritten whole; a history that cannot
+  take the append, or a report.md that cannot take the section, is a line in
+  :attr:`GateResult.history_lines`: the verdict stands as judged.
 - The verdict carries the baseline's digest and whether it is the shipped one of its name
   (``miles_amd.app.baselines.identity``): the text, report.md and report.json show both.
 - What the caller prints (the verdict in a format, the history lines) comes from the
@@ -107,9 +108,9 @@ def gate_run_dir(
     :func:`choose_baseline`) and write the report (module doc); ``looks`` False judges the
     whole run only (``--no-looks``)."""
     from miles_amd.app.baselines import identity
-    from miles_amd.app.history import appending
+    from miles_amd.app.history import append
     from miles_amd.evidence.load import load_run
-    from miles_amd.files import staged_files
+    from miles_amd.files import write_files
     from miles_amd.judge.gate import judge
     from miles_amd.report.plot import metrics_png
     from miles_amd.report.render import render_json, render_markdown
@@ -137,15 +138,17 @@ def gate_run_dir(
         files.markdown.name: markdown.encode("utf-8"),
         files.plot.name: metrics_png(verdict, evidence, baseline),
     }
-    # staged first, committed inside the history's transaction: both are written, or neither
-    with staged_files(out_dir, contents, root=run_dir if report_dir is None else None) as staged:
-        if history is None:
-            staged.commit()
-        else:
-            with appending(history, verdict, evidence, baseline, environ=os.environ) as appended:
-                if appended.section:
-                    markdown += "\n" + appended.section
-                    staged.add(files.markdown.name, markdown.encode("utf-8"))
-                staged.commit()
-            lines = appended.lines
+    root = run_dir if report_dir is None else None
+    write_files(out_dir, contents, root=root)
+    if history is not None:
+        appended = append(history, verdict, evidence, baseline, environ=os.environ)
+        lines = appended.lines
+        if appended.section:
+            full = markdown + "\n" + appended.section
+            try:
+                write_files(out_dir, {files.markdown.name: full.encode("utf-8")}, root=root)
+                markdown = full
+            except OSError as exc:
+                why = " ".join(str(exc).split())
+                lines += (f"report: report.md lacks the drift section ({why})",)
     return GateResult(verdict, evidence, baseline, files, markdown, lines)

@@ -2,19 +2,18 @@
 
 - :func:`open_history`: the store opens (created if new) before anything is judged or run;
   one that cannot is :class:`~miles_amd.app.errors.AppError` naming ``--history``.
-- :func:`appending`: the verdict goes into the store as judged, in a transaction that commits
-  when the block ends (the gate puts its report set in place inside it): a block that raises
-  (a report that cannot be put in place) leaves the history without the run, so a run is in
-  the history only with its report. Yields the lines to print and report.md's "Drift across
-  runs" section. A store that cannot take the append (or its commit) is one line saying so,
-  not an error: the verdict stands.
+- :func:`append`: the verdict goes into the store as judged, after its report set is in
+  place (``miles_amd.app.gate``): a report that cannot be written is an error before the
+  append, so a run is in the history only with its report. Returns the lines to print and
+  report.md's "Drift across runs" section (the drift of the runs of its identity, read in
+  the append's transaction). A store that cannot take the append is one line saying so, not
+  an error: the verdict stands.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,10 +25,10 @@ if TYPE_CHECKING:
     from miles_amd.judge.gate import Verdict
     from miles_amd.rules.model import Baseline
 
-__all__ = ["Appended", "appending", "open_history"]
+__all__ = ["Appended", "append", "open_history"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Appended:
     lines: tuple[str, ...]
     section: str  # markdown for report.md; "" when nothing was appended
@@ -52,38 +51,29 @@ def _not_appended(path: Path, exc: BaseException) -> tuple[str]:
     return (f"history: the verdict was NOT appended to {path} ({reason}); it stands as judged",)
 
 
-@contextlib.contextmanager
-def appending(
+def append(
     path: Path,
     verdict: Verdict,
     evidence: RunEvidence,
     baseline: Baseline,
     *,
     environ: Mapping[str, str],
-) -> Iterator[Appended]:
-    """Append the judged run to the history at ``path`` when the block ends (module doc)."""
+) -> Appended:
+    """Append the judged run to the history at ``path`` (module doc)."""
     from miles_amd.history.drift import drifts, trusted
     from miles_amd.history.entry import appending_verdict, history_record
     from miles_amd.history.render import drift_lines, drift_section
 
     record = history_record(verdict, evidence, baseline, environ=environ)
-    transaction = contextlib.ExitStack()
     try:
-        run_id, same, k, skipped = transaction.enter_context(appending_verdict(path, record))
+        with appending_verdict(path, record) as (run_id, same, k, skipped):
+            pass  # committed here
     except (sqlite3.Error, OSError, ValueError) as exc:  # HistoryError is a ValueError
-        transaction.close()
-        yield Appended(_not_appended(path, exc), "")
-        return
+        return Appended(_not_appended(path, exc), "")
     found = drifts(same, k)
     count = len(trusted(same))
     lines = (f"history: appended as run {run_id} to {path}", *skipped)
-    appended = Appended(
+    return Appended(
         (*lines, *drift_lines(found, k, count)),
         drift_section(found, k, count, run_id, str(path)),
     )
-    with transaction:
-        yield appended  # the block's error rolls the append back and goes on to the caller
-        try:
-            transaction.close()  # the commit
-        except (sqlite3.Error, OSError) as exc:
-            appended.lines = _not_appended(path, exc)
