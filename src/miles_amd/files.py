@@ -12,8 +12,7 @@ Decides how bytes reach disk:
   :class:`UnsafeDir`, not followed (``tests/unit/test_files.py``); every file of the set is
   written to a temp file first, and only when all are written are they renamed into place,
   so a failure (a full disk) leaves the previous set as it was. :func:`staged_files` is the
-  same in two steps, for a caller with a side effect to make only once the set is known to
-  fit (the gate appends to a history between them: ``miles_amd.app.gate``).
+  same in two steps (temps written, then :meth:`StagedFiles.commit`).
 
 A writer owns its temp files: each is named ``.<name>.<pid>-<random>.tmp`` and held under an
 ``flock`` until it is renamed or removed, and a set is renamed into place under an ``flock`` of
@@ -99,24 +98,13 @@ def write_files(
 class StagedFiles:
     """A set written to temp files in its directory, not yet in place (:func:`staged_files`).
 
-    :meth:`add` writes (or rewrites) one more file's temp; :meth:`commit` renames every temp
-    into place; leaving the ``with`` block removes the temps not committed.
+    :meth:`commit` renames every temp into place; leaving the ``with`` block removes the temps
+    not committed.
     """
 
-    def __init__(self, fd: int, mode: int) -> None:
-        self.fd, self.mode = fd, mode
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
         self.temps: dict[str, tuple[str, int]] = {}  # name: (its temp, the temp's held fd)
-
-    def add(self, name: str, data: bytes) -> None:
-        if "/" in name or name in ("", ".", ".."):
-            raise ValueError(f"{name!r} is not a file name")
-        old = self.temps.pop(name, None)
-        if old is not None:
-            _unlink(self.fd, old[0])
-            os.close(old[1])
-        else:
-            _remove_stale(self.fd, name)
-        self.temps[name] = _write_temp(self.fd, name, data, self.mode)
 
     def commit(self) -> None:
         """Rename every temp into place, under the directory's lock (one set at a time)."""
@@ -153,10 +141,11 @@ def staged_files(
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"{name!r} is not a file name")
     base.mkdir(parents=True, exist_ok=True)
-    staged = StagedFiles(_open_below(base, parts, out_dir), mode)
+    staged = StagedFiles(_open_below(base, parts, out_dir))
     try:
         for name, data in files.items():
-            staged.add(name, data)
+            _remove_stale(staged.fd, name)
+            staged.temps[name] = _write_temp(staged.fd, name, data, mode)
     except BaseException:
         staged.__exit__()
         raise

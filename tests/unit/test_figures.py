@@ -1,6 +1,7 @@
 """The pictures people read: metrics.png, compare.png and the history trend plot are laid out by
-``miles_amd.report.figure_layout``: exactly the panels drawn, one title line, legible text, and
-a note in a panel whose series is flat or has no finite value. Checked on the real figures."""
+``miles_amd.report.plot``: exactly the panels drawn, one title line, legible text, and a note in
+a panel whose series is flat or has no finite value. Checked on the real figures, each drawn
+once (the passing example's metrics.png is shared by the tests that read it)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from miles_amd.history.render import trend_figure
 from miles_amd.history.store import StoredRun, summarize
 from miles_amd.judge.compare import compare
 from miles_amd.judge.gate import judge
-from miles_amd.report import figure_layout
+from miles_amd.report import plot
 from miles_amd.report.compare_report import compare_figure
-from miles_amd.report.plot import metrics_figure
+from miles_amd.report.plot import metrics_figure, new_figure, title
 from tests.constants import CLIPFRAC, LOGPROB, REWARD
 
 
@@ -54,10 +55,10 @@ def assert_laid_out(figure, panels: int) -> None:
     for ax in axes:
         drawn = ax.lines or ax.collections or notes(ax)
         assert drawn, f"empty panel {ax.get_title()!r}"
-        assert min(t.get_fontsize() for t in ax.get_xticklabels()) >= figure_layout.TICK_SIZE
+        assert min(t.get_fontsize() for t in ax.get_xticklabels()) >= plot.TICK_SIZE
         legend = ax.get_legend()
         if legend is not None:
-            assert min(t.get_fontsize() for t in legend.get_texts()) >= figure_layout.LEGEND_SIZE
+            assert min(t.get_fontsize() for t in legend.get_texts()) >= plot.LEGEND_SIZE
             # under the x label, not over it (a short row's legend once was)
             label = ax.xaxis.label.get_window_extent()
             assert legend.get_window_extent().y1 <= label.y0 + 0.5, (ax.get_title(), label)
@@ -71,14 +72,22 @@ def assert_laid_out(figure, panels: int) -> None:
     assert width <= figure.bbox.width, (width, figure.bbox.width)
 
 
-def test_metrics_png_has_one_title_line_with_the_verdict_once(patched: Baseline) -> None:
+@pytest.fixture(scope="module")
+def passing(patched: Baseline):
+    """The passing example's metrics.png, drawn and laid out; its run and verdict."""
     run = evidence(published(patched))
-    figure = metrics_figure(judge(run, patched), run, patched)
+    verdict = judge(run, patched)
+    figure = metrics_figure(verdict, run, patched)
     assert_laid_out(figure, 3)
+    return figure, run, verdict
+
+
+def test_metrics_png_has_one_title_line_with_the_verdict_once(passing) -> None:
+    figure = passing[0]
     title = figure.get_suptitle()
     assert title.startswith("PASS: this run is accepted") and title.count("PASS") == 1
     assert "20 rollouts expected" in title
-    assert figure._suptitle.get_fontsize() >= figure_layout.LEGEND_SIZE
+    assert figure._suptitle.get_fontsize() >= plot.LEGEND_SIZE
 
 
 def test_a_failing_verdict_with_a_long_sentence_still_fits_one_line(patched: Baseline) -> None:
@@ -92,20 +101,18 @@ def test_a_failing_verdict_with_a_long_sentence_still_fits_one_line(patched: Bas
     title = figure.get_suptitle()
     assert title.startswith("FAIL: this run is NOT accepted: 7 of 19 checks")
     assert "PASS" not in title
-    assert len(title) <= figure_layout.TITLE_LIMIT
+    assert len(title) <= plot.TITLE_LIMIT
 
 
 def test_a_dollar_in_the_run_name_is_literal_text(patched: Baseline) -> None:
     run = evidence(published(patched), run_dir="runs/$x$")
-    figure = metrics_figure(judge(run, patched), run, patched)
+    figure = new_figure(1, title(judge(run, patched)))
     assert "(run \\$x\\$, 20 rollouts expected)" in figure.get_suptitle()
     figure.canvas.draw()  # mathtext would render "x" alone; a bad one would raise here
 
 
-def test_flat_and_all_zero_series_carry_a_note(patched: Baseline) -> None:
-    run = evidence(published(patched))
-    figure = metrics_figure(judge(run, patched), run, patched)
-    by_title = {ax.get_title(): ax for ax in figure.axes}
+def test_flat_and_all_zero_series_carry_a_note(passing) -> None:
+    by_title = {ax.get_title(): ax for ax in passing[0].axes}
     assert notes(by_title[CLIPFRAC]) == ["flat: all 20 values are 0"]
     assert notes(by_title[LOGPROB]) == [] and notes(by_title[REWARD]) == []
 
@@ -119,13 +126,11 @@ def test_a_series_without_a_finite_value_carries_a_note(patched: Baseline) -> No
 
 @pytest.mark.parametrize("panels", [1, 2, 3, 4, 5])
 def test_the_grid_holds_exactly_the_panels(panels: int) -> None:
-    figure = figure_layout.new_figure(panels, "title")
-    axes = figure_layout.panel_axes(figure, panels)
+    figure = plot.new_figure(panels, "title")
+    axes = plot.panel_axes(figure, panels)
     assert len(axes) == len(figure.axes) == panels
     cells = sum(len(ax.get_subplotspec().colspan) for ax in axes)
-    assert cells == math.ceil(panels / figure_layout.columns_for(panels)) * (
-        figure_layout.columns_for(panels)
-    )
+    assert cells == math.ceil(panels / plot.columns_for(panels)) * (plot.columns_for(panels))
 
 
 @pytest.mark.parametrize(
@@ -140,15 +145,15 @@ def test_the_grid_holds_exactly_the_panels(panels: int) -> None:
     ],
 )
 def test_series_note(values: list[float], note: str | None) -> None:
-    assert figure_layout.series_note(values) == note
+    assert plot.series_note(values) == note
 
 
 def test_one_line_folds_newlines_cuts_and_escapes_dollars() -> None:
-    assert figure_layout.one_line("a\nb  c $d$") == r"a b c \$d\$"
-    hostile = figure_layout.one_line("run\x1b[31m\u202eevil\u200b")
+    assert plot.one_line("a\nb  c $d$") == r"a b c \$d\$"
+    hostile = plot.one_line("run\x1b[31m\u202eevil\u200b")
     assert hostile == "run\\x1b[31m\\u202eevil\\u200b"  # shown, not obeyed or dropped
-    cut = figure_layout.one_line("x" * 500)
-    assert len(cut) == figure_layout.TITLE_LIMIT and cut.endswith("…")
+    cut = plot.one_line("x" * 500)
+    assert len(cut) == plot.TITLE_LIMIT and cut.endswith("…")
 
 
 def test_compare_figure_is_laid_out_and_notes_a_flat_metric(patched: Baseline) -> None:
@@ -203,46 +208,37 @@ def test_an_empty_history_is_one_panel_with_a_note() -> None:
 def savefig_pixels(figure) -> np.ndarray:
     """What ``figure.savefig`` (two draws under constrained layout) paints, as RGBA."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=figure_layout.DPI)
+    figure.savefig(buffer, format="png", dpi=plot.DPI)
     return np.asarray(Image.open(buffer).convert("RGBA"))
 
 
 def test_png_bytes_draws_once_what_savefig_paints(patched: Baseline) -> None:
-    """The busiest figures: a failing metrics.png (long title, notes, failing marks, legends)
-    and a compare.png (two-line panel titles)."""
+    """The busiest figure: a failing metrics.png (long title, notes, failing marks, legends)."""
     values = published(patched)
     values[LOGPROB] = [0.4] * 20
     failing = evidence(values, run_dir="runs/" + "a-long-run-name-" * 6)
-    passing = evidence(published(patched))
-    figures = {
-        "fail": lambda: metrics_figure(judge(failing, patched), failing, patched),
-        "compare": lambda: compare_figure(compare(passing, failing, patched), passing, failing),
-    }
-    for name, make in figures.items():
-        ours = np.asarray(Image.open(io.BytesIO(figure_layout.png_bytes(make()))).convert("RGBA"))
-        reference = savefig_pixels(make())
-        assert ours.shape == reference.shape, name
-        assert np.array_equal(ours, reference), f"{name}: pixels differ from savefig's"
+    verdict = judge(failing, patched)
+    ours = plot.png_bytes(metrics_figure(verdict, failing, patched))
+    pixels = np.asarray(Image.open(io.BytesIO(ours)).convert("RGBA"))
+    reference = savefig_pixels(metrics_figure(verdict, failing, patched))
+    assert pixels.shape == reference.shape
+    assert np.array_equal(pixels, reference), "pixels differ from savefig's"
 
 
-def test_a_flat_all_zero_panel_takes_a_small_row_last(patched: Baseline) -> None:
-    run = evidence(published(patched))  # clip fraction all 0, as in a healthy run
-    figure = metrics_figure(judge(run, patched), run, patched)
-    assert_laid_out(figure, 3)
+def test_a_flat_all_zero_panel_takes_a_small_row_last(passing) -> None:
+    figure = passing[0]  # clip fraction all 0, as in a healthy run
     panels = [ax for ax in figure.axes if ax.axison]
     assert panels[-1].get_title() == CLIPFRAC
     heights = {ax.get_title(): ax.get_position().height for ax in panels}
     assert heights[CLIPFRAC] < 0.75 * heights[LOGPROB], heights
-    assert figure_layout.row_heights(3, [False, False, True]) == [1.0, figure_layout.SMALL_ROW]
-    assert figure_layout.row_heights(3, [False, True, False]) == [1.0, 1.0]
+    assert plot.row_heights(3, [False, False, True]) == [1.0, plot.SMALL_ROW]
+    assert plot.row_heights(3, [False, True, False]) == [1.0, 1.0]
 
 
-def test_a_means_band_is_drawn_where_the_mean_is_beside_the_series(patched: Baseline) -> None:
+def test_a_means_band_is_drawn_where_the_mean_is_beside_the_series(passing) -> None:
     """The band bounds the mean: drawn right of the series with the mean on it, so a passing
     run's points outside it (rollouts 2, 10, 19 of the example) are not 'outside the band'."""
-    run = evidence(published(patched))
-    verdict = judge(run, patched)
-    figure = metrics_figure(verdict, run, patched)
+    figure, run, verdict = passing
     (reward,) = [ax for ax in figure.axes if ax.get_title() == REWARD]
     (band,) = [a for a in reward.get_children() if a.get_gid() == "band:raw_reward.mean"]
     last_step = max(s for s, _ in run.series[REWARD])
@@ -259,12 +255,12 @@ def test_a_means_band_is_drawn_where_the_mean_is_beside_the_series(patched: Base
 @pytest.mark.parametrize("step", [3, 12])
 def test_a_non_finite_value_decided_at_a_look_still_draws(patched: Baseline, step: int) -> None:
     """A NaN decides the trend, spike and clip checks (at the first look after it) without
-    the figures the hints draw from: the figure is drawn all the same (a real CI run crashed
-    here with KeyError 'first_step')."""
+    the figures the hints draw from: the figure is made all the same (a real CI run crashed
+    here, in a hint, with KeyError 'first_step')."""
     values = published(patched)
     values[LOGPROB][step] = math.nan
     values[CLIPFRAC][step] = math.nan
     run = evidence(values)
     verdict = judge(run, patched)
     assert verdict.verdict == "fail"
-    assert_laid_out(metrics_figure(verdict, run, patched), panels=3)
+    assert len(metrics_figure(verdict, run, patched).axes) == 3

@@ -96,7 +96,7 @@ def test_a_killed_writers_temp_files_are_removed_by_the_next_write(tmp_path: Pat
 
 
 def test_writers_of_one_dir_at_once_keep_each_others_temp_files(tmp_path: Path) -> None:
-    """A set staged (a gate appending to its history meanwhile) while another writer writes
+    """A set staged (written to temps, not yet committed) while another writer writes
     the same names: its temps are a live writer's, not a killed one's; both sets go in whole,
     the last committed wins."""
     out = tmp_path / "out"

@@ -20,7 +20,7 @@ from miles_amd.baseline.model import (
     parse_baseline,
     resolve_baseline_path,
 )
-from miles_amd.report.rule_hints import HINTS
+from miles_amd.report.plot import HINTS
 from miles_amd.rules.model import BOUNDARIES
 from miles_amd.rules.registry import KINDS
 

@@ -128,7 +128,7 @@ def test_an_over_long_path_is_one_line_and_exit_2(args: list[str]) -> None:
 
 
 def test_a_report_that_cannot_be_written_appends_nothing_to_the_history(tmp_path: Path) -> None:
-    """The set is staged before the history append: exit 2 leaves no new history run."""
+    """The set is written before the history append: exit 2 leaves no new history run."""
     (tmp_path / "a_file").write_text("")
     history = tmp_path / "h.sqlite"
     args = ["gate", "--run-dir", str(EXAMPLE), "--baseline", "patched", "--history", str(history)]
@@ -143,7 +143,7 @@ def test_a_report_that_cannot_be_put_in_place_appends_nothing_to_the_history(
     tmp_path: Path,
 ) -> None:
     """The set stages, but renaming it into place fails (a directory named report.json): the
-    history append, made in the same transaction, is rolled back; exit 2, one line."""
+    history append, made only after the set is in place, never happens; exit 2, one line."""
     report_dir = tmp_path / "report"
     (report_dir / "report.json").mkdir(parents=True)
     history = tmp_path / "h.sqlite"

@@ -2,8 +2,8 @@
 
 - ``baselines``: loading a baseline and mapping its errors to one line; which shipped baseline
   each aiter variant is gated against; the rules the fail-fast watcher applies.
-- ``gate``: read a run dir, judge it, append it to a named history, render the report set
-  and write it; where reports go by default.
+- ``gate``: read a run dir, judge it, render the report set and write it, then append it to a
+  named history; where reports go by default; the embedded example ``gate --example`` uses.
 - ``compare``: read two run dirs, compare them, write the comparison set.
 - ``train``: run a plan with the driver (which runs and records, and does not judge), then gate
   it; the same for ``--variants`` with the A/B comparison.

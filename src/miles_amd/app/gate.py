@@ -1,33 +1,39 @@
-"""Gate one run dir: read it, judge it, append it to a named history, write its report.
+"""Gate one run dir: read it, judge it, write its report, append it to a named history.
 
 - The report goes to ``report_dir``, else the run dir's ``report/`` (:func:`report_dir_of`);
   report.json, report.md and metrics.png are rendered in memory and written as one set through
-  ``miles_amd.files.staged_files`` (no link below the run dir, or below the named dir's
+  ``miles_amd.files.write_files`` (no link below the run dir, or below the named dir's
   parent, is followed; a failed write leaves the previous set).
-- With a history named, the verdict is appended once the report set is staged (written to
-  temp files) and committed only once the set is in place: a set that cannot be written or
-  put in place appends nothing (``tests/unit/test_whole_writes.py``), and report.md carries
-  its "Drift across runs" section from the start. A history that cannot take the append is
-  a line in :attr:`GateResult.history_lines`; the verdict stands as judged.
+- A named history is opened (created) before anything is judged (:func:`open_history`,
+  ``AppError`` naming ``--history``); the verdict is appended once the set is in place
+  (:func:`append`): a set that cannot be written raises before it, so a run is in the history
+  only with its report (``tests/unit/test_whole_writes.py``). report.md then gets the
+  append's "Drift across runs" section (the drift of the runs of its identity, read in the
+  append's transaction), rewritten whole; a history that cannot take the append, or a
+  report.md that cannot take the section, is a line in :attr:`GateResult.history_lines`.
 - The verdict carries the baseline's digest and whether it is the shipped one of its name
   (``miles_amd.app.baselines.identity``): the text, report.md and report.json show both.
-- What the caller prints (the verdict in a format, the history lines) comes from the
-  :class:`GateResult`, not from the files read back.
+- What the caller prints comes from the :class:`GateResult`, not from the files read back.
 - Without a baseline (``--baseline auto``) the run's key picks it (:func:`choose_baseline`,
   ``miles_amd.baseline.keys``): the key's reviewed baseline, else the variant's template,
   the run judged record-only.
-
-Raises ``OSError`` when the report cannot be written, ``AppError`` when ``--baseline auto``
-finds no key in the run.
+- ``gate --example``: the embedded example (:func:`example_run_dir`, package data) reported
+  to ``--report-dir`` or a new temp dir, never into the installed package
+  (``tests/unit/test_packaging.py``).
+Raises ``OSError`` when the report cannot be written, ``AppError`` for unusable input.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
+import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from miles_amd.app.errors import AppError
 from miles_amd.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -35,7 +41,17 @@ if TYPE_CHECKING:
     from miles_amd.judge.gate import RecordOnly, Verdict
     from miles_amd.rules.model import Baseline
 
-__all__ = ["GateResult", "ReportFiles", "gate_run_dir", "report_dir_of"]
+__all__ = [
+    "GateResult",
+    "ReportFiles",
+    "append",
+    "example_report_dir",
+    "example_run_dir",
+    "gate_run_dir",
+    "inside_installed_package",
+    "open_history",
+    "report_dir_of",
+]
 
 
 @dataclass(frozen=True)
@@ -74,7 +90,6 @@ def choose_baseline(evidence: RunEvidence) -> tuple[Baseline, RecordOnly | None]
     """The baseline of the run's key, or the template and the record-only key; an
     ``AppError`` when the run does not record its key (``--baseline auto``)."""
     from miles_amd.app.baselines import load
-    from miles_amd.app.errors import AppError
     from miles_amd.baseline.keys import RunKeyError, reviewed_path, run_key, template_for
     from miles_amd.baseline.model import BaselineError
     from miles_amd.judge.environment import Environment
@@ -107,9 +122,8 @@ def gate_run_dir(
     :func:`choose_baseline`) and write the report (module doc); ``looks`` False judges the
     whole run only (``--no-looks``)."""
     from miles_amd.app.baselines import identity
-    from miles_amd.app.history import appending
     from miles_amd.evidence.load import load_run
-    from miles_amd.files import staged_files
+    from miles_amd.files import write_files
     from miles_amd.judge.gate import judge
     from miles_amd.report.plot import metrics_png
     from miles_amd.report.render import render_json, render_markdown
@@ -137,15 +151,84 @@ def gate_run_dir(
         files.markdown.name: markdown.encode("utf-8"),
         files.plot.name: metrics_png(verdict, evidence, baseline),
     }
-    # staged first, committed inside the history's transaction: both are written, or neither
-    with staged_files(out_dir, contents, root=run_dir if report_dir is None else None) as staged:
-        if history is None:
-            staged.commit()
-        else:
-            with appending(history, verdict, evidence, baseline, environ=os.environ) as appended:
-                if appended.section:
-                    markdown += "\n" + appended.section
-                    staged.add(files.markdown.name, markdown.encode("utf-8"))
-                staged.commit()
-            lines = appended.lines
+    root = run_dir if report_dir is None else None
+    write_files(out_dir, contents, root=root)
+    if history is not None:
+        lines, section = append(history, verdict, evidence, baseline, environ=os.environ)
+        if section:
+            full = markdown + "\n" + section
+            try:
+                write_files(out_dir, {files.markdown.name: full.encode("utf-8")}, root=root)
+                markdown = full
+            except OSError as exc:
+                why = " ".join(str(exc).split())
+                lines += (f"report: report.md lacks the drift section ({why})",)
     return GateResult(verdict, evidence, baseline, files, markdown, lines)
+
+
+def open_history(path: Path) -> Path:
+    """Check the store at ``path`` opens (creating it if new); ``AppError`` if it cannot."""
+    from miles_amd.history.store import HistoryError, HistoryStore
+
+    try:
+        HistoryStore(path).close()
+    except HistoryError as exc:
+        fix = "fix: pass another --history, or --no-history"
+        raise AppError(f"--history {path}: {exc}; {fix}") from None
+    return path
+
+
+def append(
+    path: Path,
+    verdict: Verdict,
+    evidence: RunEvidence,
+    baseline: Baseline,
+    *,
+    environ: Mapping[str, str],
+) -> tuple[tuple[str, ...], str]:
+    """Append the judged run to the history at ``path``: the lines to print and report.md's
+    drift section ("" when nothing was appended; a store that cannot take it is a line)."""
+    from miles_amd.history.drift import drifts, trusted
+    from miles_amd.history.entry import appending_verdict, history_record
+    from miles_amd.history.render import drift_lines, drift_section
+
+    record = history_record(verdict, evidence, baseline, environ=environ)
+    try:
+        with appending_verdict(path, record) as (run_id, same, k, skipped):
+            pass  # committed here
+    except (sqlite3.Error, OSError, ValueError) as exc:  # HistoryError is a ValueError
+        reason = " ".join(str(exc).split())
+        return (f"history: the verdict was NOT appended to {path} ({reason}); "
+                "it stands as judged",), ""  # fmt: skip
+    found, count = drifts(same, k), len(trusted(same))
+    lines = (
+        f"history: appended as run {run_id} to {path}",
+        *skipped,
+        *drift_lines(found, k, count),
+    )
+    return lines, drift_section(found, k, count, run_id, str(path))
+
+
+# the example is read as data below the package root, so the product imports nothing of the
+# testing package (tests/unit/test_testing_package.py)
+EXAMPLE_PARTS = ("testing", "example-run")
+
+
+def example_run_dir() -> Path:
+    """The embedded example's run dir (real path, links resolved): in the repo a link to
+    ``examples/runs/jvvnhop9``, in a wheel a copy in site-packages (``package_data``)."""
+    from miles_amd.package_data import package_path
+
+    return package_path("miles_amd", *EXAMPLE_PARTS)
+
+
+def inside_installed_package(path: Path) -> bool:
+    """Whether ``path`` (made absolute, links resolved) lies in the ``miles_amd`` package."""
+    import miles_amd
+
+    return Path(path).resolve().is_relative_to(Path(miles_amd.__file__).resolve().parent)
+
+
+def example_report_dir(given: Path | None) -> Path:
+    """``given``, else a new temporary directory (``miles-amd-example-*``)."""
+    return given if given is not None else Path(tempfile.mkdtemp(prefix="miles-amd-example-"))

@@ -130,7 +130,7 @@ def gate(
             + "; fix: pass --run-dir DIR, or --example for the embedded run"
         )
     reference = None if baseline == AUTO else load_baseline_option(baseline, "--baseline")
-    from miles_amd.app.example import example_run_dir, inside_installed_package
+    from miles_amd.app.gate import example_run_dir, inside_installed_package
 
     if run_dir is None:
         run_dir = example_run_dir()
@@ -144,7 +144,7 @@ def gate(
     if history is not None:
         open_history_option(history)
     if example and report_dir is None:
-        from miles_amd.app.example import example_report_dir
+        from miles_amd.app.gate import example_report_dir
 
         report_dir = example_report_dir(None)
     out_dir = report_dir_of(run_dir, report_dir)

@@ -16,7 +16,7 @@ Decides the command's options and output:
 - ``history mark-untrusted ID`` / ``mark-trusted ID`` take a run out of the trend (and the
   export's trusted runs) and put it back; a failed gate is not trusted whatever its mark.
 
-The append of a judged run (``gate``, ``train --gate``) is ``miles_amd.app.history``'s.
+The append of a judged run (``gate``, ``train --gate``) is ``miles_amd.app.gate``'s.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def mark_trusted(run_id: RunIdArg, history_file: HistoryOpt = None) -> None:
 def open_history_option(path: Path) -> Path:
     """The named store, checked to open before anything is judged or run; else exit 2."""
     from miles_amd.app.errors import AppError
-    from miles_amd.app.history import open_history
+    from miles_amd.app.gate import open_history
 
     try:
         return open_history(path)

@@ -11,7 +11,7 @@ on stderr and exit 2, with nothing started and no run dir written. Running is
 ``train``, with exactly ``train``'s options. A gated run is judged once, after the driver,
 with the flags given (``--require-env`` included); its one verdict is printed, returned as
 the exit code and, when a history is named (``--history`` or ``$MILES_AMD_HISTORY``, checked
-before the run; ``--no-history`` ignores both), appended to it (``miles_amd.app.history``).
+before the run; ``--no-history`` ignores both), appended to it (``miles_amd.app.gate``).
 
 The all-reduce canary (``miles-amd canary``) runs after the input checks and before the job
 when ``--aiter-variant`` names the run's all-reduce and the job runs on this machine's own

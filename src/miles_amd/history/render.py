@@ -8,7 +8,7 @@ metric: each identity's run means across runs, a pass as a dot and a fail as a r
 error bars of one standard error of the run mean; a metric with a drift finding has a red
 title). Stored strings (identity, commit, run dir) are escaped for their sink
 (``miles_amd.escape``). Pure but for :func:`trend_figure` (matplotlib on the Agg canvas, laid
-out by ``miles_amd.report.figure_layout``) and :func:`trend_png`, its PNG bytes.
+out by ``miles_amd.report.plot``) and :func:`trend_png`, its PNG bytes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from miles_amd import escape, numeric
 from miles_amd.history.drift import WINDOW, Drift, IdentityDrift
 from miles_amd.history.store import StoredRun
-from miles_amd.report import figure_layout as layout
+from miles_amd.report import plot as layout
 
 SHOWN = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward")
 
@@ -226,8 +226,6 @@ def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:
 
 def trend_figure(runs: Sequence[StoredRun], found: Sequence[Drift]):
     """Per-metric run means across runs (see the module doc), one panel a metric."""
-    from miles_amd.report.plot import Y_LABELS, drawable_value
-
     metrics = sorted({m for r in runs for m in r.summaries})
     drifted = {d.metric for d in found}
     figure = layout.new_figure(
@@ -242,11 +240,13 @@ def trend_figure(runs: Sequence[StoredRun], found: Sequence[Drift]):
             if not points:
                 continue
             xs = [order[r.run_id] for r in points]
-            # stored figures are drawn within the axis' range (report.plot.drawable_value)
-            means = [drawable_value(r.summaries[metric].mean) for r in points]
+            # stored figures are drawn within the axis' range (plot.drawable_value)
+            means = [layout.drawable_value(r.summaries[metric].mean) for r in points]
             drawn += means
             errors = [
-                drawable_value((r.summaries[metric].sd or 0.0) / math.sqrt(r.summaries[metric].n))
+                layout.drawable_value(
+                    (r.summaries[metric].sd or 0.0) / math.sqrt(r.summaries[metric].n)
+                )
                 for r in points
             ]
             ax.errorbar(xs, means, yerr=errors, marker="o", markersize=4, capsize=2, label=identity)
@@ -268,16 +268,12 @@ def trend_figure(runs: Sequence[StoredRun], found: Sequence[Drift]):
             ax,
             metric + ("  (drift)" if metric in drifted else ""),
             "run, oldest first" if crowded else "history run id (oldest first)",
-            Y_LABELS.get(metric, metric),
+            layout.Y_LABELS.get(metric, metric),
             "tab:red" if metric in drifted else "black",
         )
         if not crowded:
             ax.set_xticks(list(order.values()), [str(r) for r in order])
-        note = layout.series_note(drawn, "run means")
-        if note is not None:
-            layout.draw_note(ax, note)
-        layout.legend_below(ax)
+        layout.finish_panel(ax, drawn, "run means")
     if not metrics:
-        axes[0].set_axis_off()
-        layout.draw_note(axes[0], "no run in the history")
+        layout.empty(axes[0], "no run in the history")
     return figure

@@ -7,8 +7,7 @@ counts that differ), one line per metric (Δ = B - A with its 95% CI, shown 0 be
 precision, :data:`PRECISION`; the effect size; and
 "with N rollouts this comparison could detect ..."), the spike counts with Fisher's exact
 p, and a figure with one panel per paired metric (A and B over the rollouts, the title
-carrying Δ and its CI; the grid, sizes, legends and flat-series notes are
-``figure_layout``'s). matplotlib is imported inside :func:`compare_png`.
+carrying Δ and its CI; laid out by ``miles_amd.report.plot``, matplotlib imported lazily).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from miles_amd.judge.compare import (
     rate_ruled_out,
     rollouts_for_power,
 )
-from miles_amd.report import figure_layout as layout
+from miles_amd.report import plot as layout
 from miles_amd.rules.check import axis
 from miles_amd.wrap import fit
 
@@ -223,8 +222,6 @@ def compare_png(c: Comparison, a: RunEvidence, b: RunEvidence) -> bytes:
 
 def compare_figure(c: Comparison, a: RunEvidence, b: RunEvidence):
     """One panel per paired metric: A and B over the rollouts; Δ and its CI in the title."""
-    from miles_amd.report.plot import Y_LABELS
-
     title = f"B {c.run_b} vs A {c.run_a}: Δ = B - A, paired by rollout"
     figure = layout.new_figure(len(c.diffs), title)
     axes = layout.panel_axes(figure, len(c.diffs))
@@ -249,14 +246,10 @@ def compare_figure(c: Comparison, a: RunEvidence, b: RunEvidence):
             f"{d.metric}\nΔ {at_precision(d.diff, d)}, 95% CI "
             f"[{at_precision(d.ci_low, d)}, {at_precision(d.ci_high, d)}]",
             axis(d.metric),
-            Y_LABELS.get(d.metric, d.metric),
+            layout.Y_LABELS.get(d.metric, d.metric),
             "tab:red" if d.significant else "black",
         )
-        note = layout.series_note(drawn, "values of A and B")
-        if note is not None:
-            layout.draw_note(ax, note)
-        layout.legend_below(ax)
+        layout.finish_panel(ax, drawn, "values of A and B")
     if not c.diffs:
-        axes[0].set_axis_off()
-        layout.draw_note(axes[0], "no metric logged by both runs")
+        layout.empty(axes[0], "no metric logged by both runs")
     return figure
