@@ -11,13 +11,10 @@ with no tier, or with two, stops the session at collection with the list of such
 Ray test is in one of three xdist groups (:func:`ray_group`: the session head's, the two-node
 cluster's, the tests that start their own heads), so each group runs in order on one worker
 and one session head serves all its tests, while the other tests fill the workers around
-them. Measured on 2 cores, plain ``pytest``: one group for every Ray test, 7 min 03 s (its
-worker ran 6 min of Ray tests in a row); three groups, 5 min 22 s, every fail-fast bound
-held. Four workers on 2 cores (5 min 12 s) were no faster, and their load pushed a
-fail-fast latency past its bound. The
-grouping needs pytest < 9.2 (pytest-dev/pytest-xdist#1386: with pytest 9.2 and xdist 3.8 the
-group is silently ignored and each worker starts its own head); ``tests/unit/test_tiers.py``
-proves it with a real ``pytest -n 2``.
+them (one group for every Ray test ran them all in a row on one worker; more workers than
+cores pushed a fail-fast latency past its bound). The grouping needs pytest < 9.2
+(pytest-dev/pytest-xdist#1386: with pytest 9.2 and xdist 3.8 the group is silently ignored
+and each worker starts its own head).
 
 Hardware options and the ``mi355x`` skip live in the root ``conftest.py``; the rehearsal's
 Ray head and the node options in their own directories' conftests. The conformance options

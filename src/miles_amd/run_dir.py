@@ -17,7 +17,7 @@ Decides the paths and nothing else; what each file holds is its record's
     <variant>/            ``train --variants``: one run dir per aiter variant
 
 A directory holding none of :attr:`RunDir.markers` is not a run dir (:attr:`RunDir.is_run_dir`).
-``tests/unit/test_layers.py`` holds the code to this: no module outside
+``.ci/run``'s ``record-readers`` check holds the code to this: no module outside
 ``miles_amd.evidence`` opens a run-dir record (the JSON files) for reading.
 """
 

@@ -1,10 +1,11 @@
-"""Issue 17's attack classes on untrusted input, one case each, asserting the named outcome.
+"""Hostile input, one attack class a case, each asserting its named outcome (issues 17 and 26).
 
-Every case goes through the real reader: the gate in-process (typer's CliRunner on
-``miles-amd gate``, the embedded example copied and then altered), the history store on a
-real SQLite file, the recipe's extra-args check, the pull-back's frame parser and node reader
-on real files. Outcomes are the exit code (0 pass, 1 fail, 2 unusable input), the one error
-line, the problem or check the report names, and what was (not) written.
+A run dir (the embedded example copied, then altered) is judged in-process as the gate judges
+it: ``load_run``, ``judge`` and the report's JSON (:func:`judged`), with the verdict's exit code
+(0 pass, 1 fail, 2 unusable input); no figure is drawn. The CLI (typer's CliRunner) runs where
+its own contract is the subject: the one error line, the report's write, the terminal, the
+history, and metrics.png of values near the float limit. The history store runs on a real
+SQLite file, the pull-back's frame parser and node reader on real files.
 """
 
 from __future__ import annotations
@@ -12,47 +13,62 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from miles_amd.cli.main import app
+from miles_amd.evidence.ci_history import MAX_POINTS, MAX_RECORD_FILES
 from miles_amd.evidence.load import load_run
 from miles_amd.history.store import HistoryRecord, HistoryStore
 from miles_amd.judge.gate import judge
 from miles_amd.recipe.settings import Recipe, RecipeError
+from miles_amd.records.job import JOB_STATES, STOP_REASONS, JobRecord
+from miles_amd.report.render import render_json
 from miles_amd.rules.model import Baseline
 from miles_amd.run import pullback_node
+from miles_amd.run.preflight import Fact, write_env_json
 from miles_amd.run.pullback import END, FRAME, PullError, apply_frame, parse_frames
-from tests.constants import EXAMPLE, REPO
+from miles_amd.variants import AITER_VARIANTS
+from tests.constants import EXAMPLE, LOGPROB, REPO
 
 pytestmark = pytest.mark.unit
 
 PATCHED = REPO / "baselines" / "gpt_oss_20b_lora" / "8gpu" / "mi355x" / "patched.json"
 SECRET = "s3cr3t-value"
+CHEAP = settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def gate(run_dir: Path, baseline: Path | str = "patched"):
+def gate(run_dir: Path, baseline: Path | str = "patched", *extra: str):
     args = ["gate", "--run-dir", str(run_dir), "--baseline", str(baseline), "--no-history"]
-    return CliRunner().invoke(app, args)
+    return CliRunner().invoke(app, [*args, *extra])
 
 
-def example(tmp_path: Path) -> Path:
-    run_dir = tmp_path / "run"
+def example(root: Path) -> Path:
+    run_dir = root / "run"
     shutil.copytree(EXAMPLE, run_dir, ignore=shutil.ignore_patterns("report", "README.md"))
     return run_dir
 
 
-def report(run_dir: Path) -> dict:
-    return json.loads((run_dir / "report" / "report.json").read_text())
+def judged(run_dir: Path, baseline: Baseline, **options: Any) -> tuple[int, dict]:
+    """The gate's exit code and report.json for ``run_dir``, judged in-process."""
+    verdict = judge(load_run(run_dir), baseline, **options)
+    return verdict.exit_code, json.loads(render_json(verdict))
 
 
-def problems(run_dir: Path) -> str:
-    return json.dumps(report(run_dir)["evidence"]["problems"])
+def problems(report: dict) -> str:
+    return json.dumps(report["evidence"]["problems"])
 
 
 def one_error_line(result) -> str:
@@ -150,38 +166,227 @@ RUN_DIR_CASES: dict[str, tuple[Callable[[Path], object], str]] = {
 
 
 @pytest.mark.parametrize("case", RUN_DIR_CASES)
-def test_hostile_run_dir_json_fails_the_gate_naming_the_path(tmp_path: Path, case: str) -> None:
+def test_hostile_run_dir_json_fails_the_gate_naming_the_path(
+    tmp_path: Path, case: str, patched: Baseline
+) -> None:
     alter, named = RUN_DIR_CASES[case]
     run_dir = example(tmp_path)
     alter(run_dir)
-    result = gate(run_dir)
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    assert named in problems(run_dir)
-
-
-def test_finite_values_near_the_float_limit_are_judged_not_crashed(tmp_path: Path) -> None:
-    run_dir = example(tmp_path)
-    series = [[step, 1.7e308 if step % 2 else -1.7e308] for step in range(20)]
-    write_record(run_dir, json.dumps({"metric": "rollout/raw_reward", "series": series}))
-    result = gate(run_dir)
-    assert result.exit_code == 1 and "Traceback" not in result.output
-    assert report(run_dir)["verdict"] == "fail"
-    assert (run_dir / "report" / "metrics.png").stat().st_size > 0
+    code, report = judged(run_dir, patched)
+    assert code == 1
+    assert named in problems(report)
 
 
 # ---------------------------------------------------------------------------- job.log
 
 
-def test_a_fatal_line_after_megabytes_of_carriage_returns_is_seen(tmp_path: Path) -> None:
+@CHEAP
+@given(signs=st.integers(16, 300_000), sign=st.sampled_from(["-", "+", "~", "- "]))
+def test_a_sign_bomb_in_a_metric_line_is_a_named_problem(
+    signs: int, sign: str, patched: Baseline
+) -> None:
+    """A unary-sign bomb in a job.log metric line (was a MemoryError traceback)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        run_dir = example(Path(scratch))
+        line = (
+            f"(Trainer pid=1) [2026-01-01 00:00:00] train.py:9 - step 3: {{'x': {sign * signs}1}}\n"
+        )
+        with open(run_dir / "job.log", "a", encoding="utf-8") as log:
+            log.write(line)
+        code, report = judged(run_dir, patched)
+        assert code == 1
+        assert "sign characters is no number's repr" in problems(report)
+
+
+def test_a_fatal_line_after_megabytes_of_carriage_returns_is_seen(
+    tmp_path: Path, patched: Baseline
+) -> None:
     run_dir = example(tmp_path)
     progress = "Loading safetensors: 10%|#    |\r" * 60_000  # ~2 MiB on one line
     with (run_dir / "job.log").open("a") as log:
         log.write(progress + "Fatal Python error: Segmentation fault\r more progress\n")
-    result = gate(run_dir)
-    assert result.exit_code == 1
-    hits = {hit["name"]: hit for hit in report(run_dir)["sentinels"]}
+    code, report = judged(run_dir, patched)
+    assert code == 1
+    hits = {hit["name"]: hit for hit in report["sentinels"]}
     assert hits["python_fatal_error"]["first_text"].startswith("Fatal Python error")
+
+
+# ---------------------------------------------------------------------------- CI history
+
+
+def rewrite_ci_history(run_dir: Path, value_at: Callable[[int], float]) -> None:
+    """Every CI-history point's value replaced by ``value_at(index)``; the other sources of
+    those metrics removed, so the CI history is what is judged and drawn."""
+    shutil.rmtree(run_dir / "tensorboard")
+    log = (run_dir / "job.log").read_text().splitlines(keepends=True)
+    kept = [line for line in log if not re.search(r" - (step|rollout|perf) \d+: \{", line)]
+    (run_dir / "job.log").write_text("".join(kept))
+    for path in (run_dir / "ci_history").glob("*.jsonl"):
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for record in records:
+            record["series"] = [[s, value_at(i)] for i, (s, _) in enumerate(record["series"])]
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+NEAR_LIMIT = [1.7e308, -1.7e308, 1.79e308, -1.79e308, 1e300, 0.5, 0.0]
+
+
+@CHEAP
+@given(values=st.lists(st.sampled_from(NEAR_LIMIT), min_size=20, max_size=20))
+def test_values_near_the_float_limit_are_judged(values: list[float], patched: Baseline) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        run_dir = example(Path(scratch))
+        rewrite_ci_history(run_dir, lambda i: values[i % len(values)])
+        code, report = judged(run_dir, patched)
+        assert code == 1  # no reference value is near the limit
+        assert report["verdict"] == "fail"
+
+
+def test_values_near_the_float_limit_are_drawn(tmp_path: Path) -> None:
+    """The figure is the subject: +-1.7e308 was a numpy LinAlgError in metrics.png's axis
+    transform; now the gate exits 1 and draws it."""
+    run_dir = example(tmp_path)
+    rewrite_ci_history(run_dir, lambda i: NEAR_LIMIT[i % len(NEAR_LIMIT)])
+    result = gate(run_dir)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert (run_dir / "report" / "metrics.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_record_of_millions_of_points_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    """The issue's 40 MiB record: ~3 million points, refused before they are parsed (a
+    subprocess, so its peak memory is its own: VmHWM, which execve resets, unlike ru_maxrss;
+    under 300 MiB, was 1.9 GiB)."""
+    run_dir = example(tmp_path)
+    points = ",".join(f"[{i},0.5]" for i in range(3_100_000))
+    record = '{"metric": "' + LOGPROB + '", "series": [' + points + "]}\n"
+    (run_dir / "ci_history" / "9-big.jsonl").write_text(record)
+    assert (run_dir / "ci_history" / "9-big.jsonl").stat().st_size > 30 << 20
+    probe = (
+        "import json, pathlib, sys\n"
+        "from miles_amd.baseline.model import load_baseline\n"
+        "from tests.unit.test_untrusted_input import judged\n"
+        "code, report = judged(pathlib.Path(sys.argv[1]), load_baseline('patched'))\n"
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+        "print(json.dumps(report['evidence']['problems']))\n"
+        "print('peak', hwm.split()[1])\n"
+        "sys.exit(code)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(run_dir)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    peak_kib = int(result.stdout.rsplit("peak", 1)[1])
+    assert peak_kib < 300 * 1024, peak_kib
+    assert f"more points than the {MAX_POINTS:,} a ci_history/ may hold" in result.stdout
+
+
+@CHEAP
+@given(files=st.integers(MAX_RECORD_FILES + 1, MAX_RECORD_FILES + 40))
+def test_too_many_record_files_is_a_named_problem(files: int, patched: Baseline) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        run_dir = example(Path(scratch))
+        for index in range(files):
+            (run_dir / "ci_history" / f"{index}-x.jsonl").write_text("")
+        code, report = judged(run_dir, patched)
+        assert code == 2  # refused input: the gate cannot judge
+        assert f"holds more than {MAX_RECORD_FILES} such files" in problems(report)
+
+
+# ---------------------------------------------------------------------------- job.json
+
+
+def job_check(report: dict) -> dict:
+    (check,) = [c for c in report["checks"] if c["name"] == "job.status"]
+    return check
+
+
+def write_job(run_dir: Path, **changes: object) -> None:
+    record = json.loads((run_dir / "job.json").read_text())
+    record.update(changes)
+    (run_dir / "job.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({}, None),
+        ({"driver_exit_code": 137}, "driver exit code 137"),
+        (
+            {"stopped_by": "fail-fast", "failfast": {"rule": "logprob_abs_diff.spikes"}},
+            "stopped by the driver (fail-fast)",
+        ),
+        ({"failfast": {"rule": "x"}}, "a fail-fast trip is recorded"),
+    ],
+)
+def test_a_succeeded_record_that_contradicts_itself_fails(
+    tmp_path: Path, changes: dict, reason: str | None, patched: Baseline
+) -> None:
+    run_dir = example(tmp_path)
+    write_job(run_dir, **changes)
+    code, report = judged(run_dir, patched)
+    check = job_check(report)
+    if reason is None:  # the example's own job.json
+        assert (code, check["status"]) == (0, "pass")
+        return
+    assert code == 1
+    assert check["status"] == "fail"
+    assert f"job.json contradicts itself: status SUCCEEDED but {reason}" in check["detail"]
+
+
+def test_require_env_fails_a_run_dir_without_job_json_naming_it_and_the_fix(
+    tmp_path: Path, patched: Baseline
+) -> None:
+    run_dir = example(tmp_path)
+    (run_dir / "job.json").unlink()
+    code, report = judged(run_dir, patched)
+    assert code == 0  # off the hardware path: optional, not measured
+    assert job_check(report)["status"] == "not_measured"
+    code, report = judged(run_dir, patched, require_env=True)
+    assert code == 1
+    check = job_check(report)
+    assert check["status"] == "fail"
+    assert "no job.json" in check["detail"] and "--require-env" in check["detail"]
+    assert "fix:" in check["detail"]
+
+
+job_records = st.fixed_dictionaries(
+    {
+        "status": st.sampled_from(sorted(JOB_STATES)),
+        "driver_exit_code": st.one_of(st.none(), st.sampled_from([0, 1, 137, -9, 255])),
+        "stopped_by": st.one_of(st.none(), st.sampled_from(sorted(STOP_REASONS))),
+        "failfast": st.one_of(st.none(), st.just({"rule": "logprob_abs_diff.spikes", "step": 3})),
+    }
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=job_records, require_env=st.booleans(), drop=st.booleans())
+def test_the_gate_passes_only_a_consistent_succeeded_record(
+    record: dict, require_env: bool, drop: bool, patched: Baseline
+) -> None:
+    """A pass needs a SUCCEEDED record that agrees with itself (and, with ``require_env``, a
+    job.json at all)."""
+    if record["stopped_by"] == "look":  # a stop at a look records its look (JobRecord.look)
+        look = {"rollout": 10, "rule": "train_rollout_kl.mean", "alpha_spent": 0.0005}
+        record = {**record, "look": look}
+    with tempfile.TemporaryDirectory() as scratch:
+        run_dir = example(Path(scratch))
+        write_job(run_dir, **record)
+        if drop:
+            (run_dir / "job.json").unlink()
+        code, report = judged(run_dir, patched, require_env=require_env)
+        job_ok = not drop and (
+            JobRecord.from_dict({"job_id": "jvvnhop9", **record}).contradiction is None
+            and record["status"] == "SUCCEEDED"
+        )
+        shown = "pass" if job_ok else ("not_measured" if drop and not require_env else "fail")
+        assert job_check(report)["status"] == shown, (record, drop, require_env)
+        if require_env:  # the example has no env.json: the hardware path fails it regardless
+            assert code == 1
+        else:
+            assert code == (0 if job_ok or drop else 1), record
 
 
 # ---------------------------------------------------------------------------- env.json
@@ -218,15 +423,13 @@ ENV_CASES: dict[str, tuple[list[dict], dict[str, object], str]] = {
 def test_contradictory_or_failed_env_facts_fail_the_environment_check(
     tmp_path: Path, case: str, patched: Baseline
 ) -> None:
-    """Judged as the gate judges (the CLI's exit code for a failing identity is
-    ``test_gate_environment``'s)."""
     facts, top, named = ENV_CASES[case]
     run_dir = example(tmp_path)
     env_json(run_dir, facts, **top)
-    verdict = judge(load_run(run_dir), patched)
-    (identity,) = [c for c in verdict.checks if c.name == "environment.identity"]
-    assert verdict.verdict == "fail"
-    assert identity.status == "fail" and named in identity.detail
+    code, report = judged(run_dir, patched)
+    (identity,) = [c for c in report["checks"] if c["name"] == "environment.identity"]
+    assert code == 1
+    assert identity["status"] == "fail" and named in identity["detail"]
 
 
 # ---------------------------------------------------------------------------- sinks
@@ -329,6 +532,57 @@ def test_a_gate_whose_history_cannot_take_the_verdict_keeps_the_verdict(tmp_path
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output  # the example passes, whatever the history
     assert "NOT appended" in result.output and "Traceback" not in result.output
+
+
+HOSTILE = st.text(
+    alphabet=st.sampled_from([*"ab|`*_<>[]()#\n\r\t\\", "\u202e", "\u200b", "\u2067"]),
+    min_size=1,
+    max_size=24,
+)
+
+
+def unescaped_pipes(line: str) -> int:
+    return len(re.findall(r"(?<!\\)\|", line))
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(variant=HOSTILE, aiter=HOSTILE, image=HOSTILE)
+def test_hostile_env_text_keeps_the_history_table_one_row_a_run(
+    variant: str, aiter: str, image: str
+) -> None:
+    """env.json's aiter variant and facts, and the image, however hostile, leave ``history
+    --format markdown``'s table one row a run."""
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        run_dir = example(root)
+        history = root / "history.sqlite"
+        facts = [Fact("aiter", "ok", aiter), Fact("aiter_variant", "ok", variant)]
+        write_env_json(facts, run_dir, {"host": "node-1"})
+        env_doc = json.loads((run_dir / "env.json").read_text())
+        env_doc["aiter_variant"] = variant
+        (run_dir / "env.json").write_text(json.dumps(env_doc))
+        runner = CliRunner()
+        result = runner.invoke(
+            app,
+            ["gate", "--run-dir", str(run_dir), "--baseline", "patched", "--history", str(history)],
+            env={"MILES_AMD_IMAGE": image},
+        )
+        assert result.exit_code in (0, 1, 2), result.output
+        assert "Traceback" not in result.output
+        listing = runner.invoke(app, ["history", "--history", str(history), "--format", "markdown"])
+        assert listing.exit_code in (0, 1, 2), listing.output
+        assert "Traceback" not in listing.output
+        lines = listing.stdout.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+        end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), None)
+        table = lines[start:end]  # the runs table: header, rule, one row a gated run
+        assert set(table[1]) <= set("|-"), table
+        assert len(table) == 3, table
+        width = unescaped_pipes(table[0])
+        assert all(unescaped_pipes(line) == width for line in table), table
+        assert all(line.endswith("|") for line in table), table
+        assert variant not in AITER_VARIANTS  # HOSTILE cannot spell one
+        assert "variant-unrecorded" in listing.stdout  # EnvRecord refused it, not stored
 
 
 # ---------------------------------------------------------------------------- pull-back

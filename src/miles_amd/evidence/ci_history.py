@@ -117,7 +117,7 @@ def read_record_file(
     A line is refused, before it is decoded or parsed, when its brackets allow more than
     ``max_points`` points in all (a point is one ``[step, value]``), so the memory parsed
     objects take is bounded by ``max_points``, not by the file's size
-    (``tests/unit/test_evidence_bombs.py``).
+    (``tests/unit/test_untrusted_input.py``).
     """
     name = os.fspath(path)
     data = read_regular(name, RECORD_FILE, root=root)
