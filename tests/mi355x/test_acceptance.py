@@ -9,7 +9,7 @@ then the same driver the CPU rehearsal proves, judged against the reviewed basel
 node's key (8-GPU shape, the GPU model preflight read, the variant: ``baseline.keys``; a key
 without one fails up front, naming it) with the gate's ``allreduce.canary`` included. On
 failure the assertion carries the report's failing rows and the path to ``report.md``. A stock
-run the reproduced ROCm/aiter#5694 explains (``judge.known_bug``) is xfail, naming the canary's
+run the reproduced ROCm/aiter#5694 explains (``judge.canary``) is xfail, naming the canary's
 evidence: the A/B's control, not a gate.
 """
 

@@ -9,5 +9,5 @@
   it; the same for ``--variants`` with the A/B comparison.
 
 The CLI and ``tests/mi355x`` call this layer; ``run/`` does not import it, ``judge/`` and
-``report/`` do not either (``tests/unit/test_layers.py``).
+``report/`` do not either (pyproject's import contracts).
 """

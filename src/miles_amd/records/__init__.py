@@ -10,6 +10,6 @@
 
 Writers (the driver, the preflight, ``miles-amd canary``) and ``miles_amd.evidence`` (the
 reader, into ``RunEvidence``) share them; judging, recording a baseline and the history
-consume the records' fields, not the files (``tests/unit/test_layers.py``). Pure: nothing
+consume the records' fields, not the files (pyproject's import contracts). Pure: nothing
 here opens a file.
 """

@@ -45,7 +45,7 @@ __all__ = [
 
 SCHEMA_VERSION = 2
 STALE_READ = "stale-read"
-# the size's class when barriers count waves (canary.dispatch.wave_class)
+# the size's class when barriers count waves (canary.kernel.wave_class)
 WaveClass = Literal["exposed", "early-no-read", "waves-agree", "uniform", "not-2stage"]
 Count = Annotated[int, Ge(0)]
 Positive = Annotated[int, Ge(1)]
@@ -56,7 +56,7 @@ Rate = Annotated[float, Gt(0), Lt(1)]
 class Mismatch:
     """One wrong element kept (or a call whose result had another shape or dtype: ``returned``
     says what came back, and ``index``/``expected``/``seen`` are null); ``matches``: it fits
-    the fingerprint of ROCm/aiter#5694's stale read (``canary.fingerprint``)."""
+    the fingerprint of ROCm/aiter#5694's stale read (``canary.kernel``)."""
 
     repeat: Count
     call: Count

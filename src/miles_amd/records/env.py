@@ -2,7 +2,7 @@
 
 Decides what env.json says and whether it can be believed, for its consumers (the
 environment, all-reduce and model-build checks, ``baseline record``, the history), which get
-it from ``evidence/`` (the one reader of run-dir records: ``tests/unit/test_layers.py``):
+it from ``evidence/`` (the one reader of run-dir records: ``.ci/lint``'s record-readers):
 
 - ``facts`` by name (:class:`Fact`: ``name``, ``status``, ``value``, ``message``);
 - ``aiter_variant``: the top-level one when it is a known variant, else None and a problem;

@@ -52,12 +52,12 @@ class JobRecord:
       ``failfast_latency_s``: the stop request minus the moment the fault appeared on the
       job's own clock (for a look: its last rollout's log line).
     - ``look``: a :class:`LookStop`, present exactly when ``stopped_by`` is ``look`` (a rule
-      crossed its boundary at a look; ``tests/unit/test_job_record_hardening.py``).
+      crossed its boundary at a look; ``tests/unit/test_untrusted_input.py``).
     - ``final_log_error``: why Ray could not give the job's full log at its end (its node
       was lost); ``job.log`` is then only what was streamed, so the run cannot pass.
     - :attr:`contradiction`: a record at odds with itself (``SUCCEEDED`` with a non-zero
       driver exit code, a driver stop or a fail-fast trip); the ``job_status`` rule fails it
-      (``tests/unit/test_job_record_hardening.py``).
+      (``tests/unit/test_untrusted_input.py``).
     """
 
     job_id: Annotated[str, MinLen(1)]

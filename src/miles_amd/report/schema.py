@@ -118,7 +118,7 @@ class Report(_Closed):
     otherwise"""
     expected_failure: ExpectedFailure | None
     """a red stock run whose failing checks are the logprob rules the canary's reproduced
-    ROCm/aiter#5694 explains (judge.known_bug); null otherwise"""
+    ROCm/aiter#5694 explains (judge.canary); null otherwise"""
     counts: Counts
     checks: list[CheckRow]
     sentinels: list[SentinelHit]
