@@ -24,9 +24,9 @@ from miles_amd.cli.main import app
 from miles_amd.evidence.load import load_run
 from miles_amd.history.store import HistoryRecord, HistoryStore
 from miles_amd.judge.gate import judge
+from miles_amd.node import pullback_node
 from miles_amd.recipe.settings import Recipe, RecipeError
 from miles_amd.rules.model import Baseline
-from miles_amd.run import pullback_node
 from miles_amd.run.pullback import END, FRAME, PullError, apply_frame, parse_frames
 from tests.constants import EXAMPLE, REPO
 

@@ -168,7 +168,7 @@ class JobsClient:
 
     ``deadline`` (``time.monotonic()``), when set, caps every request's read timeout; once
     passed, a call fails at once. :meth:`tail_job_logs` is Ray's own (a websocket, read by a
-    daemon thread that is not waited for: ``miles_amd.run.job.LogPump``).
+    daemon thread that is not waited for: ``miles_amd.run.driver.LogPump``).
     """
 
     def __init__(self, client: Any, address: str, read_timeout: float) -> None:

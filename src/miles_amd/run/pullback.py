@@ -4,7 +4,7 @@
   dir: during the run (:meth:`PullBack.pull`, before each fail-fast poll) and completely at
   the end (:meth:`PullBack.final`); the log comes through the Jobs API, not here.
 - Mechanism: a short Ray job per pull, through the Jobs API the run already uses, whose
-  entrypoint (``miles_amd.run.pullback_node``) runs one task pinned to the job's node and
+  entrypoint (``miles_amd.node.pullback_node``) runs one task pinned to the job's node and
   prints the files as framed base64 lines; no node needs miles_amd, the client no Ray port.
 - Incremental: only the bytes past what the client holds, when the node's file still starts
   with them (sha256 of the prefix), else the whole file.
@@ -165,7 +165,7 @@ def apply_frame(root: Path, frame: Frame) -> None:
 
 
 def node_script() -> str:
-    return (Path(__file__).with_name("pullback_node.py")).read_text(encoding="utf-8")
+    return (Path(__file__).parents[1] / "node" / "pullback_node.py").read_text(encoding="utf-8")
 
 
 @dataclass
