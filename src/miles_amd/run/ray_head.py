@@ -40,6 +40,7 @@ from miles_amd.files import atomic_write_text
 from miles_amd.run.dashboard import DashboardAuthError, DashboardError, auth_headers, get_json
 
 
+@dataclass(frozen=True)
 class OwnedProcess:
     """One process, identified by pid and create time (a recycled pid is another process)."""
 
