@@ -1,19 +1,14 @@
 """The run-history store: one SQLite file, schema versioned, gate verdicts appended.
 
-Decides what is kept of a judged run and where:
-
-- ``runs``: a :class:`RunRow` (identity, baseline, verdict, reason, rollouts, failed checks);
-- ``summaries``: its per-metric :class:`Summary`; ``metric_values`` and ``nonfinite_values``:
-  its per-rollout values, the non-finite ones as upstream's capture markers;
-- ``untrusted_marks``: the runs a maintainer took out of the trend (:meth:`HistoryStore.mark`);
-- a run's :class:`Identity` and whether it is ``trusted``: read from the row;
-- ``meta.schema_version`` (:data:`SCHEMA_VERSION`): a file of another version is refused, not
-  migrated (``tests/unit/test_history.py``).
-
-Standard library only (``sqlite3``); an append is one transaction. The file is the one the CLI
-names; a ``read_only`` store is not created or modified (``tests/unit/test_cli_interface.py``).
-It does not decide what a drift is (``miles_amd.history.drift``) nor when to append. Columns,
-versions, concurrent writers and corrupt rows: ``docs/gate-and-statistics.md``
+Decides what is kept of a judged run: ``runs`` (a :class:`RunRow`), ``summaries`` (its
+per-metric :class:`Summary`), ``metric_values`` and ``nonfinite_values`` (its per-rollout
+values, the non-finite ones as upstream's capture markers), ``untrusted_marks``
+(:meth:`HistoryStore.mark`), and ``meta.schema_version`` (:data:`SCHEMA_VERSION`: a file of
+another version is refused, not migrated; ``tests/unit/test_history.py``). Plain SQL over
+``sqlite3``; an append is one transaction; a row read back is checked against its field's
+type and a bad one skipped with a reason. A ``read_only`` store is not created or modified
+(``tests/unit/test_cli_interface.py``). What a drift is: ``miles_amd.history.drift``.
+Columns, concurrent writers and corrupt rows: ``docs/gate-and-statistics.md``
 ("How runs are stored").
 """
 
