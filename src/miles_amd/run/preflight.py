@@ -67,6 +67,110 @@ from miles_amd.run_dir import RunDir
 from miles_amd.variants import AITER_VARIANTS
 from miles_amd.wrap import WIDTH, wrapped
 
+__all__ = [
+    "IMAGE",
+    "PROBES",
+    "Fact",
+    "FactStatus",
+    "PreflightConfig",
+    "Probe",
+    "failing_facts",
+    "preflight_ok",
+    "probe_name",
+    "run_preflight",
+    "write_env_json",
+]
+
+_RESERVED_ENV_KEYS = frozenset({"facts", "ok", "aiter_variant", "written_at"})
+
+Probe = Callable[[PreflightConfig], Fact]
+
+PROBES: tuple[Probe, ...] = (
+    probe_gpus,
+    probe_gpu_model,
+    probe_rocm,
+    probe_torch,
+    probe_sglang,
+    probe_sglang_lora_endpoint,
+    probe_megatron_bridge,
+    probe_megatron_lm,
+    probe_miles,
+    probe_aiter,
+    probe_aiter_variant,
+    probe_aiter_commit,
+    probe_aiter_fix,
+    probe_sglang_aiter_env,
+    probe_sglang_allreduce,
+    probe_checkpoint,
+    probe_dataset,
+    probe_miles_argv,
+    probe_lora_experts,
+    probe_router_dtype,
+    probe_attention_window,
+    probe_disk,
+)
+
+
+def probe_name(probe: Probe) -> str:
+    """The fact name a probe reports: its function name without ``probe_``."""
+    return probe.__name__.removeprefix("probe_")
+
+
+def run_preflight(config: PreflightConfig) -> list[Fact]:
+    """Every probe's fact, in :data:`PROBES` order, redacted; a crashing probe is a ``wrong``
+    fact."""
+    facts = []
+    for probe in PROBES:
+        try:
+            fact = probe(config)
+            facts.append(replace(fact, value=redact(fact.value), message=redact(fact.message)))
+        except Exception as exc:
+            facts.append(
+                Fact(
+                    probe_name(probe),
+                    "wrong",
+                    "",
+                    redact(f"the probe raised {type(exc).__name__}: {one_line(exc)}"),
+                )
+            )
+    return facts
+
+
+def preflight_ok(facts: Iterable[Fact]) -> bool:
+    """True only for a non-empty list whose facts are all ``ok``."""
+    facts = list(facts)
+    return bool(facts) and all(f.status == "ok" for f in facts)
+
+
+def failing_facts(facts: Iterable[Fact]) -> list[Fact]:
+    return [f for f in facts if f.status != "ok"]
+
+
+def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object]) -> Path:
+    """Write ``RunDir(run_dir).env_json`` atomically; ``extra`` keys are added at the top level.
+
+    The object holds ``facts`` (each ``name``, ``status``, ``value``, ``message``), ``ok``,
+    ``aiter_variant`` (one of ``miles_amd.variants.AITER_VARIANTS`` or null) and ``written_at``
+    (UTC, ISO 8601); ``extra`` may not reuse those keys. Returns the path written.
+    """
+    clash = sorted(_RESERVED_ENV_KEYS & extra.keys())
+    if clash:
+        raise ValueError(f"env.json extra keys {clash} would overwrite the preflight's own")
+    variants = [f.value for f in facts if f.name == "aiter_variant" and f.status == "ok"]
+    payload: dict[str, object] = {
+        "facts": [asdict(f) for f in facts],
+        "ok": preflight_ok(facts),
+        "aiter_variant": next((v for v in variants if v in AITER_VARIANTS), None),
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }
+    target = RunDir(run_dir).env_json
+    atomic_write_text(target, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    return target
+
+
+# ---- how the preflight reads (pure: facts in, text out) ------------------------------------
+
 NOT_A_NODE = "this is not an AMD GPU node"
 
 # fact -> the facts its probe needs (see the module doc)
@@ -181,105 +285,3 @@ def as_json(rows: Sequence[Shown]) -> list[dict[str, object]]:
         }
         for r in rows
     ]
-
-
-__all__ = [
-    "IMAGE",
-    "PROBES",
-    "Fact",
-    "FactStatus",
-    "PreflightConfig",
-    "Probe",
-    "failing_facts",
-    "preflight_ok",
-    "probe_name",
-    "run_preflight",
-    "write_env_json",
-]
-
-_RESERVED_ENV_KEYS = frozenset({"facts", "ok", "aiter_variant", "written_at"})
-
-Probe = Callable[[PreflightConfig], Fact]
-
-PROBES: tuple[Probe, ...] = (
-    probe_gpus,
-    probe_gpu_model,
-    probe_rocm,
-    probe_torch,
-    probe_sglang,
-    probe_sglang_lora_endpoint,
-    probe_megatron_bridge,
-    probe_megatron_lm,
-    probe_miles,
-    probe_aiter,
-    probe_aiter_variant,
-    probe_aiter_commit,
-    probe_aiter_fix,
-    probe_sglang_aiter_env,
-    probe_sglang_allreduce,
-    probe_checkpoint,
-    probe_dataset,
-    probe_miles_argv,
-    probe_lora_experts,
-    probe_router_dtype,
-    probe_attention_window,
-    probe_disk,
-)
-
-
-def probe_name(probe: Probe) -> str:
-    """The fact name a probe reports: its function name without ``probe_``."""
-    return probe.__name__.removeprefix("probe_")
-
-
-def run_preflight(config: PreflightConfig) -> list[Fact]:
-    """Every probe's fact, in :data:`PROBES` order, redacted; a crashing probe is a ``wrong``
-    fact."""
-    facts = []
-    for probe in PROBES:
-        try:
-            fact = probe(config)
-            facts.append(replace(fact, value=redact(fact.value), message=redact(fact.message)))
-        except Exception as exc:
-            facts.append(
-                Fact(
-                    probe_name(probe),
-                    "wrong",
-                    "",
-                    redact(f"the probe raised {type(exc).__name__}: {one_line(exc)}"),
-                )
-            )
-    return facts
-
-
-def preflight_ok(facts: Iterable[Fact]) -> bool:
-    """True only for a non-empty list whose facts are all ``ok``."""
-    facts = list(facts)
-    return bool(facts) and all(f.status == "ok" for f in facts)
-
-
-def failing_facts(facts: Iterable[Fact]) -> list[Fact]:
-    return [f for f in facts if f.status != "ok"]
-
-
-def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object]) -> Path:
-    """Write ``RunDir(run_dir).env_json`` atomically; ``extra`` keys are added at the top level.
-
-    The object holds ``facts`` (each ``name``, ``status``, ``value``, ``message``), ``ok``,
-    ``aiter_variant`` (one of ``miles_amd.variants.AITER_VARIANTS`` or null) and ``written_at``
-    (UTC, ISO 8601); ``extra`` may not reuse those keys. Returns the path written.
-    """
-    clash = sorted(_RESERVED_ENV_KEYS & extra.keys())
-    if clash:
-        raise ValueError(f"env.json extra keys {clash} would overwrite the preflight's own")
-    variants = [f.value for f in facts if f.name == "aiter_variant" and f.status == "ok"]
-    payload: dict[str, object] = {
-        "facts": [asdict(f) for f in facts],
-        "ok": preflight_ok(facts),
-        "aiter_variant": next((v for v in variants if v in AITER_VARIANTS), None),
-        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        **extra,
-    }
-    target = RunDir(run_dir).env_json
-    atomic_write_text(target, json.dumps(payload, indent=2, allow_nan=False) + "\n")
-    return target
