@@ -1,4 +1,4 @@
-"""Census readings of ``run/bridge_census.py`` that more than one test module needs.
+"""Census readings of ``node/bridge_census.py`` that more than one test module needs.
 
 :data:`CPU_MEASURED` is what the CPU harness (``tests/conformance/bridge_harness.py``) wrote on
 2026-12-01 for the recipe's argv and the gpt-oss-20b config.json: PyPI megatron-bridge 0.3.1,
@@ -17,7 +17,7 @@ from typing import Any
 
 from miles_amd.recipe.settings import Recipe
 from miles_amd.records.env import Fact
-from miles_amd.run.probes_bridge import attention_window_fact, lora_experts_fact, router_dtype_fact
+from miles_amd.run.probes_miles import attention_window_fact, lora_experts_fact, router_dtype_fact
 from tests.conformance.fake_inputs import GPT_OSS_20B_BF16_CONFIG
 
 LAYERS = 24

@@ -12,7 +12,7 @@ Every refusal is a :class:`StrictJsonError` whose ``str()`` is one line, ``<JSON
 <reason>`` or ``line L column C: <reason>``; the caller prefixes the file. Decides nothing
 about what the document must contain. A leaf: the standard library only. Caveat: some reads
 stay plain ``json`` on purpose (tool output on the node, Ray's replies), and so does
-``run/probes_bridge.py``'s read of ``config.json``. Which files, and why each refusal:
+``run/probes_miles.py``'s read of ``config.json``. Which files, and why each refusal:
 ``docs/cli.md`` ("How the gate reads a run dir").
 """
 

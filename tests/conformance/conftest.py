@@ -20,7 +20,7 @@ import pytest
 
 from miles_amd.recipe.ignored_flags import BY_FLAG
 from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
-from miles_amd.run.parse_probe import ParseOutcome
+from miles_amd.run.probes_miles import ParseOutcome
 from tests.conformance import harness
 from tests.conformance.checkout import MilesCheckout, resolve
 from tests.conformance.fake_inputs import MODEL_SUBDIR, make_fake_inputs
@@ -31,7 +31,7 @@ UNKNOWN_FLAGS = ("--ci-enable-metrics-capture", "--no-such-flag")
 
 F = TypeVar("F", bound=Callable[..., object])
 SEMANTIC_PROBE = Path(__file__).resolve().parent / "semantic_probe.py"
-GPU_STUBS = Path(__file__).resolve().parents[2] / "src" / "miles_amd" / "run" / "miles_parse.py"
+GPU_STUBS = Path(__file__).resolve().parents[2] / "src" / "miles_amd" / "node" / "miles_parse.py"
 IGNORED = set(BY_FLAG)
 # Names the probe maps one by one: the recipe's allowed table and gpt-oss's own expert name.
 LORA_NAMES = (*LORA_TARGET_MODULES, "gate_up_proj")

@@ -3,7 +3,7 @@
 Planning is ``miles-amd train --dry-run --json`` run in-process (typer's ``CliRunner``) with
 ``os.environ`` replaced by exactly the variant's environment for the call, so nothing of the
 test machine's shell (a ``WANDB_API_KEY``, a ``RAY_ADDRESS``) changes the plan. The parse
-is ``miles_amd.run.parse_probe.parse_with_miles``: a subprocess of the checkout's python
+is ``miles_amd.run.probes_miles.parse_with_miles``: a subprocess of the checkout's python
 running ``miles_parse.py`` on the plan's ``train.py`` argv, in the env the driver submits
 (the launching env's ``PATH``/``HOME``/locale, the plan's device env, the job's runtime
 env with its secrets).
@@ -42,7 +42,7 @@ from typer.testing import CliRunner
 
 from miles_amd.cli.main import app
 from miles_amd.recipe.plan import REDACTED
-from miles_amd.run.parse_probe import (
+from miles_amd.run.probes_miles import (
     PARSE_TIMEOUT_S,
     SCRIPT,
     ParseOutcome,

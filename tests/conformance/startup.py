@@ -61,7 +61,7 @@ from tests.conformance.checkout import MilesCheckout
 
 HERE = Path(__file__).resolve().parent
 TRAIN_ENTRY = HERE / "train_entry.py"
-GPU_STUBS = HERE.parents[1] / "src" / "miles_amd" / "run" / "miles_parse.py"
+GPU_STUBS = HERE.parents[1] / "src" / "miles_amd" / "node" / "miles_parse.py"
 # Ports ray start would open for parts the lean head does not run (dashboard, Ray client).
 UNUSED_PORT_OPTIONS = ("--dashboard-port", "--ray-client-server-port")
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # ray/_private/runtime_env/constants.py

@@ -1,6 +1,6 @@
 """The deep probe's build and census on the real Megatron-Bridge, miles and Megatron-LM, on CPU.
 
-``bridge_harness.py`` runs ``run/bridge_census.py``'s :func:`build_meta_model` (miles' own
+``bridge_harness.py`` runs ``node/bridge_census.py``'s :func:`build_meta_model` (miles' own
 ``_setup_lora_model_via_bridge``, the model on the meta device) and :func:`census` for the
 recipe's argv and the gpt-oss-20b config.json, in a python with PyPI megatron-bridge
 (``requirements/bridge-cpu.txt``; ``MILES_AMD_BRIDGE_PYTHON``), the pinned miles and Megatron-LM
@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from miles_amd.recipe.settings import Recipe
-from miles_amd.run.probes_bridge import (
+from miles_amd.run.probes_miles import (
     CENSUS,
     attention_window_fact,
     lora_experts_fact,

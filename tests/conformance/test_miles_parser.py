@@ -18,7 +18,7 @@ Stubs, and why (nothing else is replaced):
 - ``torch.cuda.get_device_properties`` -> major 9, minor 5: Megatron's ``validate_args``
   reads the device arch when TP > 1 (below 10 it then requires
   ``CUDA_DEVICE_MAX_CONNECTIONS=1``).
-  Both live in ``miles_amd/run/miles_parse.py`` and apply only when torch sees no GPU.
+  Both live in ``miles_amd/node/miles_parse.py`` and apply only when torch sees no GPU.
 - Only in a python without them (the lean CPU venv): inert ``triton`` and ``torchvision``
   packages (``import_stubs/``), last on ``PYTHONPATH``. sglang imports both at module load
   (``sglang/srt/utils/common.py``) although no kernel runs while parsing; PyPI's
@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from miles_amd.recipe.settings import Recipe
-from miles_amd.run.parse_probe import ParseOutcome
+from miles_amd.run.probes_miles import ParseOutcome
 from tests.conformance import harness
 from tests.conformance.checkout import MilesCheckout
 from tests.conformance.conftest import UNKNOWN_FLAGS, parses

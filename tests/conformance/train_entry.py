@@ -9,7 +9,7 @@ the tests)::
 The job ``miles-amd train`` submits is ``python3 <miles>/train.py <argv>``; the smoke runs
 ``python3 train_entry.py <miles_parse.py> <miles>/train.py <argv>``, the same script and
 tokens. The one difference: before ``train.py`` runs, ``stub_gpu_queries`` of
-``miles_amd/run/miles_parse.py`` (loaded by path, the parse probe's own stubs) makes
+``miles_amd/node/miles_parse.py`` (loaded by path, the parse probe's own stubs) makes
 ``torch.cuda.get_device_capability`` / ``get_device_properties`` report gfx950 when torch
 sees no GPU, because Megatron's ``validate_args`` asks for them inside ``parse_args()``
 (``--moe-grouped-gemm``, TP > 1) and a CPU torch raises there. Nothing else is changed: the

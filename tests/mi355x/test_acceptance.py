@@ -25,8 +25,7 @@ from miles_amd.app.train import run_and_gate
 from miles_amd.baseline.keys import BaselineKey, reviewed_path, template_for
 from miles_amd.recipe.plan import CANARY_STEP, build_train_plan
 from miles_amd.recipe.settings import Recipe
-from miles_amd.run.preflight import preflight_ok
-from miles_amd.run.preflight_view import shown, table
+from miles_amd.run.preflight import preflight_ok, shown, table
 from miles_amd.run_dir import RunDir
 
 pytestmark = pytest.mark.mi355x

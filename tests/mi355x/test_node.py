@@ -29,8 +29,8 @@ def test_the_image_builds_the_recipe_with_an_adapter_on_every_expert(node, tmp_p
     and TE, on the meta device. With TE's grouped GEMM gpt-oss-20b has one grouped linear per
     expert projection per layer (24 x 2 = 48), the routers get no fp32 (miles#3263) and the
     windowed layers are config.json's sliding ones."""
-    from miles_amd.run.facts import PreflightConfig
-    from miles_amd.run.probes_bridge import (
+    from miles_amd.run.probes import PreflightConfig
+    from miles_amd.run.probes_miles import (
         attention_window_fact,
         lora_experts_fact,
         read_census,

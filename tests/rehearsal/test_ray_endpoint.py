@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from miles_amd.run.dashboard import jobs_client
-from miles_amd.run.job import Follow, RayJob
+from miles_amd.run.driver import Follow, RayJob
 from miles_amd.run.watcher import FailFastWatcher
 from miles_amd.run_dir import RunDir
 from tests.cli_runs import CliRun, run_cli

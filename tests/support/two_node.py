@@ -26,7 +26,7 @@ fresh token for both nodes), every listening port is chosen here, worker ports a
 kernel-assigned. It does not decide what runs on the cluster.
 
 Every process is ours: each ``ray start --block`` is a
-:class:`~miles_amd.run.process_tree.ProcessTree` (the class the driver's head is), spawned
+:class:`~miles_amd.run.ray_head.ProcessTree` (the class the driver's head is), spawned
 in a new session, its descendants recorded by pid and create time, and
 :meth:`TwoNodeCluster.stop` ends them by pid (never ``ray stop``). :meth:`LocalNode.kill`
 stops one node's raylet by pid, the node-loss fault. The dashboard is asked through
@@ -49,15 +49,17 @@ from pathlib import Path
 from miles_amd.files import atomic_write_text
 from miles_amd.recipe.plan import NODE_RESOURCE, NODE_ROOT_VAR
 from miles_amd.run.dashboard import DashboardError, auth_headers, get_json
-from miles_amd.run.process_tree import OwnedProcess, ProcessTree, spawn_logged
 from miles_amd.run.ray_head import (
     PORT_ENV_VARS,
     PORT_OPTIONS,
     TEMP_PREFIX,
     TEMP_ROOT,
     WORKER_PORTS,
+    OwnedProcess,
+    ProcessTree,
     free_ports,
     ray_executable,
+    spawn_logged,
 )
 
 # The head's ports are the tool's own head's (ray_head); a joining raylet has no GCS,
@@ -70,7 +72,7 @@ WORKER_NODE_PORTS = tuple(
 @dataclass(kw_only=True)
 class LocalNode(ProcessTree):
     """One ``ray start --block`` we spawned, its temp dir and the processes under it;
-    :meth:`~miles_amd.run.process_tree.ProcessTree.kill` is the node dying."""
+    :meth:`~miles_amd.run.ray_head.ProcessTree.kill` is the node dying."""
 
     name: str
     temp_dir: Path

@@ -24,14 +24,14 @@ from miles_amd.judge.gate import judge
 from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.preflight import Fact, write_env_json
+from miles_amd.run.probes import git_commit
 from miles_amd.run.probes_allreduce import (
     aiter_commit_fact,
+    allreduce_route,
     job_sglang_env,
     read_job_aiter,
     sglang_allreduce_fact,
 )
-from miles_amd.run.probes_stack import git_commit
-from miles_amd.run.sglang_allreduce import allreduce_route
 from tests.cli_runs import run_cli
 from tests.constants import EXAMPLE, SHIPPED
 

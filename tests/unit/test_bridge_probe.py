@@ -1,8 +1,8 @@
-"""The deep probe's facts (``run.probes_bridge``) and its child's failure paths, on CPU.
+"""The deep probe's facts (``run.probes_miles``) and its child's failure paths, on CPU.
 
 The facts are judged from census readings (``tests.bridge_readings``: one measured on CPU with
 the real Megatron-Bridge, one shaped as a node's from the sources). The child
-``run/bridge_census.py`` runs for real in subprocesses: without miles or Megatron-Bridge it
+``node/bridge_census.py`` runs for real in subprocesses: without miles or Megatron-Bridge it
 must write why and exit 1, and the probe must turn that into an ``unknown`` fact, not a crash.
 What the child reads from a real model is ``tests/conformance/test_bridge_census.py``.
 """
@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from miles_amd.recipe.settings import Recipe
-from miles_amd.run import preflight, probes_bridge
-from miles_amd.run.facts import PreflightConfig
-from miles_amd.run.probes_bridge import (
+from miles_amd.run import preflight
+from miles_amd.run import probes_miles as probes_bridge
+from miles_amd.run.probes import PreflightConfig
+from miles_amd.run.probes_miles import (
     CENSUS,
     attention_window_fact,
     lora_experts_fact,

@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from miles_amd import escape
 from miles_amd.redact import REDACTED, redact
 from miles_amd.run.dashboard import jobs_client
-from miles_amd.run.job import Follow, RayJob
-from miles_amd.run.parse_probe import parse_with_miles
+from miles_amd.run.driver import Follow, RayJob
+from miles_amd.run.probes_miles import parse_with_miles
 from miles_amd.run.watcher import FailFastWatcher
 from miles_amd.run_dir import RunDir
 from tests.cli_runs import run_cli
@@ -242,7 +242,7 @@ def test_a_probes_fact_quoting_the_key_is_redacted(monkeypatch: pytest.MonkeyPat
     """Whatever a probe quotes from its child, the preflight's facts (the table and env.json)
     carry no secret: ``run_preflight`` redacts each fact it collects."""
     from miles_amd.run import preflight
-    from miles_amd.run.facts import PreflightConfig
+    from miles_amd.run.probes import PreflightConfig
 
     def probe_echo(_config: PreflightConfig) -> preflight.Fact:
         return preflight.Fact("echo", "wrong", f"HF_TOKEN={SECRET}", f"--hf-token {SECRET}")

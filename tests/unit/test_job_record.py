@@ -106,7 +106,7 @@ class LostNodeClient:
 
 
 def test_a_lost_node_keeps_the_streamed_log_and_names_why_it_is_partial(tmp_path) -> None:
-    from miles_amd.run.job import RayJob
+    from miles_amd.run.driver import RayJob
 
     run = RunDir(tmp_path / "run")
     run.root.mkdir()

@@ -1,7 +1,7 @@
 """The gate's ``model.lora_experts`` check on env.json's deep-probe facts.
 
 env.json is written by the real writer (``run.preflight.write_env_json``) with facts made by
-the real fact functions of ``run.probes_bridge`` from census readings
+the real fact functions of ``run.probes_miles`` from census readings
 (``tests.bridge_readings``), into copies of the embedded example; the check is read from the
 verdict of :func:`miles_amd.judge.gate.judge` on what the real reader loads, and once through
 the CLI.
@@ -21,7 +21,7 @@ from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import Check, judge
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.preflight import Fact, write_env_json
-from miles_amd.run.probes_bridge import attention_window_fact, lora_experts_fact, router_dtype_fact
+from miles_amd.run.probes_miles import attention_window_fact, lora_experts_fact, router_dtype_fact
 from tests.bridge_readings import NO_ADAPTER, NODE_EXPECTED, UNKNOWN, reading
 from tests.cli_runs import run_cli
 from tests.conformance.fake_inputs import GPT_OSS_20B_BF16_CONFIG

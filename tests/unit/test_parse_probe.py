@@ -1,4 +1,4 @@
-"""``miles_amd.run.parse_probe`` and the preflight fact ``miles_argv``, on real subprocesses.
+"""``miles_amd.run.probes_miles`` and the preflight fact ``miles_argv``, on real subprocesses.
 
 Two kinds of miles stand behind the parser here:
 
@@ -25,8 +25,8 @@ import pytest
 from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run import preflight
-from miles_amd.run.facts import PreflightConfig
-from miles_amd.run.parse_probe import (
+from miles_amd.run.probes import PreflightConfig
+from miles_amd.run.probes_miles import (
     miles_argv_fact,
     parse_with_miles,
     probe_miles_argv,

@@ -33,11 +33,11 @@ from miles_amd.evidence.ci_history import MAX_POINTS, MAX_RECORD_FILES
 from miles_amd.evidence.load import load_run
 from miles_amd.history.store import HistoryRecord, HistoryStore
 from miles_amd.judge.gate import judge
+from miles_amd.node import pullback_node
 from miles_amd.recipe.settings import Recipe, RecipeError
 from miles_amd.records.job import JOB_STATES, STOP_REASONS, JobRecord
 from miles_amd.report.render import render_json
 from miles_amd.rules.model import Baseline
-from miles_amd.run import pullback_node
 from miles_amd.run.preflight import Fact, write_env_json
 from miles_amd.run.pullback import END, FRAME, PullError, apply_frame, parse_frames
 from miles_amd.variants import AITER_VARIANTS

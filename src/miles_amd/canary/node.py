@@ -75,8 +75,8 @@ def probe_gpus(python: str = sys.executable) -> dict[str, object]:
 
 def node_facts(pythonpath: str) -> NodeFacts:
     """What :func:`unusable` needs (module doc), aiter read with ``pythonpath``."""
+    from miles_amd.run.probes import git_commit
     from miles_amd.run.probes_allreduce import aiter_commit_fact, read_job_aiter
-    from miles_amd.run.probes_stack import git_commit
 
     gpu = probe_gpus()
     reading = read_job_aiter(pythonpath, sys.executable)

@@ -1,7 +1,7 @@
 """``miles-amd preflight``: check the node, image and inputs before a run, and record them.
 
 Decides the command's options, output and exit code: it prints the verdict and its root
-cause first, then the facts (``miles_amd.run.preflight_view``: within 100 columns, facts that
+cause first, then the facts (``miles_amd.run.preflight``: within 100 columns, facts that
 need a failed one "not checked", an unknown value shown as unknown, not ``ok``
 (``tests/unit/test_preflight.py``); ``--verbose`` every value and
 message in full; ``--format json`` the facts as JSON), then where env.json went; it writes
@@ -77,7 +77,7 @@ def preflight(
 
     Exit 1 when any fact is not ok (the table says what to do).
     """
-    from miles_amd.run import preflight_view as view
+    from miles_amd.run import preflight as view
     from miles_amd.run.preflight import (
         PreflightConfig,
         failing_facts,

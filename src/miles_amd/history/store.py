@@ -1,19 +1,14 @@
 """The run-history store: one SQLite file, schema versioned, gate verdicts appended.
 
-Decides what is kept of a judged run and where:
-
-- ``runs``: a :class:`RunRow` (identity, baseline, verdict, reason, rollouts, failed checks);
-- ``summaries``: its per-metric :class:`Summary`; ``metric_values`` and ``nonfinite_values``:
-  its per-rollout values, the non-finite ones as upstream's capture markers;
-- ``untrusted_marks``: the runs a maintainer took out of the trend (:meth:`HistoryStore.mark`);
-- a run's :class:`Identity` and whether it is ``trusted``: read from the row;
-- ``meta.schema_version`` (:data:`SCHEMA_VERSION`): a file of another version is refused, not
-  migrated (``tests/unit/test_history.py``).
-
-Standard library only (``sqlite3``); an append is one transaction. The file is the one the CLI
-names; a ``read_only`` store is not created or modified (``tests/unit/test_cli_interface.py``).
-It does not decide what a drift is (``miles_amd.history.drift``) nor when to append. Columns,
-versions, concurrent writers and corrupt rows: ``docs/gate-and-statistics.md``
+Decides what is kept of a judged run: ``runs`` (a :class:`RunRow`), ``summaries`` (its
+per-metric :class:`Summary`), ``metric_values`` and ``nonfinite_values`` (its per-rollout
+values, the non-finite ones as upstream's capture markers), ``untrusted_marks``
+(:meth:`HistoryStore.mark`), and ``meta.schema_version`` (:data:`SCHEMA_VERSION`: a file of
+another version is refused, not migrated; ``tests/unit/test_history.py``). Plain SQL over
+``sqlite3``; an append is one transaction; a row read back is checked against its field's
+type and a bad one skipped with a reason. A ``read_only`` store is not created or modified
+(``tests/unit/test_cli_interface.py``). What a drift is: ``miles_amd.history.drift``.
+Columns, concurrent writers and corrupt rows: ``docs/gate-and-statistics.md``
 ("How runs are stored").
 """
 
@@ -39,21 +34,15 @@ class HistoryError(ValueError):
     """A history file that cannot be used; ``str()`` names the file and the fix."""
 
 
-def _column(sql: str, *, as_json: bool = False, choices: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A field's metadata: a column of SQL type ``sql`` (``as_json``: stored as a JSON list;
-    ``choices``: the only values a row read back may hold, null aside)."""
-    return {"sql": sql, "json": as_json, "choices": choices}
-
-
 @dataclass(frozen=True)
 class Summary:
     """The ``summaries`` columns of one metric of one run (after ``run_id`` and ``metric``)."""
 
-    n: int = field(metadata=_column("INTEGER NOT NULL"))
-    mean: float = field(metadata=_column("REAL NOT NULL"))
-    sd: float | None = field(metadata=_column("REAL"))
-    min: float = field(metadata=_column("REAL NOT NULL"))
-    max: float = field(metadata=_column("REAL NOT NULL"))
+    n: int
+    mean: float
+    sd: float | None
+    min: float
+    max: float
 
 
 def summarize(values: Sequence[float]) -> Summary | None:
@@ -84,29 +73,29 @@ class Identity:
 
 @dataclass(frozen=True)
 class RunRow:
-    """The columns of the ``runs`` table, in table order (``run_id`` comes first, the store's)."""
+    """The columns of the ``runs`` table, in table order (``run_id`` comes first, the store's);
+    each field's type is its column's, checked when a row is read back."""
 
-    created_at: str = field(metadata=_column("TEXT NOT NULL"))  # ISO-8601, UTC
-    recipe: str = field(metadata=_column("TEXT NOT NULL"))
-    recipe_digest: str | None = field(metadata=_column("TEXT"))  # of plan.json's recipe
-    # env.json's aiter_variant (else plan.json's); a row holding another value is skipped
-    variant: str | None = field(metadata=_column("TEXT", choices=AITER_VARIANTS))
-    aiter_commit: str | None = field(metadata=_column("TEXT"))  # env.json's aiter fact
-    baseline: str = field(metadata=_column("TEXT NOT NULL"))
-    image: str | None = field(metadata=_column("TEXT"))
-    commit_sha: str | None = field(metadata=_column("TEXT"))
-    run_dir: str = field(metadata=_column("TEXT NOT NULL"))
-    verdict: str = field(metadata=_column("TEXT NOT NULL"))
-    reason: str = field(metadata=_column("TEXT NOT NULL"))
-    rollouts: int = field(metadata=_column("INTEGER NOT NULL"))
-    failed_checks: tuple[str, ...] = field(metadata=_column("TEXT NOT NULL", as_json=True))
+    created_at: str  # ISO-8601, UTC
+    recipe: str
+    recipe_digest: str | None  # of plan.json's recipe
+    variant: str | None  # env.json's aiter_variant (else plan.json's); one of AITER_VARIANTS
+    aiter_commit: str | None  # env.json's aiter fact
+    baseline: str
+    image: str | None
+    commit_sha: str | None
+    run_dir: str
+    verdict: str
+    reason: str
+    rollouts: int
+    failed_checks: tuple[str, ...]  # stored as a JSON list
     # which run this was: its job id and a digest of its evidence (entry.run_key); the same
     # run dir gated again has the same key, and the drift trend counts it once
-    run_key: str | None = field(default=None, kw_only=True, metadata=_column("TEXT"))
+    run_key: str | None = field(default=None, kw_only=True)
     # a red run: the rollouts after which it was decided (a look, a failing value, or its
     # end: judge.sequential.decision) and by which check; null for a pass
-    decided_at_rollout: int | None = field(default=None, kw_only=True, metadata=_column("INTEGER"))
-    decided_by: str | None = field(default=None, kw_only=True, metadata=_column("TEXT"))
+    decided_at_rollout: int | None = field(default=None, kw_only=True)
+    decided_by: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -145,23 +134,22 @@ class HistoryRead:
 
 _RUN_FIELDS = fields(RunRow)
 _RUN_COLUMNS = ", ".join(f.name for f in _RUN_FIELDS)
-_SUMMARY_COLUMNS = ", ".join(f.name for f in fields(Summary))
+_SUMMARY_COLUMNS = "n, mean, sd, min, max"
 
-
-def _columns_sql(dataclass_fields: tuple[Any, ...]) -> str:
-    return ",\n    ".join(f"{f.name} {f.metadata['sql']}" for f in dataclass_fields)
-
-
-_SCHEMA = f"""
+_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     run_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    {_columns_sql(_RUN_FIELDS)}
+    created_at TEXT NOT NULL, recipe TEXT NOT NULL, recipe_digest TEXT, variant TEXT,
+    aiter_commit TEXT, baseline TEXT NOT NULL, image TEXT, commit_sha TEXT,
+    run_dir TEXT NOT NULL, verdict TEXT NOT NULL, reason TEXT NOT NULL,
+    rollouts INTEGER NOT NULL, failed_checks TEXT NOT NULL, run_key TEXT,
+    decided_at_rollout INTEGER, decided_by TEXT
 );
 CREATE TABLE IF NOT EXISTS summaries (
     run_id INTEGER NOT NULL REFERENCES runs(run_id),
     metric TEXT NOT NULL,
-    {_columns_sql(fields(Summary))},
+    n INTEGER NOT NULL, mean REAL NOT NULL, sd REAL, min REAL NOT NULL, max REAL NOT NULL,
     PRIMARY KEY (run_id, metric)
 );
 CREATE TABLE IF NOT EXISTS metric_values (
@@ -184,39 +172,27 @@ CREATE INDEX IF NOT EXISTS runs_identity_idx ON runs (recipe, variant, aiter_com
 """
 
 
-def _to_row(record: RunRow) -> list[Any]:
-    values = []
-    for f in _RUN_FIELDS:
-        value = getattr(record, f.name)
-        values.append(json.dumps(list(value)) if f.metadata["json"] else value)
-    return values
-
-
 def _from_row(row: Sequence[Any]) -> dict[str, Any]:
-    """The fields of a stored row, each checked against its column's type (SQLite keeps
+    """The fields of a stored row, each checked against its field's type (SQLite keeps
     whatever a writer put in a column); ``ValueError`` naming the column."""
     found = {}
     for f, value in zip(_RUN_FIELDS, row, strict=True):
-        sql = f.metadata["sql"]
-        if f.metadata["json"]:
+        if f.name == "failed_checks":
             value = strict_json.loads(value) if isinstance(value, str) else None
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"column {f.name} is not a JSON list of names")
             value = tuple(value)
-        elif not _of_type(value, sql):
+        elif value is None and "None" in str(f.type):
+            pass
+        elif not isinstance(value, int if str(f.type).startswith("int") else str) or isinstance(
+            value, bool
+        ):
             raise ValueError(f"column {f.name} holds {type(value).__name__} {value!r:.60}")
-        elif f.metadata["choices"] and value is not None and value not in f.metadata["choices"]:
-            known = ", ".join(f.metadata["choices"])
+        elif f.name == "variant" and value not in AITER_VARIANTS:
+            known = ", ".join(AITER_VARIANTS)
             raise ValueError(f"column {f.name} holds {value!r:.60}, not one of {known}")
         found[f.name] = value
     return found
-
-
-def _of_type(value: object, sql: str) -> bool:
-    if value is None:
-        return "NOT NULL" not in sql
-    kind = int if sql.startswith("INTEGER") else str
-    return isinstance(value, kind) and not isinstance(value, bool)
 
 
 def _summary(metric: object, figures: Sequence[Any]) -> Summary:
@@ -301,9 +277,9 @@ class HistoryStore:
         when it raises; yields its ``run_id`` (this store's reads in the block see the run)."""
         with self._db:
             marks = ", ".join("?" * len(_RUN_FIELDS))
-            cursor = self._db.execute(
-                f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks})", _to_row(record)
-            )
+            values = (getattr(record, f.name) for f in _RUN_FIELDS)  # failed_checks as JSON:
+            row = [json.dumps(list(v)) if isinstance(v, tuple) else v for v in values]
+            cursor = self._db.execute(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks})", row)
             run_id = int(cursor.lastrowid or 0)
             for metric, points in sorted(record.series.items()):
                 summary = summarize([v for _, v in points])
@@ -311,7 +287,7 @@ class HistoryStore:
                     continue
                 self._db.execute(
                     f"INSERT INTO summaries (run_id, metric, {_SUMMARY_COLUMNS}) "
-                    f"VALUES (?, ?, {', '.join('?' * len(fields(Summary)))})",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (run_id, metric, *astuple(summary)),
                 )
             for metric, points in sorted(record.series.items()):

@@ -1,7 +1,7 @@
 """The trainer's model as built: do the MoE experts carry the LoRA adapters the run trains?
 
 Decides the gate's built-in ``model.lora_experts`` check from env.json's deep-probe facts
-(``run.probes_bridge``: miles' bridge LoRA setup built on the meta device on the node):
+(``run.probes_miles``: miles' bridge LoRA setup built on the meta device on the node):
 
 - ``lora_experts`` reads ``"<N> expert linears LoRA-wrapped ..."``. N = 0 fails: a target name
   that maps to no layer trains no adapter without a warning, and every metric of such a run can

@@ -11,7 +11,7 @@ targets against the model's HF weight mapping and map ``gate_proj,up_proj`` to t
 the pinned one), so the refusal is the pinned miles' fact, not a law: with
 ``--override-pinned`` an ``--extra-args --target-modules`` name is let through, and on the
 node the preflight's census of the trainer's model as that miles builds it (fact
-``lora_experts``, ``run.probes_bridge``) and the gate's ``model.lora_experts`` check decide
+``lora_experts``, ``run.probes_miles``) and the gate's ``model.lora_experts`` check decide
 whether the experts got adapters.
 
 This module lists the names that map (:data:`LORA_TARGET_MODULES`, standard LoRA, which

@@ -1,24 +1,16 @@
 """Cluster mode: does an existing Ray cluster have the whole MI355X nodes a run needs?
 
-Decides, before anything is submitted, whether the cluster at ``RAY_ADDRESS`` can run the
-job(s): it needs ``count`` alive nodes, each declaring the custom resource
-:data:`~miles_amd.recipe.plan.NODE_RESOURCE` (>= 1) and ``GPU`` (>= the recipe's GPUs). A
-job asks for the node resource through Ray's ``entrypoint_resources``, so Ray places each job
-on its own such node and a second job waits for a free one; refusing here turns "waits
-forever" into a one-line error naming what is missing. It does not submit or place anything.
+Decides, before anything is submitted, whether the cluster at ``RAY_ADDRESS`` has ``count``
+alive nodes, each declaring the custom resource :data:`~miles_amd.recipe.plan.NODE_RESOURCE`
+(>= 1) and ``GPU`` (>= the recipe's GPUs). Each job asks for the node resource through
+``entrypoint_resources``, so Ray places each on its own node and a second waits; refusing
+here turns "waits forever" into a one-line error naming what is missing.
 
-The node list is the dashboard's State API, ``GET /api/v0/nodes?detail=1`` (the endpoint
-``ray list nodes`` uses), read with the same ``Authorization`` header the Jobs API gets
-(``miles_amd.run.dashboard``), so the check needs nothing the submission does not. Resource
-names there are Ray's own
-(``miles_amd_mi355x_node``); the dashboard's ``/nodes?view=summary`` camel-cases them
-(``milesAmdMi355XNode``, measured with Ray 2.60), so it is not used.
-
-GPU counts are what each raylet declares: on a CPU raylet ``ray start --num-gpus 8`` is
-accepted and the node then counts as 8 GPUs to the scheduler (the rehearsal uses that);
-whether the GPUs are MI355X is the node's preflight's question (``env.json``), not Ray's.
-
-Explained for people in ``docs/cluster.md``.
+The node list is the State API, ``GET /api/v0/nodes?detail=1`` (what ``ray list nodes``
+uses; the dashboard's ``/nodes?view=summary`` camel-cases resource names, Ray 2.60), read
+with the Jobs API's ``Authorization`` header. GPU counts are what each raylet declares (a
+CPU raylet started with ``--num-gpus 8`` counts as 8: the rehearsal uses that); whether they
+are MI355X is the preflight's question. Explained in ``docs/cluster.md``.
 """
 
 from __future__ import annotations

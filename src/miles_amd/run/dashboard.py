@@ -1,21 +1,14 @@
 """HTTP to a Ray dashboard: its URL, the token header, timeouts, and 401/403 named.
 
-How this tool talks to a dashboard (the Jobs API address), not what it asks: the head's
-readiness (``ray_head``), the node list (``cluster``) and the Jobs SDK client (``driver``,
-``variants_run``) go through here.
+How this tool talks to a dashboard (the head's readiness, the node list, the Jobs API), not
+what it asks. The token header is ``Authorization: Bearer`` (:func:`token_headers`); a 401
+or 403 is a :class:`DashboardAuthError` saying which and what to set; any other failure is
+one :class:`DashboardError` line naming the URL, secrets redacted. Every request is bounded:
+:data:`CONNECT_TIMEOUT_S` and :data:`DEFAULT_TIMEOUT_S` (or ``$MILES_AMD_RAY_HTTP_TIMEOUT``),
+capped by :attr:`JobsClient.deadline`, and a call without a complete answer in time is given
+up on (:func:`within`). :func:`jobs_client` is Ray's own ``JobSubmissionClient``, which sends
+without a timeout (``requests`` with none), so a subclass adds it; ray is imported there alone.
 
-Decides:
-
-- the token header (:func:`auth_headers`, :func:`token_headers`): ``Authorization: Bearer``;
-  a 401 or 403 raises :class:`DashboardAuthError`, saying which and what to set;
-- every request's timeouts: :data:`CONNECT_TIMEOUT_S` and :data:`DEFAULT_TIMEOUT_S` (or
-  ``$MILES_AMD_RAY_HTTP_TIMEOUT``), capped by :attr:`JobsClient.deadline` for Ray's client;
-- that any other failure is one :class:`DashboardError` line naming the URL, secrets redacted;
-- Ray's Jobs client with those headers and timeouts (:func:`jobs_client`); a call without a
-  complete answer in time is given up on (:func:`within`).
-
-Caveat: Ray's own client sends without a timeout, so a subclass adds it; ray is imported in
-:func:`jobs_client` alone.
 ``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard (``run/dashboard.py``)").
 """
 
@@ -168,7 +161,7 @@ class JobsClient:
 
     ``deadline`` (``time.monotonic()``), when set, caps every request's read timeout; once
     passed, a call fails at once. :meth:`tail_job_logs` is Ray's own (a websocket, read by a
-    daemon thread that is not waited for: ``miles_amd.run.job.LogPump``).
+    daemon thread that is not waited for: ``miles_amd.run.driver.LogPump``).
     """
 
     def __init__(self, client: Any, address: str, read_timeout: float) -> None:

@@ -1,67 +1,71 @@
 """Environment preflight: is this node, image and set of inputs fit to run the recipe?
 
-Decides which probes make up the preflight (:data:`PROBES`, in table order), how they are run
-(:func:`run_preflight`: a probe that crashes is a ``wrong`` fact naming the exception, not a
-pass: ``tests/unit/test_preflight.py``; each fact's value and message redacted, since a probe
-quotes a child's output: ``miles_amd.redact``, ``tests/unit/test_foreign_text.py``), when the
-preflight passes (every fact ``ok``), and what ``env.json`` holds (:func:`write_env_json`,
-written atomically to ``RunDir(run_dir).env_json``, so a report and ``baseline record`` can
-say which environment produced a run).
+Decides which probes make up the preflight (:data:`PROBES`, in table order; the probes are in
+``probes``, ``probes_allreduce`` and ``probes_miles``), how they run (:func:`run_preflight`: a
+probe that crashes is a ``wrong`` fact naming the exception, not a pass; values and messages
+redacted, since a probe quotes a child: ``tests/unit/test_preflight.py``,
+``tests/unit/test_foreign_text.py``), when it passes (every fact ``ok``), what ``env.json``
+holds (:func:`write_env_json`, atomically), and how it reads (pure, facts in, text out):
 
-Does not decide any single fact: the probes are in ``probes_node`` (GPUs, ROCm, torch) and
-``probes_stack`` (packages, checkouts, aiter, inputs, disk), ``probes_allreduce`` (the A/B
-premise: the job's SGLang aiter env, aiter's commit and fix, SGLang's all-reduce route),
-``probes_bridge`` (the trainer's model as miles builds it: LoRA-wrapped experts, router dtype,
-attention windows), a fact's shape in ``facts``.
-Nothing on the machine is changed: no server is started and no GPU memory is allocated.
+- :data:`NEEDS`: the facts a probe depends on; when one is not ``ok`` the fact is shown ``not
+  checked`` with ``needs X`` (the rccl arm's all-reduce route does not need aiter);
+- a fact ``ok`` whose value starts with ``unknown`` is shown ``unknown``, never ``ok``;
+- :func:`verdict_line`: ``preflight: PASS|FAIL - <root cause>``; no AMD GPU and no ROCm is
+  "this is not an AMD GPU node", else the facts that failed on their own;
+- :func:`table`: fact, shown status, value or what to do, wrapped to 100 columns
+  (``--verbose``: every row in full); a node's words shown by ``miles_amd.escape.terminal``.
 
-Adding a probe: write ``def probe_<name>(config: PreflightConfig) -> Fact`` in its own module
-(the fact's ``name`` is ``<name>``; ``config.recipe()`` gives the recipe when the probe needs
-its argv), import it here and add it to :data:`PROBES` where its row should appear. Nothing
-else changes: the CLI prints every fact, and ``env.json`` records every fact.
-
-Explained for people in ``docs/node.md``.
+``env.json`` keeps every fact as probed: the view changes what is shown, not what is recorded.
+Adding a probe: write it (see ``probes``) and add it to :data:`PROBES` where its row should
+appear. Explained in ``docs/node.md``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from miles_amd.escape import terminal
 from miles_amd.files import atomic_write_text
 from miles_amd.records.env import Fact, FactStatus
 from miles_amd.redact import redact
-from miles_amd.run.facts import IMAGE, PreflightConfig, one_line
-from miles_amd.run.parse_probe import probe_miles_argv
+from miles_amd.run.probes import (
+    IMAGE,
+    PreflightConfig,
+    one_line,
+    probe_aiter,
+    probe_aiter_variant,
+    probe_checkpoint,
+    probe_dataset,
+    probe_disk,
+    probe_gpu_model,
+    probe_gpus,
+    probe_megatron_bridge,
+    probe_megatron_lm,
+    probe_miles,
+    probe_rocm,
+    probe_sglang,
+    probe_sglang_lora_endpoint,
+    probe_torch,
+)
 from miles_amd.run.probes_allreduce import (
     probe_aiter_commit,
     probe_aiter_fix,
     probe_sglang_aiter_env,
     probe_sglang_allreduce,
 )
-from miles_amd.run.probes_bridge import (
+from miles_amd.run.probes_miles import (
     probe_attention_window,
     probe_lora_experts,
+    probe_miles_argv,
     probe_router_dtype,
-)
-from miles_amd.run.probes_node import probe_gpu_model, probe_gpus, probe_rocm, probe_torch
-from miles_amd.run.probes_stack import (
-    probe_aiter,
-    probe_aiter_variant,
-    probe_checkpoint,
-    probe_dataset,
-    probe_disk,
-    probe_megatron_bridge,
-    probe_megatron_lm,
-    probe_miles,
-    probe_sglang,
-    probe_sglang_lora_endpoint,
 )
 from miles_amd.run_dir import RunDir
 from miles_amd.variants import AITER_VARIANTS
+from miles_amd.wrap import WIDTH, wrapped
 
 __all__ = [
     "IMAGE",
@@ -163,3 +167,121 @@ def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object
     target = RunDir(run_dir).env_json
     atomic_write_text(target, json.dumps(payload, indent=2, allow_nan=False) + "\n")
     return target
+
+
+# ---- how the preflight reads (pure: facts in, text out) ------------------------------------
+
+NOT_A_NODE = "this is not an AMD GPU node"
+
+# fact -> the facts its probe needs (see the module doc)
+NEEDS: Mapping[str, tuple[str, ...]] = {
+    "gpu_model": ("gpus",),
+    "sglang_lora_endpoint": ("sglang",),
+    "aiter_commit": ("aiter",),
+    "sglang_allreduce": ("sglang", "aiter"),
+    "miles_argv": ("miles",),
+    "lora_experts": ("miles", "megatron_bridge", "checkpoint"),
+    "router_dtype": ("miles", "megatron_bridge", "checkpoint"),
+    "attention_window": ("miles", "megatron_bridge", "checkpoint"),
+}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One fact as the table shows it."""
+
+    fact: Fact
+    status: str  # ok, missing, wrong, unknown, not checked
+    needs: tuple[str, ...] = ()  # the failed facts it needs (status "not checked")
+
+    @property
+    def text(self) -> str:
+        """The value, or what to do: the message of a failed fact, the need of an unchecked."""
+        if self.needs:
+            return f"needs {', '.join(self.needs)}"
+        if self.status in ("missing", "wrong") and self.fact.message:
+            value = f"{self.fact.value}: " if self.fact.value else ""
+            return value + self.fact.message
+        return self.fact.value or "-"
+
+
+def _needs(fact: Fact, variant: str | None) -> tuple[str, ...]:
+    needs = NEEDS.get(fact.name, ())
+    if fact.name == "sglang_allreduce" and variant == "rccl":
+        needs = tuple(n for n in needs if n != "aiter")
+    return needs
+
+
+def shown(facts: Sequence[Fact]) -> list[Shown]:
+    """Every fact as shown (module doc), in probe order."""
+    status = {f.name: f.status for f in facts}
+    variant = next((f.value for f in facts if f.name == "aiter_variant"), None)
+    rows = []
+    for fact in facts:
+        failed = tuple(n for n in _needs(fact, variant) if status.get(n, "ok") != "ok")
+        if failed:
+            rows.append(Shown(fact, "not checked", failed))
+        elif fact.status == "ok" and fact.value.startswith("unknown"):
+            rows.append(Shown(fact, "unknown"))
+        else:
+            rows.append(Shown(fact, fact.status))
+    return rows
+
+
+def root_failures(rows: Sequence[Shown]) -> list[Shown]:
+    """The facts that failed on their own (not only for want of another)."""
+    return [r for r in rows if r.status in ("missing", "wrong")]
+
+
+def verdict_line(rows: Sequence[Shown]) -> str:
+    """``preflight: PASS|FAIL - <root cause>`` (module doc)."""
+    roots = root_failures(rows)
+    unchecked = [r for r in rows if r.status in ("not checked", "unknown")]
+    if not roots and not unchecked:
+        return f"preflight: PASS - all {len(rows)} facts ok"
+    by_name = {r.fact.name: r for r in roots}
+    if "gpus" in by_name and "rocm" in by_name:
+        cause, others = f"{NOT_A_NODE} (no AMD GPU, no ROCm)", len(roots) - 2
+    elif roots:
+        cause, others = f"{roots[0].fact.name} {roots[0].status}", len(roots) - 1
+    else:
+        cause, others = f"{unchecked[0].fact.name} could not be checked", 0
+    tail = [f"{others} more failed"] if others else []
+    if unchecked:
+        tail.append(f"{len(unchecked)} not checked")
+    return f"preflight: FAIL - {cause}" + (f"; {', '.join(tail)}" if tail else "")
+
+
+def table(rows: Sequence[Shown], *, verbose: bool = False) -> str:
+    """The facts as a table (module doc); ``verbose``: value and message columns, uncut."""
+    raw: list[tuple[str, ...]] = []
+    if verbose:
+        raw.append(("fact", "status", "value", "message"))
+        raw += [(r.fact.name, r.status, r.fact.value or "-", r.fact.message or "-") for r in rows]
+    else:
+        raw.append(("fact", "status", "value, or what to do"))
+        raw += [(r.fact.name, r.status, r.text) for r in rows]
+    cells = [tuple(terminal(cell) for cell in row) for row in raw]  # a node's words
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
+    lines = []
+    for row in cells:
+        head = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  "
+        # the last cell wrapped in its own column (verbose: in full, on one line)
+        parts = [row[-1]] if verbose else wrapped(row[-1], "", max(WIDTH - len(head), 40))
+        lines += [(head if i == 0 else " " * len(head)) + part for i, part in enumerate(parts)]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def as_json(rows: Sequence[Shown]) -> list[dict[str, object]]:
+    """Each fact as probed, with what the table shows for it."""
+    return [
+        {
+            "name": r.fact.name,
+            "status": r.fact.status,
+            "shown": r.status,
+            "needs": list(r.needs),
+            "value": r.fact.value,
+            "message": r.fact.message,
+        }
+        for r in rows
+    ]

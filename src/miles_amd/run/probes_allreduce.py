@@ -1,23 +1,23 @@
-"""Preflight probes of the A/B premise: the job's SGLang aiter env, aiter's build, the route.
+"""The A/B premise on the node: the job's SGLang aiter env, aiter's build, SGLang's route.
 
 Decides the ``sglang_aiter_env``, ``aiter_commit``, ``aiter_fix`` and ``sglang_allreduce`` facts:
 
-- ``sglang_aiter_env``: the SGLang switches (:data:`SGLANG_ENV_KEYS`) as the job will see
-  them: the runtime env's value, else the launching process's, else ``unset``;
-- ``aiter_commit``: the git commit the aiter the job imports was built from (a git checkout,
-  pip's ``direct_url.json``, a setuptools-scm ``+g<sha>``), else ``unknown:`` with what was
-  looked at; not a failure;
+- ``sglang_aiter_env``: the SGLang switches (:data:`SGLANG_ENV_KEYS`) as the job sees them
+  (the runtime env's value, else the launching process's, else ``unset``);
+- ``aiter_commit``: the commit the job's aiter was built from (a git checkout, pip's
+  ``direct_url.json``, a setuptools-scm ``+g<sha>``), else ``unknown:``; not a failure;
 - ``aiter_fix``: whether that aiter's ``custom_all_reduce.cuh`` holds ROCm/aiter#5694's fix
-  (``miles_amd.aiter_fix``, run in a child ``python3`` with the job's ``PYTHONPATH``:
-  :func:`read_aiter_fix`); ``wrong`` when it contradicts the variant (patched and not
-  ``fixed``: ``unknown`` is no evidence for patched; stock and ``fixed``);
-- ``sglang_allreduce``: the route of ``run.sglang_allreduce.allreduce_route``; ``wrong`` when
-  it is not the variant's.
+  (``miles_amd.aiter_fix``, in a child ``python3`` with the job's ``PYTHONPATH``, once per
+  preflight, read as JSON); ``wrong`` when it contradicts the variant;
+- ``sglang_allreduce``: :func:`allreduce_route`, SGLang's own rule (``dispatch_custom_allreduce``,
+  sglang 0.5.16) from the job's env, the argv and whether aiter's module imports:
+  :data:`DISABLE_FLAG` is RCCL only; ``SGLANG_USE_1STAGE_ALLREDUCE`` true is SGLang's 1-stage
+  kernel, false ignores deterministic mode, another value makes SGLang raise; unset with
+  deterministic inference (:data:`DETERMINISTIC_FLAGS`) is SGLang's 1-stage;
+  ``SGLANG_USE_AITER_AR`` false is SGLang's own; else aiter's when it imports, else SGLang's
+  own. ``wrong`` when the route is not the variant's.
 
-Caveat: aiter is inspected as the job sees it, in a child ``python3`` with the job's
-``PYTHONPATH``, once per preflight, read as JSON; its import failure is SGLang's fallback.
-Where each value comes from, in order: ``docs/node.md`` ("The preflight's all-reduce
-probes").
+Where each value comes from: ``docs/node.md`` ("The preflight's all-reduce probes").
 """
 
 from __future__ import annotations
@@ -26,15 +26,70 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from miles_amd import variants
 from miles_amd.records.env import Fact
-from miles_amd.run.facts import PreflightConfig, one_line
-from miles_amd.run.probes_stack import git_commit
-from miles_amd.run.sglang_allreduce import SGLANG_SOURCE, allreduce_route
+from miles_amd.run.probes import PreflightConfig, git_commit, one_line
+
+Route = Literal["aiter", "sglang", "none", "invalid"]
+
+SGLANG_SOURCE = "sglang/srt/distributed/device_communicators/custom_all_reduce.py"
+DETERMINISTIC_FLAGS = (
+    "--sglang-enable-deterministic-inference",
+    "--true-on-policy-mode",
+    "--recompute-logprobs-via-prefill",
+    "--sglang-rl-on-policy-target",
+)
+DISABLE_FLAG = "--sglang-disable-custom-all-reduce"
+_ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")
+
+
+@dataclass(frozen=True)
+class AllreduceRoute:
+    """The route and the one reason SGLang's rule gives for it."""
+
+    route: Route
+    reason: str
+
+    def text(self) -> str:
+        return f"{self.route}: {self.reason}"
+
+
+def allreduce_route(
+    env: Mapping[str, str], argv: Sequence[str], aiter_import_error: str | None
+) -> AllreduceRoute:
+    """SGLang's choice (module doc); ``aiter_import_error`` None when aiter's module imports."""
+    if DISABLE_FLAG in argv:
+        return AllreduceRoute("none", f"{DISABLE_FLAG}: no custom all-reduce (RCCL only)")
+    one_stage = env.get("SGLANG_USE_1STAGE_ALLREDUCE")
+    if one_stage is not None:
+        value = one_stage.lower()
+        if value in _ENV_TRUE:
+            return AllreduceRoute("sglang", f"SGLANG_USE_1STAGE_ALLREDUCE={one_stage}: 1-stage")
+        if value not in _ENV_FALSE:
+            return AllreduceRoute(
+                "invalid", f"SGLANG_USE_1STAGE_ALLREDUCE={one_stage!r} makes SGLang raise"
+            )
+    else:
+        flags = [flag for flag in DETERMINISTIC_FLAGS if flag in argv]
+        if flags:
+            return AllreduceRoute("sglang", f"{flags[0]}: deterministic 1-stage all-reduce")
+    aiter_ar = env.get("SGLANG_USE_AITER_AR", "true")
+    if aiter_ar.lower() not in ("true", "1"):
+        return AllreduceRoute("sglang", f"SGLANG_USE_AITER_AR={aiter_ar}")
+    if aiter_import_error is not None:
+        return AllreduceRoute(
+            "sglang",
+            "fallback: aiter.dist.device_communicators.custom_all_reduce does not import "
+            f"({aiter_import_error})",
+        )
+    return AllreduceRoute("aiter", "AiterCustomAllreduce (SGLANG_USE_AITER_AR on, it imports)")
+
 
 SGLANG_ENV_KEYS = ("SGLANG_USE_AITER", "SGLANG_USE_AITER_AR", "SGLANG_USE_1STAGE_ALLREDUCE")
 CHILD_TIMEOUT_S = 300.0  # importing aiter on a node loads its JIT modules

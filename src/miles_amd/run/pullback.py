@@ -1,26 +1,21 @@
 """Bring a cluster job's evidence from its node into the local run dir, verified.
 
-- How TensorBoard event files and CI-history JSONL of a job on another node reach the run
-  dir: during the run (:meth:`PullBack.pull`, before each fail-fast poll) and completely at
-  the end (:meth:`PullBack.final`); the log comes through the Jobs API, not here.
-- Mechanism: a short Ray job per pull, through the Jobs API the run already uses, whose
-  entrypoint (``miles_amd.run.pullback_node``) runs one task pinned to the job's node and
-  prints the files as framed base64 lines; no node needs miles_amd, the client no Ray port.
-- Incremental: only the bytes past what the client holds, when the node's file still starts
-  with them (sha256 of the prefix), else the whole file.
-- Integrity: size and sha256 per file, checked after an atomic write; a cut or malformed
-  frame list, a file over its cap, or a lost node is a :class:`PullError` with a reason.
-- A failed final pull empties the evidence dirs (so the gate cannot pass) and writes
-  ``pullback.json`` with the reason (run exit 1); a good one records every file's digest.
+- TensorBoard event files and CI-history JSONL reach the run dir during the run
+  (:meth:`PullBack.pull`, before each fail-fast poll) and completely at the end
+  (:meth:`PullBack.final`); the log comes through the Jobs API.
+- A short Ray job per pull, through the Jobs API the run already uses, runs
+  ``miles_amd/node/pullback_node.py`` (one task pinned to the job's node) and prints the files
+  as framed base64 lines: no node needs miles_amd, the client no Ray port.
+- Incremental: only the bytes past what the client holds while the node's file still starts
+  with them (sha256 of the prefix), else the whole file (a CI-history JSONL is not always a
+  pure append between pulls, measured).
+- Integrity: size and sha256 per file, checked after an atomic write; a cut or malformed frame
+  list, a file over its cap or a lost node is a :class:`PullError` with a reason. A failed
+  final pull empties the evidence dirs (the gate cannot pass) and writes ``pullback.json``
+  with the reason (run exit 1); a good one records every file's digest.
 
-Caveats:
-
-- One job start per pull (3-8 s on 2 cores) and base64 (+33 %) through the job log: it
-  suits evidence (MBs), not checkpoints.
-- A CI-history JSONL is not always a pure append between two pulls (measured).
-- With a shared filesystem none of this is needed.
-
-Explained in ``docs/cluster.md`` ("How the pull-back works").
+One job start per pull (3-8 s on 2 cores) and base64 (+33 %): it suits evidence (MBs), not
+checkpoints. Explained in ``docs/cluster.md`` ("How the pull-back works").
 """
 
 from __future__ import annotations
@@ -165,7 +160,7 @@ def apply_frame(root: Path, frame: Frame) -> None:
 
 
 def node_script() -> str:
-    return (Path(__file__).with_name("pullback_node.py")).read_text(encoding="utf-8")
+    return (Path(__file__).parents[1] / "node" / "pullback_node.py").read_text(encoding="utf-8")
 
 
 @dataclass

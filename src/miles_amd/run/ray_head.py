@@ -1,27 +1,23 @@
 """A Ray head this tool starts, owns, and stops: private to its user, stopped by process id.
 
-- How a local head is started, secured and stopped; submitting jobs is ``driver``'s, HTTP to
-  the dashboard ``miles_amd.run.dashboard``'s.
-- Loopback only: the head's environment has ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, so Ray
-  keeps ``--node-ip-address 127.0.0.1`` and every listener is on loopback.
-- Ports: the nine ``ray start`` port flags (:data:`PORT_OPTIONS`) and the two metrics servers
-  (:data:`PORT_ENV_VARS`) get distinct free ports; workers get port 0 (the kernel's choice).
+- Loopback only: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps ``--node-ip-address 127.0.0.1``,
+  so every listener is on loopback. The nine ``ray start`` port flags (:data:`PORT_OPTIONS`)
+  and two metrics servers (:data:`PORT_ENV_VARS`) get distinct free ports (picked, not held,
+  until Ray binds them); workers get port 0.
 - Token authentication (``RAY_AUTH_MODE=token``): a fresh ``secrets.token_hex(32)`` per head,
   0600 in its private dir (``RAY_AUTH_TOKEN_PATH``; the user's ``RAY_AUTH_TOKEN`` dropped),
-  sent by the client as :meth:`RayHead.auth_headers`; a 401/403 at start is said as such.
-- A private 0700 ``mkdtemp`` under ``/tmp`` (short AF_UNIX paths), Ray's ``--temp-dir`` inside
-  it, the head's ``TMPDIR`` too; removed when the head stops.
-- :meth:`RayHead.stop`: SIGTERM to ``ray start --block``, then each recorded descendant by pid
-  and create time (``miles_amd.run.process_tree``); :func:`clear_leftovers` clears this
-  tool's own recorded heads.
+  sent as :meth:`RayHead.auth_headers`; a 401/403 at start is said as such.
+- A private 0700 ``mkdtemp`` under ``/tmp`` (short AF_UNIX paths) holds Ray's ``--temp-dir``
+  and the head's ``TMPDIR``; removed when the head stops.
+- An owned process tree (:class:`ProcessTree`, also each node of
+  ``tests/support/two_node.py``): spawned in a new session, output to a log file, every
+  descendant seen recorded by pid *and* create time (a recycled pid is not signalled);
+  stopped by SIGTERM to the root, a grace period, SIGTERM to what is left, then SIGKILL, each
+  step waiting until the processes are gone. ``ray stop`` (every Ray process of the user) and
+  signals by name are not used. :func:`clear_leftovers` clears this tool's recorded heads.
 
-Caveats:
-
-- ``ray stop`` is not used: it stops every Ray process of the user.
-- Free ports are picked, not held, until Ray binds them.
-- Listeners are measured by ``tests/rehearsal/test_private_head.py`` (Ray 2.60).
-
-Explained in ``docs/ray-head-and-secrets.md`` ("How the head is built", with Ray's sources).
+Listeners are measured by ``tests/rehearsal/test_private_head.py`` (Ray 2.60). Explained in
+``docs/ray-head-and-secrets.md`` ("How the head is built", with Ray's sources).
 """
 
 from __future__ import annotations
@@ -32,6 +28,7 @@ import secrets
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +38,120 @@ from pathlib import Path
 
 from miles_amd.files import atomic_write_text
 from miles_amd.run.dashboard import DashboardAuthError, DashboardError, auth_headers, get_json
-from miles_amd.run.process_tree import OwnedProcess, ProcessTree, spawn_logged, wait_gone
+
+
+@dataclass(frozen=True)
+class OwnedProcess:
+    """One process, identified by pid and create time (a recycled pid is another process)."""
+
+    pid: int
+    create_time: float
+
+    def alive(self) -> bool:
+        import psutil
+
+        try:
+            proc = psutil.Process(self.pid)
+            return proc.create_time() == self.create_time and proc.status() != "zombie"
+        except psutil.Error:
+            return False
+
+    def signal(self, sig: int) -> None:
+        import psutil
+
+        try:
+            proc = psutil.Process(self.pid)
+            if proc.create_time() == self.create_time:
+                proc.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def wait_gone(procs: list[OwnedProcess], timeout_s: float) -> None:
+    """Until none of ``procs`` is alive, or ``timeout_s`` passed."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(p.alive() for p in procs):
+        time.sleep(0.2)
+
+
+def spawn_logged(
+    argv: list[str], env: dict[str, str], log_path: Path
+) -> tuple[subprocess.Popen[bytes], OwnedProcess]:
+    """Start ``argv`` in its own session, output to ``log_path``; the process and its identity."""
+    import psutil
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    return process, OwnedProcess(process.pid, psutil.Process(process.pid).create_time())
+
+
+@dataclass
+class ProcessTree:
+    """A spawned root process, its log, and every descendant recorded so far."""
+
+    process: subprocess.Popen[bytes]
+    owned: OwnedProcess
+    log_path: Path
+    descendants: set[OwnedProcess] = field(default_factory=set)
+
+    def members(self) -> list[OwnedProcess]:
+        return [self.owned, *self.descendants]
+
+    def record_descendants(self) -> None:
+        """Remember every process under the root now (workers, job entrypoints included)."""
+        import psutil
+
+        try:
+            children = psutil.Process(self.owned.pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                self.descendants.add(OwnedProcess(child.pid, child.create_time()))
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM the root, then terminate/kill whatever it spawned that is still alive."""
+        self.record_descendants()
+        self.owned.signal(signal.SIGTERM)
+        wait_gone(self.members(), grace_s)
+        for proc in self.descendants:
+            proc.signal(signal.SIGTERM)
+        wait_gone(list(self.descendants), 5.0)
+        for proc in self.members():
+            proc.signal(signal.SIGKILL)
+        wait_gone(self.members(), 5.0)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+
+    def kill(self) -> None:
+        """SIGKILL the root and every process under it at once (a machine dying)."""
+        self.record_descendants()
+        for proc in self.members():
+            proc.signal(signal.SIGKILL)
+        wait_gone(self.members(), 10.0)
+
+    def pids(self) -> tuple[int, ...]:
+        """The root's pid and every descendant's recorded so far."""
+        return tuple(p.pid for p in self.members())
+
+    def leftovers(self) -> list[OwnedProcess]:
+        return [p for p in self.members() if p.alive()]
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no output)"
+        return " | ".join(text[-lines:]) or "(no output)"
+
 
 PORT_OPTIONS = (
     "--port",

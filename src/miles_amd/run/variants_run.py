@@ -1,23 +1,17 @@
 """Both aiter variants at once on a Ray cluster: one job per variant, one node each.
 
 Decides how ``train --variants stock,patched`` runs: each variant gets its own run dir
-(``<run-dir>/<variant>``), its own plan and runtime env, and its own fail-fast watch; the
-cluster must have one suitable node per
-variant before anything is submitted (``miles_amd.run.cluster``, count = variants); the
-jobs run concurrently, each followed by the real driver in its own thread (each job asks for
-the whole-node resource, so Ray puts them on different nodes); Ctrl-C or an error stops
-every job still running (each driver gets the same ``cancel`` event); the overall timeout
-is each driver's. Gating each and the A/B comparison are ``miles_amd.app.train``'s.
+(``<run-dir>/<variant>``), plan, runtime env and fail-fast watch; the cluster must have one
+suitable node per variant before anything is submitted (``miles_amd.run.cluster``); the jobs
+run concurrently, each followed by the real driver in its own thread (each asks for the
+whole-node resource, so Ray puts them on different nodes); Ctrl-C or an error stops every job
+still running (one shared ``cancel`` event). Gating and the A/B comparison are
+``miles_amd.app.train``'s.
 
-The patched variant's runtime env: ``AITER_PATCHED_DIR`` (a dir on the nodes holding the
-patched aiter build, importable as ``aiter``) is put on the job's ``PYTHONPATH`` by the plan
-(``variants.aiter_pythonpath``, the rule every process follows; after the
-miles and Megatron checkouts, which hold no ``aiter``; every ``PYTHONPATH`` entry precedes
-site-packages, where the image's stock aiter is), so the patched job imports that build and
-the stock job the image's. The dir must exist at that path on every node that may take the
-patched job (the cluster decides the node). It does not judge or compare runs itself.
-
-Explained for people in ``docs/cluster.md``.
+The patched job imports the build in ``AITER_PATCHED_DIR`` (a dir on every node that may take
+it), put on its ``PYTHONPATH`` by the plan (``variants.aiter_pythonpath``: after the miles and
+Megatron checkouts, before site-packages where the image's stock aiter is).
+Explained in ``docs/cluster.md``.
 """
 
 from __future__ import annotations

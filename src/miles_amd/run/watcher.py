@@ -1,18 +1,15 @@
 """Fail-fast while a run is going: read the growing evidence, trip at the first failure.
 
 Decides *when* a running job is already lost; *what* counts as lost is the gate's
-(``miles_amd.judge.gate.early_failures``: a spike above the threshold, a non-finite or
-off-grid value, a fatal log sentinel, or a rule whose statistic crosses its boundary at a
-look the run has reached): the same rule functions the final verdict uses, applied to a
+(``miles_amd.judge.gate.early_failures``: a spike, a non-finite or off-grid value, a fatal
+log sentinel, a rule crossing its boundary at a look the run has reached), applied to a
 partial run. A trip at a look stops the job as ``look`` (:attr:`Trip.reason`), any other as
-``fail-fast``. The
-watcher only reads (``load_run(live=True)`` tolerates the half-written last record of an
-event file a writer is still appending to) and reports a :class:`Trip`; stopping the job is
-the driver's side effect.
+``fail-fast``. It only reads (``load_run(live=True)`` tolerates the half-written last record
+of an event file being appended to) and reports a :class:`Trip`; the driver stops the job.
 
-The moment a fault *appeared* is taken from the job's own clock: the timestamp miles prints
-on the log line of that rollout (``[YYYY-MM-DD HH:MM:SS.mmm ]``, local time), or on the
-sentinel's line. The driver's stop time minus that is the fail-fast latency it reports.
+The moment a fault *appeared* is the job's own clock: the timestamp miles prints on that
+rollout's log line (``[YYYY-MM-DD HH:MM:SS.mmm ]``, local time) or on the sentinel's line; the
+driver's stop time minus that is the fail-fast latency it reports.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 - A stdlib-only script, run by file path with the interpreter that will run ``train.py``
   (``python bridge_census.py --result FILE -- <the tokens after train.py>``), so it works
-  where ``miles_amd`` is not installed; ``miles_amd.run.probes_bridge`` runs it and judges
+  where ``miles_amd`` is not installed; ``miles_amd.run.probes_miles`` runs it and judges
   the result, and the CPU test harness calls :func:`build_meta_model` and :func:`census`.
 - Build: miles' own ``parse_args()`` and ``_setup_lora_model_via_bridge(args)``
   (Megatron-Bridge's provider, miles' LoRA instance as a pre-wrap hook), with only

@@ -1,6 +1,6 @@
 """Run miles' own ``parse_args()`` on a ``train.py`` argv and write what it decided as JSON.
 
-A stdlib-only script, run by file path (``miles_amd.run.parse_probe`` runs it) with the
+A stdlib-only script, run by file path (``miles_amd.run.probes_miles`` runs it) with the
 interpreter that will run ``train.py``, in a subprocess of its own::
 
     PYTHONPATH=<miles>:<Megatron-LM> python miles_parse.py --result FILE [--stub-gpu-queries] \
@@ -15,7 +15,7 @@ Decides:
 
 Caveats: the environment must be the job's runtime env; nothing after parsing is decided; the
 GPU stubs act on CPU only, with ``--stub-gpu-queries``.
-``docs/conformance.md`` ("How the argv is parsed (``run/miles_parse.py``)").
+``docs/conformance.md`` ("How the argv is parsed (``node/miles_parse.py``)").
 """
 
 from __future__ import annotations

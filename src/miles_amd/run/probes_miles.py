@@ -1,25 +1,26 @@
-"""The deep preflight probe: the trainer's model as miles will build it, counted on the node.
+"""The probes that run miles' own code on the job's argv: its parser and its model build.
 
-- Decides the ``lora_experts``, ``router_dtype`` and ``attention_window`` facts from one run
-  of ``run/bridge_census.py`` with the job's ``python3``, argv and env
-  (``parse_probe.submitted_job``), in a subprocess with a time limit; only its JSON is read.
-- ``lora_experts``: expert linears with a LoRA adapter and other wrapped layers; ``wrong``
-  when none has one or a targeted expert linear (``recipe.lora_targets``) is bare. gpt-oss-20b
-  with grouped GEMM has 24 x 2 = 48; the value names the adapter classes.
-- ``router_dtype``: what the MoE routers compute in; the argv's fp32 not reaching the model
-  is miles#3263 (``recipe.ignored_flags``): recorded, not a failure
-  (``tests/unit/test_bridge_probe.py``).
-- ``attention_window``: each layer's window against config.json's ``layer_types``; ``wrong``
-  on a mismatch or an unreadable config.json. A window one token wider than HF's
-  (Megatron-Bridge before NVIDIA-NeMo/Megatron-Bridge#2656) is said in the value.
-
-Caveats:
-
-- Where the child cannot answer (no miles, no Megatron-Bridge: a CPU machine), each fact is
+- :func:`submitted_job`: the exact ``train.py`` argv and env the driver would give the Ray job
+  (the launching env, plus the plan's device env, plus the job's runtime env, as Ray's job
+  supervisor composes them).
+- ``miles_argv`` (:func:`probe_miles_argv`): ``node/miles_parse.py`` run BY FILE PATH with the
+  job's interpreter, in a subprocess with a time limit (:data:`PARSE_TIMEOUT_S`, for a wedged
+  import: one parse costs ~13 s of CPU, nearly all imports); a refusal reads as the parser's
+  one line (``unrecognized arguments: --x``, or the validator's exception). GPU stubs are
+  opt-in (``gpu_stubs=True``, the CPU tests); the preflight asks the real GPUs.
+- The deep probe: ``lora_experts``, ``router_dtype`` and ``attention_window`` from one run of
+  ``node/bridge_census.py`` (only its JSON is read). ``lora_experts`` is ``wrong`` when no
+  expert linear has an adapter or a targeted one (``recipe.lora_targets``) is bare
+  (gpt-oss-20b with grouped GEMM: 24 x 2 = 48). ``router_dtype``: the argv's fp32 not reaching
+  the model is miles#3263, recorded, not a failure. ``attention_window``: each layer's window
+  against config.json's ``layer_types``; ``wrong`` on a mismatch or an unreadable config (a
+  window one token wider is Megatron-Bridge before NVIDIA-NeMo/Megatron-Bridge#2656).
+- Where the child cannot answer (no miles or Megatron-Bridge: a CPU machine), each deep fact is
   ``ok`` with ``unknown: <stage>: <reason>`` (``tests/unit/test_bridge_probe.py``); the gate
-  decides what an unknown count means (``judge.model_build``).
+  decides what that means (``judge.model_build``).
 
-Explained in ``docs/node.md`` ("The trainer's model (the deep probe)").
+Explained in ``docs/node.md`` ("The trainer's model (the deep probe)") and
+``docs/conformance.md``.
 """
 
 from __future__ import annotations
@@ -27,20 +28,191 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
-from miles_amd.recipe.plan import build_train_plan
+from miles_amd.recipe.plan import LaunchPlan, build_train_plan
 from miles_amd.records.env import Fact
-from miles_amd.run.facts import PreflightConfig, one_line
-from miles_amd.run.parse_probe import submitted_job
+from miles_amd.run.probes import PreflightConfig, one_line
 
-CENSUS = Path(__file__).with_name("bridge_census.py")
+SCRIPT = Path(__file__).parents[1] / "node" / "miles_parse.py"
+PARSE_TIMEOUT_S = 180.0
+_ARGPARSE_ERROR = re.compile(r"^\S+: error: (?P<message>.+)$")
+
+
+@dataclass(frozen=True)
+class ParseOutcome:
+    """What the parser said. ``args`` is the parsed namespace when ``ok``."""
+
+    returncode: int | None  # None: killed at the time limit
+    args: dict[str, Any] | None
+    message: str  # the parser's one line when not ok; "" when ok
+    stderr: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.args is not None
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    """The interpreter token, ``train.py`` path, argv after it and env of the Ray job."""
+
+    python: str
+    train_script: str
+    train_argv: list[str]
+    env: dict[str, str]
+
+
+def submitted_job(plan: LaunchPlan, base_env: Mapping[str, str]) -> SubmittedJob:
+    """What the driver submits for ``plan`` when launched from ``base_env``.
+
+    Contains secrets (``WANDB_API_KEY``) in ``env``: hand it to a subprocess, never print it.
+    """
+    if plan.job is None:
+        raise ValueError("the plan has no job; build it with build_train_plan")
+    entrypoint = list(plan.job.entrypoint)
+    scripts = [i for i, token in enumerate(entrypoint) if token.endswith("/train.py")]
+    if len(scripts) != 1 or scripts[0] != 1:
+        raise ValueError(f"the job's entrypoint is not `python train.py ...`: {entrypoint[:3]}")
+    runtime_env: dict[str, str] = plan.job.runtime_env()["env_vars"]  # type: ignore[assignment]
+    env = {**base_env, **plan.process_env, **runtime_env}
+    return SubmittedJob(entrypoint[0], entrypoint[1], entrypoint[2:], env)
+
+
+def parse_with_miles(
+    train_argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    python: str | Path,
+    gpu_stubs: bool = False,
+    timeout: float = PARSE_TIMEOUT_S,
+) -> ParseOutcome:
+    """Run miles' ``parse_args()`` on ``train_argv`` with ``python`` in ``env`` (PYTHONPATH
+    in ``env`` must lead to miles and Megatron-LM, as the job's does)."""
+    with tempfile.TemporaryDirectory(prefix="miles-parse-") as tmp:
+        result = Path(tmp) / "result.json"
+        command = [str(python), str(SCRIPT), "--result", str(result)]
+        command += ["--stub-gpu-queries"] if gpu_stubs else []
+        command += ["--", *train_argv]
+        start = time.monotonic()
+        try:
+            done = subprocess.run(
+                command,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as exc:  # subprocess.run has killed the child
+            raw = exc.stderr or ""
+            stderr = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+            message = f"the parse did not finish within {timeout:g} s"
+            outcome = ParseOutcome(None, None, message, stderr, time.monotonic() - start)
+        else:
+            outcome = read_outcome(done.returncode, result, done.stderr, time.monotonic() - start)
+    return _redacted(outcome, env)
+
+
+def _redacted(outcome: ParseOutcome, env: Mapping[str, str]) -> ParseOutcome:
+    """The child's words without a secret of ``env`` (its parse error may quote the argv or
+    the env: ``miles_amd.redact``); they reach the terminal and ``env.json``."""
+    from miles_amd.redact import SECRET_VARS, redact
+
+    secrets = [env[name] for name in SECRET_VARS if env.get(name)]
+    return replace(
+        outcome,
+        message=redact(outcome.message, secrets),
+        stderr=redact(outcome.stderr, secrets),
+    )
+
+
+def read_outcome(returncode: int, result: Path, stderr: str, seconds: float) -> ParseOutcome:
+    """What one run of ``miles_parse.py`` said: its exit status, the result file it wrote
+    (absent when argparse or an import stopped it first) and its stderr."""
+    payload = json.loads(result.read_text()) if result.is_file() else {}
+    args = payload.get("args") if returncode == 0 and payload.get("ok") else None
+    message = "" if args is not None else _one_line(returncode, payload, stderr)
+    return ParseOutcome(returncode, args, message, stderr, seconds)
+
+
+def _one_line(returncode: int, payload: Mapping[str, Any], stderr: str) -> str:
+    """The parser's own words: argparse's ``error:`` line, the validator's exception, or the
+    last line on stderr."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in reversed(lines):
+        match = _ARGPARSE_ERROR.match(line)
+        if match:
+            return match["message"]
+    if payload.get("error"):
+        return str(payload["error"])
+    return lines[-1] if lines else f"exit {returncode} with nothing on stderr"
+
+
+def miles_argv_fact(
+    config: PreflightConfig,
+    *,
+    base_env: Mapping[str, str] | None = None,
+    gpu_stubs: bool = False,
+    timeout: float = PARSE_TIMEOUT_S,
+) -> Fact:
+    """The ``miles_argv`` fact: the default recipe's argv for ``config``'s dirs and run dir,
+    parsed by the interpreter the job's ``python3`` resolves to on the job's ``PATH``."""
+    name = "miles_argv"
+    env = dict(os.environ if base_env is None else base_env)
+    plan = build_train_plan(config.recipe(), env, run_dir=str(config.run_dir))
+    job = submitted_job(plan, env)
+    if not Path(job.train_script).is_file():
+        return Fact(
+            name, "missing", "", f"no {job.train_script}; point --miles-dir at a miles checkout"
+        )
+    python = shutil.which(job.python, path=job.env.get("PATH"))
+    if python is None:
+        return Fact(name, "missing", "", f"no `{job.python}` on the job's PATH to run train.py")
+    outcome = parse_with_miles(
+        job.train_argv, job.env, python=python, gpu_stubs=gpu_stubs, timeout=timeout
+    )
+    where = f"{python} {job.train_script}"
+    if outcome.ok:
+        return Fact(name, "ok", f"{len(outcome.args or {})} args parsed by {where}")
+    if outcome.returncode is None:
+        return Fact(
+            name,
+            "wrong",
+            where,
+            f"{outcome.message}: importing miles hangs in this image; run `{where} --help` "
+            "to see where",
+        )
+    return Fact(
+        name,
+        "wrong",
+        where,
+        f"miles' parse_args rejects the argv train would submit: {outcome.message}; "
+        "the job would fail the same way before training (README: Conformance with the real "
+        "miles)",
+    )
+
+
+def probe_miles_argv(config: PreflightConfig) -> Fact:
+    """``miles_argv``: this image's miles parses the exact argv and env ``train`` submits.
+
+    No GPU stubs: on a node the parse asks the real GPUs, as ``train.py`` will.
+    """
+    return miles_argv_fact(config)
+
+
+CENSUS = Path(__file__).parents[1] / "node" / "bridge_census.py"
 CENSUS_TIMEOUT_S = 600.0  # imports (~15 s) plus building 24 layers on meta; a wedge, not a pace
 ROUTER_ISSUE = "radixark/miles#3263"
 WINDOW_FIX = "NVIDIA-NeMo/Megatron-Bridge#2656"

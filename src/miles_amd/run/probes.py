@@ -1,0 +1,533 @@
+"""The preflight's probes of the node, its software stack and its inputs, and what a probe is.
+
+A probe is ``def probe_<name>(config: PreflightConfig) -> Fact`` (``records.env.Fact``); it
+changes nothing on the machine. Decides the ``gpus``, ``gpu_model``, ``rocm``, ``torch``,
+``sglang``, ``sglang_lora_endpoint``, ``megatron_bridge``, ``megatron_lm``, ``miles``,
+``aiter``, ``aiter_variant``, ``checkpoint``, ``dataset`` and ``disk`` facts.
+
+- GPUs: the ROCm torch's ``gcnArchName`` (``gfx950:sramecc+:xnack-``), else ``amd-smi static
+  --asic --json`` (records found by shape: newer releases wrap them in ``gpu_data``), else
+  ``rocm-smi --showproductname --json``; none of them is ``missing``. No GPU memory is taken.
+- ROCm: ``<rocm_root>/.info/version`` (``7.2.0-43``), else ``amd-smi version``.
+- sglang, megatron.bridge and aiter are found with ``find_spec``/``importlib.metadata``, not
+  imported. AMD's aiter is the distribution ``amd-aiter``; PyPI's ``aiter`` (an unrelated
+  async-iterator library, same module name) is ``wrong`` (``tests/unit/test_preflight.py``).
+- The SGLang miles drives must serve ``/register_lora_adapter`` (found as a quoted string under
+  ``sglang/srt/entrypoints/``); without it miles fails at its first LoRA update (HTTP 404).
+- Megatron-LM and miles are checkouts on ``PYTHONPATH``: probed in the given dirs, their commit
+  from ``git -C <dir> rev-parse HEAD`` (site-packages installs get none).
+
+Explained in ``docs/node.md``.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import json
+import re
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from miles_amd.recipe.hardware import HardwareDetectionError, Runner, detect_hardware, run_tool
+from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
+from miles_amd.recipe.settings import CHECKPOINT_NAME, DATASET_DIR_NAME, DATASET_FILE_NAME
+from miles_amd.records.env import Fact
+from miles_amd.variants import AITER_VARIANTS
+
+if TYPE_CHECKING:
+    from miles_amd.recipe.settings import Recipe
+
+
+IMAGE = "rocm/sgl-dev:miles-rocm720-mi35x"
+
+
+@dataclass(frozen=True)
+class PreflightConfig:
+    """Where the recipe's pieces are and what the node must be."""
+
+    model_dir: Path
+    data_dir: Path
+    miles_dir: Path
+    megatron_dir: Path
+    run_dir: Path
+    expected_gpus: int = 8
+    expected_arch: str = "gfx950"
+    expected_rocm: str = "7.2"
+    aiter_variant: str | None = None
+    min_free_gib: float = 20.0  # TensorBoard events, CI history and job.log of one run
+    rocm_root: Path = Path("/opt/rocm")
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.model_dir / CHECKPOINT_NAME
+
+    @property
+    def dataset_file(self) -> Path:
+        return self.data_dir / DATASET_DIR_NAME / DATASET_FILE_NAME
+
+    def recipe(self) -> Recipe:
+        """The recipe with these dirs and GPU count (for a probe that needs its argv)."""
+        from miles_amd.recipe.settings import Recipe
+
+        return Recipe(
+            num_gpus=self.expected_gpus,
+            model_dir=str(self.model_dir),
+            data_dir=str(self.data_dir),
+            miles_dir=str(self.miles_dir),
+            megatron_dir=str(self.megatron_dir),
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready, paths as strings (for ``env.json``)."""
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+def find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
+    """``importlib.util.find_spec`` that answers None instead of raising when a parent
+    package is absent.
+
+    Finding ``a.b`` imports ``a`` (cheap for the namespace package ``megatron``); ``a.b``
+    itself is not imported.
+    """
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def probe_gpus(config: PreflightConfig) -> Fact:
+    """GPU count and arch, from the ROCm torch, else ``amd-smi``, else ``rocm-smi``."""
+    reading = _gpus_from_torch() or _gpus_from_amd_smi(run_tool) or _gpus_from_rocm_smi(run_tool)
+    if reading is None:
+        return Fact(
+            "gpus",
+            "missing",
+            "",
+            "no AMD GPU visible: no ROCm torch with devices and neither amd-smi nor rocm-smi "
+            f"answered; run on an {config.expected_gpus}x {config.expected_arch} node "
+            f"(MI355X/MI350X) inside {IMAGE}",
+        )
+    source, archs = reading
+    return judge_gpus(archs, source, config.expected_gpus, config.expected_arch)
+
+
+def probe_gpu_model(config: PreflightConfig, runner: Runner = run_tool) -> Fact:
+    """The GPU model (MI355X, MI350X) the ROCm tools name: the key of the baselines that may
+    judge a run here (``miles_amd.baseline.keys``); two models, or none, are ``missing``."""
+    try:
+        return Fact("gpu_model", "ok", detect_hardware(runner).value)
+    except HardwareDetectionError as exc:
+        return Fact("gpu_model", "missing", "", str(exc).removeprefix("--hardware auto: "))
+
+
+def judge_gpus(archs: Sequence[str], source: str, expected: int, arch: str) -> Fact:
+    """Pure judgement of the GPUs one source reported."""
+    if not archs:
+        return Fact(
+            "gpus",
+            "missing",
+            f"0 ({source})",
+            f"{source} lists no GPU; check the container's --device=/dev/kfd --device=/dev/dri",
+        )
+    found = ",".join(sorted(set(archs)))
+    value = f"{len(archs)}x {found} ({source})"
+    if any(a != arch for a in archs):
+        return Fact(
+            "gpus",
+            "wrong",
+            value,
+            f"the recipe is validated on {arch} (MI355X/MI350X); found {found}",
+        )
+    if len(archs) != expected:
+        return Fact(
+            "gpus",
+            "wrong",
+            value,
+            f"the recipe needs {expected} GPUs, {len(archs)} visible; "
+            "check HIP_VISIBLE_DEVICES and the container's device flags",
+        )
+    return Fact("gpus", "ok", value)
+
+
+def _arch(name: object) -> str:
+    return str(name).split(":", 1)[0].strip().lower()
+
+
+def _gpus_from_torch() -> tuple[str, list[str]] | None:
+    if find_spec("torch") is None:
+        return None
+    import torch
+
+    if not getattr(torch.version, "hip", None) or not torch.cuda.is_available():
+        return None
+    count = torch.cuda.device_count()
+    return "torch", [_arch(torch.cuda.get_device_properties(i).gcnArchName) for i in range(count)]
+
+
+def _gpus_from_amd_smi(runner: Runner) -> tuple[str, list[str]] | None:
+    output = runner(["amd-smi", "static", "--asic", "--json"])
+    if output is None:
+        return None
+    archs = parse_amd_smi_static(output)
+    return None if archs is None else ("amd-smi", archs)
+
+
+def parse_amd_smi_static(text: str) -> list[str] | None:
+    """Archs of the GPU records in ``amd-smi static --asic --json``; None if not JSON."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    archs: list[str] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, dict):
+            asic = node.get("asic")
+            if isinstance(asic, dict) and "target_graphics_version" in asic:
+                archs.append(_arch(asic["target_graphics_version"]))
+                return
+            for child in node.values():
+                visit(child)
+        elif isinstance(node, list):
+            for child in node:
+                visit(child)
+
+    visit(data)
+    return archs
+
+
+def _gpus_from_rocm_smi(runner: Runner) -> tuple[str, list[str]] | None:
+    output = runner(["rocm-smi", "--showproductname", "--json"])
+    if output is None:
+        return None
+    archs = parse_rocm_smi_product(output)
+    return None if archs is None else ("rocm-smi", archs)
+
+
+def parse_rocm_smi_product(text: str) -> list[str] | None:
+    """Archs of the ``cardN`` entries of ``rocm-smi --showproductname --json``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    return [
+        _arch(card.get("GFX Version", "unknown"))
+        for key, card in sorted(data.items())
+        if key.startswith("card") and isinstance(card, dict)
+    ]
+
+
+# ---- ROCm and torch --------------------------------------------------------------------------
+
+
+def probe_rocm(config: PreflightConfig) -> Fact:
+    """The ROCm release, from ``<rocm_root>/.info/version`` or ``amd-smi version``."""
+    version, source = _rocm_version(config.rocm_root, run_tool)
+    if version is None:
+        return Fact(
+            "rocm",
+            "missing",
+            "",
+            f"no ROCm found ({config.rocm_root}/.info/version absent, amd-smi not answering); "
+            f"run inside {IMAGE}",
+        )
+    value = f"{version} ({source})"
+    if _major_minor(version) != _major_minor(config.expected_rocm):
+        return Fact(
+            "rocm",
+            "wrong",
+            value,
+            f"the recipe's baselines were measured on ROCm {config.expected_rocm}; use {IMAGE}",
+        )
+    return Fact("rocm", "ok", value)
+
+
+def _rocm_version(rocm_root: Path, runner: Runner) -> tuple[str | None, str]:
+    info = rocm_root / ".info" / "version"
+    try:
+        text = info.read_text(encoding="utf-8").strip()
+    except OSError:
+        text = ""
+    if text:
+        return text.split()[0], str(info)
+    output = runner(["amd-smi", "version"])
+    match = re.search(r"ROCm version:\s*([0-9][0-9.]*)", output or "")
+    return (match.group(1), "amd-smi version") if match else (None, "")
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+
+
+def probe_torch(config: PreflightConfig) -> Fact:
+    """torch must be a ROCm build: ``torch.version.hip`` set."""
+    if find_spec("torch") is None:
+        return Fact("torch", "missing", "", f"torch is not importable; run inside {IMAGE}")
+    try:
+        import torch
+    except Exception as exc:
+        return Fact("torch", "wrong", "", f"import torch failed: {one_line(exc)}")
+    hip = getattr(torch.version, "hip", None)
+    if not hip:
+        return Fact(
+            "torch",
+            "wrong",
+            str(torch.__version__),
+            "this torch is not a ROCm build (torch.version.hip is None); use the image's torch",
+        )
+    return Fact("torch", "ok", f"{torch.__version__} (HIP {hip})")
+
+
+LORA_ROUTE = "/register_lora_adapter"
+_GIB = 1024**3
+
+# ---- Python packages and checkouts -----------------------------------------------------------
+
+
+def probe_sglang(config: PreflightConfig) -> Fact:
+    return installed_package_fact("sglang", module="sglang", distribution="sglang")
+
+
+def probe_sglang_lora_endpoint(config: PreflightConfig) -> Fact:
+    return sglang_lora_endpoint_fact(_package_dir("sglang"))
+
+
+def sglang_lora_endpoint_fact(package_dir: Path | None) -> Fact:
+    """Whether the SGLang package at ``package_dir`` serves :data:`LORA_ROUTE`."""
+    name = "sglang_lora_endpoint"
+    if package_dir is None:
+        return Fact(name, "missing", "", f"sglang is not importable; run inside {IMAGE}")
+    entrypoints = package_dir / "srt" / "entrypoints"
+    sources = sorted(entrypoints.rglob("*.py")) if entrypoints.is_dir() else []
+    if not sources:
+        return Fact(
+            name,
+            "wrong",
+            str(package_dir),
+            f"cannot confirm {LORA_ROUTE}: no sources under {entrypoints}; "
+            f"use an image whose SGLang serves it ({IMAGE})",
+        )
+    route = re.compile(r"[\"']" + re.escape(LORA_ROUTE) + r"[\"']")
+    for source in sources:
+        if route.search(source.read_text(encoding="utf-8", errors="replace")):
+            return Fact(name, "ok", f"{LORA_ROUTE} in {source}")
+    return Fact(
+        name,
+        "wrong",
+        f"no {LORA_ROUTE} in {entrypoints}",
+        "this SGLang fails at the first LoRA weight update with HTTP 404; "
+        f"use an image whose SGLang has the endpoint ({IMAGE})",
+    )
+
+
+def probe_megatron_bridge(config: PreflightConfig) -> Fact:
+    return installed_package_fact(
+        "megatron_bridge", module="megatron.bridge", distribution="megatron-bridge"
+    )
+
+
+def probe_megatron_lm(config: PreflightConfig) -> Fact:
+    """The Megatron-LM checkout the plan puts on PYTHONPATH (module ``megatron.core``)."""
+    name = "megatron_lm"
+    root = config.megatron_dir
+    if not root.is_dir():
+        return Fact(name, "missing", "", f"no Megatron-LM checkout at {root}; pass --megatron-dir")
+    core = root / "megatron" / "core"
+    if not (core / "__init__.py").is_file():
+        return Fact(
+            name,
+            "wrong",
+            str(root),
+            f"{root} has no megatron/core/__init__.py; point --megatron-dir at Megatron-LM",
+        )
+    version = _megatron_core_version(core / "package_info.py") or "unknown version"
+    return Fact(name, "ok", _with_commit(f"megatron.core {version}", git_commit(root)))
+
+
+def _megatron_core_version(package_info: Path) -> str | None:
+    try:
+        text = package_info.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    parts = {
+        key: m.group(1)
+        for key in ("MAJOR", "MINOR", "PATCH", "PRE_RELEASE")
+        if (m := re.search(rf"^{key}\s*=\s*['\"]?([\w.]*)['\"]?", text, re.MULTILINE))
+    }
+    if not {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
+        return None
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
+
+
+def probe_miles(config: PreflightConfig) -> Fact:
+    """The miles checkout: ``train.py`` is the job's entrypoint."""
+    root = config.miles_dir
+    if not root.is_dir():
+        return Fact("miles", "missing", "", f"no miles checkout at {root}; pass --miles-dir")
+    if not (root / "train.py").is_file():
+        return Fact(
+            "miles",
+            "wrong",
+            str(root),
+            f"{root} has no train.py; point --miles-dir at a miles checkout",
+        )
+    return Fact("miles", "ok", _with_commit(str(root), git_commit(root)))
+
+
+def probe_aiter(config: PreflightConfig) -> Fact:
+    return aiter_fact(_package_dir("aiter"), _distributions_providing("aiter"))
+
+
+def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
+    """Judge the ``aiter`` module by the distributions that provide it.
+
+    ``distributions`` are the names from ``importlib.metadata.packages_distributions()``.
+    """
+    name = "aiter"
+    if package_dir is None:
+        return Fact(name, "missing", "", f"AMD's aiter (amd-aiter) is not importable; use {IMAGE}")
+    normalized = {_normalize(d) for d in distributions}
+    if "aiter" in normalized:
+        return Fact(
+            name,
+            "wrong",
+            f"PyPI 'aiter' at {package_dir}",
+            "module 'aiter' comes from the PyPI distribution 'aiter', an unrelated "
+            "async-iterator library; `pip uninstall aiter` and use the image's amd-aiter",
+        )
+    if "amd-aiter" in normalized:
+        version = _distribution_version("amd-aiter") or "unknown version"
+        return Fact(name, "ok", _with_commit(f"amd-aiter {version}", git_commit(package_dir)))
+    if (package_dir / "jit").is_dir():  # AMD's layout; a source install without metadata
+        return Fact(name, "ok", _with_commit(f"aiter at {package_dir}", git_commit(package_dir)))
+    return Fact(
+        name,
+        "wrong",
+        f"unknown 'aiter' at {package_dir}",
+        "module 'aiter' has no amd-aiter metadata and not AMD's layout (no aiter/jit); "
+        "use the image's amd-aiter",
+    )
+
+
+def probe_aiter_variant(config: PreflightConfig) -> Fact:
+    """Which aiter build the run is labelled with (stock, or patched with ROCm/aiter#5694)."""
+    variant = config.aiter_variant
+    if variant is None:
+        return Fact(
+            "aiter_variant",
+            "ok",
+            "unrecorded",
+            f"pass --aiter-variant {'|'.join(AITER_VARIANTS)} to label the run's environment",
+        )
+    if variant not in AITER_VARIANTS:
+        return Fact(
+            "aiter_variant",
+            "wrong",
+            variant,
+            f"--aiter-variant must be one of {', '.join(AITER_VARIANTS)}",
+        )
+    return Fact("aiter_variant", "ok", variant)
+
+
+def installed_package_fact(name: str, *, module: str, distribution: str) -> Fact:
+    """A package found on ``sys.path``: its distribution version and, from a checkout, commit."""
+    package_dir = _package_dir(module)
+    if package_dir is None:
+        return Fact(
+            name,
+            "missing",
+            "",
+            f"module {module} is not importable (distribution {distribution}); use {IMAGE}",
+        )
+    version = _distribution_version(distribution)
+    label = f"{distribution} {version}" if version else f"{module} at {package_dir}"
+    return Fact(name, "ok", _with_commit(label, git_commit(package_dir)))
+
+
+def _package_dir(module: str) -> Path | None:
+    spec = find_spec(module)
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(spec.origin).parent if spec.origin else None
+
+
+def _distributions_providing(module: str) -> list[str]:
+    return list(importlib.metadata.packages_distributions().get(module, []))
+
+
+def _distribution_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _normalize(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def git_commit(directory: Path) -> str | None:
+    """HEAD of the checkout holding ``directory``; None outside a checkout or in site-packages."""
+    if {"site-packages", "dist-packages"} & set(directory.parts):
+        return None
+    output = run_tool(["git", "-C", str(directory), "rev-parse", "HEAD"])
+    commit = (output or "").strip()
+    return commit if re.fullmatch(r"[0-9a-f]{40,64}", commit) else None
+
+
+def _with_commit(label: str, commit: str | None) -> str:
+    return f"{label} @ {commit[:12]}" if commit else label
+
+
+# ---- inputs and disk -------------------------------------------------------------------------
+
+
+def probe_checkpoint(config: PreflightConfig) -> Fact:
+    return _input_fact("checkpoint", config.checkpoint_dir, validate_checkpoint)
+
+
+def probe_dataset(config: PreflightConfig) -> Fact:
+    return _input_fact("dataset", config.dataset_file, validate_dataset)
+
+
+def _input_fact(name: str, path: Path, validate: Callable[[Path], None]) -> Fact:
+    try:
+        validate(path)
+    except InputError as exc:
+        return Fact(name, "wrong" if path.exists() else "missing", str(path), str(exc))
+    return Fact(name, "ok", str(path))
+
+
+def probe_disk(config: PreflightConfig) -> Fact:
+    """Free space where the run dir goes (its nearest existing ancestor)."""
+    where = _nearest_existing(config.run_dir.absolute().parent)
+    free_gib = shutil.disk_usage(where).free / _GIB
+    value = f"{free_gib:.1f} GiB free at {where}"
+    if free_gib < config.min_free_gib:
+        return Fact(
+            "disk",
+            "wrong",
+            value,
+            f"a run needs {config.min_free_gib:g} GiB for job.log, TensorBoard and CI history; "
+            "free space or pass another --run-dir",
+        )
+    return Fact("disk", "ok", value)
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
