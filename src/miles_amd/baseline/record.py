@@ -8,7 +8,7 @@
   each spending rule's boundaries are re-derived at those looks.
 - Evidence: each ruled metric the run logged, stored exactly as read, with its summary; an
   optional metric the run did not log keeps the template's, marked in its ``note``.
-- Bands with a ``derive_method`` are re-derived for ``N`` rollouts by ``rules.bands.band_for``
+- Bands (``BandParams``) are re-derived for ``N`` rollouts by ``rules.bands.band_for``
   (what the loader checks them with), their derivation text rewritten.
 - Provenance: run id, job status and duration, hardware, ROCm, image and aiter from job.json
   and env.json; ``environment`` (``judge.environment.run_environment``); recording notes.
@@ -226,7 +226,7 @@ def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
         if bounds:  # a spending rule: its bound at each look, from the recorded run
             params[BOUNDARIES] = [b.to_json() for b in bounds]
         derivation = rule.derivation
-        if kind.derive_method is not None and rule.metric in draft.series:
+        if kind.params is BandParams and rule.metric in draft.series:
             derivation = _band_derivation(rule, draft, rec)
     except (ArithmeticError, ValueError, KeyError) as exc:
         raise RecordError(

@@ -699,7 +699,7 @@ def band_spec(name: str, method: str) -> KindSpec:
         expected=expected_band,
         reference=reference_spread,
         validate=validate,
-        derive_method=method,
+        needs_spread=True,
         rederive=rederive_band,
         looks="spending" if spending else "at_once",
         information=mean_information if spending else None,
