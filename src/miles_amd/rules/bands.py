@@ -522,11 +522,6 @@ def band_for(rule: Rule, baseline: Baseline, n_rollouts: int) -> Band:
     return max_band(spread, n_rollouts, derive.k, derive.cover, derive.run_sd)
 
 
-def _mean(values: list[float]) -> float:
-    """The mean (``miles_amd.numeric``: finite for any finite values)."""
-    return numeric.mean(values)
-
-
 def look_band(rule: Rule, baseline: Baseline, n_rollouts: int, z: float) -> Band:
     """A mean band's bound at a look (``miles_amd.rules.looks``): ``z`` standard errors of a
     mean of ``n_rollouts``, widened to cover the ``cover`` values as the written band is."""
@@ -550,7 +545,7 @@ def mean_nominal(rule: Rule, baseline: Baseline, n: int) -> tuple[float, int]:
 
 
 def check_band(rule: Rule, series: Series, ctx: RuleContext) -> Check:
-    name, stat = ("mean", _mean) if rule.kind == "mean_within" else ("max", max)
+    name, stat = ("mean", numeric.mean) if rule.kind == "mean_within" else ("max", max)
     n_band = ctx.rollouts if ctx.look is None else ctx.look
     if name == "mean" and ctx.limit is not None:
         band = look_band(rule, ctx.baseline, n_band, ctx.limit)
