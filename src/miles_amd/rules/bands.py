@@ -129,11 +129,11 @@ def expected_max(n: int) -> float:
         raise ValueError(f"the max of {n} draws is undefined; need n >= 1")
     if n == 1:
         return 0.0
-    from scipy.integrate import quad
-    from scipy.stats import norm
+    from scipy.integrate import quad  # not scipy.stats: its import costs the gate 0.4 s
 
     def density(x: float) -> float:
-        return x * n * norm.pdf(x) * norm.cdf(x) ** (n - 1)
+        cdf = 0.5 * math.erfc(-x / math.sqrt(2.0))
+        return x * n * math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi) * cdf ** (n - 1)
 
     return float(quad(density, -12.0, 12.0, limit=200, epsabs=1e-14, epsrel=1e-13)[0])
 

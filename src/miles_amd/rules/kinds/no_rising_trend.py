@@ -98,11 +98,15 @@ def mann_kendall_z(values: list[float]) -> float:
 
 
 def theil_sen(steps: list[int], values: list[float]) -> tuple[float, float]:
-    """(slope, intercept): ``scipy.stats.theilslopes``' median pairwise slope (0 without two
-    distinct steps) and the median of ``v - slope·step``."""
-    from scipy.stats import theilslopes
-
-    slope = float(theilslopes(values, steps).slope) if len(set(steps)) > 1 else 0.0
+    """(slope, intercept): the median pairwise slope and the median of ``v - slope·step``
+    (by hand: ``scipy.stats.theilslopes`` would cost the gate scipy.stats' import)."""
+    slopes = [
+        (values[j] - values[i]) / (steps[j] - steps[i])
+        for i in range(len(values))
+        for j in range(i + 1, len(values))
+        if steps[j] != steps[i]
+    ]
+    slope = statistics.median(slopes) if slopes else 0.0
     intercept = statistics.median(v - slope * s for s, v in zip(steps, values, strict=True))
     return slope, intercept
 
