@@ -34,6 +34,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from miles_amd.rules.bands import spread_of
 from miles_amd.rules.model import Baseline
 from tests.support.simulate import (
     GROUPS,
@@ -220,7 +221,7 @@ def honest_model(patched: Baseline, stock: Baseline, noise: Noise = CHOSEN) -> H
     base = fit(patched)
     gaps = {}
     for name, baseline in (("patched", patched), ("stock", stock)):
-        spread = baseline.spread(LOGPROB)
+        spread = spread_of(baseline, LOGPROB)
         gaps[name] = lognormal_params(spread.mean, spread.sd)
     kl = patched.summaries[KL]
     skew = skewed_kl(float(kl["min"]), float(kl["mean"]), float(kl["max"]))

@@ -5,24 +5,23 @@ Runs judged against one recorded reference are not independent (one unlucky refe
 several of them), so the count is first shrunk to its effective size with the design effect
 of the clusters (Kish: ``1 + (k - 1)·ICC``, the intra-reference correlation from a one-way
 ANOVA of the 0/1 outcomes), then the exact Clopper-Pearson interval is taken on the
-effective count (Korn & Graubard, 1998). Pure arithmetic; the incomplete beta is
-``miles_amd.judge.distributions``'.
+effective count (Korn & Graubard, 1998). The beta quantile is ``scipy.stats.beta``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from miles_amd.judge.distributions import beta_cdf
-
 
 def clopper_pearson(x: float, n: float, level: float = 0.95) -> tuple[float, float]:
     """The exact interval of a binomial rate ``x / n`` (``x``, ``n`` may be effective counts)."""
     if n <= 0 or not 0 <= x <= n:
         raise ValueError(f"need 0 <= x <= n and n > 0, got x={x}, n={n}")
+    from scipy.stats import beta
+
     alpha = 1.0 - level
-    low = 0.0 if x == 0 else beta_quantile(alpha / 2, x, n - x + 1)
-    high = 1.0 if x == n else beta_quantile(1 - alpha / 2, x + 1, n - x)
+    low = 0.0 if x == 0 else float(beta.ppf(alpha / 2, x, n - x + 1))
+    high = 1.0 if x == n else float(beta.ppf(1 - alpha / 2, x + 1, n - x))
     return low, high
 
 
@@ -50,12 +49,3 @@ def clustered_interval(
     n_eff = n / design_effect(failures_per_cluster, per_cluster)
     low, high = clopper_pearson(rate * n_eff, n_eff, level)
     return rate, low, high
-
-
-def beta_quantile(q: float, a: float, b: float) -> float:
-    """``x`` with ``I_x(a, b) = q``, by bisection (to 1e-12)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if beta_cdf(mid, a, b) < q else (lo, mid)
-    return (lo + hi) / 2

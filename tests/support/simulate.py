@@ -47,6 +47,7 @@ from functools import cached_property
 import numpy as np
 
 from miles_amd.evidence.types import JobRecord, RunEvidence
+from miles_amd.rules.bands import spread_of
 from miles_amd.rules.model import Baseline
 
 LOGPROB = "train/train_rollout_logprob_abs_diff"
@@ -203,8 +204,8 @@ def fit(patched: Baseline, logprob_from: Baseline | None = None) -> NoiseModel:
     m, s2 = float(rewards.mean()), float(rewards.var(ddof=1))
     var_p = (s2 - m * (1 - m) / SAMPLES) * SAMPLES / (PER_GROUP - 1)
     concentration = m * (1 - m) / var_p - 1
-    logprob = (logprob_from or patched).spread(LOGPROB)
-    kl = patched.spread(KL)
+    logprob = spread_of(logprob_from or patched, LOGPROB)
+    kl = spread_of(patched, KL)
     truncated = float(patched.summaries[TRUNCATED]["mean"])
     length = float(patched.summaries[RESPONSE_LEN]["mean"])
     return NoiseModel(

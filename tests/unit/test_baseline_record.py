@@ -30,7 +30,7 @@ from miles_amd.cli.main import app
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import judge
 from miles_amd.rules import bands
-from miles_amd.rules.band import BandParams
+from miles_amd.rules.bands import BandParams
 from miles_amd.run.preflight import Fact, write_env_json
 from tests.bridge_readings import node_model_facts
 from tests.cli_runs import CliRun, flat, run_cli

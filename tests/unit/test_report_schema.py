@@ -4,7 +4,7 @@ data), and the reports say why a check was not measured.
 The gate runs for real (``tests.cli_runs.run_cli``) on the embedded example (a pass with
 optional checks not measured), a failing run written by the miles writer, and a run dir
 whose evidence is unreadable (verdict ``error``); each report.json must validate with
-``jsonschema`` (Draft 2020-12, as ``miles_amd.baseline.schema_check`` uses it).
+``jsonschema`` (Draft 2020-12, as ``miles_amd.baseline.model`` uses it).
 """
 
 from __future__ import annotations

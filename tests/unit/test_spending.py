@@ -38,6 +38,42 @@ def test_the_solver_gives_the_textbook_obrien_fleming_boundaries() -> None:
     assert found == pytest.approx((4.333, 2.963, 2.359, 2.014), abs=2e-3)
 
 
+# Boundaries of the hand-written Newton solver this module used before scipy's brentq
+# (fd7f085): the solver may change, these may not (to 1e-9; the old one stopped at 1e-10).
+PINNED = [
+    (1e-9, (0.3, 0.65, 1.0), (6.6486615740640245, 6.248778523706905, 6.035206804426305)),
+    (
+        1e-6,
+        (0.25, 0.5, 0.75, 1.0),
+        (5.654555615019155, 5.238279321613732, 4.997398890143201, 4.821447620004135),
+    ),
+    (
+        3.2e-5,
+        (0.2, 0.4, 0.6, 0.8, 1.0),
+        (
+            5.17413163461327,
+            4.717807857490787,
+            4.447830841508277,
+            4.247407589067078,
+            4.084098374212167,
+        ),
+    ),
+    (
+        0.00135,
+        (0.25, 0.5, 0.75, 1.0),
+        (4.252987346544019, 3.692107664172826, 3.338914386279759, 3.064319629624423),
+    ),
+    (0.025, (0.5, 1.0), (2.846561629362375, 1.9741350889864286)),
+]
+
+
+@pytest.mark.parametrize(("alpha", "fractions", "pinned"), PINNED)
+def test_the_boundaries_keep_their_values_down_to_a_billionth(
+    alpha: float, fractions: tuple[float, ...], pinned: tuple[float, ...]
+) -> None:
+    assert spending.boundaries(alpha, fractions) == pytest.approx(pinned, abs=1e-9, rel=0)
+
+
 def test_the_boundaries_spend_what_the_function_says_on_a_simulated_process() -> None:
     """Brownian motion in information time: the first crossings at each look are the
     spending function's increments, and over all looks exactly alpha."""

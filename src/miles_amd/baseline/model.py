@@ -1,11 +1,13 @@
 """Baseline files: find, parse and validate them.
 
 - What a valid baseline is, checked in order: strict JSON (``miles_amd.strict_json``) that
-  matches ``baseline.schema.json``; unique rule ids, a ``finite`` and a ``steps_complete`` rule
-  per metric, at least one required ``steps_complete``; series and ``run_shape`` that are the
-  recipe's, looks ending at ``run_shape.rollouts``; each rule with exactly its kind's fields
-  and a tolerance derived as its kind declares or in its sane range
-  (``miles_amd.rules.registry.validate_rule``); a file named ``<name>.json`` after its name.
+  matches ``baseline.schema.json`` (Draft 2020-12, beside this module; the best-matching
+  error, descending into ``if``/``then`` so it names the innermost field); unique rule ids,
+  a ``finite`` and a ``steps_complete`` rule per metric, at least one required
+  ``steps_complete``; series and ``run_shape`` that are the recipe's, looks ending at
+  ``run_shape.rollouts``; each rule with exactly its kind's fields and a tolerance derived as
+  its kind declares or in its sane range (``miles_amd.rules.registry.validate_rule``); a file
+  named ``<name>.json`` after its name.
 - Where shipped baselines are: ``$MILES_AMD_BASELINES_DIR/gpt_oss_20b_lora/`` when set, else
   the package data (``miles_amd.package_data``), one file per key
   ``<shape>/<gpu>/<variant>.json`` (``miles_amd.baseline.keys``); ``stock`` and ``patched``
@@ -24,12 +26,13 @@ Explained in ``docs/cli.md`` ("What makes a baseline file valid").
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 from miles_amd import strict_json
-from miles_amd.baseline import schema_check
 from miles_amd.package_data import package_path
 from miles_amd.rules.looks import looks_problem
 from miles_amd.rules.model import Baseline, RunShape
@@ -40,7 +43,7 @@ RECIPE_DIR = "gpt_oss_20b_lora"
 REFERENCE_DIR = "8gpu/mi355x"  # the published runs' shape and GPU: what stock/patched name
 SHIPPED: tuple[str, ...] = BASELINE_VARIANTS  # one shipped baseline per variant, same name
 BASELINES_DIR_ENV = "MILES_AMD_BASELINES_DIR"
-SCHEMA_PATH = schema_check.SCHEMA_PATH
+SCHEMA_PATH = Path(__file__).resolve().parent / "baseline.schema.json"
 
 
 class BaselineError(ValueError):
@@ -140,13 +143,57 @@ def parse_baseline(text: str, *, path: str) -> Baseline:
     except strict_json.StrictJsonError as exc:
         fix = "write a finite number" if "non-finite" in exc.reason else "correct the JSON there"
         raise BaselineError(f"{path}: {exc}; fix: {fix}") from None
-    try:
-        schema_check.validate(raw, path)
-    except schema_check.SchemaError as exc:
-        raise BaselineError(str(exc)) from exc
+    _check_schema(raw, path)
     baseline = Baseline.from_json(raw, path)
     _check_consistency(baseline, path)
     return baseline
+
+
+@cache
+def _validator():
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+_SCHEMA_FIXES = {
+    "required": "add the missing field",
+    "additionalProperties": "remove the field or correct its spelling",
+    "type": "use the type the schema names",
+    "enum": "use one of the allowed values",
+    "const": "use the value the schema names",
+    "pattern": "match the pattern the schema names",
+    "minItems": "add values",
+    "maxItems": "remove values",
+    "minimum": "use a larger value",
+    "maximum": "use a smaller value",
+    "exclusiveMinimum": "use a larger value",
+    "minLength": "write a non-empty value",
+    "not": "remove the field (this kind takes none)",
+    "dependentRequired": "add the field it depends on",
+}
+
+
+def _check_schema(raw: object, path: str) -> None:
+    """Raise the best-matching schema error as one line: file, JSON path, message, fix."""
+    import jsonschema
+
+    errors = list(_validator().iter_errors(raw))
+    if not errors:
+        return
+    error = jsonschema.exceptions.best_match(errors)
+    while error.context:  # into if/then branches: the message names the innermost field
+        error = jsonschema.exceptions.best_match(error.context)
+    fix = _SCHEMA_FIXES.get(str(error.validator), "see src/miles_amd/baseline/baseline.schema.json")
+    message = " ".join(error.message.split())
+    forbidden = error.validator_value.get("required") if error.validator == "not" else None
+    if forbidden:
+        message = f"this kind takes no {', '.join(repr(f) for f in forbidden)}"
+    if len(message) > 200:
+        message = message[:197] + "..."
+    raise BaselineError(f"{path}: {error.json_path}: {message}; fix: {fix}")
 
 
 # A refusal: (JSON path, what is wrong, the fix).

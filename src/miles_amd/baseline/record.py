@@ -8,7 +8,7 @@
   each spending rule's boundaries are re-derived at those looks.
 - Evidence: each ruled metric the run logged, stored exactly as read, with its summary; an
   optional metric the run did not log keeps the template's, marked in its ``note``.
-- Bands with a ``derive_method`` are re-derived for ``N`` rollouts by ``rules.band.band_for``
+- Bands (``BandParams``) are re-derived for ``N`` rollouts by ``rules.bands.band_for``
   (what the loader checks them with), their derivation text rewritten.
 - Provenance: run id, job status and duration, hardware, ROCm, image and aiter from job.json
   and env.json; ``environment`` (``judge.environment.run_environment``); recording notes.
@@ -42,7 +42,7 @@ from miles_amd.evidence.types import EnvRecord, RunEvidence
 from miles_amd.judge.environment import Environment, run_environment
 from miles_amd.judge.gate import judge
 from miles_amd.rules import bands
-from miles_amd.rules.band import BandParams
+from miles_amd.rules.bands import BandParams
 from miles_amd.rules.looks import run_looks
 from miles_amd.rules.model import BOUNDARIES, Baseline, Rule
 from miles_amd.rules.registry import KINDS, rule_boundaries
@@ -200,7 +200,7 @@ def _band_derivation(rule: Rule, draft: Baseline, rec: _Recording) -> str:
     """The derivation text of a band recomputed from the run's series."""
     assert rule.metric is not None
     derive = BandParams.of(rule).derive
-    spread = draft.spread(rule.metric)
+    spread = bands.spread_of(draft, rule.metric)
     cover = "[" + ", ".join(f"{c:g}" for c in derive.cover) + "]"
     origin = (
         f"center {spread.mean:.6g}, per-rollout sd {spread.sd:.4g} (sample sd of the "
@@ -226,7 +226,7 @@ def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
         if bounds:  # a spending rule: its bound at each look, from the recorded run
             params[BOUNDARIES] = [b.to_json() for b in bounds]
         derivation = rule.derivation
-        if kind.derive_method is not None and rule.metric in draft.series:
+        if kind.params is BandParams and rule.metric in draft.series:
             derivation = _band_derivation(rule, draft, rec)
     except (ArithmeticError, ValueError, KeyError) as exc:
         raise RecordError(

@@ -151,10 +151,7 @@ def _check_absent(metric: str, template: Baseline, run: str) -> None:
         r.id
         for r in rules
         if KINDS[r.kind].reference_series
-        or (
-            (KINDS[r.kind].derive_method is not None or KINDS[r.kind].needs_spread)
-            and metric not in template.summaries
-        )
+        or (KINDS[r.kind].needs_spread and metric not in template.summaries)
     ]
     if uncarried:
         raise RecordError(

@@ -5,7 +5,8 @@ is flagged:
 
 - which runs feed the trend (:func:`trusted`): gate passes not marked untrusted, a run gated
   again counting once (``tests/unit/test_history.py``); the last :data:`WINDOW` of them;
-- the statistic (:func:`mann_kendall`): Mann-Kendall's ``S`` over their run means, per metric;
+- the statistic: Mann-Kendall's ``S`` over their run means, per metric (the trend rule's
+  ``mann_kendall_s``, ``miles_amd.rules.kinds.no_rising_trend``);
 - the threshold on ``|S|`` (:func:`threshold`): the smallest whose chance of ever flagging a
   healthy history of :data:`LIFE_RUNS` runs (:data:`LIFE_RATE`), times the metrics, is at
   most :data:`LIFE_ALPHA` (Bonferroni).
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from miles_amd.history.store import StoredRun
+from miles_amd.rules.kinds.no_rising_trend import mann_kendall_s as mann_kendall
 
 WINDOW = 12
 LIFE_RUNS = 100
@@ -43,15 +45,6 @@ def threshold(metrics: int, alpha: float = LIFE_ALPHA) -> int:
     one when none is small enough)."""
     fitting = [c for c, rate in LIFE_RATE.items() if max(metrics, 1) * rate <= alpha]
     return min(fitting) if fitting else max(LIFE_RATE)
-
-
-def mann_kendall(values: Sequence[float]) -> int:
-    """``S``: pairs that rose minus pairs that fell (a tie counts for neither)."""
-    s = 0
-    for i, earlier in enumerate(values):
-        for later in values[i + 1 :]:
-            s += int(later > earlier) - int(later < earlier)
-    return s
 
 
 @dataclass(frozen=True)

@@ -1,37 +1,43 @@
-"""How tolerances are derived from data: per-rollout spread -> band, paired effect.
+"""Bands: how a tolerance is derived from the reference spread, and the band kinds' check.
 
 Decides the statistics every band of a baseline file is computed with, so the shipped files
-and a later ``baseline record`` produce bands the same way:
+and a later ``baseline record`` produce bands the same way, and how ``mean_within`` /
+``max_within`` (``miles_amd.rules.kinds``) judge a run by them:
 
-- a rollout's spread (:class:`Spread`): from the series, a published min/max
-  (:func:`range_spread`, Tippett's ``d2``) or a bounded quantity (:func:`bounded_spread`,
-  Bhatia-Davis);
+- a rollout's spread (:func:`spread_of`): the series, a published min/max (Tippett's ``d2``)
+  or a bounded quantity (Bhatia-Davis);
 - a run mean's band (:func:`mean_band`): ``center ± k·sqrt(sd²·(V(n_run) + V(n_ref)) +
-  2·(run_sd·center)²)``, ``V`` from lag-1 ``rho`` (:func:`mean_variance`), widened to cover
-  the other published run's mean;
-- a run max's upper bound (:func:`max_band`), growing with the rollouts; no lower bound;
+  2·(run_sd·center)²)``, ``V`` from lag-1 ``rho``, widened to cover the other published
+  run's mean; a run max's upper bound (:func:`max_band`), growing with the rollouts;
 - band edges rounded outward (``tests/unit/test_baselines.py``);
-- the paired effect (:func:`paired_effect`), its SE floored by binomial noise.
+- the paired effect (:func:`paired_effect`, :func:`paired_drop`), its SE floored by binomial
+  noise;
+- the loader re-derives a written band (:func:`validate_band`); a ``cover`` value may stretch
+  it to at most :data:`COVER_MAX_WIDENING` times the derived reach (issue 19); at a look
+  (``miles_amd.rules.looks``) a mean band is ``z`` SE of the mean of the first rollouts
+  (:func:`look_band`); a max bound is the whole run's at every look.
 
-Pure arithmetic: it reads no file and judges no run. The formulas and where ``run_sd`` and
+Pure: no file is read, no run judged beyond one check. The formulas and where ``run_sd`` and
 ``rho`` come from: ``docs/gate-and-statistics.md`` ("How tolerances are derived").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from functools import cache
+from typing import Any, Literal
+
+from miles_amd import numeric
+from miles_amd.evidence.types import Series
+from miles_amd.rules.check import Check, Problem, RuleContext, fmt, passed, rule_check, steps_text
+from miles_amd.rules.kind import KindSpec
+from miles_amd.rules.model import Baseline, Params, Rule
+from miles_amd.rules.spending import upper_tail
 
 SIGNIFICANT_DIGITS = 4
-
-# Integration grid for the order statistics of standard normals: [-12, 12] in 24000 steps.
-# The integrands vanish beyond |x| = 12 for any n below 10**9; the trapezoid error on this
-# grid is far below the 4 significant digits bands are rounded to.
-_GRID_HALF_WIDTH = 12.0
-_GRID_STEPS = 24_000
 
 
 @dataclass(frozen=True)
@@ -87,22 +93,6 @@ class PairedEffect:
         return 0.0 if self.mean_diff == 0 else math.copysign(math.inf, self.mean_diff)
 
 
-def _phi(x: float) -> float:
-    return math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-
-
-def _cdf(x: float) -> float:
-    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
-
-
-def _integrate(f) -> float:
-    h = 2.0 * _GRID_HALF_WIDTH / _GRID_STEPS
-    total = 0.5 * (f(-_GRID_HALF_WIDTH) + f(_GRID_HALF_WIDTH))
-    for i in range(1, _GRID_STEPS):
-        total += f(-_GRID_HALF_WIDTH + i * h)
-    return total * h
-
-
 def t_quantile(p: float, dof: float) -> float:
     """Student's t quantile at ``p`` with ``dof`` (>= 1, fractional allowed) degrees of freedom,
     by the Cornish-Fisher expansion around the normal quantile (within 0.002 of the exact
@@ -122,20 +112,30 @@ def t_quantile(p: float, dof: float) -> float:
 
 @cache
 def expected_range(n: int) -> float:
-    """Tippett's ``d2(n)``: the expected range of ``n`` standard normal draws (d2(20)≈3.735)."""
+    """Tippett's ``d2(n)``: the expected range of ``n`` standard normal draws (d2(20)≈3.735),
+    twice their expected max by symmetry."""
     if n < 2:
         raise ValueError(f"the range of {n} draws is undefined; need n >= 2")
-    return _integrate(lambda x: 1.0 - _cdf(x) ** n - (1.0 - _cdf(x)) ** n)
+    return 2.0 * expected_max(n)
 
 
 @cache
 def expected_max(n: int) -> float:
-    """Expected maximum of ``n`` standard normal draws (0 for n=1, ≈1.8675 for n=20)."""
+    """Expected maximum of ``n`` standard normal draws (0 for n=1, ≈1.8675 for n=20):
+    ``∫ x·n·φ(x)·Φ(x)^(n-1) dx`` by ``scipy.integrate.quad`` on [-12, 12] (the integrand
+    vanishes beyond for any n below 10**9), to 1e-13, far below the 4 significant digits
+    bands are rounded to."""
     if n < 1:
         raise ValueError(f"the max of {n} draws is undefined; need n >= 1")
     if n == 1:
         return 0.0
-    return _integrate(lambda x: x * n * _phi(x) * _cdf(x) ** (n - 1))
+    from scipy.integrate import quad  # not scipy.stats: its import costs the gate 0.4 s
+
+    def density(x: float) -> float:
+        cdf = 0.5 * math.erfc(-x / math.sqrt(2.0))
+        return x * n * math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi) * cdf ** (n - 1)
+
+    return float(quad(density, -12.0, 12.0, limit=200, epsabs=1e-14, epsrel=1e-13)[0])
 
 
 def round_outward(value: float, *, up: bool, digits: int = SIGNIFICANT_DIGITS) -> float:
@@ -179,6 +179,26 @@ def bounded_spread(mean: float, lower: float, upper: float, *, groups: int, n: i
     sd = math.sqrt((upper - mean) * (mean - lower) / groups)
     how = f"Bhatia-Davis bound sqrt(({upper} - m)(m - {lower}) / {groups} prompt groups)"
     return Spread(mean, sd, n, how)
+
+
+def spread_of(baseline: Baseline, metric: str) -> Spread:
+    """Per-rollout spread of ``metric`` in the reference run: its series first; else a
+    summary's stated ``sd``, its min/max, or its bounds."""
+    if metric in baseline.series:
+        return series_spread(baseline.series[metric])
+    summary = baseline.summaries.get(metric)
+    if summary is None:
+        raise KeyError(f"no series or summary for {metric}")
+    mean, n = float(summary["mean"]), int(summary["n"])
+    if "sd" in summary:
+        return Spread(mean, float(summary["sd"]), n, str(summary["sd_source"]))
+    if "min" in summary and "max" in summary:
+        return range_spread(mean, float(summary["min"]), float(summary["max"]), n)
+    if "bounds" in summary:
+        lower, upper = (float(b) for b in summary["bounds"])
+        groups = baseline.run_shape.prompts_per_rollout
+        return bounded_spread(mean, lower, upper, groups=groups, n=n)
+    raise KeyError(f"summary of {metric} has no sd, min/max or bounds")
 
 
 def ar1_variance(weights: Sequence[float], rho: float) -> float:
@@ -446,3 +466,237 @@ def binomial_sd_floor(mean: float, samples_per_rollout: int, n_run: int, z: floa
     binomial_sd = math.sqrt(mean * (1.0 - mean) / samples_per_rollout)
     factor = math.sqrt(chi2_lower_quantile(n_run - 1, z) / (n_run - 1))
     return round_outward(binomial_sd * factor, up=False)
+
+
+COVER_MAX_WIDENING = 2.0
+
+
+@dataclass(frozen=True)
+class Derive:
+    """How a rule's band is computed from the baseline's evidence (``miles_amd.rules.bands``)."""
+
+    method: Literal["mean_band", "max_band"]
+    k: float
+    cover: tuple[float, ...] = ()
+    run_sd: float = 0.0  # relative sd of a run-level effect (this module)
+    rho: float = 0.0  # lag-1 autocorrelation of the per-rollout values (mean_band only)
+
+
+@dataclass(frozen=True)
+class BandParams(Params):
+    band: Band
+    derive: Derive
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> BandParams:
+        band, derive = raw["band"], raw["derive"]
+        return cls(
+            Band(band["low"], band["high"]),
+            Derive(
+                derive["method"],
+                derive["k"],
+                tuple(derive.get("cover", ())),
+                derive.get("run_sd", 0.0),
+                derive.get("rho", 0.0),
+            ),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.derive
+        derive: dict[str, Any] = {"method": d.method, "k": d.k, "cover": list(d.cover)}
+        derive.update({k: v for k, v in (("run_sd", d.run_sd), ("rho", d.rho)) if v})
+        return {"band": {"low": self.band.low, "high": self.band.high}, "derive": derive}
+
+
+def band_for(rule: Rule, baseline: Baseline, n_rollouts: int) -> Band:
+    """The band of a band rule for a run of ``n_rollouts``.
+
+    For ``n_rollouts == run_shape.rollouts`` this is the band written in the file (the
+    loader checked they agree); other counts rescale it with the same method.
+    """
+    assert rule.metric is not None
+    derive = BandParams.of(rule).derive
+    spread = spread_of(baseline, rule.metric)
+    if derive.method == "mean_band":
+        return mean_band(spread, n_rollouts, derive.k, derive.cover, derive.run_sd, derive.rho)
+    return max_band(spread, n_rollouts, derive.k, derive.cover, derive.run_sd)
+
+
+def look_band(rule: Rule, baseline: Baseline, n_rollouts: int, z: float) -> Band:
+    """A mean band's bound at a look (``miles_amd.rules.looks``): ``z`` standard errors of a
+    mean of ``n_rollouts``, widened to cover the ``cover`` values as the written band is."""
+    assert rule.metric is not None
+    derive = BandParams.of(rule).derive
+    spread = spread_of(baseline, rule.metric)
+    return mean_band(spread, n_rollouts, z, derive.cover, derive.run_sd, derive.rho)
+
+
+def mean_information(rule: Rule, baseline: Baseline, k: int, n: int) -> float:
+    """The information of a mean of ``k`` rollouts against the reference: 1 / its variance."""
+    assert rule.metric is not None
+    derive = BandParams.of(rule).derive
+    spread = spread_of(baseline, rule.metric)
+    return 1.0 / mean_half_width(spread, k, 1.0, derive.run_sd, derive.rho) ** 2
+
+
+def mean_nominal(rule: Rule, baseline: Baseline, n: int) -> tuple[float, int]:
+    """The band's fixed-sample rate: ``k`` standard errors on each of two sides."""
+    return upper_tail(BandParams.of(rule).derive.k), 2
+
+
+def check_band(rule: Rule, series: Series, ctx: RuleContext) -> Check:
+    name, stat = ("mean", numeric.mean) if rule.kind == "mean_within" else ("max", max)
+    n_band = ctx.rollouts if ctx.look is None else ctx.look
+    if name == "mean" and ctx.limit is not None:
+        band = look_band(rule, ctx.baseline, n_band, ctx.limit)
+    else:  # a max bound is the whole run's at every look: what exceeds it now fails the run
+        band, n_band = band_for(rule, ctx.baseline, ctx.rollouts), ctx.rollouts
+    values = [v for _, v in series]
+    bad = [s for s, v in series if not math.isfinite(v)]
+    value = math.nan if bad else stat(values)
+    ok = band.contains(value)
+    detail = f"{name} {fmt(value)} of {len(values)} values; band for {n_band} rollouts"
+    failing: tuple[int, ...] = tuple(bad)
+    if bad:
+        detail = f"{name} undefined: non-finite at {steps_text(bad)}"
+    elif not ok:
+        detail = f"{name} {fmt(value)} outside {band.describe()} ({len(values)} values)"
+        if name == "max":
+            failing = tuple(s for s, v in series if not band.contains(v))
+    numbers = {"value": value}
+    numbers.update({k: v for k, v in (("low", band.low), ("high", band.high)) if v is not None})
+    return rule_check(
+        rule, passed(ok), value, band.describe(), detail, failing_steps=failing, numbers=numbers
+    )
+
+
+def expected_band(rule: Rule, baseline: Baseline, rollouts: int) -> str:
+    return band_for(rule, baseline, rollouts).describe()
+
+
+def reference_spread(rule: Rule, baseline: Baseline) -> str:
+    assert rule.metric is not None
+    derive = BandParams.of(rule).derive
+    spread = spread_of(baseline, rule.metric)
+    cover = ", ".join(f"{c:.6g}" for c in derive.cover)
+    text = (
+        f"mean {spread.mean:.6g}, sd {spread.sd:.6g}, n {spread.n} ({spread.how}); "
+        f"k {derive.k:.6g}, cover [{cover}]"
+    )
+    if derive.run_sd or derive.rho:
+        text += f", run_sd {derive.run_sd:.6g}, rho {derive.rho:.6g}"
+    top = baseline.reference_max(rule.metric) if rule.kind == "max_within" else None
+    return text + (f", max {top:.6g}" if top is not None else "")
+
+
+def validate_band(rule: Rule, baseline: Baseline, method: str) -> Problem | None:
+    """The kind's method, the written band is the derived one, no ``cover`` stretches it."""
+    assert rule.metric is not None
+    params = BandParams.of(rule)
+    if params.derive.method != method:
+        return (
+            ".derive.method",
+            f"{rule.kind} takes method {method}, not {params.derive.method}",
+            f"set it to {method}",
+        )
+    try:
+        spread = spread_of(baseline, rule.metric)
+        derived = band_for(rule, baseline, baseline.run_shape.rollouts)
+    except (KeyError, ValueError) as exc:
+        return (
+            ".metric",
+            f"cannot derive the band of {rule.metric}: {exc}",
+            ("add a series, or a summary with sd, min/max or bounds"),
+        )
+    for cover in params.derive.cover:
+        limit = _cover_limit(rule.kind, spread, baseline.run_shape.rollouts, params.derive)
+        if abs(cover - spread.mean) > limit:
+            return (
+                ".derive.cover",
+                (
+                    f"cover {cover:g} is {abs(cover - spread.mean):.4g} from the centre "
+                    f"{spread.mean:.6g}, beyond {COVER_MAX_WIDENING:g}x the derived reach "
+                    f"{limit / COVER_MAX_WIDENING:.4g}"
+                ),
+                "cover only another run of the same recipe, or drop the value",
+            )
+    written = params.band
+    if not _same(derived.low, written.low) or not _same(derived.high, written.high):
+        return (
+            ".band",
+            f"band {{low: {written.low}, high: {written.high}}} is not the derived one",
+            (
+                f"set it to {{low: {derived.low}, high: {derived.high}}} "
+                "(this module) or change derive"
+            ),
+        )
+    return None
+
+
+def rederive_band(rule: Rule, draft: Baseline, rollouts: int) -> dict[str, Any]:
+    """``baseline record``: the band derived from the recorded run for ``rollouts``."""
+    params = BandParams.of(rule)
+    band = band_for(rule, draft, rollouts)
+    return BandParams(band, params.derive).to_json()
+
+
+def _cover_limit(kind: str, spread: Spread, n: int, derive: Derive) -> float:
+    """How far from the centre a cover value may lie: COVER_MAX_WIDENING x the derived reach."""
+    if kind == "mean_within":
+        reach = mean_half_width(spread, n, derive.k, derive.run_sd, derive.rho)
+    else:
+        reach = max_reach(spread, n, derive.k, derive.run_sd)
+    return COVER_MAX_WIDENING * reach
+
+
+def mean_band_covers(baseline: Baseline, metric: str) -> set[float]:
+    """The ``cover`` values of the ``mean_within`` rules on ``metric``: the other published
+    runs' means a kind may pool its reference level with (``pool``)."""
+    return {
+        c
+        for r in baseline.rules
+        if r.kind == "mean_within" and r.metric == metric
+        for c in r.params.get("derive", {}).get("cover", ())
+    }
+
+
+def pool_problem(pool: float, baseline: Baseline, metric: str) -> Problem | None:
+    """A ``pool`` that is no cover value of a ``mean_within`` rule on ``metric``, or None."""
+    covers = mean_band_covers(baseline, metric)
+    if any(math.isclose(pool, c, rel_tol=1e-12) for c in covers):
+        return None
+    return (
+        ".pool",
+        f"pool {pool:g} is no cover value of a mean_within rule on {metric} "
+        f"(covers: {sorted(covers)})",
+        "pool only the other published run the mean band covers, or drop pool",
+    )
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+
+
+def band_spec(name: str, method: str) -> KindSpec:
+    """The declaration of a band kind whose tolerance ``<method>`` derives: the band
+    kinds differ only in that method (``mean_band``, ``max_band``)."""
+
+    def validate(rule: Rule, baseline: Baseline) -> Problem | None:
+        return validate_band(rule, baseline, method)
+
+    spending = method == "mean_band"
+    return KindSpec(
+        name=name,
+        params=BandParams,
+        check=check_band,
+        expected=expected_band,
+        reference=reference_spread,
+        validate=validate,
+        needs_spread=True,
+        rederive=rederive_band,
+        looks="spending" if spending else "at_once",
+        information=mean_information if spending else None,
+        nominal=mean_nominal if spending else None,
+    )

@@ -40,8 +40,6 @@ class KindSpec:
     - ``reference``: the reference data the tolerance is taken from, for ``baseline diff``;
     - ``validate``: the loader's check that a tolerance is the one its derivation gives, or
       lies in its declared sane range, so an absurd but self-consistent baseline is refused;
-    - ``derive_method``: the ``miles_amd.rules.bands`` method of the kind's band (None: no
-      band derived from the reference run's spread);
     - ``summary``: figures ``baseline record`` adds to the metric's summary;
     - ``rederive``: params ``baseline record`` re-derives from the recorded run (a band, the
       reward's sd floor), merged over the template's;
@@ -61,7 +59,7 @@ class KindSpec:
     - ``reference_series``: the rule needs the reference's per-rollout series (so a recorded
       baseline needs the run's own series of that metric);
     - ``needs_spread``: the rule's tolerance needs the reference's per-rollout spread (its
-      series, or a summary to carry over), as a kind with a ``derive_method`` does.
+      series, or a summary to carry over), as a band does.
     """
 
     name: KindName
@@ -70,7 +68,6 @@ class KindSpec:
     expected: Callable[[Rule, Baseline, int], str]
     reference: Callable[[Rule, Baseline], str] = no_reference
     validate: Callable[[Rule, Baseline], Problem | None] = nothing_to_validate
-    derive_method: str | None = None
     summary: Callable[[Rule, list[float]], dict[str, Any]] | None = None
     rederive: Callable[[Rule, Baseline, int], Mapping[str, Any]] | None = None
     looks: LookMode = "final"

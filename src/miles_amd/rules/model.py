@@ -16,9 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
-from miles_amd.rules import bands
-from miles_amd.rules.bands import Spread
-
 SCHEMA_VERSION = 1
 
 # The name of a rule kind, as written in a rule's ``kind`` (a module of miles_amd.rules.kinds).
@@ -177,27 +174,6 @@ class Baseline:
     @property
     def run_id(self) -> str:
         return str(self.provenance["run_id"])
-
-    def spread(self, metric: str) -> Spread:
-        """Per-rollout spread of ``metric`` in the reference run (see ``miles_amd.rules.bands``).
-
-        Series first; else a summary's stated ``sd``, its min/max, or its bounds.
-        """
-        if metric in self.series:
-            return bands.series_spread(self.series[metric])
-        summary = self.summaries.get(metric)
-        if summary is None:
-            raise KeyError(f"no series or summary for {metric}")
-        mean, n = float(summary["mean"]), int(summary["n"])
-        if "sd" in summary:
-            return Spread(mean, float(summary["sd"]), n, str(summary["sd_source"]))
-        if "min" in summary and "max" in summary:
-            return bands.range_spread(mean, float(summary["min"]), float(summary["max"]), n)
-        if "bounds" in summary:
-            lower, upper = (float(b) for b in summary["bounds"])
-            groups = self.run_shape.prompts_per_rollout
-            return bands.bounded_spread(mean, lower, upper, groups=groups, n=n)
-        raise KeyError(f"summary of {metric} has no sd, min/max or bounds")
 
     def reference_max(self, metric: str) -> float | None:
         """The reference run's largest value of ``metric``: its series, else its summary's max."""

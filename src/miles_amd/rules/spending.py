@@ -12,7 +12,8 @@ Decides:
   floored to :data:`FRACTION_DIGITS` decimals so near-equal references share a cached result.
 
 It knows no rule (``miles_amd.rules.looks`` gives the fractions) and reads no file; pure
-arithmetic, no numpy. Caveat: the canonical form is an approximation under lag-1
+arithmetic (the root by ``scipy.optimize.brentq``; ``tests/unit/test_spending.py`` pins the
+boundaries at small alpha to 1e-9). Caveat: the canonical form is an approximation under lag-1
 autocorrelation and a pooled spread; ``benchmarks/bench_calibration.py`` measures the
 family-wise rate. Why 3.5, the grid and its accuracy: ``docs/gate-and-statistics.md``
 ("Spending over looks").
@@ -93,27 +94,18 @@ def _exit(dens: list[float], points: list[float], b: float, sd: float) -> float:
 
 
 def _solve(dens: list[float], points: list[float], sd: float, target: float, guess: float):
-    """The score ``b`` whose exit probability is ``target``: Newton on ``log e(b)``, bracketed."""
-    lo, hi = guess - 12.0 * sd, guess + 1e-12  # e(guess) <= target: guess is the marginal one
-    b = guess
-    for _ in range(100):
-        e = _exit(dens, points, b, sd)
-        if e > target:
-            lo = b
-        else:
-            hi = b
-        scale = -0.5 / (sd * sd)
-        near = zip(dens, points, strict=True)
-        slope = sum([g * math.exp(scale * (b - u) ** 2) for g, u in near])
-        slope *= _INV_SQRT_2PI / sd
-        step = (math.log(e) - math.log(target)) * e / slope if e > 0 and slope > 0 else None
-        candidate = b + step if step is not None else (lo + hi) / 2.0
-        if not lo < candidate < hi:
-            candidate = (lo + hi) / 2.0
-        if abs(candidate - b) < 1e-10 * max(1.0, abs(b)):
-            return candidate
-        b = candidate
-    return b
+    """The score ``b`` whose exit probability is ``target``: ``scipy.optimize.brentq`` on
+    ``log e(b) - log target`` (the log keeps small targets exact), bracketed below by
+    ``guess - 12·sd`` and above by ``guess`` (the marginal boundary: ``e(guess) <= target``)."""
+    from scipy.optimize import brentq
+
+    def excess(b: float) -> float:
+        return math.log(_exit(dens, points, b, sd)) - math.log(target)
+
+    lo, hi = guess - 12.0 * sd, guess + 1e-12
+    if excess(hi) >= 0.0:
+        return hi
+    return float(brentq(excess, lo, hi, xtol=1e-13, rtol=1e-14, maxiter=200))
 
 
 @lru_cache(maxsize=4096)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,16 +74,22 @@ def hamed_rao_factor(n: int, rho: float) -> float:
     return 1.0 + 2.0 * total / (n * (n - 1) * (n - 2))
 
 
+def mann_kendall_s(values: Sequence[float]) -> int:
+    """Mann-Kendall's ``S``: pairs that rose minus pairs that fell (a tie counts for neither);
+    also the history's drift statistic (``miles_amd.history.drift``)."""
+    s = 0
+    for i, earlier in enumerate(values):
+        for later in values[i + 1 :]:
+            s += int(later > earlier) - int(later < earlier)
+    return s
+
+
 def mann_kendall_z(values: list[float]) -> float:
     """The continuity-corrected Mann-Kendall Z of ``values`` in order (0 below 2 values)."""
     n = len(values)
     if n < 2:
         return 0.0
-    s = 0
-    for i in range(n - 1):
-        xi = values[i]
-        for xj in values[i + 1 :]:
-            s += (xj > xi) - (xj < xi)
+    s = mann_kendall_s(values)
     ties = sum(t * (t - 1) * (2 * t + 5) for t in Counter(values).values() if t > 1)
     var = (n * (n - 1) * (2 * n + 5) - ties) / 18.0
     if var <= 0 or s == 0:
@@ -91,7 +98,8 @@ def mann_kendall_z(values: list[float]) -> float:
 
 
 def theil_sen(steps: list[int], values: list[float]) -> tuple[float, float]:
-    """(slope, intercept): the median pairwise slope and the median of ``v - slope·step``."""
+    """(slope, intercept): the median pairwise slope and the median of ``v - slope·step``
+    (by hand: ``scipy.stats.theilslopes`` would cost the gate scipy.stats' import)."""
     slopes = [
         (values[j] - values[i]) / (steps[j] - steps[i])
         for i in range(len(values))

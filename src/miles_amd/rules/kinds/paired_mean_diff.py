@@ -28,7 +28,7 @@ from typing import Any
 
 from miles_amd import numeric
 from miles_amd.evidence.types import Series
-from miles_amd.rules import band, bands
+from miles_amd.rules import bands
 from miles_amd.rules.check import Check, Problem, RuleContext, passed, rule_check, steps_text
 from miles_amd.rules.kind import KindSpec
 from miles_amd.rules.model import Baseline, Params, Rule
@@ -181,7 +181,7 @@ def validate(rule: Rule, baseline: Baseline) -> Problem | None:
     if params.side != "lower" and (params.pool is not None or params.run_sd is not None):
         return (".side", "pool and run_sd apply to side lower only", "set side to lower")
     if params.pool is not None:
-        return band.pool_problem(params.pool, baseline, rule.metric)
+        return bands.pool_problem(params.pool, baseline, rule.metric)
     return None
 
 

@@ -40,7 +40,7 @@ class FloorParams(Params):
 def floor_for(rule: Rule, baseline: Baseline, rollouts: int) -> float:
     """The sd floor of ``rule`` for a run of ``rollouts`` (see the module doc)."""
     assert rule.metric is not None
-    mean = baseline.spread(rule.metric).mean
+    mean = bands.spread_of(baseline, rule.metric).mean
     z = FloorParams.of(rule).z
     return bands.binomial_sd_floor(mean, baseline.run_shape.samples_per_rollout, rollouts, z)
 
@@ -93,7 +93,7 @@ def rederive(rule: Rule, draft: Baseline, rollouts: int) -> dict[str, Any]:
 
 def reference(rule: Rule, baseline: Baseline) -> str:
     assert rule.metric is not None
-    spread = baseline.spread(rule.metric)
+    spread = bands.spread_of(baseline, rule.metric)
     return f"mean {spread.mean:.6g} over {baseline.run_shape.samples_per_rollout} samples a rollout"
 
 

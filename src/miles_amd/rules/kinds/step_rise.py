@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from miles_amd.evidence.types import Series
-from miles_amd.rules import band, bands
+from miles_amd.rules import bands
 from miles_amd.rules.check import (
     Check,
     Problem,
@@ -247,7 +247,7 @@ def validate(rule: Rule, baseline: Baseline) -> Problem | None:
     if pool is not None and pool <= 0:
         return (".pool", f"pool {pool:g} has no logarithm", "pool a positive mean, or drop pool")
     if pool is not None:
-        return band.pool_problem(pool, baseline, rule.metric)
+        return bands.pool_problem(pool, baseline, rule.metric)
     return None
 
 
