@@ -14,8 +14,8 @@
   the rollout a red run was decided at, a look's when one decided it), null for a pass.
 - :func:`appending_verdict` opens the store and appends in a transaction that commits when
   its block ends (rolled back when the block raises; the gate appends only after its report
-  set is in place, ``app.gate``); it yields the runs of the new run's identity including it, with the drift
-  threshold for the metrics they hold (``miles_amd.history.drift``).
+  set is in place, ``app.gate``); it yields the runs of the new run's identity including it,
+  with the drift threshold for the metrics they hold (``miles_amd.history.drift``).
 """
 
 from __future__ import annotations
