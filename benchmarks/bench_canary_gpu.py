@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from bench_canary import EXACT
+from bench_canary import EXACT  # type: ignore[import-not-found]  # run as a script beside it
 
 from miles_amd.canary.harness import (
     CONTROL_ARM,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ def canary(
     bad: bool,
     variant: str | None = None,
     aiter_commit: str | None = None,
-    first: dict[str, object] = STALE,
+    first: Mapping[str, object] = STALE,
     control: ControlRecord | None = None,
     aiter_fix: str | None = None,
 ) -> CanaryRecord:
@@ -57,7 +58,7 @@ def canary(
     (``first`` on rank 2: by default the stale read's fingerprint)."""
     plan = build_plan(recipe_shape(Recipe()), implementation, 0.5, target=CPU, tokens=(28, 127))
     flags = [1, 1] if bad else [0, 0]
-    ranks = [rank_result(r, flags, first if bad and r == 2 else None) for r in range(4)]
+    ranks = [rank_result(r, flags, dict(first) if bad and r == 2 else None) for r in range(4)]
     setup = Setup(
         world_size=4,
         device="cpu",
@@ -74,8 +75,8 @@ def canary(
     return record
 
 
-def gated(run: Path, baseline: str, **options: bool) -> tuple[Verdict, Check]:
-    verdict = judge(load_run(run), load_baseline(baseline), **options)
+def gated(run: Path, baseline: str, require_env: bool = False) -> tuple[Verdict, Check]:
+    verdict = judge(load_run(run), load_baseline(baseline), require_env=require_env)
     return verdict, next(c for c in verdict.checks if c.name == NAME)
 
 

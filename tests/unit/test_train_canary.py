@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,7 @@ def plan_for(run: Path, variant: str | None, env: dict[str, str] | None = None) 
     )
 
 
-def writes(implementation: str, *, bad: bool, code: int, first: dict[str, object] = STALE):
+def writes(implementation: str, *, bad: bool, code: int, first: Mapping[str, object] = STALE):
     """A stand-in for the node canary: canary.json of ``implementation`` into its --run-dir."""
     seen: list[Sequence[str]] = []
 
