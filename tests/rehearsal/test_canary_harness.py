@@ -448,3 +448,28 @@ def test_the_canary_its_ranks_and_its_record_see_the_aiter_the_rule_chooses(
     record = CanaryRecord.from_json((run_dir / "canary.json").read_text(encoding="utf-8"))
     assert record.aiter_fix is not None and record.aiter_fix.startswith(f"fixed: {header} sha256:")
     assert record.dispatch_source.startswith(f"installed {header}, ")
+
+
+def test_the_positive_controls_torch_checks_run_where_torch_is(
+    torch_python: str, tmp_path: Path
+) -> None:
+    """``tests/unit/test_canary_control.py``'s two checks that need torch in-process (hipify turns
+    the kernel into HIP; ``control_result`` reads a caught run and a clean one) run with the
+    interpreter that has torch, so CI runs them instead of skipping them."""
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [
+            torch_python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+            "-rs",
+            "tests/unit/test_canary_control.py::test_hipify_turns_the_kernel_into_hip",
+            "tests/unit/test_canary_control.py::"
+            "test_control_result_reads_a_caught_run_and_a_clean_one",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout and "skipped" not in done.stdout, done.stdout
