@@ -140,41 +140,12 @@ def job_pythonpath(config: PreflightConfig, launch_env: Mapping[str, str]) -> st
     return job_env_vars(recipe, launch_env, "127.0.0.1", None, config.aiter_variant)["PYTHONPATH"]
 
 
-@lru_cache(maxsize=8)
-def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
-    """What the child finds (``docs/node.md``, "The preflight's all-reduce probes");
-    ``{"error": ...}`` when it cannot run or answer."""
-    env = {**os.environ, "PYTHONPATH": pythonpath}
-    try:
-        done = subprocess.run(
-            [python, "-c", CHILD],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT_S,
-            check=False,
-            cwd="/",
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"error": f"{python} could not run: {one_line(exc)}"}
-    lines = done.stdout.strip().splitlines()
-    try:
-        reading = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
-        reading = None
-    if not isinstance(reading, dict):
-        tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
-        return {"error": f"{python} gave no reading: {tail}"}
-    return reading
-
-
-@lru_cache(maxsize=8)
-def read_aiter_fix(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
-    """``miles_amd.aiter_fix``'s fingerprint from a child ``python`` with ``pythonpath`` (aiter
-    found, not imported); ``{"value": "unknown: ..."}`` when the child cannot run or answer."""
-    from miles_amd import aiter_fix
-
-    script = Path(aiter_fix.__file__).read_text(encoding="utf-8")
+def _child_reading(
+    python: str, script: str, pythonpath: str, what: str, marker: str = ""
+) -> tuple[dict[str, object] | None, str]:
+    """The JSON object on the last stdout line of ``python -c script`` that starts with
+    ``marker``, run with ``pythonpath`` from ``/``; else None and why (one line naming
+    ``what`` it did not give)."""
     env = {**os.environ, "PYTHONPATH": pythonpath}
     try:
         done = subprocess.run(
@@ -187,16 +158,35 @@ def read_aiter_fix(pythonpath: str, python: str = "python3") -> Mapping[str, obj
             cwd="/",
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"value": f"unknown: {python} could not run: {one_line(exc)}"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith(aiter_fix.MARKER)]
+        return None, f"{python} could not run: {one_line(exc)}"
+    lines = [line for line in done.stdout.strip().splitlines() if line.startswith(marker)]
     try:
-        reading = json.loads(lines[-1].removeprefix(aiter_fix.MARKER)) if lines else None
+        reading = json.loads(lines[-1].removeprefix(marker)) if lines else None
     except json.JSONDecodeError:
         reading = None
-    if not isinstance(reading, dict) or not isinstance(reading.get("value"), str):
+    if not isinstance(reading, dict) or (marker and not isinstance(reading.get("value"), str)):
         tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
-        return {"value": f"unknown: {python} gave no fingerprint: {tail}"}
-    return reading
+        return None, f"{python} gave no {what}: {tail}"
+    return reading, ""
+
+
+@lru_cache(maxsize=8)
+def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
+    """What the child finds (``docs/node.md``, "The preflight's all-reduce probes");
+    ``{"error": ...}`` when it cannot run or answer."""
+    reading, why = _child_reading(python, CHILD, pythonpath, "reading")
+    return {"error": why} if reading is None else reading
+
+
+@lru_cache(maxsize=8)
+def read_aiter_fix(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
+    """``miles_amd.aiter_fix``'s fingerprint from a child ``python`` with ``pythonpath`` (aiter
+    found, not imported); ``{"value": "unknown: ..."}`` when the child cannot run or answer."""
+    from miles_amd import aiter_fix
+
+    script = Path(aiter_fix.__file__).read_text(encoding="utf-8")
+    reading, why = _child_reading(python, script, pythonpath, "fingerprint", aiter_fix.MARKER)
+    return {"value": f"unknown: {why}"} if reading is None else reading
 
 
 def probe_aiter_fix(config: PreflightConfig) -> Fact:
