@@ -1,27 +1,8 @@
-"""Does the aiter a Python would import hold ROCm/aiter#5694's fix? Read from its source text.
-
-Self-contained (the standard library only): the preflight, the canary and the submitted job
-run this file's source as ``python3 -c <source>`` in their own Python, with their own
-``PYTHONPATH``, so a node needs no miles_amd install there; the child prints one line,
-``MILES_AMD_AITER_FIX <json>``. Decides:
-
-- where the header is (:func:`locate`): ``importlib.util.find_spec("aiter")`` (aiter is found,
-  not imported), then ``csrc/include/custom_all_reduce.cuh`` under ``$AITER_META_DIR`` (the
-  override aiter's JIT honours), ``aiter_meta/`` beside the package (a wheel) or beside the
-  package itself (a ROCm/aiter checkout: editable, or on ``AITER_PATCHED_DIR``);
-- the verdict (:func:`classify`), from the lines the fix changed between ROCm/aiter e4048607
-  and 01f53100 (whitespace ignored): ``fixed`` when ``cross_device_reduce_2stage`` takes
-  ``bool has_tail``, its stage-1 loop stops at whole tiles (``loop_end -= (end - start) %
-  tnum_gpu``; ``for(; idx < loop_end; idx += stride)``) and the dispatch instantiates it
-  with ``has_tail`` when ``size % THREAD_NUM != 0``; ``not fixed`` when the stage-1 loop is
-  ``for(int idx = start + tid; idx < end; idx += stride)`` and none of those is there;
-  ``unknown`` with why otherwise (no aiter, no header, a partial or another shape);
-- the value recorded (:func:`value`): ``<verdict>: <header> sha256:<12 hex>``, or
-  ``unknown: <why>``; :func:`source_of` is the part after the verdict, the same for two
-  processes that read the same file.
-
-Caveat: the header is what aiter's JIT compiles; a prebuilt module is not read.
-``docs/node.md`` ("Which aiter a run imports, and whether it holds the fix").
+"""Does the aiter a Python would import hold ROCm/aiter#5694's fix? Read from its
+``custom_all_reduce.cuh`` (whitespace ignored) against the lines the fix changed between
+e4048607 and 01f53100. Standard library only: run as ``python3 -c <source>`` in the job's own
+Python, it prints one ``MILES_AMD_AITER_FIX <json>`` line. ``docs/node.md`` ("Which aiter a run
+imports, and whether it holds the fix").
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
-"""The aiter variants a run can be labelled with, and the SGLang env of each.
-
-Decides:
-
-- the names (:data:`AITER_VARIANTS`) and their descriptions: ``stock``, the image's aiter;
-  ``patched``, with the fix of ROCm/aiter#5694; ``rccl``, the control arm (SGLang's own
-  all-reduce), which has no published baseline (:data:`BASELINE_VARIANTS` has the others);
-- the SGLang switches a variant's job gets (:func:`sglang_env`): ``SGLANG_USE_AITER=1``
-  always and, with a variant, ``SGLANG_USE_AITER_AR`` ``1`` for stock/patched or ``0`` for
-  rccl (``tests/unit/test_ab_premise.py``);
-- the all-reduce implementations a canary can test (:data:`IMPLEMENTATIONS`) and which of them
-  a variant's rollouts use (:func:`rollout_implementation`);
-- which aiter a variant's processes import (:func:`aiter_pythonpath`, the one rule the
-  preflight's probes, the canary and the job take it from): for patched, the build's dir
-  ``AITER_PATCHED_DIR`` when set, first on their ``PYTHONPATH`` (ahead of site-packages); else
-  site-packages' aiter (the image's, or a build installed there, e.g. editable).
-
-Caveat: the names are spelled again where a CLI option lists its choices (``cli/canary.py``)
-and where a variant picks its baseline (``app/baselines.py``).
-
-``docs/node.md`` ("The aiter variants").
+"""The aiter variants a run can be labelled with (stock, patched, rccl), the SGLang env of
+each, the all-reduce a canary tests for it, and which aiter its processes import (one rule,
+:func:`aiter_pythonpath`). ``docs/node.md`` ("The aiter variants").
 """
 
 from __future__ import annotations

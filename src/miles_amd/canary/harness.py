@@ -1,26 +1,7 @@
-"""A canary run end to end: the ranks as bounded processes, merged, the record written.
-
-Decides (the ranks' own work is ``canary.worker``):
-
-- the shape: ``world_size`` ranks in TP groups of the plan's TP, side by side, each group
-  making ``ceil(calls / groups)`` of each size's calls per arm, in :func:`tasks`' order (the
-  ``spread`` arm cut into slices over the run); :class:`Setup` says where: ``cpu`` (gloo,
-  float32, a small GEMM, a 1 ms skew) or ``cuda`` (nccl = RCCL, the recipe's dtype);
-- the processes (:func:`run_ranks`): one ``python -m miles_amd.canary.worker SPEC RANK`` per
-  rank in its own session, spec and results in a temp dir removed afterwards, no fixed port.
-  A rank that fails ends the run after ``GRACE_S`` (:class:`HarnessError` naming the rank that
-  failed first); ranks still running after ``timeout_s`` are killed and named; a rank that
-  exits 0 without a readable result is named. Only the ranks' own process groups are
-  signalled, also when this process gets SIGTERM or SIGHUP;
-- the merge (:func:`merge`): per size and arm, calls wrong on at least one rank of a group,
-  blocks and blocks with a hit; the earliest ``KEEP`` mismatches over ranks, each checked
-  against the stale-read fingerprint; mean seconds per call (``latency_us``) and per call of
-  whole blocks (``cost_us``);
-- the positive control (:func:`run_control`): the broken build over the plan's suspect sizes,
-  at most :data:`CONTROL_CALLS` calls each, kept as ``control`` with its first wrong element
-  placed in the control kernel; uncaught, a clean canary says :data:`NOT_SEEN`;
-- :func:`write_canary`: ``canary.json`` whole or not at all (its model:
-  ``miles_amd.records.canary``; its schema: :func:`schema_path`).
+"""A canary run end to end: the ranks (``canary.worker``) as bounded processes in their own
+sessions, stopped also on SIGTERM/SIGHUP, the first failure named; their results merged per
+size and arm with the stale-read fingerprint; the positive control's run; ``canary.json``
+written whole. ``docs/node.md`` ("The all-reduce canary", "The positive control").
 """
 
 from __future__ import annotations

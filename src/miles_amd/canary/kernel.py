@@ -1,26 +1,8 @@
-"""aiter's custom all-reduce as the canary models it: dispatch, constants, stale-read fingerprint.
-
-Pure functions of (bytes, world size, dtype size, full peer links, constants), read in ROCm/aiter
-at e4048607, ``csrc/include/custom_all_reduce.cuh`` (``use_new`` path). Decides:
-
-- the kernel (:func:`dispatch`): ``1stage``, ``2stage`` (naive or not) or ``none``; its grid;
-  each lane's stage-1 trip count (:func:`trip_counts`); :attr:`Dispatch.affected`, the lane
-  model's suspect class; whether aiter takes a size at all (:func:`uses_custom_ar`);
-- the hardware reading (:func:`wave_class`): barriers count waves of ``wave`` lanes (64 on
-  CDNA), so only an early-leaving wave that still has stage-2 reads can return a stale sum;
-- the constants (:class:`DispatchConstants`): :data:`PINNED` (e4048607's), or read by
-  :func:`parse_constants` from the installed aiter's ``custom_all_reduce.cuh`` and ``.py`` in
-  either kernel's shape (e4048607, or #5694's fix 01f53100: ``stage1_whole_tiles``; which lines
-  decide: ``miles_amd.aiter_fix``), refusing a constant outside what aiter can launch
-  (:data:`BOUNDS`) or a branch of another shape; :func:`installed_constants` falls back to
-  :data:`PINNED`, its ``source`` naming the file and fingerprint, or the commit and why;
-- whether a wrong element fits ROCm/aiter#5694's stale read (:func:`matches`): exposed size,
-  a segment another rank owns, a thread in an early wave of the unequal block, and
-  ``expected - seen`` a whole input step (a non-zero multiple of the TP size).
-
-``tests/unit/test_canary_kernel.py`` holds the model to aiter's lines
-(``tests/unit/data/``). ``docs/node.md`` ("The dispatch model", "The hardware reading",
-"The fingerprint").
+"""aiter's custom all-reduce as the canary models it (ROCm/aiter e4048607,
+``csrc/include/custom_all_reduce.cuh``): the kernel and grid a size gets, each lane's stage-1
+trip count, the wave reading of the barriers, the dispatch constants (pinned, or read from the
+installed aiter within :data:`BOUNDS`) and whether a wrong element fits ROCm/aiter#5694's stale
+read. ``docs/node.md`` ("The dispatch model", "The hardware reading", "The fingerprint").
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""Is this machine able to run the hardware canary, and which aiter does it hold?
-
-Decides, before any rank starts, the reasons a node run is unusable (each one line naming
-the fix; the CLI exits 2 on them) and the aiter provenance the record carries:
-
-- torch must import in this interpreter and see GPUs (:func:`probe_gpus` runs ``python -c``
-  in a child, so the CLI process does not import torch); fewer GPUs than the rollout TP size
-  cannot form one TP group;
-- ``aiter`` (stock/patched) and ``sglang`` (the control arm) must import their
-  ``CustomAllreduce`` module: the child of ``run.probes_allreduce.read_job_aiter`` tries the
-  import as SGLang does, with the ranks' ``PYTHONPATH`` (``variants.aiter_pythonpath``), and
-  reads aiter's version and build commit (``run.probes_allreduce.aiter_commit_fact``; None
-  when unknown);
-- SGLang's module is tried in the GPU probe's child, which also reads the GPU's wave size
-  (``warp_size`` of torch's device properties, where torch exposes it; else the plan's 64).
+"""Whether this machine can run the hardware canary (torch imports and sees at least a TP
+group's GPUs; the implementation's ``CustomAllreduce`` imports), each reason one line naming
+the fix, and the aiter provenance the record carries. Probes run in children.
 """
 
 from __future__ import annotations

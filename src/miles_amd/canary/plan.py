@@ -1,26 +1,8 @@
-"""The canary's plan: which all-reduce sizes, under which conditions, how many calls, what power.
-
-Decides, purely, from the recipe and the dispatch constants (``canary.kernel``):
-
-- **Shape** (:func:`recipe_shape`): hidden size, dtype, rollout TP, engines, requests per
-  engine and the prefill chunk; ``N`` tokens all-reduce ``N x hidden`` elements;
-- **Sizes** (:func:`token_sizes`), each classed under both models (lanes: ``affected``;
-  waves: ``wave_class``): decode ``N`` as SGLang pads them, prefill sizes where a stale read
-  is possible (``exposed``) up to the largest aiter takes, and matched controls of the same
-  kernel (waves agree, uniform, lane-only); SGLang's own all-reduce stops at 16 MiB;
-- **The rate worth catching** (:func:`implied_rate`): a bug that spikes a fraction ``s`` of
-  stock runs with ``E`` exposed calls each has a per-call rate of at least ``-ln(1 - s) / E``;
-- **Calls** (:func:`calls_needed`): ``n = ceil(ln(1 - c) / ln(1 - p))`` exposed calls catch a
-  per-call rate ``p`` with probability ``c`` = 0.99 if calls were independent (calls in a
-  block are not: the record also bounds the rate of blocks with a hit); :func:`allocate`
-  gives every exposed size the same estimated time by a per-call time model
-  (:class:`LatencyModel`: kernel plus the harness measured on a GPU, its source printed) and
-  each control size a share; each size's calls split over the rollout conditions
-  (:data:`ARMS`); the node's TP groups share them and the time estimate divides by them.
-
-A clean canary bounds the rate (:func:`rate_upper_bound`); it does not show the kernel
-race-free. Figures, derivations and sources: ``docs/node.md`` ("How the plan is built",
-"Statistics").
+"""The canary's plan, purely from the recipe and the dispatch constants: the all-reduce sizes
+(decode as SGLang pads them, exposed prefill sizes, matched controls), the calls that catch a
+per-call rate with 99% confidence spread over the rollout conditions, and their estimated time.
+A clean canary bounds the rate; it does not show the kernel race-free. ``docs/node.md`` ("How
+the plan is built", "Statistics").
 """
 
 from __future__ import annotations

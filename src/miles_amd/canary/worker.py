@@ -1,25 +1,7 @@
-"""One rank of the canary: all-reduce known integers over the plan and check every bit.
-
-- Run by ``canary.harness`` as ``python -m miles_amd.canary.worker SPEC RANK``; writes
-  ``rank<R>.json`` beside ``SPEC`` (its results, or ``{"error": ..., "at": <epoch s>}``) and
-  exits 0, or 3 on an error.
-- Rendezvous: rank 0's ``TCPStore`` on 127.0.0.1 port 0 (aiter's IPC exchange requires a TCP
-  store), its port written beside the spec; per TP group a device group and a gloo group.
-- Inputs: ``a(r, i) + b(c)``, integers whose every partial sum has magnitude at most 248, so
-  exact in bf16 and fp32 in any order of addition; consecutive calls differ at every element.
-- The spec's tasks run in order, each a size's calls under one rollout condition (arm) in
-  blocks: a block's inputs and exact sums are built once, its calls run with no host sync,
-  then one batched check (shape and dtype first, then bits) and one max-reduce of the per-call
-  flags over the TP group; the first ``keep`` wrong elements per size are kept.
-- Reducers (picked in :func:`_reducer` only): ``reducer`` (``FILE:FUNCTION``, the test seam),
-  ``rccl``, ``aiter`` and ``sglang`` (``CustomAllreduce`` as SGLang builds it), and the
-  positive control's builds (:data:`CONTROL_BUILDS`: ``control``, and ``control-broken`` whose
-  end_sync does not wait), compiled from ``control_kernel.cu`` by torch's extension loader
-  (hipified on ROCm), one IPC buffer per rank, handles exchanged over the gloo group.
-
-torch is imported only inside functions. A disabled communicator or a declined size is an
-error, not a skip; eager calls only. ``docs/node.md`` ("How a rank checks", "The positive
-control").
+"""One rank of the canary, run as ``python -m miles_amd.canary.worker SPEC RANK``: all-reduce
+known integers over the plan's tasks and check every bit; writes ``rank<R>.json`` beside
+``SPEC`` and exits 0, or 3 on an error. torch is imported only inside functions.
+``docs/node.md`` ("How a rank checks", "The positive control").
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Detect which AMD Instinct node this is, for ``--hardware auto``.
-
-Decides only the node's product (MI355X or MI350X) from what the ROCm tools print; the
-preflight (``miles_amd.run.preflight``) is what judges a node fit to run. Detection reads the
-product names that ``amd-smi static --asic`` or ``rocm-smi --showproductname`` print and
-matches them by regex, so it does not depend on either tool's exact layout. No tool, no
-GPU, or a mix of products is a :class:`HardwareDetectionError` that says what to pass instead.
+"""``--hardware auto``: the node's product (MI355X or MI350X) from what ``amd-smi`` or
+``rocm-smi`` print, matched by regex; no tool, no GPU or a mix is a
+:class:`HardwareDetectionError` saying what to pass instead.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
-"""Flags the recipe passes that miles parses and then ignores on this path (bridge + LoRA).
-
-A table for a reader of the argv and for the conformance tier; the argv itself comes from
-``recipe.settings``.
-
-Decides:
-
-- which of the recipe's flags change nothing in the run (:data:`IGNORED_FLAGS`, by flag in
-  :data:`BY_FLAG`);
-- each one's kind: ``model`` (the bridge builds the model from ``config.json``),
-  ``overridden`` (another value replaces it) or ``inactive`` (read only under a switch the
-  recipe leaves off);
-- each one's upstream file in the pinned miles or Megatron-LM tree, and the reason.
-
-Caveat: the recipe still passes these flags, and several are cross-checked against
-``config.json`` at parse time. ``tests/conformance/test_ignored_flags.py`` fails when a flag
-the recipe passes is neither read on the bridge path nor listed, or an entry no longer holds.
-``docs/conformance.md`` ("Why those flags change nothing (``recipe/ignored_flags.py``)").
+"""Flags the recipe passes that miles parses and then ignores on the bridge + LoRA path, each
+with its kind (``model``: the bridge builds the model from ``config.json``; ``overridden``;
+``inactive``), its upstream file and why. The conformance tier holds the table to upstream.
+``docs/conformance.md`` ("Why those flags change nothing").
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,53 +32,33 @@ _FROM_CONFIG = "the bridge builds the model from config.json; this flag never re
 _CROSS_CHECKED = f"{_FROM_CONFIG} (hf_validate_args compares it with config.json at parse time)"
 
 
-def _model(flag: str, reason: str = _FROM_CONFIG) -> IgnoredFlag:
-    return IgnoredFlag(flag, "model", BRIDGE_BUILDER, reason)
-
+_MODEL_FLAGS = """--num-layers --hidden-size --ffn-hidden-size --num-attention-heads
+    --group-query-attention --num-query-groups --kv-channels --use-rotary-position-embeddings
+    --rotary-percent --rotary-base --max-position-embeddings --normalization --norm-epsilon
+    --swiglu --untie-embeddings-and-output-weights --vocab-size --softmax-type --window-size
+    --window-attn-skip-freq --no-masked-softmax-fusion --no-rope-fusion --num-experts
+    --moe-router-topk --moe-aux-loss-coeff --moe-token-dispatcher-type --moe-router-dtype
+    --moe-grouped-gemm --attention-dropout --hidden-dropout"""
+_CROSS_CHECKED_FLAGS = """--num-layers --hidden-size --ffn-hidden-size --num-attention-heads
+    --rotary-base --norm-epsilon --untie-embeddings-and-output-weights"""
+_MODEL_REASONS = {
+    **dict.fromkeys(shlex.split(_CROSS_CHECKED_FLAGS), _CROSS_CHECKED),
+    "--max-position-embeddings": f"{_FROM_CONFIG}; miles also overrides it with the sequence "
+    "length",
+    "--moe-aux-loss-coeff": f"{_FROM_CONFIG} (only the non-LoRA bridge path, model_provider.py, "
+    "copies it)",
+    "--moe-token-dispatcher-type": "the LoRA bridge builder sets moe_token_dispatcher_type = "
+    "'alltoall' itself",
+    "--moe-router-dtype": "miles #3263: the LoRA bridge builder does not copy it; the router GEMM "
+    "runs in bf16 (config fidelity only, not fatal)",
+    "--moe-grouped-gemm": f"{_FROM_CONFIG} (the provider sets grouped GEMM itself)",
+}
 
 IGNORED_FLAGS: tuple[IgnoredFlag, ...] = (
-    _model("--num-layers", _CROSS_CHECKED),
-    _model("--hidden-size", _CROSS_CHECKED),
-    _model("--ffn-hidden-size", _CROSS_CHECKED),
-    _model("--num-attention-heads", _CROSS_CHECKED),
-    _model("--group-query-attention"),
-    _model("--num-query-groups"),
-    _model("--kv-channels"),
-    _model("--use-rotary-position-embeddings"),
-    _model("--rotary-percent"),
-    _model("--rotary-base", _CROSS_CHECKED),
-    _model(
-        "--max-position-embeddings",
-        f"{_FROM_CONFIG}; miles also overrides it with the sequence length",
+    *(
+        IgnoredFlag(flag, "model", BRIDGE_BUILDER, _MODEL_REASONS.get(flag, _FROM_CONFIG))
+        for flag in shlex.split(_MODEL_FLAGS)
     ),
-    _model("--normalization"),
-    _model("--norm-epsilon", _CROSS_CHECKED),
-    _model("--swiglu"),
-    _model("--untie-embeddings-and-output-weights", _CROSS_CHECKED),
-    _model("--vocab-size"),
-    _model("--softmax-type"),
-    _model("--window-size"),
-    _model("--window-attn-skip-freq"),
-    _model("--no-masked-softmax-fusion"),
-    _model("--no-rope-fusion"),
-    _model("--num-experts"),
-    _model("--moe-router-topk"),
-    _model(
-        "--moe-aux-loss-coeff",
-        f"{_FROM_CONFIG} (only the non-LoRA bridge path, model_provider.py, copies it)",
-    ),
-    _model(
-        "--moe-token-dispatcher-type",
-        "the LoRA bridge builder sets moe_token_dispatcher_type = 'alltoall' itself",
-    ),
-    _model(
-        "--moe-router-dtype",
-        "miles #3263: the LoRA bridge builder does not copy it; the router GEMM runs in "
-        "bf16 (config fidelity only, not fatal)",
-    ),
-    _model("--moe-grouped-gemm", f"{_FROM_CONFIG} (the provider sets grouped GEMM itself)"),
-    _model("--attention-dropout"),
-    _model("--hidden-dropout"),
     IgnoredFlag(
         "--sglang-max-lora-rank",
         "overridden",

@@ -1,17 +1,8 @@
-"""Checks that the recipe's two input files exist and are the ones the recipe needs.
-
-Decides:
-
-- whether a checkpoint directory is a complete BF16 gpt-oss-20b checkpoint: not MXFP4, a
-  ``bfloat16`` dtype when one is given, every weight file present and as long as its header;
-- whether a dataset file starts with a JSON object carrying the prompt and label keys;
-- each failure: an :class:`InputError` whose message is one line naming the path, the CLI
-  flag it came from, and the fix.
-
-Does not decide: anything about the model's architecture, the tokenizer, or the contents of
-the dataset beyond its first record; nothing is downloaded or repaired here. The format
-facts (MXFP4, the dtype field, safetensors shards and headers): ``docs/conformance.md``
-("The recipe's input files").
+"""Whether the recipe's two input files are the ones it needs: a complete BF16 gpt-oss-20b
+checkpoint (not MXFP4, every safetensors shard present and as long as its header says) and a
+dataset whose first record holds the prompt and label keys. Each failure is one
+:class:`InputError` line naming the path, the flag and the fix. ``docs/conformance.md`` ("The
+recipe's input files").
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
-"""Which LoRA target names reach a layer of gpt-oss in miles, and the refusal of the others.
-
-Holds for the pinned miles, :data:`PINNED_MILES` (radixark/miles
-31f1ca961a94cb860cec3b2dea34ec332bfa8f76, ``miles/backends/megatron_utils/lora_utils.py``,
-``convert_target_modules_to_megatron``: ``hf_to_megatron.get(module, module)``): HF names
-map to Megatron's ``linear_*`` layers, Megatron names pass as they are, and any other name
-passes through unmapped, matches no layer and trains no adapter, without a warning.
-gpt-oss's own expert name ``gate_up_proj`` is such a name there. A newer miles may resolve
-targets against the model's HF weight mapping and map ``gate_proj,up_proj`` to the packed
-``gate_up_proj`` (reported in issue 28; not in the mirrored sources, whose newest commit is
-the pinned one), so the refusal is the pinned miles' fact, not a law: with
-``--override-pinned`` an ``--extra-args --target-modules`` name is let through, and on the
-node the preflight's census of the trainer's model as that miles builds it (fact
-``lora_experts``, ``run.probes_miles``) and the gate's ``model.lora_experts`` check decide
-whether the experts got adapters.
-
-This module lists the names that map (:data:`LORA_TARGET_MODULES`, standard LoRA, which
-miles uses by default) and words the refusal; ``recipe.settings`` raises it. The conformance
-tier checks the table against the pinned miles' own mapping. It decides nothing about which
-targets the recipe uses.
+"""Which LoRA target names reach a layer of gpt-oss in the pinned miles (31f1ca961,
+``lora_utils.convert_target_modules_to_megatron``: any other name passes unmapped and trains no
+adapter), and the refusal of the others. ``docs/cli.md`` ("The recipe's invariants and
+settings").
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
-"""From a recipe and an environment to a launch plan (pure: executing it is the driver's).
-
-- *How* the recipe is launched, as miles' own launchers do it: the canary (with an aiter
-  variant, on this machine's own head; run by ``miles_amd.app.train``, not the driver), the
-  cleanup of this tool's own leftovers by recorded pid, ``ray start --head`` unless
-  ``RAY_ADDRESS`` names a cluster, then a Ray job running miles' ``train.py`` with RECIPE.md's
-  env vars in its runtime env.
-- ROCm devices: the ``RAY_EXPERIMENTAL_NOSET_*_VISIBLE_DEVICES`` switches in the launching
-  process and in the runtime env; ``CUDA_VISIBLE_DEVICES`` mirrors ``HIP_VISIBLE_DEVICES``.
-- Secrets (``WANDB_API_KEY``, ``HF_TOKEN``) are held apart from everything printable
-  (:meth:`LaunchPlan.to_dict` shows ``<redacted>``; ``tests/unit/test_cli_plan.py``,
-  ``tests/unit/test_recipe.py``); with the tool's own head they reach the job by inheritance
-  (:meth:`LaunchPlan.head_env`), so none is in the runtime env.
-
-Caveats:
-
-- On a ``RAY_ADDRESS`` cluster ``WANDB_API_KEY`` travels in the job's runtime env
-  (:data:`RUNTIME_ENV_SECRETS`), where Ray stores and shows it; ``HF_TOKEN`` is not sent.
-
-Explained in ``docs/cli.md`` ("The launch plan").
+"""From a recipe and an environment to a launch plan (pure: executing it is the driver's): the
+canary, the cleanup of this tool's own leftovers, ``ray start --head`` unless ``RAY_ADDRESS``
+names a cluster, then a Ray job running miles' ``train.py`` with RECIPE.md's env; secrets held
+apart from everything printable. ``docs/cli.md`` ("The launch plan").
 """
 
 from __future__ import annotations
@@ -32,7 +16,6 @@ from pathlib import Path
 
 from miles_amd import variants
 from miles_amd.recipe.settings import (
-    CHECKPOINT_NAME,
     CHECKPOINT_REPO,
     DATASET_DIR_NAME,
     DATASET_REPO,
@@ -56,8 +39,7 @@ DEFAULT_NODE_ROOT = "/tmp/miles_amd_runs"
 
 @dataclass(frozen=True)
 class Step:
-    """One thing a run does, in order (the driver's, but :data:`CANARY_STEP`, which
-    ``miles_amd.app.train`` runs first). ``argv`` is empty for in-process steps."""
+    """One thing a run does, in order; ``argv`` is empty for in-process steps."""
 
     name: str
     description: str
@@ -85,8 +67,8 @@ class JobSpec:
         return (self.aiter_fix_python, "-c", script) if self.aiter_fix_python else ()
 
     def command(self) -> str:
-        """The shell command Ray runs: the fingerprint, then ``exec`` the entrypoint. The
-        fingerprint's source travels compressed on one line (Ray logs the command in job.log)."""
+        """The shell command Ray runs: the aiter fingerprint (its source compressed on one line),
+        then ``exec`` the entrypoint."""
         main = shlex.join(self.entrypoint)
         if not self.aiter_fix_python:
             return main
@@ -172,14 +154,8 @@ def job_env_vars(
     run_dir: str | None,
     aiter_variant: str | None = None,
 ) -> dict[str, str]:
-    """RECIPE.md's runtime env, plus where the evidence lands when a run dir is given.
-
-    ``run_dir`` is the dir the *job* writes: the client's run dir on one node, the node-local
-    dir (:func:`node_run_dir`) in cluster mode. SGLang's aiter switches are the variant's
-    (``miles_amd.variants.sglang_env``: ``SGLANG_USE_AITER=1`` always, ``SGLANG_USE_AITER_AR``
-    1 for stock/patched, 0 for the rccl control arm, unset without a variant). Its
-    ``PYTHONPATH`` is ``variants.aiter_pythonpath``'s: the patched build's dir when set.
-    """
+    """RECIPE.md's runtime env, the variant's SGLang aiter switches and ``PYTHONPATH``
+    (``miles_amd.variants``), and where the evidence lands when the job's ``run_dir`` is given."""
     pythonpath = variants.aiter_pythonpath(
         aiter_variant, env, recipe.miles_dir, recipe.megatron_dir
     )
@@ -200,11 +176,8 @@ def job_env_vars(
 
 
 def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
-    """``ray start`` for a head on the master address, its dashboard on loopback only.
-
-    The driver's :class:`~miles_amd.run.ray_head.RayHead` adds what makes it private (token
-    auth, every port, the temp dir, loopback for the whole node).
-    """
+    """``ray start`` for a head on the master address, its dashboard on loopback only (the
+    driver's ``RayHead`` adds what makes it private)."""
     return (
         "ray",
         "start",
@@ -220,13 +193,8 @@ def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
 
 
 def node_run_dir(node_root: str, run_dir: str, run_id: str | None) -> str:
-    """Cluster mode: the job's evidence dir on its node, ``<node root>/<run name>[-<id>]``.
-
-    ``node_root`` may reference the node's environment (``${MILES_AMD_NODE_ROOT}``): Ray
-    expands ``${VAR}`` in runtime-env values on the node (``ray._private.utils.update_envs``:
-    ``os.path.expandvars``, an unset ``${VAR}`` becomes empty), and the pull-back expands it
-    the same way, on the same node.
-    """
+    """Cluster mode: the job's evidence dir on its node, ``<node root>/<run name>[-<id>]``;
+    ``node_root`` may be ``${VAR}``, which Ray and the pull-back expand on the node."""
     name = run_dir.rstrip("/").rsplit("/", 1)[-1] or "run"
     return f"{node_root.rstrip('/')}/{name}-{run_id}" if run_id else f"{node_root}/{name}"
 
@@ -244,23 +212,9 @@ def build_train_plan(
     aiter_variant: str | None = None,
     canary: bool = False,
 ) -> LaunchPlan:
-    """The plan for ``train``: cleanup, Ray head (unless ``RAY_ADDRESS``), the job.
-
-    ``env`` is the environment the launch would see (passed in, so planning stays pure).
-    With ``run_dir`` the job also writes TensorBoard and CI-history evidence into it.
-    ``entrypoint_prefix`` replaces ``python3 <miles>/train.py`` (the CPU rehearsal swaps in
-    its replay this way; everything else in the plan is unchanged).
-
-    Cluster mode (``RAY_ADDRESS``): the job asks for a whole node through Ray's
-    ``entrypoint_resources`` (``{NODE_RESOURCE: 1}``). With ``node_root`` (the node does not
-    share this filesystem) it writes its evidence under ``node_root`` on that node
-    (:func:`node_run_dir`; ``run_id``, a fresh random one by default, keeps runs apart there)
-    and ``miles_amd.run.pullback`` brings it into ``run_dir``; without, the node is taken to
-    see ``run_dir`` at the same path (shared storage) and writes there.
-    ``aiter_variant`` (``miles_amd.variants``; ``KeyError`` for an unknown one) sets the
-    job's SGLang aiter env (:func:`job_env_vars`). ``canary`` puts the all-reduce canary of
-    that variant first (:func:`canary_step`), when the job runs on this machine's own head.
-    """
+    """The plan for ``train`` (``docs/cli.md``, "The launch plan"); ``env`` is passed in so
+    planning stays pure; ``entrypoint_prefix`` replaces ``python3 <miles>/train.py`` (the
+    rehearsal's replay); an unknown ``aiter_variant`` is a ``KeyError``."""
     if run_dir is not None and not recipe.capture_metrics:
         recipe = replace(recipe, capture_metrics=True)
     if env.get("WANDB_API_KEY") and not recipe.use_wandb:
@@ -297,8 +251,7 @@ def build_train_plan(
 
 
 def aiter_imports(variant: str | None, env: Mapping[str, str], job_path: str) -> dict[str, str]:
-    """Where each process of the run imports aiter from (``LaunchPlan.aiter``): one rule,
-    ``variants.aiter_pythonpath``; the preflight probes the job's python path."""
+    """Where each process of the run imports aiter from (``variants.aiter_pythonpath``)."""
     return {
         "from": variants.aiter_origin(variant, env),
         "preflight": job_path,
@@ -360,39 +313,23 @@ def _train_steps(
 
 def build_prepare_plan(recipe: Recipe) -> LaunchPlan:
     """The plan for ``prepare``: download the BF16 checkpoint and the dataset with ``hf``."""
+    checkpoint = ("hf", "download", CHECKPOINT_REPO, "--local-dir", recipe.checkpoint_dir)
+    dataset_dir = f"{recipe.data_dir}/{DATASET_DIR_NAME}"
+    dataset = ("hf", "download", "--repo-type", "dataset", DATASET_REPO, "--local-dir", dataset_dir)
     steps = (
         Step(
             "download-checkpoint",
             f"download {CHECKPOINT_REPO} (BF16; the MXFP4 openai/gpt-oss-20b is not served "
             "by the Triton MoE path)",
-            (
-                "hf",
-                "download",
-                CHECKPOINT_REPO,
-                "--local-dir",
-                f"{recipe.model_dir}/{CHECKPOINT_NAME}",
-            ),
+            checkpoint,
         ),
-        Step(
-            "download-dataset",
-            f"download the {DATASET_REPO} dataset",
-            (
-                "hf",
-                "download",
-                "--repo-type",
-                "dataset",
-                DATASET_REPO,
-                "--local-dir",
-                f"{recipe.data_dir}/{DATASET_DIR_NAME}",
-            ),
-        ),
+        Step("download-dataset", f"download the {DATASET_REPO} dataset", dataset),
     )
     return LaunchPlan(recipe=recipe, steps=steps, job=None)
 
 
 def format_plan(plan: LaunchPlan) -> str:
-    """The plan as a reviewer reads it: steps, then the job's argv one flag per line; each
-    line shown by ``miles_amd.escape.terminal`` (a path holding a newline cannot forge one)."""
+    """The plan as a reviewer reads it, each line shown by ``miles_amd.escape.terminal``."""
     from miles_amd.escape import terminal
 
     lines = [

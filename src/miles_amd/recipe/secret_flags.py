@@ -1,17 +1,7 @@
-"""Which tokens of an argv pass a credential, in every spelling argparse would accept.
-
-Decides what ``--extra-args`` may not carry: a flag whose value is a credential, refused
-before anything runs; the refusal names the flag, not ``=value`` or the next token
-(``tests/unit/test_untrusted_input.py``):
-
-- the flags: :data:`SECRET_FLAGS` and any ``--*-token``/``--*-secret``/``--*-password``-like
-  flag; Megatron's ``--fim-*-token`` flags name vocabulary tokens and stay allowed;
-- the spellings (:func:`normalised`): ``--flag value`` and ``--flag=value``, any case,
-  underscores for dashes, and an abbreviation that reaches the flag's last word.
-
-Caveat: abbreviations count although the pinned miles parses with ``allow_abbrev=False``.
-Why they count, and why a credential may not ride in an argv: ``docs/ray-head-and-secrets.md``
-("Credential flags in --extra-args").
+"""Which tokens of an argv pass a credential, in every spelling argparse would accept (``--flag
+value``, ``--flag=value``, any case, ``_`` for ``-``, an abbreviation that reaches the last word);
+``--extra-args`` may not carry one. ``docs/ray-head-and-secrets.md`` ("Credential flags in
+--extra-args").
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""The gpt-oss-20b MoE LoRA GRPO recipe as a typed, validated value.
-
-Decides:
-
-- *what* miles is asked to run: the settings and the exact model and train argv in RECIPE.md's
-  order (how it is launched is ``recipe.plan``'s);
-- the invariants checked on construction, each error naming its CLI flag (:data:`FIELD_FLAGS`);
-- where extra args go and which are errors (a repeated pinned flag, a credential);
-- each field's :class:`Setting` (:func:`setting`), from which :data:`FIELD_FLAGS`,
-  :data:`NOT_IDENTITY` and the CLI's option names derive (``tests/unit/test_cli_plan.py``);
-- the default directories (the image's layout), as :class:`Recipe`'s field defaults.
-
-Caveat: the LoRA target check is against the pinned miles 31f1ca961; a newer miles may map
-more (the node's preflight decides).
-
-Explained in ``docs/cli.md`` ("The recipe's invariants and settings").
+"""The gpt-oss-20b MoE LoRA GRPO recipe as a typed, validated value: its settings, their
+invariants (each error naming its CLI flag) and the exact model and train argv in RECIPE.md's
+order; each field declares its :class:`Setting`. ``docs/cli.md`` ("The recipe's invariants and
+settings").
 """
 
 from __future__ import annotations
@@ -195,7 +183,7 @@ class Recipe:
         return f"{self.miles_dir}/train.py"
 
     def model_argv(self) -> list[str]:
-        return _flatten(_model_args())
+        return _flatten(_MODEL_ARGS)
 
     def train_argv(self) -> list[str]:
         """The train args in RECIPE.md's order, minus overridden pins, extra args last."""
@@ -291,137 +279,86 @@ def _flags_in(argv: Sequence[str]) -> set[str]:
 
 def pinned_flags(recipe: Recipe) -> set[str]:
     """Every flag the recipe itself sets (model and train args)."""
-    return {flag for flag, _ in _model_args()} | {flag for flag, _ in _train_args(recipe)}
+    return {flag for flag, _ in _MODEL_ARGS} | {flag for flag, _ in _train_args(recipe)}
 
 
 def _flatten(args: Sequence[Arg]) -> list[str]:
     return [token for flag, values in args for token in (flag, *values)]
 
 
-def _a(flag: str, *values: object) -> Arg:
-    return (flag, tuple(str(v) for v in values))
+def _args(tokens: Sequence[str]) -> list[Arg]:
+    """Tokens grouped as flags with the values that follow each."""
+    out: list[Arg] = []
+    for token in tokens:
+        if token.startswith("--"):
+            out.append((token, ()))
+        else:
+            out[-1] = (out[-1][0], (*out[-1][1], token))
+    return out
 
 
-def _model_args() -> list[Arg]:
-    """gpt-oss-20b's architecture, as miles' scripts/models/gpt-oss-20B.sh gives it."""
-    return [
-        _a("--num-layers", 24),
-        _a("--hidden-size", 2880),
-        _a("--ffn-hidden-size", 2880),
-        _a("--num-attention-heads", 64),
-        _a("--group-query-attention"),
-        _a("--num-query-groups", 8),
-        _a("--kv-channels", 64),
-        _a("--use-rotary-position-embeddings"),
-        _a("--rotary-percent", "1.0"),
-        _a("--rotary-base", 150000),
-        _a("--max-position-embeddings", 131072),
-        _a("--normalization", "RMSNorm"),
-        _a("--norm-epsilon", "1e-5"),
-        _a("--swiglu"),
-        _a("--untie-embeddings-and-output-weights"),
-        _a("--vocab-size", 201088),
-        _a("--softmax-type", "learnable"),
-        _a("--window-size", "128,0"),
-        _a("--window-attn-skip-freq", 2),
-        _a("--no-masked-softmax-fusion"),
-        _a("--no-rope-fusion"),
-        _a("--num-experts", 32),
-        _a("--moe-router-topk", 4),
-        _a("--moe-aux-loss-coeff", "0.0"),
-        _a("--moe-token-dispatcher-type", "alltoall"),
-        _a("--moe-router-dtype", "fp32"),
-        _a("--moe-grouped-gemm"),
-    ]
+# gpt-oss-20b's architecture, as miles' scripts/models/gpt-oss-20B.sh gives it
+_MODEL_ARGS = _args(
+    shlex.split(
+        """--num-layers 24 --hidden-size 2880 --ffn-hidden-size 2880 --num-attention-heads 64
+    --group-query-attention --num-query-groups 8 --kv-channels 64
+    --use-rotary-position-embeddings --rotary-percent 1.0 --rotary-base 150000
+    --max-position-embeddings 131072 --normalization RMSNorm --norm-epsilon 1e-5 --swiglu
+    --untie-embeddings-and-output-weights --vocab-size 201088 --softmax-type learnable
+    --window-size 128,0 --window-attn-skip-freq 2 --no-masked-softmax-fusion --no-rope-fusion
+    --num-experts 32 --moe-router-topk 4 --moe-aux-loss-coeff 0.0
+    --moe-token-dispatcher-type alltoall --moe-router-dtype fp32 --moe-grouped-gemm"""
+    )
+)
+# RECIPE.md's train args in its order: pinned flags spelled out, ``{field}`` where a field's
+# Setting places its args, ``{wandb}`` where W&B's go when it is on. miles has no CLI switch
+# for CI history: the env MILES_CI_GATE_RECORD_DIR alone turns it on (miles/utils/
+# arguments.py); recipe.plan sets it with TENSORBOARD_DIR.
+_TRAIN_ARGS = shlex.split(
+    """{model_dir} --megatron-to-hf-mode bridge {lora_rank} {lora_alpha} {lora_dropout}
+    {target_modules} {sglang_lora_use_virtual_experts} {lora_base_cpu_backup} {data_dir}
+    --input-key prompt --label-key label --apply-chat-template --rollout-shuffle --balance-data
+    --rm-type math {num_rollout} {rollout_batch_size} {n_samples_per_prompt}
+    {rollout_max_response_len} --rollout-temperature 1 {global_batch_size} --optimizer adam {lr}
+    --lr-decay-style constant --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.98
+    --advantage-estimator grpo --entropy-coef 0.00 --eps-clip 0.2 --eps-clip-high 0.28 {wandb}
+    {capture_metrics} {tensor_model_parallel_size} --sequence-parallel
+    --pipeline-model-parallel-size 1 --context-parallel-size 1 --expert-model-parallel-size 1
+    --expert-tensor-parallel-size 1 --recompute-granularity full --recompute-method uniform
+    --recompute-num-layers 1 --micro-batch-size 1 {use_dynamic_batch_size}
+    --max-tokens-per-gpu 4096 {rollout_num_gpus_per_engine} {sglang_mem_fraction_static}
+    --sglang-dtype bfloat16 --sglang-decode-log-interval 1000 {sglang_max_lora_rank}
+    {sglang_lora_backend} {sglang_moe_runner_backend} {sglang_attention_backend}
+    --train-backend megatron --attention-dropout 0.0 --hidden-dropout 0.0 {qkv_format}
+    --attention-backend unfused --actor-num-nodes 1 {num_gpus} --colocate"""
+)
+_WANDB = ("{use_wandb}", "{wandb_project}", "{wandb_group}", "--disable-wandb-random-suffix")
 
 
-def _f(r: Recipe, name: str) -> list[Arg]:
-    """The args field ``name`` of ``r`` produces, as its :class:`Setting` declares them."""
+def _field_tokens(r: Recipe, name: str) -> list[str]:
+    """The tokens field ``name`` of ``r`` produces, as its :class:`Setting` declares them."""
     declared = SETTINGS[name]
     value = getattr(r, name)
     if isinstance(value, bool):
-        return [_a(flag) for flag in declared.argv] if value != declared.negated else []
+        return list(declared.argv) if value != declared.negated else []
     if isinstance(value, tuple):
         value = ",".join(value)
     elif declared.under:
         value = f"{value}/{declared.under}"
-    return [_a(flag, value) for flag in declared.argv]
+    return [token for flag in declared.argv for token in (flag, str(value))]
+
+
+def _expand(r: Recipe, template: Sequence[str]) -> list[str]:
+    tokens: list[str] = []
+    for token in template:
+        if token == "{wandb}":
+            tokens += _expand(r, _WANDB) if r.use_wandb else []
+        elif token.startswith("{"):
+            tokens += _field_tokens(r, token[1:-1])
+        else:
+            tokens.append(token)
+    return tokens
 
 
 def _train_args(r: Recipe) -> list[Arg]:
-    """RECIPE.md's train args in its order: pinned flags spelled here, a field's via ``_f``."""
-    tracking = (
-        [
-            *_f(r, "use_wandb"),
-            *_f(r, "wandb_project"),
-            *_f(r, "wandb_group"),
-            _a("--disable-wandb-random-suffix"),
-        ]
-        if r.use_wandb
-        else []
-    )
-    # miles has no CLI switch for CI history: the env MILES_CI_GATE_RECORD_DIR alone turns
-    # it on (miles/utils/arguments.py); recipe.plan sets it with TENSORBOARD_DIR.
-    tracking += _f(r, "capture_metrics")
-    return [
-        *_f(r, "model_dir"),
-        _a("--megatron-to-hf-mode", "bridge"),
-        *_f(r, "lora_rank"),
-        *_f(r, "lora_alpha"),
-        *_f(r, "lora_dropout"),
-        *_f(r, "target_modules"),
-        *_f(r, "sglang_lora_use_virtual_experts"),
-        *_f(r, "lora_base_cpu_backup"),
-        *_f(r, "data_dir"),
-        _a("--input-key", "prompt"),
-        _a("--label-key", "label"),
-        _a("--apply-chat-template"),
-        _a("--rollout-shuffle"),
-        _a("--balance-data"),
-        _a("--rm-type", "math"),
-        *_f(r, "num_rollout"),
-        *_f(r, "rollout_batch_size"),
-        *_f(r, "n_samples_per_prompt"),
-        *_f(r, "rollout_max_response_len"),
-        _a("--rollout-temperature", 1),
-        *_f(r, "global_batch_size"),
-        _a("--optimizer", "adam"),
-        *_f(r, "lr"),
-        _a("--lr-decay-style", "constant"),
-        _a("--weight-decay", 0.1),
-        _a("--adam-beta1", 0.9),
-        _a("--adam-beta2", 0.98),
-        _a("--advantage-estimator", "grpo"),
-        _a("--entropy-coef", "0.00"),
-        _a("--eps-clip", 0.2),
-        _a("--eps-clip-high", 0.28),
-        *tracking,
-        *_f(r, "tensor_model_parallel_size"),
-        _a("--sequence-parallel"),
-        _a("--pipeline-model-parallel-size", 1),
-        _a("--context-parallel-size", 1),
-        _a("--expert-model-parallel-size", 1),
-        _a("--expert-tensor-parallel-size", 1),
-        _a("--recompute-granularity", "full"),
-        _a("--recompute-method", "uniform"),
-        _a("--recompute-num-layers", 1),
-        _a("--micro-batch-size", 1),
-        *_f(r, "use_dynamic_batch_size"),
-        _a("--max-tokens-per-gpu", 4096),
-        *_f(r, "rollout_num_gpus_per_engine"),
-        *_f(r, "sglang_mem_fraction_static"),
-        _a("--sglang-dtype", "bfloat16"),
-        _a("--sglang-decode-log-interval", 1000),
-        *_f(r, "sglang_max_lora_rank"),
-        *_f(r, "sglang_lora_backend"),
-        *_f(r, "sglang_moe_runner_backend"),
-        *_f(r, "sglang_attention_backend"),
-        _a("--train-backend", "megatron"),
-        _a("--attention-dropout", "0.0"),
-        _a("--hidden-dropout", "0.0"),
-        *_f(r, "qkv_format"),
-        _a("--attention-backend", "unfused"),
-        _a("--actor-num-nodes", 1),
-        *_f(r, "num_gpus"),
-        _a("--colocate"),
-    ]
+    return _args(_expand(r, _TRAIN_ARGS))

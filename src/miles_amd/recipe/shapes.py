@@ -1,17 +1,5 @@
-"""The recipe's declared shapes: how many GPUs it runs on, and its default length there.
-
-Decides the named shapes ``miles-amd train --shape`` offers and which shape a run is:
-
-- ``8gpu``: the recipe (one whole node: two TP-4 rollout engines colocated with the TP-4
-  trainer, 20 rollouts), the shape the nightly acceptance and the published runs have;
-- ``4gpu``: the per-PR smoke (one TP-4 rollout engine colocated with the TP-4 trainer, 2
-  rollouts), the recipe otherwise unchanged: a 4-GPU runner of an MI350 host holds it.
-
-A shape fixes the GPU count and gives the default rollouts (``--num-rollouts`` overrides
-them). A run's shape is read back from its GPU count (:func:`shape_of`), so a baseline key
-(``miles_amd.baseline.keys``) needs no field the run does not already record.
-
-Explained in ``docs/cli.md`` ("Recipe shapes").
+"""The recipe's declared shapes (``--shape``): the GPU count and default rollouts of each, and
+which shape a run is, read back from its GPU count. ``docs/cli.md`` ("Recipe shapes").
 """
 
 from __future__ import annotations
