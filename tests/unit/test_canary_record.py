@@ -1,20 +1,27 @@
 """``canary.json`` (``records.canary``, ``canary.harness``): the merge of the ranks' results,
-strict reading, the shipped schema, and the atomic write into a run dir. Pure: no torch, no
-ranks."""
+strict reading, the shipped schema, the atomic write into a run dir, and the positive control's
+plan, fingerprint and record (``canary.harness.run_control``). Pure: no torch, no ranks; the
+control's kernel on a CUDA GPU only (skipped without one), its hipify in the rehearsal tier."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
-from miles_amd.canary.harness import Setup, merge, schema_path, write_canary
+from miles_amd.canary import harness, worker
+from miles_amd.canary.harness import Setup, merge, run, schema_path, write_canary
 from miles_amd.canary.plan import ARMS, CPU, build_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
-from miles_amd.records.canary import CanaryRecord, ControlRecord
+from miles_amd.records.canary import CanaryRecord, ControlRecord, Mismatch
 from miles_amd.run_dir import RunDir
 
 PLAN = build_plan(recipe_shape(Recipe()), "reducer", 0.5, target=CPU, tokens=(28, 127))
@@ -73,13 +80,14 @@ def rank_result(rank: int, bad: list[int], first: dict[str, Any] | None) -> dict
 
 
 def faulty_record(
-    first: dict[str, Any] = STALE, control: ControlRecord | None = None
+    first: dict[str, Any] | None = STALE, control: ControlRecord | None = None
 ) -> CanaryRecord:
+    bad = [0, 0] if first is None else [1, 1]
     ranks = [
-        rank_result(0, [1, 1], None),  # the group's leader holds the union of the flags
-        rank_result(1, [1, 1], OTHER if first is not STALE else None),
-        rank_result(2, [1, 1], first),
-        rank_result(3, [1, 1], None),
+        rank_result(0, bad, None),  # the group's leader holds the union of the flags
+        rank_result(1, bad, OTHER if first not in (STALE, None) else None),
+        rank_result(2, bad, first),
+        rank_result(3, bad, None),
     ]
     setup = Setup(
         world_size=4,
@@ -256,3 +264,77 @@ def test_non_finite_numbers_and_duplicate_keys_are_refused() -> None:
         CanaryRecord.from_json(text.replace('"end_time": 107.5', '"end_time": 1, "end_time": 2'))
     with pytest.raises(ValueError, match="JSON object"):
         CanaryRecord.from_json("[]")
+
+
+def test_control_plan_keeps_the_suspect_sizes_back_to_back_and_capped() -> None:
+    plan = build_plan(recipe_shape(Recipe()), "aiter", 1e-6)
+    got = harness.control_plan(plan, calls=7)
+    suspect = [e.tokens for e in plan.entries if e.affected or e.exposed]
+    assert [e.tokens for e in got.entries] == suspect
+    assert len(suspect) < len(plan.entries)  # decode sizes and uniform controls left out
+    assert all(e.arms == ((harness.CONTROL_ARM, 7),) for e in got.entries)
+    assert {e.implementation for e in got.entries} == {"control-broken"}
+
+
+def test_control_result_places_a_caught_runs_first_element_and_reads_a_clean_one() -> None:
+    # STALE at N=127, bf16, TP 4: rank 2 read rank 3's segment, block 9's lane 70, one step off.
+    caught = harness.control_result(faulty_record(), 2880, 4, 2)
+    assert (caught.caught, caught.calls, caught.mismatched_calls) == (True, 24, 2)
+    assert caught.fingerprint == (
+        "N=127 call 5: rank 2 read rank 3's segment (a peer), block 9 lane 70; "
+        "expected 4, seen 0: 4 rank input step(s), 1 of the sum's"
+    )
+    assert ControlRecord.from_dict(dataclasses.asdict(caught), "control") == caught
+    clean = harness.control_result(faulty_record(None), 2880, 4, 2)
+    assert (clean.caught, clean.mismatched_calls, clean.fingerprint) == (False, 0, None)
+    # N = 128: pack 2 * 11520 + 128 * 81 + 5 is rank 2's, block 81 mod 80 = 1, lane 5
+    first = Mismatch(
+        0, 3, "back_to_back", 4, 8 * (2 * 11520 + 128 * 81 + 5) + 3, -106.0, -94.0, None, False
+    )
+    assert harness.control_fingerprint(first, 128, 2880, 4, 2) == (
+        "N=128 call 3: rank 0 read rank 2's segment (a peer), block 1 lane 5; "
+        "expected -106, seen -94: -12 rank input step(s), -3 of the sum's"
+    )
+    other = dataclasses.replace(first, index=None, expected=None, seen=None, returned="f32 [1]")
+    assert harness.control_fingerprint(other, 128, 2880, 4, 2) == "N=128 call 3: returned f32 [1]"
+
+
+def test_the_harness_imports_no_torch() -> None:
+    code = "import sys, miles_amd.canary.harness as h, miles_amd.canary.worker as w; "
+    code += "print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_the_control_kernel_is_plain_cuda_runtime_for_hipify() -> None:
+    code = re.sub(r"//[^\n]*", "", worker.KERNEL_SOURCE.read_text(encoding="utf-8"))
+    assert not re.search(r"\basm\b|cuda_bf16|cuda_fp16|__shfl|cooperative_groups", code)
+    for call in ("cudaIpcGetMemHandle", "cudaIpcOpenMemHandle", "cudaIpcCloseMemHandle"):
+        assert call in code
+    assert code.count("#ifdef MILES_AMD_CONTROL_BROKEN") == 1  # the one switch of the builds
+    assert "if (!broken)" in code  # ... which only drops end_sync's wait
+
+
+def _cuda() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(
+    not _cuda(),
+    reason="the control's CUDA path runs on a GPU machine only (docs/node.md, 'What a GPU run "
+    "showed'); CPU CI keeps the gloo harness",
+)
+def test_both_builds_on_cuda_broken_caught_correct_clean() -> None:
+    import torch
+
+    share = torch.cuda.device_count() < 4
+    plan = harness.control_plan(build_plan(recipe_shape(Recipe()), "aiter", 1e-6), calls=50)
+    plan = dataclasses.replace(plan, entries=plan.entries[:3])
+    for build in ("control-broken", "control"):
+        setup = Setup(4, "cuda", build, collective="gloo" if share else None)
+        result = harness.control_result(run(plan, setup, timeout_s=600), 2880, 4, 2)
+        assert result.caught == (build == "control-broken"), result

@@ -54,37 +54,53 @@ RECIPE_MD_TRAIN_ARGS = """
 """
 
 
-def test_default_argv_is_recipe_md_verbatim() -> None:
+def test_default_argv_is_recipe_md_verbatim_in_the_images_layout() -> None:
     recipe = Recipe()
     assert recipe.model_argv() == RECIPE_MD_MODEL_ARGS.split()
     assert recipe.train_argv() == RECIPE_MD_TRAIN_ARGS.split()
     assert recipe.argv() == RECIPE_MD_MODEL_ARGS.split() + RECIPE_MD_TRAIN_ARGS.split()
+    assert (recipe.miles_dir, recipe.megatron_dir) == ("/root/miles", "/root/Megatron-LM")
 
 
 def test_wandb_args_sit_after_grpo_and_carry_no_key() -> None:
     argv = Recipe(use_wandb=True, wandb_group="run-7").train_argv()
     at = argv.index("--use-wandb")
     assert argv[at - 2 : at] == ["--eps-clip-high", "0.28"]
-    assert argv[at : at + 6] == [
-        "--use-wandb",
-        "--wandb-project",
-        "miles-amd",
-        "--wandb-group",
-        "run-7",
-        "--disable-wandb-random-suffix",
-    ]
-    assert "--wandb-key" not in argv
+    wandb = (
+        "--use-wandb --wandb-project miles-amd --wandb-group run-7 --disable-wandb-random-suffix"
+    )
+    assert argv[at : at + 6] == wandb.split() and "--wandb-key" not in argv
 
 
-def test_extra_args_are_shell_split_and_last() -> None:
-    argv = Recipe(extra_args="--seed 7 --note 'two words'").train_argv()
-    assert argv[-4:] == ["--seed", "7", "--note", "two words"]
-
-
-def test_override_replaces_the_pinned_flag_and_its_value() -> None:
-    argv = Recipe(extra_args="--lr=3e-6 --colocate", override_pinned=True).train_argv()
-    assert "--lr" not in argv and "1e-05" not in argv
-    assert argv.count("--colocate") == 1 and argv[-2:] == ["--lr=3e-6", "--colocate"]
+@pytest.mark.parametrize(
+    ("kwargs", "tail"),
+    [
+        ({"extra_args": "--seed 7 --note 'two words'"}, ["--seed", "7", "--note", "two words"]),
+        # --override-pinned drops the pinned flag and its value, the extra arg goes last
+        (
+            {"extra_args": "--lr=3e-6 --colocate", "override_pinned": True},
+            ["--lr=3e-6", "--colocate"],
+        ),
+        # a newer miles may map gate_up_proj: overridden, the node's preflight decides
+        (
+            {"extra_args": "--target-modules gate_up_proj", "override_pinned": True},
+            ["--target-modules", "gate_up_proj"],
+        ),
+        (
+            {"extra_args": "--target-modules=gate_proj,up_proj", "override_pinned": True},
+            ["--target-modules=gate_proj,up_proj"],
+        ),
+        ({"target_modules": ("linear_fc1", "linear_fc2")}, ["--colocate"]),
+        ({"use_dynamic_batch_size": True, "qkv_format": "thd"}, ["--colocate"]),
+    ],
+)
+def test_extra_args_are_shell_split_and_last(kwargs: dict, tail: list[str]) -> None:
+    argv = Recipe(**kwargs).train_argv()
+    assert argv[-len(tail) :] == tail
+    if "--lr=3e-6" in kwargs.get("extra_args", ""):
+        assert "1e-05" not in argv and argv.count("--colocate") == 1
+    if kwargs.get("use_dynamic_batch_size"):
+        assert "--use-dynamic-batch-size" in argv
 
 
 @pytest.mark.parametrize(
@@ -115,27 +131,15 @@ def test_override_replaces_the_pinned_flag_and_its_value() -> None:
         ({"num_gpus": 0}, "--num-gpus must be >= 1"),
         ({"rollout_batch_size": 0}, "rollout_batch_size must be >= 1"),  # no flag sets it
         ({"sglang_mem_fraction_static": 1.5}, "sglang_mem_fraction_static"),
+        # the recipe's own targets are the pinned miles' even with --override-pinned
+        ({"target_modules": ("gate_up_proj",), "override_pinned": True}, "miles 31f1ca961"),
     ],
 )
 def test_invariant_errors_name_what_broke(kwargs: dict, needle: str) -> None:
-    with pytest.raises(RecipeError, match=None) as err:
+    with pytest.raises(RecipeError) as err:
         Recipe(**kwargs)
     assert needle in str(err.value)
     assert "\n" not in str(err.value)
-
-
-def test_an_overridden_target_the_pinned_miles_does_not_map_is_left_to_the_node() -> None:
-    # a newer miles may map gate_up_proj (recipe.lora_targets): with --override-pinned the
-    # node's preflight (lora_experts) decides, not the pinned miles' table
-    argv = Recipe(extra_args="--target-modules gate_up_proj", override_pinned=True).train_argv()
-    assert argv[-2:] == ["--target-modules", "gate_up_proj"]
-    with pytest.raises(RecipeError, match="miles 31f1ca961"):
-        Recipe(target_modules=("gate_up_proj",), override_pinned=True)  # the recipe's own
-
-
-def test_dynamic_batch_size_is_fine_without_bshd() -> None:
-    argv = Recipe(use_dynamic_batch_size=True, qkv_format="thd").train_argv()
-    assert "--use-dynamic-batch-size" in argv
 
 
 def test_hardware_parsing() -> None:
@@ -174,22 +178,6 @@ def test_secret_flags_are_told_from_keys_and_vocabulary_tokens() -> None:
         "--HF-TOKEN", "v", "--x-api-key", "v",
     ]  # fmt: skip
     assert secret_flags_in(argv) == ["--HF-TOKEN", "--wandb-key", "--x-api-key"]
-
-
-def test_default_dirs_are_the_images_layout() -> None:
-    r = Recipe()
-    assert (r.model_dir, r.data_dir, r.miles_dir, r.megatron_dir) == (
-        "/root/models",
-        "/root/datasets",
-        "/root/miles",
-        "/root/Megatron-LM",
-    )
-
-
-def test_mapped_target_names_pass_in_the_field_and_in_extra_args() -> None:
-    assert Recipe(target_modules=("linear_fc1", "linear_fc2")).target_modules[0] == "linear_fc1"
-    extra = "--target-modules=gate_proj,up_proj"
-    assert Recipe(extra_args=extra, override_pinned=True).train_argv()[-1] == extra
 
 
 # ---- the fields' declarations (Setting) ----------------------------------------------------
