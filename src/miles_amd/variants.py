@@ -6,10 +6,10 @@ each, the all-reduce a canary tests for it, and which aiter its processes import
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, get_args
 
 AiterVariant = Literal["stock", "patched", "rccl"]
-AITER_VARIANTS: tuple[AiterVariant, ...] = ("stock", "patched", "rccl")
+AITER_VARIANTS: tuple[AiterVariant, ...] = get_args(AiterVariant)
 BASELINE_VARIANTS: tuple[AiterVariant, ...] = ("stock", "patched")  # one shipped baseline each
 AITER_FIX = "ROCm/aiter#5694"
 PATCHED_DIR_VAR = "AITER_PATCHED_DIR"
@@ -41,14 +41,7 @@ def sglang_env(variant: str | None) -> dict[str, str]:
 
 
 Implementation = Literal["aiter", "sglang", "rccl", "reducer", "control", "control-broken"]
-IMPLEMENTATIONS: tuple[Implementation, ...] = (
-    "aiter",
-    "sglang",
-    "rccl",
-    "reducer",
-    "control",
-    "control-broken",
-)
+IMPLEMENTATIONS: tuple[Implementation, ...] = get_args(Implementation)
 
 
 def rollout_implementation(variant: str) -> Implementation:

@@ -23,23 +23,18 @@ from miles_amd.canary.kernel import (
     trip_counts,
     uses_custom_ar,
 )
-from tests.support.fake_aiter import fake_aiter, header_text
+from tests.support.fake_aiter import fake_aiter, header_text, sections
 
 FIXTURE = Path(__file__).parent / "data" / "aiter_dispatch_e4048607.txt"
 HIDDEN_BF16 = 2880 * 2  # bytes per token of the rollout all-reduce
 
 
 def fixture_sections() -> dict[str, str]:
-    """The fixture's excerpts joined per source path (its header names repo and commit)."""
-    text = FIXTURE.read_text(encoding="utf-8")
-    assert f"# commit: {AITER_COMMIT}" in text
-    sections: dict[str, str] = {}
-    for path, body in re.findall(
-        r"^=== (\S+) lines \d+-\d+ ===\n(.*?)(?=^=== |\Z)", text, re.M | re.S
-    ):
-        sections[path] = sections.get(path, "") + body
-    assert set(sections) == {CUH_PATH, PY_PATH}
-    return sections
+    """The e4048607 fixture's excerpts joined per source path (its header names the commit)."""
+    assert f"# commit: {AITER_COMMIT}" in FIXTURE.read_text(encoding="utf-8")
+    found = sections(FIXTURE.name)
+    assert set(found) == {CUH_PATH, PY_PATH}
+    return found
 
 
 def test_the_pinned_constants_are_the_ones_in_aiters_lines() -> None:

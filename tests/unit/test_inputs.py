@@ -16,7 +16,8 @@ BF16_CONFIG = {"model_type": "gpt_oss", "num_hidden_layers": 24, "torch_dtype": 
 SHARD1, SHARD2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
 INDEX = "model.safetensors.index.json"
 MXFP4 = {"quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": ["router"]}}
-DAPO = json.dumps({"prompt": [{"role": "user", "content": "Solve 1 + 1."}], "label": "2"})
+DAPO_RECORD = {"prompt": [{"role": "user", "content": "Solve 1 + 1."}], "label": "2"}
+DAPO = json.dumps(DAPO_RECORD)
 
 
 def safetensors_bytes(tensors: dict[str, int]) -> bytes:

@@ -141,41 +141,25 @@ def run_ranks(
         spec_path = tmp / "spec.json"
         spec_path.write_text(json.dumps({**spec, "timeout_s": timeout_s}), encoding="utf-8")
         procs: list[subprocess.Popen[bytes]] = []
+        worker = [sys.executable, "-m", "miles_amd.canary.worker", str(spec_path)]
         with _signals_raise():
-            _start_and_wait(procs, tmp, spec_path, world, env, timeout_s)
+            try:
+                for rank in range(world):
+                    with open(tmp / f"rank{rank}.log", "wb") as log:
+                        procs.append(
+                            subprocess.Popen(
+                                [*worker, str(rank)],
+                                stdin=subprocess.DEVNULL,
+                                stdout=log,
+                                stderr=subprocess.STDOUT,
+                                env=env,
+                                start_new_session=True,
+                            )
+                        )
+                _wait(procs, tmp, spec_path, timeout_s)
+            finally:
+                _kill(procs)
         return [_result(spec_path, rank) for rank in range(world)]
-
-
-def _start_and_wait(
-    procs: list[subprocess.Popen[bytes]],
-    tmp: Path,
-    spec_path: Path,
-    world: int,
-    env: dict[str, str],
-    timeout_s: float,
-) -> None:
-    try:
-        for rank in range(world):
-            with open(tmp / f"rank{rank}.log", "wb") as log:
-                procs.append(
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "miles_amd.canary.worker",
-                            str(spec_path),
-                            str(rank),
-                        ],
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        start_new_session=True,
-                    )
-                )
-        _wait(procs, tmp, spec_path, timeout_s)
-    finally:
-        _kill(procs)
 
 
 def _wait(

@@ -197,19 +197,10 @@ class Recipe:
 
     def as_dict(self) -> dict[str, object]:
         """The resolved fields, JSON-ready (for plans and reports)."""
-        out: dict[str, object] = {}
-        for f in fields(self):
-            if f.name.startswith("_"):
-                continue
-            value = getattr(self, f.name)
-            out[f.name] = (
-                value.value
-                if isinstance(value, Enum)
-                else list(value)
-                if isinstance(value, tuple)
-                else value
-            )
-        return out
+        out = {name: getattr(self, name) for name in SETTINGS}
+        return {k: v.value if isinstance(v, Enum) else v for k, v in out.items()} | {
+            "target_modules": list(self.target_modules)
+        }
 
 
 # Each public field's Setting, in field order; the tables below are derived from them.
@@ -222,19 +213,13 @@ FIELD_FLAGS: dict[str, str] = {name: s.cli for name, s in SETTINGS.items() if s.
 NOT_IDENTITY: frozenset[str] = frozenset(n for n, s in SETTINGS.items() if not s.identity)
 
 
+_POSITIVE = shlex.split("""num_gpus num_rollout rollout_batch_size n_samples_per_prompt
+    global_batch_size rollout_max_response_len tensor_model_parallel_size
+    rollout_num_gpus_per_engine lora_rank sglang_max_lora_rank""")
+
+
 def _check_invariants(r: Recipe) -> None:
-    for name in (
-        "num_gpus",
-        "num_rollout",
-        "rollout_batch_size",
-        "n_samples_per_prompt",
-        "global_batch_size",
-        "rollout_max_response_len",
-        "tensor_model_parallel_size",
-        "rollout_num_gpus_per_engine",
-        "lora_rank",
-        "sglang_max_lora_rank",
-    ):
+    for name in _POSITIVE:
         if getattr(r, name) < 1:
             raise RecipeError(f"{flag_of(name)} must be >= 1, got {getattr(r, name)}")
     if r.num_gpus > GPUS_PER_NODE[r.hardware]:
