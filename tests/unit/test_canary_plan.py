@@ -29,6 +29,9 @@ def test_the_shape_comes_from_the_recipe() -> None:
     custom = recipe_shape(Recipe(extra_args="--sglang-chunked-prefill-size 4096"))
     assert custom.chunked_prefill_size == 4096
     assert recipe_shape(Recipe(num_gpus=4)).requests_per_engine == 64
+    assert sglang_decode_sizes(32) == [1, 2, 4, 8, 12, 16, 24, 32]
+    assert sglang_decode_sizes(30) == [1, 2, 4, 8, 12, 16, 24, 32]  # 30 requests pad to 32
+    assert sglang_decode_sizes(64)[-3:] == [48, 56, 64]
 
 
 def test_the_node_plan_covers_decode_prefill_and_controls() -> None:
@@ -74,12 +77,6 @@ def test_a_32_lane_wave_widens_the_exposed_class() -> None:
     assert wave_class(dispatch(5760 * 129, 4, 2), 4, 64) == "waves-agree"
 
 
-def test_decode_sizes_are_sglangs_graph_sizes() -> None:
-    assert sglang_decode_sizes(32) == [1, 2, 4, 8, 12, 16, 24, 32]
-    assert sglang_decode_sizes(30) == [1, 2, 4, 8, 12, 16, 24, 32]  # 30 requests pad to 32
-    assert sglang_decode_sizes(64)[-3:] == [48, 56, 64]
-
-
 def test_the_node_time_model_takes_the_harness_measured_on_a_gpu() -> None:
     model = build_plan(recipe_shape(Recipe()), "aiter", 1e-3).latency
     assert model.harness_s(1) == pytest.approx(90e-6)  # whole blocks, the current worker
@@ -123,28 +120,23 @@ def test_tokens_select_sizes_and_refuse_what_the_plan_cannot_use() -> None:
         build_plan(shape, "reducer", 0.5, target=CPU, tokens=(127, 500))
 
 
-def test_the_restated_rate_follows_from_the_rollouts_exposure() -> None:
+@pytest.mark.parametrize(("p", "n"), [(1e-6, 4605168), (0.002, 2301), (0.5, 7), (0.25, 17)])
+def test_calls_needed_and_the_bound_they_buy(p: float, n: int) -> None:
+    assert power.calls_needed(p) == n
+    assert power.detection_probability(p, n) >= 0.99 > power.detection_probability(p, n - 1)
+    bound = power.rate_upper_bound(n)
+    assert bound is not None and p >= bound > power.rate_upper_bound(n + 1)  # type: ignore[operator]
+    assert abs(power.detection_probability(bound, n) - 0.99) < 1e-9
+
+
+def test_the_restated_rate_and_rates_outside_the_open_interval() -> None:
     assert power.exposed_calls_per_run() == 20 * 2 * 4 * 49 // 2
     rate = power.implied_rate(0.05, 3920)
     assert (1 - rate) ** 3920 == pytest.approx(0.95, rel=1e-6)  # a wrong sum in 5 % of runs
-
-
-@pytest.mark.parametrize(("p", "n"), [(1e-6, 4605168), (0.002, 2301), (0.5, 7), (0.25, 17)])
-def test_calls_needed(p: float, n: int) -> None:
-    assert power.calls_needed(p) == n
-    assert power.detection_probability(p, n) >= 0.99 > power.detection_probability(p, n - 1)
-
-
-@pytest.mark.parametrize("p", [0.0, 1.0, -0.1, 1.5, math.nan])
-def test_rates_outside_the_open_interval_are_refused(p: float) -> None:
-    with pytest.raises(ValueError):
-        power.calls_needed(p)
-
-
-def test_rate_upper_bound_inverts_the_detection_probability() -> None:
-    bound = power.rate_upper_bound(2301)
-    assert bound is not None and abs(power.detection_probability(bound, 2301) - 0.99) < 1e-9
     assert power.rate_upper_bound(0) is None
+    for p in (0.0, 1.0, -0.1, 1.5, math.nan):
+        with pytest.raises(ValueError):
+            power.calls_needed(p)
 
 
 def test_allocate_spends_equal_time_on_affected_sizes() -> None:
