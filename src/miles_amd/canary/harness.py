@@ -283,16 +283,11 @@ def _kept(plan: Plan, ranks: list[dict[str, Any]], i: int) -> tuple[Mismatch, ..
         ((m, r["rank"]) for r in ranks for m in r["entries"][i]["kept"]),
         key=lambda item: (item[0]["repeat"], item[0]["call"], item[1], item[0]["index"] or 0),
     )[:KEEP]
+    fields = ("repeat", "call", "arm", "index", "expected", "seen", "returned")
     return tuple(
         Mismatch(
-            repeat=m["repeat"],
-            call=m["call"],
-            arm=m["arm"],
+            **{k: m[k] for k in fields},
             rank=rank,
-            index=m["index"],
-            expected=m["expected"],
-            seen=m["seen"],
-            returned=m["returned"],
             matches=m["returned"] is None
             and matches(layout, rank % tp, m["index"], m["expected"], m["seen"]),
         )
@@ -304,22 +299,16 @@ def _size(
     plan: Plan, ranks: list[dict[str, Any]], leaders: list[dict[str, Any]], i: int
 ) -> SizeResult:
     entry = plan.entries[i]
+    counts = ("calls", "bad", "blocks", "block_hits")
     arms = []
     for arm, _ in entry.arms:
-        mine = [r["entries"][i]["arms"].get(arm) for r in leaders]
-        arms.append(
-            ArmResult(
-                arm=arm,
-                calls=sum(m["calls"] for m in mine if m),
-                mismatches=sum(m["bad"] for m in mine if m),
-                blocks=sum(m["blocks"] for m in mine if m),
-                blocks_with_mismatch=sum(m["block_hits"] for m in mine if m),
-            )
-        )
-    calls = sum(a.calls for a in arms)
-    mismatches = sum(a.mismatches for a in arms)
-    blocks = sum(a.blocks for a in arms)
-    block_hits = sum(a.blocks_with_mismatch for a in arms)
+        mine = [m for r in leaders if (m := r["entries"][i]["arms"].get(arm))]
+        calls, bad, blocks, hits = (sum(m[k] for m in mine) for k in counts)
+        arms.append(ArmResult(arm, calls, bad, blocks, hits))
+    calls, mismatches, blocks, block_hits = (
+        sum(getattr(a, k) for a in arms)
+        for k in ("calls", "mismatches", "blocks", "blocks_with_mismatch")
+    )
     kept = _kept(plan, ranks, i)
     made = [r["entries"][i]["arms"].values() for r in ranks]
     latency = [sum(a["seconds"] for a in m) / sum(a["calls"] for a in m) for m in made if any(m)]
