@@ -1,11 +1,6 @@
-"""A fake aiter package tree for CPU tests: aiter's real lines, in either install layout.
-
-``fake_aiter`` writes a package ``aiter`` whose ``__init__`` raises (it must be found, never
-imported), ``aiter/dist/device_communicators/custom_all_reduce.py`` and the header
-``custom_all_reduce.cuh`` of e4048607 (not fixed) or 01f53100 (fixed), from the excerpts in
-``tests/unit/data``: a ROCm/aiter checkout (``aiter/`` beside ``csrc/``, what
-``AITER_PATCHED_DIR`` names) or a wheel (``aiter_meta/csrc/`` beside ``aiter/`` in
-site-packages). It returns the dir to put on ``PYTHONPATH`` and the header's path.
+"""A fake aiter package tree for CPU tests: a package that must be found, never imported (its
+``__init__`` raises), with aiter's real lines (``tests/unit/data``) of e4048607 (not fixed) or
+01f53100 (fixed), as a ROCm/aiter checkout (``AITER_PATCHED_DIR``) or a wheel (``aiter_meta/``).
 """
 
 from __future__ import annotations

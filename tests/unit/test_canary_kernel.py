@@ -102,7 +102,7 @@ def test_the_reader_refuses_a_constant_aiter_cannot_launch(line, absurd, named) 
             kernel.parse_constants(cuh.replace(line, absurd), fixture_sections()[PY_PATH], "x")
 
 
-def test_an_installed_header_is_named_with_its_fingerprint_or_refused_with_why(
+def test_installed_constants_name_their_source_or_fall_back_to_the_pinned_commit_with_why(
     tmp_path: Path,
 ) -> None:
     entry, cuh = fake_aiter(tmp_path / "ok", fixed=True, layout="checkout")
@@ -114,6 +114,16 @@ def test_an_installed_header_is_named_with_its_fingerprint_or_refused_with_why(
     refused = kernel.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
     assert refused.thread_num == PINNED.thread_num
     assert f"(pinned: {cuh} refused: #define THREAD_NUM is 0" in refused.source
+    plain = kernel.installed_constants({}, None, None, "unknown: no module aiter")
+    assert plain.car_max_size == PINNED.car_max_size
+    assert plain.source.endswith("(pinned: no aiter on the python path)"), plain.source
+    # AITER_CUSTOM_AR_MAX_SIZE as aiter's _resolve_car_max_size reads it
+    for value, size in (("1048576", 1 << 20), ("0", 0), ("-5", 7), ("lots", 7), (str(2 << 30), 7)):
+        assert kernel.car_max_size(7, {"AITER_CUSTOM_AR_MAX_SIZE": value}) == size
+    sized = kernel.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "1048576"}, None, None, "x")
+    assert sized.car_max_size == 1 << 20 and sized.source.endswith(
+        "AITER_CUSTOM_AR_MAX_SIZE=1048576"
+    )
 
 
 def test_the_threshold_branches() -> None:
@@ -157,27 +167,6 @@ def test_uniformity_matches_every_lanes_trip_count(world: int) -> None:
             for block in range(d.blocks)
         )
         assert d.uniform_trip_count == uniform, packs_per_rank
-
-
-def test_installed_constants_fall_back_to_the_pinned_commit_and_honour_the_env(
-    tmp_path: Path,
-) -> None:
-    """No aiter: the pinned constants, saying why, and AITER_CUSTOM_AR_MAX_SIZE as aiter
-    resolves it."""
-    unknown = "unknown: no module aiter"
-    plain = kernel.installed_constants({}, None, None, unknown)
-    assert plain.car_max_size == PINNED.car_max_size
-    assert plain.source.endswith("(pinned: no aiter on the python path)"), plain.source
-    sized = kernel.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "1048576"}, None, None, unknown)
-    assert sized.car_max_size == 1 << 20
-    assert (
-        kernel.installed_constants(
-            {"AITER_CUSTOM_AR_MAX_SIZE": "0"}, None, None, unknown
-        ).car_max_size
-        == 0
-    )
-    for ignored in ("-5", "lots", str(2 << 30)):
-        assert kernel.car_max_size(7, {"AITER_CUSTOM_AR_MAX_SIZE": ignored}) == 7
 
 
 LAYOUT = Layout(tokens=127, hidden=2880, tp=4, dtype_size=2)
