@@ -41,7 +41,7 @@ from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import judge
 from miles_amd.testing.faults import FAULTS
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
-from miles_amd.testing.real_writers import MILES_SRC_ENV
+from miles_amd.testing.replay import MILES_SRC_ENV
 from tests.support.rehearsal import expectation_problems, failed_checks, rehearse
 
 MILES_SRC = os.environ.get(MILES_SRC_ENV, "")
