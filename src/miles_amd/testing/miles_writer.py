@@ -38,11 +38,6 @@ TRAINER_ACTOR = "MegatronTrainRayActor"
 ROLLOUT_ACTOR = "RolloutManager"
 SGLANG_ACTOR = "SGLangEngine"
 RAY_PREFIX_COLOUR = ("\x1b[36m", "\x1b[0m")  # colorama CYAN ... RESET_ALL, also in a file
-# Where the pinned miles logs each message (readers must not depend on them).
-PERF_SOURCE = "metrics.py:89"
-ROLLOUT_SOURCE = "log_utils.py:123"
-STEP_SOURCES = ("log_utils.py:542", "model.py:854")
-TRAINER_PERF_SOURCE = "train_metric_utils.py:56"
 
 _ROLLOUT_MANAGER_KEYS = (
     "rollout/response_len/",
@@ -127,15 +122,13 @@ def metric_log_lines(
     groups = group_metrics(metrics)
     manager = format_log_time(epoch_seconds, "rollout_manager")
     trainer = format_log_time(epoch_seconds, "actor_cell0_rank0")
-    step = {**groups["step"], "train/step": rollout}
-    messages = [
-        (ROLLOUT_ACTOR, manager, PERF_SOURCE, "perf", groups["perf"]),
-        (TRAINER_ACTOR, trainer, ROLLOUT_SOURCE, "rollout", groups["rollout"]),
-        *(
-            (TRAINER_ACTOR, trainer, s, "step", step if groups["step"] else {})
-            for s in STEP_SOURCES
-        ),
-        (TRAINER_ACTOR, trainer, TRAINER_PERF_SOURCE, "perf", groups["trainer_perf"]),
+    step = {**groups["step"], "train/step": rollout} if groups["step"] else {}
+    messages = [  # where the pinned miles logs each (readers must not depend on it)
+        (ROLLOUT_ACTOR, manager, "metrics.py:89", "perf", groups["perf"]),
+        (TRAINER_ACTOR, trainer, "log_utils.py:123", "rollout", groups["rollout"]),
+        (TRAINER_ACTOR, trainer, "log_utils.py:542", "step", step),
+        (TRAINER_ACTOR, trainer, "model.py:854", "step", step),
+        (TRAINER_ACTOR, trainer, "train_metric_utils.py:56", "perf", groups["trainer_perf"]),
     ]
     return [
         ray_line(actor, pids.rollout_manager if actor == ROLLOUT_ACTOR else pids.trainers[0],
