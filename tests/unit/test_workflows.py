@@ -1,10 +1,11 @@
 """The CI lanes' own facts, the ones no linter holds.
 
 ``.ci/lint`` checks every workflow against GitHub's schema (check-jsonschema) and zizmor's
-audits. Here: the lanes' runners, GPU counts and check names (docs/ci.md), that the CPU job
-runs ``.ci/lint`` and the suite, that each GPU job's cap is above its steps' timeouts, that
-every ``uses:`` is the commit ``.github/action-pins.json`` verified, that shellcheck passes
-every ``run:`` script, and that CODEOWNERS covers what needs a maintainer's review.
+audits. Here: the lanes' runners, GPU counts and check names (docs/ci.md); the CPU job runs
+``.ci/lint`` and the suite; each GPU job's cap is above its steps' timeouts and it judges with
+the base branch's baselines; fork code never reaches a GPU runner; the patched aiter is an
+exact commit; every ``uses:`` is the commit ``.github/action-pins.json`` verified; shellcheck
+passes every ``run:`` script; CODEOWNERS covers what needs a maintainer's review.
 """
 
 from __future__ import annotations
@@ -29,11 +30,25 @@ PR_CHECKS = {
     "AMD 4-GPU lane: fork pull request",
     "Baselines against the base branch",
 }
-# workflow -> (GPU job, its runner labels' default, EXPECTED_GPUS)
+# workflow -> (GPU job, its runner labels' default, EXPECTED_GPUS, the reviewed baselines' ref)
 LANES = {
-    "amd-pr.yml": ("amd-4gpu", ["self-hosted", "amd", "mi350", "4gpu"], "4"),
-    "amd-nightly.yml": ("nightly", ["self-hosted", "amd", "mi350", "8gpu"], "8"),
+    "amd-pr.yml": (
+        "amd-4gpu",
+        ["self-hosted", "amd", "mi350", "4gpu"],
+        "4",
+        "${{ github.event.pull_request.base.sha || github.event.repository.default_branch }}",
+    ),
+    "amd-nightly.yml": (
+        "nightly",
+        ["self-hosted", "amd", "mi350", "8gpu"],
+        "8",
+        "${{ github.event.repository.default_branch }}",
+    ),
 }
+SAME_REPO_ONLY = (
+    "github.event_name != 'pull_request' || "
+    "github.event.pull_request.head.repo.full_name == github.repository"
+)
 REVIEWED_PATHS = (
     "baselines/gpt_oss_20b_lora/8gpu/mi355x/stock.json",
     "src/miles_amd/rules/registry.py",
@@ -62,10 +77,15 @@ def runner_default(runs_on: str) -> list[str]:
 @pytest.mark.parametrize("workflow", sorted(LANES))
 def test_the_lanes_hold_their_runners_gpus_checks_and_cpu_job(workflow: str) -> None:
     doc = load(workflow)
-    job_name, labels, gpus = LANES[workflow]
+    job_name, labels, gpus, reviewed_ref = LANES[workflow]
     job = doc["jobs"][job_name]
     assert runner_default(job["runs-on"]) == labels
     assert job["env"]["EXPECTED_GPUS"] == gpus
+    # The gate judges with the base branch's baselines: a change cannot loosen its own gate.
+    (reviewed,) = [s for s in job["steps"] if s.get("with", {}).get("path") == ".reviewed"]
+    assert reviewed["with"]["ref"] == reviewed_ref
+    exports = 'echo "MILES_AMD_BASELINES_DIR=$PWD/.reviewed/baselines" >> "$GITHUB_ENV"'
+    assert any(exports in s.get("run", "") for s in job["steps"])
     step_caps = [s.get("timeout-minutes", 0) for s in job["steps"]]
     assert all(step_caps) and sum(step_caps) < job["timeout-minutes"]
     assert job["needs"] == "cpu"
@@ -75,11 +95,15 @@ def test_the_lanes_hold_their_runners_gpus_checks_and_cpu_job(workflow: str) -> 
         assert {j["name"] for j in doc["jobs"].values()} == PR_CHECKS
         assert job["name"] == REQUIRED_CHECK
         assert doc["on"]["pull_request"] is None  # no path filter: the check always reports
+        assert job["if"] == SAME_REPO_ONLY  # fork code never reaches the self-hosted runner
         section = (REPO / "docs" / "ci.md").read_text(encoding="utf-8")
         section = section.split("## Make it a required check", 1)[1].split("\n## ", 1)[0]
         assert all(f"`{name}`" in section for name in PR_CHECKS)
     else:
         assert "pull_request" not in doc["on"]  # only the schedule and dispatches
+        # The patched aiter is an exact commit: no moving default, a non-SHA refused.
+        (build,) = [s for s in job["steps"] if "aiter-src" in s.get("run", "")]
+        assert "'" not in build["env"]["AITER_REF"] and "^[0-9a-f]{40}$" in build["run"]
 
 
 def pin_problems(text: str, pins: dict[str, Any]) -> list[str]:
