@@ -2,8 +2,9 @@
 
 ``.ci/lint`` checks every workflow against GitHub's schema (check-jsonschema) and zizmor's
 audits. Here: the lanes' runners, GPU counts and check names (docs/ci.md); the CPU job runs
-``.ci/lint`` and the suite; each GPU job's cap is above its steps' timeouts and it judges with
-the base branch's baselines; fork code never reaches a GPU runner; the patched aiter is an
+``.ci/lint`` and the suite; each GPU job's cap is above its steps' timeouts, it judges with
+the base branch's baselines, mounts caches read-only, is not privileged, kills no process by
+name and uploads its evidence always; fork code never reaches a GPU runner; the patched aiter is an
 exact commit; every ``uses:`` is the commit ``.github/action-pins.json`` verified; shellcheck
 passes every ``run:`` script; CODEOWNERS covers what needs a maintainer's review.
 """
@@ -86,6 +87,14 @@ def test_the_lanes_hold_their_runners_gpus_checks_and_cpu_job(workflow: str) -> 
     assert reviewed["with"]["ref"] == reviewed_ref
     exports = 'echo "MILES_AMD_BASELINES_DIR=$PWD/.reviewed/baselines" >> "$GITHUB_ENV"'
     assert any(exports in s.get("run", "") for s in job["steps"])
+    # Not copied from miles' ROCm CI (docs/ci.md): read-write caches, a privileged container,
+    # a blanket kill; and the evidence is uploaded whatever happened.
+    options = job["container"]["options"].split()
+    assert "--privileged" not in options and "--pid=host" not in options
+    assert all(volume.endswith(":ro") for volume in job["container"]["volumes"])
+    assert not any(re.search(r"\b(pkill|killall)\b", s.get("run", "")) for s in job["steps"])
+    (upload,) = [s for s in job["steps"] if "upload-artifact" in s.get("uses", "")]
+    assert upload["if"] == "always()"
     step_caps = [s.get("timeout-minutes", 0) for s in job["steps"]]
     assert all(step_caps) and sum(step_caps) < job["timeout-minutes"]
     assert job["needs"] == "cpu"
