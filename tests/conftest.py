@@ -1,26 +1,12 @@
-"""Every test's tier, and the fixtures more than one test module uses.
+"""Every test's tier, the Ray tests' xdist groups, and the fixtures several modules use.
 
-Tiers (registered in ``pytest.ini``): ``snapshot``, ``unit``, ``rehearsal``, ``conformance``,
-``mi355x``. A test under ``tests/<tier>/`` gets that tier's marker; a test or module that
-carries a tier marker itself keeps it instead (``test_planning_imports_no_heavy_module`` in
-``tests/unit`` is a ``snapshot`` test: the import-lightness bar belongs to that tier). A test
-with no tier, or with two, stops the session at collection with the list of such tests, so
-``pytest -m <tier>`` over the five tiers selects every collected test exactly once.
-
-``pytest.ini`` runs the suite on pytest-xdist workers (``-n auto --dist loadgroup``); every
-Ray test is in one of three xdist groups (:func:`ray_group`: the session head's, the two-node
-cluster's, the tests that start their own heads), so each group runs in order on one worker
-and one session head serves all its tests, while the other tests fill the workers around
-them (one group for every Ray test ran them all in a row on one worker; more workers than
-cores pushed a fail-fast latency past its bound). The grouping needs pytest < 9.2
-(pytest-dev/pytest-xdist#1386: with pytest 9.2 and xdist 3.8 the group is silently ignored
-and each worker starts its own head).
-
-Hardware options and the ``mi355x`` skip live in the root ``conftest.py``; the rehearsal's
-Ray head and the node options in their own directories' conftests. The conformance options
-(``--miles-src``, ``--megatron-src``, ``--miles-python``; ``tests.conformance.checkout``) are
-registered here because ``tests/unit/test_parse_probe.py`` uses them too, and pytest would not
-load ``tests/conformance/conftest.py`` for a run of ``tests/unit`` alone.
+A test under ``tests/<tier>/`` gets that tier's marker unless it carries one (the tiers of
+``pytest.ini``); a test with no tier or two stops the session at collection, so ``pytest -m
+<tier>`` over the five tiers selects every test exactly once. Each Ray test joins the xdist
+group of the cluster it uses (:func:`ray_group`), so a group runs in order on one worker while
+other tests fill the rest (pytest < 9.2: pytest-dev/pytest-xdist#1386 ignores groups). The
+conformance options are registered here because ``tests/unit/test_parse_probe.py`` uses them
+too.
 """
 
 from __future__ import annotations
@@ -66,15 +52,9 @@ def tier_problems(items: list[pytest.Item]) -> list[str]:
 def ray_group(item: pytest.Item) -> str | None:
     """The xdist group of a rehearsal test, by the Ray cluster it uses; None for other tiers.
 
-    ``ray``: the session head (``session_head``, ``ray_head``, ``cluster_env``,
-    ``healthy_run``); ``ray-two-node``:
-    ``test_cluster``'s two-node cluster (``cluster``); ``ray-own-head``: the tests whose code
-    under test starts and stops its own heads. A group's tests run in order on one worker and
-    share its cluster; the three groups may run at once, on different workers. The
-    real-writer rehearsal (conformance tier, its own ``pytest`` in the conformance Python)
-    stays ungrouped: its workers each start a session head, and it asserts no latency bound.
-    So do the rehearsal tests marked ``no_ray`` (the canary's gloo ranks, a hostile
-    dashboard): they start no Ray and fill whichever worker is free.
+    ``ray``: the session head's tests; ``ray-two-node``: ``test_cluster``'s two-node cluster;
+    ``ray-own-head``: tests whose code starts its own heads. ``no_ray`` rehearsal tests and the
+    conformance real-writer rehearsal (no latency bound) stay ungrouped.
     """
     if item.get_closest_marker("rehearsal") is None or item.get_closest_marker("no_ray"):
         return None

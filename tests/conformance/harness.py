@@ -17,8 +17,7 @@ Megatron), and a parse cannot share an interpreter with another: ``parse_args`` 
 ``sys.argv`` and ``os.environ``, configures logging, and Megatron keeps global args. So
 :func:`parse_all` imports miles once per import path and forks a child per job
 (``parse_batch.py`` says when a fork is the same as a fresh interpreter, and which jobs it
-sends back to one). Measured on 2 cores: the parses' fixture 197 s -> 49 s; the whole
-tier (``pytest -m conformance``) 400 CPU-s and 203 s -> 230 CPU-s and 124 s.
+sends back to one).
 
 Explained for people in ``docs/conformance.md``.
 """

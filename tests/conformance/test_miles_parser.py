@@ -1,34 +1,14 @@
 """Conformance: miles' real ``parse_args`` accepts every argv ``miles-amd train`` plans, and
 hands ``train()`` the values the recipe means.
 
-For every launcher variant of the snapshot suite (``tests/snapshot``: default, MI350X,
-custom dirs, N rollouts, extra args, override-pinned, W&B, external Ray, HIP devices, run
-dir) the job is planned with the real CLI and its ``train.py`` argv is parsed, in the env
-the driver submits, by the checkout's own parser (the Megatron parser, the miles, SGLang and
-router argument groups, the checkpoint ``config.json`` cross-check and all three
-validators) in the checkout's python, in a child forked from one import of miles per
-import path (``harness.parse_all``; the last test checks the fork against a fresh parse).
-Fake inputs (``fake_inputs.py``: the checkpoint's real ``config.json`` dims, a one-row
-dataset) are made in tmp dirs.
-
-Stubs, and why (nothing else is replaced):
-
-- ``torch.cuda.get_device_capability`` -> gfx950's (9, 5): Megatron's ``validate_args``
-  asserts capability >= 8 for ``--moe-grouped-gemm``; a CPU torch raises instead.
-- ``torch.cuda.get_device_properties`` -> major 9, minor 5: Megatron's ``validate_args``
-  reads the device arch when TP > 1 (below 10 it then requires
-  ``CUDA_DEVICE_MAX_CONNECTIONS=1``).
-  Both live in ``miles_amd/node/miles_parse.py`` and apply only when torch sees no GPU.
-- Only in a python without them (the lean CPU venv): inert ``triton`` and ``torchvision``
-  packages (``import_stubs/``), last on ``PYTHONPATH``. sglang imports both at module load
-  (``sglang/srt/utils/common.py``) although no kernel runs while parsing; PyPI's
-  torchvision pulls a CUDA torch and triton is 0.9 GB. With the real packages the parse
-  gave the same 1,564 arguments.
-
-Controls that must fail: an unknown flag (and ``--ci-enable-metrics-capture``, which miles
-never had) is refused by argparse with its own message; dropping
-``CUDA_DEVICE_MAX_CONNECTIONS`` or a ``config.json`` that disagrees with the model flags is
-refused by a validator.
+Every ``train`` variant of the snapshot suite is planned with the real CLI and its argv parsed
+by the checkout's own parser in the env the driver submits (``harness.parse_all``: forked from
+one import of miles per import path; the last test checks a fork against a fresh parse), on
+fake inputs (``fake_inputs.py``). Stubs: the two GPU queries of ``miles_parse.py``, only when
+torch sees no GPU, and inert ``triton``/``torchvision`` only in a python without them. Controls
+that must fail: an unknown flag, ``--ci-enable-metrics-capture``, a missing
+``CUDA_DEVICE_MAX_CONNECTIONS`` and a ``config.json`` that disagrees with the model flags.
+docs/conformance.md says what it proves and why each stub is needed.
 """
 
 from __future__ import annotations

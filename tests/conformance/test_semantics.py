@@ -1,21 +1,12 @@
 """After parsing: what miles' own code makes of the recipe's argv (``semantic_probe.py``).
 
-One run of ``semantic_probe.py`` on the default job (the argv and env ``miles-amd train``
-plans, in the conformance python) gives what miles and SGLang compute from it; the tests
-compare that with what the recipe means:
-
-- arithmetic: world size 8 (one node of 8 GPUs), data-parallel size 8 / TP 4 = 2, 8 / 4 = 2
-  rollout engines, a global batch divisible by DP x micro-batch, exactly one optimizer step
-  per rollout (8 prompts x 8 samples = global batch 64);
-- every function-path argument loads with miles' ``load_function``;
-- miles' math reward scores a boxed right answer 1 and a boxed wrong one 0;
-- the LoRA targets map to the experts' Megatron ``linear_fc1`` / ``linear_fc2`` with nothing
-  passed through unmapped; every name the recipe accepts (``recipe.lora_targets``) maps as its
-  table says, and ``gate_up_proj`` passes through unmapped (the recipe refuses it);
-- miles' SGLang server args drop no key, set ``max_lora_rank`` to ``--lora-rank`` and
-  ``enable_weights_cpu_backup``, and SGLang 0.5.16's ``ServerArgs`` accepts them with only its
-  device queries stubbed. PyPI sglang 0.5.16 stands in for the image's sglang-miles build: a key
-  that build lacks would be dropped there with a log line only (RECIPE.md).
+One probe run on the default job gives what miles and SGLang compute from it; the tests
+compare that with what the recipe means: world size, DP size, rollout engines and one
+optimizer step per rollout; every function path loads; the math reward scores a right and a
+wrong answer; the LoRA targets map to the experts' ``linear_fc1``/``linear_fc2`` (each name
+``recipe.lora_targets`` accepts as its table says, ``gate_up_proj`` unmapped); the SGLang
+server args keep every key and SGLang 0.5.16's ``ServerArgs`` accepts them
+(docs/conformance.md).
 """
 
 from __future__ import annotations

@@ -13,10 +13,6 @@ stage depends on, and the driver's last exception (``startup_evidence.py``).
 
 Every process the run started (found by the head's private ``TMPDIR`` in its environment,
 orphans included) is stopped by pid, and the test fails if one is left.
-
-Time (measured 2026-12-01, 2 cores shared with other jobs, load average ~12): 3 min 30 s;
-most of it is imports (torch, sglang, Megatron) in the driver, the rollout manager and the
-two engine actors.
 """
 
 from __future__ import annotations

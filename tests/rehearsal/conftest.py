@@ -8,10 +8,8 @@ token file as ``RAY_AUTH_TOKEN_PATH``, the external-cluster path. After each tes
 entrypoint the test started may still be alive.
 
 The head (:class:`SessionHead`) starts when a test first needs it and stops, every process it
-spawned checked gone by pid, after the last test of a run of tests that need it: the tests of
-its xdist group run in a row on one worker (``tests/conftest.py``), and an idle head costs
-about 0.15 CPU-s a second (measured: about 45 CPU-s of a CI run when it idled until the
-worker's session ended, 300 s after the group). A later test that needs it starts it again.
+spawned checked gone by pid, after the last test of its xdist group (``tests/conftest.py``):
+an idle head costs CPU. A later test that needs it starts it again.
 """
 
 from __future__ import annotations

@@ -16,11 +16,7 @@ Needs (skips without, saying so): miles' source tree in ``$MILES_AMD_MILES_SRC``
 ``sglang==0.5.16`` with ``--no-deps`` and what miles' writer modules import through it. The
 conformance env has them: install the project into it and run this file with
 ``$MILES_AMD_MILES_PYTHON -m pytest`` (the skip reason gives the commands). ``triton`` and
-``torchvision`` get inert stand-ins (``real_writers`` docstring).
-
-Wall time (measured 2026-11-30 on 2 shared cores): the seven verdict cases 4 min 35 s, the
-parity test about 50 s; each real-writer replay spends about 20 s starting its actors (the
-torch + sglang imports of miles' writer modules).
+``torchvision`` get inert stand-ins (docs/rehearsal.md, "The real writers").
 """
 
 from __future__ import annotations
@@ -41,7 +37,7 @@ from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import judge
 from miles_amd.testing.faults import FAULTS
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
-from miles_amd.testing.real_writers import MILES_SRC_ENV
+from miles_amd.testing.replay import MILES_SRC_ENV
 from tests.support.rehearsal import expectation_problems, failed_checks, rehearse
 
 MILES_SRC = os.environ.get(MILES_SRC_ENV, "")

@@ -318,11 +318,14 @@ def run_review_step(tmp_path: Path, pr_patched: dict[str, Any] | None, under: Pa
     """amd-pr.yml's "Diff the baselines against the base branch" script, run by bash in a
     scratch checkout: the base's baselines/ in .reviewed/, the pull request's beside it, its
     patched file at ``under`` (another key: a new file)."""
-    from tests.workflow_yaml import PR_WORKFLOW, find_step, load_workflow, steps_of
+    import yaml
 
-    steps = steps_of(load_workflow(PR_WORKFLOW)["jobs"]["baselines"])
-    index = find_step(steps, "miles-amd baseline diff")
-    assert index is not None
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "amd-pr.yml").read_text())
+    (script,) = [
+        step["run"]
+        for step in workflow["jobs"]["baselines"]["steps"]
+        if "miles-amd baseline diff" in step.get("run", "")
+    ]
     work = tmp_path / "checkout"
     for tree in (work, work / ".reviewed"):
         shutil.copytree(BASELINES, tree / "baselines")
@@ -339,7 +342,7 @@ def run_review_step(tmp_path: Path, pr_patched: dict[str, Any] | None, under: Pa
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
     result = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", steps[index]["run"]],
+        ["bash", "-e", "-o", "pipefail", "-c", script],
         cwd=work,
         env=env,
         capture_output=True,

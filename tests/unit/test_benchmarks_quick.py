@@ -26,23 +26,13 @@ def declares_quick(script: Path) -> bool:
     return False
 
 
-def test_every_benchmark_script_is_registered_with_the_runner() -> None:
+def test_every_benchmark_is_registered_and_has_a_quick_mode_unless_a_skip_says_why() -> None:
     scripts = {p.name for p in HERE.glob("*.py")} - {"run_quick.py", "__init__.py"}
-    assert scripts, f"no benchmark scripts found in {HERE}"
-    assert scripts == set(BENCHMARKS), (
-        f"not registered in run_quick.BENCHMARKS: {sorted(scripts - set(BENCHMARKS))}; "
-        f"registered but missing: {sorted(set(BENCHMARKS) - scripts)}"
-    )
-
-
-def test_every_run_benchmark_has_a_quick_mode_and_every_skip_reason_is_still_true() -> None:
+    assert scripts and scripts == set(BENCHMARKS), sorted(scripts ^ set(BENCHMARKS))
     for name, skip_reason in BENCHMARKS.items():
-        if skip_reason is None:
-            assert declares_quick(HERE / name), f"{name} has no --quick option"
-        else:
-            assert not declares_quick(HERE / name), (
-                f"{name} has --quick now: remove its skip reason from run_quick.BENCHMARKS"
-            )
+        assert declares_quick(HERE / name) == (skip_reason is None), (
+            f"{name}: a --quick option and a skip reason in run_quick.BENCHMARKS go together"
+        )
 
 
 def test_ci_runs_the_runner() -> None:
@@ -75,15 +65,10 @@ def script(tmp_path: Path, body: str) -> Path:
     return path
 
 
-def test_a_script_that_passes_and_prints_figures_passes(tmp_path: Path) -> None:
-    body = "assert sys.argv[1:] == ['--quick']\nprint('setting up')\nprint('a=1 b=2.5')\n"
-    outcome = run_benchmark(script(tmp_path, body))
-    assert outcome.problem is None and outcome.name == "bench_fake.py"
-
-
 @pytest.mark.parametrize(
     ("body", "problem"),
     [
+        ("assert sys.argv[1:] == ['--quick']\nprint('setting up')\nprint('a=1 b=2.5')\n", None),
         ("print('a=1')\nsys.exit(1)\n", "exit 1"),
         ("print('a=1')\nprint('finished')\n", "'finished' is not key=value"),
         ("pass\n", "the last line is empty (no figures printed)"),
@@ -91,10 +76,11 @@ def test_a_script_that_passes_and_prints_figures_passes(tmp_path: Path) -> None:
         ("raise SystemExit('bad input')\n", "exit 1"),
     ],
 )
-def test_a_script_failing_its_condition_or_the_format_fails(
-    tmp_path: Path, body: str, problem: str
+def test_a_script_passes_only_on_exit_0_with_figures(
+    tmp_path: Path, body: str, problem: str | None
 ) -> None:
-    assert run_benchmark(script(tmp_path, body)).problem == problem
+    outcome = run_benchmark(script(tmp_path, body))
+    assert (outcome.problem, outcome.name) == (problem, "bench_fake.py")
 
 
 def test_a_script_that_does_not_exit_fails(tmp_path: Path) -> None:

@@ -7,7 +7,10 @@ import io
 import json
 import math
 import re
+import shutil
 import struct
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,6 @@ from miles_amd.testing.miles_writer import (
     ActorPids,
     MilesRunWriter,
     ci_history_text,
-    encode_ci_value,
     format_log_time,
     log_kind,
     metric_log_lines,
@@ -84,19 +86,24 @@ def expected_series(rollouts: list[dict[str, float]]) -> dict[str, list[tuple[in
     return out
 
 
-def test_tensorboard_scalars_read_back_at_the_rollout_step_as_float32(tmp_path: Path) -> None:
-    _, writer = write_run(tmp_path, ROLLOUTS)
-    got = read_tensorboard_dir(tmp_path / "tensorboard")
-    want = {
-        key: tuple((k, f32(v)) for k, v in points)
-        for key, points in expected_series(ROLLOUTS).items()
-    }
-    assert got == want
-    assert writer.event_file is not None and writer.event_file.parent == tmp_path / "tensorboard"
-    # One file per miles process: the driver's holds the file-version header only (88 bytes).
+def read_tensorboard_dir_files(event_file: Path) -> dict:
+    """The scalars of one event file (copied alone into a directory of its own)."""
+    with tempfile.TemporaryDirectory() as alone:
+        shutil.copy(event_file, alone)
+        return read_tensorboard_dir(alone)
+
+
+def test_a_run_reads_back_from_all_three_formats_in_miles_form(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log, writer = write_run(tmp_path, ROLLOUTS)
+    # TensorBoard: every scalar at the rollout step, as float32; one file per miles process,
+    # the driver's the file-version header only (88 bytes); EventAccumulator agrees.
+    want = {k: tuple((s, f32(v)) for s, v in p) for k, p in expected_series(ROLLOUTS).items()}
+    assert read_tensorboard_dir(tmp_path / "tensorboard") == want
     assert set(writer.event_files) == {"driver", "rollout_manager", "trainer"}
-    files = sorted((tmp_path / "tensorboard").iterdir())
-    assert files == sorted(writer.event_files.values())
+    assert sorted((tmp_path / "tensorboard").iterdir()) == sorted(writer.event_files.values())
+    assert writer.event_file == writer.event_files["trainer"]
     assert writer.event_files["driver"].stat().st_size == 88
     manager = read_tensorboard_dir_files(writer.event_files["rollout_manager"])
     assert set(manager) == {
@@ -104,29 +111,44 @@ def test_tensorboard_scalars_read_back_at_the_rollout_step_as_float32(tmp_path: 
         "rollout/response_len/mean",
         "rollout/truncated_ratio",
     }
-
-
-def read_tensorboard_dir_files(event_file: Path) -> dict:
-    """The scalars of one event file (copied alone into a directory of its own)."""
-    import shutil
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as alone:
-        shutil.copy(event_file, alone)
-        return read_tensorboard_dir(alone)
-
-
-def test_tensorboard_cross_check_with_tensorboards_event_accumulator(tmp_path: Path) -> None:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    write_run(tmp_path, ROLLOUTS)
     acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
     assert sorted(acc.Tags()["scalars"]) == sorted(ROLLOUTS[0])
-    for key, points in expected_series(ROLLOUTS).items():
-        events = acc.Scalars(key)
-        assert [(e.step, e.value) for e in events] == [(k, f32(v)) for k, v in points]
-        assert {e.wall_time for e in events} == {FIXED_TIME}
+    for key, points in want.items():
+        assert [(e.step, e.value, e.wall_time) for e in acc.Scalars(key)] == [
+            (s, v, FIXED_TIME) for s, v in points
+        ]
+    # CI history: the driver's 0-byte record, the trainer's captured keys in first-capture
+    # order (the trainer logs raw_reward before the training step).
+    files = sorted((tmp_path / "ci_history").iterdir(), key=lambda p: p.stat().st_size)
+    assert len(files) == 2 and files[0].stat().st_size == 0
+    assert all(re.fullmatch(r"\d+-[0-9a-f]{32}\.jsonl", f.name) for f in files)
+    assert files[1].name.startswith("4242-")  # the trainer's pid
+    records = [json.loads(line) for line in files[1].read_text().splitlines()]
+    assert [r["metric"] for r in records] == ["rollout/raw_reward", *CI_CAPTURED_KEYS[:4]]
+    assert records[0] == {
+        "metric": "rollout/raw_reward",
+        "series": [[k, m["rollout/raw_reward"]] for k, m in enumerate(ROLLOUTS)],
+    }
+    # The log parses back exactly; per rollout perf, rollout, step twice, in miles' form.
+    want_log = {key: tuple(points) for key, points in expected_series(ROLLOUTS).items()}
+    want_log["train/step"] = tuple((k, float(k)) for k in range(len(ROLLOUTS)))
+    assert log_series(log, tmp_path / "log") == want_log
+    lines = log.splitlines()
+    assert len(lines) == 4 * len(ROLLOUTS)
+    manager_time = format_log_time(FIXED_TIME, "rollout_manager")
+    trainer_time = format_log_time(FIXED_TIME, "actor_cell0_rank0")
+    trainer = f"\x1b[36m(MegatronTrainRayActor pid=4242)\x1b[0m {trainer_time}"
+    assert lines[0].startswith(
+        f"\x1b[36m(RolloutManager pid=4100)\x1b[0m {manager_time} metrics.py:89"
+    )
+    assert " - perf 0: {'perf/rollout_time': 101.5, 'rollout/response_len/mean': 2900.0" in lines[0]
+    assert lines[1].startswith(f"{trainer} log_utils.py:123")
+    assert " - rollout 0: {'rollout/raw_reward': 0.5, 'rollout/log_probs': -0.31}" in lines[1]
+    # log_train_step's dict: the losses, then grad_norm, then the step; printed twice.
+    assert lines[2].startswith(f"{trainer} log_utils.py:542")
+    assert lines[2].endswith("'train/ppo_kl': 0.0, 'train/grad_norm': 0.12, 'train/step': 0}")
+    assert lines[3] == lines[2].replace("log_utils.py:542", "model.py:854")
 
 
 def test_each_rollout_is_flushed_before_close(tmp_path: Path) -> None:
@@ -143,27 +165,6 @@ def test_each_rollout_is_flushed_before_close(tmp_path: Path) -> None:
     assert len(read_tensorboard_dir(tmp_path / "tb")["train/grad_norm"]) == 2
     assert len(read_ci_history_dir(tmp_path / "ci")["train/grad_norm"]) == 2
     writer.close()
-
-
-def test_ci_history_is_miles_form_with_captured_keys_only(tmp_path: Path) -> None:
-    write_run(tmp_path, ROLLOUTS)
-    files = sorted((tmp_path / "ci_history").iterdir(), key=lambda p: p.stat().st_size)
-    assert len(files) == 2 and files[0].stat().st_size == 0  # the driver's finish_tracking
-    assert all(re.fullmatch(r"\d+-[0-9a-f]{32}\.jsonl", f.name) for f in files)
-    assert files[1].name.startswith("4242-")  # the trainer's pid
-    lines = files[1].read_text().splitlines()
-    records = [json.loads(line) for line in lines]
-    # First-capture order: the trainer logs raw_reward (rollout) before the training step.
-    assert [r["metric"] for r in records] == [
-        "rollout/raw_reward",
-        "train/grad_norm",
-        "train/ppo_kl",
-        "train/train_rollout_logprob_abs_diff",
-        "train/train_rollout_kl",
-    ]
-    assert set(r["metric"] for r in records) <= set(CI_CAPTURED_KEYS)
-    assert records[0]["series"] == [[k, m["rollout/raw_reward"]] for k, m in enumerate(ROLLOUTS)]
-    assert set(records[0]) == {"metric", "series"}
 
 
 def test_non_finite_values_in_all_three_formats(tmp_path: Path) -> None:
@@ -184,109 +185,65 @@ def test_non_finite_values_in_all_three_formats(tmp_path: Path) -> None:
         json.loads(line, parse_constant=lambda token: pytest.fail(f"bare {token}"))
     ci = read_ci_history_dir(tmp_path / "ci_history")
     assert math.isnan(ci["train/train_rollout_logprob_abs_diff"][1][1])
-
-
-def test_log_lines_parse_back_exactly_and_keep_miles_form(tmp_path: Path) -> None:
-    log, _ = write_run(tmp_path, ROLLOUTS)
-    got = log_series(log, tmp_path / "log")
-    want = {key: tuple(points) for key, points in expected_series(ROLLOUTS).items()}
-    want["train/step"] = tuple((k, float(k)) for k in range(len(ROLLOUTS)))
-    assert got == want
-    lines = log.splitlines()
-    assert len(lines) == 4 * len(ROLLOUTS)  # perf, rollout, step twice
-    manager = format_log_time(FIXED_TIME, "rollout_manager")
-    trainer = format_log_time(FIXED_TIME, "actor_cell0_rank0")
-    cyan, reset = "\x1b[36m", "\x1b[0m"
-    assert lines[0].startswith(f"{cyan}(RolloutManager pid=4100){reset} {manager} metrics.py:89")
-    assert " - perf 0: {'perf/rollout_time': 101.5, 'rollout/response_len/mean': 2900.0" in lines[0]
-    prefix = f"{cyan}(MegatronTrainRayActor pid=4242){reset} {trainer}"
-    assert lines[1].startswith(f"{prefix} log_utils.py:123")
-    assert " - rollout 0: {'rollout/raw_reward': 0.5, 'rollout/log_probs': -0.31}" in lines[1]
-    # log_train_step's dict: the losses, then grad_norm, then the step; printed twice.
-    assert lines[2].startswith(f"{prefix} log_utils.py:542")
-    assert lines[2].endswith("'train/ppo_kl': 0.0, 'train/grad_norm': 0.12, 'train/step': 0}")
-    assert lines[3] == lines[2].replace("log_utils.py:542", "model.py:854")
-
-
-def test_format_log_time_is_local_time_with_milliseconds() -> None:
-    import time
-
-    local = time.localtime(FIXED_TIME)
-    assert format_log_time(FIXED_TIME) == time.strftime("[%Y-%m-%d %H:%M:%S.250 main]", local)
-    assert format_log_time(FIXED_TIME, "rollout_manager").endswith(".250 rollout_manager]")
-
-
-def test_message_kinds_follow_miles() -> None:
-    assert log_kind("perf/rollout_time") == "perf"
-    assert log_kind("rollout/response_len/max") == "perf"
-    assert log_kind("rollout/truncated_ratio") == "perf"
-    assert log_kind("rollout/raw_reward") == "rollout"
-    assert log_kind("train/grad_norm") == "step"
-    assert log_kind("perf/actor_train_time") == "trainer_perf"
-    assert log_kind("perf/actor_train_tflops") == "trainer_perf"
-    assert log_kind("perf/wait_time_ratio") == "trainer_perf"
-    assert log_kind("perf/longest_sample_non_generation_time") == "perf"
-    assert log_kind("perf/cpu_memory_after_offload_train_gb") == "tb_only"
-    with pytest.raises(ValueError, match="eval/score"):
-        log_kind("eval/score")
-
-
-def test_a_kind_without_keys_prints_no_line() -> None:
-    lines = metric_log_lines(7, {"train/loss": 1.0}, PIDS, FIXED_TIME)
-    assert len(lines) == 2 and all(
-        " - step 7: {'train/loss': 1.0, 'train/step': 7}" in x for x in lines
+    assert ci_history_text({"train/grad_norm": [(0, 1.5), (1, -math.inf)]}) == (
+        '{"metric": "train/grad_norm", "series": [[0, 1.5], [1, "-Infinity"]]}\n'
     )
 
 
-def test_trainer_perf_line_and_tensorboard_only_keys(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("key", "kind"),
+    [
+        ("perf/rollout_time", "perf"),
+        ("rollout/response_len/max", "perf"),
+        ("rollout/truncated_ratio", "perf"),
+        ("rollout/raw_reward", "rollout"),
+        ("train/grad_norm", "step"),
+        ("perf/actor_train_time", "trainer_perf"),
+        ("perf/actor_train_tflops", "trainer_perf"),
+        ("perf/wait_time_ratio", "trainer_perf"),
+        ("perf/longest_sample_non_generation_time", "perf"),
+        ("perf/cpu_memory_after_offload_train_gb", "tb_only"),
+    ],
+)
+def test_message_kinds_follow_miles(key: str, kind: str) -> None:
+    assert log_kind(key) == kind
+
+
+def test_lines_only_for_kinds_with_keys_and_tensorboard_only_keys(tmp_path: Path) -> None:
+    lines = metric_log_lines(7, {"train/loss": 1.0}, PIDS, FIXED_TIME)
+    assert len(lines) == 2
+    assert all(" - step 7: {'train/loss': 1.0, 'train/step': 7}" in x for x in lines)
     metrics = {"perf/actor_train_time": 12.5, "perf/cpu_memory_after_offload_train_gb": 80.25}
     log, writer = write_run(tmp_path, [metrics])
     (line,) = log.splitlines()
     assert "train_metric_utils.py:56 - perf 0: {'perf/actor_train_time': 12.5}" in line
-    assert "cpu_memory" not in log
-    trainer = read_tensorboard_dir_files(writer.event_files["trainer"])
-    assert trainer == {
+    assert read_tensorboard_dir_files(writer.event_files["trainer"]) == {
         "perf/actor_train_time": ((0, 12.5),),
         "perf/cpu_memory_after_offload_train_gb": ((0, 80.25),),
     }
 
 
-def test_unknown_key_refuses_before_writing_anything(tmp_path: Path) -> None:
+def test_outputs_off_unknown_keys_and_the_ci_file_before_a_capture(tmp_path: Path) -> None:
     stream = io.StringIO()
     writer = MilesRunWriter(None, tmp_path / "ci", stream, pids=PIDS)
-    with pytest.raises(ValueError, match="eval/score"):
+    with pytest.raises(ValueError, match="eval/score"):  # refused before writing anything
         writer.emit_rollout(0, {"train/grad_norm": 1.0, "eval/score": 0.5})
-    assert stream.getvalue() == ""
-    assert not (tmp_path / "ci").exists()
-
-
-def test_without_dirs_only_the_log_is_written(tmp_path: Path) -> None:
-    stream = io.StringIO()
-    writer = MilesRunWriter(None, None, stream, pids=PIDS)
-    writer.emit_rollout(0, ROLLOUTS[0])
+    assert stream.getvalue() == "" and not (tmp_path / "ci").exists()
+    writer.emit_rollout(0, {"train/loss": 0.1, "perf/rollout_time": 1.0})
+    assert not (tmp_path / "ci").exists()  # no captured key yet
     writer.close()
-    assert writer.event_file is None
-    assert list(tmp_path.iterdir()) == []
+    assert [p.stat().st_size for p in (tmp_path / "ci").iterdir()] == [0]  # the driver's
+    off = MilesRunWriter(None, None, stream, pids=PIDS)
+    off.emit_rollout(0, ROLLOUTS[0])
+    off.close()
+    assert off.event_file is None and list(tmp_path.iterdir()) == [tmp_path / "ci"]
     assert "step 0:" in stream.getvalue()
 
 
-def test_no_ci_file_until_a_captured_key_is_logged(tmp_path: Path) -> None:
-    writer = MilesRunWriter(None, tmp_path / "ci", io.StringIO(), pids=PIDS)
-    writer.emit_rollout(0, {"train/loss": 0.1, "perf/rollout_time": 1.0})
-    assert not (tmp_path / "ci").exists()
-    writer.close()
-    assert [p.stat().st_size for p in (tmp_path / "ci").iterdir()] == [0]  # the driver's
-
-
-def test_ci_values_encode_like_miles() -> None:
-    assert encode_ci_value(0.25) == 0.25
-    assert encode_ci_value(math.nan) == "NaN"
-    assert encode_ci_value(-math.inf) == "-Infinity"
-    text = ci_history_text({"train/grad_norm": [(0, 1.5), (1, math.inf)]})
-    assert text == '{"metric": "train/grad_norm", "series": [[0, 1.5], [1, "Infinity"]]}\n'
-
-
-def test_actor_pids_are_distinct() -> None:
+def test_log_time_is_local_with_milliseconds_and_pids_are_distinct() -> None:
+    local = time.localtime(FIXED_TIME)
+    assert format_log_time(FIXED_TIME) == time.strftime("[%Y-%m-%d %H:%M:%S.250 main]", local)
+    assert format_log_time(FIXED_TIME, "rollout_manager").endswith(".250 rollout_manager]")
     pids = ActorPids.around(1000)
     every = [*pids.trainers, pids.rollout_manager, pids.sglang_engine]
     assert len(pids.trainers) == 8 and len(set(every)) == len(every)

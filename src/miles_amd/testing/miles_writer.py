@@ -1,26 +1,9 @@
 """Writes a run's metrics in miles' three output formats, one rollout at a time (the imitation).
 
-- The exact form of what miles leaves behind for one rollout, so the replay and the embedded
-  example produce evidence the readers cannot tell from a real run's; it needs neither torch
-  nor miles, so it is the CPU default.
-- Job log: miles' ``[time identity] file:line - message`` lines behind Ray's ANSI actor
-  prefix; per rollout, miles' order: the rollout manager's ``perf k``, the trainer's
-  ``rollout k``, ``step k`` twice, the trainer's ``perf k``; dicts as Python reprs
-  (``nan``/``inf``); :data:`TENSORBOARD_ONLY_KEYS` not printed.
-- TensorBoard: one event file per process (the driver's header-only one included), one
-  ``simple_value`` event per scalar at the rollout's step, flushed after every rollout.
-- CI history: the trainer's ``<pid>-<uuid32>.jsonl`` of ``{"metric", "series"}`` lines,
-  rewritten atomically after each rollout that captured a value; :meth:`close` leaves the
-  driver's 0-byte record.
-
-Caveats:
-
-- ``simple_value`` is float32: a value read back from TensorBoard is the float32 rounding.
-- The reference is the real-writer mode (``real_writers``);
-  ``tests/rehearsal/test_real_writers.py`` compares the two on the same values.
-- Does not decide which values are written, whether they are good, or faults.
-
-Explained in ``docs/rehearsal.md`` ("The imitation writer", with miles' file:line sources).
+Job-log lines behind Ray's actor prefix, one TensorBoard event file per miles process, the
+trainer's CI-history snapshot: what miles leaves behind, without torch or miles. Decides the
+form only, never which values are written. ``tests/rehearsal/test_real_writers.py`` compares
+it with miles' own code (``real_writers``); docs/rehearsal.md gives miles' sources.
 """
 
 from __future__ import annotations
@@ -38,9 +21,8 @@ from typing import Any, Literal, TextIO
 
 LogKind = Literal["perf", "rollout", "step", "trainer_perf", "tb_only"]
 
-# The keys miles' CiHistoryBackend captures (TARGET_METRIC_KEYS), in its order. Newer miles
-# also captures two TITO mismatch rates of multi-turn rollouts; this single-turn math recipe
-# never logs them.
+# miles' CiHistoryBackend.TARGET_METRIC_KEYS, in its order (newer miles adds two multi-turn
+# TITO rates this single-turn recipe never logs).
 CI_CAPTURED_KEYS: tuple[str, ...] = (
     "train/grad_norm",
     "train/ppo_kl",
@@ -48,27 +30,14 @@ CI_CAPTURED_KEYS: tuple[str, ...] = (
     "train/train_rollout_kl",
     "rollout/raw_reward",
 )
-
-# miles' step keys: logged inside the dicts, used as the TensorBoard step, never a scalar.
-STEP_KEYS: tuple[str, ...] = ("train/step", "rollout/step")
+STEP_KEYS: tuple[str, ...] = ("train/step", "rollout/step")  # the step, never a scalar
 # Logged by the trainer's log_cpu_memory with tracking.log only: TensorBoard, never the log.
 TENSORBOARD_ONLY_KEYS: tuple[str, ...] = ("perf/cpu_memory_after_offload_train_gb",)
 
 TRAINER_ACTOR = "MegatronTrainRayActor"
 ROLLOUT_ACTOR = "RolloutManager"
 SGLANG_ACTOR = "SGLangEngine"
-DRIVER_IDENTITY = "main"
-ROLLOUT_IDENTITY = "rollout_manager"
-TRAINER_IDENTITY = "actor_cell0_rank0"
-# Ray's colour around a worker's prefix (colorama CYAN ... RESET_ALL), also in a log file.
-RAY_PREFIX_COLOUR = ("\x1b[36m", "\x1b[0m")
-
-# Source locations of the metric messages in the pinned miles (readers must not depend on
-# them; the real-writer mode finds them in the miles tree it runs).
-PERF_SOURCE = "metrics.py:89"
-ROLLOUT_SOURCE = "log_utils.py:123"
-STEP_SOURCES = ("log_utils.py:542", "model.py:854")
-TRAINER_PERF_SOURCE = "train_metric_utils.py:56"
+RAY_PREFIX_COLOUR = ("\x1b[36m", "\x1b[0m")  # colorama CYAN ... RESET_ALL, also in a file
 
 _ROLLOUT_MANAGER_KEYS = (
     "rollout/response_len/",
@@ -94,32 +63,22 @@ class ActorPids:
 
     @classmethod
     def around(cls, pid: int, trainer_ranks: int = 8) -> ActorPids:
-        """Plausible, distinct actor pids next to ``pid`` (Ray's workers are its neighbours)."""
-        return cls(
-            trainers=tuple(pid + 10 + rank for rank in range(trainer_ranks)),
-            rollout_manager=pid + 5,
-            sglang_engine=pid + 30,
-        )
-
-
-def _trainer_perf(name: str) -> bool:
-    if name.startswith(_ROLLOUT_PERF_PREFIXES):
-        return False
-    return name in _TRAINER_PERF_NAMES or name.endswith(_TRAINER_PERF_SUFFIXES)
+        """Distinct actor pids next to ``pid`` (Ray's workers are its neighbours)."""
+        return cls(tuple(pid + 10 + rank for rank in range(trainer_ranks)), pid + 5, pid + 30)
 
 
 def log_kind(key: str) -> LogKind:
-    """Which miles message carries ``key``; a key of no miles message is a ``ValueError``.
-
-    ``perf``: the rollout manager's ``perf k:``; ``trainer_perf``: the trainer's; ``tb_only``:
-    TensorBoard alone. The step keys (:data:`STEP_KEYS`) are no metrics: the writer adds them.
-    """
+    """Which miles message carries ``key``; a key of no miles message is a ``ValueError``."""
     if key in STEP_KEYS:
         raise ValueError(f"{key!r} is miles' step key, not a metric; the writer adds it")
     if key in TENSORBOARD_ONLY_KEYS:
         return "tb_only"
     if key.startswith("perf/"):
-        return "trainer_perf" if _trainer_perf(key.removeprefix("perf/")) else "perf"
+        name = key.removeprefix("perf/")
+        trainer = not name.startswith(_ROLLOUT_PERF_PREFIXES) and (
+            name in _TRAINER_PERF_NAMES or name.endswith(_TRAINER_PERF_SUFFIXES)
+        )
+        return "trainer_perf" if trainer else "perf"
     if key.startswith(_ROLLOUT_MANAGER_KEYS):
         return "perf"
     if key.startswith("rollout/"):
@@ -131,7 +90,7 @@ def log_kind(key: str) -> LogKind:
     )
 
 
-def format_log_time(epoch_seconds: float, identity: str = DRIVER_IDENTITY) -> str:
+def format_log_time(epoch_seconds: float, identity: str = "main") -> str:
     """``[YYYY-MM-DD HH:MM:SS.mmm <identity>]`` in local time, as miles' log format renders it."""
     moment = datetime.fromtimestamp(epoch_seconds)
     return f"[{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} {identity}]"
@@ -142,61 +101,48 @@ def ray_line(actor: str, pid: int, body: str) -> str:
     return f"{RAY_PREFIX_COLOUR[0]}({actor} pid={pid}){RAY_PREFIX_COLOUR[1]} {body}"
 
 
-def _step_dict(step: Mapping[str, float], rollout: int) -> dict[str, float | int]:
-    """``log_train_step``'s order: the losses, ``train/grad_norm``, then ``train/step``."""
-    out: dict[str, float | int] = {k: v for k, v in step.items() if k != "train/grad_norm"}
-    if "train/grad_norm" in step:
-        out["train/grad_norm"] = step["train/grad_norm"]
-    out["train/step"] = rollout
-    return out
-
-
 def group_metrics(metrics: Mapping[str, float]) -> dict[LogKind, dict[str, float]]:
-    """``metrics`` split by the message that carries each key (caller's order kept)."""
+    """``metrics`` split by the message that carries each key (caller's order kept); the step
+    group in ``log_train_step``'s order: the losses, then ``train/grad_norm``."""
     groups: dict[LogKind, dict[str, float]] = {
         "perf": {}, "rollout": {}, "step": {}, "trainer_perf": {}, "tb_only": {},
     }  # fmt: skip
     for key, value in metrics.items():
         groups[log_kind(key)][key] = value
+    if "train/grad_norm" in groups["step"]:
+        groups["step"]["train/grad_norm"] = groups["step"].pop("train/grad_norm")
     return groups
 
 
 def metric_log_lines(
     rollout: int, metrics: Mapping[str, float], pids: ActorPids, epoch_seconds: float
 ) -> list[str]:
-    """The metric lines miles prints for one rollout (kinds without keys left out).
-
-    Keys keep the caller's order within each message; ``ValueError`` for a key of no message.
-    """
+    """The metric lines miles prints for one rollout, in its order (kinds without keys left
+    out); ``ValueError`` for a key of no message."""
     groups = group_metrics(metrics)
-    manager = format_log_time(epoch_seconds, ROLLOUT_IDENTITY)
-    trainer = format_log_time(epoch_seconds, TRAINER_IDENTITY)
-    rank0 = pids.trainers[0]
-    lines = []
-    if groups["perf"]:
-        body = f"{manager} {PERF_SOURCE} - perf {rollout}: {groups['perf']}"
-        lines.append(ray_line(ROLLOUT_ACTOR, pids.rollout_manager, body))
-    if groups["rollout"]:
-        body = f"{trainer} {ROLLOUT_SOURCE} - rollout {rollout}: {groups['rollout']}"
-        lines.append(ray_line(TRAINER_ACTOR, rank0, body))
-    if groups["step"]:
-        step = _step_dict(groups["step"], rollout)
-        for source in STEP_SOURCES:
-            body = f"{trainer} {source} - step {rollout}: {step}"
-            lines.append(ray_line(TRAINER_ACTOR, rank0, body))
-    if groups["trainer_perf"]:
-        body = f"{trainer} {TRAINER_PERF_SOURCE} - perf {rollout}: {groups['trainer_perf']}"
-        lines.append(ray_line(TRAINER_ACTOR, rank0, body))
-    return lines
+    manager = format_log_time(epoch_seconds, "rollout_manager")
+    trainer = format_log_time(epoch_seconds, "actor_cell0_rank0")
+    step = {**groups["step"], "train/step": rollout} if groups["step"] else {}
+    messages = [  # where the pinned miles logs each (readers must not depend on it)
+        (ROLLOUT_ACTOR, manager, "metrics.py:89", "perf", groups["perf"]),
+        (TRAINER_ACTOR, trainer, "log_utils.py:123", "rollout", groups["rollout"]),
+        (TRAINER_ACTOR, trainer, "log_utils.py:542", "step", step),
+        (TRAINER_ACTOR, trainer, "model.py:854", "step", step),
+        (TRAINER_ACTOR, trainer, "train_metric_utils.py:56", "perf", groups["trainer_perf"]),
+    ]
+    return [
+        ray_line(actor, pids.rollout_manager if actor == ROLLOUT_ACTOR else pids.trainers[0],
+                 f"{stamp} {source} - {word} {rollout}: {values}")
+        for actor, stamp, source, word, values in messages
+        if values
+    ]  # fmt: skip
 
 
 def encode_ci_value(value: float) -> float | str:
     """A CI-history value: finite floats as numbers, non-finite as miles' string markers."""
     if math.isfinite(value):
         return value
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
 def ci_history_text(series: Mapping[str, list[tuple[int, float]]]) -> str:
@@ -214,14 +160,9 @@ def ci_history_text(series: Mapping[str, list[tuple[int, float]]]) -> str:
 class MilesRunWriter:
     """Emits rollouts as miles does: log lines to ``stream``, TensorBoard, CI history.
 
-    ``tensorboard_dir=None`` writes no event file; ``ci_history_dir=None`` no CI history
-    (as miles without ``--use-tensorboard`` / ``MILES_CI_GATE_RECORD_DIR``). ``clock``
-    gives the epoch seconds used for log timestamps and event wall times, and
-    ``ci_record_name`` replaces miles' ``<pid>-<uuid4 hex>.jsonl`` of the trainer (both for
-    reproducible output). :attr:`event_files` maps ``driver``/``rollout_manager``/``trainer``
-    to their event files, :attr:`event_file` is the trainer's, :attr:`ci_file` the trainer's
-    CI history and :attr:`driver_ci_file` the driver's (``None`` when off). Call
-    :meth:`close` once at the end.
+    A ``None`` dir turns that output off. ``clock`` (log and event times) and
+    ``ci_record_name`` (the trainer's record) make output reproducible. :attr:`event_files`
+    maps ``driver``/``rollout_manager``/``trainer`` to their files; call :meth:`close` once.
     """
 
     def __init__(
@@ -235,43 +176,34 @@ class MilesRunWriter:
         ci_record_name: str | None = None,
     ) -> None:
         self._stream = stream
-        self._pids = pids or ActorPids.around(os.getpid())
+        self.pids = pids or ActorPids.around(os.getpid())
         self._clock = clock
         self._ci_series: dict[str, list[tuple[int, float]]] = {}
         self.ci_file: Path | None = None
         self.driver_ci_file: Path | None = None
         if ci_history_dir is not None:
-            name = ci_record_name or f"{self._pids.trainers[0]}-{uuid.uuid4().hex}.jsonl"
+            name = ci_record_name or f"{self.pids.trainers[0]}-{uuid.uuid4().hex}.jsonl"
             self.ci_file = Path(ci_history_dir) / name
             self.driver_ci_file = Path(ci_history_dir) / f"{os.getpid()}-{uuid.uuid4().hex}.jsonl"
         self._event_writers: dict[str, Any] = {}  # role -> tensorboard's EventFileWriter
         self.event_files: dict[str, Path] = {}
         if tensorboard_dir is not None:
-            for role in ("driver", "rollout_manager", "trainer"):
-                self._open_event_file(Path(tensorboard_dir), role)
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    @property
-    def pids(self) -> ActorPids:
-        return self._pids
+            directory = Path(tensorboard_dir)
+            directory.mkdir(parents=True, exist_ok=True)
+            for role in ("driver", "rollout_manager", "trainer"):
+                before = set(directory.iterdir())
+                # It writes its file (the file_version event) at once, and does not name it.
+                self._event_writers[role] = EventFileWriter(str(directory))
+                created = sorted(set(directory.iterdir()) - before)
+                if len(created) == 1:
+                    self.event_files[role] = created[0]
 
     @property
     def event_file(self) -> Path | None:
         """The trainer's event file (the one with the training scalars)."""
         return self.event_files.get("trainer")
-
-    def _open_event_file(self, directory: Path, role: str) -> None:
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-        directory.mkdir(parents=True, exist_ok=True)
-        before = set(directory.iterdir())
-        # flush_secs is irrelevant: every rollout ends with an explicit flush.
-        writer = EventFileWriter(str(directory))
-        self._event_writers[role] = writer
-        created = sorted(set(directory.iterdir()) - before)
-        # EventFileWriter creates its file (with the file_version event) on construction and
-        # does not expose the name; it is the one new file in the directory.
-        if len(created) == 1:
-            self.event_files[role] = created[0]
 
     def print_line(self, line: str) -> None:
         """Print one line of the driver (miles' ``main`` process) and flush."""
@@ -280,64 +212,52 @@ class MilesRunWriter:
 
     def print_actor_line(self, actor: str, body: str, rank: int = 0) -> None:
         """Print ``body`` as Ray forwards a line of ``actor`` (trainer rank ``rank``), flush."""
-        pid = {SGLANG_ACTOR: self._pids.sglang_engine, TRAINER_ACTOR: self._pids.trainers[rank]}
+        pid = {SGLANG_ACTOR: self.pids.sglang_engine, TRAINER_ACTOR: self.pids.trainers[rank]}
         self.print_line(ray_line(actor, pid[actor], body))
 
     def emit_rollout(self, rollout: int, metrics: Mapping[str, float]) -> None:
         """Rollout ``rollout`` (0-based): log lines, then TensorBoard, then CI history."""
         now = self._clock()
-        for line in metric_log_lines(rollout, metrics, self._pids, now):
+        for line in metric_log_lines(rollout, metrics, self.pids, now):
             self._stream.write(line + "\n")
         self._stream.flush()
         if self._event_writers:
-            self._write_scalars(rollout, metrics, now)
+            from tensorboard.compat.proto.event_pb2 import Event
+            from tensorboard.compat.proto.summary_pb2 import Summary
+
+            groups = group_metrics(metrics)
+            per_role = {  # each process's tracking.log calls, in miles' order
+                "rollout_manager": [groups["perf"]],
+                "trainer": [groups["rollout"], groups["step"], groups["trainer_perf"],
+                            groups["tb_only"]],
+            }  # fmt: skip
+            for role, dicts in per_role.items():
+                for values in dicts:
+                    for key, value in values.items():
+                        summary = Summary(value=[Summary.Value(tag=key, simple_value=value)])
+                        self._event_writers[role].add_event(
+                            Event(wall_time=now, step=rollout, summary=summary)
+                        )
+                self._event_writers[role].flush()
         if self.ci_file is not None:
-            self._capture_ci(rollout, metrics)
-
-    def _write_scalars(self, rollout: int, metrics: Mapping[str, float], now: float) -> None:
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        groups = group_metrics(metrics)
-        step = _step_dict(groups["step"], rollout) if groups["step"] else {}
-        step.pop("train/step", None)
-        # Each process's tracking.log calls, in miles' order.
-        per_role = {
-            "rollout_manager": [groups["perf"]],
-            "trainer": [groups["rollout"], step, groups["trainer_perf"], groups["tb_only"]],
-        }
-        for role, dicts in per_role.items():
-            writer = self._event_writers[role]
-            for values in dicts:
-                for key, value in values.items():
-                    summary = Summary(value=[Summary.Value(tag=key, simple_value=value)])
-                    writer.add_event(Event(wall_time=now, step=rollout, summary=summary))
-            writer.flush()
-
-    def _capture_ci(self, rollout: int, metrics: Mapping[str, float]) -> None:
-        captured = False
-        # One log() call for the trainer's rollout metrics, then one for the training step.
-        for kind in ("rollout", "step"):
-            for key in CI_CAPTURED_KEYS:
-                if key in metrics and log_kind(key) == kind:
-                    self._ci_series.setdefault(key, []).append((rollout, float(metrics[key])))
-                    captured = True
-        if captured:
-            self._write_ci_snapshot()
-
-    def _write_ci_snapshot(self) -> None:
-        assert self.ci_file is not None
-        self.ci_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.ci_file.with_name(self.ci_file.name + ".tmp")
-        tmp.write_text(ci_history_text(self._ci_series), encoding="utf-8")
-        os.replace(tmp, self.ci_file)
+            # One log() call for the trainer's rollout metrics, then one for the training step.
+            captured = [
+                key
+                for kind in ("rollout", "step")
+                for key in CI_CAPTURED_KEYS
+                if key in metrics and log_kind(key) == kind
+            ]
+            for key in captured:
+                self._ci_series.setdefault(key, []).append((rollout, float(metrics[key])))
+            if captured:
+                self.ci_file.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.ci_file.with_name(self.ci_file.name + ".tmp")
+                tmp.write_text(ci_history_text(self._ci_series), encoding="utf-8")
+                os.replace(tmp, self.ci_file)
 
     def close(self) -> None:
-        """The driver's finish_tracking: close its event file, leave its 0-byte CI record.
-
-        The actors' event files are flushed (after every rollout) but, as in miles, never
-        closed by a finish(); they are closed here only to release the handles.
-        """
+        """The driver's finish_tracking: close its event file, leave its 0-byte CI record (the
+        actors' files, flushed every rollout, are closed only to release the handles)."""
         for writer in self._event_writers.values():
             writer.close()
         self._event_writers = {}

@@ -1,26 +1,10 @@
 """The replay's real-writer mode: miles' own code writes the evidence, in Ray actors named as miles.
 
-- ``--replay-writers real --replay-miles-src DIR`` (or ``MILES_AMD_MILES_SRC``; on a node
-  ``/root/miles``) replays through this module instead of the imitation (``miles_writer``).
-- The job's entrypoint is the driver (``train.py``'s role); actors whose classes are named
-  ``RolloutManager`` and ``MegatronTrainRayActor`` (so Ray prefixes their lines as in a real
-  job) run miles' logger, tracking backends (TensorBoard, ``CiHistoryBackend``) and metric
-  functions, fed with the replayed values.
-- Where miles' code cannot take a replayed value (``metrics.log_rollout_data``, ``model.py``'s
-  second ``step`` print, ``log_train_step``'s ``train/grad_norm``), the statement is replayed
-  from its source location, found in the given miles tree by its text.
-- Stubs, each only what CPU cannot provide: the parallel state and the DP gather (one rank),
-  ``psutil.virtual_memory`` (the replayed value), the FLOPs count, inert ``triton`` and
-  ``torchvision`` when absent, ``args`` as a ``Namespace`` (not miles' ``parse_args``), and a
-  flush after each rollout.
-
-Caveats:
-
-- A miles whose source text moved fails loudly, naming the file.
-- A real job's last rollout may be lost when Ray ends the actors; that risk is not modelled.
-- Does not decide which values are replayed or which faults fire (``replay``, ``faults``).
-
-Explained in ``docs/rehearsal.md`` ("The real writers": each function, stub and why).
+The driver and actors named ``RolloutManager`` and ``MegatronTrainRayActor`` (so Ray prefixes
+their lines as in a real job) run miles' logger, tracking backends and metric functions on
+the replayed values; a statement miles' code cannot feed is replayed from its source line,
+found in the miles tree by its text (moved text fails loudly, naming the file). Stubs only
+what CPU cannot provide. docs/rehearsal.md ("The real writers") lists each function and stub.
 """
 
 from __future__ import annotations
@@ -44,55 +28,39 @@ from miles_amd.testing.miles_writer import (
     group_metrics,
 )
 
-MILES_SRC_ENV = "MILES_AMD_MILES_SRC"
 CPU_MEMORY_KEY = "perf/cpu_memory_after_offload_train_gb"
 _STAND_INS = ("triton", "torchvision")
-# (module logger, file under the miles tree, the statement's text) of replayed statements.
-_PERF_SITE = (
-    "miles.ray.rollout.metrics",
-    "miles/ray/rollout/metrics.py",
-    'logger.info(f"perf {rollout_id}: {log_dict}")',
-)
+# (module whose logger and file it is, the statement's text) of the replayed statements
+_PERF_SITE = ("miles.ray.rollout.metrics", 'logger.info(f"perf {rollout_id}: {log_dict}")')
 _MODEL_STEP_SITE = (
     "miles.backends.megatron_utils.model",
-    "miles/backends/megatron_utils/model.py",
     'logger.info(f"{role_tag}step {accumulated_step_id}: {log_dict}")',
 )
 _LOG_STEP_SITE = (
     "miles.backends.training_utils.log_utils",
-    "miles/backends/training_utils/log_utils.py",
     'logger.info(f"{role_tag}step {accumulated_step_id}: {log_dict_out}")',
 )
 
 
 class MilesSourceError(ValueError):
-    """The miles tree cannot serve the real writers; the message names the path and the fix."""
+    """The miles tree logs a metric elsewhere; the message names the file."""
 
 
-def resolve_miles_src(given: str | None, env: Mapping[str, str]) -> Path:
-    """The miles checkout: ``given`` or ``$MILES_AMD_MILES_SRC``; must hold ``miles/``."""
-    raw = given or env.get(MILES_SRC_ENV)
-    if not raw:
-        raise MilesSourceError(
-            f"--replay-writers real needs miles' source: pass --replay-miles-src DIR or set "
-            f"{MILES_SRC_ENV} (a node has /root/miles; CI unpacks ../shared/upstream/)"
-        )
-    path = Path(raw)
-    if not (path / "miles" / "utils" / "tracking_utils" / "tracking.py").is_file():
-        raise MilesSourceError(f"--replay-miles-src {path}: no miles/ package there")
-    return path
+class _Inert(types.ModuleType):
+    """Any attribute, call, item or base class of it is inert; a decorator returns its function."""
 
+    def __init__(self, name: str = "inert") -> None:
+        super().__init__(name)
+        self.__path__ = []
+        self.__version__ = "0.0.0+miles-amd-stand-in"
 
-class _Inert:
     def __getattr__(self, name: str) -> _Inert:
         if name.startswith("__"):
             raise AttributeError(name)
         return _Inert()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and callable(args[0]) and not kwargs:
-            return args[0]  # used as a decorator: the function itself
-        return _Inert()
+        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else _Inert()
 
     def __getitem__(self, _key: Any) -> _Inert:
         return _Inert()
@@ -110,17 +78,7 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = types.ModuleType(spec.name)
-        module.__path__ = []
-        setattr(module, "__version__", "0.0.0+miles-amd-stand-in")  # noqa: B010
-
-        def attribute(name: str) -> _Inert:
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return _Inert()
-
-        module.__getattr__ = attribute  # type: ignore[method-assign]
-        return module
+        return _Inert(spec.name)
 
     def exec_module(self, module: types.ModuleType) -> None:
         return None
@@ -130,19 +88,13 @@ def use_miles(miles_src: str) -> None:
     """Put ``miles_src`` first on ``sys.path``; stand-ins for absent triton/torchvision."""
     if miles_src not in sys.path:
         sys.path.insert(0, miles_src)
-    for name in _STAND_INS:
-        if importlib.util.find_spec(name) is None and not any(
-            isinstance(f, _StandInFinder) for f in sys.meta_path
-        ):
-            sys.meta_path.append(_StandInFinder())
+    absent = any(importlib.util.find_spec(name) is None for name in _STAND_INS)
+    if absent and not any(isinstance(f, _StandInFinder) for f in sys.meta_path):
+        sys.meta_path.append(_StandInFinder())
 
 
 def miles_args(*, use_tensorboard: bool, ci_history: bool) -> Namespace:
-    """The attributes of miles' parsed args that the writer functions read.
-
-    ``wandb_always_use_train_step=False``: the TensorBoard step of rollout metrics is the
-    rollout id (``compute_rollout_step``), as in the recipe.
-    """
+    """The parsed args the writer functions read (the rollout metrics' step: the rollout id)."""
     return Namespace(
         use_tensorboard=use_tensorboard,
         tb_project_name=None,
@@ -165,11 +117,12 @@ def source_line(miles_src: str, relative: str, text: str) -> int:
     raise MilesSourceError(f"{path}: no line {text!r}; this miles logs metrics elsewhere")
 
 
-def log_at(miles_src: str, site: tuple[str, str, str], message: str) -> None:
+def log_at(miles_src: str, site: tuple[str, str], message: str) -> None:
     """Log ``message`` as the statement at ``site`` does: its logger, file and line."""
     import logging
 
-    name, relative, text = site
+    name, text = site
+    relative = name.replace(".", "/") + ".py"
     logger = logging.getLogger(name)
     record = logger.makeRecord(
         name, logging.INFO, str(Path(miles_src) / relative),
@@ -289,12 +242,8 @@ class SGLangEngine(_MilesProcess):
 
 
 class RealRunWriter:
-    """The replay's writer backed by miles' code in Ray actors (same interface as the imitation).
-
-    ``tensorboard_dir``/``ci_history_dir`` ``None`` turn the backend off, as miles without
-    ``--use-tensorboard`` / ``MILES_CI_GATE_RECORD_DIR``; the environment already carries the
-    directories (miles reads them from there). :attr:`event_file` is the trainer's event file.
-    """
+    """The replay's writer backed by miles' code in Ray actors (the imitation's interface); a
+    ``None`` dir turns that backend off (miles reads the dirs from the environment)."""
 
     def __init__(
         self, miles_src: Path, tensorboard_dir: Path | None, ci_history_dir: Path | None

@@ -1,23 +1,13 @@
 """``python -m miles_amd.testing.replay``: a stand-in for miles' ``train.py`` replaying a run.
 
-- The CPU rehearsal submits the recipe's command line with only the entrypoint swapped; this
-  re-emits the recorded run as miles would (job-log lines on stdout, TensorBoard scalars,
-  CI history), one rollout every ``--replay-pace`` seconds, with at most one injected fault
-  (``faults``), through ``miles_writer`` (default) or miles' own code (``real_writers``).
-- Refused before anything is written (one line on stderr, exit 2): an argv that is not the
-  recipe's exactly (``replay_argv``); ``--use-tensorboard`` without ``TENSORBOARD_DIR`` and
-  ``MILES_CI_GATE_RECORD_DIR``; an untrustworthy source run (a problem, a conflict, a
-  :data:`REQUIRED_KEYS` metric missing, steps not ``0..n-1`` once each) or fewer rollouts
-  than ``--num-rollout``; a fault that cannot fire (``faults.check_fault_at``).
-- Then a start-up line, the rollouts, exit 0; the crash fault exits 1 with a traceback, the
-  hang fault sleeps until killed.
-
-Caveats:
-
-- Its own options are all ``--replay-*``; an unknown one is a foreign flag.
-- Environment values are not printed.
-
-Explained in ``docs/rehearsal.md`` ("The replay").
+Re-emits a recorded run as miles would (job log on stdout, TensorBoard, CI history), one
+rollout every ``--replay-pace`` seconds, with at most one fault (``faults``), through the
+imitation (``miles_writer``) or miles' own code (``real_writers``). Refused before anything
+is written (one line on stderr, exit 2): an argv that is not exactly the recipe's, rebuilt
+from the flags each recipe setting declares (a foreign, changed, missing or moved flag is
+named); ``--use-tensorboard`` without its directories; an untrustworthy or too short source
+run; a fault that cannot fire. Its own options are all ``--replay-*``; no environment value
+is printed. docs/rehearsal.md ("The replay") explains it.
 """
 
 from __future__ import annotations
@@ -30,10 +20,10 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_origin, get_type_hints
 
 from miles_amd.evidence.types import SeriesMap
-from miles_amd.recipe.settings import Recipe, RecipeError
+from miles_amd.recipe.settings import SETTINGS, Recipe, RecipeError
 from miles_amd.testing.faults import (
     DEFAULT_FAULT_AT,
     FAULTS,
@@ -52,13 +42,8 @@ from miles_amd.testing.miles_writer import (
     MilesRunWriter,
     format_log_time,
 )
-from miles_amd.testing.replay_argv import (
-    ReplayRefused,
-    check_argv,
-)
 
-# The series every baseline rules on without an "optional" (and the value faults change); the
-# embedded example carries exactly these. Other series are replayed where the source has them.
+# What every baseline rules on without an "optional"; the embedded example has exactly these.
 REQUIRED_KEYS: tuple[str, ...] = (
     "train/train_rollout_logprob_abs_diff",
     "rollout/raw_reward",
@@ -66,46 +51,105 @@ REQUIRED_KEYS: tuple[str, ...] = (
 )
 TENSORBOARD_ENV = "TENSORBOARD_DIR"
 CI_HISTORY_ENV = "MILES_CI_GATE_RECORD_DIR"
-_NEEDS_TENSORBOARD = ("no-tensorboard", "truncated-event")
-
-# The writers' common interface: pids, print_line, print_actor_line, emit_rollout, close and
-# event_file (the trainer's, after close for the real writers).
-Writer = Any
+MILES_SRC_ENV = "MILES_AMD_MILES_SRC"
+Flag = tuple[str, tuple[str, ...]]
+Writer = Any  # MilesRunWriter or real_writers.RealRunWriter: the same methods
 
 
-def output_dirs(recipe: Recipe, env: Mapping[str, str]) -> tuple[Path | None, Path | None]:
-    """(TensorBoard dir, CI-history dir) from the environment, as miles reads them."""
-    if not recipe.capture_metrics:
-        return None, None
-    missing = [name for name in (TENSORBOARD_ENV, CI_HISTORY_ENV) if not env.get(name)]
-    if missing:
-        raise ReplayRefused(
-            f"{' and '.join(missing)} not set: --use-tensorboard and the CI history "
-            "need them (the launcher sets both in the job's runtime env when given a run dir)"
-        )
-    return Path(env[TENSORBOARD_ENV]), Path(env[CI_HISTORY_ENV])
+class ReplayRefused(ValueError):
+    """The replay will not run; the message names the flag, variable or file and the fix."""
 
 
-# ---- the source run ---------------------------------------------------------------------
+# ---- the argv: exactly the recipe's --------------------------------------------------------
 
 
-def source_rollouts(source: str, series: SeriesMap) -> int:
-    """How many rollouts the source has; ``ReplayRefused`` if a series is missing or gappy.
+def split_flags(argv: Sequence[str]) -> list[Flag]:
+    """``["--a", "1", "--b"]`` -> ``[("--a", ("1",)), ("--b", ())]``; a leading value refuses."""
+    flags: list[tuple[str, list[str]]] = []
+    for token in argv:
+        if token.startswith("--"):
+            flags.append((token, []))
+        elif not flags:
+            raise ReplayRefused(f"{token}: a value before any flag; pass the recipe's argv")
+        else:
+            flags[-1][1].append(token)
+    return [(flag, tuple(values)) for flag, values in flags]
 
-    Every series must sit at steps ``0..n-1``, each once; the count is the shortest
-    required series' ``n``.
-    """
-    missing = [key for key in REQUIRED_KEYS if key not in series]
-    if missing:
-        raise ReplayRefused(f"--replay-source {source}: no {', '.join(missing)} series")
-    for key, points in series.items():
-        for expected, (step, _) in enumerate(points):
-            if step != expected:
-                raise ReplayRefused(
-                    f"--replay-source {source}: {key} has step {step} where step {expected} "
-                    "belongs (duplicated or missing steps); replay a complete run"
-                )
-    return min(len(series[key]) for key in REQUIRED_KEYS)
+
+def recipe_from_argv(argv: Sequence[str]) -> Recipe:
+    """The recipe whose ``argv()`` ``argv`` would be, each field read from the first flag its
+    setting declares (a bool: present, or absent when ``negated``; a tuple: comma-split; a
+    directory: ``under`` levels above the value). Unknown or missing flags are left to
+    :func:`check_argv`; ``ReplayRefused`` for an unreadable value."""
+    flags: dict[str, tuple[str, ...]] = {}
+    for flag, values in split_flags(argv):
+        if flag in flags:
+            raise ReplayRefused(f"{flag}: given twice; the recipe passes it once")
+        flags[flag] = values
+    types = get_type_hints(Recipe)
+    fields: dict[str, object] = {}
+    for name, declared in SETTINGS.items():
+        if not declared.argv:
+            continue
+        flag, kind = declared.argv[0], types[name]
+        if kind is bool:
+            fields[name] = (flag in flags) != declared.negated
+            continue
+        if flag not in flags:
+            continue
+        if len(flags[flag]) != 1:
+            raise ReplayRefused(f"{flag}: takes one value, got {len(flags[flag])}")
+        raw = flags[flag][0]
+        if get_origin(kind) is tuple:
+            fields[name] = tuple(raw.split(","))
+        elif declared.under:  # the directory ``under`` levels above the value
+            for _ in range(declared.under.count("/") + 1):
+                raw = raw.rpartition("/")[0]
+            fields[name] = raw
+        else:
+            try:
+                fields[name] = kind(raw)
+            except ValueError:
+                raise ReplayRefused(f"{flag} {raw}: not a valid {kind.__name__}") from None
+    return Recipe(**fields)  # type: ignore[arg-type]
+
+
+def argv_difference(expected: Sequence[str], given: Sequence[str]) -> str | None:
+    """The first difference between two argvs, worded by flag; ``None`` if they are equal."""
+    want, got = split_flags(expected), split_flags(given)
+    want_flags, got_flags = {f for f, _ in want}, {f for f, _ in got}
+    for index in range(max(len(want), len(got))):
+        w = want[index] if index < len(want) else None
+        g = got[index] if index < len(got) else None
+        if w == g:
+            continue
+        if g is not None and g[0] not in want_flags:
+            return f"{g[0]}: not a flag of the recipe; the replay takes the recipe's argv only"
+        if w is not None and w[0] not in got_flags:
+            return f"{w[0]}: missing; the recipe passes {' '.join((w[0], *w[1]))}"
+        assert w is not None and g is not None
+        if w[0] == g[0]:
+            return (
+                f"{' '.join((g[0], *g[1]))}: the recipe passes {' '.join((w[0], *w[1]))} "
+                "(only recipe options change argv values)"
+            )
+        return f"{g[0]}: out of the recipe's order (the recipe passes {w[0]} here)"
+    return None
+
+
+def check_argv(argv: Sequence[str]) -> Recipe:
+    """The recipe of ``argv`` if ``argv`` is exactly its ``argv()``; ``ReplayRefused`` if not."""
+    try:
+        recipe = recipe_from_argv(argv)
+    except RecipeError as exc:
+        raise ReplayRefused(f"the recipe rejects this argv: {exc}") from None
+    difference = argv_difference(recipe.argv(), argv)
+    if difference is not None:
+        raise ReplayRefused(difference)
+    return recipe
+
+
+# ---- the source run --------------------------------------------------------------------
 
 
 def load_source(source: str) -> SeriesMap:
@@ -129,22 +173,36 @@ def load_source(source: str) -> SeriesMap:
     return evidence.series
 
 
-def rollout_metrics(series: SeriesMap, num_rollout: int) -> list[dict[str, float]]:
-    """Per rollout ``0..num_rollout-1``, every metric the source has at that step.
-
-    miles' step keys are left out: a job-log source reports ``train/step`` as a series (it is
-    in the printed dict), but it is the step, which the writer prints itself.
-    """
-    rollouts: list[dict[str, float]] = [{} for _ in range(num_rollout)]
+def source_rollouts(source: str, series: SeriesMap) -> int:
+    """How many rollouts the source has (every series at steps ``0..n-1``, each once; the
+    shortest required one's ``n``); ``ReplayRefused`` if a series is missing or gappy."""
+    missing = [key for key in REQUIRED_KEYS if key not in series]
+    if missing:
+        raise ReplayRefused(f"--replay-source {source}: no {', '.join(missing)} series")
     for key, points in series.items():
-        if key in STEP_KEYS:
-            continue
-        for step, value in points[:num_rollout]:
-            rollouts[step][key] = value
-    return rollouts
+        for expected, (step, _) in enumerate(points):
+            if step != expected:
+                raise ReplayRefused(
+                    f"--replay-source {source}: {key} has step {step} where step {expected} "
+                    "belongs (duplicated or missing steps); replay a complete run"
+                )
+    return min(len(series[key]) for key in REQUIRED_KEYS)
 
 
-# ---- the command ------------------------------------------------------------------------
+def resolve_miles_src(given: str | None, env: Mapping[str, str]) -> Path:
+    """The miles checkout of ``--replay-writers real``: ``given`` or ``$MILES_AMD_MILES_SRC``."""
+    raw = given or env.get(MILES_SRC_ENV)
+    if not raw:
+        raise ReplayRefused(
+            f"--replay-writers real needs miles' source: pass --replay-miles-src DIR or set "
+            f"{MILES_SRC_ENV} (a node has /root/miles; CI unpacks ../shared/upstream/)"
+        )
+    if not (Path(raw) / "miles" / "utils" / "tracking_utils" / "tracking.py").is_file():
+        raise ReplayRefused(f"--replay-miles-src {Path(raw)}: no miles/ package there")
+    return Path(raw)
+
+
+# ---- the command -----------------------------------------------------------------------
 
 
 class _Parser(argparse.ArgumentParser):
@@ -166,32 +224,24 @@ def _parser() -> argparse.ArgumentParser:
         description="Replay a recorded run as miles' train.py would emit it.",
         allow_abbrev=False,
     )
-    parser.add_argument("--replay-source", required=True, help="run directory to replay")
-    parser.add_argument(
-        "--replay-pace", type=non_negative_seconds, default=0.5, help="seconds per rollout (>= 0)"
-    )
-    parser.add_argument(
-        "--replay-fault",
-        choices=sorted(FAULTS),
-        default=None,
-        help="inject one fault (miles_amd.testing.faults.FAULTS describes each)",
-    )
-    parser.add_argument(
+    add = parser.add_argument
+    add("--replay-source", required=True, help="run directory to replay")
+    add("--replay-pace", type=non_negative_seconds, default=0.5, help="seconds per rollout (>= 0)")
+    add("--replay-fault", choices=sorted(FAULTS), default=None, help="inject one fault")
+    add(
         "--replay-fault-at",
         type=int,
         default=DEFAULT_FAULT_AT,
         help="0-based rollout the fault fires at (default %(default)s)",
     )
-    parser.add_argument(
+    add(
         "--replay-writers",
         choices=("imitation", "real"),
         default="imitation",
         help="who writes the evidence: miles_writer's imitation, or miles' own code (needs torch)",
     )
-    parser.add_argument(
-        "--replay-miles-src",
-        default=None,
-        help="miles checkout for --replay-writers real (default: $MILES_AMD_MILES_SRC)",
+    add(
+        "--replay-miles-src", help="miles checkout for --replay-writers real ($MILES_AMD_MILES_SRC)"
     )
     return parser
 
@@ -200,8 +250,16 @@ def _prepare(
     args: argparse.Namespace, argv: Sequence[str], env: Mapping[str, str]
 ) -> tuple[Recipe, FaultPlan, list[dict[str, float]], Path | None, Path | None]:
     recipe = check_argv(argv)
-    tensorboard_dir, ci_dir = output_dirs(recipe, env)
-    if args.replay_fault in _NEEDS_TENSORBOARD and tensorboard_dir is None:
+    tensorboard_dir = ci_dir = None
+    if recipe.capture_metrics:  # miles reads both directories from the environment
+        missing = [name for name in (TENSORBOARD_ENV, CI_HISTORY_ENV) if not env.get(name)]
+        if missing:
+            raise ReplayRefused(
+                f"{' and '.join(missing)} not set: --use-tensorboard and the CI history "
+                "need them (the launcher sets both in the job's runtime env when given a run dir)"
+            )
+        tensorboard_dir, ci_dir = Path(env[TENSORBOARD_ENV]), Path(env[CI_HISTORY_ENV])
+    if args.replay_fault in ("no-tensorboard", "truncated-event") and tensorboard_dir is None:
         raise ReplayRefused(f"--replay-fault {args.replay_fault}: needs --use-tensorboard")
     plan = plan_fault(args.replay_fault, args.replay_fault_at, recipe.num_rollout)
     series = load_source(args.replay_source)
@@ -212,22 +270,13 @@ def _prepare(
             f"replay at most {available}"
         )
     series = transform_series(args.replay_fault, args.replay_fault_at, series)
-    if not plan.write_tensorboard:
-        tensorboard_dir = None
-    return recipe, plan, rollout_metrics(series, recipe.num_rollout), tensorboard_dir, ci_dir
-
-
-def _miles_src(args: argparse.Namespace) -> Path:
-    from miles_amd.testing.real_writers import MilesSourceError, resolve_miles_src
-
-    try:
-        return resolve_miles_src(args.replay_miles_src, os.environ)
-    except MilesSourceError as exc:
-        raise ReplayRefused(str(exc)) from None
-
-
-def _crash(rollout: int) -> NoReturn:
-    raise RuntimeError(f"replay fault 'crash': the trainer died before rollout {rollout}")
+    # Per rollout, every metric the source has at that step (miles' step keys are the step).
+    rollouts: list[dict[str, float]] = [{} for _ in range(recipe.num_rollout)]
+    for key, points in series.items():
+        if key not in STEP_KEYS:
+            for step, value in points[: recipe.num_rollout]:
+                rollouts[step][key] = value
+    return recipe, plan, rollouts, tensorboard_dir if plan.write_tensorboard else None, ci_dir
 
 
 def replay(
@@ -240,7 +289,7 @@ def replay(
     for rollout in range(plan.emit_rollouts):
         time.sleep(pace)
         if plan.crash_before == rollout:
-            _crash(rollout)
+            raise RuntimeError(f"replay fault 'crash': the trainer died before rollout {rollout}")
         if plan.fatal_sentinel_at == rollout:
             writer.print_actor_line(SGLANG_ACTOR, fatal_sentinel_body(time.time()))
         writer.emit_rollout(rollout, rollouts[rollout])
@@ -250,8 +299,7 @@ def replay(
     if plan.truncate_event_file:
         if writer.event_file is None:
             raise RuntimeError("replay fault 'truncated-event': cannot tell which file to cut")
-        cut = final_record_cut(writer.event_file.read_bytes())
-        os.truncate(writer.event_file, cut)
+        os.truncate(writer.event_file, final_record_cut(writer.event_file.read_bytes()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -259,17 +307,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, rest = _parser().parse_known_args(argv)
     try:
         recipe, plan, rollouts, tensorboard_dir, ci_dir = _prepare(args, rest, os.environ)
-        miles_src = _miles_src(args) if args.replay_writers == "real" else None
+        if args.replay_writers == "real":
+            miles_src = resolve_miles_src(args.replay_miles_src, os.environ)
     except (ReplayRefused, RecipeError, FaultError) as exc:
         print(f"replay: refused: {exc}", file=sys.stderr)
         return 2
     fault = f", fault {args.replay_fault} (K={args.replay_fault_at})" if args.replay_fault else ""
     writer: Writer
-    if miles_src is not None:
+    if args.replay_writers == "real":
         from miles_amd.testing.real_writers import RealRunWriter
 
-        writer = RealRunWriter(miles_src, tensorboard_dir, ci_dir)
-        start = ""
+        writer, start = RealRunWriter(miles_src, tensorboard_dir, ci_dir), ""
     else:
         writer = MilesRunWriter(tensorboard_dir, ci_dir, sys.stdout)
         start = f"{format_log_time(time.time())} replay.py:1 - "
