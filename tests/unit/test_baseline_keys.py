@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.baseline.from_history import MIN_TRUSTED_RUNS
+from miles_amd.baseline.record import MIN_TRUSTED_RUNS
 from miles_amd.history.store import HistoryStore
 from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe

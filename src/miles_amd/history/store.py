@@ -1,15 +1,11 @@
-"""The run-history store: one SQLite file, schema versioned, gate verdicts appended.
+"""The run-history store: one SQLite file of plain SQL, schema versioned, verdicts appended.
 
-Decides what is kept of a judged run: ``runs`` (a :class:`RunRow`), ``summaries`` (its
-per-metric :class:`Summary`), ``metric_values`` and ``nonfinite_values`` (its per-rollout
-values, the non-finite ones as upstream's capture markers), ``untrusted_marks``
-(:meth:`HistoryStore.mark`), and ``meta.schema_version`` (:data:`SCHEMA_VERSION`: a file of
-another version is refused, not migrated; ``tests/unit/test_history.py``). Plain SQL over
-``sqlite3``; an append is one transaction; a row read back is checked against its field's
-type and a bad one skipped with a reason. A ``read_only`` store is not created or modified
-(``tests/unit/test_cli_interface.py``). What a drift is: ``miles_amd.history.drift``.
-Columns, concurrent writers and corrupt rows: ``docs/gate-and-statistics.md``
-("How runs are stored").
+Keeps per judged run a ``runs`` row (:class:`RunRow`), per-metric ``summaries``, the
+per-rollout ``metric_values`` and ``nonfinite_values`` (upstream's capture markers), and
+``untrusted_marks``; ``meta.schema_version`` of another :data:`SCHEMA_VERSION` is refused,
+not migrated. An append is one transaction; a row read back is untrusted: checked against its
+field's type, a bad one skipped with a reason. A ``read_only`` store is neither created nor
+modified. Explained in ``docs/gate-and-statistics.md`` ("How runs are stored").
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The gate's verdict as text: report.json, report.md and the terminal output.
 
-Decides how a :class:`~miles_amd.judge.gate.Verdict` reads:
-
-- ``report.json`` (:data:`SCHEMA_VERSION`): the verdict, its reason and summary, when a red run
-  was decided, one row per check, sentinel hits, sources, problems and conflicts; strict JSON;
-- ``report.md``: for a CI step summary, the verdict line first, then the failed, passed and
-  not-measured checks, the sentinel hits and the evidence;
-- text: the same order in aligned plain lines, each wrapped to 100 columns
-  (``miles_amd.wrap``);
-- a red stock run that ROCm/aiter#5694 explains (``Verdict.expected_failure``) says
-  "ROCm/aiter#5694 reproduced" in its headline, verdict sentence and report.json.
-
-Pure (verdict -> text): it judges and writes nothing (``miles_amd.report.report`` writes the
-files). Strings from the run dir are escaped for their sink by ``miles_amd.escape``
-(``tests/unit/test_untrusted_input.py``).
-
-Explained in ``docs/cli.md`` ("The report").
+report.json (:data:`SCHEMA_VERSION`, ``report.schema.json``): the verdict, reason, summary,
+when a red run was decided, one row per check, sentinel hits and evidence; report.md and the
+terminal text: the verdict first, then failed, passed and not-measured checks, sentinel hits
+and evidence (text wrapped to 100 columns). A red stock run ROCm/aiter#5694 explains says so.
+Pure; strings from the run dir are escaped for their sink (``miles_amd.escape``). Explained in
+``docs/cli.md`` ("The report").
 """
 
 from __future__ import annotations
