@@ -24,7 +24,7 @@ from miles_amd.wrap import fit
 
 Format = Literal["text", "json", "markdown"]
 # report.json's shape: report.schema.json beside this module (package data) holds it, and
-# tests/unit/test_report_schema.py holds the gate's output to it
+# tests/unit/test_report.py holds the gate's output to it
 SCHEMA_VERSION = 3  # 2: the sequential looks (looks, decided_at_rollout, decided_by, alpha_spent);
 # 3: expected_failure (a red stock run ROCm/aiter#5694 explains)
 SCHEMA_PATH = Path(__file__).resolve().parent / "report.schema.json"
