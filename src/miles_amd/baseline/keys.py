@@ -22,8 +22,6 @@ from miles_amd.variants import BASELINE_VARIANTS
 if TYPE_CHECKING:
     from miles_amd.evidence.types import RunEvidence
 
-__all__ = ["BaselineKey", "RunKeyError", "reviewed_path", "run_key", "template_for"]
-
 
 class RunKeyError(ValueError):
     """A run whose key cannot be read; ``str()`` names what is missing and the fix."""

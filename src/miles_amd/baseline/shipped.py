@@ -20,16 +20,6 @@ from typing import Any
 from miles_amd.baseline.model import RECIPE_DIR, SHIPPED, BaselineError, baselines_root
 from miles_amd.rules.model import Baseline
 
-__all__ = [
-    "PUBLISHED_EVIDENCE",
-    "REQUIRED_RULES",
-    "baseline_digest",
-    "check_shipped",
-    "evidence_digest",
-    "is_shipped",
-    "shipped_problems",
-]
-
 _LOGPROB = "train/train_rollout_logprob_abs_diff"
 _REWARD = "rollout/raw_reward"
 _CLIPFRAC = "train/pg_clipfrac"

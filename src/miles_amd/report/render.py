@@ -102,9 +102,6 @@ def decision_text(verdict: Verdict) -> str:
     return f"decided at its end ({of}) by {decided.check}"
 
 
-# ---------------------------------------------------------------------------- json
-
-
 def _json_number(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else _NONFINITE[value]
@@ -198,9 +195,6 @@ def render_json(verdict: Verdict) -> str:
     return json.dumps(to_json(verdict), indent=2, allow_nan=False) + "\n"
 
 
-# ---------------------------------------------------------------------------- text
-
-
 def _observed(check: Check) -> str:
     value = check.observed
     if value is None:
@@ -272,9 +266,6 @@ def render_text(verdict: Verdict) -> str:
         values = ", ".join(f"{k}={v!r}" for k, v in sorted(conflict.values.items()))
         lines.append(f"evidence conflict: {conflict.metric} at step {conflict.step}: {values}")
     return fit((escape.terminal(line) for line in lines), indent=" " * 7)
-
-
-# ---------------------------------------------------------------------------- markdown
 
 
 def _cell(text: object) -> str:

@@ -13,8 +13,6 @@ from typing import Annotated, Literal
 from annotated_types import Ge, MinLen
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Report"]
-
 # a finite number, or one of miles' markers for a non-finite one
 Number = float | Literal["NaN", "Infinity", "-Infinity"]
 Count = Annotated[int, Ge(0)]
