@@ -132,7 +132,7 @@ def test_auto_names_a_key_it_cannot_judge(
     (tmp_path / "b").symlink_to(tmp_path / "a")
     run_dir = node_run(tmp_path / "run", **node)
     env = {"MILES_AMD_BASELINES_DIR": str(tmp_path / "a")} if loop else {}
-    done = gate_auto(run_dir, **env)
+    done = gate_auto(run_dir, None, **env)
     assert done.returncode == code, done.stderr
     assert phrase.format(run=run_dir, tmp=tmp_path) in done.stderr, done.stderr
     if code == 2:

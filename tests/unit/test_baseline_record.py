@@ -19,6 +19,7 @@ import shutil
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -322,7 +323,14 @@ def without_metric(metric: str) -> dict[str, list[float]]:
 
 # (run dir: values, write_run's keywords, env.json's, an edit returning a phrase; the extra
 # flags; the phrases of the one-line refusal, "{run}" the run dir)
-REFUSALS = {
+Refusal = tuple[
+    dict[str, Any],
+    dict[str, Any] | None,
+    Callable[[Path], object] | None,
+    tuple[str, ...],
+    list[str],
+]
+REFUSALS: dict[str, Refusal] = {
     "failed job": ({"status": "FAILED"}, {}, None, (),
         ["{run}/job.json", "ended FAILED", "not SUCCEEDED"]),
     "stopped job": ({"status": "STOPPED"}, {}, None, (), ["ended STOPPED"]),
@@ -358,7 +366,8 @@ REFUSALS = {
 @pytest.mark.parametrize("case", REFUSALS)
 def test_a_run_that_cannot_be_a_reference_is_refused_in_one_line(tmp_path: Path, case: str) -> None:
     run_kw, env_kw, edit, flags, phrases = REFUSALS[case]
-    run_dir = write_run(tmp_path / "run", **{"values": published_values(), **run_kw})
+    values: dict[str, Any] = {"values": published_values(), **run_kw}
+    run_dir = write_run(tmp_path / "run", **values)
     if env_kw is not None:
         write_env(run_dir, **env_kw)
     named = edit(run_dir) if edit is not None else None

@@ -250,10 +250,8 @@ def crafted(history: Path, variant: str) -> None:
 @pytest.mark.parametrize(
     "variant",
     [
-        "../../../../outside",
+        "stock/../../../../outside",  # other escapes: the one guard's own test
         'x"""\nimport os; os.system("touch pwned")\n"""',
-        "stock/../../../../outside",
-        "/tmp/absolute",
     ],
 )
 def test_a_crafted_row_writes_no_code_and_nothing_outside(tmp_path: Path, variant: str) -> None:
