@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.baseline.from_history import MIN_TRUSTED_RUNS
+from miles_amd.baseline.record import MIN_TRUSTED_RUNS
 from miles_amd.history.store import HistoryStore
 from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe
@@ -112,32 +112,32 @@ def test_a_record_only_run_still_fails_its_evidence(tmp_path: Path) -> None:
     assert failed == {"logprob_abs_diff.spikes"}  # the bands are recorded, not judged
 
 
-def test_a_shape_without_a_baseline_is_record_only_under_its_own_key(tmp_path: Path) -> None:
-    run_dir = node_run(tmp_path / "run", gpus=4, model="MI355X")
-    done = gate_auto(run_dir)
-    assert done.returncode == 0, done.stderr
-    assert "no reviewed baseline for 4gpu/mi355x/patched: recorded, not judged" in done.stderr
-
-
-def test_an_unknown_gpu_is_named_and_judges_nothing(tmp_path: Path) -> None:
-    run_dir = node_run(tmp_path / "run", model=None)
-    done = gate_auto(run_dir)
-    assert done.returncode == 2, done.stdout
-    assert done.stderr.startswith(
-        f"miles-amd: error: --baseline auto: {run_dir}: env.json records no gpu_model (the GPU "
-        "is unknown)"
-    ), done.stderr
-    assert not (run_dir / "report").exists()
-
-
-def test_auto_with_a_looping_baselines_dir_is_one_line_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("node", "loop", "code", "phrase"),
+    [
+        ({"gpus": 4, "model": "MI355X"}, False, 0,
+         "no reviewed baseline for 4gpu/mi355x/patched: recorded, not judged"),
+        ({"model": None}, False, 2,
+         "miles-amd: error: --baseline auto: {run}: env.json records no gpu_model (the GPU is "
+         "unknown)"),
+        ({"model": "MI355X"}, True, 2, "$MILES_AMD_BASELINES_DIR {tmp}/a: cannot be followed"),
+    ],
+)  # fmt: skip
+def test_auto_names_a_key_it_cannot_judge(
+    tmp_path: Path, node: dict, loop: bool, code: int, phrase: str
+) -> None:
+    """A shape without a baseline is record-only under its own key; an unknown GPU or a
+    looping baselines dir is one line and judges nothing."""
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
-    run_dir = node_run(tmp_path / "run", model="MI355X")
-    done = gate_auto(run_dir, MILES_AMD_BASELINES_DIR=str(tmp_path / "a"))
-    assert done.returncode == 2, done.stderr
-    (line,) = done.stderr.strip().splitlines()
-    assert "$MILES_AMD_BASELINES_DIR" in line and "cannot be followed" in line, line
+    run_dir = node_run(tmp_path / "run", **node)
+    env = {"MILES_AMD_BASELINES_DIR": str(tmp_path / "a")} if loop else {}
+    done = gate_auto(run_dir, None, **env)
+    assert done.returncode == code, done.stderr
+    assert phrase.format(run=run_dir, tmp=tmp_path) in done.stderr, done.stderr
+    if code == 2:
+        assert len(done.stderr.strip().splitlines()) == 1
+        assert not (run_dir / "report").exists()
 
 
 def test_a_baseline_of_one_gpu_never_judges_another(tmp_path: Path) -> None:
@@ -166,12 +166,18 @@ def nights(tmp_path: Path, scales: list[float]) -> tuple[Path, list[Path]]:
     return history, runs
 
 
-def test_too_few_trusted_runs_record_nothing(tmp_path: Path) -> None:
-    history, _ = nights(tmp_path, [1.0] * (MIN_TRUSTED_RUNS - 1))
+def test_too_few_or_disagreeing_trusted_runs_record_nothing(tmp_path: Path) -> None:
+    history, runs = nights(tmp_path, [1.0, 1.5])  # record-only passes both
     out = tmp_path / "review" / "8gpu" / "mi350x" / "patched.json"
     done = record_from(history, out)
     assert done.returncode == 2, done.stdout
-    assert f"2 trusted run(s) of {MI350X_KEY}; a baseline needs 3" in done.stderr
+    assert f"2 trusted run(s) of {MI350X_KEY}; a baseline needs {MIN_TRUSTED_RUNS}" in done.stderr
+    third = node_run(tmp_path / "night2", scale=1.02, job_id="raysubmit_n2")
+    assert gate_auto(third, history).returncode == 0
+    done = record_from(history, out)
+    assert done.returncode == 2, done.stdout
+    assert f"({runs[1]}), a trusted run of {MI350X_KEY}, fails the baseline" in done.stderr
+    assert "logprob_abs_diff.mean" in done.stderr
     assert not out.exists()
 
 
@@ -195,16 +201,6 @@ def test_a_baseline_from_the_trusted_runs_of_a_key_then_judges_that_key(tmp_path
     checks = {c["name"]: c for c in report(runs[0])["checks"]}
     assert checks["logprob_abs_diff.mean"]["status"] == "pass"
     assert checks["environment.identity"]["status"] == "pass"
-
-
-def test_a_window_whose_runs_disagree_is_refused_naming_the_run(tmp_path: Path) -> None:
-    history, runs = nights(tmp_path, [1.0, 1.02, 1.5])  # record-only passes all three
-    out = tmp_path / "review" / "8gpu" / "mi350x" / "patched.json"
-    done = record_from(history, out)
-    assert done.returncode == 2, done.stdout
-    assert f"({runs[2]}), a trusted run of {MI350X_KEY}, fails the baseline" in done.stderr
-    assert "logprob_abs_diff.mean" in done.stderr
-    assert not out.exists()
 
 
 def test_the_control_arm_takes_stocks_key_and_its_baseline_free_checks(tmp_path: Path) -> None:

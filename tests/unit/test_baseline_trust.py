@@ -85,24 +85,15 @@ def without_rules(doc: dict[str, Any], ids: tuple[str, ...]) -> dict[str, Any]:
     return {**doc, "rules": [r for r in doc["rules"] if r["id"] not in ids]}
 
 
-# ------------------------------------------------------------------- what the recipe demands
-
-
-@pytest.mark.parametrize("name", sorted(REQUIRED_RULES))
-def test_the_required_rules_are_todays_shipped_required_rules(name: str) -> None:
+@pytest.mark.parametrize(("name", "run_id"), [("patched", "jvvnhop9"), ("stock", "4it2x89i")])
+def test_each_shipped_baseline_has_the_required_rules_and_published_evidence_digest(
+    name: str, run_id: str
+) -> None:
     """The recipe's list is derived from the reviewed files: each required (kind, metric)."""
     doc = shipped_doc(name)
     required = {(r["kind"], r.get("metric")) for r in doc["rules"] if r["required"]}
     assert required == REQUIRED_RULES[name]
-    assert any(kind == "paired_mean_diff" for kind, _ in REQUIRED_RULES["patched"])
-
-
-@pytest.mark.parametrize(("name", "run_id"), [("patched", "jvvnhop9"), ("stock", "4it2x89i")])
-def test_each_shipped_baseline_carries_its_published_evidence_digest(
-    name: str, run_id: str
-) -> None:
-    text = (SHIPPED / f"{name}.json").read_text()
-    baseline = parse_baseline(text, path=name)
+    baseline = parse_baseline(json.dumps(doc), path=name)
     assert baseline.run_id == run_id
     assert baseline.provenance["evidence_sha256"] == evidence_digest(baseline)
     assert PUBLISHED_EVIDENCE[run_id] == evidence_digest(baseline)
@@ -123,33 +114,28 @@ def test_the_pinned_digest_is_the_digest_of_the_published_series() -> None:
     assert evidence_digest(Baseline.from_json(changed, "x")) != (PUBLISHED_EVIDENCE["jvvnhop9"])
 
 
-# ------------------------------------------------------------------------------- attacks
-
-
-def test_a_shipped_baseline_without_the_reward_rules_is_refused(tmp_path: Path) -> None:
-    """Issue 26: deleting raw_reward.mean/.paired/.spread let a halved reward pass."""
-    with baselines_tree(patched=without_rules(shipped_doc("patched"), REWARD_RULES)) as root:
-        result = gate(root, tmp_path / "report")
+@pytest.mark.parametrize(
+    ("name", "doc", "phrase"),
+    [
+        # issue 26: deleting raw_reward.mean/.paired/.spread let a halved reward pass
+        ("patched", without_rules(shipped_doc("patched"), REWARD_RULES),
+         "$.rules: the recipe requires a mean_within rule on rollout/raw_reward"),
+        ("stock", {**shipped_doc("stock"), "rules": [
+            {**r, "required": r["required"] and r["id"] != "raw_reward.spread"}
+            for r in shipped_doc("stock")["rules"]]},
+         "the recipe requires the sd_at_least rule on rollout/raw_reward and it is optional"),
+    ],
+)  # fmt: skip
+def test_a_shipped_baseline_without_a_required_rule_is_refused(
+    tmp_path: Path, name: str, doc: dict[str, Any], phrase: str
+) -> None:
+    with baselines_tree(**{name: doc}) as root:
+        result = gate(root, tmp_path / "report", name)
         assert result.exit_code == 2, result.output
         line = one_line(result)
-        shipped = root / SHIPPED_UNDER / "patched.json"
-        assert f"--baseline patched: {shipped}: $.rules: " in line
-        assert "requires a mean_within rule on rollout/raw_reward" in line
-        assert "fix: restore the rule" in line
+        assert f"--baseline {name}: {root / SHIPPED_UNDER / f'{name}.json'}: " in line
+        assert phrase in line and "fix: " in line
         assert not (tmp_path / "report").exists()
-
-
-def test_a_required_rule_made_optional_is_refused(tmp_path: Path) -> None:
-    doc = shipped_doc("stock")
-    for rule in doc["rules"]:
-        if rule["id"] == "raw_reward.spread":
-            rule["required"] = False
-    with baselines_tree(stock=doc) as root:
-        result = gate(root, tmp_path / "report", "stock")
-        assert result.exit_code == 2, result.output
-        line = one_line(result)
-        assert "the recipe requires the sd_at_least rule on rollout/raw_reward and it is " in line
-        assert line.endswith("fix: set required to true")
 
 
 def _hint_value(text: str) -> Any:
@@ -221,14 +207,13 @@ def test_rewritten_series_with_rederived_bands_is_refused(
             assert "its reference series or summaries were changed" in line
 
 
-# ------------------------------------------------------------ the gate names what it used
-
-
 def report_baseline(report_dir: Path) -> dict[str, Any]:
     return json.loads((report_dir / "report.json").read_text())["baseline"]
 
 
-def test_the_gate_prints_and_records_the_shipped_digest(tmp_path: Path) -> None:
+def test_the_gate_prints_and_records_whether_its_baseline_is_the_shipped_one(
+    tmp_path: Path,
+) -> None:
     result = gate(None, tmp_path)
     assert result.exit_code == 0, result.output
     recorded = report_baseline(tmp_path)
@@ -239,10 +224,7 @@ def test_the_gate_prints_and_records_the_shipped_digest(tmp_path: Path) -> None:
     assert f"baseline sha256 {shipped[:16]}: matches the shipped patched" in (
         (tmp_path / "report.md").read_text()
     )
-
-
-def test_a_baseline_file_of_a_shipped_name_that_differs_is_named_so(tmp_path: Path) -> None:
-    """Passed by path, a changed copy is the user's own: judged, and said to differ."""
+    # passed by path, a changed copy is the user's own: judged, and said to differ
     doc = shipped_doc("patched")
     doc["description"] += " (edited)"
     path = tmp_path / "review" / "patched.json"
@@ -254,9 +236,6 @@ def test_a_baseline_file_of_a_shipped_name_that_differs_is_named_so(tmp_path: Pa
     assert recorded["matches_shipped"] is False
     assert recorded["sha256"] != recorded["shipped_sha256"]
     assert "DIFFERS from the shipped patched" in result.stdout
-
-
-# ------------------------------------------------------------------------------ property
 
 
 def mutate(doc: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
@@ -311,13 +290,10 @@ def test_a_changed_shipped_baseline_never_judges(data: st.DataObject) -> None:
                 assert report_baseline(report)["matches_shipped"] is True
 
 
-# ------------------------------------------------- the workflow's review step, run for real
-
-
-def run_review_step(tmp_path: Path, pr_patched: dict[str, Any] | None, under: Path = SHIPPED_UNDER):
+def run_review_step(tmp_path: Path, pr_patched: dict[Path, dict[str, Any]]):
     """amd-pr.yml's "Diff the baselines against the base branch" script, run by bash in a
     scratch checkout: the base's baselines/ in .reviewed/, the pull request's beside it, its
-    patched file at ``under`` (another key: a new file)."""
+    patched files under their keys' dirs (another key: a new file)."""
     import yaml
 
     workflow = yaml.safe_load((REPO / ".github" / "workflows" / "amd-pr.yml").read_text())
@@ -332,9 +308,9 @@ def run_review_step(tmp_path: Path, pr_patched: dict[str, Any] | None, under: Pa
         manifest = tree / "src" / "miles_amd" / "baseline" / "shipped.py"
         manifest.parent.mkdir(parents=True)
         shutil.copy(REPO / "src" / "miles_amd" / "baseline" / "shipped.py", manifest)
-    if pr_patched is not None:
+    for under, doc in pr_patched.items():
         (work / "baselines" / under).mkdir(parents=True, exist_ok=True)
-        (work / "baselines" / under / "patched.json").write_text(json.dumps(pr_patched))
+        (work / "baselines" / under / "patched.json").write_text(json.dumps(doc))
     summary = tmp_path / "summary.md"
     env = {
         **os.environ,
@@ -353,36 +329,33 @@ def run_review_step(tmp_path: Path, pr_patched: dict[str, Any] | None, under: Pa
 
 
 def test_the_review_step_passes_unchanged_baselines(tmp_path: Path) -> None:
-    result, summary = run_review_step(tmp_path, None)
+    result, summary = run_review_step(tmp_path, {})
     assert result.returncode == 0, result.stderr
     assert "Baselines: as on the base branch." in summary
 
 
 def test_the_review_step_shows_the_diff_and_warns_named(tmp_path: Path) -> None:
-    """A pull request deleting the reward rules: its summary shows `baseline diff` base ->
+    """A pull request deleting the reward rules and adding an MI350X baseline (a new key,
+    shown against the 8gpu/mi355x patched one): its summary shows `baseline diff` base ->
     pull request naming the removed rules, and the step warns "baselines changed" without
     failing (the code owners' review holds the merge, no admin override)."""
-    result, summary = run_review_step(tmp_path, without_rules(shipped_doc("patched"), REWARD_RULES))
+    new_key = shipped_doc("patched")
+    new_key["description"] = "recorded from three MI350X nights"
+    result, summary = run_review_step(tmp_path, {
+        SHIPPED_UNDER: without_rules(shipped_doc("patched"), REWARD_RULES),
+        Path("gpt_oss_20b_lora/8gpu/mi350x"): new_key,
+    })  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "::warning title=baselines changed: review needed::baselines differ" in result.stdout
     assert "### baselines changed: review needed" in summary
     assert "#### 8gpu/mi355x/patched.json" in summary and "stock.json" not in summary
+    assert "#### 8gpu/mi350x/patched.json" in summary, summary
     for rule in REWARD_RULES:
         assert rule in summary, summary
     assert "exited" not in summary, summary  # the diff itself ran
 
 
-def test_the_review_step_diffs_a_new_key_against_its_variants_reference(tmp_path: Path) -> None:
-    """A new MI350X baseline (another key) is shown against the 8gpu/mi355x patched one."""
-    doc = shipped_doc("patched")
-    doc["description"] = "recorded from three MI350X nights"
-    result, summary = run_review_step(tmp_path, doc, under=Path("gpt_oss_20b_lora/8gpu/mi350x"))
-    assert result.returncode == 0, result.stderr
-    assert "#### 8gpu/mi350x/patched.json" in summary, summary
-    assert "#### 8gpu/mi355x" not in summary and "exited" not in summary, summary
-
-
 def test_the_review_step_fails_a_baseline_that_does_not_load(tmp_path: Path) -> None:
-    result, summary = run_review_step(tmp_path, {"name": "patched"})
+    result, summary = run_review_step(tmp_path, {SHIPPED_UNDER: {"name": "patched"}})
     assert result.returncode == 2, result.stderr
     assert "(miles-amd baseline diff exited 2; its error is above)" in summary

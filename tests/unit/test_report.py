@@ -1,16 +1,22 @@
-"""miles_amd.report.render and plot: report.json, report.md, metrics.png and the text output."""
+"""miles_amd.report: report.json (held to its schema), report.md, metrics.png and the text."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import jsonschema
 import pytest
 
+from miles_amd import escape
+from miles_amd.baseline.model import load_baseline
+from miles_amd.evidence.load import load_run
 from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.judge.gate import Verdict, judge
 from miles_amd.report.plot import metrics_figure, metrics_png
 from miles_amd.report.render import (
+    SCHEMA_PATH,
+    SCHEMA_VERSION,
     ordered_checks,
     render,
     render_json,
@@ -19,7 +25,8 @@ from miles_amd.report.render import (
     to_json,
 )
 from miles_amd.rules.model import Baseline
-from tests.constants import CLIPFRAC, LOGPROB, REWARD
+from tests.cli_runs import flat, run_cli
+from tests.constants import CLIPFRAC, EXAMPLE, KL, LOGPROB, REWARD
 
 FATAL = SentinelHit(
     "sglang_register_lora_adapter_404",
@@ -78,9 +85,6 @@ def strict_json(text: str) -> object:
         raise AssertionError(f"non-strict JSON constant {name}")
 
     return json.loads(text, parse_constant=reject)
-
-
-# ---------------------------------------------------------------------------- report.json
 
 
 def test_report_json_rows(failing, patched: Baseline) -> None:
@@ -143,9 +147,6 @@ def test_passing_report_json(passing) -> None:
     assert strict_json(render(verdict, "json")) == json.loads(json.dumps(report))
 
 
-# ---------------------------------------------------------------------------- report.md
-
-
 def test_markdown_verdict_first_failures_first_then_sentinels_then_evidence(failing) -> None:
     verdict, _ = failing
     text = render_markdown(verdict)
@@ -193,9 +194,6 @@ def test_markdown_of_a_passing_run(passing) -> None:
     assert "| FAIL |" not in text
 
 
-# ---------------------------------------------------------------------------- text
-
-
 def test_text_output_is_ordered_like_the_markdown(failing) -> None:
     verdict, _ = failing
     text = render_text(verdict)
@@ -215,41 +213,11 @@ def test_text_output_is_ordered_like_the_markdown(failing) -> None:
     assert render(verdict, "markdown") == render_markdown(verdict)
 
 
-# ---------------------------------------------------------------------------- metrics.png
-
-
-def test_metrics_png_is_drawn(failing, passing, patched: Baseline) -> None:
-    for verdict, evidence in (failing, passing):
-        data = metrics_png(verdict, evidence, patched)
-        assert data.startswith(b"\x89PNG\r\n\x1a\n")
-        width = int.from_bytes(data[16:20], "big")
-        height = int.from_bytes(data[20:24], "big")
-        assert width > 800 and height > 400  # two rows of panels at least
-
-
-def _panel(figure, metric: str):
-    (ax,) = [ax for ax in figure.axes if ax.get_title() == metric]
-    return ax
-
-
-def test_plot_draws_the_kl_geometric_mean_band(patched: Baseline) -> None:
-    values = published(patched)
-    values["train/train_rollout_kl"] = [1.8e-3] * 20  # about twice the published level
-    evidence = make_evidence(values)
-    verdict = judge(evidence, patched)
-    (kl_check,) = [c for c in verdict.checks if c.name == "train_rollout_kl.mean"]
-    assert kl_check.status == "fail"
-    figure = metrics_figure(verdict, evidence, patched)
-    kl = _panel(figure, "train/train_rollout_kl")
-    (band,) = [a for a in kl.get_children() if a.get_gid() == "band:train_rollout_kl.mean"]
-    labels = kl.get_legend_handles_labels()[1]
-    assert "band for the geometric mean (train_rollout_kl.mean)" in labels
-    assert "run geometric mean" in labels
-    assert band.get_gid() and kl_check.numbers["high"] < 1.8e-3
-
-
-def test_plot_draws_bands_threshold_and_failing_points(failing, patched: Baseline) -> None:
+def test_metrics_png_draws_each_rules_hint_and_the_failing_points(
+    failing, passing, patched
+) -> None:
     verdict, evidence = failing
+    assert metrics_png(verdict, evidence, patched).startswith(b"\x89PNG\r\n\x1a\n")
     figure = metrics_figure(verdict, evidence, patched)
     logprob = _panel(figure, LOGPROB)
     gids = {artist.get_gid() for artist in logprob.get_children()}
@@ -258,34 +226,76 @@ def test_plot_draws_bands_threshold_and_failing_points(failing, patched: Baselin
     assert list(threshold.get_ydata()) == [0.15, 0.15]
     (crosses,) = [line for line in logprob.lines if line.get_gid() == "failing"]
     assert list(crosses.get_xdata()) == [6] and list(crosses.get_ydata()) == [0.42]
-    assert logprob.get_yscale() == "linear"
     reward = _panel(figure, REWARD)
     labels = [t.get_text() for t in reward.texts if not str(t.get_gid()).startswith("band-")]
     assert labels == ["nan"]  # the non-finite point, labelled
     assert "baseline jvvnhop9 (published)" in reward.get_legend_handles_labels()[1]
     # no empty panel for an unmeasured metric: one footer line names them
-    assert [ax.get_title() for ax in figure.axes if ax.axison] == [LOGPROB, REWARD, CLIPFRAC]
+    assert [ax.get_title() for ax in figure.axes] == [LOGPROB, REWARD, CLIPFRAC]
     assert "train/train_rollout_kl" in figure._supxlabel.get_text()
-    for ax in figure.axes[:3]:
-        assert ax.get_ylabel() and "(" in ax.get_ylabel()  # a label with its unit
-        ticks = [t for t in ax.get_xticks() if 0 <= t <= 19]
-        assert ticks and all(float(t).is_integer() for t in ticks)
 
-
-def test_a_far_threshold_does_not_squeeze_the_data(passing, patched: Baseline) -> None:
-    """0.15 over values of 0.015..0.021: named in the legend, not drawn at 0.15."""
-    verdict, evidence = passing
-    logprob = _panel(metrics_figure(verdict, evidence, patched), LOGPROB)
+    verdict, evidence = passing  # a far threshold is named in the legend, not drawn
+    figure = metrics_figure(verdict, evidence, patched)
+    logprob = _panel(figure, LOGPROB)
     assert logprob.get_ylim()[1] < 0.05
     (note,) = [line for line in logprob.lines if line.get_gid() == "threshold"]
     assert note.get_label() == "spike threshold 0.15: off scale, 7.2x this run's max"
-    baseline_line = next(line for line in logprob.lines if line.get_gid() == "baseline")
-    assert baseline_line.get_zorder() > logprob.lines[0].get_zorder()  # drawn above the run
-
-
-def test_plot_of_a_passing_run_marks_nothing(passing, patched: Baseline) -> None:
-    verdict, evidence = passing
-    figure = metrics_figure(verdict, evidence, patched)
     for ax in figure.axes:
         assert not [line for line in ax.lines if line.get_gid() == "failing"]
         assert ax.title.get_color() == "black"
+
+    values = published(patched)
+    values["train/train_rollout_kl"] = [1.8e-3] * 20  # about twice the published level
+    evidence = make_evidence(values)
+    kl = _panel(metrics_figure(judge(evidence, patched), evidence, patched), KL)
+    assert [a for a in kl.get_children() if a.get_gid() == "band:train_rollout_kl.mean"]
+    labels = kl.get_legend_handles_labels()[1]
+    assert "band for the geometric mean (train_rollout_kl.mean)" in labels
+    assert "run geometric mean" in labels
+
+
+def _panel(figure, metric: str):
+    (ax,) = [ax for ax in figure.axes if ax.get_title() == metric]
+    return ax
+
+
+def test_report_json_of_every_verdict_matches_its_schema(failing, passing, tmp_path) -> None:
+    """report.json's schema (generated from report/schema.py) holds a pass, a fail and an
+    error, and refuses a report of another shape."""
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    unreadable = tmp_path / "unreadable"
+    (unreadable / "tensorboard").mkdir(parents=True)
+    (unreadable / "tensorboard" / "events.out.tfevents.1.host").write_bytes(b"\x00garbage")
+    error = judge(load_run(unreadable), load_baseline("patched"))
+    for verdict, expected in ((failing[0], "fail"), (passing[0], "pass"), (error, "error")):
+        report = strict_json(render_json(verdict))
+        assert (report["verdict"], report["schema_version"]) == (expected, SCHEMA_VERSION)
+        assert [f"{e.json_path}: {e.message}" for e in validator.iter_errors(report)] == []
+    for broken in (
+        {**report, "schema_version": SCHEMA_VERSION + 1},
+        {**report, "verdict": "maybe"},
+        {k: v for k, v in report.items() if k != "checks"},
+        {**report, "checks": [{**report["checks"][0], "status": "skipped"}]},
+    ):
+        assert list(validator.iter_errors(broken)) != []
+
+
+def test_the_gate_writes_a_valid_report_saying_why_checks_were_not_measured(tmp_path) -> None:
+    out = tmp_path / "report"
+    result = run_cli(
+        "gate", "--run-dir", str(EXAMPLE), "--baseline", "patched", "--report-dir", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert list(jsonschema.Draft202012Validator(schema).iter_errors(report)) == []
+    unmeasured = [c for c in report["checks"] if c["status"] == "not_measured"]
+    assert unmeasured, "the example lacks the KL series: some checks are not measured"
+    markdown = (out / "report.md").read_text()
+    for check in unmeasured:
+        assert check["detail"], check
+        assert flat(escape.terminal(check["detail"])) in flat(result.stdout), check["detail"]
+        assert escape.markdown(check["detail"]) in markdown, check["detail"]
+    assert "not measured (optional, so they do not change the verdict):" in result.stdout

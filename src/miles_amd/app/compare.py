@@ -78,7 +78,8 @@ def compare_run_dirs(
     from miles_amd.files import write_files
     from miles_amd.judge.compare import compare
     from miles_amd.judge.gate import evidence_checks
-    from miles_amd.report.compare_report import compare_png, render, render_markdown
+    from miles_amd.report.compare_report import render, render_markdown
+    from miles_amd.report.plot import compare_png
 
     a, b = load_run(a_dir), load_run(b_dir)
     for run_dir, evidence in ((a_dir, a), (b_dir, b)):

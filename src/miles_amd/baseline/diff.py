@@ -1,17 +1,8 @@
-"""Diff two baselines for review: per rule, its tolerance and reference before and after.
-
-Decides what a reviewer sees when two loaded baselines are compared (``miles-amd baseline
-diff``); it judges no run and writes nothing. Per rule: its tolerance, in the very sentence
-the gate shows as the check's ``expected`` (``miles_amd.rules.registry.expected_text`` for the
-baseline's own rollout count), and the reference it is derived from (the kind's
-``reference``: the spread, ``k`` and ``cover`` of a band rule, the series of a paired rule),
-before and after, and which of kind, required flag, tolerance and reference changed; plus
-rules added or removed and every ``name``, ``provenance`` and ``run_shape`` field before and
-after. Rows compare as printed (bands to their 4 significant digits, other numbers to 6).
-:attr:`BaselineDiff.differs` is whether anything differs (``baseline diff``'s exit code).
-A baseline under review is foreign text: each text line is shown by
-``miles_amd.escape.terminal``, each markdown cell by ``escape.markdown`` or
-``escape.markdown_code`` (``tests/unit/test_foreign_text.py``).
+"""Diff two baselines for review (``miles-amd baseline diff``): per rule, its tolerance (the
+gate's ``expected`` sentence) and reference before and after, which of kind, required flag,
+tolerance and reference changed, rules added or removed, and every name, provenance and
+run-shape field. :attr:`BaselineDiff.differs` is the exit code. A baseline under review is
+foreign text: escaped for its sink (``miles_amd.escape``).
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Which reviewed baseline judges a run: the key (recipe shape, GPU model, aiter variant).
 
-Decides:
-
-- :func:`run_key`: a run's key, from what the run recorded: the shape from plan.json's GPU
-  count (else env.json's), the GPU model from env.json's ``gpu_model`` fact (the preflight's
-  reading of the product name), the variant ``RunEvidence.variant``; a piece the run does not
-  record is a :class:`RunKeyError` naming it and the fix; the rccl control arm's key is
-  stock's (it is judged by stock's baseline-free checks, ``judge.control_arm``);
-- :func:`reviewed_path`: where the reviewed baseline of a key lies
-  (``<baselines>/gpt_oss_20b_lora/<shape>/<gpu>/<variant>.json``), or None: the key is
-  record-only (every evidence check judges, the statistical rules are recorded, not judged);
-- :func:`template_for`: the baseline whose rules judge a record-only run and template a
-  recording: the variant's reference (8gpu, MI355X), the rccl control arm's stock's.
-
-A baseline of one GPU model never judges another (``tests/unit/test_baseline_keys.py``): the
-key's path holds the model, and ``environment.identity`` compares ``gpu_model`` when both
-sides record it.
-
-Explained in ``docs/ci.md`` ("Baselines per shape and GPU").
+:func:`run_key` reads a run's key from what it recorded (shape from plan.json's GPU count,
+else env.json's; model from env.json's ``gpu_model``; the variant), a missing piece a
+:class:`RunKeyError` naming it; :func:`reviewed_path` is the key's reviewed baseline or None
+(record-only: evidence checks judge, statistical rules are recorded); :func:`template_for`
+the baseline whose rules judge a record-only run (the rccl control arm takes stock's). A
+baseline of one GPU model never judges another. Explained in ``docs/ci.md`` ("Baselines per
+shape and GPU").
 """
 
 from __future__ import annotations
@@ -32,8 +21,6 @@ from miles_amd.variants import BASELINE_VARIANTS
 
 if TYPE_CHECKING:
     from miles_amd.evidence.types import RunEvidence
-
-__all__ = ["BaselineKey", "RunKeyError", "reviewed_path", "run_key", "template_for"]
 
 
 class RunKeyError(ValueError):

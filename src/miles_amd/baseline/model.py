@@ -1,27 +1,15 @@
-"""Baseline files: find, parse and validate them.
+"""Baseline files: find, parse and validate them, each error one line
+``<file>: <JSON path>: <what is wrong>; fix: <what to do>``.
 
-- What a valid baseline is, checked in order: strict JSON (``miles_amd.strict_json``) that
-  matches ``baseline.schema.json`` (Draft 2020-12, beside this module; the best-matching
-  error, descending into ``if``/``then`` so it names the innermost field); unique rule ids,
-  a ``finite`` and a ``steps_complete`` rule per metric, at least one required
-  ``steps_complete``; series and ``run_shape`` that are the recipe's, looks ending at
-  ``run_shape.rollouts``; each rule with exactly its kind's fields and a tolerance derived as
-  its kind declares or in its sane range (``miles_amd.rules.registry.validate_rule``); a file
-  named ``<name>.json`` after its name.
-- Where shipped baselines are: ``$MILES_AMD_BASELINES_DIR/gpt_oss_20b_lora/`` when set, else
-  the package data (``miles_amd.package_data``), one file per key
-  ``<shape>/<gpu>/<variant>.json`` (``miles_amd.baseline.keys``); ``stock`` and ``patched``
-  name the reference key's (8gpu, MI355X).
-- Every error is one line: ``<file>: <JSON path>: <what is wrong>; fix: <what to do>``.
-
-Caveats:
-
-- It derives no band (``miles_amd.rules.bands``) and judges no run (``miles_amd.judge.gate``):
-  it checks the file's bands are the ones the method gives, so an absurd but
-  self-consistent baseline is refused.
-- The types and their JSON spelling are ``miles_amd.rules.model``'s.
-
-Explained in ``docs/cli.md`` ("What makes a baseline file valid").
+Valid, checked in order: strict JSON (``miles_amd.strict_json``) matching
+``baseline.schema.json`` (the best-matching error, its innermost field); unique rule ids, a
+``finite`` and a ``steps_complete`` rule per metric, a required ``steps_complete``; series and
+``run_shape`` that are the recipe's, looks ending at ``rollouts``; each rule's tolerance
+derived as its kind declares or in its sane range (``rules.registry.validate_rule``); a file
+named ``<name>.json``. Shipped baselines lie under ``$MILES_AMD_BASELINES_DIR`` or the package
+data, one per key ``<shape>/<gpu>/<variant>.json``; ``stock`` and ``patched`` name the
+reference key's (8gpu, MI355X). Explained in ``docs/cli.md`` ("What makes a baseline file
+valid").
 """
 
 from __future__ import annotations
@@ -125,9 +113,7 @@ def load_baseline(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> 
 
 
 def _check_file_name(baseline: Baseline, path: Path) -> None:
-    """A baseline file is named after the baseline it holds (``<name>.json``): the gate, the
-    report and the history show the name inside, so a file renamed after recording (or a
-    name recorded from another file) would show a name that is not the file's."""
+    """The gate, report and history show the name inside: the file must carry it."""
     if path.stem != baseline.name:
         raise BaselineError(
             f"{path}: $.name: the file holds baseline {baseline.name!r} but is named "
@@ -261,8 +247,7 @@ def recipe_shape() -> dict[str, int]:
 
 
 def _shape_problems(shape: RunShape) -> Iterator[_Problem]:
-    """``run_shape`` is the recipe's: the grid, the one-token rate and the bounded spreads
-    are derived from it, so an absurd shape would make them absurd."""
+    """``run_shape`` is the recipe's: tolerances are derived from it."""
     for key, expected in recipe_shape().items():
         found = getattr(shape, key)
         if found != expected:

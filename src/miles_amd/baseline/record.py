@@ -1,42 +1,36 @@
-"""Record a baseline from a finished run: what the new baseline file holds.
+"""Record a baseline: when a run may become one, and what the new file holds.
 
-- Pure: :func:`record_baseline` takes a run's :class:`~miles_amd.evidence.types.RunEvidence`
-  and the shipped baseline of the same aiter variant as template, and returns the new
-  file's JSON object, in the shape ``rules.model.Baseline.to_json`` spells and the loader
-  reads (``tests/unit/test_baseline_shape.py``).
-- Rules and ``run_shape`` are the template's (``rollouts = N``, looks re-made for ``N``);
-  each spending rule's boundaries are re-derived at those looks.
-- Evidence: each ruled metric the run logged, stored exactly as read, with its summary; an
-  optional metric the run did not log keeps the template's, marked in its ``note``.
-- Bands (``BandParams``) are re-derived for ``N`` rollouts by ``rules.bands.band_for``
-  (what the loader checks them with), their derivation text rewritten.
-- Provenance: run id, job status and duration, hardware, ROCm, image and aiter from job.json
-  and env.json; ``environment`` (``judge.environment.run_environment``); recording notes.
-- One refusal is decided here: the run must pass its own recorded baseline; the others are
-  ``miles_amd.baseline.refusals``'.
-
-Caveats:
-
-- Values are TensorBoard's float32 roundings, so the band centre is the run's own mean.
-- The schema has no ``recorded_at``/``preflight`` field; both are items of ``notes``.
-- The file's text is ``baseline.json_text``'s; writing it is ``cli.baseline``'s.
+- Refused (:class:`RecordError`, one line naming the file or flag and the fix): a source that
+  could not be read or two that disagree; no job.json or a job not ``SUCCEEDED``; no passing
+  preflight (env.json ``ok``) unless ``--allow-no-preflight`` (then said in the provenance),
+  or a recorded ``aiter_variant`` other than the one asked; a ``fatal`` log signature; a
+  required metric absent, or a ruled metric not one finite value at each step ``0..N-1``; a
+  run that fails its own recorded baseline.
+- Held: the template's rules and ``run_shape`` (``rollouts = N``, looks re-made), each
+  spending rule's boundaries and each band re-derived from the run (``rules.bands``); each
+  ruled metric's series as read, with its summary (an optional metric not logged keeps the
+  template's, noted); provenance from job.json and env.json; ``recorded_at`` and the
+  preflight outcome as items of ``notes``.
+- ``--from-history``: at least :data:`MIN_TRUSTED_RUNS` trusted runs of the key; the median
+  by logprob level is the reference, and every other one must pass the recorded baseline.
+- The file's text (:func:`baseline_json_text`): 2-space indent, number lists on one line.
 
 Explained in ``docs/cli.md`` ("What a recorded baseline holds").
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from miles_amd import variants
-from miles_amd.baseline import refusals
-from miles_amd.baseline.json_text import baseline_json_text
+from miles_amd import numeric, variants
 from miles_amd.baseline.model import BaselineError, parse_baseline
-from miles_amd.baseline.refusals import RecordError
 from miles_amd.baseline.shipped import evidence_digest
 from miles_amd.evidence.types import EnvRecord, RunEvidence
 from miles_amd.judge.environment import Environment, run_environment
@@ -46,10 +40,204 @@ from miles_amd.rules.bands import BandParams
 from miles_amd.rules.looks import run_looks
 from miles_amd.rules.model import BOUNDARIES, Baseline, Rule
 from miles_amd.rules.registry import KINDS, rule_boundaries
-
-__all__ = ["NAME_PATTERN", "RecordError", "record_baseline"]
+from miles_amd.run_dir import RunDir
 
 NAME_PATTERN = re.compile(r"^[a-z0-9_.-]+$")
+MIN_TRUSTED_RUNS = 3
+PRIMARY = "train/train_rollout_logprob_abs_diff"
+_LIST_LIMIT = 8
+
+
+class RecordError(ValueError):
+    """A run that cannot become a baseline; ``str()`` is one line naming the file/flag and fix."""
+
+
+def _steps_text(steps: Sequence[int]) -> str:
+    """``3, 7..9, 12`` (runs of consecutive steps collapsed), at most 8 items shown."""
+    items: list[str] = []
+    ordered = sorted(steps)
+    start = prev = ordered[0] if ordered else 0
+    for step in [*ordered[1:], None]:
+        if step is not None and step == prev + 1:
+            prev = step
+            continue
+        items.append(str(start) if start == prev else f"{start}..{prev}")
+        if step is not None:
+            start = prev = step
+    shown = ", ".join(items[:_LIST_LIMIT])
+    return shown + (f", ... ({len(items) - _LIST_LIMIT} more)" if len(items) > _LIST_LIMIT else "")
+
+
+def check_sources(evidence: RunEvidence) -> None:
+    run = evidence.run_dir
+    if evidence.problems:
+        first = evidence.problems[0]
+        raise RecordError(
+            f"{first.path}: unreadable evidence ({first.source}: {first.detail}; "
+            f"{len(evidence.problems)} problem(s) in {run}); fix: record a run whose files are "
+            "intact (a corrupt or truncated source cannot vouch for a reference)"
+        )
+    if evidence.conflicts:
+        conflict = evidence.conflicts[0]
+        values = ", ".join(f"{src}={v!r}" for src, v in sorted(conflict.values.items()))
+        raise RecordError(
+            f"--run-dir {run}: its sources disagree on {conflict.metric} at step {conflict.step} "
+            f"({values}; {len(evidence.conflicts)} conflict(s)); fix: record a run whose "
+            "TensorBoard, CI history and job.log agree"
+        )
+
+
+def check_job(evidence: RunEvidence) -> str:
+    """The run id; refuses a missing job.json or a job that did not succeed."""
+    where = RunDir(Path(evidence.run_dir)).job_json
+    job = evidence.job
+    if job is None:
+        raise RecordError(
+            f"{where}: missing, so the run's end state is unknown; fix: record a run "
+            "the driver finished (miles-amd train writes job.json)"
+        )
+    if job.status != "SUCCEEDED":
+        why = f", stopped by {job.stopped_by}" if job.stopped_by else ""
+        raise RecordError(
+            f"{where}: the Ray job {job.job_id} ended {job.status}{why}, not SUCCEEDED; "
+            "fix: record a run that finished all its rollouts"
+        )
+    return job.job_id
+
+
+def check_preflight(evidence: RunEvidence, variant: str, allow_no_preflight: bool) -> str:
+    """The preflight outcome for ``provenance.notes``; refuses what the flags do not allow."""
+    where = RunDir(Path(evidence.run_dir)).env_json
+    env = evidence.env
+    allow = "or pass --allow-no-preflight to record anyway (noted in the provenance)"
+    if env is None:
+        if not allow_no_preflight:
+            raise RecordError(
+                f"{where}: missing, so preflight did not run for this run; fix: run "
+                f"`miles-amd preflight --run-dir {evidence.run_dir} --aiter-variant {variant}` "
+                f"before the run, {allow}"
+            )
+        return "not run (no env.json; recorded with --allow-no-preflight)"
+    if not env.ok:
+        failing = [f"{fact.name} {fact.status}" for fact in env.failed]
+        facts = ", ".join(failing) or "; ".join(env.problems) or '"ok" is not true'
+        if not allow_no_preflight:
+            raise RecordError(
+                f"{where}: preflight did not pass ({facts}); fix: record a run whose "
+                f"preflight passed, {allow}"
+            )
+        return f"failed: {facts} (recorded with --allow-no-preflight)"
+    recorded = env.aiter_variant
+    if recorded is not None and recorded != variant:
+        raise RecordError(
+            f"--variant {variant}: env.json records aiter_variant {recorded!r} for this run; "
+            f"fix: pass --variant {recorded}"
+        )
+    written = env.written_at
+    return "passed" + (f" (env.json written_at {written})" if written else "")
+
+
+def check_sentinels(evidence: RunEvidence) -> None:
+    fatal = [hit for hit in evidence.sentinels if hit.severity == "fatal"]
+    if fatal:
+        hit, log = fatal[0], RunDir(Path(evidence.run_dir)).job_log
+        raise RecordError(
+            f"{log}: fatal log signature {hit.name} ({hit.count}x, first at line "
+            f"{hit.first_line}); fix: record a run whose log has no fatal signature"
+        )
+
+
+def _check_absent(metric: str, template: Baseline, run: str) -> None:
+    """A metric the run did not log is allowed only when no rule needs the run's values:
+    its rules are optional, and a band rule's spread can come from the template's summary."""
+    rules = [r for r in template.rules if r.metric == metric]
+    where = f"--run-dir {run}: no {metric} in any source (TensorBoard, CI history, job.log)"
+    fix = "fix: record a run that logs it (--use-tensorboard, MILES_CI_GATE_RECORD_DIR)"
+    required = [r.id for r in rules if r.required]
+    if required:
+        raise RecordError(f"{where}, and the {template.name} rule {required[0]} requires it; {fix}")
+    uncarried = [
+        r.id
+        for r in rules
+        if KINDS[r.kind].reference_series
+        or (KINDS[r.kind].needs_spread and metric not in template.summaries)
+    ]
+    if uncarried:
+        raise RecordError(
+            f"{where}, and the {template.name} rule {uncarried[0]} needs the run's own series "
+            f"(the template has no summary to carry over); {fix}"
+        )
+
+
+def recorded_series(
+    evidence: RunEvidence, template: Baseline, rollouts: int
+) -> dict[str, tuple[float, ...]]:
+    """Every ruled metric the run logged, as a complete finite per-rollout series."""
+    run = evidence.run_dir
+    metrics = [r.metric for r in template.rules if r.metric is not None]
+    recorded: dict[str, tuple[float, ...]] = {}
+    for metric in dict.fromkeys(metrics):
+        points = evidence.series.get(metric, ())
+        if not points:
+            _check_absent(metric, template, run)
+            continue
+        counts = Counter(step for step, _ in points)
+        missing = [s for s in range(rollouts) if s not in counts]
+        duplicated = [s for s, c in counts.items() if c > 1]
+        unexpected = [s for s in counts if not 0 <= s < rollouts]
+        if missing or duplicated or unexpected:
+            found = []
+            if missing:
+                found.append(f"missing steps {_steps_text(missing)}")
+            if duplicated:
+                found.append(f"duplicated steps {_steps_text(duplicated)}")
+            if unexpected:
+                found.append(f"steps outside 0..{rollouts - 1}: {_steps_text(unexpected)}")
+            raise RecordError(
+                f"--run-dir {run}: {metric} is not one value at each step 0..{rollouts - 1} "
+                f"({'; '.join(found)}; the run logged {len(counts)} step(s)); fix: record a "
+                "run that finished all rollouts, or pass --num-rollouts with the count the run "
+                "was launched with"
+            )
+        bad = [(s, v) for s, v in points if not math.isfinite(v)]
+        if bad:
+            raise RecordError(
+                f"--run-dir {run}: {metric} is {bad[0][1]!r} at step {bad[0][0]} "
+                f"({len(bad)} non-finite value(s)); fix: a run with non-finite values "
+                "diverged and cannot be a reference; record a healthy run"
+            )
+        by_step = dict(points)
+        recorded[metric] = tuple(by_step[s] for s in range(rollouts))
+    return recorded
+
+
+def baseline_json_text(doc: Mapping[str, Any]) -> str:
+    """The document as a baseline file: 2-space indent, number lists on one line, UTF-8."""
+    return _dump(doc, 0) + "\n"
+
+
+def _dump(value: Any, level: int) -> str:
+    pad, end = "  " * (level + 1), "  " * level
+    if isinstance(value, Mapping) and value:
+        items = [f"{pad}{json.dumps(k)}: {_dump(v, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + end + "}"
+    if isinstance(value, list) and any(isinstance(v, (Mapping, list)) for v in value):
+        items = [f"{pad}{_row(v) if _numbers(v) else _dump(v, level + 1)}" for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + end + "]"
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def _numbers(value: Any) -> bool:
+    """A mapping of numbers only (a look's boundary)."""
+    return (
+        isinstance(value, Mapping)
+        and bool(value)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
+    )
+
+
+def _row(value: Mapping[str, Any]) -> str:
+    return json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
 
 
 @dataclass(frozen=True)
@@ -62,9 +250,6 @@ class _Recording:
     rollouts: int
     run_id: str
     recorded_at: str
-
-
-# ---------------------------------------------------------------------------- evidence
 
 
 def _summary(metric: str, values: Sequence[float], rec: _Recording, source: str) -> dict:
@@ -104,9 +289,6 @@ def _summaries(rec: _Recording, recorded: Mapping[str, tuple[float, ...]]):
             summaries[metric] = _carried_summary(rec.template.summaries[metric], rec)
             carried.append(metric)
     return summaries, carried
-
-
-# ---------------------------------------------------------------------------- provenance
 
 
 def _fact_text(env: EnvRecord | None, name: str) -> str:
@@ -193,9 +375,6 @@ def _provenance(rec: _Recording, recorded, carried, preflight: str, source: str)
     return provenance
 
 
-# ---------------------------------------------------------------------------- rules
-
-
 def _band_derivation(rule: Rule, draft: Baseline, rec: _Recording) -> str:
     """The derivation text of a band recomputed from the run's series."""
     assert rule.metric is not None
@@ -235,9 +414,6 @@ def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
             "fix: record a healthy run of the recipe (its values in their usual range)"
         ) from None
     return replace(rule, params=params, derivation=derivation)
-
-
-# ---------------------------------------------------------------------------- the document
 
 
 def _check_request(template: Baseline, variant: str, name: str, rollouts: int) -> None:
@@ -288,11 +464,11 @@ def record_baseline(
     """
     n = template.run_shape.rollouts if rollouts is None else rollouts
     _check_request(template, variant, name, n)
-    refusals.check_sources(evidence)
-    run_id = refusals.check_job(evidence)
-    preflight = refusals.check_preflight(evidence, variant, allow_no_preflight)
-    refusals.check_sentinels(evidence)
-    recorded = refusals.recorded_series(evidence, template, n)
+    check_sources(evidence)
+    run_id = check_job(evidence)
+    preflight = check_preflight(evidence, variant, allow_no_preflight)
+    check_sentinels(evidence)
+    recorded = recorded_series(evidence, template, n)
     rec = _Recording(evidence, template, variant, n, run_id, recorded_at)
 
     summaries, carried = _summaries(rec, recorded)
@@ -349,3 +525,48 @@ def _check_round_trip(document: Baseline, evidence: RunEvidence, rollouts: int) 
             f"--run-dir {evidence.run_dir}: the recorded baseline does not load ({exc}); "
             "fix: record a run the baseline's rules can be derived from"
         ) from exc
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A trusted run of the key, as read back: its history id and its evidence."""
+
+    run_id: int
+    evidence: RunEvidence
+
+
+def _level(candidate: Candidate) -> float:
+    values = [v for _, v in candidate.evidence.series.get(PRIMARY, ())]
+    return numeric.mean(values) if values else float("inf")
+
+
+def pick_reference(
+    candidates: Sequence[Candidate], key: str, *, passed_over: Sequence[str] = ()
+) -> tuple[Candidate, list[Candidate]]:
+    """The reference run (the median level) and the others; ``RecordError`` with fewer
+    than :data:`MIN_TRUSTED_RUNS` (``passed_over``: why other runs did not count)."""
+    if len(candidates) < MIN_TRUSTED_RUNS:
+        why = f" ({'; '.join(passed_over)})" if passed_over else ""
+        raise RecordError(
+            f"--from-history: {len(candidates)} trusted run(s) of {key}{why}; a baseline needs "
+            f"{MIN_TRUSTED_RUNS} (the median one is the reference, the others must pass it); "
+            "fix: gate more runs of this key with --baseline auto into the history"
+        )
+    ordered = sorted(candidates, key=lambda c: (_level(c), c.run_id))
+    reference = ordered[(len(ordered) - 1) // 2]
+    return reference, [c for c in ordered if c is not reference]
+
+
+def check_window(recorded: Baseline, others: Sequence[Candidate], key: str) -> None:
+    """Every other trusted run passes the recorded baseline, else ``RecordError``."""
+    rollouts = recorded.run_shape.rollouts
+    for other in others:
+        verdict = judge(other.evidence, recorded, expected_rollouts=rollouts)
+        if verdict.verdict != "pass":
+            failed = ", ".join(c.name for c in verdict.failures) or verdict.reason
+            raise RecordError(
+                f"--from-history: run {other.run_id} ({other.evidence.run_dir}), a trusted run "
+                f"of {key}, fails the baseline recorded from the median run: {failed}; fix: "
+                "mark it untrusted (miles-amd history mark-untrusted ID) if it is not a healthy "
+                "run, or wait for more runs"
+            )

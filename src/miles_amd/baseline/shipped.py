@@ -1,20 +1,11 @@
 """What a shipped baseline must carry, and the digests that tie it to its published run.
 
-Decides:
-
-- :data:`REQUIRED_RULES`: per shipped baseline, the ``(kind, metric)`` rules the recipe
-  demands as ``required``; a shipped file without one is refused on load
-  (``tests/unit/test_baseline_trust.py``);
-- :func:`evidence_digest`: sha256 of the file's reference evidence as canonical JSON, which
-  ``provenance.evidence_sha256`` must equal, and for a seed run :data:`PUBLISHED_EVIDENCE`;
-- :func:`check_shipped`: what ``miles_amd.app.baselines.load`` applies to a shipped baseline
-  (by name, or a file in the shipped directory); a file by another path is the user's own;
-- :func:`baseline_digest`: sha256 of the whole baseline, which the gate prints and
-  report.json records.
-
-Caveat: a new reference (a run id not pinned) is held only to its own digest; review guards
-it. Changing a list or a pinned digest is a reviewed code change. What each holds and how CI
-takes baselines from the base branch: ``docs/ci.md`` ("Which baselines judge").
+:data:`REQUIRED_RULES` are the ``(kind, metric)`` rules each shipped baseline must hold as
+required; :func:`evidence_digest` (sha256 of the evidence as canonical JSON) must equal
+``provenance.evidence_sha256`` and, for a seed run, :data:`PUBLISHED_EVIDENCE`;
+:func:`check_shipped` applies both to a baseline loaded by a shipped name or from the shipped
+directory; :func:`baseline_digest` is what the gate prints and report.json records. Changing
+a list or a pinned digest is a reviewed change (``docs/ci.md``, "Which baselines judge").
 """
 
 from __future__ import annotations
@@ -28,16 +19,6 @@ from typing import Any
 
 from miles_amd.baseline.model import RECIPE_DIR, SHIPPED, BaselineError, baselines_root
 from miles_amd.rules.model import Baseline
-
-__all__ = [
-    "PUBLISHED_EVIDENCE",
-    "REQUIRED_RULES",
-    "baseline_digest",
-    "check_shipped",
-    "evidence_digest",
-    "is_shipped",
-    "shipped_problems",
-]
 
 _LOGPROB = "train/train_rollout_logprob_abs_diff"
 _REWARD = "rollout/raw_reward"

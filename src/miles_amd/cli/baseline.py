@@ -38,7 +38,7 @@ from miles_amd.cli.options import (
 from miles_amd.exit_codes import EXIT_CODES_HELP
 
 if TYPE_CHECKING:
-    from miles_amd.baseline.from_history import Candidate
+    from miles_amd.baseline.record import Candidate
 
 baseline_app = new_app("Record a baseline from a finished run; diff two baselines.")
 
@@ -139,9 +139,8 @@ def record(
         existing_run_dir(run_dir)
     baseline_name = name if name is not None else variant.value
 
-    from miles_amd.baseline.json_text import baseline_json_text
     from miles_amd.baseline.model import SCHEMA_PATH, BaselineError, load_baseline
-    from miles_amd.baseline.record import RecordError, record_baseline
+    from miles_amd.baseline.record import RecordError, baseline_json_text, record_baseline
     from miles_amd.evidence.load import load_run
     from miles_amd.files import atomic_write_text
 
@@ -173,8 +172,8 @@ def record(
             schema_ref=schema_ref,
         )
         if others:
-            from miles_amd.baseline.from_history import check_window
             from miles_amd.baseline.model import parse_baseline
+            from miles_amd.baseline.record import check_window
 
             check_window(parse_baseline(baseline_json_text(doc), path=str(out)), others, key or "")
     except RecordError as exc:
@@ -214,10 +213,9 @@ def _key_variant(key: str | None, variant: BaselineVariant | None) -> BaselineVa
 
 def _history_window(path: Path, key: str) -> tuple[Candidate, list[Candidate]]:
     """The reference run of ``key`` in the history at ``path`` and the other trusted runs
-    (``miles_amd.baseline.from_history``); what does not count is named, exit 2 when too few."""
-    from miles_amd.baseline.from_history import Candidate, pick_reference
+    (``miles_amd.baseline.record``); what does not count is named, exit 2 when too few."""
     from miles_amd.baseline.keys import RunKeyError, run_key
-    from miles_amd.baseline.refusals import RecordError
+    from miles_amd.baseline.record import Candidate, RecordError, pick_reference
     from miles_amd.evidence.load import load_run
     from miles_amd.history.store import HistoryStore
     from miles_amd.run_dir import RunDir

@@ -184,7 +184,7 @@ def history(
 def _plot(plot: Path, runs: list[StoredRun], found: list[Drift]) -> str:
     """Write the trend PNG; exit 2 naming ``--plot`` when it cannot be written."""
     from miles_amd.files import atomic_write_bytes
-    from miles_amd.history.render import trend_png
+    from miles_amd.report.plot import trend_png
 
     try:
         atomic_write_bytes(plot, trend_png(runs, found))

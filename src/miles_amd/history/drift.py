@@ -1,20 +1,11 @@
 """Cross-run drift: a Mann-Kendall trend test over the last trusted runs of one identity.
 
-Decides when slow drift across pull requests (each run a little worse, each still in band)
-is flagged:
-
-- which runs feed the trend (:func:`trusted`): gate passes not marked untrusted, a run gated
-  again counting once (``tests/unit/test_history.py``); the last :data:`WINDOW` of them;
-- the statistic: Mann-Kendall's ``S`` over their run means, per metric (the trend rule's
-  ``mann_kendall_s``, ``miles_amd.rules.kinds.no_rising_trend``);
-- the threshold on ``|S|`` (:func:`threshold`): the smallest whose chance of ever flagging a
-  healthy history of :data:`LIFE_RUNS` runs (:data:`LIFE_RATE`), times the metrics, is at
-  most :data:`LIFE_ALPHA` (Bonferroni).
-
-Pure: takes stored runs of one identity (oldest first), returns findings. Caveat:
-autocorrelated healthy runs are flagged as a drift, and a one-off step moves ``S`` little.
-The rule, its measured error and power (``benchmarks/bench_drift.py``):
-``docs/gate-and-statistics.md`` ("The drift check").
+The runs (:func:`trusted`): gate passes not marked untrusted, a run gated again counting once,
+the last :data:`WINDOW`; the statistic: Mann-Kendall's ``S`` over their run means per metric;
+the threshold on ``|S|`` (:func:`threshold`): the smallest whose chance of ever flagging a
+healthy :data:`LIFE_RUNS`-run history (:data:`LIFE_RATE`), times the metrics, is at most
+:data:`LIFE_ALPHA`. Measured error and power: ``docs/gate-and-statistics.md`` ("The drift
+check").
 """
 
 from __future__ import annotations

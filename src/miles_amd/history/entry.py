@@ -1,21 +1,12 @@
 """What a judged run becomes in the history, and the append of it.
 
-- :func:`history_record` (pure) decides the record's fields from the verdict, the evidence,
-  the baseline and the process environment. The run's identity comes from the run itself,
-  not from the baseline it was judged by (``tests/unit/test_history.py``):
-  ``recipe_digest`` is plan.json's ``PlanRecord.identity_digest`` (null without plan.json),
-  ``variant`` ``RunEvidence.variant`` and ``aiter_commit`` ``EnvRecord.aiter_commit``; each null
-  when the run does not record it. ``baseline`` says what judged it; ``image`` is
-  ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA`` (null when unset); ``run_dir`` its
-  resolved path, undecodable bytes as ``\\xNN``. The series kept are the baseline's gated
-  metrics, every point (a non-finite one included). ``run_key`` says which
-  run it was (:func:`run_key`: job id and evidence digest), so a run gated again counts once.
-  ``decided_at_rollout``/``decided_by`` are the verdict's decision (``Verdict.decision``:
-  the rollout a red run was decided at, a look's when one decided it), null for a pass.
-- :func:`appending_verdict` opens the store and appends in a transaction that commits when
-  its block ends (rolled back when the block raises; the gate appends only after its report
-  set is in place, ``app.gate``); it yields the runs of the new run's identity including it,
-  with the drift threshold for the metrics they hold (``miles_amd.history.drift``).
+:func:`history_record` (pure): the run's identity comes from the run itself, never from the
+baseline that judged it (``recipe_digest`` plan.json's, ``variant`` and ``aiter_commit``
+the run's, null when unrecorded); ``image`` ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA``;
+the series of the baseline's gated metrics, every point; ``run_key`` (job id and evidence
+digest) so a run gated again counts once; ``decided_at_rollout``/``decided_by`` a red run's
+decision. :func:`appending_verdict` appends in a transaction committed when its block ends and
+yields the runs of the new run's identity with their drift threshold.
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
 """Export the history as upstream miles' CI capture would have written it.
 
-- The files of :func:`export_upstream`, in one directory: per run
-  ``records/run-<id>/history-<id>.jsonl`` (capture's ``{"metric", "series"}`` lines, non-finite
-  values as markers), ``runs.jsonl`` (upstream's ``runs`` columns per run, plus ours), and the
-  upstream test file the identity names
-  (``tests/e2e/amd/test_gpt_oss_20b_lora_<variant>.py``, with its ``register_rocm_ci`` and one
-  ``register_ci_gate`` per metric), so upstream's own parser, store and gate consume it.
-- Identity mapping: one ``test_path`` per aiter variant (upstream's identity has no aiter
-  field), ``backend`` ``rocm``, ``suite`` upstream's 8-GPU ROCm suite, ``trusted`` a gate pass
-  not marked untrusted, ``commit_sha`` the recorded commit or ``""``.
-
-Caveats:
-
-- A run without a recorded aiter variant has no upstream identity and is not exported
-  (:class:`Export` counts it); upstream's GitHub fields this store does not keep are null.
-- A row is foreign input: paths are made of a known variant and an integer id, every write
-  passes one guard (:func:`inside`); ``out_dir`` is replaced only when it is an earlier
-  export (:func:`earlier_export`), a staging dir only when its writer is gone.
-- Decides the files only; the CLI (``miles-amd history --export``) decides when.
-- Upstream's names (``ci_utils``, ``gate``, ``run_suite``) are of the miles pinned in
-  ``/work/shared/upstream``; ``tests/conformance/test_upstream_history.py`` runs its gate.
-
-Explained in ``docs/cli.md`` ("The export", with upstream's sources and the mapping).
+Per run ``records/run-<id>/history-<id>.jsonl`` (capture's ``{"metric", "series"}`` lines,
+non-finite values as markers), ``runs.jsonl`` (upstream's ``runs`` columns plus ours) and the
+upstream test file of each variant (its ``register_rocm_ci`` and one ``register_ci_gate`` per
+metric), so upstream's parser, store and gate consume it. One ``test_path`` per aiter variant,
+``trusted`` a gate pass not marked untrusted; a run without a recorded variant is not
+exported. A row is foreign input: every write passes one guard (:func:`inside`); ``out_dir``
+is replaced only when it is an earlier export, built beside it and renamed. Explained in
+``docs/cli.md`` ("The export").
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""``miles-amd history``'s output: the run list, the drift findings, the trend figure.
+"""``miles-amd history``'s text: the run list and the drift findings.
 
-Decides how stored runs read (text, JSON, markdown: a header row, then one row a run, oldest
+Decides how stored runs read (text, JSON, markdown): a header row, then one row a run, oldest
 first, with the verdict, the baseline that judged it, its identity, which run it was
 (``run_key``) and the run means of the gated metrics; then each identity's drift lines, with
-its own trusted-run count and threshold) and the trend figure (one panel a
-metric: each identity's run means across runs, a pass as a dot and a fail as a red cross,
-error bars of one standard error of the run mean; a metric with a drift finding has a red
-title). Stored strings (identity, commit, run dir) are escaped for their sink
-(``miles_amd.escape``). Pure but for :func:`trend_figure` (matplotlib on the Agg canvas, laid
-out by ``miles_amd.report.plot``) and :func:`trend_png`, its PNG bytes.
+its own trusted-run count and threshold. Stored strings are escaped for their sink
+(``miles_amd.escape``). The trend figure is ``miles_amd.report.plot``'s.
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ from collections.abc import Sequence
 from miles_amd import escape, numeric
 from miles_amd.history.drift import WINDOW, Drift, IdentityDrift
 from miles_amd.history.store import StoredRun
-from miles_amd.report import plot as layout
 
 SHOWN = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward")
 
@@ -217,63 +212,3 @@ def drift_section(found: Sequence[Drift], cutoff: int, trusted: int, run_id: int
         "\n".join([*lines, *(f"- {_md(line)}" for line in drift_lines(found, cutoff, trusted))])
         + "\n"
     )
-
-
-def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:
-    """:func:`trend_figure` as PNG bytes."""
-    return layout.png_bytes(trend_figure(runs, found))
-
-
-def trend_figure(runs: Sequence[StoredRun], found: Sequence[Drift]):
-    """Per-metric run means across runs (see the module doc), one panel a metric."""
-    metrics = sorted({m for r in runs for m in r.summaries})
-    drifted = {d.metric for d in found}
-    figure = layout.new_figure(
-        len(metrics), f"run history: {len(runs)} run(s); mean per run ± 1 SE"
-    )
-    axes = layout.panel_axes(figure, len(metrics))
-    order = {r.run_id: i for i, r in enumerate(runs)}
-    for ax, metric in zip(axes, metrics, strict=False):
-        drawn: list[float] = []
-        for identity in sorted({_identity(r) for r in runs}):
-            points = [r for r in runs if _identity(r) == identity and metric in r.summaries]
-            if not points:
-                continue
-            xs = [order[r.run_id] for r in points]
-            # stored figures are drawn within the axis' range (plot.drawable_value)
-            means = [layout.drawable_value(r.summaries[metric].mean) for r in points]
-            drawn += means
-            errors = [
-                layout.drawable_value(
-                    (r.summaries[metric].sd or 0.0) / math.sqrt(r.summaries[metric].n)
-                )
-                for r in points
-            ]
-            ax.errorbar(xs, means, yerr=errors, marker="o", markersize=4, capsize=2, label=identity)
-            failed = [
-                (x, m) for x, m, r in zip(xs, means, points, strict=True) if r.verdict != "pass"
-            ]
-            if failed:
-                ax.plot(
-                    *zip(*failed, strict=True),
-                    linestyle="none",
-                    marker="x",
-                    color="tab:red",
-                    markersize=8,
-                    mew=2,
-                    label=f"{identity} failed gate",
-                )
-        crowded = len(order) > 20  # each run named by its history id; more would crowd the axis
-        layout.style_panel(
-            ax,
-            metric + ("  (drift)" if metric in drifted else ""),
-            "run, oldest first" if crowded else "history run id (oldest first)",
-            layout.Y_LABELS.get(metric, metric),
-            "tab:red" if metric in drifted else "black",
-        )
-        if not crowded:
-            ax.set_xticks(list(order.values()), [str(r) for r in order])
-        layout.finish_panel(ax, drawn, "run means")
-    if not metrics:
-        layout.empty(axes[0], "no run in the history")
-    return figure

@@ -1,15 +1,11 @@
-"""The run-history store: one SQLite file, schema versioned, gate verdicts appended.
+"""The run-history store: one SQLite file of plain SQL, schema versioned, verdicts appended.
 
-Decides what is kept of a judged run: ``runs`` (a :class:`RunRow`), ``summaries`` (its
-per-metric :class:`Summary`), ``metric_values`` and ``nonfinite_values`` (its per-rollout
-values, the non-finite ones as upstream's capture markers), ``untrusted_marks``
-(:meth:`HistoryStore.mark`), and ``meta.schema_version`` (:data:`SCHEMA_VERSION`: a file of
-another version is refused, not migrated; ``tests/unit/test_history.py``). Plain SQL over
-``sqlite3``; an append is one transaction; a row read back is checked against its field's
-type and a bad one skipped with a reason. A ``read_only`` store is not created or modified
-(``tests/unit/test_cli_interface.py``). What a drift is: ``miles_amd.history.drift``.
-Columns, concurrent writers and corrupt rows: ``docs/gate-and-statistics.md``
-("How runs are stored").
+Keeps per judged run a ``runs`` row (:class:`RunRow`), per-metric ``summaries``, the
+per-rollout ``metric_values`` and ``nonfinite_values`` (upstream's capture markers), and
+``untrusted_marks``; ``meta.schema_version`` of another :data:`SCHEMA_VERSION` is refused,
+not migrated. An append is one transaction; a row read back is untrusted: checked against its
+field's type, a bad one skipped with a reason. A ``read_only`` store is neither created nor
+modified. Explained in ``docs/gate-and-statistics.md`` ("How runs are stored").
 """
 
 from __future__ import annotations
@@ -73,8 +69,7 @@ class Identity:
 
 @dataclass(frozen=True)
 class RunRow:
-    """The columns of the ``runs`` table, in table order (``run_id`` comes first, the store's);
-    each field's type is its column's, checked when a row is read back."""
+    """The ``runs`` columns after ``run_id``, in table order; types checked when read back."""
 
     created_at: str  # ISO-8601, UTC
     recipe: str
@@ -89,11 +84,8 @@ class RunRow:
     reason: str
     rollouts: int
     failed_checks: tuple[str, ...]  # stored as a JSON list
-    # which run this was: its job id and a digest of its evidence (entry.run_key); the same
-    # run dir gated again has the same key, and the drift trend counts it once
-    run_key: str | None = field(default=None, kw_only=True)
-    # a red run: the rollouts after which it was decided (a look, a failing value, or its
-    # end: judge.sequential.decision) and by which check; null for a pass
+    run_key: str | None = field(default=None, kw_only=True)  # entry.run_key: counted once
+    # a red run: the rollouts after which it was decided, and by which check
     decided_at_rollout: int | None = field(default=None, kw_only=True)
     decided_by: str | None = field(default=None, kw_only=True)
 
@@ -173,8 +165,7 @@ CREATE INDEX IF NOT EXISTS runs_identity_idx ON runs (recipe, variant, aiter_com
 
 
 def _from_row(row: Sequence[Any]) -> dict[str, Any]:
-    """The fields of a stored row, each checked against its field's type (SQLite keeps
-    whatever a writer put in a column); ``ValueError`` naming the column."""
+    """A stored row's fields, each checked against its type; ``ValueError`` naming the column."""
     found = {}
     for f, value in zip(_RUN_FIELDS, row, strict=True):
         if f.name == "failed_checks":
@@ -196,10 +187,9 @@ def _from_row(row: Sequence[Any]) -> dict[str, Any]:
 
 
 def _summary(metric: object, figures: Sequence[Any]) -> Summary:
-    """A stored summary, checked: a metric name, n > 0, finite numbers, sd >= 0 (or null)."""
+    """A stored summary, checked: a metric name, n > 0, finite numbers, sd >= 0 (or null);
+    mean is not checked against min/max (a float mean may lie an ulp outside them)."""
     n, mean, sd, low, high = figures
-    # mean is not checked against min/max: a float mean may lie an ulp outside them
-    # (numeric.mean([0.1] * 3) is 0.10000000000000002)
     numbers = (mean, low, high) if sd is None else (mean, sd, low, high)
     if (
         not (isinstance(metric, str) and isinstance(n, int) and n > 0)
@@ -211,8 +201,7 @@ def _summary(metric: object, figures: Sequence[Any]) -> Summary:
 
 
 class HistoryStore:
-    """The SQLite file at ``path``: created with its directory when absent, unless
-    ``read_only`` (then it must exist and hold a history, and is opened read-only)."""
+    """The SQLite file at ``path``, created when absent unless ``read_only``."""
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
@@ -267,14 +256,14 @@ class HistoryStore:
         self.close()
 
     def append(self, record: HistoryRecord) -> int:
-        """Add one run (one transaction); return its ``run_id``."""
+        """Add one run (one transaction); its ``run_id``."""
         with self.appending(record) as run_id:
             return run_id
 
     @contextlib.contextmanager
     def appending(self, record: HistoryRecord) -> Iterator[int]:
-        """Add one run in a transaction that commits when the block ends and is rolled back
-        when it raises; yields its ``run_id`` (this store's reads in the block see the run)."""
+        """Add one run in a transaction committed when the block ends (rolled back when it
+        raises); yields its ``run_id``."""
         with self._db:
             marks = ", ".join("?" * len(_RUN_FIELDS))
             values = (getattr(record, f.name) for f in _RUN_FIELDS)  # failed_checks as JSON:
@@ -307,8 +296,7 @@ class HistoryStore:
             yield run_id
 
     def mark(self, run_id: int, *, untrusted: bool, now: str) -> bool:
-        """Mark run ``run_id`` untrusted (or trusted again); True when that changed anything.
-        ``HistoryError`` when there is no such run."""
+        """Mark run ``run_id`` untrusted (or trusted again); True when that changed anything."""
         with self._db:
             if (
                 self._db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
@@ -331,10 +319,8 @@ class HistoryStore:
     def read_runs(
         self, *, variant: str | None = None, baseline: str | None = None, limit: int | None = None
     ) -> HistoryRead:
-        """Runs in the order they were appended (oldest first), optionally filtered; the
-        newest ``limit`` when given. A row that cannot be read (a corrupt page, a value of the
-        wrong type, bad JSON) is skipped and named in ``skipped``; the rest are listed. When
-        even the list of run ids cannot be read, each id up to the largest is tried alone."""
+        """Runs oldest first, optionally filtered, the newest ``limit``; a row that cannot be
+        read is skipped and named (when even the ids cannot be read, each is tried alone)."""
         where, args = [], []
         for column, value in (("variant", variant), ("baseline", baseline)):
             if value is not None:
@@ -390,10 +376,8 @@ class HistoryStore:
         )
 
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
-        """Every stored per-rollout value of one run (non-finite ones as NaN/±inf), per
-        metric, in step order (a repeated step in the order it was appended). A stored point
-        is checked (a metric name, an integer step, a finite number or a marker): another is
-        ``ValueError`` naming the run and the metric."""
+        """One run's stored points per metric in step order (markers as NaN/±inf); a point
+        that is not an integer step and a number is ``ValueError`` naming the run."""
         found: dict[str, list[tuple[int, float]]] = {}
         for metric, step, value, nonfinite in self._db.execute(
             "SELECT metric, step, value, t FROM ("

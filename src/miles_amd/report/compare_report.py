@@ -1,24 +1,18 @@
-"""``miles-amd compare``'s output: compare.json, compare.md, compare.png and the terminal text.
+"""``miles-amd compare``'s words: compare.json, compare.md and the terminal text.
 
-Decides how a :class:`~miles_amd.judge.compare.Comparison` reads (``miles_amd.app.compare``
-writes the files). The statistics are ``miles_amd.judge.compare``'s; this module only
-words and draws them: the comparison's warnings first (a run compared with itself, rollout
-counts that differ), one line per metric (Δ = B - A with its 95% CI, shown 0 below the data's
-precision, :data:`PRECISION`; the effect size; and
-"with N rollouts this comparison could detect ..."), the spike counts with Fisher's exact
-p, and a figure with one panel per paired metric (A and B over the rollouts, the title
-carrying Δ and its CI; laid out by ``miles_amd.report.plot``, matplotlib imported lazily).
+The statistics are ``miles_amd.judge.compare``'s: the warnings first, one line per metric (Δ =
+B - A with its 95% CI, 0 below the data's :data:`PRECISION`, the effect size, the shift the
+rollouts could detect), the spike counts with Fisher's exact p. The figure is
+``miles_amd.report.plot``'s.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Literal
 
 from miles_amd import escape
-from miles_amd.evidence.types import RunEvidence
 from miles_amd.judge.compare import (
     ALPHA,
     MAX_SEARCH_ROLLOUTS,
@@ -29,8 +23,6 @@ from miles_amd.judge.compare import (
     rate_ruled_out,
     rollouts_for_power,
 )
-from miles_amd.report import plot as layout
-from miles_amd.rules.check import axis
 from miles_amd.wrap import fit
 
 Format = Literal["text", "json", "markdown"]
@@ -213,43 +205,3 @@ def render(c: Comparison, fmt: Format) -> str:
     if fmt == "json":
         return json.dumps(to_json(c), indent=2, allow_nan=False) + "\n"
     return render_markdown(c) if fmt == "markdown" else render_text(c)
-
-
-def compare_png(c: Comparison, a: RunEvidence, b: RunEvidence) -> bytes:
-    """:func:`compare_figure` as PNG bytes."""
-    return layout.png_bytes(compare_figure(c, a, b))
-
-
-def compare_figure(c: Comparison, a: RunEvidence, b: RunEvidence):
-    """One panel per paired metric: A and B over the rollouts; Δ and its CI in the title."""
-    title = f"B {c.run_b} vs A {c.run_a}: Δ = B - A, paired by rollout"
-    figure = layout.new_figure(len(c.diffs), title)
-    axes = layout.panel_axes(figure, len(c.diffs))
-    for ax, d in zip(axes, c.diffs, strict=False):
-        drawn: list[float] = []
-        for label, run, style in (
-            ("A", a, dict(color="tab:gray", linestyle="--", marker="s", markerfacecolor="none")),
-            ("B", b, dict(color="tab:blue", marker="o")),
-        ):
-            values = run.series.get(d.metric, ())
-            drawn += [v for _, v in values]
-            points = [(s, v) for s, v in values if math.isfinite(v)]
-            ax.plot(
-                [s for s, _ in points],
-                [v for _, v in points],
-                markersize=3,
-                label=layout.one_line(f"{label} {Path(run.run_dir).name}"),  # foreign text
-                **style,
-            )
-        layout.style_panel(
-            ax,
-            f"{d.metric}\nΔ {at_precision(d.diff, d)}, 95% CI "
-            f"[{at_precision(d.ci_low, d)}, {at_precision(d.ci_high, d)}]",
-            axis(d.metric),
-            layout.Y_LABELS.get(d.metric, d.metric),
-            "tab:red" if d.significant else "black",
-        )
-        layout.finish_panel(ax, drawn, "values of A and B")
-    if not c.diffs:
-        layout.empty(axes[0], "no metric logged by both runs")
-    return figure

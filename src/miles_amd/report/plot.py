@@ -1,20 +1,19 @@
-"""Every PNG we draw: metrics.png here; compare.png and the history trend plot with its layout.
+"""Every PNG we draw: metrics.png, compare.png and the history's trend plot.
 
-The layout (shared): the grid holds exactly the panels drawn (on two columns an odd last panel
-spans its row; a row of ``small`` panels, a flat all-zero series, is :data:`SMALL_ROW` high);
-nothing below :data:`LEGEND_SIZE` points at :data:`DPI`; the title is one literal line (newlines
-folded, ``$`` not mathtext, control characters escaped, cut at :data:`TITLE_LIMIT`, its font
-made smaller down to :data:`LEGEND_SIZE` when wider than the figure); each legend sits under
-its panel; a flat series or one with no finite value carries a note saying so.
+One panel a metric on a grid of at most two columns (an odd last panel spans its row), the
+title one literal line (foreign text escaped, ``$`` not mathtext, cut at :data:`TITLE_LIMIT`,
+its font made smaller when wider than the figure), each legend under its panel, a note in a
+panel whose series is flat or has no finite value. Values beyond ±:data:`DRAW_LIMIT` are
+drawn at the bound (matplotlib's transform overflows).
 
-metrics.png: one panel per metric a baseline rule names AND the run measured (the footer lists
-the unmeasured ones), the run's series (blue), the baseline's published one (black, dashed,
-drawn above), each rule kind's hint (:data:`HINTS`: a mean's band beside the series where the
-mean is, a max bound, a spike threshold (a line when the data reach near it, else a legend
-note), a ±atol strip, a Theil-Sen trend line, a step's two halves), the failing points (a
-non-finite one as a labelled triangle at the top) and, for a run decided red before its last
-rollout, a dotted red line after the rollout it was decided at. Values beyond
-±:data:`DRAW_LIMIT` are drawn at the bound (matplotlib's transform overflows; issue 26).
+- metrics.png: per metric a baseline rule names and the run measured (the footer lists the
+  unmeasured), the run's series, the baseline's published one, each rule kind's hint
+  (:data:`HINTS`), the failing points, and for a run decided red early the rollout it was
+  decided at;
+- compare.png: A and B over the rollouts, Δ = B - A and its CI in the title;
+- the trend plot: each identity's run means ± 1 SE across runs, a failed gate as a red cross,
+  a drifting metric's title red.
+
 matplotlib is imported lazily and drawn on the Agg canvas; the PNG's bytes are returned.
 """
 
@@ -23,7 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from miles_amd.escape import terminal
 from miles_amd.evidence.types import RunEvidence, Series
@@ -32,12 +32,16 @@ from miles_amd.report.render import verdict_sentence
 from miles_amd.rules.check import Check, axis
 from miles_amd.rules.model import Baseline, KindName
 
+if TYPE_CHECKING:
+    from miles_amd.history.drift import Drift
+    from miles_amd.history.store import StoredRun
+    from miles_amd.judge.compare import Comparison
+
 DPI = 90
 PANEL_WIDTH_IN, PANEL_HEIGHT_IN = 6.5, 3.4
 TITLE_SIZE, PANEL_TITLE_SIZE, LABEL_SIZE, TICK_SIZE, LEGEND_SIZE, NOTE_SIZE = 12, 10, 9, 9, 8, 10
 TITLE_LIMIT = 200
 LEGEND_DROP = 2.2 * TICK_SIZE + 1.5 * LABEL_SIZE  # points: the tick labels and the x label
-SMALL_ROW = 0.55  # a row of flat all-zero panels, in panel heights (room for its legend)
 DRAW_LIMIT = 1e300
 THRESHOLD_NEAR = 1.5  # a spike threshold is drawn as a line when within 1.5x the run's max
 
@@ -52,32 +56,16 @@ Y_LABELS = {
     "train/grad_norm": "gradient norm\n(L2)",
 }
 
-# ---------------------------------------------------------------------------- layout
 
-
-def columns_for(panels: int) -> int:
-    return 2 if panels > 1 else 1
-
-
-def row_heights(panels: int, small: Sequence[bool] = ()) -> list[float]:
-    """Each grid row's height in panel heights: :data:`SMALL_ROW` when all its panels are
-    ``small``, else 1."""
-    count = max(1, panels)
-    columns = columns_for(count)
-    flags = list(small) + [False] * (count - len(small))
-    return [
-        SMALL_ROW if all(flags[row * columns : (row + 1) * columns]) else 1.0
-        for row in range(math.ceil(count / columns))
-    ]
-
-
-def new_figure(panels: int, title: str, colour: str = "black", small: Sequence[bool] = ()) -> Any:
-    """A figure on the Agg canvas sized for ``panels`` (at least one), titled in one line."""
+def new_figure(panels: int, title: str, colour: str = "black") -> tuple[Any, list[Any]]:
+    """A figure on the Agg canvas titled in one line, and its ``panels`` axes (at least one)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    columns = columns_for(panels)
-    size = (PANEL_WIDTH_IN * columns, PANEL_HEIGHT_IN * sum(row_heights(panels, small)) + 0.5)
+    count = max(1, panels)
+    columns = 2 if count > 1 else 1
+    rows = math.ceil(count / columns)
+    size = (PANEL_WIDTH_IN * columns, PANEL_HEIGHT_IN * rows + 0.5)
     figure = Figure(figsize=size, dpi=DPI, layout="constrained")
     canvas = FigureCanvasAgg(figure)
     text = figure.suptitle(one_line(title), fontsize=TITLE_SIZE, color=colour)
@@ -85,21 +73,13 @@ def new_figure(panels: int, title: str, colour: str = "black", small: Sequence[b
     width = text.get_window_extent(canvas.get_renderer()).width
     if width > room:  # a long sentence: a smaller font, never below the legend's
         text.set_fontsize(max(LEGEND_SIZE, TITLE_SIZE * room / width))
-    return figure
-
-
-def panel_axes(figure: Any, panels: int, small: Sequence[bool] = ()) -> list[Any]:
-    """``panels`` axes filling the grid (one, the whole figure, for zero panels)."""
-    count = max(1, panels)
-    columns = columns_for(count)
-    heights = row_heights(count, small)
-    grid = figure.add_gridspec(len(heights), columns, height_ratios=heights)
+    grid = figure.add_gridspec(rows, columns)
     axes = []
     for index in range(count):
         row, column = divmod(index, columns)
         last_alone = index == count - 1 and column == 0 and columns > 1
         axes.append(figure.add_subplot(grid[row, :] if last_alone else grid[row, column]))
-    return axes
+    return figure, axes
 
 
 def one_line(text: str, limit: int = TITLE_LIMIT) -> str:
@@ -110,7 +90,7 @@ def one_line(text: str, limit: int = TITLE_LIMIT) -> str:
     return flat.replace("$", r"\$")
 
 
-def literal_lines(text: str) -> str:
+def _literal_lines(text: str) -> str:
     return "\n".join(terminal(line).replace("$", r"\$") for line in text.split("\n"))
 
 
@@ -118,7 +98,7 @@ def style_panel(ax: Any, title: str, xlabel: str, ylabel: str, title_colour: str
     """Title, axis labels, integer x ticks, tick sizes and a light grid."""
     from matplotlib.ticker import MaxNLocator
 
-    ax.set_title(literal_lines(title), fontsize=PANEL_TITLE_SIZE, color=title_colour)
+    ax.set_title(_literal_lines(title), fontsize=PANEL_TITLE_SIZE, color=title_colour)
     ax.set_xlabel(xlabel, fontsize=LABEL_SIZE)
     ax.set_ylabel(ylabel, fontsize=LABEL_SIZE)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -128,8 +108,7 @@ def style_panel(ax: Any, title: str, xlabel: str, ylabel: str, title_colour: str
 
 
 def finish_panel(ax: Any, values: Sequence[float], noun: str = "values") -> None:
-    """The panel's note (:func:`series_note`) and its legend under the x label, two columns,
-    :data:`LEGEND_DROP` points below the axes whatever their height."""
+    """The panel's note (:func:`series_note`) and its legend under the x label."""
     from matplotlib.transforms import offset_copy
 
     note = series_note(values, noun)
@@ -154,23 +133,21 @@ def series_note(values: Sequence[float], noun: str = "values") -> str | None:
     return None
 
 
-def draw_note(ax: Any, text: str) -> None:
-    """``text`` boxed in the middle of the panel, above the data (gid ``note``)."""
+def draw_note(ax: Any, text: str, *, alone: bool = False) -> None:
+    """``text`` boxed in the middle of the panel, above the data (gid ``note``); ``alone``: the
+    panel has nothing else to show (its axes hidden)."""
+    if alone:
+        ax.set_axis_off()
     box = {"boxstyle": "round", "facecolor": "white", "edgecolor": "0.6", "alpha": 0.9}
     ax.text(
-        0.5, 0.5, literal_lines(text), transform=ax.transAxes, ha="center", va="center",
+        0.5, 0.5, _literal_lines(text), transform=ax.transAxes, ha="center", va="center",
         fontsize=NOTE_SIZE, zorder=10, bbox=box, gid="note",
     )  # fmt: skip
 
 
-def empty(ax: Any, note: str) -> None:
-    ax.set_axis_off()
-    draw_note(ax, note)
-
-
 def png_bytes(figure: Any) -> bytes:
     """The figure as PNG bytes: drawn once and the canvas's pixels encoded (``savefig`` would
-    draw twice under a layout engine; the pixels are its own, checked by a test)."""
+    draw twice under a layout engine)."""
     import io
 
     import numpy as np
@@ -187,9 +164,8 @@ def drawable_value(value: float) -> float:
     return max(-DRAW_LIMIT, min(DRAW_LIMIT, value)) if math.isfinite(value) else value
 
 
-# ---------------------------------------------------------------------------- rule hints
-# (axes, the rule's check, the run's finite values); a check without the figures a hint
-# needs (one decided by a non-finite value) draws nothing
+# The rule hints: (axes, the rule's check, the run's finite values); a check without the
+# figures a hint needs (one decided by a non-finite value) draws nothing.
 
 
 def threshold(ax: Any, check: Check, finite: list[float]) -> None:
@@ -272,8 +248,6 @@ HINTS: Mapping[KindName, Callable[[Any, Check, list[float]], None]] = {
     "log_mean_within": lambda ax, c, f: mean_band(ax, c, f, what="geometric mean"),
 }
 
-# ---------------------------------------------------------------------------- metrics.png
-
 
 def _draw_panel(
     ax: Any, metric: str, checks: list[Check], series: Series, baseline: Baseline,
@@ -325,14 +299,9 @@ def metrics_figure(verdict: Verdict, evidence: RunEvidence, baseline: Baseline) 
     measured = [m for m in gated if evidence.series.get(m)]
     unmeasured = [m for m in gated if m not in measured]
     colour = {"pass": "darkgreen", "fail": "tab:red", "error": "tab:red"}[verdict.verdict]
-    # a flat all-zero series (the clip fraction of a healthy run) takes a small row, last
-    flat_zero = {m for m in measured if all(v == 0 for _, v in evidence.series[m])}
-    measured = [m for m in measured if m not in flat_zero] + [m for m in measured if m in flat_zero]
-    small = [m in flat_zero for m in measured]
-    figure = new_figure(len(measured), title(verdict), colour, small)
+    figure, axes = new_figure(len(measured), title(verdict), colour)
     early = verdict.decision
     decided = early.rollout if early and early.rollout < verdict.expected_rollouts else None
-    axes = panel_axes(figure, len(measured), small)
     for ax, metric in zip(axes, measured, strict=False):
         checks = [
             replace(c, numbers={k: drawable_value(v) for k, v in c.numbers.items()})
@@ -342,7 +311,7 @@ def metrics_figure(verdict: Verdict, evidence: RunEvidence, baseline: Baseline) 
         series = tuple((s, drawable_value(v)) for s, v in evidence.series[metric])
         _draw_panel(ax, metric, checks, series, baseline, decided)
     if not measured:
-        empty(axes[0], "no gated metric was measured")
+        draw_note(axes[0], "no gated metric was measured", alone=True)
     if unmeasured:
         figure.supxlabel(f"not measured (no data): {', '.join(unmeasured)}", fontsize=LABEL_SIZE)
     return figure
@@ -359,3 +328,86 @@ def title(verdict: Verdict) -> str:
 
 def metrics_png(verdict: Verdict, evidence: RunEvidence, baseline: Baseline) -> bytes:
     return png_bytes(metrics_figure(verdict, evidence, baseline))
+
+
+def compare_figure(c: Comparison, a: RunEvidence, b: RunEvidence) -> Any:
+    """One panel per paired metric: A and B over the rollouts; Δ and its CI in the title."""
+    from miles_amd.report.compare_report import at_precision
+
+    title = f"B {c.run_b} vs A {c.run_a}: Δ = B - A, paired by rollout"
+    figure, axes = new_figure(len(c.diffs), title)
+    for ax, d in zip(axes, c.diffs, strict=False):
+        drawn: list[float] = []
+        for label, run, style in (
+            ("A", a, dict(color="tab:gray", linestyle="--", marker="s", markerfacecolor="none")),
+            ("B", b, dict(color="tab:blue", marker="o")),
+        ):
+            values = run.series.get(d.metric, ())
+            drawn += [v for _, v in values]
+            points = [(s, v) for s, v in values if math.isfinite(v)]
+            name = one_line(f"{label} {Path(run.run_dir).name}")  # foreign text
+            ax.plot([s for s, _ in points], [v for _, v in points], markersize=3, label=name,
+                    **style)  # fmt: skip
+        style_panel(
+            ax,
+            f"{d.metric}\nΔ {at_precision(d.diff, d)}, 95% CI "
+            f"[{at_precision(d.ci_low, d)}, {at_precision(d.ci_high, d)}]",
+            axis(d.metric),
+            Y_LABELS.get(d.metric, d.metric),
+            "tab:red" if d.significant else "black",
+        )
+        finish_panel(ax, drawn, "values of A and B")
+    if not c.diffs:
+        draw_note(axes[0], "no metric logged by both runs", alone=True)
+    return figure
+
+
+def compare_png(c: Comparison, a: RunEvidence, b: RunEvidence) -> bytes:
+    return png_bytes(compare_figure(c, a, b))
+
+
+def trend_figure(runs: Sequence[StoredRun], found: Sequence[Drift]) -> Any:
+    """The history's run means per metric across runs, one panel a metric."""
+    metrics = sorted({m for r in runs for m in r.summaries})
+    drifted = {d.metric for d in found}
+    title = f"run history: {len(runs)} run(s); mean per run ± 1 SE"
+    figure, axes = new_figure(len(metrics), title)
+    order = {r.run_id: i for i, r in enumerate(runs)}
+    crowded = len(order) > 20  # each run named by its history id; more would crowd the axis
+    for ax, metric in zip(axes, metrics, strict=False):
+        drawn: list[float] = []
+        for identity in sorted({r.identity.label() for r in runs}):
+            points = [r for r in runs if r.identity.label() == identity and metric in r.summaries]
+            if not points:
+                continue
+            xs = [order[r.run_id] for r in points]
+            means = [drawable_value(r.summaries[metric].mean) for r in points]
+            drawn += means
+            errors = [
+                drawable_value((r.summaries[metric].sd or 0.0) / math.sqrt(r.summaries[metric].n))
+                for r in points
+            ]
+            ax.errorbar(xs, means, yerr=errors, marker="o", markersize=4, capsize=2, label=identity)
+            failed = [
+                (x, m) for x, m, r in zip(xs, means, points, strict=True) if r.verdict != "pass"
+            ]
+            if failed:
+                ax.plot(*zip(*failed, strict=True), linestyle="none", marker="x", color="tab:red",
+                        markersize=8, mew=2, label=f"{identity} failed gate")  # fmt: skip
+        style_panel(
+            ax,
+            metric + ("  (drift)" if metric in drifted else ""),
+            "run, oldest first" if crowded else "history run id (oldest first)",
+            Y_LABELS.get(metric, metric),
+            "tab:red" if metric in drifted else "black",
+        )
+        if not crowded:
+            ax.set_xticks(list(order.values()), [str(r) for r in order])
+        finish_panel(ax, drawn, "run means")
+    if not metrics:
+        draw_note(axes[0], "no run in the history", alone=True)
+    return figure
+
+
+def trend_png(runs: Sequence[StoredRun], found: Sequence[Drift]) -> bytes:
+    return png_bytes(trend_figure(runs, found))

@@ -1,21 +1,11 @@
 """The gate's verdict as text: report.json, report.md and the terminal output.
 
-Decides how a :class:`~miles_amd.judge.gate.Verdict` reads:
-
-- ``report.json`` (:data:`SCHEMA_VERSION`): the verdict, its reason and summary, when a red run
-  was decided, one row per check, sentinel hits, sources, problems and conflicts; strict JSON;
-- ``report.md``: for a CI step summary, the verdict line first, then the failed, passed and
-  not-measured checks, the sentinel hits and the evidence;
-- text: the same order in aligned plain lines, each wrapped to 100 columns
-  (``miles_amd.wrap``);
-- a red stock run that ROCm/aiter#5694 explains (``Verdict.expected_failure``) says
-  "ROCm/aiter#5694 reproduced" in its headline, verdict sentence and report.json.
-
-Pure (verdict -> text): it judges and writes nothing (``miles_amd.report.report`` writes the
-files). Strings from the run dir are escaped for their sink by ``miles_amd.escape``
-(``tests/unit/test_untrusted_input.py``).
-
-Explained in ``docs/cli.md`` ("The report").
+report.json (:data:`SCHEMA_VERSION`, ``report.schema.json``): the verdict, reason, summary,
+when a red run was decided, one row per check, sentinel hits and evidence; report.md and the
+terminal text: the verdict first, then failed, passed and not-measured checks, sentinel hits
+and evidence (text wrapped to 100 columns). A red stock run ROCm/aiter#5694 explains says so.
+Pure; strings from the run dir are escaped for their sink (``miles_amd.escape``). Explained in
+``docs/cli.md`` ("The report").
 """
 
 from __future__ import annotations
@@ -34,7 +24,7 @@ from miles_amd.wrap import fit
 
 Format = Literal["text", "json", "markdown"]
 # report.json's shape: report.schema.json beside this module (package data) holds it, and
-# tests/unit/test_report_schema.py holds the gate's output to it
+# tests/unit/test_report.py holds the gate's output to it
 SCHEMA_VERSION = 3  # 2: the sequential looks (looks, decided_at_rollout, decided_by, alpha_spent);
 # 3: expected_failure (a red stock run ROCm/aiter#5694 explains)
 SCHEMA_PATH = Path(__file__).resolve().parent / "report.schema.json"
@@ -110,9 +100,6 @@ def decision_text(verdict: Verdict) -> str:
     if decided.rollout < verdict.expected_rollouts:
         return f"decided at {of} by {decided.check}"
     return f"decided at its end ({of}) by {decided.check}"
-
-
-# ---------------------------------------------------------------------------- json
 
 
 def _json_number(value: object) -> object:
@@ -208,9 +195,6 @@ def render_json(verdict: Verdict) -> str:
     return json.dumps(to_json(verdict), indent=2, allow_nan=False) + "\n"
 
 
-# ---------------------------------------------------------------------------- text
-
-
 def _observed(check: Check) -> str:
     value = check.observed
     if value is None:
@@ -282,9 +266,6 @@ def render_text(verdict: Verdict) -> str:
         values = ", ".join(f"{k}={v!r}" for k, v in sorted(conflict.values.items()))
         lines.append(f"evidence conflict: {conflict.metric} at step {conflict.step}: {values}")
     return fit((escape.terminal(line) for line in lines), indent=" " * 7)
-
-
-# ---------------------------------------------------------------------------- markdown
 
 
 def _cell(text: object) -> str:

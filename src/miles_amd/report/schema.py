@@ -2,7 +2,7 @@
 (``report/report.schema.json``, package data) is generated (``records.model.json_schema``).
 
 Decides what a consumer of report.json may rely on (``docs/cli.md``, "The report"); the
-writer is ``report.render.to_json`` and ``tests/unit/test_report_schema.py`` holds the gate's
+writer is ``report.render.to_json`` and ``tests/unit/test_report.py`` holds the gate's
 reports to this schema. Imported only to generate or check the schema (it imports pydantic).
 """
 
@@ -12,8 +12,6 @@ from typing import Annotated, Literal
 
 from annotated_types import Ge, MinLen
 from pydantic import BaseModel, ConfigDict, Field
-
-__all__ = ["Report"]
 
 # a finite number, or one of miles' markers for a non-finite one
 Number = float | Literal["NaN", "Infinity", "-Infinity"]

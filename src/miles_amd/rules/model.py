@@ -3,7 +3,7 @@
 Decides how a baseline document (``baselines/gpt_oss_20b_lora/<shape>/<gpu>/<name>.json``) maps to
 :class:`Baseline`, :class:`RunShape` and :class:`Rule`, both ways, so the loader
 (``miles_amd.baseline.model``) and the writer (``miles_amd.baseline.record``) cannot
-disagree: ``Baseline.from_json(b.to_json(), path) == b`` (``tests/unit/test_baseline_shape.py``,
+disagree: ``Baseline.from_json(b.to_json(), path) == b`` (``tests/unit/test_baselines.py``,
 for each shipped file). It validates nothing (the schema
 and the loader do) and knows no rule kind: a rule's kind-specific fields stay the JSON
 values they are in the file (:attr:`Rule.params`), typed by the kind's :class:`Params`
