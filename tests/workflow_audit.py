@@ -97,7 +97,7 @@ RUN_DIR_FILES = ("report.md", "report.json", "metrics.png", "job.log", "env.json
 REVIEWED_PATHS = (
     "baselines/gpt_oss_20b_lora/8gpu/mi355x/stock.json",
     "src/miles_amd/rules/registry.py",
-    "src/miles_amd/rules/kinds/all_below.py",
+    "src/miles_amd/rules/kinds.py",
     "src/miles_amd/rules/bands.py",
     "src/miles_amd/baseline/baseline.schema.json",
     ".github/workflows/amd-nightly.yml",

@@ -17,7 +17,7 @@ import pytest
 
 from miles_amd.baseline.model import BaselineError, load_baseline, parse_baseline
 from miles_amd.rules import bands
-from miles_amd.rules.kinds.no_rising_trend import mann_kendall_z, theil_sen
+from miles_amd.rules.kinds import mann_kendall_z, theil_sen
 from miles_amd.rules.model import Baseline
 from tests.support import simulate
 from tests.support.simulate import KL, LOGPROB, REWARD, Regression
@@ -121,8 +121,10 @@ def test_mann_kendall_and_theil_sen_by_hand() -> None:
 
 def test_chi_square_quantile_is_close_to_the_exact_one() -> None:
     # exact 0.1% quantiles: chi2(10) 1.479, chi2(30) 11.588 (z = 3.0902)
-    assert bands.chi2_lower_quantile(10, 3.0902) == pytest.approx(1.479, rel=0.08)
-    assert bands.chi2_lower_quantile(30, 3.0902) == pytest.approx(11.588, rel=0.02)
+    exact_10 = math.sqrt(0.25 / 64 * 1.479 / 10)
+    exact_30 = math.sqrt(0.25 / 64 * 11.588 / 30)
+    assert bands.binomial_sd_floor(0.5, 64, 11, 3.0902) == pytest.approx(exact_10, rel=0.04)
+    assert bands.binomial_sd_floor(0.5, 64, 31, 3.0902) == pytest.approx(exact_30, rel=0.01)
     assert bands.binomial_sd_floor(0.5, 64, 1, 3.0) == 0.0
     assert 0 < bands.binomial_sd_floor(0.5, 64, 5, 3.0) < bands.binomial_sd_floor(0.5, 64, 40, 3.0)
     assert bands.binomial_sd_floor(0.5, 64, 10**6, 3.0) < math.sqrt(0.25 / 64)

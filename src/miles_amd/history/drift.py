@@ -6,7 +6,7 @@ is flagged:
 - which runs feed the trend (:func:`trusted`): gate passes not marked untrusted, a run gated
   again counting once (``tests/unit/test_history.py``); the last :data:`WINDOW` of them;
 - the statistic: Mann-Kendall's ``S`` over their run means, per metric (the trend rule's
-  ``mann_kendall_s``, ``miles_amd.rules.kinds.no_rising_trend``);
+  ``mann_kendall_s``, ``miles_amd.rules.kinds``);
 - the threshold on ``|S|`` (:func:`threshold`): the smallest whose chance of ever flagging a
   healthy history of :data:`LIFE_RUNS` runs (:data:`LIFE_RATE`), times the metrics, is at
   most :data:`LIFE_ALPHA` (Bonferroni).
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from miles_amd.history.store import StoredRun
-from miles_amd.rules.kinds.no_rising_trend import mann_kendall_s as mann_kendall
+from miles_amd.rules.kinds import mann_kendall_s as mann_kendall
 
 WINDOW = 12
 LIFE_RUNS = 100

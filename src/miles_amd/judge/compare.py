@@ -35,7 +35,7 @@ from miles_amd import numeric
 from miles_amd.evidence.types import RunEvidence, Series
 from miles_amd.judge.distributions import binomial_pmf, t_two_sided_p
 from miles_amd.rules import bands
-from miles_amd.rules.kinds.all_below import ThresholdParams
+from miles_amd.rules.kinds import ThresholdParams
 from miles_amd.rules.model import Baseline
 
 ALPHA = 0.05

@@ -32,7 +32,7 @@ from miles_amd.rules.check import Problem
 from miles_amd.rules.model import BOUNDARIES, Baseline, Rule, RunShape
 
 if TYPE_CHECKING:
-    from miles_amd.rules.kind import KindSpec
+    from miles_amd.rules.kinds import KindSpec
 
 DEFAULT_LOOKS = (5, 10, 15, 20)
 
