@@ -19,8 +19,8 @@ from miles_amd.judge.compare import (
     rollouts_for_power,
     spike_power,
     t_quantile,
+    t_two_sided_p,
 )
-from miles_amd.judge.distributions import t_two_sided_p
 from miles_amd.rules.model import Baseline
 from tests.cli_runs import flat, run_cli
 from tests.constants import CLIPFRAC, EXAMPLE, LOGPROB, REWARD

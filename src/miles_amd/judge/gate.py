@@ -1,21 +1,12 @@
 """The acceptance gate: one run's evidence and a baseline -> checks -> a verdict.
 
-Decides:
-
-- the checks, in order: evidence, environment, the all-reduce path, the canary, the aiter
-  fix each process imported, LoRA on the experts, fatal sentinels, then each baseline rule,
-  judged by its kind;
-- what a missing measurement is: ``not_measured``, or a failure when required;
-- the verdict (:class:`Verdict`): ``error`` when nothing at all was readable, else ``fail``
-  when any check is ``fail`` or ``error``, else ``pass``; a red stock run that ROCm/aiter#5694
-  explains carries its expected failure (``judge.canary``);
-- at which look a red run is decided (:attr:`Verdict.decision`); :func:`early_failures` is the
-  watcher's judge of a partial run.
-
-Pure: :func:`judge` opens no file. Caveats: only red is decided early (a run passes only at
-its last rollout); no rule demands a reward trend.
-
-Explained in ``docs/cli.md`` ("What the gate judges, in order").
+Decides the checks, in order (evidence, environment, the all-reduce path, the canary, the
+aiter fix each process imported, LoRA on the experts, fatal sentinels, then each baseline
+rule), and the verdict: ``error`` when nothing at all was readable, else ``fail`` when any
+check is ``fail`` or ``error``, else ``pass``; a red stock run that ROCm/aiter#5694 explains
+carries its expected failure (``judge.canary``), a red run the look it was decided at.
+:func:`early_failures` is the watcher's judge of a partial run. Pure: opens no file. Only red
+is decided early. ``docs/cli.md`` ("What the gate judges, in order").
 """
 
 from __future__ import annotations
@@ -198,18 +189,13 @@ def judge(
     looks: bool = True,
     record_only: RecordOnly | None = None,
 ) -> Verdict:
-    """Judge a finished run: every built-in check and every baseline rule; see the module doc.
+    """Judge a finished run: every built-in check and every baseline rule.
 
-    ``record_only``: the run's key has no reviewed baseline (``miles_amd.baseline.keys``);
-    ``baseline`` is the variant's template, whose reference-bound rules are then recorded,
-    not judged, and whose hardware identity takes the key's GPU count and model.
-
-    ``expected_rollouts`` overrides the baseline's rollout count (a 3-rollout smoke, a
-    1000-rollout benchmark): it sets the expected steps and rescales the bands.
-    ``require_env`` fails a run without env.json or job.json (the hardware path) instead of
-    showing the environment or the job's end state as not measured. ``looks`` False judges
-    the whole run only, each rule with its fixed-sample tolerance (``--no-looks``).
-    """
+    ``expected_rollouts`` overrides the baseline's (sets the steps, rescales the bands);
+    ``require_env`` fails what the hardware path must prove instead of ``not_measured``;
+    ``looks`` False judges the whole run only (``--no-looks``); ``record_only``: the run's key
+    has no reviewed baseline, ``baseline`` is the variant's template whose statistical rules
+    are recorded, not judged, with the key's GPU count and model."""
     rollouts = baseline.run_shape.rollouts if expected_rollouts is None else expected_rollouts
     if rollouts < 1:
         raise ValueError(f"expected_rollouts must be >= 1, got {rollouts}")
