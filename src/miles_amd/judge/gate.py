@@ -12,7 +12,7 @@ is decided early. ``docs/cli.md`` ("What the gate judges, in order").
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from miles_amd.evidence.types import Conflict, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.exit_codes import VERDICT_EXIT_CODES, VerdictName
@@ -27,7 +27,7 @@ from miles_amd.judge.control_arm import CONTROL_ARM
 from miles_amd.judge.environment import Environment, environment_check
 from miles_amd.judge.model_build import model_build_check
 from miles_amd.judge.sequential import Decision, decision, early_rule_failures, rule_checks
-from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
+from miles_amd.rules.check import BuiltinCheck, Check, RuleContext, fmt, listed, passed
 from miles_amd.rules.looks import run_looks
 from miles_amd.rules.model import Baseline
 
@@ -83,19 +83,16 @@ class Verdict:
         return tuple(c for c in self.checks if c.failed)
 
 
-def _evidence_check(name: str, problems: list[str], expected: str, clean: str, why: str) -> Check:
-    noun = "source problem(s)" if name == "evidence.readable" else "conflict(s)"
-    return Check(
-        name=name,
-        kind="evidence",
-        metric=None,
-        required=True,
-        status=passed(not problems),
-        observed=len(problems),
-        expected=expected,
-        detail=f"{len(problems)} {noun}: {listed(problems)}" if problems else clean,
-        rationale=why,
-    )
+_READABLE = BuiltinCheck(
+    "evidence.readable",
+    "evidence",
+    "corrupt, truncated or malformed evidence cannot vouch for the run",
+)
+_CONSISTENT = BuiltinCheck(
+    "evidence.consistent",
+    "evidence",
+    "two sources with different values for one step: neither can be trusted",
+)
 
 
 def evidence_checks(evidence: RunEvidence) -> tuple[Check, Check]:
@@ -106,22 +103,24 @@ def evidence_checks(evidence: RunEvidence) -> tuple[Check, Check]:
         + ", ".join(f"{src}={fmt(v)}" for src, v in sorted(c.values.items()))
         for c in evidence.conflicts
     ]
+
+    def judged(check: BuiltinCheck, found: list[str], noun: str, want: str, clean: str) -> Check:
+        detail = f"{len(found)} {noun}: {listed(found)}" if found else clean
+        return check(passed(not found), len(found), want, detail, True)
+
     return (
-        _evidence_check(
-            "evidence.readable",
+        judged(
+            _READABLE,
             problems,
+            "source problem(s)",
             "0 unreadable sources",
             "every source read cleanly",
-            "corrupt, truncated or malformed evidence cannot vouch for the run",
         ),
-        _evidence_check(
-            "evidence.consistent",
-            conflicts,
-            "sources agree",
-            "no two sources disagree",
-            "two sources with different values for one step: neither can be trusted",
-        ),
+        judged(_CONSISTENT, conflicts, "conflict(s)", "sources agree", "no two sources disagree"),
     )
+
+
+_FATAL = "a fatal log signature: the run is broken whatever its metrics say"
 
 
 def sentinel_checks(hits: Iterable[SentinelHit]) -> list[Check]:
@@ -135,20 +134,9 @@ def sentinel_checks(hits: Iterable[SentinelHit]) -> list[Check]:
             detail += f" [{hit.reference}]"
         if hit.advice:
             detail += f"; fix: {hit.advice}"
-        checks.append(
-            Check(
-                name=f"sentinel.{hit.name}",
-                kind="sentinel",
-                metric=None,
-                required=True,
-                status="fail",
-                observed=hit.count,
-                expected="absent",
-                detail=detail,
-                rationale="a fatal log signature: the run is broken whatever its metrics say",
-                numbers={"first_line": hit.first_line},
-            )
-        )
+        fatal = BuiltinCheck(f"sentinel.{hit.name}", "sentinel", _FATAL)
+        check = fatal("fail", hit.count, "absent", detail, True)
+        checks.append(replace(check, numbers={"first_line": hit.first_line}))
     return checks
 
 
