@@ -24,8 +24,7 @@ from miles_amd.baseline.model import (
     parse_baseline,
 )
 from miles_amd.rules import bands
-from miles_amd.rules.bands import BandParams, band_for
-from miles_amd.rules.log_scale import log_spread
+from miles_amd.rules.bands import BandParams, band_for, log_spread
 from miles_amd.rules.model import Baseline, Rule
 from tests.constants import LOGPROB, PUBLISHED_LOGPROB, PUBLISHED_REWARD, REWARD, SHIPPED
 

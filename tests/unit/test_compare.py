@@ -19,8 +19,8 @@ from miles_amd.judge.compare import (
     rollouts_for_power,
     spike_power,
     t_quantile,
+    t_two_sided_p,
 )
-from miles_amd.judge.distributions import t_two_sided_p
 from miles_amd.rules.model import Baseline
 from tests.cli_runs import flat, run_cli
 from tests.constants import CLIPFRAC, EXAMPLE, LOGPROB, REWARD
@@ -62,6 +62,18 @@ def test_statistics_by_hand() -> None:
     assert t_two_sided_p(0.0, 7) == 1.0
     assert rate_ruled_out(20) == pytest.approx(0.139, abs=0.001)  # about 3/N
     assert rate_ruled_out(300) == pytest.approx(3 / 300, rel=0.01)
+    # Holm: sorted 0.01, 0.03, 0.04 -> 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04)
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
+    # 20 vs 20 rollouts cannot show a 10% spike rate gone; the rollouts for 95% power can
+    assert spike_power(0.10, 20, 20) < 0.10
+    needed = rollouts_for_power(0.10)
+    assert needed is not None and 60 < needed < 120
+    assert spike_power(0.10, needed, needed) >= 0.95 > spike_power(0.10, needed - 1, needed - 1)
+    assert (rollouts_for_power(0.05) or 0) > needed
+    # A at rate 1 spikes every rollout, B never: p = 1/C(2n, n) <= 5% from n = 3
+    assert spike_power(1.0, 3, 3) == 1.0 and spike_power(1.0, 2, 2) == 0.0
 
 
 def test_a_run_against_itself_shows_no_difference(patched: Baseline) -> None:
@@ -94,14 +106,14 @@ def test_a_worse_run_differs_and_its_spikes_are_counted_not_paired(
 
 
 def test_compare_cli_on_real_run_dirs(worse_run: Path, tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    result = run_cli(
-        "compare", "--run-dir", str(worse_run), "--run-dir", str(EXAMPLE), "--out-dir", str(out)
-    )
+    b = tmp_path / "b"
+    shutil.copytree(EXAMPLE, b, ignore=shutil.ignore_patterns("report"))
+    out = b / "report" / "compare"  # the default out dir: B's report
+    result = run_cli("compare", "--run-dir", str(worse_run), "--run-dir", str(b))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     text = flat(result.stdout)  # the lines are wrapped at 100 columns
-    assert text.startswith(f"miles-amd compare: B {EXAMPLE} vs A {worse_run}")
+    assert text.startswith(f"miles-amd compare: B {b} vs A {worse_run}")
     assert "could detect a shift of" in text
     assert "A 2/20, B 0/20 rollouts (one-sided Fisher's exact p = 0.244" in text
     assert "the data cannot decide whether B spikes less often than A" in text
@@ -113,72 +125,53 @@ def test_compare_cli_on_real_run_dirs(worse_run: Path, tmp_path: Path) -> None:
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
     assert (out / "compare.md").read_text().startswith("**miles-amd compare** - B differs")
     as_json = run_cli(
-        "compare",
-        "--run-dir",
-        str(worse_run),
-        "--run-dir",
-        str(EXAMPLE),
-        "--out-dir",
-        str(out),
-        "--format",
-        "json",
-    )
+        "compare", "--run-dir", str(worse_run), "--run-dir", str(b), "--format", "json",
+        "--out-dir", str(tmp_path / "json"),
+    )  # fmt: skip
     assert json.loads(as_json.stdout)["spikes"][0]["a"] == [2, 20]
     assert math.isfinite(json.loads(as_json.stdout)["metrics"][0]["se"])
 
 
-def test_compare_default_out_dir_is_b_report(worse_run: Path, tmp_path: Path) -> None:
-    b = tmp_path / "b"
-    shutil.copytree(EXAMPLE, b, ignore=shutil.ignore_patterns("report"))
-    result = run_cli("compare", "--run-dir", str(worse_run), "--run-dir", str(b))
-    assert result.returncode == 0, result.stderr
-    assert (b / "report" / "compare" / "compare.json").is_file()
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--run-dir", str(EXAMPLE)], "--run-dir: given 1 time(s); give it exactly twice"),
-        (
-            ["--run-dir", str(EXAMPLE), "--run-dir", "/nonexistent/run"],
-            "--run-dir /nonexistent/run: no such directory",
-        ),
-        (
-            ["--run-dir", str(EXAMPLE), "--run-dir", str(EXAMPLE), "--baseline", "nope"],
-            "--baseline nope: no such baseline file",
-        ),
-    ],
-)
-def test_compare_bad_input_is_one_line_exit_2(
-    args: list[str], message: str, tmp_path: Path
-) -> None:
-    result = run_cli("compare", *args, "--out-dir", str(tmp_path / "out"))
-    assert result.returncode == 2
-    assert result.stderr.startswith(f"miles-amd: error: {message}")
-    assert len(result.stderr.splitlines()) == 1
-    assert not (tmp_path / "out").exists()
-
-
-def test_compare_refuses_a_run_dir_without_metrics(tmp_path: Path) -> None:
+def no_metrics(tmp_path: Path) -> list[str]:
     empty = tmp_path / "empty"
     (empty / "tensorboard").mkdir(parents=True)
-    result = run_cli("compare", "--run-dir", str(empty), "--run-dir", str(EXAMPLE))
-    assert result.returncode == 2
-    assert f"--run-dir {empty}: no metric read" in result.stderr
+    return ["--run-dir", str(EXAMPLE), "--run-dir", str(empty)]
 
 
-def test_a_run_dir_whose_log_is_refused_names_the_refusal(tmp_path: Path) -> None:
-    """A job.log linked out of the run dir is refused unread (as the gate refuses it); the
-    line said only "no metric in it", now it names the refused file and why."""
+def linked_log(tmp_path: Path) -> list[str]:
+    """A job.log linked out of the run dir is refused unread (as the gate refuses it)."""
     linked = tmp_path / "linked"
     shutil.copytree(EXAMPLE, linked, ignore=shutil.ignore_patterns("report", "tensorboard"))
     shutil.rmtree(linked / "ci_history")
     (linked / "job.log").rename(tmp_path / "elsewhere.log")
     (linked / "job.log").symlink_to(tmp_path / "elsewhere.log")
-    result = run_cli("compare", "--run-dir", str(EXAMPLE), "--run-dir", str(linked))
-    assert result.returncode == 2, result.stderr
+    return ["--run-dir", str(EXAMPLE), "--run-dir", str(linked)]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--run-dir", str(EXAMPLE)], ["--run-dir: given 1 time(s); give it exactly twice"]),
+        (
+            ["--run-dir", str(EXAMPLE), "--run-dir", "/nonexistent/run"],
+            ["--run-dir /nonexistent/run: no such directory"],
+        ),
+        (
+            ["--run-dir", str(EXAMPLE), "--run-dir", str(EXAMPLE), "--baseline", "nope"],
+            ["--baseline nope: no such baseline file"],
+        ),
+        (no_metrics, ["empty: no metric read"]),
+        (linked_log, ["linked", "job.log", "symbolic link"]),
+    ],
+)
+def test_compare_bad_input_is_one_line_exit_2(args, said: list[str], tmp_path: Path) -> None:
+    args = args(tmp_path) if callable(args) else args
+    result = run_cli("compare", *args, "--out-dir", str(tmp_path / "out"))
+    assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
-    assert "job.log" in line and "symbolic link" in line, line
+    assert line.startswith("miles-amd: error: --"), line
+    assert all(part in line for part in said), line
+    assert not (tmp_path / "out").exists()
 
 
 def corrupt_record(run_dir: Path) -> str:
@@ -229,24 +222,6 @@ def test_a_run_dir_whose_name_is_not_utf8_is_compared_and_drawn(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
-
-
-def test_holm_adjusts_step_down_and_stays_monotone() -> None:
-    # sorted 0.01, 0.03, 0.04 -> 3 x 0.01, 2 x 0.03, max(0.06, 1 x 0.04)
-    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
-    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
-    assert holm([]) == []
-
-
-def test_the_spike_test_states_its_power_and_the_rollouts_it_needs() -> None:
-    """20 vs 20 rollouts cannot show a 10% spike rate gone; the rollouts for 95% can."""
-    assert spike_power(0.10, 20, 20) < 0.10
-    needed = rollouts_for_power(0.10)
-    assert needed is not None and 60 < needed < 120
-    assert spike_power(0.10, needed, needed) >= 0.95 > spike_power(0.10, needed - 1, needed - 1)
-    assert (rollouts_for_power(0.05) or 0) > needed
-    # power by hand: A at rate 1 spikes every rollout, B never: p = 1/C(2n, n) <= 5% from n = 3
-    assert spike_power(1.0, 3, 3) == 1.0 and spike_power(1.0, 2, 2) == 0.0
 
 
 def test_a_a_comparisons_call_a_difference_rarely_with_holm() -> None:

@@ -73,15 +73,3 @@ def test_the_example_reads_cleanly_as_a_succeeded_run() -> None:
     assert evidence.problems == () and evidence.conflicts == () and evidence.sentinels == ()
     assert evidence.job is not None and evidence.job.status == "SUCCEEDED"
     assert evidence.job.end_time - evidence.job.start_time == 66 * 60
-
-
-def test_the_readme_says_it_is_reconstructed_and_what_it_lacks() -> None:
-    readme = (EXAMPLE / "README.md").read_text()
-    assert "Reconstructed from the published per-rollout series of run jvvnhop9" in readme
-    for lacking in (
-        "train/train_rollout_kl",
-        "rollout/response_len/mean",
-        "rollout/truncated_ratio",
-    ):
-        assert lacking in readme
-    assert "miles-amd gate --run-dir examples/runs/jvvnhop9 --baseline patched" in readme

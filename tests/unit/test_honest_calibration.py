@@ -15,9 +15,9 @@ import pytest
 
 from miles_amd.baseline.model import load_baseline
 from miles_amd.rules import bands
-from miles_amd.rules.kinds import step_rise as step_rules
-from miles_amd.rules.kinds.no_rising_trend import hamed_rao_factor
-from miles_amd.rules.log_scale import log_spread
+from miles_amd.rules import kinds as step_rules
+from miles_amd.rules.bands import log_spread
+from miles_amd.rules.kinds import hamed_rao_factor
 from miles_amd.rules.model import Baseline
 from tests.support import calibrate, honest
 from tests.support.intervals import clopper_pearson, clustered_interval, design_effect
@@ -278,7 +278,7 @@ def test_a_mid_run_step_fails_the_step_rule_inside_the_mean_band(baselines) -> N
 
 
 def test_the_kl_level_on_logarithms_by_hand_with_the_run_spread_pooled() -> None:
-    from miles_amd.rules.kinds.log_mean_within import log_mean_z
+    from miles_amd.rules.kinds import log_mean_z
 
     reference = bands.Spread(0.0, 0.2, 20, "by hand")
     logs = [0.1 * (-1) ** i + 0.05 for i in range(20)]  # mean 0.05, residual sd² = 0.01·20/19

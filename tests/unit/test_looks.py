@@ -150,15 +150,7 @@ def test_gate_reports_the_look_in_every_report(tmp_path: Path, patched: Baseline
     report = json.loads((run_dir / "report" / "report.json").read_text())
     assert report["looks"] == [] and report["decided_at_rollout"] == 20
     assert report["decided_by"] == KL_RULE and report["alpha_spent"] is None
-    passed = run_cli("gate", "--run-dir", str(write_run(tmp_path / "ok", kl_values(None))),
-                     "--baseline", "patched")  # fmt: skip
-    assert passed.returncode == 0
-    report = json.loads((tmp_path / "ok" / "report" / "report.json").read_text())
-    assert (report["decided_at_rollout"], report["decided_by"], report["alpha_spent"]) == (
-        None,
-        None,
-        None,
-    )
+    # a pass reports none of them: test_history.py reads them back as None
 
 
 def test_metrics_png_marks_the_look(patched: Baseline) -> None:

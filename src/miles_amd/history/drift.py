@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from miles_amd.history.store import StoredRun
-from miles_amd.rules.kinds.no_rising_trend import mann_kendall_s as mann_kendall
+from miles_amd.rules.kinds import mann_kendall_s as mann_kendall
 
 WINDOW = 12
 LIFE_RUNS = 100

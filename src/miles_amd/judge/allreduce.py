@@ -1,24 +1,12 @@
 """The A/B premise, judged: did the rollouts' all-reduce run where the variant says, on the aiter
 it names?
 
-Decides two of the gate's built-in checks; pure, reads nothing. ROCm/aiter#5694 fixes aiter's
-custom all-reduce, so stock and patched need SGLang's all-reduce to go through aiter's and the
-rccl control arm needs it not to; and the A/B compares aiter without and with the fix.
-
-- ``allreduce.path`` (:func:`allreduce_check`), from SGLang's job-log lines
-  (``evidence.sentinels``) and env.json's ``sglang_allreduce`` prediction: a route other than
-  the needed one in the log or the prediction fails, naming the line or fact and the fix; the
-  needed route alone passes; no ``[AR]`` line is ``not measured`` (a failure with
-  ``require_env``). ``tests/unit/test_ab_premise.py``.
-- ``allreduce.fix`` (:func:`fix_check`), from the three processes' fingerprints
-  (``miles_amd.aiter_fix``: env.json's ``aiter_fix`` fact, canary.json's ``aiter_fix``, the
-  job's ``MILES_AMD_AITER_FIX`` line, exactly once): a fingerprint against the variant, two
-  processes that read different aiter sources, or a repeated or unreadable job line fails;
-  patched with ``unknown`` is no evidence (a failure with ``require_env``, else ``not
-  measured``), as is a process that recorded none; else ``pass``.
-
-``docs/node.md`` ("The ``allreduce.path`` check", "Which aiter a run imports, and whether it
-holds the fix").
+Decides two built-in checks (ROCm/aiter#5694 fixes aiter's custom all-reduce): ``allreduce.path``
+(SGLang's job-log ``[AR]`` lines and env.json's ``sglang_allreduce`` prediction: stock and
+patched need aiter's route, the rccl control arm SGLang's own) and ``allreduce.fix`` (the
+preflight's, the canary's and the job's aiter fingerprints: against the variant, differing
+sources, or a repeated or unreadable job line fail; patched on ``unknown`` is no evidence).
+Without evidence: ``not_measured``, a failure with ``require_env``. Pure. ``docs/node.md``.
 """
 
 from __future__ import annotations

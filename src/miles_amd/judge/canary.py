@@ -1,26 +1,13 @@
 """The all-reduce canary, judged for the run, and a stock run's red that ROCm/aiter#5694 explains.
 
-Decides the gate's built-in ``allreduce.canary`` check from ``canary.json`` and the run's
-variant (none: aiter's all-reduce, as ``allreduce.path`` assumes):
-
-- no canary.json: ``not_measured``, a failure with ``require_env`` (the hardware path);
-- a wrong sum fails whatever implementation the record names, naming N, aiter's kernel path,
-  the first bad element and whether it matches #5694's stale read; only on a **stock** run
-  whose canary tested its rollouts' all-reduce and whose every wrong sum has that fingerprint
-  is it the known bug, reproduced (:func:`reproduced`): the check passes;
-- clean, of the rollouts' all-reduce: ``pass`` with its power, unless its positive control ran
-  uncaught: ``not_measured`` (the canary could not see this race here);
-- a canary that is not evidence for this run (:func:`not_evidence`: another implementation,
-  variant or aiter commit): a failure with ``require_env``, else ``not_measured``.
-
-What a reproduced bug explains: each failed spike rule's detail starts :data:`KNOWN`
-(:func:`explain_known_bug`), and a red stock run is an expected failure
-(:func:`expected_failure`) when every failing check is a rule of :data:`LOGPROB_METRIC` of a
-kind it moves (:data:`EXPLAINED_KINDS`), or the job's status and missing steps of a driver's
-stop for one (:data:`STOP_KINDS`). The verdict stays ``fail`` (exit 1); the report says
-"ROCm/aiter#5694 reproduced" and the node's pytest marks it xfail. Anything else red on stock
-is a failure like any other. Pure. A clean canary bounds the per-call rate; it does not prove
-the kernel race-free (``docs/node.md``).
+Decides the built-in ``allreduce.canary`` check from canary.json and the variant: no record,
+or one that is not evidence for this run (:func:`not_evidence`), is ``not_measured`` (a
+failure with ``require_env``); a wrong sum fails, except on a stock run whose canary of its
+rollouts' all-reduce saw only #5694's stale read (:func:`reproduced`): that passes, its spike
+failures are said to be the known bug (:func:`explain_known_bug`), and a red run all of whose
+failures the bug explains is an expected failure (:func:`expected_failure`; the verdict stays
+``fail``). A clean canary whose positive control went uncaught is ``not_measured``. Pure.
+``docs/node.md``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """A/B of two runs on the same prompt sequence: paired differences, spike counts, power.
 
-- The statistics of ``miles-amd compare``: pure, two
-  :class:`~miles_amd.evidence.types.RunEvidence` and a baseline (the metrics, the spike
-  threshold, the samples a rollout) -> a :class:`Comparison`; no pass/fail, no file read.
-- Paired difference per metric both runs logged (rollout ``i`` of A and B saw the same
-  prompts): ``Δ = mean(B_i - A_i)``, its SE (a reward's floored by its binomial noise, as
-  ``rules.bands.paired_effect``), a 95% t interval, ``d_z``; spiking rollouts left out.
-- Multiplicity: two-sided p Holm-adjusted over the metrics (:func:`holm`); "differs" only at
-  an adjusted p of at most 5%.
-- Power: the smallest shift 80% power detects; an interval holding 0 and that shift is
-  :attr:`MetricDiff.undecided`.
-- Spikes: counts and a one-sided Fisher's exact test (does B spike less than A?), its power
-  at :data:`SPIKE_RATES` (:func:`spike_power`, :func:`rollouts_for_power`), and the rate a
-  spike-free run rules out (about 3/N).
-- Warnings (:func:`comparison_warnings`): a run compared with itself, rollout counts that
-  differ.
-
-Caveats:
-
-- Pairing assumes ``--rollout-shuffle`` with the default seed (the same prompt sequence).
-- Runs of different lengths are paired on the rollouts both logged.
-
-Explained in ``docs/cli.md`` ("Compare": the statistics, with formulas).
+The statistics of ``miles-amd compare``, pure, no pass/fail: per metric both runs logged the
+paired ``Δ = mean(B_i - A_i)`` (spiking rollouts left out), its SE (a reward's floored by its
+binomial noise), 95% t interval, ``d_z``, two-sided p Holm-adjusted over the metrics, and the
+shift 80% power detects; spike counts with a one-sided Fisher's exact test and its power;
+warnings for a run compared with itself or rollout counts that differ. Pairing assumes
+``--rollout-shuffle`` with the default seed. Formulas: ``docs/cli.md`` ("Compare").
 """
 
 from __future__ import annotations
@@ -33,9 +17,8 @@ from dataclasses import dataclass, replace
 
 from miles_amd import numeric
 from miles_amd.evidence.types import RunEvidence, Series
-from miles_amd.judge.distributions import binomial_pmf, t_two_sided_p
 from miles_amd.rules import bands
-from miles_amd.rules.kinds.all_below import ThresholdParams
+from miles_amd.rules.kinds import ThresholdParams
 from miles_amd.rules.model import Baseline
 
 ALPHA = 0.05
@@ -55,11 +38,18 @@ def t_quantile(p: float, dof: int) -> float:
     return bands.t_quantile(p, dof)
 
 
-def fisher_fewer(a: int, n_a: int, b: int, n_b: int) -> float:
-    """One-sided p of Fisher's exact test that B (``b`` of ``n_b``) spikes less than A.
+def t_two_sided_p(t: float, dof: int) -> float:
+    """Two-sided p of Student's t with ``dof`` degrees of freedom; 1 for NaN."""
+    if math.isnan(t):
+        return 1.0
+    from scipy.stats import t as student_t  # lazily: the gate does not pay its import
 
-    The hypergeometric probability that B has ``b`` or fewer of the ``a + b`` spikes.
-    """
+    return float(2.0 * student_t.sf(abs(t), dof))
+
+
+def fisher_fewer(a: int, n_a: int, b: int, n_b: int) -> float:
+    """One-sided p of Fisher's exact test that B (``b`` of ``n_b``) spikes less than A: the
+    hypergeometric probability that B has ``b`` or fewer of the ``a + b`` spikes."""
     total, k = n_a + n_b, a + b
     denominator = math.comb(total, k)
     ways = sum(math.comb(n_b, x) * math.comb(n_a, k - x) for x in range(max(0, k - n_a), b + 1))
@@ -68,8 +58,12 @@ def fisher_fewer(a: int, n_a: int, b: int, n_b: int) -> float:
 
 def spike_power(rate: float, n_a: int, n_b: int, alpha: float = ALPHA) -> float:
     """P(one-sided Fisher p <= ``alpha``) when A spikes at ``rate`` a rollout and B never."""
+    from scipy.stats import binom
+
     return math.fsum(
-        binomial_pmf(x, n_a, rate) for x in range(n_a + 1) if fisher_fewer(x, n_a, 0, n_b) <= alpha
+        float(binom.pmf(x, n_a, rate))
+        for x in range(n_a + 1)
+        if fisher_fewer(x, n_a, 0, n_b) <= alpha
     )
 
 

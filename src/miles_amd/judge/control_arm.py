@@ -1,20 +1,10 @@
 """The rccl control arm: which baseline rules judge a run that has no baseline of its own.
 
-Decides how a run labelled ``rccl`` (``miles_amd.variants``: aiter as installed, SGLang's own
-all-reduce) is gated. It is gated against the stock baseline (the same aiter, the same node
-kind) with only the checks that do not take their tolerance from the reference run: the
-built-in evidence, environment (hardware, ROCm, aiter build; not the variant name), sentinel
-and all-reduce checks, and the rules whose kind derives nothing from the reference
-(``job_status``, ``steps_complete``, ``finite``, the spike threshold ``all_below``, the reward
-grid ``multiple_of``, ``near_zero``, ``no_rising_trend``). A rule whose kind re-derives from
-or pairs with the reference run (``KindSpec.rederive`` or ``reference_series``: the mean and
-max bands, the reward's paired difference and its sd floor) is shown as not measured, with
-the command that measures the control arm: ``miles-amd compare`` against a stock run of the
-same node. Which variant a run is: ``RunEvidence.variant``.
-
-Pure; reads nothing.
-
-Explained for people in ``docs/node.md``.
+A ``rccl`` run is gated against stock's baseline with only what takes no tolerance from the
+reference run; a rule whose kind re-derives from or pairs with it (``rederive``,
+``reference_series``) is ``not_measured``, naming ``miles-amd compare``. A record-only run
+(no reviewed baseline for its key) is judged by :data:`EVIDENCE_KINDS` only. Pure.
+``docs/node.md``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Hardware identity: was the run made where its baseline was?
 
-Decides:
-
-- how a run's ``env.json`` (from ``miles-amd preflight``) is read into an :class:`Environment`;
-- how that is compared with the baseline's ``provenance.environment``: ROCm by major.minor,
-  the aiter version as written, the aiter commit by prefix; a field the baseline records as
-  null is not compared;
-- the gate's ``environment.identity`` check: any mismatch fails, naming field, run value and
-  baseline value; an env.json whose facts are malformed or failed fails it whenever it is to
-  vouch for hardware; without env.json it is ``not_measured`` unless ``require_env``, which
-  fails it, as it fails a baseline that does not record the GPU arch, GPU count and ROCm.
-
-Reads no file (the evidence already holds env.json). The rccl control arm is judged against
-the stock baseline's identity without its aiter variant. Each comparison and its reason:
-``baselines/README.md`` ("Hardware identity").
+Decides how env.json reads as an :class:`Environment`, how it compares with the baseline's
+``provenance.environment`` (ROCm by major.minor, the aiter commit by prefix, a field the
+baseline leaves null not compared), and the ``environment.identity`` check: a mismatch fails
+naming field and values; malformed facts fail when env.json vouches for hardware; without
+env.json ``not_measured``, unless ``require_env``, which also fails a baseline without the GPU
+arch, count and ROCm. Pure. ``baselines/README.md`` ("Hardware identity").
 """
 
 from __future__ import annotations

@@ -1,27 +1,18 @@
 """The acceptance gate: one run's evidence and a baseline -> checks -> a verdict.
 
-Decides:
-
-- the checks, in order: evidence, environment, the all-reduce path, the canary, the aiter
-  fix each process imported, LoRA on the experts, fatal sentinels, then each baseline rule,
-  judged by its kind;
-- what a missing measurement is: ``not_measured``, or a failure when required;
-- the verdict (:class:`Verdict`): ``error`` when nothing at all was readable, else ``fail``
-  when any check is ``fail`` or ``error``, else ``pass``; a red stock run that ROCm/aiter#5694
-  explains carries its expected failure (``judge.canary``);
-- at which look a red run is decided (:attr:`Verdict.decision`); :func:`early_failures` is the
-  watcher's judge of a partial run.
-
-Pure: :func:`judge` opens no file. Caveats: only red is decided early (a run passes only at
-its last rollout); no rule demands a reward trend.
-
-Explained in ``docs/cli.md`` ("What the gate judges, in order").
+Decides the checks, in order (evidence, environment, the all-reduce path, the canary, the
+aiter fix each process imported, LoRA on the experts, fatal sentinels, then each baseline
+rule), and the verdict: ``error`` when nothing at all was readable, else ``fail`` when any
+check is ``fail`` or ``error``, else ``pass``; a red stock run that ROCm/aiter#5694 explains
+carries its expected failure (``judge.canary``), a red run the look it was decided at.
+:func:`early_failures` is the watcher's judge of a partial run. Pure: opens no file. Only red
+is decided early. ``docs/cli.md`` ("What the gate judges, in order").
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from miles_amd.evidence.types import Conflict, RunEvidence, SentinelHit, SourceProblem
 from miles_amd.exit_codes import VERDICT_EXIT_CODES, VerdictName
@@ -36,7 +27,7 @@ from miles_amd.judge.control_arm import CONTROL_ARM
 from miles_amd.judge.environment import Environment, environment_check
 from miles_amd.judge.model_build import model_build_check
 from miles_amd.judge.sequential import Decision, decision, early_rule_failures, rule_checks
-from miles_amd.rules.check import Check, RuleContext, fmt, listed, passed
+from miles_amd.rules.check import BuiltinCheck, Check, RuleContext, fmt, listed, passed
 from miles_amd.rules.looks import run_looks
 from miles_amd.rules.model import Baseline
 
@@ -92,19 +83,16 @@ class Verdict:
         return tuple(c for c in self.checks if c.failed)
 
 
-def _evidence_check(name: str, problems: list[str], expected: str, clean: str, why: str) -> Check:
-    noun = "source problem(s)" if name == "evidence.readable" else "conflict(s)"
-    return Check(
-        name=name,
-        kind="evidence",
-        metric=None,
-        required=True,
-        status=passed(not problems),
-        observed=len(problems),
-        expected=expected,
-        detail=f"{len(problems)} {noun}: {listed(problems)}" if problems else clean,
-        rationale=why,
-    )
+_READABLE = BuiltinCheck(
+    "evidence.readable",
+    "evidence",
+    "corrupt, truncated or malformed evidence cannot vouch for the run",
+)
+_CONSISTENT = BuiltinCheck(
+    "evidence.consistent",
+    "evidence",
+    "two sources with different values for one step: neither can be trusted",
+)
 
 
 def evidence_checks(evidence: RunEvidence) -> tuple[Check, Check]:
@@ -115,22 +103,24 @@ def evidence_checks(evidence: RunEvidence) -> tuple[Check, Check]:
         + ", ".join(f"{src}={fmt(v)}" for src, v in sorted(c.values.items()))
         for c in evidence.conflicts
     ]
+
+    def judged(check: BuiltinCheck, found: list[str], noun: str, want: str, clean: str) -> Check:
+        detail = f"{len(found)} {noun}: {listed(found)}" if found else clean
+        return check(passed(not found), len(found), want, detail, True)
+
     return (
-        _evidence_check(
-            "evidence.readable",
+        judged(
+            _READABLE,
             problems,
+            "source problem(s)",
             "0 unreadable sources",
             "every source read cleanly",
-            "corrupt, truncated or malformed evidence cannot vouch for the run",
         ),
-        _evidence_check(
-            "evidence.consistent",
-            conflicts,
-            "sources agree",
-            "no two sources disagree",
-            "two sources with different values for one step: neither can be trusted",
-        ),
+        judged(_CONSISTENT, conflicts, "conflict(s)", "sources agree", "no two sources disagree"),
     )
+
+
+_FATAL = "a fatal log signature: the run is broken whatever its metrics say"
 
 
 def sentinel_checks(hits: Iterable[SentinelHit]) -> list[Check]:
@@ -144,20 +134,9 @@ def sentinel_checks(hits: Iterable[SentinelHit]) -> list[Check]:
             detail += f" [{hit.reference}]"
         if hit.advice:
             detail += f"; fix: {hit.advice}"
-        checks.append(
-            Check(
-                name=f"sentinel.{hit.name}",
-                kind="sentinel",
-                metric=None,
-                required=True,
-                status="fail",
-                observed=hit.count,
-                expected="absent",
-                detail=detail,
-                rationale="a fatal log signature: the run is broken whatever its metrics say",
-                numbers={"first_line": hit.first_line},
-            )
-        )
+        fatal = BuiltinCheck(f"sentinel.{hit.name}", "sentinel", _FATAL)
+        check = fatal("fail", hit.count, "absent", detail, True)
+        checks.append(replace(check, numbers={"first_line": hit.first_line}))
     return checks
 
 
@@ -198,18 +177,13 @@ def judge(
     looks: bool = True,
     record_only: RecordOnly | None = None,
 ) -> Verdict:
-    """Judge a finished run: every built-in check and every baseline rule; see the module doc.
+    """Judge a finished run: every built-in check and every baseline rule.
 
-    ``record_only``: the run's key has no reviewed baseline (``miles_amd.baseline.keys``);
-    ``baseline`` is the variant's template, whose reference-bound rules are then recorded,
-    not judged, and whose hardware identity takes the key's GPU count and model.
-
-    ``expected_rollouts`` overrides the baseline's rollout count (a 3-rollout smoke, a
-    1000-rollout benchmark): it sets the expected steps and rescales the bands.
-    ``require_env`` fails a run without env.json or job.json (the hardware path) instead of
-    showing the environment or the job's end state as not measured. ``looks`` False judges
-    the whole run only, each rule with its fixed-sample tolerance (``--no-looks``).
-    """
+    ``expected_rollouts`` overrides the baseline's (sets the steps, rescales the bands);
+    ``require_env`` fails what the hardware path must prove instead of ``not_measured``;
+    ``looks`` False judges the whole run only (``--no-looks``); ``record_only``: the run's key
+    has no reviewed baseline, ``baseline`` is the variant's template whose statistical rules
+    are recorded, not judged, with the key's GPU count and model."""
     rollouts = baseline.run_shape.rollouts if expected_rollouts is None else expected_rollouts
     if rollouts < 1:
         raise ValueError(f"expected_rollouts must be >= 1, got {rollouts}")

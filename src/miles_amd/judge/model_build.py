@@ -1,22 +1,9 @@
 """The trainer's model as built: do the MoE experts carry the LoRA adapters the run trains?
 
-Decides the gate's built-in ``model.lora_experts`` check from env.json's deep-probe facts
-(``run.probes_miles``: miles' bridge LoRA setup built on the meta device on the node):
-
-- ``lora_experts`` reads ``"<N> expert linears LoRA-wrapped ..."``. N = 0 fails: a target name
-  that maps to no layer trains no adapter without a warning, and every metric of such a run can
-  look healthy (the rollout serves the base model, the logprob gap stays small). A ``wrong``
-  fact (an expert linear the targets name left bare) fails with its message.
-- ``attention_window`` ``wrong`` (the trainer's windowed layers differ from config.json's
-  ``layer_types``) fails: the trainer would not compute the model SGLang serves.
-- ``router_dtype`` does not fail (``tests/unit/test_model_build_check.py``). Its value goes into the
-  detail: bf16 while the argv says fp32 is miles#3263, known and tracked (``recipe.ignored_flags``).
-
-Without env.json, or with a count the probe could not take (``unknown: ...``, a CPU
-machine), the check is ``not_measured``, and a failure with ``require_env``
-(``--require-env``: the hardware path must prove the adapters exist). Pure; reads nothing.
-
-Explained for people in ``docs/node.md``.
+Decides the built-in ``model.lora_experts`` check from env.json's deep-probe facts: 0 expert
+linears LoRA-wrapped, a ``wrong`` fact, or ``attention_window`` ``wrong`` fails;
+``router_dtype`` is reported, never failed (miles#3263, tracked). Without env.json or a count
+(a CPU machine): ``not_measured``, a failure with ``require_env``. Pure. ``docs/node.md``.
 """
 
 from __future__ import annotations

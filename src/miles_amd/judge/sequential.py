@@ -1,18 +1,10 @@
 """Sequential looks for the gate and the watcher: what a run's first rollouts decide.
 
-Decides, with the rules' own ``evaluate_rule`` (the looks, kinds and boundaries are
-``miles_amd.rules.looks``'):
-
-- :func:`rule_checks`: the gate's rule checks of a run: each rule on the whole run, a
-  ``spending`` rule at every look before the last too, its first failing look its check;
-- :func:`early_rule_failures`: the rules' part of the watcher's judge of a run still being
-  written: ``at_once`` rules on what is read so far, ``spending`` rules at each look reached;
-- :func:`decision`: the rollout a red run was decided at, by which check and the rate it
-  had spent.
-
-A look only fails a run (``tests/unit/test_looks.py``): red at a look stands even if a later
-look passes. Pure; reads nothing. Each function's cases and the node time looks save:
-``docs/gate-and-statistics.md`` ("Judging a run at its looks").
+Decides the gate's rule checks (:func:`rule_checks`: a ``spending`` rule's first failing
+look is its check), the watcher's (:func:`early_rule_failures`: ``at_once`` rules on what is
+read, ``spending`` rules at each look reached) and when a red run was decided
+(:func:`decision`). A look only fails a run. Pure. ``docs/gate-and-statistics.md`` ("Judging a
+run at its looks").
 """
 
 from __future__ import annotations

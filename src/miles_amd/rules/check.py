@@ -1,10 +1,5 @@
-"""What one judged rule returns, and the words every rule uses to name values and steps.
-
-Decides the shape of a :class:`Check` (one rule's outcome on one run), the
-:class:`RuleContext` a rule reads (the evidence, the baseline and the rollout count, and the
-step axis of a metric), and how numbers, steps and lists are written in a check's detail.
-It judges nothing: which rules exist and how each judges is ``miles_amd.rules.registry``;
-the verdict is ``miles_amd.judge.gate``.
+"""What one judged rule returns (:class:`Check`), what it reads (:class:`RuleContext`), and how
+a check's detail writes numbers, steps and lists. It judges nothing.
 """
 
 from __future__ import annotations

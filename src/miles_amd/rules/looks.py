@@ -1,19 +1,12 @@
 """Sequential looks: the rollouts at which a run may be decided red, and each rule's boundaries.
 
-Decides, for a run of ``N`` rollouts judged against a baseline:
-
-- its looks (:func:`run_looks`): ``run_shape.looks`` below ``N``, then ``N``; looks that are
-  not increasing rollouts ending at ``run_shape.rollouts`` are refused
-  (:func:`looks_problem`, its fix suggesting quarters of the run: :data:`DEFAULT_LOOKS`);
-- a ``spending`` rule's boundary at each look (:func:`rule_boundaries`): the information
-  fraction ``t_k`` from the reference alone and the z bound that spends the kind's
-  fixed-sample rate (``miles_amd.rules.spending``); ``alpha_spent``, what it spent by then;
-- whether stored ``boundaries`` are the derived ones (:func:`boundaries_problem`).
-
-An ``at_once`` kind judges the first ``k`` rollouts with the whole run's tolerance, a ``final``
-kind only the whole run; a look can fail a run, not pass it (``miles_amd.judge.sequential``).
-Pure; reads no file. The fractions, the rounding and the measured rates:
-``docs/gate-and-statistics.md`` ("The looks and each rule's boundaries").
+Decides a run's looks (:func:`run_looks`: ``run_shape.looks`` below ``N``, then ``N``;
+:func:`looks_problem` refuses looks that are not increasing rollouts ending at
+``run_shape.rollouts``), a ``spending`` rule's boundary at each look (:func:`rule_boundaries`:
+the information fraction from the reference alone, the z bound spending the kind's
+fixed-sample rate) and whether stored ``boundaries`` are the derived ones
+(:func:`boundaries_problem`). Pure. ``docs/gate-and-statistics.md`` ("The looks and each
+rule's boundaries").
 """
 
 from __future__ import annotations
@@ -22,7 +15,7 @@ import json
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +25,7 @@ from miles_amd.rules.check import Problem
 from miles_amd.rules.model import BOUNDARIES, Baseline, Rule, RunShape
 
 if TYPE_CHECKING:
-    from miles_amd.rules.kind import KindSpec
+    from miles_amd.rules.kinds import KindSpec
 
 DEFAULT_LOOKS = (5, 10, 15, 20)
 
@@ -47,12 +40,7 @@ class Boundary:
     alpha_spent: float  # the rule's false-alarm rate spent by this look
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "rollout": self.rollout,
-            "information": self.information,
-            "z": self.z,
-            "alpha_spent": self.alpha_spent,
-        }
+        return asdict(self)
 
     def describe(self) -> str:
         return (

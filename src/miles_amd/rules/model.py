@@ -1,13 +1,8 @@
-"""The stored shape of a baseline, spelled once: dataclasses with ``to_json``/``from_json``.
+"""The stored shape of a baseline: :class:`Baseline`, :class:`RunShape`, :class:`Rule`, both ways.
 
-Decides how a baseline document (``baselines/gpt_oss_20b_lora/<shape>/<gpu>/<name>.json``) maps to
-:class:`Baseline`, :class:`RunShape` and :class:`Rule`, both ways, so the loader
-(``miles_amd.baseline.model``) and the writer (``miles_amd.baseline.record``) cannot
-disagree: ``Baseline.from_json(b.to_json(), path) == b`` (``tests/unit/test_baselines.py``,
-for each shipped file). It validates nothing (the schema
-and the loader do) and knows no rule kind: a rule's kind-specific fields stay the JSON
-values they are in the file (:attr:`Rule.params`), typed by the kind's :class:`Params`
-(``miles_amd.rules.kinds.<kind>``).
+The loader and ``baseline record`` share it, so ``Baseline.from_json(b.to_json(), path) ==
+b``. It validates nothing and knows no kind: a rule's own fields stay their JSON values
+(:attr:`Rule.params`), typed by its kind's :class:`Params`.
 """
 
 from __future__ import annotations

@@ -1,41 +1,23 @@
-"""The rule registry: every kind in ``miles_amd.rules.kinds``, and judging one rule by it.
+"""Judging one rule through its kind (``miles_amd.rules.kinds.KINDS``).
 
-Decides which kinds exist (:data:`KINDS`: one per module of ``miles_amd.rules.kinds``,
-found by listing that package, so a new module is a new kind) and applies a rule through
-its kind: :func:`evaluate_rule` (the whole run, or its first ``k`` rollouts at a look as the
-kind's ``KindSpec.looks`` says, with a spending rule's bound there from
-``miles_amd.rules.looks``; a missing metric is ``not_measured``, or a failure when the rule
-is required), :func:`expected_text` (the sentence stating a tolerance, the same in the gate and
-in ``baseline diff``: ``tests/unit/test_gate_rules.py``) and
-:func:`validate_rule` (the loader's check of a rule's fields and tolerance). It decides no
-verdict (``miles_amd.judge.gate``) and reads no file.
+Decides :func:`evaluate_rule` (the whole run, or its first ``k`` rollouts at a look as the
+kind's ``looks`` says, a spending rule with its bound there; a missing metric is
+``not_measured``, or a failure when the rule is required), :func:`expected_text` (the
+tolerance sentence, the same in the gate and ``baseline diff``) and :func:`validate_rule`
+(the loader's check of a rule's fields and tolerance). Decides no verdict; reads no file.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from collections.abc import Mapping
 from dataclasses import replace
 
 from miles_amd.evidence.types import Series
-from miles_amd.rules import kinds, looks
+from miles_amd.rules import looks
 from miles_amd.rules.check import Check, Problem, RuleContext, Status, rule_check, step_range
-from miles_amd.rules.kind import KindSpec
-from miles_amd.rules.model import BOUNDARIES, Baseline, KindName, Rule
+from miles_amd.rules.kinds import KINDS, KindSpec
+from miles_amd.rules.model import BOUNDARIES, Baseline, Rule
 
-
-def _discover() -> dict[KindName, KindSpec]:
-    found = {}
-    for module in sorted(pkgutil.iter_modules(kinds.__path__), key=lambda m: m.name):
-        spec = importlib.import_module(f"{kinds.__name__}.{module.name}").SPEC
-        if spec.name != module.name:
-            raise ImportError(f"{kinds.__name__}.{module.name} declares kind {spec.name!r}")
-        found[spec.name] = spec
-    return found
-
-
-KINDS: Mapping[KindName, KindSpec] = _discover()
+__all__ = ["KINDS", "evaluate_rule", "expected_text", "rule_boundaries", "validate_rule"]
 
 
 def evaluate_rule(rule: Rule, ctx: RuleContext, look: int | None = None) -> Check | None:

@@ -1,22 +1,12 @@
 """Alpha spending over looks: how much of a rule's false-alarm rate each look may use.
 
-Decides:
-
-- the spending function (:func:`spent`): Kim and DeMets' ``α·t^ρ`` with :data:`RHO` 3.5, of
-  the information fraction ``t``;
-- the boundaries that spend it (:func:`boundaries`): upper z boundaries under the canonical
-  joint distribution (``corr(Z_i, Z_j) = √(t_i / t_j)``), by Armitage, McPherson and Rowe's
-  recursive integration (``tests/unit/test_looks.py`` holds them to the textbook's);
-  two-sided rules spend ``α/2`` a side;
-- a look whose cumulative spend is below :data:`MIN_SPEND` judges nothing; fractions are
-  floored to :data:`FRACTION_DIGITS` decimals so near-equal references share a cached result.
-
-It knows no rule (``miles_amd.rules.looks`` gives the fractions) and reads no file; pure
-arithmetic (the root by ``scipy.optimize.brentq``; ``tests/unit/test_spending.py`` pins the
-boundaries at small alpha to 1e-9). Caveat: the canonical form is an approximation under lag-1
-autocorrelation and a pooled spread; ``benchmarks/bench_calibration.py`` measures the
-family-wise rate. Why 3.5, the grid and its accuracy: ``docs/gate-and-statistics.md``
-("Spending over looks").
+Decides the spending function (:func:`spent`, Kim and DeMets' ``α·t^ρ`` with :data:`RHO`
+3.5) and the upper z boundaries that spend it (:func:`boundaries`) under the canonical joint
+distribution, by Armitage, McPherson and Rowe's recursive integration on Jennison and
+Turnbull's grid, the root by ``scipy.optimize.brentq`` on the log of the exit probability
+(exact at small alpha). A look below :data:`MIN_SPEND` judges nothing; fractions are floored
+to :data:`FRACTION_DIGITS` decimals. Pure. ``docs/gate-and-statistics.md`` ("Spending over
+looks").
 """
 
 from __future__ import annotations
