@@ -1,25 +1,14 @@
 """Writing files so that no reader sees half of one, and not through a link.
 
-Decides how bytes reach disk:
-
-- :func:`atomic_write_bytes` / :func:`atomic_write_text`: one file (``job.json``,
-  ``env.json``, ``plan.json``, a recorded baseline, the driver's state): a temp file beside
-  the target, flushed (``fsync``), renamed over it (``os.replace``, atomic on POSIX) or, with
-  ``replace=False``, linked to it (``os.link`` fails if the target exists).
-- :func:`write_files`: a set of files into one directory (the gate's report, compare's files):
-  every directory below ``root`` (the run dir, or the directory the user named) is opened
-  ``O_NOFOLLOW`` relative to its parent, so a ``report`` link in an untrusted run dir is
-  :class:`UnsafeDir`, not followed (``tests/unit/test_files.py``); every file of the set is
-  written to a temp file first, and only when all are written are they renamed into place,
-  so a failure (a full disk) leaves the previous set as it was. :func:`staged_files` is the
-  same in two steps (temps written, then :meth:`StagedFiles.commit`).
-
-A writer owns its temp files: each is named ``.<name>.<pid>-<random>.tmp`` and held under an
-``flock`` until it is renamed or removed, and a set is renamed into place under an ``flock`` of
-its directory, so writers of one directory at once never take each other's temps and the last
-set committed is whole. A temp is removed by another writer only when it is provably a dead
-writer's (:func:`abandoned`: its pid runs nowhere here and nobody holds its lock); on any
-error a writer removes its own temps and the targets are untouched.
+- :func:`write_files`: a set of files into one directory (:func:`atomic_write_bytes`: a set
+  of one). Every directory below ``root`` is opened ``O_NOFOLLOW`` relative to its parent,
+  so a ``report`` link in an untrusted run dir is :class:`UnsafeDir`, not followed. Each
+  file goes to a flushed temp file beside it first; only when all are written are they
+  renamed into place (``os.replace``), so a failure leaves the previous set as it was.
+- A writer owns its temps: ``.<name>.<pid>-<random>.tmp``, held under an ``flock`` until
+  renamed or removed; a set is renamed under an ``flock`` of its directory, so concurrent
+  writers never take each other's temps and the last set committed is whole. Another writer
+  removes a temp only when it is provably a dead writer's (:func:`abandoned`).
 """
 
 from __future__ import annotations
@@ -34,18 +23,6 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = [
-    "StagedFiles",
-    "UnsafeDir",
-    "abandoned",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "hold",
-    "owned_name",
-    "staged_files",
-    "write_files",
-]
-
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -54,32 +31,14 @@ class UnsafeDir(OSError):
     """A directory to write into is a link or not a directory; ``str()`` names it and the fix."""
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` whole or not at all (parent dirs are created).
-
-    ``replace=False`` raises ``FileExistsError`` when ``path`` exists. ``mode`` is applied
-    before the rename.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.parent, _DIR_FLAGS)
-    try:
-        _remove_stale(fd, path.name)
-        tmp, held = _write_temp(fd, path.name, data, mode)
-        try:
-            if replace:
-                os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
-            else:
-                os.link(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
-        finally:
-            _unlink(fd, tmp)
-            os.close(held)
-    finally:
-        os.close(fd)
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` whole or not at all (parent dirs are created)."""
+    write_files(path.parent, {path.name: data}, root=path.parent, mode=mode)
 
 
-def atomic_write_text(path: Path, text: str, *, replace: bool = True, mode: int = 0o644) -> None:
+def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
     """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
-    atomic_write_bytes(path, text.encode("utf-8"), replace=replace, mode=mode)
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
 def write_files(
@@ -87,20 +46,16 @@ def write_files(
 ) -> None:
     """Write the set ``files`` (``name: bytes``) into ``out_dir``, created when absent.
 
-    ``root`` is the directory the caller trusts (followed if it is a link); every directory
-    from it down to ``out_dir`` is opened without following a link. Default: ``out_dir``'s
-    parent. ``UnsafeDir`` when one of them is a link or a file; nothing is written then.
+    ``root`` (default ``out_dir``'s parent) is trusted, followed if a link; a link or file
+    from it down to ``out_dir`` is ``UnsafeDir`` and nothing is written.
     """
     with staged_files(out_dir, files, root=root, mode=mode) as staged:
         staged.commit()
 
 
 class StagedFiles:
-    """A set written to temp files in its directory, not yet in place (:func:`staged_files`).
-
-    :meth:`commit` renames every temp into place; leaving the ``with`` block removes the temps
-    not committed.
-    """
+    """A set in temp files, not yet in place: :meth:`commit` renames them; leaving the
+    ``with`` block removes those not committed."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -182,9 +137,8 @@ def owned_name(stem: str, suffix: str) -> str:
 
 
 def hold(fd: int, *, wait: bool = False) -> None:
-    """Take the writer's lock on ``fd`` (its temp file or dir), held until ``fd`` is closed
-    (``wait``: until it is free); ``BlockingIOError`` when another holds it. A file system
-    without ``flock`` (``ENOLCK``) leaves the pid in the name as the only proof of life."""
+    """Take the writer's lock on ``fd`` until it is closed (``wait``: wait for it);
+    ``BlockingIOError`` when held. Without ``flock`` (``ENOLCK``) the pid is the only proof."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except OSError as error:
@@ -193,9 +147,8 @@ def hold(fd: int, *, wait: bool = False) -> None:
 
 
 def abandoned(dir_fd: int, entry: str, stem: str, suffix: str) -> bool:
-    """Whether ``entry`` (in ``dir_fd``) is a dead writer's :func:`owned_name` of ``stem``:
-    the pid in its name runs nowhere on this host and no one holds its lock (a writer on
-    another host sharing the file system does). A name without a pid is never abandoned."""
+    """Whether ``entry`` (in ``dir_fd``) is a dead writer's :func:`owned_name` of ``stem``: its
+    pid runs nowhere here and no one (a writer on another host) holds its lock."""
     found = re.fullmatch(re.escape(stem) + r"\.(\d+)-[0-9a-f]+" + re.escape(suffix), entry)
     if found is None or _running(int(found.group(1))):
         return False

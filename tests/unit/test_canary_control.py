@@ -21,6 +21,7 @@ from miles_amd.canary.harness import Setup, run
 from miles_amd.canary.plan import CPU, build_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
 from miles_amd.records.canary import ControlRecord, Mismatch
+from miles_amd.records.model import parse
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs torch: pip install torch==2.13.0")
@@ -130,7 +131,7 @@ def test_control_result_reads_a_caught_run_and_a_clean_one(tmp_path: Path) -> No
     assert caught.mismatched_calls == 10  # every call but each size's first
     assert caught.fingerprint is not None and caught.fingerprint.startswith("N=32 call 1: ")
     assert "1 of the sum's" in caught.fingerprint  # the previous call's sum: one step of it
-    assert ControlRecord.from_dict(dataclasses.asdict(caught), "control") == caught
+    assert parse(ControlRecord, dataclasses.asdict(caught)) == caught
     clean = harness.control_result(_cpu_record(tmp_path, "gloo", GLOO), 2880, 4, 4)
     assert (clean.caught, clean.mismatched_calls, clean.fingerprint) == (False, 0, None)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from miles_amd.evidence.ci_history import read_ci_history_dir
-from miles_amd.evidence.errors import MetricsFormatError
+from miles_amd.evidence.types import MetricsFormatError
 from miles_amd.testing.miles_writer import ci_history_text
 
 

@@ -26,7 +26,7 @@ from tensorboard.summary import Writer
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from miles_amd.evidence.tensorboard import find_event_files, read_tensorboard_dir
-from miles_amd.evidence.tfrecord import EventFileError, masked_crc32c, read_records
+from miles_amd.evidence.tensorboard import EventFileError, masked_crc32c, read_records
 
 
 def f32(value: float) -> float:

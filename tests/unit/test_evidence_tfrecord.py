@@ -15,7 +15,7 @@ from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c a
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from miles_amd.evidence.tfrecord import EventFileError, masked_crc32c, read_records, split_records
+from miles_amd.evidence.tensorboard import EventFileError, masked_crc32c, read_records, split_records
 
 
 def write_events(directory: Path, steps: int = 5) -> Path:

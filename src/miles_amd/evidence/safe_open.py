@@ -1,17 +1,13 @@
 """Open a run directory's files as untrusted input: regular files inside it, of bounded size.
 
-Decides, for each file a reader of ``miles_amd.evidence`` opens, whether it may be read and
-how much of it:
+- A regular file only: a device, FIFO or socket is refused before it is opened, and the
+  opened descriptor is checked again (``fstat``), so a swap in between is caught.
+- Inside ``root`` (the run dir): no symbolic link below ``root`` is followed, in or out;
+  ``root`` itself may be a link. A hard link is read like any file.
+- At most its cap (:class:`Limit`, per kind of file), and the bytes it had when opened.
 
-- a regular file: a device, FIFO or socket is refused before it is opened, and the opened
-  descriptor is checked again (``fstat``), so a swap in between is caught;
-- inside ``root`` (the run dir): no symbolic link below ``root`` is followed, whether it
-  leads in or out (``tests/unit/test_evidence_safe_open.py``); ``root`` itself may be a link;
-- at most its cap (:class:`Limit`, per kind of file), and the bytes it had when opened.
-
-A refusal is a :class:`RefusedFile` naming the file and the reason; ``FileNotFoundError``
-means absent. What a refusal means for the run is ``load``'s call. Caveat: a hard link is
-read like any file. Why each rule, and the flags used:
+A refusal is a :class:`RefusedFile` naming the file and the reason (``load`` decides what it
+means for the run); ``FileNotFoundError`` means absent. Why each rule, and the flags used:
 ``docs/cli.md`` ("How the gate reads a run dir").
 """
 
@@ -24,21 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, NoReturn
-
-__all__ = [
-    "CANARY_JSON",
-    "ENV_JSON",
-    "EVENT_FILE",
-    "JOB_JSON",
-    "JOB_LOG",
-    "PLAN_JSON",
-    "RECORD_FILE",
-    "Limit",
-    "RefusedFile",
-    "open_regular",
-    "read_regular",
-    "regular_files",
-]
 
 _MIB = 1 << 20
 
@@ -83,8 +64,7 @@ class RefusedFile(Exception):
     """A file of the run dir that is not read: not a regular file, a link, or over its cap."""
 
     def __init__(self, path: str, reason: str) -> None:
-        self.path = path
-        self.reason = reason
+        self.path, self.reason = path, reason
         super().__init__(f"{path}: {reason}")
 
 
@@ -102,11 +82,8 @@ _KINDS = (
 def open_regular(
     path: str | os.PathLike[str], limit: Limit, *, root: str | os.PathLike[str] | None = None
 ) -> tuple[BinaryIO, int]:
-    """``(binary handle, size)`` of the regular file ``path`` inside ``root``.
-
-    ``root`` defaults to ``path``'s parent; ``path`` must be ``root`` joined with a relative
-    path. Read at most ``size`` bytes. Raises :class:`RefusedFile`, ``FileNotFoundError``.
-    """
+    """``(binary handle, size)`` of the regular file ``path`` inside ``root`` (default its
+    parent); read at most ``size`` bytes. :class:`RefusedFile`, ``FileNotFoundError``."""
     base, parts = _split(path, root)
     if not parts:
         raise RefusedFile(str(base), "is the directory itself, not a file")
@@ -144,14 +121,10 @@ def regular_files(
     max_files: int | None = None,
 ) -> list[Path]:
     """The files under ``directory`` (inside ``root``, default ``directory``) whose names
-    ``keep`` accepts, ordered by directory, then name.
+    ``keep`` accepts, by directory, then name.
 
-    More than ``max_files`` of them is a :class:`RefusedFile` naming ``directory``, raised
-    as the listing passes the bound (a directory of a million files is not listed whole).
-
-    An entry with a kept name that is not a regular file is refused, and when ``recursive``
-    so is every link (it might be a directory to walk); other entries are not looked at.
-    ``FileNotFoundError``/``NotADirectoryError`` for a bad ``directory``.
+    Refused (:class:`RefusedFile`): a kept name that is not a regular file, every link when
+    ``recursive``, and more than ``max_files`` files (as the listing passes the bound).
     """
     base, top = _split(directory, directory if root is None else root)
     found: list[PurePosixPath] = []
