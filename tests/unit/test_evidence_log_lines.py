@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.evidence.load import load_run
 from miles_amd.evidence.job_log import CHUNK, MAX_LINE, line_blocks
+from miles_amd.evidence.load import load_run
 
 METRIC = "(MegatronTrainRayActor pid=1) [2026-11-20 10:03:50.007 ] log_utils.py:542 - step {}: {}"
 FAULT = "(MegatronTrainRayActor pid=1) Memory access fault by GPU node-9 on address 0x0."
