@@ -83,12 +83,33 @@ def assert_refused(run_dir: Path, path: Path, reason: str) -> None:
     assert evidence.series == {} and evidence.job is None and evidence.sentinels == ()
 
 
+LIMITS = {"job.log": JOB_LOG, "job.json": JOB_JSON, "env.json": ENV_JSON}
+LIMITS |= {"event file": EVENT_FILE, "record file": RECORD_FILE}
+
+
 @pytest.mark.parametrize("place", PLACES)
-def test_a_fifo_anywhere_is_refused_without_blocking(tmp_path: Path, place: str) -> None:
+@pytest.mark.parametrize("attack", ["a FIFO", "a link out", "over its cap"])
+def test_an_untrusted_file_anywhere_is_refused_naming_it(
+    tmp_path: Path, place: str, attack: str
+) -> None:
+    """Refused without blocking on a FIFO, without quoting a link's target, naming a cap."""
     run_dir = example_run(tmp_path)
     path = PLACES[place](run_dir)
-    replace_with(path, os.mkfifo)
-    assert_refused(run_dir, path, "is a FIFO (named pipe), not a regular file")
+    limit = LIMITS[place]
+    if attack == "a FIFO":
+        replace_with(path, os.mkfifo)
+        reason = "is a FIFO (named pipe), not a regular file"
+    elif attack == "a link out":
+        outside = tmp_path / f"{SECRET}.txt"
+        outside.write_bytes(path.read_bytes())  # a well-formed file: only where it is is wrong
+        replace_with(path, lambda p: p.symlink_to(outside))
+        reason = "symbolic link to a path outside the run directory"
+    else:
+        with open(path, "ab") as handle:
+            handle.truncate(limit.cap + 1)  # sparse: costs no disk
+        reason = f"over the {limit.kind} cap of {limit.cap:,} bytes"
+    assert_refused(run_dir, path, reason)
+    assert SECRET not in repr(load_run(run_dir))
 
 
 def test_a_socket_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,65 +129,24 @@ def test_a_device_is_refused_not_read_without_end(tmp_path: Path) -> None:
     assert_refused(run_dir, run_dir / "job.log", "is a character device")
 
 
-@pytest.mark.parametrize("place", PLACES)
-def test_a_link_out_of_the_run_dir_is_refused_and_its_target_never_quoted(
-    tmp_path: Path, place: str
-) -> None:
-    run_dir = example_run(tmp_path)
-    path = PLACES[place](run_dir)
-    outside = tmp_path / "elsewhere" / f"{SECRET}.txt"
-    outside.parent.mkdir()
-    outside.write_bytes(path.read_bytes())  # a well-formed file: only where it is is wrong
-    replace_with(path, lambda p: p.symlink_to(outside))
-    assert_refused(run_dir, path, "symbolic link to a path outside the run directory")
-    assert SECRET not in repr(load_run(run_dir))
-
-
-def test_a_linked_directory_is_refused(tmp_path: Path) -> None:
-    run_dir = example_run(tmp_path)
-    moved = tmp_path / f"{SECRET}-tb"
-    (run_dir / "tensorboard").rename(moved)
-    (run_dir / "tensorboard").symlink_to(moved)
-    assert_refused(run_dir, run_dir / "tensorboard", "outside the run directory")
-    # and a link to a directory below tensorboard/, which would be walked
-    (run_dir / "tensorboard").unlink()
-    (run_dir / "tensorboard").mkdir()
-    (run_dir / "tensorboard" / "trainer").symlink_to(moved)
-    assert_refused(run_dir, run_dir / "tensorboard" / "trainer", "outside the run directory")
-
-
-def test_a_link_inside_the_run_dir_is_refused_too(tmp_path: Path) -> None:
+def test_links_inside_dangling_or_to_directories_are_refused(tmp_path: Path) -> None:
     run_dir = example_run(tmp_path)
     (run_dir / "logs").mkdir()
     (run_dir / "job.log").rename(run_dir / "logs" / "job.log")
     (run_dir / "job.log").symlink_to(Path("logs") / "job.log")
     assert_refused(run_dir, run_dir / "job.log", "symbolic link to a path inside the run")
-
-
-def test_a_dangling_link_is_refused_not_absent(tmp_path: Path) -> None:
-    run_dir = example_run(tmp_path)
+    (run_dir / "job.log").unlink()
     replace_with(run_dir / "env.json", lambda p: p.symlink_to(tmp_path / "nowhere.json"))
-    assert_refused(run_dir, run_dir / "env.json", "symbolic link")
-
-
-@pytest.mark.parametrize(
-    ("place", "limit"),
-    [
-        ("job.log", JOB_LOG),
-        ("job.json", JOB_JSON),
-        ("env.json", ENV_JSON),
-        ("event file", EVENT_FILE),
-        ("record file", RECORD_FILE),
-    ],
-)
-def test_a_file_over_its_cap_is_refused_naming_file_and_cap(
-    tmp_path: Path, place: str, limit
-) -> None:
-    run_dir = example_run(tmp_path)
-    path = PLACES[place](run_dir)
-    with open(path, "ab") as handle:
-        handle.truncate(limit.cap + 1)  # sparse: costs no disk
-    assert_refused(run_dir, path, f"over the {limit.kind} cap of {limit.cap:,} bytes")
+    assert_refused(run_dir, run_dir / "env.json", "symbolic link")  # refused, not absent
+    (run_dir / "env.json").unlink()
+    moved = tmp_path / f"{SECRET}-tb"
+    (run_dir / "tensorboard").rename(moved)
+    (run_dir / "tensorboard").symlink_to(moved)
+    assert_refused(run_dir, run_dir / "tensorboard", "outside the run directory")
+    (run_dir / "tensorboard").unlink()
+    (run_dir / "tensorboard").mkdir()  # a link below tensorboard/, which would be walked
+    (run_dir / "tensorboard" / "trainer").symlink_to(moved)
+    assert_refused(run_dir, run_dir / "tensorboard" / "trainer", "outside the run directory")
 
 
 def test_a_file_at_its_cap_is_read(tmp_path: Path) -> None:
