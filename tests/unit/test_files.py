@@ -1,7 +1,7 @@
 """miles_amd.files on a real file system: link-safe set writes, whole or nothing, and
 cleanup of a killed writer's temp files; the two bugs of the second writer it replaced
 (``compare`` followed a ``report`` link out of the run dir; a FIFO plan.json hung
-``gate --history``) through the real CLI."""
+``gate --history``) through the CLI."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from miles_amd.cli.main import app
 from miles_amd.files import UnsafeDir, atomic_write_text, staged_files, write_files
+from tests.cli_runs import run_cli
 from tests.constants import EXAMPLE
 
 
@@ -79,9 +80,12 @@ def dead_pid() -> int:
     return int(done.stdout)
 
 
-def test_a_killed_writers_temp_files_are_removed_by_the_next_write(tmp_path: Path) -> None:
+def test_only_a_dead_writers_temp_files_are_removed_by_the_next_write(tmp_path: Path) -> None:
     """Removed: a temp whose writer's pid has ended and whose lock no one holds. Kept: one
-    without a pid in its name (no proof its writer is gone), and other names."""
+    without a pid in its name (no proof its writer is gone), one whose lock is held (a writer
+    on another host sharing the file system), and other names."""
+    import fcntl
+
     out = tmp_path / "out"
     out.mkdir()
     pid = dead_pid()
@@ -89,10 +93,14 @@ def test_a_killed_writers_temp_files_are_removed_by_the_next_write(tmp_path: Pat
     (out / f".job.json.{pid}-abcdef.tmp").write_bytes(b"half")
     (out / ".job.json.abcdef.tmp").write_bytes(b"no pid: kept")
     (out / ".unrelated.tmp").write_bytes(b"kept")
-    write_files(out, {"report.json": b"{}"})
-    atomic_write_text(out / "job.json", "{}")
+    held = out / f".report.json.{pid}-0a1b2c.tmp"
+    held.write_bytes(b"in flight")
+    with held.open("rb") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        write_files(out, {"report.json": b"{}"})
+        atomic_write_text(out / "job.json", "{}")
     names = sorted(p.name for p in out.iterdir())
-    assert names == [".job.json.abcdef.tmp", ".unrelated.tmp", "job.json", "report.json"]
+    assert names == [".job.json.abcdef.tmp", held.name, ".unrelated.tmp", "job.json", "report.json"]
 
 
 def test_writers_of_one_dir_at_once_keep_each_others_temp_files(tmp_path: Path) -> None:
@@ -109,21 +117,6 @@ def test_writers_of_one_dir_at_once_keep_each_others_temp_files(tmp_path: Path) 
     }
 
 
-def test_a_live_writer_on_another_host_keeps_its_temp_files(tmp_path: Path) -> None:
-    """A pid that runs nowhere here, but whose temp is locked (a writer on another host
-    sharing the file system): not removed."""
-    import fcntl
-
-    out = tmp_path / "out"
-    out.mkdir()
-    held = out / f".report.json.{dead_pid()}-0a1b2c.tmp"
-    held.write_bytes(b"in flight")
-    with held.open("rb") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        write_files(out, {"report.json": b"{}"})
-        assert held.read_bytes() == b"in flight"
-
-
 def test_compare_refuses_a_report_link_in_run_b(tmp_path: Path) -> None:
     a, b = example(tmp_path, "a"), example(tmp_path, "b")
     outside = tmp_path / "outside"
@@ -135,12 +128,12 @@ def test_compare_refuses_a_report_link_in_run_b(tmp_path: Path) -> None:
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.timeout(60)
 def test_a_fifo_plan_json_is_refused_not_waited_on(tmp_path: Path) -> None:
     run_dir = example(tmp_path)
     os.mkfifo(run_dir / "plan.json")
-    argv = [sys.executable, "-m", "miles_amd.cli", "gate", "--run-dir", str(run_dir)]
-    argv += ["--baseline", "patched", "--history", str(tmp_path / "h.sqlite")]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    args = ["--run-dir", str(run_dir), "--baseline", "patched", "--history", str(tmp_path / "h")]
+    done = run_cli("gate", *args)
     assert done.returncode == 2, done.stderr
     assert "plan.json" in done.stdout + done.stderr
 
