@@ -20,7 +20,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -49,45 +49,17 @@ def write_files(
     ``root`` (default ``out_dir``'s parent) is trusted, followed if a link; a link or file
     from it down to ``out_dir`` is ``UnsafeDir`` and nothing is written.
     """
-    with staged_files(out_dir, files, root=root, mode=mode) as staged:
-        staged.commit()
+    with staged_files(out_dir, files, root=root, mode=mode) as commit:
+        commit()
 
 
-class StagedFiles:
-    """A set in temp files, not yet in place: :meth:`commit` renames them; leaving the
-    ``with`` block removes those not committed."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.temps: dict[str, tuple[str, int]] = {}  # name: (its temp, the temp's held fd)
-
-    def commit(self) -> None:
-        """Rename every temp into place, under the directory's lock (one set at a time)."""
-        hold(self.fd, wait=True)
-        try:
-            for name, (tmp, held) in list(self.temps.items()):
-                os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-                del self.temps[name]
-                os.close(held)
-        finally:
-            with contextlib.suppress(OSError):  # no flock on this file system: nothing held
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-
-    def __enter__(self) -> StagedFiles:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for tmp, held in self.temps.values():
-            _unlink(self.fd, tmp)
-            os.close(held)
-        os.close(self.fd)
-
-
+@contextlib.contextmanager
 def staged_files(
     out_dir: Path, files: Mapping[str, bytes], *, root: Path | None = None, mode: int = 0o644
-) -> StagedFiles:
-    """:func:`write_files`' first step: the set's temp files in ``out_dir`` (same checks);
-    use it as a context manager and call :meth:`StagedFiles.commit` to put them in place."""
+) -> Iterator[Callable[[], None]]:
+    """:func:`write_files` in two steps: the set's temp files are written on entry, the
+    function given renames them into place under the directory's lock (one set at a time);
+    leaving the block removes the temps not committed."""
     base = root if root is not None else out_dir.parent
     parts = out_dir.relative_to(base).parts if out_dir != base else ()
     if any(part in ("", ".", "..") for part in parts):
@@ -96,15 +68,30 @@ def staged_files(
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"{name!r} is not a file name")
     base.mkdir(parents=True, exist_ok=True)
-    staged = StagedFiles(_open_below(base, parts, out_dir))
+    fd = _open_below(base, parts, out_dir)
+    temps: dict[str, tuple[str, int]] = {}  # name: (its temp, the temp's held fd)
+
+    def commit() -> None:
+        hold(fd, wait=True)
+        try:
+            for name, (tmp, held) in list(temps.items()):
+                os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                del temps[name]
+                os.close(held)
+        finally:
+            with contextlib.suppress(OSError):  # no flock on this file system: nothing held
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
     try:
         for name, data in files.items():
-            _remove_stale(staged.fd, name)
-            staged.temps[name] = _write_temp(staged.fd, name, data, mode)
-    except BaseException:
-        staged.__exit__()
-        raise
-    return staged
+            _remove_stale(fd, name)
+            temps[name] = _write_temp(fd, name, data, mode)
+        yield commit
+    finally:
+        for tmp, held in temps.values():
+            _unlink(fd, tmp)
+            os.close(held)
+        os.close(fd)
 
 
 def _open_below(base: Path, parts: tuple[str, ...], out_dir: Path) -> int:

@@ -108,9 +108,9 @@ def test_writers_of_one_dir_at_once_keep_each_others_temp_files(tmp_path: Path) 
     the same names: its temps are a live writer's, not a killed one's; both sets go in whole,
     the last committed wins."""
     out = tmp_path / "out"
-    with staged_files(out, {"report.json": b"first", "report.md": b"first"}) as first:
+    with staged_files(out, {"report.json": b"first", "report.md": b"first"}) as commit_first:
         write_files(out, {"report.json": b"second", "report.md": b"second"})
-        first.commit()
+        commit_first()
     assert {p.name: p.read_bytes() for p in out.iterdir()} == {
         "report.json": b"first",
         "report.md": b"first",

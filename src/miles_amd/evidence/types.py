@@ -111,20 +111,14 @@ def new_columns() -> Columns:
     return ([], array("d"))
 
 
-def series_from_columns(steps: list[int], values: array) -> Series:
-    """The series of parallel ``steps`` and ``values`` (read order), sorted by step, stable."""
-    ordered = sorted(steps)
-    if steps != ordered:
-        order = sorted(range(len(steps)), key=steps.__getitem__)
-        values = array("d", [values[index] for index in order])
-        steps = ordered
-    return tuple(zip(steps, values, strict=True))
-
-
 def columns_to_series(columns_by_metric: Mapping[str, Columns]) -> SeriesMap:
-    """:func:`series_from_columns` of every metric; metrics without points left out."""
-    return {
-        metric: series_from_columns(*columns)
-        for metric, columns in sorted(columns_by_metric.items())
-        if columns[0]
-    }
+    """Every metric's parallel steps and values (read order) as a series, sorted by step
+    (stable); metrics without points left out."""
+    series: SeriesMap = {}
+    for metric, (steps, values) in sorted(columns_by_metric.items()):
+        if steps:
+            order = sorted(range(len(steps)), key=steps.__getitem__)
+            if order != list(range(len(steps))):
+                steps, values = [steps[i] for i in order], array("d", [values[i] for i in order])
+            series[metric] = tuple(zip(steps, values, strict=True))
+    return series
