@@ -1,14 +1,21 @@
-"""Writing files so that no reader sees half of one, and not through a link.
+"""Files written so that no reader sees half of one, and a run dir's files read as untrusted
+input; neither through a link.
 
-- :func:`write_files`: a set of files into one directory (:func:`atomic_write_bytes`: a set
-  of one). Every directory below ``root`` is opened ``O_NOFOLLOW`` relative to its parent,
-  so a ``report`` link in an untrusted run dir is :class:`UnsafeDir`, not followed. Each
-  file goes to a flushed temp file beside it first; only when all are written are they
-  renamed into place (``os.replace``), so a failure leaves the previous set as it was.
-- A writer owns its temps: ``.<name>.<pid>-<random>.tmp``, held under an ``flock`` until
-  renamed or removed; a set is renamed under an ``flock`` of its directory, so concurrent
-  writers never take each other's temps and the last set committed is whole. Another writer
-  removes a temp only when it is provably a dead writer's (:func:`abandoned`).
+- Writing: :func:`write_files` puts a set of files into one directory
+  (:func:`atomic_write_bytes`: a set of one). Every directory below ``root`` is opened
+  ``O_NOFOLLOW`` relative to its parent, so a ``report`` link in an untrusted run dir is
+  :class:`UnsafeDir`. Each file goes to a flushed temp file beside it; only when all are
+  written are they renamed into place (``os.replace``), so a failure leaves the previous set.
+  A writer's temps (``.<name>.<pid>-<random>.tmp``) are held under an ``flock``, and a set is
+  renamed under its directory's, so concurrent writers never take each other's temps;
+  another writer removes a temp only when it is provably a dead writer's (:func:`abandoned`).
+- Reading (:func:`open_regular`, :func:`regular_files`): a regular file only (a device, FIFO
+  or socket is refused before it is opened, and the descriptor checked again), inside
+  ``root`` with no link below it followed, at most its cap (:class:`Limit`), and the bytes it
+  had when opened. A refusal is a :class:`RefusedFile` naming the file and the reason;
+  ``FileNotFoundError`` means absent. A hard link is read like any file.
+
+Why each rule, and the flags used: ``docs/cli.md`` ("How the gate reads a run dir").
 """
 
 from __future__ import annotations
@@ -21,10 +28,50 @@ import re
 import secrets
 import stat
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, NoReturn
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The largest file of one kind a reader accepts, and why that size."""
+
+    kind: str
+    cap: int  # bytes
+    why: str
+
+
+EVENT_FILE = Limit(
+    "event file",
+    256 * _MIB,
+    "read whole, so memory is a few times this: ~5 million scalars at 54 bytes each, 30x "
+    "the 8 MB of event files a 1000-rollout x 150-tag run writes (benchmarks/bench_gate.py)",
+)
+RECORD_FILE = Limit(
+    "CI-history record file",
+    64 * _MIB,
+    "read whole; miles rewrites it on every log call and it holds the 5 captured keys: "
+    "108 kB for 1000 rollouts",
+)
+JOB_LOG = Limit(
+    "job log",
+    8 << 30,
+    "streamed in bounded memory, so the cap bounds time only: 10-12 s of CPU per GiB "
+    "(benchmarks/bench_log.py), ~1.5 min at the cap; 8x a 1000-rollout log as estimated "
+    "from SGLang's decode-batch logging (~0.5 GiB, not measured on a node)",
+)
+JOB_JSON = Limit("job.json", _MIB, "the driver writes a few hundred bytes")
+ENV_JSON = Limit("env.json", _MIB, "the preflight writes a few kilobytes")
+PLAN_JSON = Limit("plan.json", _MIB, "the driver writes a few kilobytes")
+CANARY_JSON = Limit(
+    "canary.json", _MIB, "miles-amd canary writes ~40 kB for the node plan's 58 sizes, all red"
+)
 
 
 class UnsafeDir(OSError):
@@ -68,7 +115,14 @@ def staged_files(
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"{name!r} is not a file name")
     base.mkdir(parents=True, exist_ok=True)
-    fd = _open_below(base, parts, out_dir)
+    try:
+        fd = _open_dir(base, parts, create=True)
+    except _Blocked as blocked:
+        kind = "a symbolic link" if stat.S_ISLNK(blocked.info.st_mode) else "not a directory"
+        raise UnsafeDir(
+            f"{base.joinpath(*parts[: blocked.depth])} is {kind}; files are never written "
+            f"through a link or over a file: remove it, or write {out_dir.name} elsewhere"
+        ) from None
     temps: dict[str, tuple[str, int]] = {}  # name: (its temp, the temp's held fd)
 
     def commit() -> None:
@@ -94,30 +148,6 @@ def staged_files(
         os.close(fd)
 
 
-def _open_below(base: Path, parts: tuple[str, ...], out_dir: Path) -> int:
-    fd = os.open(base, _DIR_FLAGS)
-    for index, part in enumerate(parts):
-        try:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
-            child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-        except OSError as error:
-            if error.errno not in (errno.ELOOP, errno.ENOTDIR):
-                os.close(fd)
-                raise
-            info = os.stat(part, dir_fd=fd, follow_symlinks=False)
-            os.close(fd)
-            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory"
-            where = base.joinpath(*parts[: index + 1])
-            raise UnsafeDir(
-                f"{where} is {kind}; files are never written through a link or over a file: "
-                f"remove it, or write {out_dir.name} elsewhere"
-            ) from None
-        os.close(fd)
-        fd = child
-    return fd
-
-
 def owned_name(stem: str, suffix: str) -> str:
     """A name no other writer picks: ``<stem>.<this pid>-<random><suffix>``."""
     return f"{stem}.{os.getpid()}-{secrets.token_hex(6)}{suffix}"
@@ -140,9 +170,7 @@ def abandoned(dir_fd: int, entry: str, stem: str, suffix: str) -> bool:
     if found is None or _running(int(found.group(1))):
         return False
     try:
-        fd = os.open(
-            entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-        )
+        fd = os.open(entry, _FILE_FLAGS, dir_fd=dir_fd)
     except OSError:
         return False
     try:
@@ -191,3 +219,187 @@ def _remove_stale(dir_fd: int, name: str) -> None:
 def _unlink(dir_fd: int, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=dir_fd)
+
+
+class RefusedFile(Exception):
+    """A file of the run dir that is not read: not a regular file, a link, or over its cap."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(f"{path}: {reason}")
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def open_regular(
+    path: str | os.PathLike[str], limit: Limit, *, root: str | os.PathLike[str] | None = None
+) -> tuple[BinaryIO, int]:
+    """``(binary handle, size)`` of the regular file ``path`` inside ``root`` (default its
+    parent); read at most ``size`` bytes. :class:`RefusedFile`, ``FileNotFoundError``."""
+    base, parts = _split(path, root)
+    if not parts:
+        raise RefusedFile(str(base), "is the directory itself, not a file")
+    parent = _open_run_dir(base, parts[:-1])
+    try:
+        fd = _open_file(parent, base, parts)
+    finally:
+        os.close(parent)
+    size = os.fstat(fd).st_size
+    if size > limit.cap:
+        os.close(fd)
+        raise RefusedFile(
+            str(Path(base, *parts)),
+            f"is {size:,} bytes, over the {limit.kind} cap of {limit.cap:,} bytes "
+            f"({limit.why}); this is not a file the run wrote",
+        )
+    return os.fdopen(fd, "rb"), size
+
+
+def read_regular(
+    path: str | os.PathLike[str], limit: Limit, *, root: str | os.PathLike[str] | None = None
+) -> bytes:
+    """The bytes of the regular file ``path`` inside ``root`` (see :func:`open_regular`)."""
+    handle, size = open_regular(path, limit, root=root)
+    with handle:
+        return handle.read(size)
+
+
+def regular_files(
+    directory: str | os.PathLike[str],
+    keep: Callable[[str], bool],
+    *,
+    recursive: bool,
+    root: str | os.PathLike[str] | None = None,
+    max_files: int | None = None,
+) -> list[Path]:
+    """The files under ``directory`` (inside ``root``, default ``directory``) whose names
+    ``keep`` accepts, by directory, then name.
+
+    Refused (:class:`RefusedFile`): a kept name that is not a regular file, every link when
+    ``recursive``, and more than ``max_files`` files (as the listing passes the bound).
+    """
+    base, top = _split(directory, directory if root is None else root)
+    found: list[PurePosixPath] = []
+    pending = [top]
+    while pending:
+        parts = pending.pop()
+        fd = _open_run_dir(base, parts)
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    child = (*parts, entry.name)
+                    if recursive and entry.is_dir(follow_symlinks=False):
+                        pending.append(child)
+                    elif keep(entry.name) or (recursive and entry.is_symlink()):
+                        if not entry.is_file(follow_symlinks=False):
+                            info = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
+                            _refuse_entry(base, child, info)
+                        found.append(PurePosixPath(*child))
+                        if max_files is not None and len(found) > max_files:
+                            raise RefusedFile(
+                                os.fspath(directory),
+                                f"holds more than {max_files} such files; this is not a "
+                                "directory the run wrote",
+                            )
+        finally:
+            os.close(fd)
+    found.sort(key=lambda path: (path.parent, path.name))
+    return [Path(base, path) for path in found]
+
+
+def _split(
+    path: str | os.PathLike[str], root: str | os.PathLike[str] | None
+) -> tuple[Path, tuple[str, ...]]:
+    """``(root, components of path below root)``; ValueError if path is not below root."""
+    target = Path(path)
+    base = target.parent if root is None else Path(root)
+    parts = target.relative_to(base).parts
+    if ".." in parts:
+        raise ValueError(f"{target} leaves {base}")
+    return base, parts
+
+
+class _Blocked(Exception):
+    """A part of a path that is a link or not a directory: its depth and ``lstat``."""
+
+    def __init__(self, depth: int, info: os.stat_result) -> None:
+        self.depth, self.info = depth, info
+
+
+def _open_dir(base: Path, parts: tuple[str, ...], *, create: bool = False) -> int:
+    """A descriptor of ``base/parts...``: ``base`` as named (a link followed), each part
+    opened ``O_NOFOLLOW`` relative to its parent (``create``: made when absent)."""
+    fd = os.open(base, _DIR_FLAGS)
+    for depth, name in enumerate(parts, start=1):
+        try:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+            child = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as error:
+            try:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _Blocked(depth, os.stat(name, dir_fd=fd, follow_symlinks=False)) from None
+                raise
+            finally:
+                os.close(fd)
+        os.close(fd)
+        fd = child
+    return fd
+
+
+def _open_run_dir(base: Path, parts: tuple[str, ...]) -> int:
+    """:func:`_open_dir` for reading a run dir: a link or special file on the way is refused."""
+    try:
+        return _open_dir(base, parts)
+    except _Blocked as blocked:
+        if not stat.S_ISREG(blocked.info.st_mode):
+            _refuse_entry(base, parts[: blocked.depth], blocked.info)
+        path = base.joinpath(*parts[: blocked.depth])
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path)) from None
+
+
+def _open_file(parent: int, base: Path, parts: tuple[str, ...]) -> int:
+    """Open the last of ``parts`` in ``parent``: refused unless a regular file."""
+    name = parts[-1]
+    before = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if not stat.S_ISREG(before.st_mode):
+        _refuse_entry(base, parts, before)
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        _refuse_entry(base, parts, os.stat(name, dir_fd=parent, follow_symlinks=False))
+    after = os.fstat(fd)
+    if not stat.S_ISREG(after.st_mode):
+        os.close(fd)
+        _refuse_entry(base, parts, after)
+    return fd
+
+
+def _refuse_entry(base: Path, parts: tuple[str, ...], info: os.stat_result) -> NoReturn:
+    shown = str(Path(base, *parts))
+    if stat.S_ISLNK(info.st_mode):
+        where = "inside" if _link_stays_inside(base, parts) else "outside"
+        raise RefusedFile(
+            shown,
+            f"is a symbolic link to a path {where} the run directory (links are not "
+            "followed in a run dir: put the file itself there)",
+        )
+    kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+    raise RefusedFile(shown, f"is {kind}, not a regular file; a run dir holds regular files only")
+
+
+def _link_stays_inside(base: Path, parts: tuple[str, ...]) -> bool:
+    """Whether the link ``base/parts`` resolves inside ``base`` (for the message only)."""
+    real_base = os.path.realpath(base)
+    real = os.path.realpath(Path(base, *parts))
+    return real == real_base or real.startswith(real_base + os.sep)

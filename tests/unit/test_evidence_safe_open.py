@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from miles_amd.evidence.load import REFUSED, load_run
-from miles_amd.evidence.safe_open import (
+from miles_amd.files import (
     ENV_JSON,
     EVENT_FILE,
     JOB_JSON,

@@ -657,6 +657,6 @@ def test_the_node_side_follows_no_link_and_caps_sizes(tmp_path: Path, monkeypatc
 
 
 def test_the_node_side_caps_are_the_gates() -> None:
-    from miles_amd.evidence.safe_open import EVENT_FILE, RECORD_FILE
+    from miles_amd.files import EVENT_FILE, RECORD_FILE
 
     assert {"tensorboard": EVENT_FILE.cap, "ci_history": RECORD_FILE.cap} == pullback_node.CAPS

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from miles_amd import strict_json
-from miles_amd.evidence.safe_open import RECORD_FILE, read_regular, regular_files
 from miles_amd.evidence.types import MetricsFormatError, Point, SeriesMap, normalise_map
+from miles_amd.files import RECORD_FILE, read_regular, regular_files
 
 RECORD_SUFFIXES = (".jsonl", ".ndjson")
 # miles writes one file per process (2 in the recipe's runs) of 5 keys: 5,000 points a

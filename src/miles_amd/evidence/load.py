@@ -6,7 +6,7 @@
 - A source that fails to read is a :class:`~miles_amd.evidence.types.SourceProblem` naming
   file and offset or line, and the others still count; a present metric source holding
   nothing, or no metric source at all, is a problem too: a gate must not pass on evidence it
-  did not see. A run dir holding a file ``safe_open`` refuses is not read at all: its
+  did not see. A run dir holding a file ``miles_amd.files`` refuses is not read at all: its
   evidence is only the problems, so the gate exits 2 naming them.
 - ``job.log`` is read once, each block feeding the metric lines and the sentinel scan.
 - ``live=True`` is the watcher's view of a run being written: writes in flight are left out
@@ -25,17 +25,6 @@ from typing import Any
 from miles_amd.evidence.ci_history import find_record_files, read_ci_history_dir
 from miles_amd.evidence.job_log import MetricLines, line_blocks
 from miles_amd.evidence.merge import merge_sources
-from miles_amd.evidence.safe_open import (
-    CANARY_JSON,
-    ENV_JSON,
-    JOB_JSON,
-    JOB_LOG,
-    PLAN_JSON,
-    Limit,
-    RefusedFile,
-    open_regular,
-    read_regular,
-)
 from miles_amd.evidence.sentinels import SentinelScan
 from miles_amd.evidence.tensorboard import EventFileError, find_event_files, read_tensorboard_dir
 from miles_amd.evidence.types import (
@@ -50,6 +39,17 @@ from miles_amd.evidence.types import (
     SeriesMap,
     SourceName,
     SourceProblem,
+)
+from miles_amd.files import (
+    CANARY_JSON,
+    ENV_JSON,
+    JOB_JSON,
+    JOB_LOG,
+    PLAN_JSON,
+    Limit,
+    RefusedFile,
+    open_regular,
+    read_regular,
 )
 from miles_amd.records.job import json_object
 from miles_amd.run_dir import RunDir

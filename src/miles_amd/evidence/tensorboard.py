@@ -26,8 +26,8 @@ import google_crc32c
 from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 
-from miles_amd.evidence.safe_open import EVENT_FILE, read_regular, regular_files
 from miles_amd.evidence.types import Columns, SeriesMap, columns_to_series, new_columns
+from miles_amd.files import EVENT_FILE, read_regular, regular_files
 
 SCALARS_PLUGIN = "scalars"
 _HEADER = struct.Struct("<QI")
