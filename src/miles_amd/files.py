@@ -78,31 +78,42 @@ class UnsafeDir(OSError):
     """A directory to write into is a link or not a directory; ``str()`` names it and the fix."""
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` whole or not at all (parent dirs are created)."""
-    write_files(path.parent, {path.name: data}, root=path.parent, mode=mode)
+def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` whole or not at all (parent dirs are created);
+    ``replace=False``: ``FileExistsError`` when ``path`` exists (``os.link``, atomic)."""
+    write_files(path.parent, {path.name: data}, root=path.parent, replace=replace, mode=mode)
 
 
-def atomic_write_text(path: Path, text: str, *, mode: int = 0o644) -> None:
+def atomic_write_text(path: Path, text: str, *, replace: bool = True, mode: int = 0o644) -> None:
     """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
-    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+    atomic_write_bytes(path, text.encode("utf-8"), replace=replace, mode=mode)
 
 
 def write_files(
-    out_dir: Path, files: Mapping[str, bytes], *, root: Path | None = None, mode: int = 0o644
+    out_dir: Path,
+    files: Mapping[str, bytes],
+    *,
+    root: Path | None = None,
+    replace: bool = True,
+    mode: int = 0o644,
 ) -> None:
     """Write the set ``files`` (``name: bytes``) into ``out_dir``, created when absent.
 
     ``root`` (default ``out_dir``'s parent) is trusted, followed if a link; a link or file
     from it down to ``out_dir`` is ``UnsafeDir`` and nothing is written.
     """
-    with staged_files(out_dir, files, root=root, mode=mode) as commit:
+    with staged_files(out_dir, files, root=root, replace=replace, mode=mode) as commit:
         commit()
 
 
 @contextlib.contextmanager
 def staged_files(
-    out_dir: Path, files: Mapping[str, bytes], *, root: Path | None = None, mode: int = 0o644
+    out_dir: Path,
+    files: Mapping[str, bytes],
+    *,
+    root: Path | None = None,
+    replace: bool = True,
+    mode: int = 0o644,
 ) -> Iterator[Callable[[], None]]:
     """:func:`write_files` in two steps: the set's temp files are written on entry, the
     function given renames them into place under the directory's lock (one set at a time);
@@ -129,6 +140,9 @@ def staged_files(
         hold(fd, wait=True)
         try:
             for name, (tmp, held) in list(temps.items()):
+                if not replace:  # FileExistsError if it exists; the temp goes on exit
+                    os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+                    continue
                 os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
                 del temps[name]
                 os.close(held)

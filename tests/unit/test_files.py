@@ -65,6 +65,12 @@ def test_a_set_is_written_whole_and_leaves_no_temp_file(tmp_path: Path) -> None:
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert names == ["a.json", "b.md"]
     assert (tmp_path / "out" / "a.json").read_bytes() == b"3"
+    with pytest.raises(FileExistsError):
+        atomic_write_text(tmp_path / "out" / "a.json", "4", replace=False)
+    atomic_write_text(tmp_path / "out" / "c.json", "5", replace=False)
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["a.json", "b.md", "c.json"]
+    assert (tmp_path / "out" / "a.json").read_bytes() == b"3"
 
 
 def test_a_link_anywhere_below_the_root_is_refused(tmp_path: Path) -> None:
