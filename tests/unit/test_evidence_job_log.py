@@ -143,7 +143,8 @@ def test_reads_the_lines_miles_prints_ray_colours_numpy_reprs_and_non_finite(
         "log_utils.py:542 - step 0: {'train/loss': 0.5, 'train/step': 0} "
         "[repeated 2x across cluster]",
         PREFIX + "rollout 0: {'rollout/a': np.float64(0.25), 'rollout/b': np.float32(nan), "
-        "'rollout/c': np.int64(-3), 'rollout/d': True, 'rollout/e': -inf, 'rollout/f': -'x'}",
+        "'rollout/c': np.int64(-3), 'rollout/d': True, 'rollout/e': -inf, 'rollout/f': -'x', "
+        "'rollout/g': +-2}",
         PREFIX + "perf 4: {'perf/t': 1.5, 'perf/name': 'x', 'perf/none': None, 'perf/l': [1, nan]}",
         PREFIX + "step 3: saving checkpoint",  # lines that are not metric lines
         PREFIX + "eval 3: {'eval/x': 1.0}",
@@ -157,7 +158,7 @@ def test_reads_the_lines_miles_prints_ray_colours_numpy_reprs_and_non_finite(
     assert series["train/loss"] == ((0, 0.5),) and series["perf/t"] == ((4, 1.5),)
     assert series["rollout/a"] == ((0, 0.25),) and math.isnan(series["rollout/b"][0][1])
     assert series["rollout/c"] == ((0, -3.0),) and series["rollout/d"] == ((0, 1.0),)
-    assert series["rollout/e"] == ((0, -math.inf),)
+    assert series["rollout/e"] == ((0, -math.inf),) and series["rollout/g"] == ((0, -2.0),)
     assert not {"perf/name", "perf/none", "perf/l", "eval/x", "rollout/f"} & set(series)
     assert all(type(s) is int and type(v) is float for p in series.values() for s, v in p)
 
