@@ -1,9 +1,9 @@
 """Hostile input, one attack class a case, each asserting its named outcome (issues 17 and 26).
 
 A run dir (the embedded example copied, then altered) is judged in-process as the gate judges
-it: ``load_run``, ``judge`` and the report's JSON (:func:`judged`), with the verdict's exit code
-(0 pass, 1 fail, 2 unusable input); no figure is drawn. The CLI (typer's CliRunner) runs where
-its own contract is the subject: the one error line, the report's write, the terminal, the
+it: ``load_run``, ``judge`` and the report's renderings (:func:`judged`), with the verdict's
+exit code (0 pass, 1 fail, 2 unusable input); no figure is drawn. The CLI (typer's CliRunner)
+runs where its own contract is the subject: the one error line, the report's write, the
 history, and metrics.png of values near the float limit. The history store runs on a real
 SQLite file, the pull-back's frame parser and node reader on real files.
 """
@@ -36,7 +36,7 @@ from miles_amd.judge.gate import judge
 from miles_amd.node import pullback_node
 from miles_amd.recipe.settings import Recipe, RecipeError
 from miles_amd.records.job import JOB_STATES, STOP_REASONS, JobRecord
-from miles_amd.report.render import render_json
+from miles_amd.report.render import render_json, render_markdown, render_text
 from miles_amd.rules.model import Baseline
 from miles_amd.run.preflight import Fact, write_env_json
 from miles_amd.run.pullback import END, FRAME, PullError, apply_frame, parse_frames
@@ -423,18 +423,20 @@ def test_contradictory_or_failed_env_facts_fail_the_environment_check(
 # ---------------------------------------------------------------------------- sinks
 
 
-def test_markup_and_escape_sequences_from_the_run_dir_are_inert(tmp_path: Path) -> None:
+def test_markup_and_escape_sequences_from_the_run_dir_are_inert(
+    tmp_path: Path, patched: Baseline
+) -> None:
     run_dir = example(tmp_path)
     payload = "<img src=x onerror=alert(1)> [x](http://evil) `code` | \x1b]0;owned\x07\x1b[2J"
     job = {"job_id": "j", "status": "FAILED", "message": payload}
     (run_dir / "job.json").write_text(json.dumps(job))
-    result = gate(run_dir)
-    assert result.exit_code == 1
-    assert "\x1b" not in result.output and "\x07" not in result.output
-    markdown = (run_dir / "report" / "report.md").read_text()
+    verdict = judge(load_run(run_dir), patched)
+    assert verdict.exit_code == 1
+    text, markdown = render_text(verdict), render_markdown(verdict)
+    assert "\x1b" not in text + markdown and "\x07" not in text + markdown
+    assert "\\x1b]0;owned\\x07" in text  # shown escaped, not dropped
     assert "<img" not in markdown and "&lt;img" in markdown
     assert "](http://evil)" not in markdown.replace("\\]", "")  # no link: brackets escaped
-    assert "\x1b" not in markdown
 
 
 def test_a_report_link_in_the_run_dir_is_refused_and_nothing_is_written_outside(
