@@ -82,7 +82,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 
 from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.load import load_run
-from miles_amd.evidence.tfrecord import masked_crc32c
+from miles_amd.evidence.tensorboard import masked_crc32c
 from miles_amd.judge.gate import judge
 from miles_amd.testing.miles_writer import (
     CI_CAPTURED_KEYS,

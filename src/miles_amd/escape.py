@@ -1,34 +1,19 @@
 """Strings from a run dir made safe for where they are shown: one function per sink.
 
-A run dir is untrusted input: a TensorBoard tag, a ``job.json`` message, a log line or an
-``env.json`` value may hold anything. Such a string is shown through the function of the sink
-it is written to (a hostile ``job.json`` message stays inert in the gate's terminal output
-and ``report.md``: ``tests/unit/test_untrusted_input.py``):
-
-- :func:`terminal`: text output and tables on a terminal (and the
-  one-line errors on stderr, ``miles_amd.cli.errors``).
-  Control characters (C0, DEL, C1: ``ESC`` starts an ANSI sequence that recolours, moves the
-  cursor or retitles the window; ``\\r`` overwrites what was printed) and the bidirectional
-  overrides (``U+202A``-``U+202E``, ``U+2066``-``U+2069``, which reorder what a reader sees)
-  are shown as Python escapes (``\\x1b``, ``\\u202e``), so what was there stays visible and
-  nothing acts. A newline is escaped too: one value is one line.
-- :func:`markdown`: inline text of ``report.md`` (CI appends it to the GitHub job summary,
-  which renders markdown and some HTML). On top of :func:`terminal`, whitespace is folded,
-  ``& < >`` become HTML entities (no tag, comment or entity survives) and the characters that
-  open markdown constructs (a backslash, a backtick, ``* [ ] |``, and a leading ``#``) are
-  backslash-escaped, so a value can neither end its table cell nor start a link, an image,
-  a code span or a heading. :func:`markdown_code` shows a value (a path) as a code span, where
-  markdown and HTML are not interpreted; one holding a backtick falls back to :func:`markdown`.
-
-Decides nothing about content; a pure leaf.
+- :func:`terminal`: control characters (C0, DEL, C1: ``ESC`` starts an ANSI sequence, ``\\r``
+  overwrites), separators and format characters (the bidi overrides) are shown as Python
+  escapes (``\\x1b``, ``\\u202e``): what was there stays visible, nothing acts, one line.
+- :func:`markdown`: inline text of ``report.md`` (a GitHub job summary renders markdown and
+  some HTML): on top of :func:`terminal`, whitespace folded, ``& < >`` as entities, and
+  ``\\ ` * [ ] |`` and a leading ``#`` backslash-escaped, so a value can neither end its
+  table cell nor start a link, image, code span or heading. :func:`markdown_code`: a code
+  span, or :func:`markdown` for a value holding a backtick.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-
-__all__ = ["markdown", "markdown_code", "terminal", "unsafe_chars"]
 
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 _PLAIN = re.compile("[\x20-\x7e]*")  # printable ASCII: nothing to escape (the fast path)

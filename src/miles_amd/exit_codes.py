@@ -1,36 +1,15 @@
-"""The exit codes of the ``miles-amd`` commands and of the driver.
+"""The exit codes of the ``miles-amd`` commands and of the driver, and their help sentence.
 
-Decides the numbers and the sentence each command's help ends with
-(``tests/unit/test_cli_interface.py``); it imports nothing of this package, so the judge, the
-driver and the CLI can take their codes from here:
-
-- 0 success (the gate passed, the plan was printed, the history listed),
-- 1 the run, the gate or the preflight failed (the job failed, a check failed, a fact is
-  not ok),
-- 2 unusable input: a flag, a file or a directory the command cannot use; nothing is
-  started or half-written, and one line on stderr names the flag or file and the fix,
-- 130 interrupted (Ctrl-C).
-
-The code is the verdict whatever happens to stdout or stderr: a reader that closes the pipe
-early (``| head -2``) changes nothing (``miles_amd.cli.output``).
-
-Explained for people in ``docs/cli.md``.
+0 success; 1 the run, the gate or the preflight failed; 2 unusable input (a flag, file or
+directory: nothing started or half-written, one line on stderr naming it and the fix); 130
+interrupted. The code is the verdict whatever happens to stdout (``| head``). Imports nothing
+of this package. Explained in ``docs/cli.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Literal
-
-__all__ = [
-    "EXIT_BAD_INPUT",
-    "EXIT_CODES_HELP",
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "VERDICT_EXIT_CODES",
-    "VerdictName",
-]
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -1,25 +1,21 @@
-"""Writing files so that no reader sees half of one, and not through a link.
+"""Files written so that no reader sees half of one, and a run dir's files read as untrusted
+input; neither through a link.
 
-Decides how bytes reach disk:
-
-- :func:`atomic_write_bytes` / :func:`atomic_write_text`: one file (``job.json``,
-  ``env.json``, ``plan.json``, a recorded baseline, the driver's state): a temp file beside
-  the target, flushed (``fsync``), renamed over it (``os.replace``, atomic on POSIX) or, with
-  ``replace=False``, linked to it (``os.link`` fails if the target exists).
-- :func:`write_files`: a set of files into one directory (the gate's report, compare's files):
-  every directory below ``root`` (the run dir, or the directory the user named) is opened
+- Writing: :func:`write_files` puts a set of files into one directory
+  (:func:`atomic_write_bytes`: a set of one). Every directory below ``root`` is opened
   ``O_NOFOLLOW`` relative to its parent, so a ``report`` link in an untrusted run dir is
-  :class:`UnsafeDir`, not followed (``tests/unit/test_files.py``); every file of the set is
-  written to a temp file first, and only when all are written are they renamed into place,
-  so a failure (a full disk) leaves the previous set as it was. :func:`staged_files` is the
-  same in two steps (temps written, then :meth:`StagedFiles.commit`).
+  :class:`UnsafeDir`. Each file goes to a flushed temp file beside it; only when all are
+  written are they renamed into place (``os.replace``), so a failure leaves the previous set.
+  A writer's temps (``.<name>.<pid>-<random>.tmp``) are held under an ``flock``, and a set is
+  renamed under its directory's, so concurrent writers never take each other's temps;
+  another writer removes a temp only when it is provably a dead writer's (:func:`abandoned`).
+- Reading (:func:`open_regular`, :func:`regular_files`): a regular file only (a device, FIFO
+  or socket is refused before it is opened, and the descriptor checked again), inside
+  ``root`` with no link below it followed, at most its cap (:class:`Limit`), and the bytes it
+  had when opened. A refusal is a :class:`RefusedFile` naming the file and the reason;
+  ``FileNotFoundError`` means absent. A hard link is read like any file.
 
-A writer owns its temp files: each is named ``.<name>.<pid>-<random>.tmp`` and held under an
-``flock`` until it is renamed or removed, and a set is renamed into place under an ``flock`` of
-its directory, so writers of one directory at once never take each other's temps and the last
-set committed is whole. A temp is removed by another writer only when it is provably a dead
-writer's (:func:`abandoned`: its pid runs nowhere here and nobody holds its lock); on any
-error a writer removes its own temps and the targets are untouched.
+Why each rule, and the flags used: ``docs/cli.md`` ("How the gate reads a run dir").
 """
 
 from __future__ import annotations
@@ -31,23 +27,51 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Mapping
-from pathlib import Path
-
-__all__ = [
-    "StagedFiles",
-    "UnsafeDir",
-    "abandoned",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "hold",
-    "owned_name",
-    "staged_files",
-    "write_files",
-]
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, NoReturn
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The largest file of one kind a reader accepts, and why that size."""
+
+    kind: str
+    cap: int  # bytes
+    why: str
+
+
+EVENT_FILE = Limit(
+    "event file",
+    256 * _MIB,
+    "read whole, so memory is a few times this: ~5 million scalars at 54 bytes each, 30x "
+    "the 8 MB of event files a 1000-rollout x 150-tag run writes (benchmarks/bench_gate.py)",
+)
+RECORD_FILE = Limit(
+    "CI-history record file",
+    64 * _MIB,
+    "read whole; miles rewrites it on every log call and it holds the 5 captured keys: "
+    "108 kB for 1000 rollouts",
+)
+JOB_LOG = Limit(
+    "job log",
+    8 << 30,
+    "streamed in bounded memory, so the cap bounds time only: 10-12 s of CPU per GiB "
+    "(benchmarks/bench_log.py), ~1.5 min at the cap; 8x a 1000-rollout log as estimated "
+    "from SGLang's decode-batch logging (~0.5 GiB, not measured on a node)",
+)
+JOB_JSON = Limit("job.json", _MIB, "the driver writes a few hundred bytes")
+ENV_JSON = Limit("env.json", _MIB, "the preflight writes a few kilobytes")
+PLAN_JSON = Limit("plan.json", _MIB, "the driver writes a few kilobytes")
+CANARY_JSON = Limit(
+    "canary.json", _MIB, "miles-amd canary writes ~40 kB for the node plan's 58 sizes, all red"
+)
 
 
 class UnsafeDir(OSError):
@@ -55,26 +79,9 @@ class UnsafeDir(OSError):
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` whole or not at all (parent dirs are created).
-
-    ``replace=False`` raises ``FileExistsError`` when ``path`` exists. ``mode`` is applied
-    before the rename.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.parent, _DIR_FLAGS)
-    try:
-        _remove_stale(fd, path.name)
-        tmp, held = _write_temp(fd, path.name, data, mode)
-        try:
-            if replace:
-                os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
-            else:
-                os.link(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
-        finally:
-            _unlink(fd, tmp)
-            os.close(held)
-    finally:
-        os.close(fd)
+    """Write ``data`` to ``path`` whole or not at all (parent dirs are created);
+    ``replace=False``: ``FileExistsError`` when ``path`` exists (``os.link``, atomic)."""
+    write_files(path.parent, {path.name: data}, root=path.parent, replace=replace, mode=mode)
 
 
 def atomic_write_text(path: Path, text: str, *, replace: bool = True, mode: int = 0o644) -> None:
@@ -83,56 +90,34 @@ def atomic_write_text(path: Path, text: str, *, replace: bool = True, mode: int 
 
 
 def write_files(
-    out_dir: Path, files: Mapping[str, bytes], *, root: Path | None = None, mode: int = 0o644
+    out_dir: Path,
+    files: Mapping[str, bytes],
+    *,
+    root: Path | None = None,
+    replace: bool = True,
+    mode: int = 0o644,
 ) -> None:
     """Write the set ``files`` (``name: bytes``) into ``out_dir``, created when absent.
 
-    ``root`` is the directory the caller trusts (followed if it is a link); every directory
-    from it down to ``out_dir`` is opened without following a link. Default: ``out_dir``'s
-    parent. ``UnsafeDir`` when one of them is a link or a file; nothing is written then.
+    ``root`` (default ``out_dir``'s parent) is trusted, followed if a link; a link or file
+    from it down to ``out_dir`` is ``UnsafeDir`` and nothing is written.
     """
-    with staged_files(out_dir, files, root=root, mode=mode) as staged:
-        staged.commit()
+    with staged_files(out_dir, files, root=root, replace=replace, mode=mode) as commit:
+        commit()
 
 
-class StagedFiles:
-    """A set written to temp files in its directory, not yet in place (:func:`staged_files`).
-
-    :meth:`commit` renames every temp into place; leaving the ``with`` block removes the temps
-    not committed.
-    """
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.temps: dict[str, tuple[str, int]] = {}  # name: (its temp, the temp's held fd)
-
-    def commit(self) -> None:
-        """Rename every temp into place, under the directory's lock (one set at a time)."""
-        hold(self.fd, wait=True)
-        try:
-            for name, (tmp, held) in list(self.temps.items()):
-                os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-                del self.temps[name]
-                os.close(held)
-        finally:
-            with contextlib.suppress(OSError):  # no flock on this file system: nothing held
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-
-    def __enter__(self) -> StagedFiles:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for tmp, held in self.temps.values():
-            _unlink(self.fd, tmp)
-            os.close(held)
-        os.close(self.fd)
-
-
+@contextlib.contextmanager
 def staged_files(
-    out_dir: Path, files: Mapping[str, bytes], *, root: Path | None = None, mode: int = 0o644
-) -> StagedFiles:
-    """:func:`write_files`' first step: the set's temp files in ``out_dir`` (same checks);
-    use it as a context manager and call :meth:`StagedFiles.commit` to put them in place."""
+    out_dir: Path,
+    files: Mapping[str, bytes],
+    *,
+    root: Path | None = None,
+    replace: bool = True,
+    mode: int = 0o644,
+) -> Iterator[Callable[[], None]]:
+    """:func:`write_files` in two steps: the set's temp files are written on entry, the
+    function given renames them into place under the directory's lock (one set at a time);
+    leaving the block removes the temps not committed."""
     base = root if root is not None else out_dir.parent
     parts = out_dir.relative_to(base).parts if out_dir != base else ()
     if any(part in ("", ".", "..") for part in parts):
@@ -141,39 +126,40 @@ def staged_files(
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"{name!r} is not a file name")
     base.mkdir(parents=True, exist_ok=True)
-    staged = StagedFiles(_open_below(base, parts, out_dir))
+    try:
+        fd = _open_dir(base, parts, create=True)
+    except _Blocked as blocked:
+        kind = "a symbolic link" if stat.S_ISLNK(blocked.info.st_mode) else "not a directory"
+        raise UnsafeDir(
+            f"{base.joinpath(*parts[: blocked.depth])} is {kind}; files are never written "
+            f"through a link or over a file: remove it, or write {out_dir.name} elsewhere"
+        ) from None
+    temps: dict[str, tuple[str, int]] = {}  # name: (its temp, the temp's held fd)
+
+    def commit() -> None:
+        hold(fd, wait=True)
+        try:
+            for name, (tmp, held) in list(temps.items()):
+                if not replace:  # FileExistsError if it exists; the temp goes on exit
+                    os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+                    continue
+                os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                del temps[name]
+                os.close(held)
+        finally:
+            with contextlib.suppress(OSError):  # no flock on this file system: nothing held
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
     try:
         for name, data in files.items():
-            _remove_stale(staged.fd, name)
-            staged.temps[name] = _write_temp(staged.fd, name, data, mode)
-    except BaseException:
-        staged.__exit__()
-        raise
-    return staged
-
-
-def _open_below(base: Path, parts: tuple[str, ...], out_dir: Path) -> int:
-    fd = os.open(base, _DIR_FLAGS)
-    for index, part in enumerate(parts):
-        try:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
-            child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-        except OSError as error:
-            if error.errno not in (errno.ELOOP, errno.ENOTDIR):
-                os.close(fd)
-                raise
-            info = os.stat(part, dir_fd=fd, follow_symlinks=False)
-            os.close(fd)
-            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a directory"
-            where = base.joinpath(*parts[: index + 1])
-            raise UnsafeDir(
-                f"{where} is {kind}; files are never written through a link or over a file: "
-                f"remove it, or write {out_dir.name} elsewhere"
-            ) from None
+            _remove_stale(fd, name)
+            temps[name] = _write_temp(fd, name, data, mode)
+        yield commit
+    finally:
+        for tmp, held in temps.values():
+            _unlink(fd, tmp)
+            os.close(held)
         os.close(fd)
-        fd = child
-    return fd
 
 
 def owned_name(stem: str, suffix: str) -> str:
@@ -182,9 +168,8 @@ def owned_name(stem: str, suffix: str) -> str:
 
 
 def hold(fd: int, *, wait: bool = False) -> None:
-    """Take the writer's lock on ``fd`` (its temp file or dir), held until ``fd`` is closed
-    (``wait``: until it is free); ``BlockingIOError`` when another holds it. A file system
-    without ``flock`` (``ENOLCK``) leaves the pid in the name as the only proof of life."""
+    """Take the writer's lock on ``fd`` until it is closed (``wait``: wait for it);
+    ``BlockingIOError`` when held. Without ``flock`` (``ENOLCK``) the pid is the only proof."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except OSError as error:
@@ -193,16 +178,13 @@ def hold(fd: int, *, wait: bool = False) -> None:
 
 
 def abandoned(dir_fd: int, entry: str, stem: str, suffix: str) -> bool:
-    """Whether ``entry`` (in ``dir_fd``) is a dead writer's :func:`owned_name` of ``stem``:
-    the pid in its name runs nowhere on this host and no one holds its lock (a writer on
-    another host sharing the file system does). A name without a pid is never abandoned."""
+    """Whether ``entry`` (in ``dir_fd``) is a dead writer's :func:`owned_name` of ``stem``: its
+    pid runs nowhere here and no one (a writer on another host) holds its lock."""
     found = re.fullmatch(re.escape(stem) + r"\.(\d+)-[0-9a-f]+" + re.escape(suffix), entry)
     if found is None or _running(int(found.group(1))):
         return False
     try:
-        fd = os.open(
-            entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-        )
+        fd = os.open(entry, _FILE_FLAGS, dir_fd=dir_fd)
     except OSError:
         return False
     try:
@@ -251,3 +233,187 @@ def _remove_stale(dir_fd: int, name: str) -> None:
 def _unlink(dir_fd: int, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=dir_fd)
+
+
+class RefusedFile(Exception):
+    """A file of the run dir that is not read: not a regular file, a link, or over its cap."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(f"{path}: {reason}")
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def open_regular(
+    path: str | os.PathLike[str], limit: Limit, *, root: str | os.PathLike[str] | None = None
+) -> tuple[BinaryIO, int]:
+    """``(binary handle, size)`` of the regular file ``path`` inside ``root`` (default its
+    parent); read at most ``size`` bytes. :class:`RefusedFile`, ``FileNotFoundError``."""
+    base, parts = _split(path, root)
+    if not parts:
+        raise RefusedFile(str(base), "is the directory itself, not a file")
+    parent = _open_run_dir(base, parts[:-1])
+    try:
+        fd = _open_file(parent, base, parts)
+    finally:
+        os.close(parent)
+    size = os.fstat(fd).st_size
+    if size > limit.cap:
+        os.close(fd)
+        raise RefusedFile(
+            str(Path(base, *parts)),
+            f"is {size:,} bytes, over the {limit.kind} cap of {limit.cap:,} bytes "
+            f"({limit.why}); this is not a file the run wrote",
+        )
+    return os.fdopen(fd, "rb"), size
+
+
+def read_regular(
+    path: str | os.PathLike[str], limit: Limit, *, root: str | os.PathLike[str] | None = None
+) -> bytes:
+    """The bytes of the regular file ``path`` inside ``root`` (see :func:`open_regular`)."""
+    handle, size = open_regular(path, limit, root=root)
+    with handle:
+        return handle.read(size)
+
+
+def regular_files(
+    directory: str | os.PathLike[str],
+    keep: Callable[[str], bool],
+    *,
+    recursive: bool,
+    root: str | os.PathLike[str] | None = None,
+    max_files: int | None = None,
+) -> list[Path]:
+    """The files under ``directory`` (inside ``root``, default ``directory``) whose names
+    ``keep`` accepts, by directory, then name.
+
+    Refused (:class:`RefusedFile`): a kept name that is not a regular file, every link when
+    ``recursive``, and more than ``max_files`` files (as the listing passes the bound).
+    """
+    base, top = _split(directory, directory if root is None else root)
+    found: list[PurePosixPath] = []
+    pending = [top]
+    while pending:
+        parts = pending.pop()
+        fd = _open_run_dir(base, parts)
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    child = (*parts, entry.name)
+                    if recursive and entry.is_dir(follow_symlinks=False):
+                        pending.append(child)
+                    elif keep(entry.name) or (recursive and entry.is_symlink()):
+                        if not entry.is_file(follow_symlinks=False):
+                            info = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
+                            _refuse_entry(base, child, info)
+                        found.append(PurePosixPath(*child))
+                        if max_files is not None and len(found) > max_files:
+                            raise RefusedFile(
+                                os.fspath(directory),
+                                f"holds more than {max_files} such files; this is not a "
+                                "directory the run wrote",
+                            )
+        finally:
+            os.close(fd)
+    found.sort(key=lambda path: (path.parent, path.name))
+    return [Path(base, path) for path in found]
+
+
+def _split(
+    path: str | os.PathLike[str], root: str | os.PathLike[str] | None
+) -> tuple[Path, tuple[str, ...]]:
+    """``(root, components of path below root)``; ValueError if path is not below root."""
+    target = Path(path)
+    base = target.parent if root is None else Path(root)
+    parts = target.relative_to(base).parts
+    if ".." in parts:
+        raise ValueError(f"{target} leaves {base}")
+    return base, parts
+
+
+class _Blocked(Exception):
+    """A part of a path that is a link or not a directory: its depth and ``lstat``."""
+
+    def __init__(self, depth: int, info: os.stat_result) -> None:
+        self.depth, self.info = depth, info
+
+
+def _open_dir(base: Path, parts: tuple[str, ...], *, create: bool = False) -> int:
+    """A descriptor of ``base/parts...``: ``base`` as named (a link followed), each part
+    opened ``O_NOFOLLOW`` relative to its parent (``create``: made when absent)."""
+    fd = os.open(base, _DIR_FLAGS)
+    for depth, name in enumerate(parts, start=1):
+        try:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+            child = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as error:
+            try:
+                if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _Blocked(depth, os.stat(name, dir_fd=fd, follow_symlinks=False)) from None
+                raise
+            finally:
+                os.close(fd)
+        os.close(fd)
+        fd = child
+    return fd
+
+
+def _open_run_dir(base: Path, parts: tuple[str, ...]) -> int:
+    """:func:`_open_dir` for reading a run dir: a link or special file on the way is refused."""
+    try:
+        return _open_dir(base, parts)
+    except _Blocked as blocked:
+        if not stat.S_ISREG(blocked.info.st_mode):
+            _refuse_entry(base, parts[: blocked.depth], blocked.info)
+        path = base.joinpath(*parts[: blocked.depth])
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path)) from None
+
+
+def _open_file(parent: int, base: Path, parts: tuple[str, ...]) -> int:
+    """Open the last of ``parts`` in ``parent``: refused unless a regular file."""
+    name = parts[-1]
+    before = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if not stat.S_ISREG(before.st_mode):
+        _refuse_entry(base, parts, before)
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        _refuse_entry(base, parts, os.stat(name, dir_fd=parent, follow_symlinks=False))
+    after = os.fstat(fd)
+    if not stat.S_ISREG(after.st_mode):
+        os.close(fd)
+        _refuse_entry(base, parts, after)
+    return fd
+
+
+def _refuse_entry(base: Path, parts: tuple[str, ...], info: os.stat_result) -> NoReturn:
+    shown = str(Path(base, *parts))
+    if stat.S_ISLNK(info.st_mode):
+        where = "inside" if _link_stays_inside(base, parts) else "outside"
+        raise RefusedFile(
+            shown,
+            f"is a symbolic link to a path {where} the run directory (links are not "
+            "followed in a run dir: put the file itself there)",
+        )
+    kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+    raise RefusedFile(shown, f"is {kind}, not a regular file; a run dir holds regular files only")
+
+
+def _link_stays_inside(base: Path, parts: tuple[str, ...]) -> bool:
+    """Whether the link ``base/parts`` resolves inside ``base`` (for the message only)."""
+    real_base = os.path.realpath(base)
+    real = os.path.realpath(Path(base, *parts))
+    return real == real_base or real.startswith(real_base + os.sep)

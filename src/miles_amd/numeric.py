@@ -1,19 +1,10 @@
 """Means and spreads that do not raise for finite floats, however large.
 
-- ``math.fsum`` raises ``OverflowError`` when finite values sum beyond the float range
-  (``[1e308, 1e308]``), ``statistics.stdev`` when its exact result does not fit a float, and
-  ``(a - b) ** 2`` when the square does not. A run dir is untrusted input, so the gate's
-  checks, the history and the plots compute their means and spreads here
-  (``tests/unit/test_untrusted_input.py``: finite values near the float limit are judged,
-  not crashed).
-- The usual exact computation runs first (ordinary results are unchanged to the last bit);
-  only when it overflows is the same quantity computed on values scaled down, which is
-  ``inf`` exactly when the true result is beyond the float range. A caller that must judge
-  the result checks ``math.isfinite`` and names the failure.
-
-Caveat: not every sum in the package comes here: ``baseline/record.py``, ``rules/bands.py``
-and the kinds ``log_mean_within``, ``no_rising_trend`` and ``step_rise`` call ``math.fsum``
-directly. A pure leaf.
+``math.fsum``, ``statistics.stdev`` and ``(a - b) ** 2`` raise ``OverflowError`` near the
+float limit; a run dir is untrusted, so the gate's checks, the history and the plots compute
+here. The exact computation runs first (ordinary results unchanged to the last bit); only on
+overflow is it redone on scaled values, which is ``inf`` exactly when the true result is.
+A caller that must judge the result checks ``math.isfinite``.
 """
 
 from __future__ import annotations
@@ -21,8 +12,6 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-
-__all__ = ["mean", "position", "stdev"]
 
 
 def mean(values: Sequence[float]) -> float:

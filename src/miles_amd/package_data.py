@@ -1,31 +1,16 @@
 """Where the files that ship inside the package are, read through ``importlib.resources``.
 
-The package ships three kinds of data (``[tool.setuptools.package-data]`` in
-``pyproject.toml`` lists them):
-
-- the baselines, ``miles_amd/baseline/shipped-baselines/gpt_oss_20b_lora/*/*/*.json``;
-- the baseline schema, ``miles_amd/baseline/baseline.schema.json``;
-- the embedded example run, ``miles_amd/testing/example-run/`` (jvvnhop9).
-
-Git keeps one copy of the baselines and of the example at the repo's top level
-(``baselines/``, ``examples/runs/jvvnhop9/``), where reviewers read them; inside
-``src/miles_amd`` they are relative symlinks. Reading through the source tree or an
-editable install follows the links; building a wheel or an sdist copies the files the links
-point at (setuptools' ``build_py`` globs through directory links and copies contents), so an
-installed wheel holds real files. The link names carry a hyphen so setuptools does not
-take the data directories for sub-packages.
-
-This module decides only where shipped data is; what a file means is decided by its reader.
-pip installs a wheel unpacked, so a resource is a real path; anything else is an error that
-says so (``tests/unit/test_packaging.py`` installs the wheel and gates its example run).
+Shipped: the baselines (``baseline/shipped-baselines/``), the baseline schema and the
+embedded example run (``testing/example-run/``). Git keeps one copy at the repo's top level
+(``baselines/``, ``examples/runs/jvvnhop9/``) and relative symlinks inside ``src/miles_amd``
+(hyphenated, so setuptools does not take them for sub-packages); a wheel holds real files.
+A resource that is not a file-system path (a zipped install) is an error saying so.
 """
 
 from __future__ import annotations
 
 from importlib.resources import files
 from pathlib import Path
-
-__all__ = ["PackageDataError", "package_path"]
 
 
 class PackageDataError(RuntimeError):

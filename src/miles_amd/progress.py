@@ -1,12 +1,6 @@
-"""Progress of a long read, shown on a terminal only.
-
-- :class:`Progress` writes one line, rewritten in place (``\\r``), at most every
-  :data:`INTERVAL_S`, and clears it at the end; only when its stream is a TTY and the work
-  is at least ``min_bytes`` (:data:`MIN_BYTES`, 64 MiB: about a second of reading a job
-  log), so a pipe, a CI log or a short read shows nothing.
-- Used by ``miles_amd.evidence.log_lines`` (a 400 MB job.log took 5.7 s in silence).
-
-Tested in ``tests/unit/test_cli_conveniences.py`` with a real pseudo-terminal.
+"""Progress of a long read (the job log), shown on a terminal only: one line rewritten in
+place at most every :data:`INTERVAL_S`, cleared at the end, only on a TTY and for at least
+:data:`MIN_BYTES` (a pipe, a CI log or a short read shows nothing).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Secrets removed from text that others wrote, before it is printed or stored.
 
-Decides what of a foreign text (a dashboard's error body, a child's output, a Ray job's
-message) is replaced by :data:`REDACTED`:
-
-- the values of the known secret variables (:data:`SECRET_VARS`) and any value the caller
-  names, if at least :data:`MIN_SECRET_LEN` characters long;
-- whatever follows a secret variable's name as ``NAME=value`` or ``"NAME": "value"``;
-- the value of a credential flag in every argv spelling ``miles_amd.recipe.secret_flags``
-  refuses;
-- an ``Authorization: Bearer <token>`` header's token;
-- the credentials of a URL (``https://user:password@host``).
-
-Caveat: it redacts text only; it cannot find a secret that was transformed (encoded, split
-across lines). ``tests/unit/test_foreign_text.py`` drives it through the CLI. Where it is
-applied: ``docs/ray-head-and-secrets.md`` ("What is redacted, and where").
+Replaced by :data:`REDACTED`: the values of :data:`SECRET_VARS` and any value the caller
+names (at least :data:`MIN_SECRET_LEN` characters); what follows a secret variable's name
+as ``NAME=value`` or ``"NAME": "value"``; a credential flag's value in every argv spelling
+``miles_amd.recipe.secret_flags`` refuses; a ``Bearer`` token; a URL's credentials. A secret
+transformed (encoded, split) is not found. Where it is applied:
+``docs/ray-head-and-secrets.md`` ("What is redacted, and where").
 """
 
 from __future__ import annotations
@@ -23,8 +15,6 @@ import re
 from collections.abc import Iterable, Mapping
 
 from miles_amd.recipe.secret_flags import secret_flags_in
-
-__all__ = ["MIN_SECRET_LEN", "REDACTED", "SECRET_VARS", "redact"]
 
 REDACTED = "<redacted>"
 SECRET_VARS = ("WANDB_API_KEY", "HF_TOKEN", "RAY_AUTH_TOKEN")

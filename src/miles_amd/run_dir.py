@@ -1,32 +1,17 @@
-"""The run directory's layout: where each file of a run goes.
+"""The run directory's layout: where each file of a run goes (paths only, no file touched).
 
-Decides the paths and nothing else; what each file holds is its record's
-(``miles_amd.records``), who reads them is ``miles_amd.evidence``::
+    tensorboard/  ci_history/*.jsonl  job.log  job.json  env.json  plan.json  canary.json
+    report/ (report/compare/)  ray_head.log  pullback.json  <variant>/ (``train --variants``)
 
-    tensorboard/          TensorBoard event files (miles' TENSORBOARD_DIR)
-    ci_history/*.jsonl    miles' CI-history records (miles' MILES_CI_GATE_RECORD_DIR)
-    job.log               the Ray job's log
-    job.json              the job's end state, written by the driver (``records.job``)
-    env.json              the preflight's facts about the node (``records.env``)
-    plan.json             the launch plan the driver executed, secrets redacted (``records.plan``)
-    canary.json           the all-reduce canary's result (``miles_amd.canary``)
-    report/               the gate's report.json, report.md, metrics.png
-    report/compare/       ``miles-amd compare``'s files when this run is its B (default)
-    ray_head.log          output of the Ray head the driver started, when it started one
-    pullback.json         cluster mode: what was pulled back from the job's node
-    <variant>/            ``train --variants``: one run dir per aiter variant
-
-A directory holding none of :attr:`RunDir.markers` is not a run dir (:attr:`RunDir.is_run_dir`).
-``.ci/run``'s ``record-readers`` check holds the code to this: no module outside
-``miles_amd.evidence`` opens a run-dir record (the JSON files) for reading.
+What each file holds is its record's (``miles_amd.records``); only ``miles_amd.evidence``
+opens a run-dir record for reading (``.ci/lint``'s record-readers check). A directory
+holding none of :attr:`RunDir.markers` is not a run dir.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-__all__ = ["RunDir"]
 
 
 class _Under:

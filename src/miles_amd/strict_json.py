@@ -1,19 +1,11 @@
 """A JSON reader for files someone handed us: strict, bounded, located errors.
 
-Decides what :func:`loads` refuses that Python's ``json`` quietly accepts:
-
-- a duplicate key;
-- nesting deeper than ``max_depth`` (:data:`MAX_DEPTH` by default);
-- an integer literal outside 64 bits, or a float literal beyond the float range;
-- a non-finite constant (``NaN``, ``Infinity``), unless the caller passes ``non_finite=True``;
-- a lone surrogate in a string or key.
-
-Every refusal is a :class:`StrictJsonError` whose ``str()`` is one line, ``<JSON path>:
-<reason>`` or ``line L column C: <reason>``; the caller prefixes the file. Decides nothing
-about what the document must contain. A leaf: the standard library only. Caveat: some reads
-stay plain ``json`` on purpose (tool output on the node, Ray's replies), and so does
-``run/probes_miles.py``'s read of ``config.json``. Which files, and why each refusal:
-``docs/cli.md`` ("How the gate reads a run dir").
+:func:`loads` refuses what Python's ``json`` accepts: a duplicate key, nesting deeper than
+``max_depth``, an integer outside 64 bits or a float literal beyond the float range, a
+non-finite constant (unless ``non_finite=True``), a lone surrogate. A refusal is a
+:class:`StrictJsonError` whose ``str()`` is one line, ``<JSON path>: <reason>`` or ``line L
+column C: <reason>``. Some reads stay plain ``json`` on purpose (tool output on the node,
+Ray's replies, ``config.json``). Why: ``docs/cli.md`` ("How the gate reads a run dir").
 """
 
 from __future__ import annotations
@@ -22,8 +14,6 @@ import json
 import math
 import re
 from typing import Any
-
-__all__ = ["MAX_DEPTH", "StrictJsonError", "json_path", "loads"]
 
 MAX_DEPTH = 32
 _INT64 = 1 << 63

@@ -1,9 +1,6 @@
-"""Text people read fits :data:`WIDTH` columns: a longer line is wrapped at its spaces, not cut.
-
-A wrapped line's continuations keep its own indentation plus ``indent``; a word longer than a
-line (a long path) is broken across lines, every character kept. The terminal
-renderers (the gate's text, compare, ``baseline diff``, the preflight's table and summary) put
-every line through :func:`fit` after escaping it (``tests/unit/test_line_width.py``).
+"""Text people read fits :data:`WIDTH` columns: a longer line is wrapped at its spaces, not
+cut; continuations keep its indentation plus ``indent``; a longer word is broken, every
+character kept. The terminal renderers put every line through :func:`fit` after escaping.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def event_records(path: Path) -> list[bytes]:
     """Every event of the file, serialised with its wall time zeroed (the only free field)."""
     from tensorboard.compat.proto.event_pb2 import Event
 
-    from miles_amd.evidence.tfrecord import read_records
+    from miles_amd.evidence.tensorboard import read_records
 
     out = []
     for payload in read_records(path):

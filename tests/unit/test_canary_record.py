@@ -22,6 +22,7 @@ from miles_amd.canary.harness import Setup, merge, run, schema_path, write_canar
 from miles_amd.canary.plan import ARMS, CPU, build_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
 from miles_amd.records.canary import CanaryRecord, ControlRecord, Mismatch
+from miles_amd.records.model import parse
 from miles_amd.run_dir import RunDir
 
 PLAN = build_plan(recipe_shape(Recipe()), "reducer", 0.5, target=CPU, tokens=(28, 127))
@@ -253,7 +254,7 @@ def test_control_result_places_a_caught_runs_first_element_and_reads_a_clean_one
         "N=127 call 5: rank 2 read rank 3's segment (a peer), block 9 lane 70; "
         "expected 4, seen 0: 4 rank input step(s), 1 of the sum's"
     )
-    assert ControlRecord.from_dict(dataclasses.asdict(caught), "control") == caught
+    assert parse(ControlRecord, dataclasses.asdict(caught)) == caught
     clean = harness.control_result(faulty_record(None), 2880, 4, 2)
     assert (clean.caught, clean.mismatched_calls, clean.fingerprint) == (False, 0, None)
     # N = 128: pack 2 * 11520 + 128 * 81 + 5 is rank 2's, block 81 mod 80 = 1, lane 5

@@ -101,49 +101,44 @@ def test_a_complete_run_reads_every_source(tmp_path: Path) -> None:
     assert evidence.sentinels == ()
 
 
-def test_a_missing_run_dir_is_file_not_found(tmp_path: Path) -> None:
+def test_a_missing_run_dir_or_a_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"run directory .*absent does not exist"):
         load_run(tmp_path / "absent")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError, match="is a file; pass the run's directory"):
+        load_run(tmp_path / "file")
 
 
-def test_a_corrupt_event_file_is_a_problem_and_the_other_sources_still_count(
+def biggest_event_file(root: Path) -> Path:
+    return max((root / "tensorboard").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_size)
+
+
+def flip_middle(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_event_file_is_a_problem_and_the_other_sources_still_count(
     tmp_path: Path,
 ) -> None:
     root = write_run(tmp_path / "run")
-    event_file = max(
-        (root / "tensorboard").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_size
-    )
-    data = bytearray(event_file.read_bytes())
-    data[len(data) // 2] ^= 0x40
-    event_file.write_bytes(bytes(data))
-
-    evidence = load_run(root)
-
-    (problem,) = evidence.problems
+    event_file = biggest_event_file(root)
+    flip_middle(event_file)
+    (problem,) = load_run(root).problems
     assert problem.source == "tensorboard" and problem.path == str(event_file)
     assert "CRC mismatch" in problem.detail and problem.detail.startswith("offset ")
-    assert evidence.sources["rollout/raw_reward"] == "ci_history"
-    assert evidence.sources["train/train_rollout_logprob_abs_diff"] == "ci_history"
-    assert evidence.sources["perf/rollout_time"] == "job_log"
+    assert load_run(root).sources["rollout/raw_reward"] == "ci_history"
+    assert load_run(root).sources["perf/rollout_time"] == "job_log"
+    root = write_run(tmp_path / "cut")
+    biggest_event_file(root).write_bytes(biggest_event_file(root).read_bytes()[:-5])
+    (problem,) = load_run(root).problems
+    assert problem.source == "tensorboard" and "truncated" in problem.detail
+    live = load_run(root, live=True)  # the write in flight
+    assert live.problems == () and live.sources["perf/rollout_time"] == "tensorboard"
 
 
-def test_a_truncated_event_file_is_a_problem_unless_the_run_is_live(tmp_path: Path) -> None:
-    root = write_run(tmp_path / "run")
-    event_file = max(
-        (root / "tensorboard").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_size
-    )
-    event_file.write_bytes(event_file.read_bytes()[:-5])
-
-    strict = load_run(root)
-    assert [p.source for p in strict.problems] == ["tensorboard"]
-    assert "truncated" in strict.problems[0].detail
-
-    live = load_run(root, live=True)
-    assert live.problems == ()
-    assert live.sources["perf/rollout_time"] == "tensorboard"
-
-
-def test_empty_metric_sources_are_problems(tmp_path: Path) -> None:
+def test_empty_or_absent_metric_sources_are_problems_unless_live(tmp_path: Path) -> None:
     root = tmp_path / "run"
     (root / "tensorboard").mkdir(parents=True)
     (root / "ci_history").mkdir()
@@ -154,79 +149,72 @@ def test_empty_metric_sources_are_problems(tmp_path: Path) -> None:
         ("ci_history", "no *.jsonl records"),
         ("job_log", "no metric lines"),
     ]
-    assert evidence.series == {}
-    assert load_run(root, live=True).problems == ()
-
-
-def test_event_files_without_scalars_are_a_problem(tmp_path: Path) -> None:
-    root = tmp_path / "run"
+    assert evidence.series == {} and load_run(root, live=True).problems == ()
     writer = EventFileWriter(str(root / "tensorboard"))
     writer.add_event(Event(step=1))
     writer.close()
-    (problem,) = load_run(root).problems
-    assert problem == SourceProblem(
-        "tensorboard", str(root / "tensorboard"), "the event files hold no scalar summaries"
+    (root / "ci_history" / "1.jsonl").write_text("\n")
+    assert [p.detail for p in load_run(root).problems][:2] == [
+        "the event files hold no scalar summaries",
+        "the records hold no points",
+    ]
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "job.json").write_text(json.dumps(JOB))
+    evidence = load_run(bare)
+    assert evidence.problems == (
+        SourceProblem(
+            "run_dir",
+            str(bare),
+            "no metric source (tensorboard/, ci_history/ or job.log) in the run directory",
+        ),
     )
-
-
-def test_a_run_dir_without_any_metric_source_is_a_problem(tmp_path: Path) -> None:
-    root = tmp_path / "run"
-    root.mkdir()
-    (root / "job.json").write_text(json.dumps(JOB))
-    evidence = load_run(root)
-    assert [p.source for p in evidence.problems] == ["run_dir"]
     assert evidence.job is not None and evidence.job.status == "SUCCEEDED"
 
 
 @pytest.mark.parametrize(
-    ("text", "detail"),
+    ("name", "text", "detail"),
     [
-        ("{not json", "line 1 column 2: invalid JSON"),
-        ("[1, 2]", "expected a JSON object, found list"),
-        (json.dumps({**JOB, "status": "succeeded"}), '"status" must be one of'),
-        (json.dumps({k: v for k, v in JOB.items() if k != "job_id"}), '"job_id" must be'),
-        (json.dumps({**JOB, "end_time": "late"}), '"end_time" must be a finite number'),
-        (json.dumps({**JOB, "message": 3}), '"message" must be a string'),
+        ("job.json", "{not json", "line 1 column 2: invalid JSON"),
+        ("job.json", "[1, 2]", "expected a JSON object, found list"),
+        ("job.json", json.dumps({**JOB, "status": "succeeded"}), '"status" must be one of'),
+        ("job.json", json.dumps({**JOB, "job_id": ""}), '"job_id" must be a non-empty string'),
+        ("job.json", json.dumps({**JOB, "end_time": "late"}), '"end_time" must be a finite'),
+        ("job.json", json.dumps({**JOB, "message": 3}), '"message" must be a string'),
+        ("env.json", '"just a string"', "expected a JSON object, found str"),
+        ("plan.json", json.dumps({"recipe": 3}), '"recipe"'),
+        ("canary.json", "{}", '"schema_version" must be present, found nothing'),
     ],
 )
-def test_a_malformed_job_json_is_a_problem(tmp_path: Path, text: str, detail: str) -> None:
+def test_a_malformed_record_is_a_problem_naming_the_field(
+    tmp_path: Path, name: str, text: str, detail: str
+) -> None:
     root = write_run(tmp_path / "run")
-    (root / "job.json").write_text(text)
+    (root / name).write_text(text)
     evidence = load_run(root)
-    assert evidence.job is None
+    record = name.replace(".", "_")
+    assert getattr(evidence, record.removesuffix("_json")) is None
     (problem,) = evidence.problems
-    assert problem.source == "job_json" and problem.path == str(root / "job.json")
+    assert (problem.source, problem.path) == (record, str(root / name))
     assert detail in problem.detail
 
 
-def test_a_malformed_env_json_is_a_problem(tmp_path: Path) -> None:
+def test_missing_records_are_none_not_problems(tmp_path: Path) -> None:
     root = write_run(tmp_path / "run")
-    (root / "env.json").write_text('"just a string"')
+    for name in ("job.json", "env.json", "plan.json"):
+        (root / name).unlink()
     evidence = load_run(root)
-    assert evidence.env is None
-    assert [(p.source, p.detail) for p in evidence.problems] == [
-        ("env_json", "expected a JSON object, found str")
-    ]
-
-
-def test_missing_job_and_env_json_are_none_not_problems(tmp_path: Path) -> None:
-    root = write_run(tmp_path / "run")
-    (root / "job.json").unlink()
-    (root / "env.json").unlink()
-    evidence = load_run(root)
-    assert (evidence.job, evidence.env, evidence.problems) == (None, None, ())
+    assert (evidence.job, evidence.env, evidence.plan, evidence.canary) == (None,) * 4
+    assert evidence.problems == ()
 
 
 def test_sources_that_disagree_are_conflicts(tmp_path: Path) -> None:
     root = write_run(tmp_path / "run")
     log = root / "job.log"
     log.write_text(log.read_text().replace("'train/grad_norm': 1.1", "'train/grad_norm': 1.3"))
-    evidence = load_run(root)
-    assert evidence.conflicts == (
+    assert load_run(root).conflicts == (
         Conflict(
-            "train/grad_norm",
-            1,
-            {"tensorboard": f32(1.1), "ci_history": 1.1, "job_log": 1.3},
+            "train/grad_norm", 1, {"tensorboard": f32(1.1), "ci_history": 1.1, "job_log": 1.3}
         ),
     )
 
@@ -239,20 +227,16 @@ def test_an_unreadable_log_line_is_a_problem_and_sentinels_are_attached(tmp_path
     evidence = load_run(root)
     (problem,) = evidence.problems
     assert problem.source == "job_log" and problem.detail.startswith("line ")
-    assert [hit.name for hit in evidence.sentinels] == ["sglang_lora_skips_moe"]
-    assert evidence.sentinels[0].first_line == problem_line(problem) - 1
-
-
-def problem_line(problem: SourceProblem) -> int:
-    return int(problem.detail.split(":")[0].removeprefix("line "))
+    (hit,) = evidence.sentinels
+    assert hit.name == "sglang_lora_skips_moe"
+    assert f"line {hit.first_line + 1}:" in problem.detail
 
 
 def test_reading_in_a_thread_leaves_the_garbage_collector_alone(tmp_path: Path) -> None:
     """The watcher reads in a thread beside the driver: the process-wide collector must not
     be switched off under the other thread (an earlier speed trick did that)."""
     root = write_run(tmp_path / "run")
-    seen_disabled = threading.Event()
-    done = threading.Event()
+    done, seen_disabled = threading.Event(), threading.Event()
 
     def read() -> None:
         for _ in range(20):
@@ -266,30 +250,3 @@ def test_reading_in_a_thread_leaves_the_garbage_collector_alone(tmp_path: Path) 
             seen_disabled.set()
     reader.join()
     assert gc.isenabled() and not seen_disabled.is_set()
-
-
-def test_the_reader_spells_no_run_dir_file_name_itself() -> None:
-    """The layout has one owner (``miles_amd.run_dir.RunDir``); load.py only asks it."""
-    import ast
-
-    import miles_amd.evidence.load as load
-    from miles_amd.run_dir import RunDir
-
-    names = {path.name for path in RunDir(Path("/r")).evidence} | {"env.json"}
-    tree = ast.parse(Path(load.__file__).read_text())
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-    }
-    spelled = {
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and id(node) not in docstrings
-        and node.value in names - {"tensorboard", "ci_history"}
-    }
-    assert spelled == set()

@@ -1,8 +1,10 @@
-"""One series per metric across sources; disagreements beyond float32 noise are conflicts."""
+"""The normal form of a series (sorted by step, stable, duplicates kept, typed) and one series
+per metric across sources, with the steps where they disagree named."""
 
 from __future__ import annotations
 
 import math
+from array import array
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from miles_amd.evidence.merge import merge_sources, values_agree
-from miles_amd.evidence.types import Conflict, SeriesMap
+from miles_amd.evidence.types import Conflict, SeriesMap, columns_to_series, normalise_map
 
 
 def f32(value: float) -> float:
@@ -19,50 +21,81 @@ def f32(value: float) -> float:
         return float(np.float32(value))
 
 
-def test_tensorboard_is_preferred_then_ci_history_then_the_job_log() -> None:
-    series, sources, conflicts = merge_sources(
+points = st.lists(st.tuples(st.integers(-5, 5), st.floats(allow_nan=False)), max_size=30)
+
+
+@given(points)
+def test_both_normal_forms_sort_stably_keep_every_point_and_type_it(
+    raw: list[tuple[int, float]],
+) -> None:
+    logged = [int(v) if v.is_integer() and abs(v) < 2**53 else v for _, v in raw]  # as JSON
+    by_columns = columns_to_series({"m": ([s for s, _ in raw], array("d", logged))})
+    by_points = normalise_map({"m": raw})
+    assert by_columns == by_points
+    series = by_points.get("m", ())
+    assert sorted(series) == sorted(raw)  # a permutation: nothing dropped or added
+    assert [s for s, _ in series] == sorted(s for s, _ in raw)
+    for step in {s for s, _ in raw}:  # equal steps keep the order they were read in
+        assert [v for s, v in series if s == step] == [v for s, v in raw if s == step]
+    assert all(
+        type(step) is int and type(value) is float for step, value in by_columns.get("m", ())
+    )
+
+
+def test_nan_survives_and_metrics_without_points_are_left_out() -> None:
+    columns = columns_to_series({"b": ([1, 0], array("d", [math.nan, 1])), "a": ([], array("d"))})
+    assert list(columns) == ["b"] and columns["b"][0] == (0, 1.0)
+    assert math.isnan(columns["b"][1][1])
+    assert normalise_map({"z": [(2, 1.0), (1, 2.0)], "y": []}) == {"z": ((1, 2.0), (2, 1.0))}
+
+
+MERGES = {
+    "preference: tensorboard, ci_history, job_log": (
         {
             "job_log": {"a": ((0, 0.1),), "b": ((0, 2.0),), "c": ((0, 3.0),)},
             "ci_history": {"a": ((0, 0.1),), "b": ((0, 2.0),)},
             "tensorboard": {"a": ((0, f32(0.1)),)},
-        }
-    )
-    assert series == {"a": ((0, f32(0.1)),), "b": ((0, 2.0),), "c": ((0, 3.0),)}
-    assert sources == {"a": "tensorboard", "b": "ci_history", "c": "job_log"}
-    assert conflicts == ()
-
-
-def test_a_disagreement_is_a_conflict_naming_every_source_at_that_step() -> None:
-    _, _, conflicts = merge_sources(
+        },
+        {"a": ((0, f32(0.1)),), "b": ((0, 2.0),), "c": ((0, 3.0),)},
+        {"a": "tensorboard", "b": "ci_history", "c": "job_log"},
+        (),
+    ),
+    "a disagreement names every source at that step": (
         {
-            "tensorboard": {"m": ((0, 1.0), (1, 2.0), (2, 3.0))},
-            "ci_history": {"m": ((0, 1.0), (1, 2.0), (2, 3.0))},
-            "job_log": {"m": ((0, 1.0), (1, 2.5), (2, 3.0))},
-        }
-    )
-    assert conflicts == (Conflict("m", 1, {"tensorboard": 2.0, "ci_history": 2.0, "job_log": 2.5}),)
-
-
-def test_steps_the_preferred_source_lacks_are_not_filled_but_still_compared() -> None:
-    series, sources, conflicts = merge_sources(
+            "tensorboard": {"m": ((0, 1.0), (1, 2.0))},
+            "ci_history": {"m": ((0, 1.0), (1, 2.0))},
+            "job_log": {"m": ((0, 1.0), (1, 2.5))},
+        },
+        {"m": ((0, 1.0), (1, 2.0))},
+        {"m": "tensorboard"},
+        (Conflict("m", 1, {"tensorboard": 2.0, "ci_history": 2.0, "job_log": 2.5}),),
+    ),
+    "a step the preferred source lacks: not filled, still compared": (
         {
-            "tensorboard": {"m": ((0, 1.0), (2, 3.0))},  # lost step 1
+            "tensorboard": {"m": ((0, 1.0), (2, 3.0))},
             "ci_history": {"m": ((0, 1.0), (1, 2.0), (2, 3.0))},
             "job_log": {"m": ((0, 1.0), (1, 9.0), (2, 3.0))},
-        }
-    )
-    assert series["m"] == ((0, 1.0), (2, 3.0)) and sources["m"] == "tensorboard"
-    assert conflicts == (Conflict("m", 1, {"ci_history": 2.0, "job_log": 9.0}),)
-
-
-def test_a_duplicate_within_one_source_is_not_a_conflict() -> None:
-    _, _, conflicts = merge_sources(
+        },
+        {"m": ((0, 1.0), (2, 3.0))},
+        {"m": "tensorboard"},
+        (Conflict("m", 1, {"ci_history": 2.0, "job_log": 9.0}),),
+    ),
+    "a duplicate within one source is no conflict": (
         {
             "tensorboard": {"m": ((0, 1.0), (1, 2.0), (1, 7.0))},
             "job_log": {"m": ((0, 1.0), (1, 7.0))},
-        }
-    )
-    assert conflicts == ()
+        },
+        {"m": ((0, 1.0), (1, 2.0), (1, 7.0))},
+        {"m": "tensorboard"},
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MERGES, ids=list(MERGES))
+def test_merging(case: str) -> None:
+    per_source, series, sources, conflicts = MERGES[case]
+    assert merge_sources(per_source) == (series, sources, conflicts)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -28,8 +28,7 @@ import pytest
 
 from miles_amd.evidence.ci_history import read_ci_history_dir
 from miles_amd.evidence.load import load_run
-from miles_amd.evidence.tensorboard import read_tensorboard_dir
-from miles_amd.evidence.tfrecord import EventFileError
+from miles_amd.evidence.tensorboard import EventFileError, read_tensorboard_dir
 from miles_amd.evidence.types import SeriesMap
 from miles_amd.recipe.settings import Hardware, Recipe, RecipeError
 from miles_amd.testing.faults import (

@@ -1,19 +1,15 @@
-"""Metric series from miles' CI-history records (``ci_history/*.jsonl``).
+"""Metric series from miles' CI-history records (``ci_history/*.jsonl``), read strictly.
 
-Decides what the records say, strictly:
+- Files: the directory's top level, ``*.jsonl`` and ``*.ndjson`` (``*.tmp`` are writes in
+  flight); at most :data:`MAX_RECORD_FILES` files and :data:`MAX_POINTS` points in all (a
+  40 MiB record file once cost 1.9 GiB: the byte cap does not bound parsed objects).
+- A line: an object with a string ``metric`` and a ``series`` of ``[step, value]`` pairs, read
+  by ``miles_amd.strict_json``; non-finite values are kept; a metric at most once per file.
+- Across files: the same step with different values is an error, the same point is kept
+  once; a step repeated in one file is kept twice.
 
-- which files: the directory's top level, ``*.jsonl`` and ``*.ndjson``; ``*.tmp`` files are
-  writes in flight and are skipped;
-- a line: an object with a string ``metric`` and a ``series`` of ``[step, value]`` pairs,
-  read by ``miles_amd.strict_json`` (a duplicate key is refused); non-finite values are
-  kept; a ``null`` step is an error;
-- merging files: a metric at most once per file; the same step with different values in two
-  files is an error, the same point in two files is kept once, a step repeated in one file
-  is kept twice.
-
-Does not decide whether an empty directory is a problem (``load`` does) or which source wins
-(``merge``). The format miles writes (``CiHistoryBackend``) and each rule's reason:
-``docs/cli.md`` ("How the gate reads a run dir").
+The format miles writes and each rule's reason: ``docs/cli.md`` ("How the gate reads a run
+dir").
 """
 
 from __future__ import annotations
@@ -24,15 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from miles_amd import strict_json
-from miles_amd.evidence.errors import MetricsFormatError
-from miles_amd.evidence.safe_open import RECORD_FILE, read_regular, regular_files
-from miles_amd.evidence.series import normalise_map
-from miles_amd.evidence.types import Point, SeriesMap
+from miles_amd.evidence.types import MetricsFormatError, Point, SeriesMap, normalise_map
+from miles_amd.files import RECORD_FILE, read_regular, regular_files
 
 RECORD_SUFFIXES = (".jsonl", ".ndjson")
-# Bounds on what one ci_history/ may hold (issue 26: a 40 MiB record file cost 1.9 GiB of
-# memory; the file cap bounds bytes, not the objects parsed from them). miles writes one
-# file per process (2 in the recipe's runs) holding 5 keys: 5,000 points for 1000 rollouts.
+# miles writes one file per process (2 in the recipe's runs) of 5 keys: 5,000 points a
+# 1000-rollout run
 MAX_RECORD_FILES = 64
 MAX_POINTS = 1_000_000  # all files together; ~150 bytes each once parsed
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -44,15 +37,15 @@ _EXPECTED_POINT = (
 def find_record_files(
     directory: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
 ) -> list[Path]:
-    """The record files directly in ``directory``, sorted by name; one that is not a regular
-    file inside ``root`` (default ``directory``) is a ``RefusedFile``."""
+    """The record files directly in ``directory``, sorted by name (``RefusedFile`` for one
+    that is not a regular file inside ``root``, default ``directory``)."""
     return regular_files(
-        directory, _is_record_file, recursive=False, root=root, max_files=MAX_RECORD_FILES
+        directory,
+        lambda name: name.endswith(RECORD_SUFFIXES),
+        recursive=False,
+        root=root,
+        max_files=MAX_RECORD_FILES,
     )
-
-
-def _is_record_file(name: str) -> bool:
-    return name.endswith(RECORD_SUFFIXES)
 
 
 def read_ci_history_dir(
@@ -61,13 +54,11 @@ def read_ci_history_dir(
     live: bool = False,
     root: str | os.PathLike[str] | None = None,
 ) -> SeriesMap:
-    """The merged series of every record file in ``path``.
+    """The merged series of every record file in ``path`` (none: an empty map).
 
-    ``live`` leaves out an unterminated last line (an appending writer's line in flight).
-    Raises :class:`MetricsFormatError` naming file and line, ``FileNotFoundError`` or
-    ``NotADirectoryError`` for a bad ``path``, ``RefusedFile`` for a record file that is not
-    a regular file inside ``root`` (default ``path``) or is over its cap. No record files
-    give an empty map.
+    ``live`` leaves out an unterminated last line (a line in flight). Raises
+    :class:`MetricsFormatError` naming file and line, ``FileNotFoundError`` or
+    ``NotADirectoryError`` for a bad ``path``, ``RefusedFile``.
     """
     directory = Path(path)
     if not directory.exists():
@@ -112,13 +103,8 @@ def read_record_file(
     root: str | os.PathLike[str] | None = None,
     max_points: int = MAX_POINTS,
 ) -> dict[str, tuple[int, list[Point]]]:
-    """``metric -> (line number, points)`` of one record file, points in file order.
-
-    A line is refused, before it is decoded or parsed, when its brackets allow more than
-    ``max_points`` points in all (a point is one ``[step, value]``), so the memory parsed
-    objects take is bounded by ``max_points``, not by the file's size
-    (``tests/unit/test_untrusted_input.py``).
-    """
+    """``metric -> (line number, points)`` of one record file, points in file order; a line
+    whose brackets allow more than ``max_points`` points is refused before it is parsed."""
     name = os.fspath(path)
     data = read_regular(name, RECORD_FILE, root=root)
     metrics: dict[str, tuple[int, list[Point]]] = {}
@@ -148,8 +134,7 @@ def read_record_file(
 
 
 def _lines(data: bytes, live: bool) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` of each line of ``data`` (split on ``\\n`` only); ``live`` leaves
-    out an unterminated last line (the one a writer is still appending)."""
+    """``(start, end)`` of each ``\\n``-ended line; ``live`` leaves out an unterminated last."""
     start = 0
     while start < len(data):
         end = data.find(b"\n", start)

@@ -1,17 +1,13 @@
 """One series per metric across sources, and the places where sources disagree.
 
-Decides, per metric:
+- The series used: the first source in :data:`PREFERENCE` carrying the metric, as read;
+  steps only another source has are not filled in.
+- A conflict: a value agreeing with none of the preferred source's values at that step.
+  Agreeing: equal, both NaN, or within :data:`REL_TOL`/:data:`ABS_TOL` (float32 noise);
+  an infinity agrees only with itself.
 
-- which source's series is used: the first in :data:`PREFERENCE` that carries the metric,
-  exactly as read; steps that only another source has are not filled in;
-- where the sources disagree: a value that agrees with none of the most preferred source's
-  values at that step is a :class:`~miles_amd.evidence.types.Conflict`;
-- what agreeing means: equal, both NaN, or within :data:`REL_TOL` or :data:`ABS_TOL` (float32
-  noise); infinities agree only with the same infinity.
-
-Does not decide: whether a conflict fails the run (the gate does), nor read any file.
-
-Explained in ``docs/cli.md`` ("One series per metric").
+Whether a conflict fails the run is the gate's call. ``docs/cli.md`` ("One series per
+metric").
 """
 
 from __future__ import annotations
@@ -42,12 +38,8 @@ def values_agree(a: float, b: float) -> bool:
 def merge_sources(
     per_source: Mapping[SourceName, SeriesMap],
 ) -> tuple[SeriesMap, dict[str, SourceName], tuple[Conflict, ...]]:
-    """``(series, metric -> source used, conflicts)`` for the sources that were read.
-
-    Only sources that were read belong in ``per_source``; one that failed is a
-    ``SourceProblem`` for the caller, not an empty map here. Unknown source names raise
-    ``ValueError``. Conflicts are ordered by metric, then step.
-    """
+    """``(series, metric -> source used, conflicts by metric then step)`` of the sources
+    that were read (a failed one is the caller's ``SourceProblem``, not an empty map)."""
     unknown = sorted(set(per_source) - set(PREFERENCE))
     if unknown:
         raise ValueError(f"unknown metric sources {unknown}; expected some of {PREFERENCE}")
@@ -90,18 +82,10 @@ def _conflicts(metric: str, carriers: list[tuple[SourceName, Series]]) -> list[C
 
 
 def _provably_agree(preferred: Series, other: Series) -> bool:
-    """A fast sufficient test that two series agree point by point (False: look closer).
-
-    Same steps in the same order and the float32 roundings of the values bit-identical and
-    finite: two numbers with the same float32 rounding differ by at most one float32 ulp,
-    2**-23 relative (2**-149 absolute below float32's normal range), inside :data:`REL_TOL`
-    and :data:`ABS_TOL`. NaN, infinities, values beyond float32's range, -0.0 against 0.0
-    and real differences fall through to the point-by-point comparison.
-
-    Speed: the points are scattered heap objects, and each pass over them costs cache
-    misses, so each series is walked once, packed by ``struct`` into contiguous float64s
-    (steps too: exact below 2**53, which the sorted first and last step bound).
-    """
+    """A fast sufficient test that two series agree (False: look closer): the same steps and
+    bit-identical finite float32 roundings, which differ by at most one float32 ulp (2**-23
+    relative, 2**-149 absolute), inside the tolerances. Each series is packed once into
+    float64s (steps are exact below 2**53): passes over scattered points cost cache misses."""
     if preferred == other:
         return True
     count = len(preferred)

@@ -1,24 +1,12 @@
-"""Known log signatures of the recipe's job log, and a fast scan for them.
+"""Known log signatures of the recipe's job log (:data:`SENTINELS`), and a fast scan for them.
 
-- Which lines of ``job.log`` carry a known signature, how often each occurs and where first.
-  The signatures are the rows of :data:`SENTINELS`: ``fatal`` (the run is broken even if the
-  Ray job later reports SUCCEEDED, or is about to die) or ``known`` (tracked, counted and
-  reported; does not fail a run).
-- Patterns search anywhere in a line (Ray's actor prefix comes first); a carriage return
-  ends a segment for matching, with the ``\\n``-counted line number; a line of any length is
-  scanned in full (``log_lines`` yields long ones in pieces).
-- Speed: a line is tried against a regex only when it holds one of the sentinel's literal
-  ``needles``, and blocks of whole lines are tested as one string first.
-
-Caveats:
-
-- A bare ``Traceback`` is not a sentinel: Ray, SGLang and miles print tracebacks for
-  handled, retried or teardown-time exceptions; a traceback that ends the job shows in its
-  status.
-- Megatron's fp32-routing warning comes once per trainer rank (about 8 expected,
-  radixark/miles#3263).
-- Does not decide whether a run passes: the gate combines hits with the job state and
-  metrics; the watcher may stop a job on a fatal hit.
+- A row is ``fatal`` (the run is broken even if Ray later reports SUCCEEDED) or ``known``
+  (counted and reported; never fails a run). A pattern matches anywhere in a line (Ray's
+  actor prefix comes first); a ``\\r`` ends a segment for matching, line numbers count
+  ``\\n``. A line is tried only when it holds one of its row's literal ``needles``.
+- A bare ``Traceback`` is not a sentinel: Ray, SGLang and miles print handled ones; a fatal one
+  shows in the job's status. Megatron's fp32-routing warning comes once per trainer rank.
+- Whether a run passes is the gate's call; the watcher may stop a job on a fatal hit.
 
 Explained in ``docs/cli.md`` ("How the gate reads a run dir", log sentinels).
 """
@@ -40,11 +28,7 @@ _MAX_TEXT = 500  # characters of the first matching line kept in a hit
 
 @dataclass(frozen=True)
 class Sentinel:
-    """One known log signature.
-
-    ``needles`` are literal substrings, at least one of which is in every line that
-    ``pattern`` matches; they are the cheap prefilter, never a looser match.
-    """
+    """One known log signature; every line ``pattern`` matches holds one of ``needles``."""
 
     name: str
     severity: Severity
@@ -71,7 +55,6 @@ _HTTP_404 = (
 )
 
 SENTINELS: tuple[Sentinel, ...] = (
-    # ---- fatal -----------------------------------------------------------------------------
     _sentinel(
         "sglang_lora_skips_moe",
         "fatal",
@@ -183,7 +166,6 @@ SENTINELS: tuple[Sentinel, ...] = (
         "CPython fatal error (segfault / abort)",
         "a process crashed in native code; the lines after it show the Python stack",
     ),
-    # ---- known (tracked, never fail a run) -------------------------------------------------
     _sentinel(
         "megatron_moe_router_not_fp32",
         "known",
@@ -243,17 +225,13 @@ SENTINELS: tuple[Sentinel, ...] = (
 
 
 class SentinelScan:
-    """The sentinel hits of one log, fed in order as blocks of whole lines (``log_lines``)."""
+    """The sentinel hits of one log, fed in order as blocks of whole lines (``line_blocks``)."""
 
     def __init__(self) -> None:
         self._found: dict[str, list] = {}  # name -> [count, first line number, first text]
 
     def feed(self, first_line: int, text: str) -> None:
-        """Scan ``text``, lines joined by ``\\n``, whose first line is line ``first_line``.
-
-        Only the lines holding a needle are cut out and tried, found with ``str.find``, so
-        a block costs a few substring searches however many lines it has.
-        """
+        """Scan ``text``, lines joined by ``\\n``, whose first line is line ``first_line``."""
         for sentinel in SENTINELS:
             starts = _needle_lines(text, sentinel.needles)
             line_number, counted_to = first_line, 0
@@ -288,11 +266,8 @@ class SentinelScan:
 
 
 def _needle_lines(text: str, needles: tuple[str, ...]) -> list[int]:
-    """The start offsets of the segments of ``text`` holding any of ``needles``, in order.
-
-    A segment is a line, or the part of a line between carriage returns: a progress bar's
-    ``\\r`` updates are lines of their own for matching (the line numbers still count
-    ``\\n`` only)."""
+    """The start offsets of the segments (lines, or parts between ``\\r``) of ``text`` holding
+    any of ``needles``, in order."""
     starts: set[int] = set()
     for needle in needles:
         at = text.find(needle)

@@ -1,25 +1,16 @@
-"""Scalars from TensorBoard event files, read strictly.
+"""Scalars from TensorBoard event files, read strictly, record by record.
 
-- Which summary values are scalars and their (step, value) points: every event file
-  (``tfevents`` in its name, TensorBoard's rule) under a directory, recursively, directory by
-  directory, files in name order (which is write order).
-- Both scalar encodings: ``simple_value`` (float32; what ``SummaryWriter.add_scalar`` and so
-  miles writes) and a one-element float tensor of the ``scalars`` plugin (what
-  ``tensorboard.summary.Writer`` writes; the plugin remembered per directory, since only a
-  tag's first value carries it).
-- Everything else is skipped; nothing else is: no "orphaned data" purge as in
-  ``EventAccumulator``, every point kept, duplicates too (the gate names them).
-- Decoded record by record with the ``tensorboard`` package's ``event_pb2.Event``.
+- Framing: every record (length, its masked CRC32C, payload, the payload's) is checked; the
+  first bad one is an :class:`EventFileError` naming file, byte offset and reason.
+  TensorBoard's own loader is not used: it stops quietly at a damaged record.
+- Files: every ``tfevents`` file under a directory, recursively, directory by directory,
+  in name order (write order).
+- Scalars: ``simple_value`` (float32, what ``SummaryWriter.add_scalar`` and so miles
+  writes) and a one-element float tensor of the ``scalars`` plugin (remembered per
+  directory: only a tag's first value carries the plugin). Nothing else is dropped: every
+  point is kept, duplicates too (the gate names them).
 
-Caveats:
-
-- ``simple_value`` is float32: a value read here is the float32 nearest what the run logged.
-- About 2.5 us a scalar with protobuf's upb backend; a faster whole-file decoder was removed
-  as within ``benchmarks/bench_gate.py``'s noise (figures in the doc).
-- Does not decide whether an empty directory is a problem (``load``) or which source wins
-  (``merge``).
-
-Explained in ``docs/cli.md`` ("How the gate reads a run dir", TensorBoard).
+Why and the speed facts: ``docs/gate-and-statistics.md`` ("Reading event files strictly").
 """
 
 from __future__ import annotations
@@ -31,36 +22,97 @@ from itertools import groupby
 from operator import attrgetter
 from pathlib import Path
 
+import google_crc32c
 from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
 
-from miles_amd.evidence.safe_open import regular_files
-from miles_amd.evidence.series import Columns, columns_to_series, new_columns
-from miles_amd.evidence.tfrecord import EventFileError, read_records, record_offset
-from miles_amd.evidence.types import SeriesMap
+from miles_amd.evidence.types import Columns, SeriesMap, columns_to_series, new_columns
+from miles_amd.files import EVENT_FILE, read_regular, regular_files
 
 SCALARS_PLUGIN = "scalars"
+_HEADER = struct.Struct("<QI")
+_CRC = struct.Struct("<I")
+_CORRUPT = "corrupt event file; re-copy it or rerun"
+_TRUNCATED = "truncated event file: its writer did not finish; re-copy it or rerun"
+_FLOAT_DTYPES = {types_pb2.DT_FLOAT: ("<f", "float_val"), types_pb2.DT_DOUBLE: ("<d", "double_val")}
 
-_FLOAT_DTYPES: dict[int, tuple[str, str]] = {
-    types_pb2.DT_FLOAT: ("<f", "float_val"),
-    types_pb2.DT_DOUBLE: ("<d", "double_val"),
-}
+
+class EventFileError(ValueError):
+    """An event file whose framing or payload cannot be trusted, located to the byte."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        self.path, self.offset, self.reason = path, offset, reason
+        super().__init__(f"{path}: offset {offset}: {reason}")
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The masked CRC32C that TFRecord stores after the length and after the payload."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def read_records(
+    path: str | os.PathLike[str],
+    *,
+    allow_partial_tail: bool = False,
+    root: str | os.PathLike[str] | None = None,
+) -> list[bytes]:
+    """Every record payload of the event file ``path`` (a regular file inside ``root``)."""
+    name = os.fspath(path)
+    data = read_regular(name, EVENT_FILE, root=root)
+    return [payload for _, payload in split_records(data, name, allow_partial_tail)]
+
+
+def split_records(
+    data: bytes, path: str, allow_partial_tail: bool = False
+) -> list[tuple[int, bytes]]:
+    """``(offset, payload)`` of each record framed in ``data`` (the bytes of ``path``).
+
+    A record cut short is an error, unless ``allow_partial_tail`` (a file its writer is
+    still appending to): then an incomplete last record is left out. A CRC mismatch is an
+    error either way: bytes already written never change.
+    """
+    records: list[tuple[int, bytes]] = []
+    lengths: dict[bytes, int] = {}  # header bytes already verified -> payload length
+    offset, size = 0, len(data)
+    while offset < size:
+        header = data[offset : offset + _HEADER.size]
+        length = lengths.get(header)
+        if length is None:
+            if len(header) < _HEADER.size:
+                if allow_partial_tail:
+                    break
+                cut = f"{len(header)} of {_HEADER.size} bytes"
+                raise EventFileError(path, offset, f"record header cut short: {cut} ({_TRUNCATED})")
+            length, stored = _HEADER.unpack(header)
+            if masked_crc32c(header[:8]) != stored:
+                raise EventFileError(path, offset, f"length CRC mismatch ({_CORRUPT})")
+            lengths[header] = length
+        start = offset + _HEADER.size
+        end = start + length
+        if end + _CRC.size > size:
+            if allow_partial_tail:
+                break
+            raise EventFileError(
+                path,
+                offset,
+                f"record cut short: a {length}-byte payload and its CRC need "
+                f"{length + _CRC.size} bytes, {size - start} remain ({_TRUNCATED})",
+            )
+        payload = data[start:end]
+        if masked_crc32c(payload) != _CRC.unpack_from(data, end)[0]:
+            raise EventFileError(path, offset, f"payload CRC mismatch ({_CORRUPT})")
+        records.append((offset, payload))
+        offset = end + _CRC.size
+    return records
 
 
 def find_event_files(
     directory: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
 ) -> list[Path]:
-    """Every event file under ``directory`` (recursively), by directory, then name.
-
-    Only regular files and real directories inside ``root`` (default ``directory``) are
-    walked; an event file that is not one, or a link, is a ``RefusedFile``
-    (:mod:`miles_amd.evidence.safe_open`).
-    """
-    return regular_files(directory, _is_event_file, recursive=True, root=root)
-
-
-def _is_event_file(name: str) -> bool:
-    return "tfevents" in name
+    """Every event file under ``directory``, by directory, then name; only regular files and
+    real directories inside ``root`` (default ``directory``), else ``RefusedFile``."""
+    return regular_files(directory, lambda name: "tfevents" in name, recursive=True, root=root)
 
 
 def read_tensorboard_dir(
@@ -71,12 +123,9 @@ def read_tensorboard_dir(
 ) -> SeriesMap:
     """The scalar series of every event file under ``path``, keyed by tag.
 
-    ``live`` reads files a writer is still appending to: an incomplete final record is left
-    out; a CRC mismatch is an error either way. Raises :class:`EventFileError` for a corrupt,
-    truncated or undecodable file, ``FileNotFoundError``/``NotADirectoryError`` for a bad
-    ``path``, ``RefusedFile`` for what is not a regular file inside ``root`` (default
-    ``path``) or is over its cap. A directory without event files or scalars gives an
-    empty map.
+    ``live``: an incomplete final record is left out. Raises :class:`EventFileError`,
+    ``FileNotFoundError``/``NotADirectoryError`` for a bad ``path``, ``RefusedFile``. No
+    event files or no scalars give an empty map.
     """
     directory = Path(path)
     if not directory.exists():
@@ -85,56 +134,39 @@ def read_tensorboard_dir(
         raise NotADirectoryError(f"{directory}: expected a TensorBoard directory, found a file")
     within = directory if root is None else root
     points: defaultdict[str, Columns] = defaultdict(new_columns)
-    event_files = find_event_files(directory, root=within)
-    for _directory, files in groupby(event_files, key=attrgetter("parent")):
-        scalar_tags: dict[str, bool] = {}
+    for _, files in groupby(find_event_files(directory, root=within), key=attrgetter("parent")):
+        scalar_tags: dict[str, bool] = {}  # the directory's tag -> is-scalar memory
         for file in files:
-            records = read_records(file, allow_partial_tail=live, root=within)
-            _decode_records(str(file), records, points, scalar_tags)
+            data = read_regular(file, EVENT_FILE, root=within)
+            _decode(str(file), split_records(data, str(file), live), points, scalar_tags)
     return columns_to_series(points)
 
 
-def _decode_records(
+def _decode(
     path: str,
-    records: list[bytes],
+    records: list[tuple[int, bytes]],
     points: defaultdict[str, Columns],
     scalar_tags: dict[str, bool],
 ) -> None:
-    """Add the scalars of an event file's records to each tag's columns in ``points``.
-
-    Records are decoded one by one as ``tensorboard.Event``; errors name the record's
-    offset. ``scalar_tags`` is the directory's tag -> is-scalar memory.
-
-    Equal steps share one ``int`` object (fewer scattered objects for later passes; see
-    ``series``).
-    """
-    decode = event_pb2.Event.FromString
+    """Add the scalars of an event file's records to ``points`` (equal steps share one int)."""
     steps: dict[int, int] = {}
-    for index, payload in enumerate(records):
+    for offset, payload in records:
         try:
-            event = decode(payload)
+            event = event_pb2.Event.FromString(payload)
         except DecodeError as error:
-            raise EventFileError(
-                path,
-                record_offset(records, index),
-                f"payload is not a TensorBoard Event ({error}); corrupt event file, "
-                "re-copy it or rerun",
-            ) from None
-        step = event.step
-        step = steps.setdefault(step, step)
+            reason = f"payload is not a TensorBoard Event ({error}); corrupt event file, re-copy"
+            reason += " it or rerun"
+            raise EventFileError(path, offset, reason) from None
+        step = steps.setdefault(event.step, event.step)
         for value in event.summary.value:
-            # A oneof member that is not set reads as 0.0, so a non-zero simple_value is
-            # one; only a zero needs the (slower) oneof lookup.
-            number = value.simple_value
+            number = value.simple_value  # an unset oneof member reads 0.0: only 0 needs a look
             if not number:
                 kind = value.WhichOneof("value")
                 if kind == "tensor" and _is_scalar_tag(value, scalar_tags):
                     try:
                         number = tensor_scalar(value.tensor)
                     except ValueError as error:
-                        raise EventFileError(
-                            path, record_offset(records, index), f"tag {value.tag!r}: {error}"
-                        ) from None
+                        raise EventFileError(path, offset, f"tag {value.tag!r}: {error}") from None
                 elif kind != "simple_value":
                     continue
             columns = points[value.tag]
@@ -145,9 +177,8 @@ def _decode_records(
 def _is_scalar_tag(value: summary_pb2.Summary.Value, scalar_tags: dict[str, bool]) -> bool:
     """Whether a tensor value is a scalar, from its metadata or its tag's earlier metadata."""
     if value.HasField("metadata"):
-        metadata = value.metadata
-        plugin = metadata.plugin_data.plugin_name
-        data_class = metadata.data_class
+        plugin = value.metadata.plugin_data.plugin_name
+        data_class = value.metadata.data_class
         if plugin or data_class:
             is_scalar = plugin == SCALARS_PLUGIN or data_class == summary_pb2.DATA_CLASS_SCALAR
             scalar_tags[value.tag] = is_scalar
@@ -156,27 +187,21 @@ def _is_scalar_tag(value: summary_pb2.Summary.Value, scalar_tags: dict[str, bool
 
 
 def tensor_scalar(tensor: tensor_pb2.TensorProto) -> float:
-    """The one number a scalars-plugin ``TensorProto`` holds.
-
-    TensorBoard's scalars plugin reads any single-element tensor (it calls ``.item()``), so
-    the shape may be ``[]``, ``[1]``, ``[1, 1]``...; the dtype must be ``DT_FLOAT`` or
-    ``DT_DOUBLE``, the value in ``tensor_content`` or the typed ``*_val`` field. Anything
-    else raises ``ValueError`` with the reason.
-    """
-    shape = tensor.tensor_shape
+    """The one number of a scalars-plugin tensor: any single-element shape (TensorBoard calls
+    ``.item()``), ``DT_FLOAT``/``DT_DOUBLE`` in ``tensor_content`` or ``*_val``; else
+    ``ValueError`` with the reason."""
+    dims = [dim.size for dim in tensor.tensor_shape.dim]
     elements = 1
-    for dim in shape.dim:
-        elements *= dim.size
-    if shape.unknown_rank or elements != 1:
-        dims = [dim.size for dim in shape.dim]
+    for size in dims:
+        elements *= size
+    if tensor.tensor_shape.unknown_rank or elements != 1:
         raise ValueError(f"scalars tensor has shape {dims}, not a single value")
-    dtype = tensor.dtype
-    if dtype not in _FLOAT_DTYPES:
+    if tensor.dtype not in _FLOAT_DTYPES:
         raise ValueError(
-            f"scalars tensor has dtype {types_pb2.DataType.Name(dtype)}, "
+            f"scalars tensor has dtype {types_pb2.DataType.Name(tensor.dtype)}, "
             "expected DT_FLOAT or DT_DOUBLE"
         )
-    layout, field = _FLOAT_DTYPES[dtype]
+    layout, field = _FLOAT_DTYPES[tensor.dtype]
     content = tensor.tensor_content
     if content:
         if len(content) != struct.calcsize(layout):

@@ -1,21 +1,23 @@
-"""The shared vocabulary between reading a run and judging it.
+"""The shared vocabulary between reading a run and judging it, and the normal form of a series.
 
-A run directory (``tensorboard/``, ``ci_history/*.jsonl``, ``job.log``, and the records
-``job.json``, ``env.json``, ``plan.json``, ``canary.json``: ``miles_amd.records``) is read
-into one :class:`RunEvidence`. This module only names the shapes; it reads nothing and
-judges nothing.
+A run directory is read into one :class:`RunEvidence`. Every reader returns a
+:data:`SeriesMap`, ``metric -> ((step, value), ...)``: ``int`` steps, ``float`` values,
+sorted by step with a stable sort (points of one step keep their read order); a duplicated
+step stays (the gate names it); a metric without points is absent. Evidence that cannot be
+read is a named error (:class:`MetricsFormatError` for line-oriented files) and then a
+:class:`SourceProblem`, never an empty series.
 
-Rules every producer of these types keeps:
-
-- A series is the points of one metric key, ordered by step, exactly as read: a duplicated
-  step stays duplicated (the gate names it), nothing is dropped or interpolated.
-- Evidence that could not be read is a :class:`SourceProblem` naming the file and the
-  offset or line, not an empty series.
+Speed fact: the big readers collect a metric as :data:`Columns` (values in an ``array``) and
+build its points in one go, adjacent in memory; passes over points scattered on the heap
+cost a cache miss each (about 4x slower).
 """
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Literal
 
 from miles_amd.records.canary import CanaryRecord
@@ -26,10 +28,20 @@ from miles_amd.records.plan import PlanRecord
 Point = tuple[int, float]
 Series = tuple[Point, ...]
 SeriesMap = dict[str, Series]
+Columns = tuple[list[int], array]  # (steps, values as array("d")) of one metric, read order
 
 SourceName = Literal["tensorboard", "ci_history", "job_log"]
 RecordName = Literal["job_json", "env_json", "plan_json", "canary_json"]
 Severity = Literal["fatal", "known"]
+
+
+class MetricsFormatError(ValueError):
+    """A line-oriented metrics file (JSONL, job log) that cannot be read as written; ``line``
+    is 1-based and counts ``\\n`` only, so it matches ``grep -n``."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        self.path, self.line, self.reason = path, line, reason
+        super().__init__(f"{path}:{line}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -83,26 +95,30 @@ class RunEvidence:
 
     @property
     def variant(self) -> str | None:
-        """Which aiter variant the run is: env.json's ``aiter_variant`` (the preflight's), else
-        plan.json's (what the job's env was set for); None when neither records one."""
+        """The run's aiter variant: env.json's (the preflight's), else plan.json's."""
         if self.env is not None and self.env.aiter_variant is not None:
             return self.env.aiter_variant
         return self.plan.aiter_variant if self.plan is not None else None
 
 
-__all__ = [
-    "CanaryRecord",
-    "Conflict",
-    "EnvRecord",
-    "JobRecord",
-    "PlanRecord",
-    "Point",
-    "RecordName",
-    "RunEvidence",
-    "SentinelHit",
-    "Series",
-    "SeriesMap",
-    "Severity",
-    "SourceName",
-    "SourceProblem",
-]
+def normalise_map(points_by_metric: Mapping[str, Iterable[Point]]) -> SeriesMap:
+    """Every metric's points sorted by step (stable); metrics without points left out."""
+    normalised = {m: tuple(sorted(p, key=itemgetter(0))) for m, p in points_by_metric.items()}
+    return {metric: series for metric, series in sorted(normalised.items()) if series}
+
+
+def new_columns() -> Columns:
+    return ([], array("d"))
+
+
+def columns_to_series(columns_by_metric: Mapping[str, Columns]) -> SeriesMap:
+    """Every metric's parallel steps and values (read order) as a series, sorted by step
+    (stable); metrics without points left out."""
+    series: SeriesMap = {}
+    for metric, (steps, values) in sorted(columns_by_metric.items()):
+        if steps:
+            order = sorted(range(len(steps)), key=steps.__getitem__)
+            if order != list(range(len(steps))):
+                steps, values = [steps[i] for i in order], array("d", [values[i] for i in order])
+            series[metric] = tuple(zip(steps, values, strict=True))
+    return series

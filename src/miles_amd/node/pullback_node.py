@@ -28,7 +28,7 @@ import stat
 import sys
 
 FRAME, END, ERROR = "MILES_AMD_PULL ", "MILES_AMD_PULL_END ", "MILES_AMD_PULL_ERROR "
-# The gate's caps (miles_amd.evidence.safe_open EVENT_FILE, RECORD_FILE), repeated here: this
+# The gate's caps (miles_amd.files EVENT_FILE, RECORD_FILE), repeated here: this
 # file runs on a node without miles_amd (a test checks they agree).
 CAPS = {"tensorboard": 256 << 20, "ci_history": 64 << 20}
 

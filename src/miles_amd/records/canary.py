@@ -1,21 +1,12 @@
 """``canary.json``: what a canary run tested, with what power, and what it found.
 
-Decides the record's model (:class:`CanaryRecord`, frozen dataclasses whose hints carry each
-field's constraints) and its JSON: :meth:`CanaryRecord.to_json` writes it,
-:meth:`CanaryRecord.from_json` reads it strictly (``miles_amd.strict_json``, then
-``records.model``): every field is required unless it has a default, a wrong type or value
-raises ``ValueError`` naming the field's path; keys the model does not know are ignored. Its
-JSON Schema, ``canary/canary.schema.json``, is generated from the model.
-
-Beyond types the fields must agree with each other (each class's ``contradiction``, each
-refusal names its reason): calls were made, at least one exposed size ran, no size has more
-mismatches than calls, wrong elements or kept mismatches only with a mismatch count (and the
-other way round), arms and blocks that add up, a fingerprint that follows the kept
-mismatches, power bought (``power.exposed_calls`` > 0, its probability recomputed), and a
-``control`` whose ``caught`` follows its mismatched calls. A record that buys no power is
-not evidence.
-
-Fields (``schema_version`` 2): docs/node.md ("What canary.json holds").
+:class:`CanaryRecord`: frozen dataclasses whose hints carry each field's constraints, read
+strictly by ``records.model`` (its JSON Schema, ``canary/canary.schema.json``, is generated
+from them). Beyond types the fields must agree (each class's ``contradiction``/``_check``):
+calls made, an exposed size run, counts that add up, a fingerprint following the kept
+mismatches, power bought and recomputed, a control whose ``caught`` follows its mismatched
+calls. A record that buys no power is not evidence. Fields: docs/node.md ("What canary.json
+holds").
 """
 
 from __future__ import annotations
@@ -28,20 +19,9 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Gt, Lt
 from typing_extensions import TypedDict  # pydantic reads its fields on Python < 3.12
 
-from miles_amd.records import model
 from miles_amd.records.job import json_object
 from miles_amd.records.model import CONFIG, As, checked, parse
 from miles_amd.variants import AiterVariant, Implementation
-
-__all__ = [
-    "SCHEMA_VERSION",
-    "ArmResult",
-    "CanaryRecord",
-    "ControlRecord",
-    "Mismatch",
-    "PowerRecord",
-    "SizeResult",
-]
 
 SCHEMA_VERSION = 2
 STALE_READ = "stale-read"
@@ -72,7 +52,6 @@ class Mismatch:
 
     __get_pydantic_core_schema__ = checked
     __pydantic_config__ = CONFIG
-    from_dict = model.from_dict
 
     def _check(self) -> str | None:
         if (self.returned is None) != (None not in (self.index, self.expected, self.seen)):
@@ -91,7 +70,6 @@ class ArmResult:
     blocks_with_mismatch: Count
 
     __pydantic_config__ = CONFIG
-    from_dict = model.from_dict
 
 
 @dataclass(frozen=True)
@@ -123,7 +101,6 @@ class SizeResult:
 
     __get_pydantic_core_schema__ = checked
     __pydantic_config__ = CONFIG
-    from_dict = model.from_dict
 
     @property
     def first_mismatch(self) -> Mismatch | None:
@@ -194,7 +171,6 @@ class PowerRecord:
 
     __get_pydantic_core_schema__ = checked
     __pydantic_config__ = CONFIG
-    from_dict = model.from_dict
 
     def _check(self) -> str | None:
         if self.exposed_calls == 0:
@@ -221,7 +197,6 @@ class ControlRecord:
 
     __get_pydantic_core_schema__ = checked
     __pydantic_config__ = CONFIG
-    from_dict = model.from_dict
 
     def _check(self) -> str | None:
         if self.mismatched_calls > self.calls:

@@ -1,20 +1,11 @@
 """``env.json``: what ``miles-amd preflight`` found on the node, read into one record.
 
-Decides what env.json says and whether it can be believed, for its consumers (the
-environment, all-reduce and model-build checks, ``baseline record``, the history), which get
-it from ``evidence/`` (the one reader of run-dir records: ``.ci/lint``'s record-readers):
-
-- ``facts`` by name (:class:`Fact`: ``name``, ``status``, ``value``, ``message``);
-- ``aiter_variant``: the top-level one when it is a known variant, else None and a problem;
-- ``aiter_version`` (when its fact is ``ok``), ``aiter_commit``, ``gpu_arch``/``gpu_count``
-  and ``rocm``: read from their facts' values;
-- ``written_at``: when the preflight wrote it;
-- ``problems``: what makes env.json unbelievable (a malformed or repeated fact, an ``ok`` or
-  ``aiter_variant`` that disagrees with the facts, a failed fact).
-
-Caveat: a value is read whatever its fact's status; whether a problem fails a check is the
-judge's (``judge.environment``). Each field's source and examples: ``docs/node.md`` ("What
-env.json records").
+``facts`` by name; ``aiter_variant`` (a known variant, else None and a problem);
+``aiter_version``/``aiter_commit``/``gpu_arch``/``gpu_count``/``rocm`` from their facts;
+``written_at``; ``problems``: what makes env.json unbelievable (a malformed or repeated
+fact, an ``ok`` or ``aiter_variant`` that disagrees with the facts, a failed fact). Whether a
+problem fails a check is ``judge.environment``'s. Fields: ``docs/node.md`` ("What env.json
+records").
 """
 
 from __future__ import annotations
@@ -25,8 +16,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from miles_amd.variants import AITER_VARIANTS
-
-__all__ = ["EnvRecord", "Fact", "FactStatus"]
 
 FactStatus = Literal["ok", "missing", "wrong"]
 _STATUSES: tuple[FactStatus, ...] = ("ok", "missing", "wrong")

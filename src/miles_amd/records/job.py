@@ -1,8 +1,5 @@
-"""``job.json``: the Ray job's end state, as the driver writes it and evidence/ reads it.
-
-Decides :class:`JobRecord`'s fields and their validation (its hints, read by
-``records.model``: a wrong type is a ``ValueError`` naming the field) and :func:`json_object`,
-the strict JSON object reader of every run-dir record (``miles_amd.strict_json``).
+"""``job.json``: the Ray job's end state (:class:`JobRecord`, read by ``records.model``), and
+:func:`json_object`, the strict JSON object reader of every run-dir record.
 """
 
 from __future__ import annotations
@@ -15,8 +12,6 @@ from annotated_types import Ge, Gt, Le, MinLen
 
 from miles_amd import strict_json
 from miles_amd.records.model import As, checked, parse
-
-__all__ = ["JOB_STATES", "STOP_REASONS", "JobRecord", "LookStop", "json_object"]
 
 _JobState = Literal["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"]
 _StopReason = Literal["timeout", "interrupt", "fail-fast", "look"]
@@ -39,38 +34,24 @@ class LookStop:
 class JobRecord:
     """``job.json``: the Ray job's end state and why the driver stopped it, if it did.
 
-    Written by the driver (:meth:`to_json`), read back by :meth:`from_json`, which is strict
-    (``records.model``): ``job_id`` (non-empty string) and ``status`` (one of Ray's
-    :data:`JOB_STATES`) are required; every other field may be absent or null; a wrong type
-    raises ``ValueError`` naming the field. Keys this model does not know are ignored.
-
-    - ``start_time``/``end_time``: seconds since the epoch (Ray reports milliseconds).
-    - ``stopped_by``: ``None`` or one of :data:`STOP_REASONS`; ``stop_requested_at`` is when
-      the driver asked Ray to stop the job (epoch seconds).
-    - ``failfast``: the watcher's trip (``rule``, ``detail``, ``step``, ``line``,
-      ``fault_time``, ``detected_at``, and ``look``, ``alpha_spent`` for a look's);
-      ``failfast_latency_s``: the stop request minus the moment the fault appeared on the
-      job's own clock (for a look: its last rollout's log line).
-    - ``look``: a :class:`LookStop`, present exactly when ``stopped_by`` is ``look`` (a rule
-      crossed its boundary at a look; ``tests/unit/test_untrusted_input.py``).
-    - ``final_log_error``: why Ray could not give the job's full log at its end (its node
-      was lost); ``job.log`` is then only what was streamed, so the run cannot pass.
-    - :attr:`contradiction`: a record at odds with itself (``SUCCEEDED`` with a non-zero
-      driver exit code, a driver stop or a fail-fast trip); the ``job_status`` rule fails it
-      (``tests/unit/test_untrusted_input.py``).
+    ``job_id`` and ``status`` (one of :data:`JOB_STATES`) are required, any other field may
+    be absent or null; unknown keys are ignored. ``look`` is present exactly when
+    ``stopped_by`` is ``look``. :attr:`contradiction`: ``SUCCEEDED`` with a non-zero driver
+    exit code, a driver stop or a fail-fast trip (the ``job_status`` rule fails it).
     """
 
     job_id: Annotated[str, MinLen(1)]
     status: Annotated[str, As(_JobState)]
     message: str = ""
-    start_time: float | None = None
+    start_time: float | None = None  # epoch seconds (Ray reports milliseconds)
     end_time: float | None = None
     driver_exit_code: int | None = None
     stopped_by: Annotated[str, As(_StopReason)] | None = None
-    stop_requested_at: float | None = None
+    stop_requested_at: float | None = None  # when the driver asked Ray to stop (epoch s)
+    # the watcher's trip: rule, detail, step, line, fault_time, detected_at (+ look, alpha_spent)
     failfast: dict[str, Any] | None = None
-    failfast_latency_s: float | None = None
-    final_log_error: str | None = None
+    failfast_latency_s: float | None = None  # stop request minus the fault, on the job's clock
+    final_log_error: str | None = None  # why Ray gave no full log (job.log: what was streamed)
     look: LookStop | None = None
 
     __get_pydantic_core_schema__ = checked

@@ -1,16 +1,10 @@
-"""How a record's dataclass is read, checked and described: pydantic v2 on its type hints.
+"""How a record's dataclass is read and described: pydantic v2 on its type hints.
 
-Decides, for every record of ``miles_amd.records`` (frozen dataclasses whose hints carry
-their constraints as ``annotated_types``; :data:`checked` adds a record's cross-field
-``_check``):
-
-- :func:`parse`: a JSON object into the record, strictly (pydantic's strict JSON mode: no
-  string for a number, no number for a boolean, no float for an integer, no non-finite
-  number); the first refusal is one ``ValueError`` naming the field's path,
-  ``"results[2].first_mismatch.index" must be an integer >= 0, found -1``;
-- :func:`json_schema`: the record's JSON Schema (Draft 2020-12), which each shipped schema
-  file is (``tests/unit/test_record_schemas.py`` holds them, and
-  ``python -m tests.unit.test_record_schemas`` writes them).
+- :func:`parse`: a JSON object into the record in pydantic's strict mode (no string for a
+  number, no float for an integer, no non-finite number); a record's cross-field ``_check``
+  runs after (:data:`checked`); the first refusal is one ``ValueError`` naming the path,
+  ``"results[2].first_mismatch.index" must be an integer >= 0, found -1``.
+- :func:`json_schema`: the record's JSON Schema (Draft 2020-12), as each shipped schema file.
 
 pydantic is imported on first use only: the snapshot suite never imports it.
 """
@@ -22,8 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar, cast
-
-__all__ = ["CONFIG", "As", "checked", "from_dict", "json_schema", "parse"]
 
 T = TypeVar("T")
 # a record's ``__pydantic_config__``: its attributes' docstrings describe them in its schema
@@ -85,13 +77,9 @@ def _adapter(cls: Any) -> Any:
     return TypeAdapter(cls)
 
 
-def _path(loc: tuple[str | int, ...], where: str) -> str:
-    text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
-    return where + text if where else text.lstrip(".")
-
-
-def _reason(error: Mapping[str, Any], at: str) -> str:
-    where = _path(error["loc"], at)
+def _reason(error: Mapping[str, Any]) -> str:
+    loc = error["loc"]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
     if error["type"] == "value_error":  # a record's own check: its reason names its fields
         reason = str(error["ctx"]["error"])  # '"field" ...' or a reason about the whole
         if not where:
@@ -104,9 +92,8 @@ def _reason(error: Mapping[str, Any], at: str) -> str:
     return f'"{where}" {what}, found {error["input"]!r:.80}'
 
 
-def parse(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
-    """``data`` (a JSON object, as ``miles_amd.strict_json`` reads it, at JSON path ``where``)
-    as record ``cls``; ``ValueError`` naming the first bad field's path and why."""
+def parse(cls: type[T], data: Mapping[str, Any]) -> T:
+    """``data`` (a JSON object) as record ``cls``; ``ValueError`` naming the first bad field."""
     from pydantic import ValidationError
 
     try:
@@ -117,15 +104,7 @@ def parse(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         record: T = _adapter(cast(Any, cls)).validate_json(text, strict=True)
         return record
     except ValidationError as error:
-        raise ValueError(_reason(error.errors(include_url=False)[0], where)) from None
-
-
-def _from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
-    return parse(cls, data, where)
-
-
-# a nested record's ``from_dict(data, where)``: :func:`parse` as its classmethod
-from_dict: classmethod[Any, [Mapping[str, Any], str], Any] = classmethod(_from_dict)
+        raise ValueError(_reason(error.errors(include_url=False)[0])) from None
 
 
 def json_schema(cls: type, title: str) -> str:

@@ -1,16 +1,6 @@
-"""``plan.json``: the launch plan the driver executed, read into one record.
-
-Decides:
-
-- ``recipe``: plan.json's resolved recipe (``Recipe.as_dict``), required, an object;
-- ``aiter_variant``: the variant the job's env was set for (one of
-  ``miles_amd.variants.AITER_VARIANTS``), null when none was asked for;
-- ``identity_digest``: the first 12 hex digits of the SHA-256 of the recipe without its
-  locations and tracking switches (``recipe.settings.NOT_IDENTITY``): the run's identity in
-  the history.
-
-A plan.json that is not such an object is a ``ValueError`` naming the field (evidence/ makes
-it a ``plan_json`` problem; ``records.model`` reads it). Pure.
+"""``plan.json``: the launch plan the driver executed (``recipe``, ``aiter_variant``), and
+its identity in the history: the first 12 hex digits of the SHA-256 of the recipe without
+its locations and tracking switches (``recipe.settings.NOT_IDENTITY``).
 """
 
 from __future__ import annotations
@@ -24,8 +14,6 @@ from typing import Annotated, Any
 from miles_amd.recipe.settings import NOT_IDENTITY
 from miles_amd.records.model import As, parse
 from miles_amd.variants import AiterVariant
-
-__all__ = ["PlanRecord"]
 
 
 @dataclass(frozen=True)

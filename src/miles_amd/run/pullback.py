@@ -35,16 +35,21 @@ from pathlib import Path
 from typing import Any
 
 from miles_amd import strict_json
-from miles_amd.evidence import safe_open
-from miles_amd.evidence.safe_open import RefusedFile, read_regular
-from miles_amd.files import atomic_write_bytes, atomic_write_text
+from miles_amd.files import (
+    EVENT_FILE,
+    RECORD_FILE,
+    RefusedFile,
+    atomic_write_bytes,
+    atomic_write_text,
+    read_regular,
+)
 from miles_amd.run_dir import RunDir
 
 FRAME, END, ERROR = "MILES_AMD_PULL ", "MILES_AMD_PULL_END ", "MILES_AMD_PULL_ERROR "
 SUBDIRS = ("tensorboard", "ci_history")
 CAPS = {
-    "tensorboard": safe_open.EVENT_FILE,
-    "ci_history": safe_open.RECORD_FILE,
+    "tensorboard": EVENT_FILE,
+    "ci_history": RECORD_FILE,
 }  # the gate's caps, per subdir
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}

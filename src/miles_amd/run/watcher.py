@@ -144,12 +144,12 @@ class FailFastWatcher:
 
 def read_lines(path: Path) -> list[str]:
     """The log's lines (split on ``\\n``, as sentinel line numbers count), read as untrusted
-    input through ``miles_amd.evidence.safe_open``; [] if it cannot or may not be read."""
-    from miles_amd.evidence.log_lines import line_blocks
-    from miles_amd.evidence.safe_open import JOB_LOG, RefusedFile, open_regular
+    input through ``miles_amd.files``; [] if it cannot or may not be read."""
+    from miles_amd.evidence.job_log import line_blocks
+    from miles_amd.files import JOB_LOG, RefusedFile, open_regular
 
     lines: list[str] = []
-    pending: list[str] = []  # the pieces of a line whose end is not read yet (log_lines)
+    pending: list[str] = []  # the pieces of a line whose end is not read yet (line_blocks)
     try:
         handle, size = open_regular(path, JOB_LOG)
         with handle:
