@@ -145,10 +145,10 @@ def probe_in_subprocess(probe: str, pythonpath: Path, tmp_path: Path) -> dict[st
         "import json, sys\n"
         "from dataclasses import asdict\n"
         "from pathlib import Path\n"
-        "from miles_amd.run import preflight\n"
+        "from miles_amd.run import probes\n"
         "here = Path(sys.argv[1])\n"
-        "config = preflight.PreflightConfig(here, here, here, here, here)\n"
-        f"print(json.dumps(asdict(preflight.{probe}(config))))\n"
+        "config = probes.PreflightConfig(here, here, here, here, here)\n"
+        f"print(json.dumps(asdict(probes.{probe}(config))))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(pythonpath), str(SRC)))}
     done = subprocess.run(

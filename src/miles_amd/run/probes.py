@@ -1,23 +1,11 @@
 """The preflight's probes of the node, its software stack and its inputs, and what a probe is.
 
-A probe is ``def probe_<name>(config: PreflightConfig) -> Fact`` (``records.env.Fact``); it
-changes nothing on the machine. Decides the ``gpus``, ``gpu_model``, ``rocm``, ``torch``,
-``sglang``, ``sglang_lora_endpoint``, ``megatron_bridge``, ``megatron_lm``, ``miles``,
-``aiter``, ``aiter_variant``, ``checkpoint``, ``dataset`` and ``disk`` facts.
-
-- GPUs: the ROCm torch's ``gcnArchName`` (``gfx950:sramecc+:xnack-``), else ``amd-smi static
-  --asic --json`` (records found by shape: newer releases wrap them in ``gpu_data``), else
-  ``rocm-smi --showproductname --json``; none of them is ``missing``. No GPU memory is taken.
-- ROCm: ``<rocm_root>/.info/version`` (``7.2.0-43``), else ``amd-smi version``.
-- sglang, megatron.bridge and aiter are found with ``find_spec``/``importlib.metadata``, not
-  imported. AMD's aiter is the distribution ``amd-aiter``; PyPI's ``aiter`` (an unrelated
-  async-iterator library, same module name) is ``wrong`` (``tests/unit/test_preflight.py``).
-- The SGLang miles drives must serve ``/register_lora_adapter`` (found as a quoted string under
-  ``sglang/srt/entrypoints/``); without it miles fails at its first LoRA update (HTTP 404).
-- Megatron-LM and miles are checkouts on ``PYTHONPATH``: probed in the given dirs, their commit
-  from ``git -C <dir> rev-parse HEAD`` (site-packages installs get none).
-
-Explained in ``docs/node.md``.
+A probe is ``def probe_<name>(config: PreflightConfig) -> Fact``; it changes nothing on the
+machine. GPUs: the ROCm torch's ``gcnArchName``, else ``amd-smi static --asic --json`` (records
+found by shape), else ``rocm-smi --showproductname --json``. ROCm: ``<rocm_root>/.info/version``,
+else ``amd-smi version``. sglang, megatron.bridge and aiter are found, not imported; PyPI's
+unrelated ``aiter`` is ``wrong``. SGLang must serve ``/register_lora_adapter``. Megatron-LM and
+miles are checkouts (commit from ``git rev-parse HEAD``). Explained in ``docs/node.md``.
 """
 
 from __future__ import annotations
@@ -88,12 +76,8 @@ class PreflightConfig:
 
 
 def find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
-    """``importlib.util.find_spec`` that answers None instead of raising when a parent
-    package is absent.
-
-    Finding ``a.b`` imports ``a`` (cheap for the namespace package ``megatron``); ``a.b``
-    itself is not imported.
-    """
+    """``importlib.util.find_spec``, None when a parent package is absent (``a.b`` imports
+    ``a``, not ``a.b``)."""
     try:
         return importlib.util.find_spec(module)
     except (ImportError, ValueError):
@@ -106,7 +90,14 @@ def one_line(exc: BaseException) -> str:
 
 def probe_gpus(config: PreflightConfig) -> Fact:
     """GPU count and arch, from the ROCm torch, else ``amd-smi``, else ``rocm-smi``."""
-    reading = _gpus_from_torch() or _gpus_from_amd_smi(run_tool) or _gpus_from_rocm_smi(run_tool)
+    reading = _gpus_from_torch()
+    for tool, parse in (
+        (["amd-smi", "static", "--asic", "--json"], parse_amd_smi_static),
+        (["rocm-smi", "--showproductname", "--json"], parse_rocm_smi_product),
+    ):
+        output = None if reading else run_tool(tool)
+        archs = None if output is None else parse(output)
+        reading = reading or (None if archs is None else (tool[0], archs))
     if reading is None:
         return Fact(
             "gpus",
@@ -173,14 +164,6 @@ def _gpus_from_torch() -> tuple[str, list[str]] | None:
     return "torch", [_arch(torch.cuda.get_device_properties(i).gcnArchName) for i in range(count)]
 
 
-def _gpus_from_amd_smi(runner: Runner) -> tuple[str, list[str]] | None:
-    output = runner(["amd-smi", "static", "--asic", "--json"])
-    if output is None:
-        return None
-    archs = parse_amd_smi_static(output)
-    return None if archs is None else ("amd-smi", archs)
-
-
 def parse_amd_smi_static(text: str) -> list[str] | None:
     """Archs of the GPU records in ``amd-smi static --asic --json``; None if not JSON."""
     try:
@@ -205,14 +188,6 @@ def parse_amd_smi_static(text: str) -> list[str] | None:
     return archs
 
 
-def _gpus_from_rocm_smi(runner: Runner) -> tuple[str, list[str]] | None:
-    output = runner(["rocm-smi", "--showproductname", "--json"])
-    if output is None:
-        return None
-    archs = parse_rocm_smi_product(output)
-    return None if archs is None else ("rocm-smi", archs)
-
-
 def parse_rocm_smi_product(text: str) -> list[str] | None:
     """Archs of the ``cardN`` entries of ``rocm-smi --showproductname --json``."""
     try:
@@ -228,12 +203,15 @@ def parse_rocm_smi_product(text: str) -> list[str] | None:
     ]
 
 
-# ---- ROCm and torch --------------------------------------------------------------------------
-
-
 def probe_rocm(config: PreflightConfig) -> Fact:
     """The ROCm release, from ``<rocm_root>/.info/version`` or ``amd-smi version``."""
-    version, source = _rocm_version(config.rocm_root, run_tool)
+    info = config.rocm_root / ".info" / "version"
+    version: str | None
+    try:
+        version, source = info.read_text(encoding="utf-8").split()[0], str(info)
+    except (OSError, IndexError):
+        match = re.search(r"ROCm version:\s*([0-9][0-9.]*)", run_tool(["amd-smi", "version"]) or "")
+        version, source = (match.group(1), "amd-smi version") if match else (None, "")
     if version is None:
         return Fact(
             "rocm",
@@ -251,19 +229,6 @@ def probe_rocm(config: PreflightConfig) -> Fact:
             f"the recipe's baselines were measured on ROCm {config.expected_rocm}; use {IMAGE}",
         )
     return Fact("rocm", "ok", value)
-
-
-def _rocm_version(rocm_root: Path, runner: Runner) -> tuple[str | None, str]:
-    info = rocm_root / ".info" / "version"
-    try:
-        text = info.read_text(encoding="utf-8").strip()
-    except OSError:
-        text = ""
-    if text:
-        return text.split()[0], str(info)
-    output = runner(["amd-smi", "version"])
-    match = re.search(r"ROCm version:\s*([0-9][0-9.]*)", output or "")
-    return (match.group(1), "amd-smi version") if match else (None, "")
 
 
 def _major_minor(version: str) -> tuple[int, ...]:
@@ -291,8 +256,6 @@ def probe_torch(config: PreflightConfig) -> Fact:
 
 LORA_ROUTE = "/register_lora_adapter"
 _GIB = 1024**3
-
-# ---- Python packages and checkouts -----------------------------------------------------------
 
 
 def probe_sglang(config: PreflightConfig) -> Fact:
@@ -390,10 +353,8 @@ def probe_aiter(config: PreflightConfig) -> Fact:
 
 
 def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
-    """Judge the ``aiter`` module by the distributions that provide it.
-
-    ``distributions`` are the names from ``importlib.metadata.packages_distributions()``.
-    """
+    """Judge the ``aiter`` module by the distributions that provide it (the names from
+    ``importlib.metadata.packages_distributions()``)."""
     name = "aiter"
     if package_dir is None:
         return Fact(name, "missing", "", f"AMD's aiter (amd-aiter) is not importable; use {IMAGE}")
@@ -492,9 +453,6 @@ def _with_commit(label: str, commit: str | None) -> str:
     return f"{label} @ {commit[:12]}" if commit else label
 
 
-# ---- inputs and disk -------------------------------------------------------------------------
-
-
 def probe_checkpoint(config: PreflightConfig) -> Fact:
     return _input_fact("checkpoint", config.checkpoint_dir, validate_checkpoint)
 
@@ -513,7 +471,9 @@ def _input_fact(name: str, path: Path, validate: Callable[[Path], None]) -> Fact
 
 def probe_disk(config: PreflightConfig) -> Fact:
     """Free space where the run dir goes (its nearest existing ancestor)."""
-    where = _nearest_existing(config.run_dir.absolute().parent)
+    where = config.run_dir.absolute().parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
     free_gib = shutil.disk_usage(where).free / _GIB
     value = f"{free_gib:.1f} GiB free at {where}"
     if free_gib < config.min_free_gib:
@@ -525,9 +485,3 @@ def probe_disk(config: PreflightConfig) -> Fact:
             "free space or pass another --run-dir",
         )
     return Fact("disk", "ok", value)
-
-
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
