@@ -1,15 +1,11 @@
 """HTTP to a Ray dashboard: its URL, the token header, timeouts, and 401/403 named.
 
-How this tool talks to a dashboard (the head's readiness, the node list, the Jobs API), not
-what it asks. The token header is ``Authorization: Bearer`` (:func:`token_headers`); a 401
-or 403 is a :class:`DashboardAuthError` saying which and what to set; any other failure is
-one :class:`DashboardError` line naming the URL, secrets redacted. Every request is bounded:
-:data:`CONNECT_TIMEOUT_S` and :data:`DEFAULT_TIMEOUT_S` (or ``$MILES_AMD_RAY_HTTP_TIMEOUT``),
-capped by :attr:`JobsClient.deadline`, and a call without a complete answer in time is given
-up on (:func:`within`). :func:`jobs_client` is Ray's own ``JobSubmissionClient``, which sends
-without a timeout (``requests`` with none), so a subclass adds it; ray is imported there alone.
-
-``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard (``run/dashboard.py``)").
+The token header is ``Authorization: Bearer``; a 401 or 403 is a :class:`DashboardAuthError`
+saying which and what to set; any other failure is one :class:`DashboardError` line, redacted.
+Every request is bounded (:data:`CONNECT_TIMEOUT_S`, ``$MILES_AMD_RAY_HTTP_TIMEOUT``, the run's
+deadline) and a call without a complete answer in time is given up on (:func:`within`).
+:func:`jobs_client` is Ray's own ``JobSubmissionClient`` given those timeouts (ray imported
+there alone). ``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard").
 """
 
 from __future__ import annotations

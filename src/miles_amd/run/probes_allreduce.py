@@ -1,22 +1,10 @@
 """The A/B premise on the node: the job's SGLang aiter env, aiter's build, SGLang's route.
 
-Decides the ``sglang_aiter_env``, ``aiter_commit``, ``aiter_fix`` and ``sglang_allreduce`` facts:
-
-- ``sglang_aiter_env``: the SGLang switches (:data:`SGLANG_ENV_KEYS`) as the job sees them
-  (the runtime env's value, else the launching process's, else ``unset``);
-- ``aiter_commit``: the commit the job's aiter was built from (a git checkout, pip's
-  ``direct_url.json``, a setuptools-scm ``+g<sha>``), else ``unknown:``; not a failure;
-- ``aiter_fix``: whether that aiter's ``custom_all_reduce.cuh`` holds ROCm/aiter#5694's fix
-  (``miles_amd.aiter_fix``, in a child ``python3`` with the job's ``PYTHONPATH``, once per
-  preflight, read as JSON); ``wrong`` when it contradicts the variant;
-- ``sglang_allreduce``: :func:`allreduce_route`, SGLang's own rule (``dispatch_custom_allreduce``,
-  sglang 0.5.16) from the job's env, the argv and whether aiter's module imports:
-  :data:`DISABLE_FLAG` is RCCL only; ``SGLANG_USE_1STAGE_ALLREDUCE`` true is SGLang's 1-stage
-  kernel, false ignores deterministic mode, another value makes SGLang raise; unset with
-  deterministic inference (:data:`DETERMINISTIC_FLAGS`) is SGLang's 1-stage;
-  ``SGLANG_USE_AITER_AR`` false is SGLang's own; else aiter's when it imports, else SGLang's
-  own. ``wrong`` when the route is not the variant's.
-
+Decides ``sglang_aiter_env`` (the switches the job sees), ``aiter_commit`` (the commit the
+job's aiter was built from, else ``unknown:``), ``aiter_fix`` (whether its
+``custom_all_reduce.cuh`` holds ROCm/aiter#5694's fix, asked of a child ``python3`` with the
+job's ``PYTHONPATH``; ``wrong`` against the variant) and ``sglang_allreduce``
+(:func:`allreduce_route`, SGLang's own rule, sglang 0.5.16; ``wrong`` when not the variant's).
 Where each value comes from: ``docs/node.md`` ("The preflight's all-reduce probes").
 """
 

@@ -1,26 +1,13 @@
 """The probes that run miles' own code on the job's argv: its parser and its model build.
 
-- :func:`submitted_job`: the exact ``train.py`` argv and env the driver would give the Ray job
-  (the launching env, plus the plan's device env, plus the job's runtime env, as Ray's job
-  supervisor composes them).
-- ``miles_argv`` (:func:`probe_miles_argv`): ``node/miles_parse.py`` run BY FILE PATH with the
-  job's interpreter, in a subprocess with a time limit (:data:`PARSE_TIMEOUT_S`, for a wedged
-  import: one parse costs ~13 s of CPU, nearly all imports); a refusal reads as the parser's
-  one line (``unrecognized arguments: --x``, or the validator's exception). GPU stubs are
-  opt-in (``gpu_stubs=True``, the CPU tests); the preflight asks the real GPUs.
-- The deep probe: ``lora_experts``, ``router_dtype`` and ``attention_window`` from one run of
-  ``node/bridge_census.py`` (only its JSON is read). ``lora_experts`` is ``wrong`` when no
-  expert linear has an adapter or a targeted one (``recipe.lora_targets``) is bare
-  (gpt-oss-20b with grouped GEMM: 24 x 2 = 48). ``router_dtype``: the argv's fp32 not reaching
-  the model is miles#3263, recorded, not a failure. ``attention_window``: each layer's window
-  against config.json's ``layer_types``; ``wrong`` on a mismatch or an unreadable config (a
-  window one token wider is Megatron-Bridge before NVIDIA-NeMo/Megatron-Bridge#2656).
-- Where the child cannot answer (no miles or Megatron-Bridge: a CPU machine), each deep fact is
-  ``ok`` with ``unknown: <stage>: <reason>`` (``tests/unit/test_bridge_probe.py``); the gate
-  decides what that means (``judge.model_build``).
-
-Explained in ``docs/node.md`` ("The trainer's model (the deep probe)") and
-``docs/conformance.md``.
+:func:`submitted_job` is the exact ``train.py`` argv and env the driver would give the Ray job.
+``miles_argv``: ``node/miles_parse.py`` run by path with the job's interpreter, time-limited; a
+refusal reads as the parser's one line. The deep probe (``lora_experts``, ``router_dtype``,
+``attention_window``) reads one run of ``node/bridge_census.py``: no expert adapter, or a
+targeted expert linear left bare, is ``wrong``; the argv's fp32 router not reaching the model is
+miles#3263, recorded; a layer window unlike config.json's ``layer_types`` is ``wrong``. Where the
+child cannot answer (a CPU machine) each deep fact is ``ok`` with ``unknown: <stage>: <reason>``.
+Explained in ``docs/node.md`` ("The trainer's model (the deep probe)").
 """
 
 from __future__ import annotations
@@ -122,19 +109,11 @@ def parse_with_miles(
             outcome = ParseOutcome(None, None, message, stderr, time.monotonic() - start)
         else:
             outcome = read_outcome(done.returncode, result, done.stderr, time.monotonic() - start)
-    return _redacted(outcome, env)
-
-
-def _redacted(outcome: ParseOutcome, env: Mapping[str, str]) -> ParseOutcome:
-    """The child's words without a secret of ``env`` (its parse error may quote the argv or
-    the env: ``miles_amd.redact``); they reach the terminal and ``env.json``."""
     from miles_amd.redact import SECRET_VARS, redact
 
-    secrets = [env[name] for name in SECRET_VARS if env.get(name)]
+    secrets = [env[name] for name in SECRET_VARS if env.get(name)]  # the child may quote them
     return replace(
-        outcome,
-        message=redact(outcome.message, secrets),
-        stderr=redact(outcome.stderr, secrets),
+        outcome, message=redact(outcome.message, secrets), stderr=redact(outcome.stderr, secrets)
     )
 
 
@@ -205,10 +184,8 @@ def miles_argv_fact(
 
 
 def probe_miles_argv(config: PreflightConfig) -> Fact:
-    """``miles_argv``: this image's miles parses the exact argv and env ``train`` submits.
-
-    No GPU stubs: on a node the parse asks the real GPUs, as ``train.py`` will.
-    """
+    """``miles_argv``: this image's miles parses the exact argv and env ``train`` submits
+    (no GPU stubs: on a node the parse asks the real GPUs, as ``train.py`` will)."""
     return miles_argv_fact(config)
 
 

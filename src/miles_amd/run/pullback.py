@@ -1,21 +1,11 @@
 """Bring a cluster job's evidence from its node into the local run dir, verified.
 
-- TensorBoard event files and CI-history JSONL reach the run dir during the run
-  (:meth:`PullBack.pull`, before each fail-fast poll) and completely at the end
-  (:meth:`PullBack.final`); the log comes through the Jobs API.
-- A short Ray job per pull, through the Jobs API the run already uses, runs
-  ``miles_amd/node/pullback_node.py`` (one task pinned to the job's node) and prints the files
-  as framed base64 lines: no node needs miles_amd, the client no Ray port.
-- Incremental: only the bytes past what the client holds while the node's file still starts
-  with them (sha256 of the prefix), else the whole file (a CI-history JSONL is not always a
-  pure append between pulls, measured).
-- Integrity: size and sha256 per file, checked after an atomic write; a cut or malformed frame
-  list, a file over its cap or a lost node is a :class:`PullError` with a reason. A failed
-  final pull empties the evidence dirs (the gate cannot pass) and writes ``pullback.json``
-  with the reason (run exit 1); a good one records every file's digest.
-
-One job start per pull (3-8 s on 2 cores) and base64 (+33 %): it suits evidence (MBs), not
-checkpoints. Explained in ``docs/cluster.md`` ("How the pull-back works").
+A short Ray job per pull runs ``node/pullback_node.py`` pinned to the job's node and prints the
+files as framed base64 lines; only the bytes past a still-matching prefix come back. Each file's
+size and sha256 are checked after an atomic write; a cut or malformed frame list, a file over
+its cap or a lost node is a :class:`PullError`. A failed final pull empties the evidence dirs
+and records why in ``pullback.json``. Explained in ``docs/cluster.md`` ("How the pull-back
+works").
 """
 
 from __future__ import annotations

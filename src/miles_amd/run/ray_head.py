@@ -1,23 +1,11 @@
 """A Ray head this tool starts, owns, and stops: private to its user, stopped by process id.
 
-- Loopback only: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps ``--node-ip-address 127.0.0.1``,
-  so every listener is on loopback. The nine ``ray start`` port flags (:data:`PORT_OPTIONS`)
-  and two metrics servers (:data:`PORT_ENV_VARS`) get distinct free ports (picked, not held,
-  until Ray binds them); workers get port 0.
-- Token authentication (``RAY_AUTH_MODE=token``): a fresh ``secrets.token_hex(32)`` per head,
-  0600 in its private dir (``RAY_AUTH_TOKEN_PATH``; the user's ``RAY_AUTH_TOKEN`` dropped),
-  sent as :meth:`RayHead.auth_headers`; a 401/403 at start is said as such.
-- A private 0700 ``mkdtemp`` under ``/tmp`` (short AF_UNIX paths) holds Ray's ``--temp-dir``
-  and the head's ``TMPDIR``; removed when the head stops.
-- An owned process tree (:class:`ProcessTree`, also each node of
-  ``tests/support/two_node.py``): spawned in a new session, output to a log file, every
-  descendant seen recorded by pid *and* create time (a recycled pid is not signalled);
-  stopped by SIGTERM to the root, a grace period, SIGTERM to what is left, then SIGKILL, each
-  step waiting until the processes are gone. ``ray stop`` (every Ray process of the user) and
-  signals by name are not used. :func:`clear_leftovers` clears this tool's recorded heads.
-
-Listeners are measured by ``tests/rehearsal/test_private_head.py`` (Ray 2.60). Explained in
-``docs/ray-head-and-secrets.md`` ("How the head is built", with Ray's sources).
+Loopback only, every listener on a distinct free port (:data:`PORT_OPTIONS`,
+:data:`PORT_ENV_VARS`; workers on port 0); token authentication with a fresh token per head,
+0600 in a private 0700 temp dir under ``/tmp`` (short AF_UNIX paths) removed at the stop; an
+owned process tree (:class:`ProcessTree`): every descendant recorded by pid and create time (a
+recycled pid is not signalled), stopped by SIGTERM, a grace period, then SIGKILL; never
+``ray stop`` or signals by name. Explained in ``docs/ray-head-and-secrets.md``.
 """
 
 from __future__ import annotations

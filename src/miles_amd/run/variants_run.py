@@ -1,16 +1,9 @@
 """Both aiter variants at once on a Ray cluster: one job per variant, one node each.
 
-Decides how ``train --variants stock,patched`` runs: each variant gets its own run dir
-(``<run-dir>/<variant>``), plan, runtime env and fail-fast watch; the cluster must have one
-suitable node per variant before anything is submitted (``miles_amd.run.cluster``); the jobs
-run concurrently, each followed by the real driver in its own thread (each asks for the
-whole-node resource, so Ray puts them on different nodes); Ctrl-C or an error stops every job
-still running (one shared ``cancel`` event). Gating and the A/B comparison are
-``miles_amd.app.train``'s.
-
-The patched job imports the build in ``AITER_PATCHED_DIR`` (a dir on every node that may take
-it), put on its ``PYTHONPATH`` by the plan (``variants.aiter_pythonpath``: after the miles and
-Megatron checkouts, before site-packages where the image's stock aiter is).
+Each variant gets its own run dir, plan and fail-fast watch; the cluster must have one suitable
+node per variant before anything is submitted; the jobs run concurrently, each followed by the
+driver in its own thread; Ctrl-C or an error stops every job still running. The patched job
+imports the build in ``AITER_PATCHED_DIR`` (put on its ``PYTHONPATH`` by the plan).
 Explained in ``docs/cluster.md``.
 """
 
