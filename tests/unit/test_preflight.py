@@ -188,7 +188,15 @@ def test_facts_in_probe_order_and_a_crashing_probe_is_a_wrong_fact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     facts = run_preflight(config_for(tmp_path))
-    assert [f.name for f in facts] == [probe_name(p) for p in PROBES]
+    names = [probe_name(p) for p in PROBES]
+    assert [f.name for f in facts] == names
+    after = names.index("dataset") + 1  # miles' parse, then what its model build shows
+    assert names[after : after + 4] == [
+        "miles_argv",
+        "lora_experts",
+        "router_dtype",
+        "attention_window",
+    ]
     assert all(f.status in ("ok", "missing", "wrong") for f in facts)
     assert all(f.message for f in facts if f.status != "ok")
 
