@@ -16,10 +16,12 @@ import importlib.util
 import json
 import re
 import shutil
-from collections.abc import Callable, Sequence
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from miles_amd.recipe.hardware import HardwareDetectionError, Runner, detect_hardware, run_tool
 from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
@@ -86,6 +88,45 @@ def find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
 
 def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+RESULT = "{result}"  # in a child's argv: the path of the file it writes its answer to
+
+
+def child_json(
+    argv: Sequence[str], env: Mapping[str, str], timeout_s: float, what: str, marker: str = ""
+) -> tuple[dict[str, Any] | None, str]:
+    """Run ``argv`` from ``/`` in ``env``: the JSON object it wrote to :data:`RESULT` (when
+    ``argv`` names it), else on its last stdout line starting with ``marker``; else None and
+    one line why, naming ``what`` it did not give (a child's answer is untrusted)."""
+    with tempfile.TemporaryDirectory(prefix="miles-amd-child-") as tmp:
+        result = Path(tmp) / "result.json"
+        command = [str(result) if arg == RESULT else arg for arg in argv]
+        try:
+            done = subprocess.run(
+                command,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                cwd="/",
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, f"{argv[0]} could not run: {one_line(exc)}"
+        try:
+            if RESULT in argv:
+                text = result.read_text(encoding="utf-8")
+            else:
+                lines = [line for line in done.stdout.splitlines() if line.startswith(marker)]
+                text = lines[-1].removeprefix(marker)
+            reading = json.loads(text)
+        except (OSError, IndexError, ValueError):
+            reading = None
+    if isinstance(reading, dict):
+        return reading, ""
+    tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
+    return None, f"{argv[0]} gave no {what}: {tail}"
 
 
 def probe_gpus(config: PreflightConfig) -> Fact:

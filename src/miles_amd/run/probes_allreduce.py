@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,7 +21,7 @@ from typing import Literal
 
 from miles_amd import variants
 from miles_amd.records.env import Fact
-from miles_amd.run.probes import PreflightConfig, git_commit, one_line
+from miles_amd.run.probes import PreflightConfig, child_json, git_commit
 
 Route = Literal["aiter", "sglang", "none", "invalid"]
 
@@ -128,41 +127,12 @@ def job_pythonpath(config: PreflightConfig, launch_env: Mapping[str, str]) -> st
     return job_env_vars(recipe, launch_env, "127.0.0.1", None, config.aiter_variant)["PYTHONPATH"]
 
 
-def _child_reading(
-    python: str, script: str, pythonpath: str, what: str, marker: str = ""
-) -> tuple[dict[str, object] | None, str]:
-    """The JSON object on the last stdout line of ``python -c script`` that starts with
-    ``marker``, run with ``pythonpath`` from ``/``; else None and why (one line naming
-    ``what`` it did not give)."""
-    env = {**os.environ, "PYTHONPATH": pythonpath}
-    try:
-        done = subprocess.run(
-            [python, "-c", script],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT_S,
-            check=False,
-            cwd="/",
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"{python} could not run: {one_line(exc)}"
-    lines = [line for line in done.stdout.strip().splitlines() if line.startswith(marker)]
-    try:
-        reading = json.loads(lines[-1].removeprefix(marker)) if lines else None
-    except json.JSONDecodeError:
-        reading = None
-    if not isinstance(reading, dict) or (marker and not isinstance(reading.get("value"), str)):
-        tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
-        return None, f"{python} gave no {what}: {tail}"
-    return reading, ""
-
-
 @lru_cache(maxsize=8)
 def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
     """What the child finds (``docs/node.md``, "The preflight's all-reduce probes");
     ``{"error": ...}`` when it cannot run or answer."""
-    reading, why = _child_reading(python, CHILD, pythonpath, "reading")
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    reading, why = child_json([python, "-c", CHILD], env, CHILD_TIMEOUT_S, "reading")
     return {"error": why} if reading is None else reading
 
 
@@ -173,7 +143,11 @@ def read_aiter_fix(pythonpath: str, python: str = "python3") -> Mapping[str, obj
     from miles_amd import aiter_fix
 
     script = Path(aiter_fix.__file__).read_text(encoding="utf-8")
-    reading, why = _child_reading(python, script, pythonpath, "fingerprint", aiter_fix.MARKER)
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    argv = [python, "-c", script]
+    reading, why = child_json(argv, env, CHILD_TIMEOUT_S, "fingerprint", aiter_fix.MARKER)
+    if reading is not None and not isinstance(reading.get("value"), str):
+        reading, why = None, f"{python} gave no fingerprint: no value in its answer"
     return {"value": f"unknown: {why}"} if reading is None else reading
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
 from miles_amd.recipe.plan import LaunchPlan, build_train_plan
 from miles_amd.records.env import Fact
-from miles_amd.run.probes import PreflightConfig, one_line
+from miles_amd.run.probes import RESULT, PreflightConfig, child_json, one_line
 
 SCRIPT = Path(__file__).parents[1] / "node" / "miles_parse.py"
 PARSE_TIMEOUT_S = 180.0
@@ -203,27 +203,9 @@ Reading = Mapping[str, object]
 
 @lru_cache(maxsize=4)
 def _run_census(python: str, argv: tuple[str, ...], env: tuple[tuple[str, str], ...]) -> Reading:
-    with tempfile.TemporaryDirectory(prefix="bridge-census-") as tmp:
-        result = Path(tmp) / "census.json"
-        command = [python, str(CENSUS), "--result", str(result), "--", *argv]
-        try:
-            done = subprocess.run(
-                command,
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=CENSUS_TIMEOUT_S,
-                cwd="/",
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return {"ok": False, "stage": "run", "error": f"{python}: {one_line(exc)}"}
-        try:
-            reading = json.loads(result.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
-            return {"ok": False, "stage": "run", "error": f"no census written: {tail}"}
-    return reading if isinstance(reading, dict) else {"ok": False, "stage": "run", "error": "?"}
+    command = [python, str(CENSUS), "--result", RESULT, "--", *argv]
+    reading, why = child_json(command, dict(env), CENSUS_TIMEOUT_S, "census")
+    return {"ok": False, "stage": "run", "error": why} if reading is None else reading
 
 
 def read_census(config: PreflightConfig, base_env: Mapping[str, str] | None = None) -> Reading:
