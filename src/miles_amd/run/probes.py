@@ -140,14 +140,12 @@ def probe_gpus(config: PreflightConfig) -> Fact:
         archs = None if output is None else parse(output)
         reading = reading or (None if archs is None else (tool[0], archs))
     if reading is None:
-        return Fact(
-            "gpus",
-            "missing",
-            "",
+        why = (
             "no AMD GPU visible: no ROCm torch with devices and neither amd-smi nor rocm-smi "
             f"answered; run on an {config.expected_gpus}x {config.expected_arch} node "
-            f"(MI355X/MI350X) inside {IMAGE}",
+            f"(MI355X/MI350X) inside {IMAGE}"
         )
+        return Fact("gpus", "missing", "", why)
     source, archs = reading
     return judge_gpus(archs, source, config.expected_gpus, config.expected_arch)
 
@@ -164,29 +162,19 @@ def probe_gpu_model(config: PreflightConfig, runner: Runner = run_tool) -> Fact:
 def judge_gpus(archs: Sequence[str], source: str, expected: int, arch: str) -> Fact:
     """Pure judgement of the GPUs one source reported."""
     if not archs:
-        return Fact(
-            "gpus",
-            "missing",
-            f"0 ({source})",
-            f"{source} lists no GPU; check the container's --device=/dev/kfd --device=/dev/dri",
-        )
+        why = f"{source} lists no GPU; check the container's --device=/dev/kfd --device=/dev/dri"
+        return Fact("gpus", "missing", f"0 ({source})", why)
     found = ",".join(sorted(set(archs)))
     value = f"{len(archs)}x {found} ({source})"
     if any(a != arch for a in archs):
-        return Fact(
-            "gpus",
-            "wrong",
-            value,
-            f"the recipe is validated on {arch} (MI355X/MI350X); found {found}",
-        )
+        why = f"the recipe is validated on {arch} (MI355X/MI350X); found {found}"
+        return Fact("gpus", "wrong", value, why)
     if len(archs) != expected:
-        return Fact(
-            "gpus",
-            "wrong",
-            value,
+        why = (
             f"the recipe needs {expected} GPUs, {len(archs)} visible; "
-            "check HIP_VISIBLE_DEVICES and the container's device flags",
+            "check HIP_VISIBLE_DEVICES and the container's device flags"
         )
+        return Fact("gpus", "wrong", value, why)
     return Fact("gpus", "ok", value)
 
 
@@ -254,21 +242,15 @@ def probe_rocm(config: PreflightConfig) -> Fact:
         match = re.search(r"ROCm version:\s*([0-9][0-9.]*)", run_tool(["amd-smi", "version"]) or "")
         version, source = (match.group(1), "amd-smi version") if match else (None, "")
     if version is None:
-        return Fact(
-            "rocm",
-            "missing",
-            "",
+        why = (
             f"no ROCm found ({config.rocm_root}/.info/version absent, amd-smi not answering); "
-            f"run inside {IMAGE}",
+            f"run inside {IMAGE}"
         )
+        return Fact("rocm", "missing", "", why)
     value = f"{version} ({source})"
     if _major_minor(version) != _major_minor(config.expected_rocm):
-        return Fact(
-            "rocm",
-            "wrong",
-            value,
-            f"the recipe's baselines were measured on ROCm {config.expected_rocm}; use {IMAGE}",
-        )
+        why = f"the recipe's baselines were measured on ROCm {config.expected_rocm}; use {IMAGE}"
+        return Fact("rocm", "wrong", value, why)
     return Fact("rocm", "ok", value)
 
 
@@ -286,12 +268,8 @@ def probe_torch(config: PreflightConfig) -> Fact:
         return Fact("torch", "wrong", "", f"import torch failed: {one_line(exc)}")
     hip = getattr(torch.version, "hip", None)
     if not hip:
-        return Fact(
-            "torch",
-            "wrong",
-            str(torch.__version__),
-            "this torch is not a ROCm build (torch.version.hip is None); use the image's torch",
-        )
+        why = "this torch is not a ROCm build (torch.version.hip is None); use the image's torch"
+        return Fact("torch", "wrong", str(torch.__version__), why)
     return Fact("torch", "ok", f"{torch.__version__} (HIP {hip})")
 
 
@@ -315,24 +293,20 @@ def sglang_lora_endpoint_fact(package_dir: Path | None) -> Fact:
     entrypoints = package_dir / "srt" / "entrypoints"
     sources = sorted(entrypoints.rglob("*.py")) if entrypoints.is_dir() else []
     if not sources:
-        return Fact(
-            name,
-            "wrong",
-            str(package_dir),
+        why = (
             f"cannot confirm {LORA_ROUTE}: no sources under {entrypoints}; "
-            f"use an image whose SGLang serves it ({IMAGE})",
+            f"use an image whose SGLang serves it ({IMAGE})"
         )
+        return Fact(name, "wrong", str(package_dir), why)
     route = re.compile(r"[\"']" + re.escape(LORA_ROUTE) + r"[\"']")
     for source in sources:
         if route.search(source.read_text(encoding="utf-8", errors="replace")):
             return Fact(name, "ok", f"{LORA_ROUTE} in {source}")
-    return Fact(
-        name,
-        "wrong",
-        f"no {LORA_ROUTE} in {entrypoints}",
+    why = (
         "this SGLang fails at the first LoRA weight update with HTTP 404; "
-        f"use an image whose SGLang has the endpoint ({IMAGE})",
+        f"use an image whose SGLang has the endpoint ({IMAGE})"
     )
+    return Fact(name, "wrong", f"no {LORA_ROUTE} in {entrypoints}", why)
 
 
 def probe_megatron_bridge(config: PreflightConfig) -> Fact:
@@ -349,12 +323,8 @@ def probe_megatron_lm(config: PreflightConfig) -> Fact:
         return Fact(name, "missing", "", f"no Megatron-LM checkout at {root}; pass --megatron-dir")
     core = root / "megatron" / "core"
     if not (core / "__init__.py").is_file():
-        return Fact(
-            name,
-            "wrong",
-            str(root),
-            f"{root} has no megatron/core/__init__.py; point --megatron-dir at Megatron-LM",
-        )
+        why = f"{root} has no megatron/core/__init__.py; point --megatron-dir at Megatron-LM"
+        return Fact(name, "wrong", str(root), why)
     version = _megatron_core_version(core / "package_info.py") or "unknown version"
     return Fact(name, "ok", _with_commit(f"megatron.core {version}", git_commit(root)))
 
@@ -380,12 +350,8 @@ def probe_miles(config: PreflightConfig) -> Fact:
     if not root.is_dir():
         return Fact("miles", "missing", "", f"no miles checkout at {root}; pass --miles-dir")
     if not (root / "train.py").is_file():
-        return Fact(
-            "miles",
-            "wrong",
-            str(root),
-            f"{root} has no train.py; point --miles-dir at a miles checkout",
-        )
+        why = f"{root} has no train.py; point --miles-dir at a miles checkout"
+        return Fact("miles", "wrong", str(root), why)
     return Fact("miles", "ok", _with_commit(str(root), git_commit(root)))
 
 
@@ -401,44 +367,32 @@ def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
         return Fact(name, "missing", "", f"AMD's aiter (amd-aiter) is not importable; use {IMAGE}")
     normalized = {_normalize(d) for d in distributions}
     if "aiter" in normalized:
-        return Fact(
-            name,
-            "wrong",
-            f"PyPI 'aiter' at {package_dir}",
+        why = (
             "module 'aiter' comes from the PyPI distribution 'aiter', an unrelated "
-            "async-iterator library; `pip uninstall aiter` and use the image's amd-aiter",
+            "async-iterator library; `pip uninstall aiter` and use the image's amd-aiter"
         )
+        return Fact(name, "wrong", f"PyPI 'aiter' at {package_dir}", why)
     if "amd-aiter" in normalized:
         version = _distribution_version("amd-aiter") or "unknown version"
         return Fact(name, "ok", _with_commit(f"amd-aiter {version}", git_commit(package_dir)))
     if (package_dir / "jit").is_dir():  # AMD's layout; a source install without metadata
         return Fact(name, "ok", _with_commit(f"aiter at {package_dir}", git_commit(package_dir)))
-    return Fact(
-        name,
-        "wrong",
-        f"unknown 'aiter' at {package_dir}",
+    why = (
         "module 'aiter' has no amd-aiter metadata and not AMD's layout (no aiter/jit); "
-        "use the image's amd-aiter",
+        "use the image's amd-aiter"
     )
+    return Fact(name, "wrong", f"unknown 'aiter' at {package_dir}", why)
 
 
 def probe_aiter_variant(config: PreflightConfig) -> Fact:
     """Which aiter build the run is labelled with (stock, or patched with ROCm/aiter#5694)."""
     variant = config.aiter_variant
     if variant is None:
-        return Fact(
-            "aiter_variant",
-            "ok",
-            "unrecorded",
-            f"pass --aiter-variant {'|'.join(AITER_VARIANTS)} to label the run's environment",
-        )
+        why = f"pass --aiter-variant {'|'.join(AITER_VARIANTS)} to label the run's environment"
+        return Fact("aiter_variant", "ok", "unrecorded", why)
     if variant not in AITER_VARIANTS:
-        return Fact(
-            "aiter_variant",
-            "wrong",
-            variant,
-            f"--aiter-variant must be one of {', '.join(AITER_VARIANTS)}",
-        )
+        why = f"--aiter-variant must be one of {', '.join(AITER_VARIANTS)}"
+        return Fact("aiter_variant", "wrong", variant, why)
     return Fact("aiter_variant", "ok", variant)
 
 
@@ -446,12 +400,8 @@ def installed_package_fact(name: str, *, module: str, distribution: str) -> Fact
     """A package found on ``sys.path``: its distribution version and, from a checkout, commit."""
     package_dir = _package_dir(module)
     if package_dir is None:
-        return Fact(
-            name,
-            "missing",
-            "",
-            f"module {module} is not importable (distribution {distribution}); use {IMAGE}",
-        )
+        why = f"module {module} is not importable (distribution {distribution}); use {IMAGE}"
+        return Fact(name, "missing", "", why)
     version = _distribution_version(distribution)
     label = f"{distribution} {version}" if version else f"{module} at {package_dir}"
     return Fact(name, "ok", _with_commit(label, git_commit(package_dir)))
@@ -518,11 +468,9 @@ def probe_disk(config: PreflightConfig) -> Fact:
     free_gib = shutil.disk_usage(where).free / _GIB
     value = f"{free_gib:.1f} GiB free at {where}"
     if free_gib < config.min_free_gib:
-        return Fact(
-            "disk",
-            "wrong",
-            value,
+        why = (
             f"a run needs {config.min_free_gib:g} GiB for job.log, TensorBoard and CI history; "
-            "free space or pass another --run-dir",
+            "free space or pass another --run-dir"
         )
+        return Fact("disk", "wrong", value, why)
     return Fact("disk", "ok", value)

@@ -163,21 +163,17 @@ def aiter_fix_fact(variant: str | None, value: str) -> Fact:
     verdict = verdict_of(value)
     if variant == "patched" and verdict != FIXED:
         holds = "is not shown to hold" if verdict == UNKNOWN else "does not hold"
-        return Fact(
-            "aiter_fix",
-            "wrong",
-            value,
+        why = (
             f"the patched run's aiter {holds} {variants.AITER_FIX}'s fix; point "
-            f"{variants.PATCHED_DIR_VAR} at the patched checkout or install it (pip install -e)",
+            f"{variants.PATCHED_DIR_VAR} at the patched checkout or install it (pip install -e)"
         )
+        return Fact("aiter_fix", "wrong", value, why)
     if variant == "stock" and verdict == FIXED:
-        return Fact(
-            "aiter_fix",
-            "wrong",
-            value,
+        why = (
             f"the stock run's aiter holds {variants.AITER_FIX}'s fix; run stock on the image's "
-            "aiter (no patched build on PYTHONPATH or installed over it)",
+            "aiter (no patched build on PYTHONPATH or installed over it)"
         )
+        return Fact("aiter_fix", "wrong", value, why)
     return Fact("aiter_fix", "ok", value)
 
 
@@ -266,16 +262,14 @@ def sglang_allreduce_fact(
     want = "aiter" if variants.aiter_allreduce_expected(variant) else "sglang"
     if route.route == want:
         return Fact("sglang_allreduce", "ok", value)
-    why = (
+    need = (
         f"the {variant} variant is about aiter's all-reduce ({variants.AITER_FIX} lives there)"
         if want == "aiter"
         else "the rccl control arm must run SGLang's own all-reduce"
     )
-    return Fact(
-        "sglang_allreduce",
-        "wrong",
-        value,
-        f"{why}; fix: run with the job env miles-amd sets (--aiter-variant {variant}), unset "
+    why = (
+        f"{need}; fix: run with the job env miles-amd sets (--aiter-variant {variant}), unset "
         "SGLANG_USE_1STAGE_ALLREDUCE, drop deterministic flags, and make aiter's "
-        "custom_all_reduce import in the job's python3",
+        "custom_all_reduce import in the job's python3"
     )
+    return Fact("sglang_allreduce", "wrong", value, why)

@@ -153,9 +153,8 @@ def miles_argv_fact(
     plan = build_train_plan(config.recipe(), env, run_dir=str(config.run_dir))
     job = submitted_job(plan, env)
     if not Path(job.train_script).is_file():
-        return Fact(
-            name, "missing", "", f"no {job.train_script}; point --miles-dir at a miles checkout"
-        )
+        why = f"no {job.train_script}; point --miles-dir at a miles checkout"
+        return Fact(name, "missing", "", why)
     python = shutil.which(job.python, path=job.env.get("PATH"))
     if python is None:
         return Fact(name, "missing", "", f"no `{job.python}` on the job's PATH to run train.py")
@@ -166,21 +165,17 @@ def miles_argv_fact(
     if outcome.ok:
         return Fact(name, "ok", f"{len(outcome.args or {})} args parsed by {where}")
     if outcome.returncode is None:
-        return Fact(
-            name,
-            "wrong",
-            where,
+        why = (
             f"{outcome.message}: importing miles hangs in this image; run `{where} --help` "
-            "to see where",
+            "to see where"
         )
-    return Fact(
-        name,
-        "wrong",
-        where,
+        return Fact(name, "wrong", where, why)
+    why = (
         f"miles' parse_args rejects the argv train would submit: {outcome.message}; "
         "the job would fail the same way before training (README: Conformance with the real "
-        "miles)",
+        "miles)"
     )
+    return Fact(name, "wrong", where, why)
 
 
 def probe_miles_argv(config: PreflightConfig) -> Fact:
