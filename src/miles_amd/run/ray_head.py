@@ -157,7 +157,6 @@ WORKER_PORTS = ("--min-worker-port", "0", "--max-worker-port", "0")  # kernel-as
 TEMP_ROOT = Path("/tmp")  # not TMPDIR: AF_UNIX paths must stay under 108 bytes
 TEMP_PREFIX = "miles-ray-"
 TOKEN_FILE = "auth_token"
-RAY_TEMP = "ray"
 
 
 class RayHeadError(RuntimeError):
@@ -177,17 +176,14 @@ def head_environment(
     env: Mapping[str, str], temp_dir: Path, token_path: Path, ports: Mapping[str, int]
 ) -> dict[str, str]:
     """The head's environment: ``env`` plus loopback, token auth, metrics ports, TMPDIR."""
-    out = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"}
-    out.update(
-        {
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": str(token_path),
-            "TMPDIR": str(temp_dir),
-            **{name: str(ports[name]) for name in PORT_ENV_VARS},
-        }
-    )
-    return out
+    return {
+        **{k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"},
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token_path),
+        "TMPDIR": str(temp_dir),
+        **{name: str(ports[name]) for name in PORT_ENV_VARS},
+    }
 
 
 def ray_executable() -> str:
@@ -230,16 +226,17 @@ class RayHead(ProcessTree):
         temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT))
         token = secrets.token_hex(32)
         atomic_write_text(temp_dir / TOKEN_FILE, token, mode=0o600)
-        ray_temp = temp_dir / RAY_TEMP  # Ray makes its temp dir 0777; ours around it is 0700
+        ray_temp = temp_dir / "ray"  # Ray makes its temp dir 0777; ours around it is 0700
         argv = [ray_executable(), *base_argv[1:], "--block", "--temp-dir", str(ray_temp)]
         argv += [str(x) for option in PORT_OPTIONS for x in (option, ports[option])]
         argv += WORKER_PORTS
         head_env = head_environment(env, temp_dir, temp_dir / TOKEN_FILE, ports)
         try:
-            head = cls._spawn(argv, head_env, ports, temp_dir, log_path, token)
+            process, owned = spawn_logged(argv, head_env, log_path)
         except BaseException:
             shutil.rmtree(temp_dir, ignore_errors=True)  # the token must not outlive a failure
             raise
+        head = cls(process, owned, log_path, ports=ports, temp_dir=temp_dir, token=token)
         try:
             head._wait_ready(timeout_s)
         except BaseException:
@@ -247,19 +244,6 @@ class RayHead(ProcessTree):
             raise
         head.record_descendants()
         return head
-
-    @classmethod
-    def _spawn(
-        cls,
-        argv: list[str],
-        env: dict[str, str],
-        ports: dict[str, int],
-        temp_dir: Path,
-        log_path: Path,
-        token: str,
-    ) -> RayHead:
-        process, owned = spawn_logged(argv, env, log_path)
-        return cls(process, owned, log_path, ports=ports, temp_dir=temp_dir, token=token)
 
     def _wait_ready(self, timeout_s: float) -> None:
         """Poll ``/api/version`` with the token until it answers; a 401/403 is an auth
@@ -289,19 +273,17 @@ class RayHead(ProcessTree):
         super().stop(grace_s)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
-    def state(self) -> dict[str, object]:
-        """What :func:`clear_leftovers` needs (no token: it stays in the temp dir)."""
-        return {
-            "pid": self.owned.pid,
-            "create_time": self.owned.create_time,
-            "dashboard_url": self.dashboard_url,
-            "temp_dir": str(self.temp_dir),
-            "descendants": [[p.pid, p.create_time] for p in self.descendants],
-        }
-
 
 def write_state(state_file: Path, head: RayHead) -> None:
-    atomic_write_text(state_file, json.dumps(head.state()), mode=0o600)
+    """What :func:`clear_leftovers` needs (no token: it stays in the temp dir)."""
+    state = {
+        "pid": head.owned.pid,
+        "create_time": head.owned.create_time,
+        "dashboard_url": head.dashboard_url,
+        "temp_dir": str(head.temp_dir),
+        "descendants": [[p.pid, p.create_time] for p in head.descendants],
+    }
+    atomic_write_text(state_file, json.dumps(state), mode=0o600)
 
 
 def clear_leftovers(state_file: Path) -> list[int]:
