@@ -75,14 +75,8 @@ def run_preflight(config: PreflightConfig) -> list[Fact]:
             fact = probe(config)
             facts.append(replace(fact, value=redact(fact.value), message=redact(fact.message)))
         except Exception as exc:
-            facts.append(
-                Fact(
-                    probe_name(probe),
-                    "wrong",
-                    "",
-                    redact(f"the probe raised {type(exc).__name__}: {one_line(exc)}"),
-                )
-            )
+            why = redact(f"the probe raised {type(exc).__name__}: {one_line(exc)}")
+            facts.append(Fact(probe_name(probe), "wrong", "", why))
     return facts
 
 
@@ -149,20 +143,16 @@ class Shown:
         return self.fact.value or "-"
 
 
-def _needs(fact: Fact, variant: str | None) -> tuple[str, ...]:
-    needs = NEEDS.get(fact.name, ())
-    if fact.name == "sglang_allreduce" and variant == "rccl":
-        needs = tuple(n for n in needs if n != "aiter")
-    return needs
-
-
 def shown(facts: Sequence[Fact]) -> list[Shown]:
     """Every fact as shown (module doc), in probe order."""
     status = {f.name: f.status for f in facts}
     variant = next((f.value for f in facts if f.name == "aiter_variant"), None)
     rows = []
     for fact in facts:
-        failed = tuple(n for n in _needs(fact, variant) if status.get(n, "ok") != "ok")
+        needs = NEEDS.get(fact.name, ())
+        if fact.name == "sglang_allreduce" and variant == "rccl":
+            needs = ("sglang",)  # the rccl arm's route does not need aiter
+        failed = tuple(n for n in needs if status.get(n, "ok") != "ok")
         if failed:
             rows.append(Shown(fact, "not checked", failed))
         elif fact.status == "ok" and fact.value.startswith("unknown"):

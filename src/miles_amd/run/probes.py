@@ -356,7 +356,8 @@ def probe_miles(config: PreflightConfig) -> Fact:
 
 
 def probe_aiter(config: PreflightConfig) -> Fact:
-    return aiter_fact(_package_dir("aiter"), _distributions_providing("aiter"))
+    providing = importlib.metadata.packages_distributions().get("aiter", [])
+    return aiter_fact(_package_dir("aiter"), providing)
 
 
 def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
@@ -365,7 +366,7 @@ def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
     name = "aiter"
     if package_dir is None:
         return Fact(name, "missing", "", f"AMD's aiter (amd-aiter) is not importable; use {IMAGE}")
-    normalized = {_normalize(d) for d in distributions}
+    normalized = {re.sub(r"[-_.]+", "-", d).lower() for d in distributions}
     if "aiter" in normalized:
         why = (
             "module 'aiter' comes from the PyPI distribution 'aiter', an unrelated "
@@ -416,19 +417,11 @@ def _package_dir(module: str) -> Path | None:
     return Path(spec.origin).parent if spec.origin else None
 
 
-def _distributions_providing(module: str) -> list[str]:
-    return list(importlib.metadata.packages_distributions().get(module, []))
-
-
 def _distribution_version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _normalize(distribution: str) -> str:
-    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def git_commit(directory: Path) -> str | None:

@@ -179,11 +179,9 @@ def aiter_fix_fact(variant: str | None, value: str) -> Fact:
 
 def probe_sglang_aiter_env(config: PreflightConfig) -> Fact:
     env = job_sglang_env(config.aiter_variant, os.environ)
-    return Fact("sglang_aiter_env", "ok", sglang_env_text(env))
-
-
-def sglang_env_text(env: Mapping[str, str]) -> str:
-    return " ".join(f"{k}={env.get(k, 'unset')}" for k in SGLANG_ENV_KEYS)
+    return Fact(
+        "sglang_aiter_env", "ok", " ".join(f"{k}={env.get(k, 'unset')}" for k in SGLANG_ENV_KEYS)
+    )
 
 
 def probe_aiter_commit(config: PreflightConfig) -> Fact:

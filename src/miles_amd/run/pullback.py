@@ -95,9 +95,8 @@ def _frame(raw: dict[str, Any]) -> Frame:
     if not isinstance(path, str) or not isinstance(sha, str) or not isinstance(data, str):
         raise ValueError("path, sha256 and data must be strings")
     cap = CAPS[safe_relpath(path).parts[0]].cap
-    if not (_is_int(size) and _is_int(offset)):
+    if type(size) is not int or type(offset) is not int:  # not bool either
         raise ValueError("size and offset must be integers")
-    assert isinstance(size, int) and isinstance(offset, int)
     if not 0 <= offset <= size:
         raise ValueError(f"{path}: offset {offset} outside 0..{size}")
     if size > cap:
@@ -115,10 +114,6 @@ def safe_relpath(path: str) -> Path:
     if rel.is_absolute() or ".." in rel.parts or not rel.parts or rel.parts[0] not in SUBDIRS:
         raise PullError(f"refused path {path!r} from the node (outside {', '.join(SUBDIRS)})")
     return rel
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def apply_frame(root: Path, frame: Frame) -> None:
@@ -147,10 +142,6 @@ def apply_frame(root: Path, frame: Frame) -> None:
             atomic_write_bytes(target, data)
         except OSError as exc:
             raise PullError(f"{frame.path}: cannot be written locally ({exc})") from None
-
-
-def node_script() -> str:
-    return (Path(__file__).parents[1] / "node" / "pullback_node.py").read_text(encoding="utf-8")
 
 
 @dataclass
@@ -236,7 +227,8 @@ class PullBack:
 
     def _run_pull_job(self, request: Mapping[str, object], timeout_s: float) -> str:
         pull_id = f"{self.job_id}-pull-{uuid.uuid4().hex[:6]}"
-        entrypoint = shlex.join(["python", "-c", node_script(), json.dumps(request)])
+        script = (Path(__file__).parents[1] / "node" / "pullback_node.py").read_text("utf-8")
+        entrypoint = shlex.join(["python", "-c", script, json.dumps(request)])
         try:
             self.client.submit_job(
                 entrypoint=entrypoint, submission_id=pull_id, entrypoint_num_cpus=0

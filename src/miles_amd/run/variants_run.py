@@ -50,13 +50,9 @@ def execute_variants(
     state_dir: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> dict[str, RunOutcome | BaseException]:
-    """Run every plan concurrently, each watched by ``watches[variant]`` (the driver's
-    ``watch``).
-
-    ``ClusterError`` (before anything is submitted) when the cluster lacks a node per plan,
-    ``DashboardError`` when it cannot be reached or refuses the token.
-    A variant whose driver raised has its exception as its result; the others keep theirs.
-    """
+    """Run every plan concurrently, each watched by ``watches[variant]``; a variant whose
+    driver raised has its exception as its result. Before anything is submitted:
+    ``ClusterError`` without a node per plan, ``DashboardError`` for an unreachable cluster."""
     _check_nodes(plans)
     tasks = {
         variant: functools.partial(
@@ -74,19 +70,14 @@ def execute_variants(
 
 
 def _prefixed(echo: Callable[[str], None], prefix: str) -> Callable[[str], None]:
-    return lambda line: echo(f"{prefix}{line}")
+    return lambda line: echo(prefix + line)
 
 
 def run_each(tasks: Mapping[str, Callable[..., T]]) -> dict[str, T | BaseException]:
-    """Run every task in its own thread, each called with one shared ``cancel=`` event; a
-    task that raised has its exception as its result. Ctrl-C (any exception here) sets
-    ``cancel``, waits for every task to end, and is raised again.
-
-    The waits are on events each task sets as it ends, not ``Thread.join``: on Python 3.11 a
-    Ctrl-C that interrupts ``join`` marks the thread as ended while it still runs, so the
-    join after it returns at once (cpython#90882; ``tests/unit/test_variants_wait.py``) and
-    a variant's driver would be left stopping its job, its ``job.json`` unwritten.
-    """
+    """Run every task in its own thread with one shared ``cancel=`` event; a task that raised
+    has its exception as its result. Ctrl-C sets ``cancel``, waits for every task, re-raises.
+    The waits are on events, not ``Thread.join``: on Python 3.11 a Ctrl-C interrupting
+    ``join`` marks the thread ended while it runs (cpython#90882)."""
     cancel = threading.Event()
     results: dict[str, T | BaseException] = {}
     ended = {name: threading.Event() for name in tasks}
