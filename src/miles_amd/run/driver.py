@@ -72,13 +72,12 @@ class RayJob:
         """Follow the job to its end and write job.log and job.json; Ctrl-C stops it too."""
         if isinstance(self.client, JobsClient):
             self.client.deadline = time.monotonic() + follow.timeout_s + STOP_GRACE_S
-        pump = LogPump(self.client, self.job_id, self.run_dir.job_log)
-        pump.start()
+        close_stream = _stream_log(self.client, self.job_id, self.run_dir.job_log)
         try:
             self._follow(watcher, follow)
             if head is not None:  # the job's processes, so the head's stop reaches them
                 head.record_descendants()
-            pump.close()
+            close_stream()
             return self.write_final()
         except KeyboardInterrupt:
             self.stopped_by = "interrupt"
@@ -194,32 +193,31 @@ class RayJob:
         return round(stopped - trip.fault_time, 3)
 
 
-class LogPump(threading.Thread):
-    """Appends the job's log to ``job.log`` as Ray streams it (``tail_job_logs``)."""
+def _stream_log(client: Any, job_id: str, path: Path) -> Callable[[], None]:
+    """Append the job's log to ``path`` as Ray streams it (``tail_job_logs``) in a daemon
+    thread; the call returned ends it (waiting 1 s at most: the final log is fetched anyway)."""
+    closed = threading.Event()
 
-    def __init__(self, client: Any, job_id: str, path: Path) -> None:
-        super().__init__(name=f"log-pump-{job_id}", daemon=True)
-        self.client, self.job_id, self.path = client, job_id, path
-        self.closed = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            asyncio.run(self._pump())
-        except BaseException as exc:  # reported, the final log is fetched anyway
-            self.error = exc
-
-    async def _pump(self) -> None:
-        with self.path.open("a", encoding="utf-8") as out:
-            async for chunk in self.client.tail_job_logs(self.job_id):
-                if self.closed.is_set():
+    async def pump() -> None:
+        with path.open("a", encoding="utf-8") as out:
+            async for chunk in client.tail_job_logs(job_id):
+                if closed.is_set():
                     return
                 out.write(chunk)
                 out.flush()
 
-    def close(self, wait_s: float = 1.0) -> None:
-        self.closed.set()
-        self.join(timeout=wait_s)
+    def run() -> None:
+        with contextlib.suppress(BaseException):  # a lost stream: the final log decides
+            asyncio.run(pump())
+
+    thread = threading.Thread(target=run, name=f"log-pump-{job_id}", daemon=True)
+    thread.start()
+
+    def close() -> None:
+        closed.set()
+        thread.join(timeout=1.0)
+
+    return close
 
 
 EVIDENCE_DIR_VARS = ("TENSORBOARD_DIR", "MILES_CI_GATE_RECORD_DIR")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import re
@@ -32,10 +33,7 @@ from miles_amd.run_dir import RunDir
 
 FRAME, END, ERROR = "MILES_AMD_PULL ", "MILES_AMD_PULL_END ", "MILES_AMD_PULL_ERROR "
 SUBDIRS = ("tensorboard", "ci_history")
-CAPS = {
-    "tensorboard": safe_open.EVENT_FILE,
-    "ci_history": safe_open.RECORD_FILE,
-}  # the gate's caps, per subdir
+CAPS = {"tensorboard": safe_open.EVENT_FILE, "ci_history": safe_open.RECORD_FILE}  # the gate's
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -154,14 +152,10 @@ class PullBack:
     run_dir: RunDir
     node_id: str | None = None
     pulls: int = 0
-    bytes_in: int = 0
-    seconds: float = 0.0
-    last_error: str | None = None
     held: dict[str, tuple[int, str]] = field(default_factory=dict)  # path: size, sha256
 
     def pull(self, timeout_s: float = 120.0) -> list[Frame]:
         """One incremental pull; :class:`PullError` names why it failed."""
-        started = time.monotonic()
         node_id = self.node_id or self._job_node()
         request = {
             "node_id": node_id,
@@ -174,7 +168,6 @@ class PullBack:
         for frame in frames:
             apply_frame(self.run_dir.root, frame)
             self.held[frame.path] = (frame.size, frame.sha256)
-            self.bytes_in += len(frame.data)
         for gone in set(self.held) - {frame.path for frame in frames}:
             try:  # a writer's temp file, since renamed: the local copy mirrors the node
                 (self.run_dir.root / safe_relpath(gone)).unlink(missing_ok=True)
@@ -182,16 +175,12 @@ class PullBack:
                 raise PullError(f"{gone}: cannot be removed locally ({exc})") from None
             del self.held[gone]
         self.pulls += 1
-        self.seconds += time.monotonic() - started
         return frames
 
     def try_pull(self) -> None:
-        """A pull during the run: a failure is remembered, the final pull decides."""
-        try:
+        """A pull during the run: a failure is left to the final pull."""
+        with contextlib.suppress(PullError):
             self.pull()
-            self.last_error = None
-        except PullError as exc:
-            self.last_error = str(exc)
 
     def final(self) -> str | None:
         """The complete, verified pull at the end; the failure's reason, or ``None``."""
