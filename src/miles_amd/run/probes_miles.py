@@ -77,6 +77,16 @@ def submitted_job(plan: LaunchPlan, base_env: Mapping[str, str]) -> SubmittedJob
     return SubmittedJob(entrypoint[0], entrypoint[1], entrypoint[2:], env)
 
 
+def _job_python(
+    config: PreflightConfig, base_env: Mapping[str, str] | None
+) -> tuple[SubmittedJob, str | None]:
+    """The job ``train`` would submit for ``config``, and the interpreter its ``python3``
+    resolves to on the job's ``PATH`` (None: none there)."""
+    env = dict(os.environ if base_env is None else base_env)
+    job = submitted_job(build_train_plan(config.recipe(), env, run_dir=str(config.run_dir)), env)
+    return job, shutil.which(job.python, path=job.env.get("PATH"))
+
+
 def parse_with_miles(
     train_argv: Sequence[str],
     env: Mapping[str, str],
@@ -149,13 +159,10 @@ def miles_argv_fact(
     """The ``miles_argv`` fact: the default recipe's argv for ``config``'s dirs and run dir,
     parsed by the interpreter the job's ``python3`` resolves to on the job's ``PATH``."""
     name = "miles_argv"
-    env = dict(os.environ if base_env is None else base_env)
-    plan = build_train_plan(config.recipe(), env, run_dir=str(config.run_dir))
-    job = submitted_job(plan, env)
+    job, python = _job_python(config, base_env)
     if not Path(job.train_script).is_file():
         why = f"no {job.train_script}; point --miles-dir at a miles checkout"
         return Fact(name, "missing", "", why)
-    python = shutil.which(job.python, path=job.env.get("PATH"))
     if python is None:
         return Fact(name, "missing", "", f"no `{job.python}` on the job's PATH to run train.py")
     outcome = parse_with_miles(
@@ -205,11 +212,9 @@ def _run_census(python: str, argv: tuple[str, ...], env: tuple[tuple[str, str], 
 
 def read_census(config: PreflightConfig, base_env: Mapping[str, str] | None = None) -> Reading:
     """The child's reading for ``config``'s recipe, as the job would run it (cached)."""
-    env = dict(os.environ if base_env is None else base_env)
-    job = submitted_job(build_train_plan(config.recipe(), env, run_dir=str(config.run_dir)), env)
+    job, python = _job_python(config, base_env)
     if not Path(job.train_script).is_file():
         return {"ok": False, "stage": "setup", "error": f"no miles checkout ({job.train_script})"}
-    python = shutil.which(job.python, path=job.env.get("PATH"))
     if python is None:
         return {"ok": False, "stage": "setup", "error": f"no `{job.python}` on the job's PATH"}
     return _run_census(python, tuple(job.train_argv), tuple(sorted(job.env.items())))
