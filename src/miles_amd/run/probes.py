@@ -118,7 +118,7 @@ def child_json(
             if RESULT in argv:
                 text = result.read_text(encoding="utf-8")
             else:
-                lines = [line for line in done.stdout.splitlines() if line.startswith(marker)]
+                lines = [x for x in done.stdout.splitlines() if x.strip() and x.startswith(marker)]
                 text = lines[-1].removeprefix(marker)
             reading = json.loads(text)
         except (OSError, IndexError, ValueError):
