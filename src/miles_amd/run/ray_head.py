@@ -62,6 +62,13 @@ def wait_gone(procs: list[OwnedProcess], timeout_s: float) -> None:
         time.sleep(0.2)
 
 
+def signal_and_wait(procs: list[OwnedProcess], sig: int, timeout_s: float) -> None:
+    """Send ``sig`` to each of ``procs`` (by pid and create time), then :func:`wait_gone`."""
+    for proc in procs:
+        proc.signal(sig)
+    wait_gone(procs, timeout_s)
+
+
 def spawn_logged(
     argv: list[str], env: dict[str, str], log_path: Path
 ) -> tuple[subprocess.Popen[bytes], OwnedProcess]:
@@ -110,21 +117,15 @@ class ProcessTree:
         self.record_descendants()
         self.owned.signal(signal.SIGTERM)
         wait_gone(self.members(), grace_s)
-        for proc in self.descendants:
-            proc.signal(signal.SIGTERM)
-        wait_gone(list(self.descendants), 5.0)
-        for proc in self.members():
-            proc.signal(signal.SIGKILL)
-        wait_gone(self.members(), 5.0)
+        signal_and_wait(list(self.descendants), signal.SIGTERM, 5.0)
+        signal_and_wait(self.members(), signal.SIGKILL, 5.0)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
 
     def kill(self) -> None:
         """SIGKILL the root and every process under it at once (a machine dying)."""
         self.record_descendants()
-        for proc in self.members():
-            proc.signal(signal.SIGKILL)
-        wait_gone(self.members(), 10.0)
+        signal_and_wait(self.members(), signal.SIGKILL, 10.0)
 
     def pids(self) -> tuple[int, ...]:
         """The root's pid and every descendant's recorded so far."""
@@ -302,12 +303,8 @@ def clear_leftovers(state_file: Path) -> list[int]:
         state_file.unlink(missing_ok=True)
         return []
     alive = [p for p in procs if p.alive()]
-    for proc in alive:
-        proc.signal(signal.SIGTERM)
-    wait_gone(alive, 15.0)
-    for proc in alive:
-        proc.signal(signal.SIGKILL)
-    wait_gone(alive, 5.0)
+    signal_and_wait(alive, signal.SIGTERM, 15.0)
+    signal_and_wait(alive, signal.SIGKILL, 5.0)
     temp_dir = Path(str(state.get("temp_dir", "")))
     if temp_dir.parent == TEMP_ROOT and temp_dir.name.startswith(TEMP_PREFIX):
         shutil.rmtree(temp_dir, ignore_errors=True)
