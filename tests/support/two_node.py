@@ -1,36 +1,13 @@
 """A two-node Ray cluster on one CPU machine, for the cluster rehearsal; stopped by pid.
 
-Decides how the rehearsal stands in for a multi-node MI355X cluster: a head
-(``ray start --head``) and a second raylet joined with ``ray start --address``, each in its
-own private temp dir (``mkdtemp`` 0700: its ``TMPDIR`` and its node root), each declaring
-the fake node resource ``miles_amd_mi355x_node: 1`` and ``--num-gpus 8`` (Ray accepts a GPU
-count on a CPU raylet: it is only a number in the scheduler), each with its own
-``MILES_AMD_NODE_ROOT`` in its environment. Workers on a node inherit the raylet's
-environment, so a job's ``${MILES_AMD_NODE_ROOT}/...`` evidence dir expands to a dir only
-that node writes: the client's run dir is never written by the job, as on a real cluster
-without shared storage.
-
-Ray's own ``--temp-dir`` is the same for both nodes (``ray`` inside the head's 0700 dir), as
-on a real cluster where every machine uses the same path: measured with Ray 2.60, a joined
-node's dashboard agent serves job logs from the *head's* temp-dir path on its own machine,
-so with different ``--temp-dir`` values the Jobs API returned only the first line of the log
-of a job whose driver ran on the joined node (the supervisor wrote the rest under the
-node's own path). Two raylets sharing one session dir get distinct socket names
-(``node._make_inc_temp``: ``raylet``, ``raylet.1``), as in Ray's own ``cluster_utils``.
-
-Unlike the driver's private head (``miles_amd.run.ray_head``), this cluster cannot be
-loopback-only: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes ``ray start --address`` abort
-("Multi-node Ray clusters are not supported"), so both nodes run with Ray's default (on),
-and Ray resolves ``127.0.0.1`` to the host's routable address. Token auth stays on (one
-fresh token for both nodes), every listening port is chosen here, worker ports are
-kernel-assigned. It does not decide what runs on the cluster.
-
-Every process is ours: each ``ray start --block`` is a
-:class:`~miles_amd.run.ray_head.ProcessTree` (the class the driver's head is), spawned
-in a new session, its descendants recorded by pid and create time, and
-:meth:`TwoNodeCluster.stop` ends them by pid (never ``ray stop``). :meth:`LocalNode.kill`
-stops one node's raylet by pid, the node-loss fault. The dashboard is asked through
-``miles_amd.run.dashboard``.
+A head and a second raylet joined to it, each in its own private 0700 temp dir (its
+``TMPDIR`` and its ``MILES_AMD_NODE_ROOT``, so a job's ``${MILES_AMD_NODE_ROOT}/...`` evidence
+dir is one only that node writes, as without shared storage), each declaring the fake node
+resource and ``--num-gpus 8``. Both share Ray's ``--temp-dir`` (a joined node's agent serves
+job logs from the head's temp-dir path, Ray 2.60: ``docs/cluster.md``). Not loopback-only
+(``ray start --address`` refuses with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``); token auth on,
+every port chosen here. Each ``ray start --block`` is a ``run.ray_head.ProcessTree``: stopped
+by pid (never ``ray stop``); :meth:`LocalNode.kill` is the node-loss fault.
 """
 
 from __future__ import annotations

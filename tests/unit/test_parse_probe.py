@@ -24,7 +24,6 @@ import pytest
 
 from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe
-from miles_amd.run import preflight
 from miles_amd.run.probes import PreflightConfig
 from miles_amd.run.probes_miles import (
     miles_argv_fact,
@@ -120,54 +119,39 @@ def test_the_preflight_parses_the_exact_argv_and_env_without_gpu_stubs(
     assert "--stub-gpu-queries" not in command.read_text().split()
 
 
-def test_the_registered_probe_is_this_fact() -> None:
-    assert probe_miles_argv in preflight.PROBES
-    names = [preflight.probe_name(p) for p in preflight.PROBES]
-    assert names.index("miles_argv") == names.index("dataset") + 1
-
-
 @pytest.mark.parametrize(
-    ("unknown", "argv", "returncode", "message"),
+    ("extra_env", "argv", "returncode", "args", "message"),
     [
-        ("--x", ["--num-rollout", "2", "--x"], 2, "unrecognized arguments: --x"),
-        ("", ["--num-rollout", "0"], 1, "AssertionError: num_rollout must be > 0, got 0"),
+        ({}, ["--num-rollout", "3"], 0, {"num_rollout": 3}, ""),
+        (
+            {"STAND_IN_UNKNOWN": "--x"},
+            ["--num-rollout", "2", "--x"],
+            2,
+            None,
+            "unrecognized arguments: --x",
+        ),
+        ({}, ["--num-rollout", "0"], 1, None, "AssertionError: num_rollout must be > 0, got 0"),
+        ({"STAND_IN_SLEEP": "60"}, [], None, None, "the parse did not finish within 1 s"),
     ],
 )
-def test_a_refusal_is_the_parsers_one_line(
-    tmp_path: Path, unknown: str, argv: list[str], returncode: int, message: str
+def test_the_parsers_answer_or_its_one_line(
+    tmp_path: Path,
+    extra_env: dict[str, str],
+    argv: list[str],
+    returncode: int | None,
+    args: dict | None,
+    message: str,
 ) -> None:
     miles = stand_in_miles(tmp_path / "miles")
-    env = {
-        "PYTHONPATH": str(miles),
-        "STAND_IN_RECORD": str(tmp_path / "r.json"),
-        "STAND_IN_UNKNOWN": unknown,
-    }
-    outcome = parse_with_miles(argv, env, python=sys.executable)
-    assert (outcome.ok, outcome.returncode, outcome.message) == (False, returncode, message)
+    env = {"PYTHONPATH": str(miles), "STAND_IN_RECORD": str(tmp_path / "r.json"), **extra_env}
+    outcome = parse_with_miles(
+        argv, env, python=sys.executable, timeout=1 if "STAND_IN_SLEEP" in extra_env else 60
+    )
+    assert (outcome.returncode, outcome.args, outcome.message) == (returncode, args, message)
+    assert outcome.ok == (returncode == 0) and outcome.seconds < 30
 
 
-def test_the_parsed_namespace_comes_back(tmp_path: Path) -> None:
-    miles = stand_in_miles(tmp_path / "miles")
-    env = {"PYTHONPATH": str(miles), "STAND_IN_RECORD": str(tmp_path / "r.json")}
-    outcome = parse_with_miles(["--num-rollout", "3"], env, python=sys.executable)
-    assert outcome.ok and outcome.args == {"num_rollout": 3}
-    assert outcome.message == ""
-
-
-def test_a_wedged_parse_is_stopped_at_the_time_limit(tmp_path: Path) -> None:
-    miles = stand_in_miles(tmp_path / "miles")
-    env = {
-        "PYTHONPATH": str(miles),
-        "STAND_IN_RECORD": str(tmp_path / "r.json"),
-        "STAND_IN_SLEEP": "60",
-    }
-    outcome = parse_with_miles([], env, python=sys.executable, timeout=1)
-    assert outcome.returncode is None and not outcome.ok
-    assert outcome.message == "the parse did not finish within 1 s"
-    assert outcome.seconds < 30
-
-
-def test_a_wedged_parse_is_a_wrong_fact(tmp_path: Path) -> None:
+def test_a_wedged_parse_is_wrong_and_no_checkout_or_python_is_missing(tmp_path: Path) -> None:
     miles = stand_in_miles(tmp_path / "miles")
     env = {
         "PATH": str(python3_on_path(tmp_path / "bin", sys.executable)),
@@ -177,18 +161,16 @@ def test_a_wedged_parse_is_a_wrong_fact(tmp_path: Path) -> None:
     fact = miles_argv_fact(config_for(tmp_path, miles), base_env=env, timeout=1)
     assert fact.status == "wrong"
     assert fact.message.startswith("the parse did not finish within 1 s: importing miles hangs")
-
-
-def test_no_checkout_or_no_python_is_missing_without_a_subprocess(tmp_path: Path) -> None:
     fact = miles_argv_fact(config_for(tmp_path, tmp_path / "nowhere"), base_env={"PATH": ""})
     assert (fact.status, fact.message) == (
         "missing",
         f"no {tmp_path}/nowhere/train.py; point --miles-dir at a miles checkout",
     )
-    miles = stand_in_miles(tmp_path / "miles")
     fact = miles_argv_fact(config_for(tmp_path, miles), base_env={"PATH": str(tmp_path)})
-    assert fact.status == "missing"
-    assert fact.message == "no `python3` on the job's PATH to run train.py"
+    assert (fact.status, fact.message) == (
+        "missing",
+        "no `python3` on the job's PATH to run train.py",
+    )
 
 
 # ---- the real miles (conformance env) ---------------------------------------------------------

@@ -31,6 +31,7 @@ from miles_amd.run.preflight import (
     run_preflight,
     shown,
     table,
+    verdict_line,
     write_env_json,
 )
 from miles_amd.run.probes import (
@@ -138,21 +139,21 @@ def write_dist_info(site: Path, name: str, version: str, top_level: str) -> None
     (info / "RECORD").write_text(f"{top_level}/__init__.py,,\n{info.name}/METADATA,,\n")
 
 
-def probe_in_subprocess(probe: str, pythonpath: Path, tmp_path: Path) -> dict[str, str]:
-    """Run one probe in a fresh interpreter whose sys.path starts with ``pythonpath``, then
-    the tree under test (never another checkout's install)."""
+def probes_in_subprocess(pythonpath: Path, tmp_path: Path, *probes: str) -> dict[str, dict]:
+    """Run ``probes`` in one fresh interpreter whose sys.path starts with ``pythonpath``, then
+    the tree under test (never another checkout's install); each probe's fact by name."""
     code = (
         "import json, sys\n"
         "from dataclasses import asdict\n"
         "from pathlib import Path\n"
-        "from miles_amd.run import preflight\n"
+        "from miles_amd.run import probes\n"
         "here = Path(sys.argv[1])\n"
-        "config = preflight.PreflightConfig(here, here, here, here, here)\n"
-        f"print(json.dumps(asdict(preflight.{probe}(config))))\n"
+        "config = probes.PreflightConfig(here, here, here, here, here)\n"
+        "print(json.dumps({p: asdict(getattr(probes, p)(config)) for p in sys.argv[2:]}))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(pythonpath), str(SRC)))}
     done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)],
+        [sys.executable, "-c", code, str(tmp_path), *probes],
         env=env,
         capture_output=True,
         text=True,
@@ -160,135 +161,6 @@ def probe_in_subprocess(probe: str, pythonpath: Path, tmp_path: Path) -> dict[st
         check=True,
     )
     return json.loads(done.stdout)
-
-
-# ---- this machine: no GPU, no torch ----------------------------------------------------------
-
-
-@pytest.mark.skipif(GPU_TOOLS_HERE, reason="asserts the GPU-less machine's answer")
-def test_on_this_gpu_less_machine_the_gpu_probe_says_missing(tmp_path: Path) -> None:
-    facts = run_preflight(config_for(tmp_path))
-    by_name = {f.name: f for f in facts}
-    assert by_name["gpus"].status == "missing"
-    assert "no AMD GPU visible" in by_name["gpus"].message
-    assert by_name["torch"].status == "missing"
-    assert not preflight_ok(facts)
-    shown_table = table(shown(facts), verbose=True)
-    gpu_row = next(line for line in shown_table.splitlines() if line.startswith("gpus "))
-    assert gpu_row.split()[:2] == ["gpus", "missing"]
-
-
-def test_facts_come_in_probe_order_with_probe_names(tmp_path: Path) -> None:
-    facts = run_preflight(config_for(tmp_path))
-    assert [f.name for f in facts] == [probe_name(p) for p in PROBES]
-    assert all(f.status in ("ok", "missing", "wrong") for f in facts)
-    assert all(f.message for f in facts if f.status != "ok")
-
-
-def test_a_crashing_probe_is_a_wrong_fact_not_a_crash(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def probe_broken(config: PreflightConfig) -> Fact:
-        raise OSError("device busy")
-
-    monkeypatch.setattr(preflight, "PROBES", (probe_broken, probe_aiter_variant))
-    facts = run_preflight(config_for(tmp_path, aiter_variant="stock"))
-    assert facts[0] == Fact("broken", "wrong", "", "the probe raised OSError: device busy")
-    assert facts[1].status == "ok"
-    assert not preflight_ok(facts)
-
-
-# ---- GPUs ------------------------------------------------------------------------------------
-
-
-def test_judge_gpus() -> None:
-    assert judge_gpus(["gfx950"] * 8, "torch", 8, "gfx950") == Fact(
-        "gpus", "ok", "8x gfx950 (torch)"
-    )
-    few = judge_gpus(["gfx950"] * 4, "amd-smi", 8, "gfx950")
-    assert (few.status, few.value) == ("wrong", "4x gfx950 (amd-smi)")
-    assert "needs 8 GPUs, 4 visible" in few.message
-    mi300 = judge_gpus(["gfx942"] * 8, "amd-smi", 8, "gfx950")
-    assert mi300.status == "wrong"
-    assert "validated on gfx950" in mi300.message and "gfx942" in mi300.message
-    assert judge_gpus([], "rocm-smi", 8, "gfx950").status == "missing"
-
-
-def test_parse_amd_smi_static_both_layouts() -> None:
-    record = {"gpu": 0, "asic": {"target_graphics_version": "gfx950:sramecc+:xnack-"}}
-    assert parse_amd_smi_static(json.dumps([record, record])) == ["gfx950", "gfx950"]
-    assert parse_amd_smi_static(json.dumps({"gpu_data": [record]})) == ["gfx950"]
-    assert parse_amd_smi_static(json.dumps({"gpu_data": []})) == []
-    assert parse_amd_smi_static("AMDSMI error: no GPU") is None
-
-
-def test_parse_rocm_smi_product() -> None:
-    text = json.dumps(
-        {
-            "card0": {"Card Series": "AMD Instinct MI355X", "GFX Version": "gfx950"},
-            "card1": {"Card Series": "AMD Instinct MI355X", "GFX Version": "gfx950"},
-            "system": {"Driver version": "6.16.6"},
-        }
-    )
-    assert parse_rocm_smi_product(text) == ["gfx950", "gfx950"]
-    assert parse_rocm_smi_product("[]") is None
-
-
-@needs_no_torch
-def test_gpus_from_a_real_amd_smi_executable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake_amd_smi(tmp_path / "bin", count=8, arch="gfx950:sramecc+:xnack-")
-    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    assert probe_gpus(config_for(tmp_path)) == Fact("gpus", "ok", "8x gfx950 (amd-smi)")
-    assert probe_gpus(config_for(tmp_path, expected_arch="gfx942")).status == "wrong"
-
-
-@needs_no_torch
-def test_gpus_fall_back_to_rocm_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    make_tool(tmp_path / "bin", "amd-smi", "sys.exit(1)\n")
-    cards = {f"card{i}": {"GFX Version": "gfx950"} for i in range(6)}
-    make_tool(tmp_path / "bin", "rocm-smi", f"print(json.dumps({cards!r}))\n")
-    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    fact = probe_gpus(config_for(tmp_path))
-    assert (fact.status, fact.value) == ("wrong", "6x gfx950 (rocm-smi)")
-
-
-@needs_no_torch
-def test_no_gpu_tools_on_path_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "empty").mkdir()
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert probe_gpus(config_for(tmp_path)).status == "missing"
-
-
-# ---- ROCm ------------------------------------------------------------------------------------
-
-
-def test_rocm_version_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    info = tmp_path / "rocm" / ".info"
-    info.mkdir(parents=True)
-    (info / "version").write_text("7.2.0-43\n")
-    fact = probe_rocm(config_for(tmp_path))
-    assert (fact.status, fact.value) == ("ok", f"7.2.0-43 ({info / 'version'})")
-    (info / "version").write_text("6.4.1-120\n")
-    old = probe_rocm(config_for(tmp_path))
-    assert old.status == "wrong"
-    assert "ROCm 7.2" in old.message
-
-
-def test_rocm_version_from_amd_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_amd_smi(tmp_path / "bin", count=8, arch="gfx950", rocm="7.2.1")
-    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    assert probe_rocm(config_for(tmp_path)) == Fact("rocm", "ok", "7.2.1 (amd-smi version)")
-
-
-def test_no_rocm_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    assert probe_rocm(config_for(tmp_path)).status == "missing"
-
-
-# ---- SGLang's LoRA endpoint ------------------------------------------------------------------
 
 
 def fake_sglang(site: Path, http_server_source: str | None) -> Path:
@@ -300,141 +172,194 @@ def fake_sglang(site: Path, http_server_source: str | None) -> Path:
     return package
 
 
-def test_sglang_endpoint_found_in_http_server(tmp_path: Path) -> None:
-    package = fake_sglang(tmp_path, OTHER_ROUTES_SOURCE + LORA_ROUTE_SOURCE)
-    fact = sglang_lora_endpoint_fact(package)
-    assert fact.status == "ok"
-    assert "http_server.py" in fact.value
+# ---- running the probes ----------------------------------------------------------------------
 
 
-def test_sglang_without_the_endpoint_is_wrong(tmp_path: Path) -> None:
-    fact = sglang_lora_endpoint_fact(fake_sglang(tmp_path, OTHER_ROUTES_SOURCE))
-    assert fact.status == "wrong"
-    assert "HTTP 404" in fact.message
-    assert "first LoRA weight update" in fact.message
+@pytest.mark.skipif(GPU_TOOLS_HERE, reason="asserts the GPU-less machine's answer")
+def test_on_this_gpu_less_machine_the_gpu_probe_says_missing(tmp_path: Path) -> None:
+    facts = run_preflight(config_for(tmp_path))
+    by_name = {f.name: f for f in facts}
+    assert by_name["gpus"].status == by_name["torch"].status == "missing"
+    assert "no AMD GPU visible" in by_name["gpus"].message
+    assert not preflight_ok(facts)
 
 
-def test_sglang_without_entrypoint_sources_cannot_be_confirmed(tmp_path: Path) -> None:
-    fact = sglang_lora_endpoint_fact(fake_sglang(tmp_path, None))
-    assert fact.status == "wrong"
-    assert "cannot confirm" in fact.message
+def test_facts_in_probe_order_and_a_crashing_probe_is_a_wrong_fact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts = run_preflight(config_for(tmp_path))
+    names = [probe_name(p) for p in PROBES]
+    assert [f.name for f in facts] == names
+    after = names.index("dataset") + 1  # miles' parse, then what its model build shows
+    assert names[after : after + 4] == [
+        "miles_argv",
+        "lora_experts",
+        "router_dtype",
+        "attention_window",
+    ]
+    assert all(f.status in ("ok", "missing", "wrong") for f in facts)
+    assert all(f.message for f in facts if f.status != "ok")
+
+    def probe_broken(config: PreflightConfig) -> Fact:
+        raise OSError("device busy")
+
+    monkeypatch.setattr(preflight, "PROBES", (probe_broken, probe_aiter_variant))
+    facts = run_preflight(config_for(tmp_path, aiter_variant="stock"))
+    assert facts[0] == Fact("broken", "wrong", "", "the probe raised OSError: device busy")
+    assert facts[1].status == "ok"
+    assert not preflight_ok(facts)
 
 
-def test_no_sglang_is_missing() -> None:
+# ---- GPUs and ROCm -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("archs", "source", "status", "value", "says"),
+    [
+        (["gfx950"] * 8, "torch", "ok", "8x gfx950 (torch)", ""),
+        (["gfx950"] * 4, "amd-smi", "wrong", "4x gfx950 (amd-smi)", "needs 8 GPUs, 4 visible"),
+        (["gfx942"] * 8, "amd-smi", "wrong", "8x gfx942 (amd-smi)", "validated on gfx950"),
+        ([], "rocm-smi", "missing", "0 (rocm-smi)", "lists no GPU"),
+    ],
+)
+def test_judge_gpus(archs: list[str], source: str, status: str, value: str, says: str) -> None:
+    fact = judge_gpus(archs, source, 8, "gfx950")
+    assert (fact.status, fact.value) == (status, value)
+    assert says in fact.message
+
+
+def test_gpu_tool_outputs_are_read_by_shape() -> None:
+    record = {"gpu": 0, "asic": {"target_graphics_version": "gfx950:sramecc+:xnack-"}}
+    assert parse_amd_smi_static(json.dumps([record, record])) == ["gfx950", "gfx950"]
+    assert parse_amd_smi_static(json.dumps({"gpu_data": [record]})) == ["gfx950"]
+    assert parse_amd_smi_static(json.dumps({"gpu_data": []})) == []
+    assert parse_amd_smi_static("AMDSMI error: no GPU") is None
+    cards = {f"card{i}": {"Card Series": "MI355X", "GFX Version": "gfx950"} for i in range(2)}
+    text = json.dumps({**cards, "system": {"Driver version": "6.16.6"}})
+    assert parse_rocm_smi_product(text) == ["gfx950", "gfx950"]
+    assert parse_rocm_smi_product("[]") is None
+
+
+@needs_no_torch
+def test_gpus_and_rocm_from_real_tools_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    monkeypatch.setenv("PATH", str(bin_dir))
+    bin_dir.mkdir()
+    assert probe_gpus(config_for(tmp_path)).status == "missing"  # no tool on PATH
+    assert probe_rocm(config_for(tmp_path)).status == "missing"
+    fake_amd_smi(bin_dir, count=8, arch="gfx950:sramecc+:xnack-", rocm="7.2.1")
+    assert probe_gpus(config_for(tmp_path)) == Fact("gpus", "ok", "8x gfx950 (amd-smi)")
+    assert probe_gpus(config_for(tmp_path, expected_arch="gfx942")).status == "wrong"
+    assert probe_rocm(config_for(tmp_path)) == Fact("rocm", "ok", "7.2.1 (amd-smi version)")
+    info = tmp_path / "rocm" / ".info"  # the version file comes first
+    info.mkdir(parents=True)
+    (info / "version").write_text("7.2.0-43\n")
+    assert probe_rocm(config_for(tmp_path)) == Fact("rocm", "ok", f"7.2.0-43 ({info / 'version'})")
+    (info / "version").write_text("6.4.1-120\n")
+    old = probe_rocm(config_for(tmp_path))
+    assert old.status == "wrong" and "ROCm 7.2" in old.message
+    make_tool(bin_dir, "amd-smi", "sys.exit(1)\n")  # amd-smi fails: rocm-smi answers
+    cards = {f"card{i}": {"GFX Version": "gfx950"} for i in range(6)}
+    make_tool(bin_dir, "rocm-smi", f"print(json.dumps({cards!r}))\n")
+    fact = probe_gpus(config_for(tmp_path))
+    assert (fact.status, fact.value) == ("wrong", "6x gfx950 (rocm-smi)")
+
+
+# ---- SGLang, aiter and the checkouts -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "status", "says"),
+    [
+        (OTHER_ROUTES_SOURCE + LORA_ROUTE_SOURCE, "ok", "http_server.py"),
+        (OTHER_ROUTES_SOURCE, "wrong", "fails at the first LoRA weight update with HTTP 404"),
+        (None, "wrong", "cannot confirm"),
+    ],
+)
+def test_sglang_lora_endpoint(tmp_path: Path, source: str | None, status: str, says: str) -> None:
+    fact = sglang_lora_endpoint_fact(fake_sglang(tmp_path, source))
+    assert fact.status == status and says in fact.value + fact.message
     assert sglang_lora_endpoint_fact(None).status == "missing"
 
 
-def test_installed_sglang_located_by_find_spec_in_a_fresh_interpreter(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    fake_sglang(site, LORA_ROUTE_SOURCE)
-    fact = probe_in_subprocess("probe_sglang_lora_endpoint", site, tmp_path)
-    assert fact["status"] == "ok"
-    assert str(site / "sglang" / "srt" / "entrypoints" / "http_server.py") in fact["value"]
-
-    without = tmp_path / "site2"
-    fake_sglang(without, OTHER_ROUTES_SOURCE)
-    assert probe_in_subprocess("probe_sglang_lora_endpoint", without, tmp_path)["status"] == (
-        "wrong"
-    )
-
-
-def test_sglang_version_and_commit_from_a_checkout(tmp_path: Path) -> None:
-    repo = tmp_path / "sglang-repo"
+def test_packages_in_a_checkout_are_found_with_version_and_commit(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
     site = repo / "python"
     fake_sglang(site, LORA_ROUTE_SOURCE)
     write_dist_info(site, "sglang", "0.5.4", "sglang")
-    commit = git_checkout(repo)
-    fact = probe_in_subprocess("probe_sglang", site, tmp_path)
-    assert fact == {
-        "name": "sglang",
-        "status": "ok",
-        "value": f"sglang 0.5.4 @ {commit[:12]}",
-        "message": "",
-    }
-
-
-def test_no_commit_for_packages_in_site_packages(tmp_path: Path) -> None:
-    repo = tmp_path / "project"
-    site = repo / "venv" / "lib" / "python3.11" / "site-packages"
-    fake_sglang(site, LORA_ROUTE_SOURCE)
-    write_dist_info(site, "sglang", "0.5.4", "sglang")
-    git_checkout(repo)
-    assert probe_in_subprocess("probe_sglang", site, tmp_path)["value"] == "sglang 0.5.4"
-
-
-# ---- aiter -----------------------------------------------------------------------------------
-
-
-def test_pypi_aiter_distribution_is_flagged_in_a_fresh_interpreter(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    (site / "aiter").mkdir(parents=True)
-    (site / "aiter" / "__init__.py").write_text('"""Async iterator helpers."""\n')
-    write_dist_info(site, "aiter", "0.13.0", "aiter")
-    fact = probe_in_subprocess("probe_aiter", site, tmp_path)
-    assert fact["status"] == "wrong"
-    assert "async-iterator" in fact["message"]
-    assert "pip uninstall aiter" in fact["message"]
-
-
-def test_amd_aiter_distribution_is_accepted_in_a_fresh_interpreter(tmp_path: Path) -> None:
-    site = tmp_path / "site"
     (site / "aiter" / "jit").mkdir(parents=True)
     (site / "aiter" / "__init__.py").write_text("")
     write_dist_info(site, "amd-aiter", "0.1.5", "aiter")
-    fact = probe_in_subprocess("probe_aiter", site, tmp_path)
-    assert (fact["status"], fact["value"]) == ("ok", "amd-aiter 0.1.5")
+    commit = git_checkout(repo)
+    facts = probes_in_subprocess(
+        site, tmp_path, "probe_sglang", "probe_sglang_lora_endpoint", "probe_aiter"
+    )
+    assert facts["probe_sglang"] == asdict(Fact("sglang", "ok", f"sglang 0.5.4 @ {commit[:12]}"))
+    endpoint = facts["probe_sglang_lora_endpoint"]
+    assert endpoint["status"] == "ok"
+    assert str(site / "sglang" / "srt" / "entrypoints" / "http_server.py") in endpoint["value"]
+    assert facts["probe_aiter"] == asdict(Fact("aiter", "ok", f"amd-aiter 0.1.5 @ {commit[:12]}"))
 
 
-def test_aiter_fact_rules(tmp_path: Path) -> None:
+def test_site_packages_have_no_commit_and_pypi_aiter_is_flagged(tmp_path: Path) -> None:
+    repo = tmp_path / "project"
+    site = repo / "venv" / "lib" / "python3.11" / "site-packages"
+    fake_sglang(site, OTHER_ROUTES_SOURCE)
+    write_dist_info(site, "sglang", "0.5.4", "sglang")
+    (site / "aiter").mkdir(parents=True)
+    (site / "aiter" / "__init__.py").write_text('"""Async iterator helpers."""\n')
+    write_dist_info(site, "aiter", "0.13.0", "aiter")
+    git_checkout(repo)
+    facts = probes_in_subprocess(
+        site, tmp_path, "probe_sglang", "probe_sglang_lora_endpoint", "probe_aiter"
+    )
+    assert facts["probe_sglang"]["value"] == "sglang 0.5.4"
+    assert facts["probe_sglang_lora_endpoint"]["status"] == "wrong"
+    aiter = facts["probe_aiter"]
+    assert aiter["status"] == "wrong"
+    assert "async-iterator" in aiter["message"] and "pip uninstall aiter" in aiter["message"]
+
+
+def test_aiter_fact_and_variant_rules(tmp_path: Path) -> None:
     assert aiter_fact(None, []).status == "missing"
     assert aiter_fact(tmp_path, ["aiter"]).status == "wrong"
     assert aiter_fact(tmp_path, ["amd-aiter", "aiter"]).status == "wrong"  # clobbered by PyPI
     assert aiter_fact(tmp_path, []).status == "wrong"  # no metadata, not AMD's layout
     (tmp_path / "jit").mkdir()
     assert aiter_fact(tmp_path, []).status == "ok"  # AMD source install without metadata
-
-
-def test_aiter_variant_is_recorded(tmp_path: Path) -> None:
     assert probe_aiter_variant(config_for(tmp_path, aiter_variant="patched")).value == "patched"
     assert probe_aiter_variant(config_for(tmp_path)).value == "unrecorded"
     assert probe_aiter_variant(config_for(tmp_path, aiter_variant="nightly")).status == "wrong"
 
 
-# ---- checkouts -------------------------------------------------------------------------------
-
-
-def test_megatron_lm_checkout(tmp_path: Path) -> None:
-    root = tmp_path / "Megatron-LM"
+def test_megatron_lm_and_miles_checkouts(tmp_path: Path) -> None:
     config = config_for(tmp_path)
-    assert probe_megatron_lm(config).status == "missing"
-    root.mkdir()
+    assert probe_megatron_lm(config).status == probe_miles(config).status == "missing"
+    megatron, miles = tmp_path / "Megatron-LM", tmp_path / "miles"
+    megatron.mkdir()
+    miles.mkdir()
     assert probe_megatron_lm(config).status == "wrong"
-    core = root / "megatron" / "core"
+    wrong = probe_miles(config)
+    assert wrong.status == "wrong" and "no train.py" in wrong.message
+    core = megatron / "megatron" / "core"
     core.mkdir(parents=True)
     (core / "__init__.py").write_text("")
     (core / "package_info.py").write_text("MAJOR = 0\nMINOR = 15\nPATCH = 0\nPRE_RELEASE = 'rc2'\n")
-    commit = git_checkout(root)
+    commit = git_checkout(megatron)
     fact = probe_megatron_lm(config)
     assert fact == Fact("megatron_lm", "ok", f"megatron.core 0.15.0rc2 @ {commit[:12]}")
-
-
-def test_miles_checkout(tmp_path: Path) -> None:
-    root = tmp_path / "miles"
-    config = config_for(tmp_path)
-    assert probe_miles(config).status == "missing"
-    root.mkdir()
-    wrong = probe_miles(config)
-    assert wrong.status == "wrong" and "no train.py" in wrong.message
-    (root / "train.py").write_text("print('train')\n")
-    assert probe_miles(config) == Fact("miles", "ok", str(root))  # not a git checkout
-    commit = git_checkout(root)
-    assert probe_miles(config) == Fact("miles", "ok", f"{root} @ {commit[:12]}")
+    (miles / "train.py").write_text("print('train')\n")
+    assert probe_miles(config) == Fact("miles", "ok", str(miles))  # not a git checkout
+    commit = git_checkout(miles)
+    assert probe_miles(config) == Fact("miles", "ok", f"{miles} @ {commit[:12]}")
 
 
 # ---- inputs and disk -------------------------------------------------------------------------
 
 
-def test_checkpoint_probe(tmp_path: Path) -> None:
+def test_checkpoint_dataset_and_disk_probes(tmp_path: Path) -> None:
     config = config_for(tmp_path)
     missing = probe_checkpoint(config)
     assert missing.status == "missing" and "hf download" in missing.message
@@ -446,9 +371,6 @@ def test_checkpoint_probe(tmp_path: Path) -> None:
     wrong = probe_checkpoint(config)
     assert wrong.status == "wrong" and "MXFP4" in wrong.message
 
-
-def test_dataset_probe(tmp_path: Path) -> None:
-    config = config_for(tmp_path)
     assert probe_dataset(config).status == "missing"
     config.dataset_file.parent.mkdir(parents=True)
     config.dataset_file.write_text(json.dumps({"prompt": "x"}) + "\n")
@@ -456,36 +378,16 @@ def test_dataset_probe(tmp_path: Path) -> None:
     config.dataset_file.write_text(json.dumps(DAPO_RECORD) + "\n")
     assert probe_dataset(config) == Fact("dataset", "ok", str(config.dataset_file))
 
-
-def test_disk_probe_states_the_requirement(tmp_path: Path) -> None:
     deep = tmp_path / "not" / "yet" / "there" / "run"
     ok = probe_disk(config_for(tmp_path, run_dir=deep, min_free_gib=0.001))
-    assert ok.status == "ok"
-    assert ok.value.endswith(f"GiB free at {tmp_path}")
+    assert ok.status == "ok" and ok.value.endswith(f"GiB free at {tmp_path}")
     short = probe_disk(config_for(tmp_path, run_dir=deep, min_free_gib=1e9))
-    assert short.status == "wrong"
-    assert "needs 1e+09 GiB" in short.message
+    assert short.status == "wrong" and "needs 1e+09 GiB" in short.message
 
 
-# ---- recording -------------------------------------------------------------------------------
+# ---- recording and the view ------------------------------------------------------------------
 
 OK_FACTS = [Fact("gpus", "ok", "8x gfx950 (torch)"), Fact("aiter_variant", "ok", "patched")]
-
-
-def test_preflight_ok() -> None:
-    assert preflight_ok(OK_FACTS)
-    assert not preflight_ok([])
-    assert not preflight_ok([*OK_FACTS, Fact("disk", "wrong", "1 GiB", "free space")])
-
-
-def test_the_verbose_table_lines_up() -> None:
-    shown_table = table(
-        shown([*OK_FACTS, Fact("torch", "missing", "", "install it")]), verbose=True
-    )
-    lines = shown_table.splitlines()
-    assert lines[0].split() == ["fact", "status", "value", "message"]
-    assert lines[3].split() == ["torch", "missing", "-", "install", "it"]
-    assert lines[1].index("ok") == lines[3].index("missing")  # columns line up
 
 
 def test_write_env_json(tmp_path: Path) -> None:
@@ -495,176 +397,21 @@ def test_write_env_json(tmp_path: Path) -> None:
     assert path == run_dir / "env.json"
     data = json.loads(path.read_text())
     assert data["facts"] == [asdict(f) for f in facts]
-    assert data["ok"] is False
-    assert data["aiter_variant"] == "patched"
+    assert (data["ok"], data["aiter_variant"]) == (False, "patched")
     assert data["config"] == {"model_dir": "/m"}
     assert datetime.fromisoformat(data["written_at"]).tzinfo is not None
     assert sorted(p.name for p in run_dir.iterdir()) == ["env.json"]  # no temp file left
-
-
-def test_write_env_json_unrecorded_variant_is_null(tmp_path: Path) -> None:
-    facts = [Fact("aiter_variant", "ok", "unrecorded", "pass --aiter-variant")]
-    data = json.loads(write_env_json(facts, tmp_path, {}).read_text())
-    assert data["aiter_variant"] is None
-    assert data["ok"] is True
-
-
-def test_write_env_json_refuses_reserved_extra_keys(tmp_path: Path) -> None:
+    assert path.stat().st_mode & 0o777 == 0o644  # readable by every reader
+    unrecorded = [Fact("aiter_variant", "ok", "unrecorded", "pass --aiter-variant")]
+    data = json.loads(write_env_json(unrecorded, tmp_path / "u", {}).read_text())
+    assert (data["aiter_variant"], data["ok"]) == (None, True)
+    assert preflight_ok(OK_FACTS) and not preflight_ok([])
     with pytest.raises(ValueError, match="ok"):
         write_env_json(OK_FACTS, tmp_path / "run", {"ok": True})
     assert not (tmp_path / "run").exists()
 
 
-# ---- the command -----------------------------------------------------------------------------
-
-
-def preflight_cli(*args: str, cwd: Path) -> CliRun:
-    return run_cli("preflight", *args, cwd=cwd)
-
-
-def patched_preflight_in(tmp_path: Path, run_dir: Path):
-    """``miles-amd preflight --aiter-variant patched`` on ``tmp_path``'s dirs, as a process."""
-    return preflight_cli(
-        "--model-dir", str(tmp_path / "models"),
-        "--data-dir", str(tmp_path / "datasets"),
-        "--miles-dir", str(tmp_path / "miles"),
-        "--megatron-dir", str(tmp_path / "Megatron-LM"),
-        "--run-dir", str(run_dir),
-        "--aiter-variant", "patched",
-        cwd=tmp_path,
-    )  # fmt: skip
-
-
-@pytest.mark.skipif(GPU_TOOLS_HERE, reason="asserts the GPU-less machine's answer")
-def test_command_on_this_machine_fails_and_records_env_json(tmp_path: Path) -> None:
-    write_checkpoint(tmp_path / "models")
-    dataset = tmp_path / "datasets" / "dapo-math-17k" / "dapo-math-17k.jsonl"
-    dataset.parent.mkdir(parents=True)
-    dataset.write_text(json.dumps(DAPO_RECORD) + "\n")
-    run_dir = tmp_path / "run"
-    done = patched_preflight_in(tmp_path, run_dir)
-    assert done.returncode == 1, done.stderr
-    gpu_row = next(line for line in done.stdout.splitlines() if line.startswith("gpus "))
-    assert gpu_row.split()[:2] == ["gpus", "missing"]
-    assert flat(done.stderr).startswith("miles-amd: preflight failed: gpus (missing), ")
-    assert "checkpoint" not in done.stderr and "dataset" not in done.stderr
-
-    data = json.loads((run_dir / "env.json").read_text())
-    assert data["ok"] is False
-    assert data["aiter_variant"] == "patched"
-    assert data["config"]["model_dir"] == str(tmp_path / "models")
-    assert data["config"]["expected_gpus"] == 8
-    statuses = {f["name"]: f["status"] for f in data["facts"]}
-    assert statuses["gpus"] == "missing"
-    assert statuses["checkpoint"] == statuses["dataset"] == "ok"
-
-
-def test_command_default_run_dir_is_trains_and_absolute(tmp_path: Path) -> None:
-    """With no --run-dir, env.json lands in the dir `train` writes its evidence to."""
-    done = preflight_cli("--num-gpus", "4", cwd=tmp_path)
-    assert done.returncode in (0, 1), done.stderr
-    train = run_cli("train", "--dry-run", "--json", cwd=tmp_path)
-    assert train.returncode == 0, train.stderr
-    run_dir = Path(json.loads(train.stdout)["run_dir"])
-    assert run_dir.is_absolute() and run_dir.is_relative_to(tmp_path)
-    data = json.loads((run_dir / "env.json").read_text())
-    assert data["config"]["expected_gpus"] == 4
-    assert data["config"]["run_dir"] == str(run_dir)
-    assert data["aiter_variant"] is None
-
-
-def test_command_takes_the_old_gpus_spelling(tmp_path: Path) -> None:
-    done = preflight_cli("--gpus", "2", "--run-dir", "rel", cwd=tmp_path)
-    assert done.returncode in (0, 1), done.stderr
-    data = json.loads((tmp_path / "rel" / "env.json").read_text())
-    assert data["config"]["expected_gpus"] == 2
-    assert data["config"]["model_dir"] == "/root/models"
-
-
-def test_env_json_is_readable_by_every_reader(tmp_path: Path) -> None:
-    """Written through miles_amd.files (0644), not a private 0600 temp file renamed."""
-    path = write_env_json(OK_FACTS, tmp_path / "run", {})
-    assert path.stat().st_mode & 0o777 == 0o644
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [["--aiter-variant", "nightly"], ["--num-gpus", "0"], ["--gpus", "0"], ["--num-gpus", "x"]],
-)
-def test_command_rejects_bad_options_without_writing(tmp_path: Path, bad: list[str]) -> None:
-    done = preflight_cli(*bad, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert done.stderr.startswith(f"miles-amd: error: Invalid value for '{bad[0]}'")
-    assert done.stderr.count("\n") == 1
-    assert not (tmp_path / "run").exists()
-
-
-# ---------------------------------------------------------------------------- issue 28: the view
-
-NODE_HERE = bool(shutil.which("amd-smi") or shutil.which("rocm-smi")) or Path("/dev/kfd").exists()
-
-
-@pytest.mark.skipif(NODE_HERE, reason="asserts the answer of a machine that is not a node")
-def test_a_machine_that_is_not_a_node_says_so_first_within_100_columns(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    done = patched_preflight_in(tmp_path, run_dir)
-    assert done.returncode == 1, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0].startswith("preflight: FAIL - this is not an AMD GPU node"), lines[0]
-    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
-    rows: dict[str, str] = {}  # a row and its wrapped continuations, as one line
-    fact = ""
-    for line in lines[2:]:
-        if line.startswith("env.json written to"):
-            break
-        if line.startswith(" "):
-            rows[fact] += " " + line.strip()
-        else:
-            fact = line.split()[0]
-            rows[fact] = line
-    # facts whose probe needs a failed one are not judged on their own
-    for name, needs in (
-        ("attention_window", "needs miles, megatron_bridge, checkpoint"),
-        ("aiter_commit", "needs aiter"),
-        ("miles_argv", "needs miles"),
-    ):
-        assert f"not checked  {needs}" in rows[name], rows[name]
-    assert "re-download" not in done.stdout  # the checkpoint was never downloaded
-    assert "--aiter-variant patched" not in rows["sglang_allreduce"]  # aiter does not import
-    for row in rows.values():
-        _, status, value = re.split(r"\s{2,}", row, maxsplit=2)
-        assert not (status == "ok" and value.startswith("unknown")), row
-    assert flat(done.stdout).endswith(
-        f"env.json written to {run_dir / 'env.json'} (the run dir's record of this preflight)"
-    )
-    assert done.stderr.startswith("miles-amd: preflight failed: gpus (missing), rocm (missing)")
-    recorded = {
-        f["name"]: f["status"] for f in json.loads((run_dir / "env.json").read_text())["facts"]
-    }
-    assert recorded["gpus"] == "missing"  # env.json keeps every fact as probed
-
-    verbose = preflight_cli("--run-dir", str(run_dir), "--verbose", cwd=tmp_path)
-    gpus_row = next(line for line in verbose.stdout.splitlines() if line.startswith("gpus "))
-    assert gpus_row.endswith(recorded_message(run_dir, "gpus"))  # the message in full
-
-    as_json = preflight_cli("--run-dir", str(run_dir), "--format", "json", cwd=tmp_path)
-    document = json.loads(as_json.stdout)
-    assert document["verdict"].startswith("preflight: FAIL - this is not an AMD GPU node")
-    assert document["env_json"] == str(run_dir / "env.json")
-    shown = {f["name"]: f for f in document["facts"]}
-    assert shown["attention_window"]["shown"] == "not checked"
-    assert "env.json written to" in as_json.stderr
-
-
-def recorded_message(run_dir: Path, name: str) -> str:
-    facts = json.loads((run_dir / "env.json").read_text())["facts"]
-    return next(f["message"] for f in facts if f["name"] == name)
-
-
 def test_the_view_of_unknown_values_needs_and_a_pass() -> None:
-    from miles_amd.run.preflight import shown, table, verdict_line
-
     facts = [
         Fact("gpus", "ok", "8x gfx950 (torch)"),
         Fact("aiter", "missing", "", "install amd-aiter"),
@@ -682,3 +429,115 @@ def test_the_view_of_unknown_values_needs_and_a_pass() -> None:
     assert "unknown      unknown: setup" in table(list(rows.values()))
     passing = [Fact("gpus", "ok", "8x gfx950"), Fact("disk", "ok", "90 GiB free")]
     assert verdict_line(shown(passing)) == "preflight: PASS - all 2 facts ok"
+    lines = table(shown([*OK_FACTS, Fact("torch", "missing", "", "install it")]), verbose=True)
+    lines = lines.splitlines()
+    assert lines[0].split() == ["fact", "status", "value", "message"]
+    assert lines[3].split() == ["torch", "missing", "-", "install", "it"]
+    assert lines[1].index("ok") == lines[3].index("missing")  # columns line up
+
+
+# ---- the command -----------------------------------------------------------------------------
+
+
+def preflight_cli(*args: str, cwd: Path) -> CliRun:
+    return run_cli("preflight", *args, cwd=cwd)
+
+
+NODE_HERE = bool(shutil.which("amd-smi") or shutil.which("rocm-smi")) or Path("/dev/kfd").exists()
+
+
+@pytest.mark.skipif(NODE_HERE, reason="asserts the answer of a machine that is not a node")
+def test_a_machine_that_is_not_a_node_says_so_first_and_records_every_fact(
+    tmp_path: Path,
+) -> None:
+    write_checkpoint(tmp_path / "models")
+    dataset = tmp_path / "datasets" / "dapo-math-17k" / "dapo-math-17k.jsonl"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_text(json.dumps(DAPO_RECORD) + "\n")
+    run_dir = tmp_path / "run"
+    done = preflight_cli(
+        "--model-dir", str(tmp_path / "models"),
+        "--data-dir", str(tmp_path / "datasets"),
+        "--miles-dir", str(tmp_path / "miles"),
+        "--megatron-dir", str(tmp_path / "Megatron-LM"),
+        "--run-dir", str(run_dir),
+        "--aiter-variant", "patched",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("preflight: FAIL - this is not an AMD GPU node"), lines[0]
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    rows: dict[str, str] = {}  # a row and its wrapped continuations, as one line
+    fact = ""
+    for line in lines[2:]:
+        if line.startswith("env.json written to"):
+            break
+        if line.startswith(" "):
+            rows[fact] += " " + line.strip()
+        else:
+            fact = line.split()[0]
+            rows[fact] = line
+    assert rows["gpus"].split()[:2] == ["gpus", "missing"]
+    for name, needs in (  # facts whose probe needs a failed one are not judged on their own
+        ("attention_window", "needs miles, megatron_bridge"),  # the checkpoint is ok
+        ("aiter_commit", "needs aiter"),
+        ("miles_argv", "needs miles"),
+    ):
+        assert f"not checked  {needs}" in rows[name], rows[name]
+    assert "--aiter-variant patched" not in rows["sglang_allreduce"]  # aiter does not import
+    for row in rows.values():
+        _, status, value = re.split(r"\s{2,}", row, maxsplit=2)
+        assert not (status == "ok" and value.startswith("unknown")), row
+    assert flat(done.stdout).endswith(
+        f"env.json written to {run_dir / 'env.json'} (the run dir's record of this preflight)"
+    )
+    assert done.stderr.startswith("miles-amd: preflight failed: gpus (missing), rocm (missing)")
+    assert "checkpoint" not in done.stderr and "dataset" not in done.stderr
+    data = json.loads((run_dir / "env.json").read_text())
+    assert (data["ok"], data["aiter_variant"]) == (False, "patched")
+    assert data["config"]["model_dir"] == str(tmp_path / "models")
+    assert data["config"]["expected_gpus"] == 8
+    recorded = {f["name"]: f for f in data["facts"]}  # every fact as probed
+    assert recorded["gpus"]["status"] == "missing"
+    assert recorded["checkpoint"]["status"] == recorded["dataset"]["status"] == "ok"
+
+    verbose = preflight_cli("--run-dir", str(run_dir), "--verbose", cwd=tmp_path)
+    gpus_row = next(line for line in verbose.stdout.splitlines() if line.startswith("gpus "))
+    assert gpus_row.endswith(recorded["gpus"]["message"])  # the message in full
+
+    as_json = preflight_cli("--run-dir", str(run_dir), "--format", "json", cwd=tmp_path)
+    document = json.loads(as_json.stdout)
+    assert document["verdict"].startswith("preflight: FAIL - this is not an AMD GPU node")
+    assert document["env_json"] == str(run_dir / "env.json")
+    assert {f["name"]: f for f in document["facts"]}["attention_window"]["shown"] == "not checked"
+    assert "env.json written to" in as_json.stderr
+
+
+def test_command_default_run_dir_is_trains_and_the_old_gpus_spelling(tmp_path: Path) -> None:
+    """With no --run-dir, env.json lands in the dir `train` writes its evidence to."""
+    done = preflight_cli("--num-gpus", "4", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    train = run_cli("train", "--dry-run", "--json", cwd=tmp_path)
+    assert train.returncode == 0, train.stderr
+    run_dir = Path(json.loads(train.stdout)["run_dir"])
+    assert run_dir.is_absolute() and run_dir.is_relative_to(tmp_path)
+    data = json.loads((run_dir / "env.json").read_text())
+    assert (data["config"]["expected_gpus"], data["config"]["run_dir"]) == (4, str(run_dir))
+    assert data["aiter_variant"] is None
+    done = preflight_cli("--gpus", "2", "--run-dir", "rel", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    data = json.loads((tmp_path / "rel" / "env.json").read_text())
+    assert (data["config"]["expected_gpus"], data["config"]["model_dir"]) == (2, "/root/models")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--aiter-variant", "nightly"], ["--num-gpus", "0"], ["--gpus", "0"], ["--num-gpus", "x"]],
+)
+def test_command_rejects_bad_options_without_writing(tmp_path: Path, bad: list[str]) -> None:
+    done = preflight_cli(*bad, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"miles-amd: error: Invalid value for '{bad[0]}'")
+    assert done.stderr.count("\n") == 1
+    assert not (tmp_path / "run").exists()

@@ -26,12 +26,8 @@ def values(n: int, **changes: tuple[int, float]) -> dict[str, list[float]]:
     return out
 
 
-def test_healthy_partial_run_does_not_trip(tmp_path) -> None:
-    watcher = FailFastWatcher(write_run(tmp_path / "run", values(5)), judge)
-    assert watcher.poll() is None
-
-
-def test_spike_trips_at_its_rollout_timed_from_the_log(tmp_path) -> None:
+def test_a_healthy_run_does_not_trip_a_spike_does_timed_from_the_log(tmp_path) -> None:
+    assert FailFastWatcher(write_run(tmp_path / "healthy", values(5)), judge).poll() is None
     run = write_run(tmp_path / "run", values(6, abs_diff=(4, 0.4)))
     trip = FailFastWatcher(run, judge).poll()
     assert trip is not None and trip.rule == "logprob_abs_diff.spikes" and trip.step == 4
@@ -59,14 +55,11 @@ def test_fatal_sentinel_trips_with_its_line(tmp_path) -> None:
     assert trip.fault_time == line_time("[2026-01-01 00:00:09 TP0]")
 
 
-def test_trip_is_timed_later_when_the_log_line_arrives() -> None:
+def test_a_trip_is_timed_later_when_its_line_arrives_from_miles_or_sglang_stamps() -> None:
     trip = Trip("r", "d", step=3, line=None, fault_time=None, detected_at=0.0)
     assert trip.timed_from([]).fault_time is None
     line = "(MegatronTrainRayActor pid=1) [2026-01-01 00:00:05.250 ] log_utils.py:1 - step 3: {}"
     assert trip.timed_from([line]).fault_time == line_time(line)
-
-
-def test_log_stamps_of_miles_and_sglang() -> None:
     assert line_time("x [2026-01-01 00:00:05.250 ] y") - line_time("[2026-01-01 00:00:05 TP0]") == (
         0.25
     )

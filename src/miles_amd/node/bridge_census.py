@@ -1,27 +1,13 @@
 """Build the trainer's LoRA model the way miles does, on the meta device, and describe it as JSON.
 
-- A stdlib-only script, run by file path with the interpreter that will run ``train.py``
-  (``python bridge_census.py --result FILE -- <the tokens after train.py>``), so it works
-  where ``miles_amd`` is not installed; ``miles_amd.run.probes_miles`` runs it and judges
-  the result, and the CPU test harness calls :func:`build_meta_model` and :func:`census`.
-- Build: miles' own ``parse_args()`` and ``_setup_lora_model_via_bridge(args)``
-  (Megatron-Bridge's provider, miles' LoRA instance as a pre-wrap hook), with only
-  ``provide_distributed_model`` replaced by :func:`_meta_model`: one gloo process, parallel
-  sizes 1, the decoder on the meta device without embedding and output layer, then the
-  provider's pre-wrap hooks. No weights are loaded.
-- :func:`census`: the LoRA-wrapped expert linears (Megatron-Bridge's ``is_expert_linear``)
-  and the rest, the adapter classes (shared or per expert), bare expert linears, the
-  routers' dtype, each layer's attention window (Megatron's ``is_layer_window_attention``).
-- Exit status: 0 built (``{"ok": true, ...}``); 1 the build or an import failed
-  (``{"ok": false, "stage", "error"}``, traceback on stderr); 64 bad usage.
-
-Caveats:
-
-- With pipeline and expert parallel size 1 one process's census is each trainer rank's;
-  tensor parallelism only shards weights.
-- On a node the GPU holds the routers' and rotary tables' few MB (non-TE tensors).
-
-Explained in ``docs/node.md`` ("The trainer's model", how the census is built).
+Stdlib-only, run by path with the interpreter that will run ``train.py``
+(``python bridge_census.py --result FILE -- <the tokens after train.py>``). Build: miles' own
+``parse_args()`` and ``_setup_lora_model_via_bridge(args)`` with ``provide_distributed_model``
+replaced by :func:`_meta_model` (one gloo process, parallel sizes 1, the decoder on meta, then
+the provider's pre-wrap hooks; no weights). :func:`census`: the LoRA-wrapped expert linears and
+the rest, adapter classes, bare expert linears, the routers' dtype, each layer's attention
+window. Exit 0 built, 1 a build or import failed (``{"ok": false, "stage", "error"}``), 64 bad
+usage. Explained in ``docs/node.md`` ("The trainer's model").
 """
 
 from __future__ import annotations

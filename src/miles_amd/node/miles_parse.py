@@ -1,21 +1,12 @@
 """Run miles' own ``parse_args()`` on a ``train.py`` argv and write what it decided as JSON.
 
-A stdlib-only script, run by file path (``miles_amd.run.probes_miles`` runs it) with the
-interpreter that will run ``train.py``, in a subprocess of its own::
+Stdlib-only, run by path with the interpreter that will run ``train.py``::
 
-    PYTHONPATH=<miles>:<Megatron-LM> python miles_parse.py --result FILE [--stub-gpu-queries] \
-        -- <the tokens after train.py>
+    python miles_parse.py --result FILE [--stub-gpu-queries] -- <the tokens after train.py>
 
-Decides:
-
-- whether ``python3 train.py <args>`` gets past argument handling (miles' ``parse_args()``:
-  parsers, ``config.json`` cross-check, validators);
-- the ``args`` namespace ``train()`` would receive, written to ``--result`` as JSON;
-- the exit status: 0 parsed, 2 refused by argparse, 1 by a validator or import, 64 bad usage.
-
-Caveats: the environment must be the job's runtime env; nothing after parsing is decided; the
-GPU stubs act on CPU only, with ``--stub-gpu-queries``.
-``docs/conformance.md`` ("How the argv is parsed (``node/miles_parse.py``)").
+Writes the ``args`` namespace ``train()`` would receive; exit 0 parsed, 2 refused by argparse,
+1 by a validator or import, 64 bad usage. The GPU stubs act on CPU only. ``docs/conformance.md``
+("How the argv is parsed").
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """The node side of the pull-back: runs as a short Ray job, prints the evidence as frames.
 
-Self-contained on purpose (the standard library and Ray only): ``miles_amd.run.pullback``
-sends this file's source as the entrypoint ``python -c <source> <request JSON>``, so a node
-needs no miles_amd install. The entrypoint connects to its own cluster (``ray.init()``),
-runs one task pinned to the evidence node (``NodeAffinitySchedulingStrategy(soft=False)``:
-the task fails rather than run elsewhere) that reads every file under the requested dirs
-once and returns, per file, its size and sha256 (of the bytes it read) and the bytes from
-the offset the client already holds (all of it when the client's bytes are no longer the
-file's prefix, by sha256: a file rewritten rather than appended to), through the object
-store; the entrypoint prints one ``MILES_AMD_PULL`` frame per file (base64) and a closing
-``MILES_AMD_PULL_END`` with the file count, so a cut log is detectable. A failure prints
-``MILES_AMD_PULL_ERROR`` and exits 1.
-
-``${VAR}`` in the dir is expanded on the node exactly as Ray expands runtime-env values
-(``os.path.expandvars``, then an unset ``${VAR}`` becomes empty), so it names the dir the job
-wrote. Only regular files are read, opened without following links; a link below the dir
-and a file over the gate's cap for its kind are errors (the gate would refuse them too).
+Stdlib and Ray only (sent as ``python -c <source> <request JSON>``: a node needs no miles_amd).
+One task pinned to the evidence node (``soft=False``) reads every regular file under the
+requested dirs, without following links, each within the gate's cap, and returns its size,
+sha256 and the bytes past the offset the client holds (all of it when the held prefix no longer
+matches); the entrypoint prints one ``MILES_AMD_PULL`` frame per file and ``MILES_AMD_PULL_END``
+with the count; a failure prints ``MILES_AMD_PULL_ERROR`` and exits 1. ``${VAR}`` in the dir is
+expanded as Ray expands runtime-env values.
 """
 
 import base64

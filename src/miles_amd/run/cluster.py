@@ -1,16 +1,10 @@
 """Cluster mode: does an existing Ray cluster have the whole MI355X nodes a run needs?
 
-Decides, before anything is submitted, whether the cluster at ``RAY_ADDRESS`` has ``count``
-alive nodes, each declaring the custom resource :data:`~miles_amd.recipe.plan.NODE_RESOURCE`
-(>= 1) and ``GPU`` (>= the recipe's GPUs). Each job asks for the node resource through
-``entrypoint_resources``, so Ray places each on its own node and a second waits; refusing
-here turns "waits forever" into a one-line error naming what is missing.
-
-The node list is the State API, ``GET /api/v0/nodes?detail=1`` (what ``ray list nodes``
-uses; the dashboard's ``/nodes?view=summary`` camel-cases resource names, Ray 2.60), read
-with the Jobs API's ``Authorization`` header. GPU counts are what each raylet declares (a
-CPU raylet started with ``--num-gpus 8`` counts as 8: the rehearsal uses that); whether they
-are MI355X is the preflight's question. Explained in ``docs/cluster.md``.
+Before anything is submitted: ``count`` alive nodes, each declaring the custom resource
+:data:`~miles_amd.recipe.plan.NODE_RESOURCE` (>= 1) and ``GPU`` (>= the recipe's GPUs), else
+one line naming what is missing (each job asks for the node resource, so a second would wait
+forever). The node list is the State API's ``/api/v0/nodes?detail=1`` (the dashboard's
+``/nodes`` camel-cases resource names, Ray 2.60). Explained in ``docs/cluster.md``.
 """
 
 from __future__ import annotations
@@ -42,15 +36,10 @@ class Node:
         """Why this node cannot hold the job, or ``None`` when it can."""
         if not self.alive:
             return "not alive"
-        missing = []
-        if self.resources.get(NODE_RESOURCE, 0) < 1:
-            missing.append(f"no {NODE_RESOURCE}")
+        missing = [f"no {NODE_RESOURCE}"] if self.resources.get(NODE_RESOURCE, 0) < 1 else []
         if self.resources.get("GPU", 0) < gpus:
             missing.append(f"GPU {self.resources.get('GPU', 0):g} < {gpus}")
         return ", ".join(missing) or None
-
-    def describe(self) -> str:
-        return f"{self.node_id[:8]} ({self.ip})"
 
 
 def parse_nodes(payload: Mapping[str, object]) -> list[Node]:
@@ -70,14 +59,10 @@ def parse_nodes(payload: Mapping[str, object]) -> list[Node]:
         raise ClusterError(f"the State API answered without a node list ({exc!r})") from None
 
 
-def list_nodes(
-    address: str, headers: Mapping[str, str], timeout_s: float | None = None
-) -> list[Node]:
-    """The cluster's nodes through the dashboard at ``address`` (the Jobs API address);
-    ``timeout_s`` default: ``miles_amd.run.dashboard.read_timeout_s``."""
+def list_nodes(address: str, headers: Mapping[str, str]) -> list[Node]:
+    """The cluster's nodes through the dashboard at ``address`` (the Jobs API address)."""
     try:
-        timeout = read_timeout_s() if timeout_s is None else timeout_s
-        answer = get_json(address, NODES_PATH, headers, timeout_s=timeout)
+        answer = get_json(address, NODES_PATH, headers, timeout_s=read_timeout_s())
     except DashboardAuthError as exc:
         raise ClusterError(f"cannot list the nodes: {exc}") from None
     except DashboardError as exc:
@@ -92,30 +77,22 @@ def suitable_nodes(nodes: Sequence[Node], *, gpus: int, count: int, address: str
     fit = [node for node in nodes if node.shortfall(gpus) is None]
     if len(fit) >= count:
         return fit
-    unfit = "; ".join(f"{n.describe()}: {n.shortfall(gpus)}" for n in nodes if n not in fit)
+    unfit = "; ".join(
+        f"{n.node_id[:8]} ({n.ip}): {n.shortfall(gpus)}" for n in nodes if n not in fit
+    )
     raise ClusterError(
         f"the Ray cluster at {address} has {len(fit)} node(s) with {NODE_RESOURCE} >= 1 and "
-        f"GPU >= {gpus}, {count} needed (one per job)"
-        + (f" [{unfit}]" if unfit else " [no nodes]")
-        + f"; nothing submitted. Declare whole nodes with ray start --num-gpus {gpus} "
+        f"GPU >= {gpus}, {count} needed (one per job) [{unfit or 'no nodes'}]; nothing "
+        f"submitted. Declare whole nodes with ray start --num-gpus {gpus} "
         f"--resources '{{\"{NODE_RESOURCE}\": 1}}' (docs/cluster.md)"
     )
 
 
 def check_cluster(
-    address: str,
-    headers: Mapping[str, str],
-    *,
-    gpus: int,
-    count: int = 1,
-    settle_s: float = 15.0,
+    address: str, headers: Mapping[str, str], *, gpus: int, count: int = 1, settle_s: float = 15.0
 ) -> list[Node]:
-    """List the cluster's nodes and require ``count`` suitable ones (see the module doc).
-
-    An empty list is read again for up to ``settle_s``: a running cluster always has its
-    head, but the State API lists it only about 3 s after the dashboard first answers
-    (measured, Ray 2.60, on a head just started).
-    """
+    """Require ``count`` suitable nodes. An empty list is read again for up to ``settle_s``:
+    the State API lists a new head about 3 s after the dashboard first answers (Ray 2.60)."""
     deadline = time.monotonic() + settle_s
     nodes = list_nodes(address, headers)
     while not nodes and time.monotonic() < deadline:

@@ -1,15 +1,11 @@
 """HTTP to a Ray dashboard: its URL, the token header, timeouts, and 401/403 named.
 
-How this tool talks to a dashboard (the head's readiness, the node list, the Jobs API), not
-what it asks. The token header is ``Authorization: Bearer`` (:func:`token_headers`); a 401
-or 403 is a :class:`DashboardAuthError` saying which and what to set; any other failure is
-one :class:`DashboardError` line naming the URL, secrets redacted. Every request is bounded:
-:data:`CONNECT_TIMEOUT_S` and :data:`DEFAULT_TIMEOUT_S` (or ``$MILES_AMD_RAY_HTTP_TIMEOUT``),
-capped by :attr:`JobsClient.deadline`, and a call without a complete answer in time is given
-up on (:func:`within`). :func:`jobs_client` is Ray's own ``JobSubmissionClient``, which sends
-without a timeout (``requests`` with none), so a subclass adds it; ray is imported there alone.
-
-``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard (``run/dashboard.py``)").
+The token header is ``Authorization: Bearer``; a 401 or 403 is a :class:`DashboardAuthError`
+saying which and what to set; any other failure is one :class:`DashboardError` line, redacted.
+Every request is bounded (:data:`CONNECT_TIMEOUT_S`, ``$MILES_AMD_RAY_HTTP_TIMEOUT``, the run's
+deadline) and a call without a complete answer in time is given up on (:func:`within`).
+:func:`jobs_client` is Ray's own ``JobSubmissionClient`` given those timeouts (ray imported
+there alone). ``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard").
 """
 
 from __future__ import annotations
@@ -58,8 +54,8 @@ def auth_headers(token: str) -> dict[str, str]:
 
 
 def token_headers(token_path: str | None) -> dict[str, str]:
-    """:func:`auth_headers` of the token in ``token_path`` (``RAY_AUTH_TOKEN_PATH``); no
-    headers without a path. ``DashboardError`` for an unreadable or empty file."""
+    """:func:`auth_headers` of the token in ``token_path`` (``RAY_AUTH_TOKEN_PATH``), if any;
+    ``DashboardError`` for an unreadable or empty file."""
     if token_path is None:
         return {}
     try:
@@ -100,9 +96,8 @@ def get_json(
 
 
 def _credentials_apart(url: str) -> tuple[str, dict[str, str]]:
-    """``url`` without ``user:password@`` and the Basic authorization header they make: what
-    ``requests``, under Ray's Jobs API client, sends for such an address (urllib would take
-    the credentials for part of the host name)."""
+    """``url`` without ``user:password@`` and the Basic header they make, as ``requests``
+    (under Ray's client) sends them; urllib would take them for part of the host name."""
     parts = urllib.parse.urlsplit(url)
     if parts.username is None:
         return url, {}
@@ -136,7 +131,7 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
 
 def within(seconds: float, call: Callable[[], T], what: str = "the request") -> T:
     """``call()``'s value (or its exception) if it ends within ``seconds``, else
-    ``TimeoutError``; the call goes on in a daemon thread, which the process does not wait for."""
+    ``TimeoutError``; the call goes on in a daemon thread the process does not wait for."""
     done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 
     def run() -> None:
@@ -157,12 +152,9 @@ def within(seconds: float, call: Callable[[], T], what: str = "the request") -> 
 
 
 class JobsClient:
-    """Ray's Jobs API client, each call bounded and each failure a :class:`DashboardError`.
-
-    ``deadline`` (``time.monotonic()``), when set, caps every request's read timeout; once
-    passed, a call fails at once. :meth:`tail_job_logs` is Ray's own (a websocket, read by a
-    daemon thread that is not waited for: ``miles_amd.run.driver.LogPump``).
-    """
+    """Ray's Jobs API client, each call bounded and each failure a :class:`DashboardError`;
+    ``deadline`` (``time.monotonic()``), when set, caps every request's read timeout.
+    :meth:`tail_job_logs` is Ray's own websocket, read by the driver's daemon thread."""
 
     def __init__(self, client: Any, address: str, read_timeout: float) -> None:
         self.client, self.address, self.read_timeout = client, address, read_timeout

@@ -1,27 +1,13 @@
 """Execute a launch plan as a Ray job, follow it to its end, leave a complete run dir behind.
 
-The side effects of a run, in order (one function per step in :func:`execute`):
-
-1. refuse a run dir that holds evidence of an earlier run, then lay it out;
-2. clear this tool's own leftovers (the head an earlier run recorded in its state file);
-3. start a Ray head, or on a named cluster refuse unless it has a whole node for the job;
-4. submit through Ray's Jobs SDK with the plan's ``entrypoint_resources``;
-5. follow the job (:class:`RayJob`): its log streamed to ``job.log``; stopped on the overall
-   timeout, the fail-fast watcher's trip (``fail-fast``, or ``look`` when a rule crossed its
-   boundary at a look, polled with an interval's pause) or Ctrl-C; at its end ``job.log``
-   rewritten from ``get_job_logs`` (``tail_job_logs`` ends about 5 s after the job, Ray 2.60)
-   and ``job.json`` written, each atomically, the job's message redacted;
-6. in cluster mode pull and verify the evidence.
-
-It runs and records; it does not judge. On every exit path a job still running is stopped
-(requested once, waited for at most :data:`STOP_WAIT_S`; ~1.3 s on CPU) and the head this call
-started is stopped by pid. The Jobs client's deadline is ``timeout`` plus
-:data:`STOP_GRACE_S`, so a hanging dashboard cannot hold the command past it
-(``tests/rehearsal/test_ray_endpoint.py``). A failure before the job was submitted removes
-what step 1 laid out and is bad input (:attr:`DriverError.exit_code` 2); every
-``DriverError`` message is redacted.
-
-Explained in ``docs/cli.md`` ("How a run is executed").
+Steps (``docs/cli.md``, "How a run is executed"): refuse a run dir holding an earlier run's
+evidence and lay it out; clear this tool's own leftover head; start a private Ray head, or on a
+named cluster refuse unless it has a whole node for the job; submit through Ray's Jobs API; follow
+the job (log streamed to ``job.log``; stopped on the timeout, the fail-fast watcher's trip or
+Ctrl-C), then rewrite ``job.log`` from ``get_job_logs`` and write ``job.json``, atomically and
+redacted; in cluster mode pull and verify the evidence. It runs and records; it does not judge.
+On every exit path a job still running is stopped and the head this call started is stopped by
+pid. A failure before submission removes what was laid out and is bad input (exit 2).
 """
 
 from __future__ import annotations
@@ -36,14 +22,14 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from miles_amd.files import atomic_write_text
 from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE, JobSpec, LaunchPlan
 from miles_amd.records.job import JobRecord, LookStop
 from miles_amd.redact import redact
-from miles_amd.run.dashboard import DashboardError, JobsClient
+from miles_amd.run.dashboard import DashboardError, JobsClient, jobs_client, token_headers
 from miles_amd.run.watcher import FailFastWatcher, Trip
 from miles_amd.run_dir import RunDir
 
@@ -51,12 +37,6 @@ if TYPE_CHECKING:
     from miles_amd.evidence.types import RunEvidence
     from miles_amd.run.pullback import PullBack
     from miles_amd.run.ray_head import RayHead
-
-
-class Watcher(Protocol):
-    """What following a job needs of the fail-fast watcher (local or pulling from a node)."""
-
-    def poll(self) -> Trip | None: ...
 
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -86,17 +66,18 @@ class RayJob:
         self.stop_requested_at: float | None = None
         self.stop_sent = False
 
-    def run(self, watcher: Watcher, follow: Follow, head: RayHead | None) -> JobRecord:
+    def run(
+        self, watcher: FailFastWatcher | PullingWatcher, follow: Follow, head: RayHead | None
+    ) -> JobRecord:
         """Follow the job to its end and write job.log and job.json; Ctrl-C stops it too."""
         if isinstance(self.client, JobsClient):
             self.client.deadline = time.monotonic() + follow.timeout_s + STOP_GRACE_S
-        pump = LogPump(self.client, self.job_id, self.run_dir.job_log)
-        pump.start()
+        close_stream = _stream_log(self.client, self.job_id, self.run_dir.job_log)
         try:
             self._follow(watcher, follow)
             if head is not None:  # the job's processes, so the head's stop reaches them
                 head.record_descendants()
-            pump.close()
+            close_stream()
             return self.write_final()
         except KeyboardInterrupt:
             self.stopped_by = "interrupt"
@@ -107,7 +88,7 @@ class RayJob:
             if self.stopped_by == "interrupt":
                 self.write_final()
 
-    def _follow(self, watcher: Watcher, follow: Follow) -> None:
+    def _follow(self, watcher: FailFastWatcher | PullingWatcher, follow: Follow) -> None:
         started = time.monotonic()
         next_watch = started + follow.interval_s
         while self._status() not in TERMINAL:
@@ -158,12 +139,8 @@ class RayJob:
 
     def write_final(self) -> JobRecord:
         """The authoritative job.log and job.json, each written atomically; the trip, timed.
-
-        The head fetches a job's log from the agent of the node that ran it: when that node
-        is lost, the fetch fails (seen in CI: aiohttp cannot connect to the lost node's
-        agent), the streamed ``job.log`` is kept with the failure appended, and the record's
-        ``final_log_error`` says why, so the gate cannot pass a run on a partial log.
-        """
+        A lost node's log cannot be fetched: the streamed one is kept and ``final_log_error``
+        says why, so the gate cannot pass a run on a partial log."""
         log, lost = self._final_log()
         atomic_write_text(self.run_dir.job_log, log)
         info = self.client.get_job_info(self.job_id)
@@ -205,9 +182,9 @@ class RayJob:
         trip = self.trip
         if self.stopped_by != "look" or trip is None or trip.look is None:
             return None
-        if trip.alpha_spent is None:
-            return None
-        return LookStop(trip.look, trip.rule, trip.alpha_spent)
+        return (
+            None if trip.alpha_spent is None else LookStop(trip.look, trip.rule, trip.alpha_spent)
+        )
 
     def _latency(self) -> float | None:
         trip, stopped = self.trip, self.stop_requested_at
@@ -216,43 +193,39 @@ class RayJob:
         return round(stopped - trip.fault_time, 3)
 
 
-class LogPump(threading.Thread):
-    """Appends the job's log to ``job.log`` as Ray streams it (``tail_job_logs``)."""
+def _stream_log(client: Any, job_id: str, path: Path) -> Callable[[], None]:
+    """Append the job's log to ``path`` as Ray streams it (``tail_job_logs``) in a daemon
+    thread; the call returned ends it (waiting 1 s at most: the final log is fetched anyway)."""
+    closed = threading.Event()
 
-    def __init__(self, client: Any, job_id: str, path: Path) -> None:
-        super().__init__(name=f"log-pump-{job_id}", daemon=True)
-        self.client, self.job_id, self.path = client, job_id, path
-        self.closed = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            asyncio.run(self._pump())
-        except BaseException as exc:  # reported, the final log is fetched anyway
-            self.error = exc
-
-    async def _pump(self) -> None:
-        with self.path.open("a", encoding="utf-8") as out:
-            async for chunk in self.client.tail_job_logs(self.job_id):
-                if self.closed.is_set():
+    async def pump() -> None:
+        with path.open("a", encoding="utf-8") as out:
+            async for chunk in client.tail_job_logs(job_id):
+                if closed.is_set():
                     return
                 out.write(chunk)
                 out.flush()
 
-    def close(self, wait_s: float = 1.0) -> None:
-        self.closed.set()
-        self.join(timeout=wait_s)
+    def run() -> None:
+        with contextlib.suppress(BaseException):  # a lost stream: the final log decides
+            asyncio.run(pump())
+
+    thread = threading.Thread(target=run, name=f"log-pump-{job_id}", daemon=True)
+    thread.start()
+
+    def close() -> None:
+        closed.set()
+        thread.join(timeout=1.0)
+
+    return close
 
 
 EVIDENCE_DIR_VARS = ("TENSORBOARD_DIR", "MILES_CI_GATE_RECORD_DIR")
 
 
 class DriverError(RuntimeError):
-    """The run could not be driven (no Ray head, submit refused, ...); the message redacted.
-
-    ``exit_code``: 2 when the Ray endpoint the user named is unusable before anything was
-    submitted, else 1.
-    """
+    """The run could not be driven (no Ray head, submit refused, ...); the message redacted;
+    ``exit_code`` 2 when nothing was submitted, else 1."""
 
     def __init__(
         self, message: str, exit_code: int = EXIT_FAILED, *, secrets: Iterable[str] = ()
@@ -305,17 +278,18 @@ def execute(
     echo: Echo = print,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
-    """Run ``plan`` to the end and write the run dir (``docs/cli.md``: "How a run is executed").
+    """Run ``plan`` to the end and write the run dir (module doc). ``watch`` maps the evidence
+    read so far to the hard failures that stop the job; ``cancel``, set from another thread,
+    stops the job as Ctrl-C would."""
+    from miles_amd.escape import terminal
 
-    ``watch`` maps the evidence read so far to the hard failures that stop the job (the
-    fail-fast watcher); None watches nothing. ``cancel``, set from another thread, stops the
-    job as Ctrl-C would (``miles_amd.run.variants_run``).
-    """
-    spec, run_dir = _job_and_run_dir(plan)
-    echo = _escaping(echo)
+    if plan.job is None or plan.run_dir is None:
+        raise DriverError("the plan has no job or no run dir; build it with build_train_plan")
+    spec, run_dir, said = plan.job, RunDir(Path(plan.run_dir)), echo
+    echo = lambda line: said(terminal(line))  # noqa: E731  (paths, job ids)
     laid_out = _prepare_run_dir(plan, spec, run_dir)
     state_file = _clear_own_leftovers(state_dir, echo)
-    watcher = FailFastWatcher(run_dir.root, watch or _watch_nothing)
+    watcher = FailFastWatcher(run_dir.root, watch or (lambda _evidence: []))
     follow = Follow(timeout_s=timeout_s, interval_s=watch_interval_s, echo=echo, cancel=cancel)
     with _unsubmitted_undone(laid_out) as submitted, _cluster(plan, run_dir, state_file) as cluster:
         job_id, client = f"miles-amd-{uuid.uuid4().hex[:12]}", None
@@ -332,7 +306,11 @@ def execute(
                 raise
             return _outcome(run_dir, record, None, cluster.pids())
         submitted.set()
-        pull = _pullback(plan, job)
+        pull = None
+        if plan.node_run_dir is not None:
+            from miles_amd.run.pullback import PullBack
+
+            pull = PullBack(job.client, job.job_id, plan.node_run_dir, job.run_dir)
         try:
             record = job.run(
                 PullingWatcher(watcher, pull) if pull else watcher, follow, cluster.head
@@ -371,24 +349,9 @@ def _check_nodes(plan: LaunchPlan, cluster: Cluster) -> None:
         check_cluster(cluster.address, cluster.headers, gpus=plan.recipe.num_gpus)
 
 
-def _pullback(plan: LaunchPlan, job: RayJob) -> PullBack | None:
-    if plan.node_run_dir is None:
-        return None
-    from miles_amd.run.pullback import PullBack
-
-    return PullBack(job.client, job.job_id, plan.node_run_dir, job.run_dir)
-
-
-def _job_and_run_dir(plan: LaunchPlan) -> tuple[JobSpec, RunDir]:
-    if plan.job is None or plan.run_dir is None:
-        raise DriverError("the plan has no job or no run dir; build it with build_train_plan")
-    return plan.job, RunDir(Path(plan.run_dir))
-
-
 def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> list[Path]:
-    """Refuse old evidence; create the evidence dirs, an empty job.log and plan.json.
-
-    Returns what it created (directories before what is in them), for :func:`_undo`."""
+    """Refuse old evidence; create the evidence dirs, an empty job.log and plan.json; what it
+    created, directories before what is in them."""
     stale = [path.name for path in run_dir.evidence if path.exists()]
     if stale:
         raise DriverError(
@@ -404,14 +367,15 @@ def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> list[P
     created.append(run_dir.job_log)
     run_dir.job_log.write_text("")
     created.append(run_dir.plan_json)
-    atomic_write_text(run_dir.plan_json, _json(plan.to_dict()))
+    atomic_write_text(
+        run_dir.plan_json, json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n"
+    )
     return created
 
 
 def _missing_dirs(path: Path) -> list[Path]:
     """``path`` and its parents that do not exist yet, outermost first."""
-    missing = [p for p in (path, *path.parents) if not p.exists()]
-    return missing[::-1]
+    return [p for p in (path, *path.parents) if not p.exists()][::-1]
 
 
 @contextlib.contextmanager
@@ -422,18 +386,13 @@ def _unsubmitted_undone(laid_out: list[Path]) -> Iterator[threading.Event]:
     try:
         yield submitted
     except BaseException:
-        if not submitted.is_set():
-            _undo(laid_out)
+        for path in reversed(laid_out) if not submitted.is_set() else ():
+            with contextlib.suppress(OSError):  # a directory something else wrote into stays
+                if path.is_dir() and not path.is_symlink():
+                    path.rmdir()
+                else:
+                    path.unlink(missing_ok=True)
         raise
-
-
-def _undo(laid_out: list[Path]) -> None:
-    for path in reversed(laid_out):
-        with contextlib.suppress(OSError):  # a directory something else wrote into stays
-            if path.is_dir() and not path.is_symlink():
-                path.rmdir()
-            else:
-                path.unlink(missing_ok=True)
 
 
 def _clear_own_leftovers(state_dir: str | None, echo: Echo) -> Path:
@@ -462,7 +421,9 @@ class Cluster:
 def _cluster(plan: LaunchPlan, run_dir: RunDir, state_file: Path) -> Iterator[Cluster]:
     """The plan's cluster, or a head started here and stopped on every exit path."""
     if plan.ray_address is not None:
-        yield Cluster(plan.ray_address, _cluster_token_headers(plan.ray_auth_token_path))
+        with _bad_input():  # RAY_AUTH_TOKEN_PATH unreadable or empty
+            headers = token_headers(plan.ray_auth_token_path)
+        yield Cluster(plan.ray_address, headers)
         return
     from miles_amd.run.ray_head import RayHead, write_state
 
@@ -479,16 +440,6 @@ def _cluster(plan: LaunchPlan, run_dir: RunDir, state_file: Path) -> Iterator[Cl
     finally:
         head.stop()
         state_file.unlink(missing_ok=True)
-
-
-def _cluster_token_headers(token_path: str | None) -> dict[str, str]:
-    """Auth headers for a ``RAY_ADDRESS`` cluster from ``RAY_AUTH_TOKEN_PATH``, if set."""
-    from miles_amd.run.dashboard import token_headers
-
-    try:
-        return token_headers(token_path)
-    except DashboardError as exc:
-        raise DriverError(str(exc), EXIT_BAD_INPUT) from None
 
 
 def _submit(
@@ -533,24 +484,17 @@ def _interrupted_before_follow(client: Any, job_id: str, run_dir: RunDir) -> Job
 
 
 def _client(address: str, headers: dict[str, str]) -> Any:
-    """A Jobs API client; Ray's 401/403 become a one-line error that says so."""
-    from miles_amd.run.dashboard import jobs_client
-
-    try:
+    """A Jobs API client; a failure (Ray's 401/403 said as such) is bad input."""
+    with _bad_input():
         return jobs_client(address, headers)
+
+
+@contextlib.contextmanager
+def _bad_input() -> Iterator[None]:
+    try:
+        yield
     except DashboardError as exc:
         raise DriverError(str(exc), EXIT_BAD_INPUT) from None
-
-
-def _escaping(echo: Echo) -> Echo:
-    """``echo`` of each line as ``miles_amd.escape.terminal`` shows it (paths, job ids)."""
-    from miles_amd.escape import terminal
-
-    return lambda line: echo(terminal(line))
-
-
-def _watch_nothing(_evidence: RunEvidence) -> list[object]:
-    return []
 
 
 def _outcome(
@@ -568,7 +512,3 @@ def _outcome(
         exit_code=EXIT_OK if passed else EXIT_FAILED,
         head_pids=head_pids,
     )
-
-
-def _json(data: dict[str, object]) -> str:
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"

@@ -1,23 +1,12 @@
 """Environment preflight: is this node, image and set of inputs fit to run the recipe?
 
-Decides which probes make up the preflight (:data:`PROBES`, in table order; the probes are in
-``probes``, ``probes_allreduce`` and ``probes_miles``), how they run (:func:`run_preflight`: a
-probe that crashes is a ``wrong`` fact naming the exception, not a pass; values and messages
-redacted, since a probe quotes a child: ``tests/unit/test_preflight.py``,
-``tests/unit/test_foreign_text.py``), when it passes (every fact ``ok``), what ``env.json``
-holds (:func:`write_env_json`, atomically), and how it reads (pure, facts in, text out):
-
-- :data:`NEEDS`: the facts a probe depends on; when one is not ``ok`` the fact is shown ``not
-  checked`` with ``needs X`` (the rccl arm's all-reduce route does not need aiter);
-- a fact ``ok`` whose value starts with ``unknown`` is shown ``unknown``, never ``ok``;
-- :func:`verdict_line`: ``preflight: PASS|FAIL - <root cause>``; no AMD GPU and no ROCm is
-  "this is not an AMD GPU node", else the facts that failed on their own;
-- :func:`table`: fact, shown status, value or what to do, wrapped to 100 columns
-  (``--verbose``: every row in full); a node's words shown by ``miles_amd.escape.terminal``.
-
-``env.json`` keeps every fact as probed: the view changes what is shown, not what is recorded.
-Adding a probe: write it (see ``probes``) and add it to :data:`PROBES` where its row should
-appear. Explained in ``docs/node.md``.
+Decides which probes make up the preflight (:data:`PROBES`, in table order), how they run (a
+probe that crashes is a ``wrong`` fact naming the exception; values and messages redacted, since
+a probe quotes a child), when it passes (every fact ``ok``), what ``env.json`` holds (every fact
+as probed, written atomically), and how it reads (pure): a fact whose needs (:data:`NEEDS`) are
+not ``ok`` is shown ``not checked``; an ``ok`` fact valued ``unknown...`` is shown ``unknown``;
+:func:`verdict_line` names the root cause first (no AMD GPU and no ROCm: "this is not an AMD GPU
+node"); :func:`table` wraps to 100 columns. Explained in ``docs/node.md``.
 """
 
 from __future__ import annotations
@@ -32,82 +21,43 @@ from miles_amd.escape import terminal
 from miles_amd.files import atomic_write_text
 from miles_amd.records.env import Fact, FactStatus
 from miles_amd.redact import redact
-from miles_amd.run.probes import (
-    IMAGE,
-    PreflightConfig,
-    one_line,
-    probe_aiter,
-    probe_aiter_variant,
-    probe_checkpoint,
-    probe_dataset,
-    probe_disk,
-    probe_gpu_model,
-    probe_gpus,
-    probe_megatron_bridge,
-    probe_megatron_lm,
-    probe_miles,
-    probe_rocm,
-    probe_sglang,
-    probe_sglang_lora_endpoint,
-    probe_torch,
-)
-from miles_amd.run.probes_allreduce import (
-    probe_aiter_commit,
-    probe_aiter_fix,
-    probe_sglang_aiter_env,
-    probe_sglang_allreduce,
-)
-from miles_amd.run.probes_miles import (
-    probe_attention_window,
-    probe_lora_experts,
-    probe_miles_argv,
-    probe_router_dtype,
-)
+from miles_amd.run import probes as pr
+from miles_amd.run import probes_allreduce as ar
+from miles_amd.run import probes_miles as pm
+from miles_amd.run.probes import IMAGE, PreflightConfig, one_line
 from miles_amd.run_dir import RunDir
 from miles_amd.variants import AITER_VARIANTS
 from miles_amd.wrap import WIDTH, wrapped
 
-__all__ = [
-    "IMAGE",
-    "PROBES",
-    "Fact",
-    "FactStatus",
-    "PreflightConfig",
-    "Probe",
-    "failing_facts",
-    "preflight_ok",
-    "probe_name",
-    "run_preflight",
-    "write_env_json",
-]
+__all__ = ["IMAGE", "Fact", "FactStatus", "PreflightConfig", "run_preflight", "write_env_json"]
 
 _RESERVED_ENV_KEYS = frozenset({"facts", "ok", "aiter_variant", "written_at"})
 
 Probe = Callable[[PreflightConfig], Fact]
 
 PROBES: tuple[Probe, ...] = (
-    probe_gpus,
-    probe_gpu_model,
-    probe_rocm,
-    probe_torch,
-    probe_sglang,
-    probe_sglang_lora_endpoint,
-    probe_megatron_bridge,
-    probe_megatron_lm,
-    probe_miles,
-    probe_aiter,
-    probe_aiter_variant,
-    probe_aiter_commit,
-    probe_aiter_fix,
-    probe_sglang_aiter_env,
-    probe_sglang_allreduce,
-    probe_checkpoint,
-    probe_dataset,
-    probe_miles_argv,
-    probe_lora_experts,
-    probe_router_dtype,
-    probe_attention_window,
-    probe_disk,
+    pr.probe_gpus,
+    pr.probe_gpu_model,
+    pr.probe_rocm,
+    pr.probe_torch,
+    pr.probe_sglang,
+    pr.probe_sglang_lora_endpoint,
+    pr.probe_megatron_bridge,
+    pr.probe_megatron_lm,
+    pr.probe_miles,
+    pr.probe_aiter,
+    pr.probe_aiter_variant,
+    ar.probe_aiter_commit,
+    ar.probe_aiter_fix,
+    ar.probe_sglang_aiter_env,
+    ar.probe_sglang_allreduce,
+    pr.probe_checkpoint,
+    pr.probe_dataset,
+    pm.probe_miles_argv,
+    pm.probe_lora_experts,
+    pm.probe_router_dtype,
+    pm.probe_attention_window,
+    pr.probe_disk,
 )
 
 
@@ -125,14 +75,8 @@ def run_preflight(config: PreflightConfig) -> list[Fact]:
             fact = probe(config)
             facts.append(replace(fact, value=redact(fact.value), message=redact(fact.message)))
         except Exception as exc:
-            facts.append(
-                Fact(
-                    probe_name(probe),
-                    "wrong",
-                    "",
-                    redact(f"the probe raised {type(exc).__name__}: {one_line(exc)}"),
-                )
-            )
+            why = redact(f"the probe raised {type(exc).__name__}: {one_line(exc)}")
+            facts.append(Fact(probe_name(probe), "wrong", "", why))
     return facts
 
 
@@ -147,12 +91,8 @@ def failing_facts(facts: Iterable[Fact]) -> list[Fact]:
 
 
 def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object]) -> Path:
-    """Write ``RunDir(run_dir).env_json`` atomically; ``extra`` keys are added at the top level.
-
-    The object holds ``facts`` (each ``name``, ``status``, ``value``, ``message``), ``ok``,
-    ``aiter_variant`` (one of ``miles_amd.variants.AITER_VARIANTS`` or null) and ``written_at``
-    (UTC, ISO 8601); ``extra`` may not reuse those keys. Returns the path written.
-    """
+    """Write ``env.json`` atomically: ``facts``, ``ok``, ``aiter_variant`` (one of
+    ``AITER_VARIANTS`` or null), ``written_at`` (UTC, ISO 8601) and ``extra``'s own keys."""
     clash = sorted(_RESERVED_ENV_KEYS & extra.keys())
     if clash:
         raise ValueError(f"env.json extra keys {clash} would overwrite the preflight's own")
@@ -168,8 +108,6 @@ def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object
     atomic_write_text(target, json.dumps(payload, indent=2, allow_nan=False) + "\n")
     return target
 
-
-# ---- how the preflight reads (pure: facts in, text out) ------------------------------------
 
 NOT_A_NODE = "this is not an AMD GPU node"
 
@@ -205,20 +143,16 @@ class Shown:
         return self.fact.value or "-"
 
 
-def _needs(fact: Fact, variant: str | None) -> tuple[str, ...]:
-    needs = NEEDS.get(fact.name, ())
-    if fact.name == "sglang_allreduce" and variant == "rccl":
-        needs = tuple(n for n in needs if n != "aiter")
-    return needs
-
-
 def shown(facts: Sequence[Fact]) -> list[Shown]:
     """Every fact as shown (module doc), in probe order."""
     status = {f.name: f.status for f in facts}
     variant = next((f.value for f in facts if f.name == "aiter_variant"), None)
     rows = []
     for fact in facts:
-        failed = tuple(n for n in _needs(fact, variant) if status.get(n, "ok") != "ok")
+        needs = NEEDS.get(fact.name, ())
+        if fact.name == "sglang_allreduce" and variant == "rccl":
+            needs = ("sglang",)  # the rccl arm's route does not need aiter
+        failed = tuple(n for n in needs if status.get(n, "ok") != "ok")
         if failed:
             rows.append(Shown(fact, "not checked", failed))
         elif fact.status == "ok" and fact.value.startswith("unknown"):

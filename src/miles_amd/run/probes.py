@@ -1,23 +1,11 @@
 """The preflight's probes of the node, its software stack and its inputs, and what a probe is.
 
-A probe is ``def probe_<name>(config: PreflightConfig) -> Fact`` (``records.env.Fact``); it
-changes nothing on the machine. Decides the ``gpus``, ``gpu_model``, ``rocm``, ``torch``,
-``sglang``, ``sglang_lora_endpoint``, ``megatron_bridge``, ``megatron_lm``, ``miles``,
-``aiter``, ``aiter_variant``, ``checkpoint``, ``dataset`` and ``disk`` facts.
-
-- GPUs: the ROCm torch's ``gcnArchName`` (``gfx950:sramecc+:xnack-``), else ``amd-smi static
-  --asic --json`` (records found by shape: newer releases wrap them in ``gpu_data``), else
-  ``rocm-smi --showproductname --json``; none of them is ``missing``. No GPU memory is taken.
-- ROCm: ``<rocm_root>/.info/version`` (``7.2.0-43``), else ``amd-smi version``.
-- sglang, megatron.bridge and aiter are found with ``find_spec``/``importlib.metadata``, not
-  imported. AMD's aiter is the distribution ``amd-aiter``; PyPI's ``aiter`` (an unrelated
-  async-iterator library, same module name) is ``wrong`` (``tests/unit/test_preflight.py``).
-- The SGLang miles drives must serve ``/register_lora_adapter`` (found as a quoted string under
-  ``sglang/srt/entrypoints/``); without it miles fails at its first LoRA update (HTTP 404).
-- Megatron-LM and miles are checkouts on ``PYTHONPATH``: probed in the given dirs, their commit
-  from ``git -C <dir> rev-parse HEAD`` (site-packages installs get none).
-
-Explained in ``docs/node.md``.
+A probe is ``def probe_<name>(config: PreflightConfig) -> Fact``; it changes nothing on the
+machine. GPUs: the ROCm torch's ``gcnArchName``, else ``amd-smi static --asic --json`` (records
+found by shape), else ``rocm-smi --showproductname --json``. ROCm: ``<rocm_root>/.info/version``,
+else ``amd-smi version``. sglang, megatron.bridge and aiter are found, not imported; PyPI's
+unrelated ``aiter`` is ``wrong``. SGLang must serve ``/register_lora_adapter``. Megatron-LM and
+miles are checkouts (commit from ``git rev-parse HEAD``). Explained in ``docs/node.md``.
 """
 
 from __future__ import annotations
@@ -28,10 +16,12 @@ import importlib.util
 import json
 import re
 import shutil
-from collections.abc import Callable, Sequence
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from miles_amd.recipe.hardware import HardwareDetectionError, Runner, detect_hardware, run_tool
 from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
@@ -88,12 +78,8 @@ class PreflightConfig:
 
 
 def find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
-    """``importlib.util.find_spec`` that answers None instead of raising when a parent
-    package is absent.
-
-    Finding ``a.b`` imports ``a`` (cheap for the namespace package ``megatron``); ``a.b``
-    itself is not imported.
-    """
+    """``importlib.util.find_spec``, None when a parent package is absent (``a.b`` imports
+    ``a``, not ``a.b``)."""
     try:
         return importlib.util.find_spec(module)
     except (ImportError, ValueError):
@@ -104,18 +90,62 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+RESULT = "{result}"  # in a child's argv: the path of the file it writes its answer to
+
+
+def child_json(
+    argv: Sequence[str], env: Mapping[str, str], timeout_s: float, what: str, marker: str = ""
+) -> tuple[dict[str, Any] | None, str]:
+    """Run ``argv`` from ``/`` in ``env``: the JSON object it wrote to :data:`RESULT` (when
+    ``argv`` names it), else on its last stdout line starting with ``marker``; else None and
+    one line why, naming ``what`` it did not give (a child's answer is untrusted)."""
+    with tempfile.TemporaryDirectory(prefix="miles-amd-child-") as tmp:
+        result = Path(tmp) / "result.json"
+        command = [str(result) if arg == RESULT else arg for arg in argv]
+        try:
+            done = subprocess.run(
+                command,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                cwd="/",
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, f"{argv[0]} could not run: {one_line(exc)}"
+        try:
+            if RESULT in argv:
+                text = result.read_text(encoding="utf-8")
+            else:
+                lines = [x for x in done.stdout.splitlines() if x.strip() and x.startswith(marker)]
+                text = lines[-1].removeprefix(marker)
+            reading = json.loads(text)
+        except (OSError, IndexError, ValueError):
+            reading = None
+    if isinstance(reading, dict):
+        return reading, ""
+    tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
+    return None, f"{argv[0]} gave no {what}: {tail}"
+
+
 def probe_gpus(config: PreflightConfig) -> Fact:
     """GPU count and arch, from the ROCm torch, else ``amd-smi``, else ``rocm-smi``."""
-    reading = _gpus_from_torch() or _gpus_from_amd_smi(run_tool) or _gpus_from_rocm_smi(run_tool)
+    reading = _gpus_from_torch()
+    for tool, parse in (
+        (["amd-smi", "static", "--asic", "--json"], parse_amd_smi_static),
+        (["rocm-smi", "--showproductname", "--json"], parse_rocm_smi_product),
+    ):
+        output = None if reading else run_tool(tool)
+        archs = None if output is None else parse(output)
+        reading = reading or (None if archs is None else (tool[0], archs))
     if reading is None:
-        return Fact(
-            "gpus",
-            "missing",
-            "",
+        why = (
             "no AMD GPU visible: no ROCm torch with devices and neither amd-smi nor rocm-smi "
             f"answered; run on an {config.expected_gpus}x {config.expected_arch} node "
-            f"(MI355X/MI350X) inside {IMAGE}",
+            f"(MI355X/MI350X) inside {IMAGE}"
         )
+        return Fact("gpus", "missing", "", why)
     source, archs = reading
     return judge_gpus(archs, source, config.expected_gpus, config.expected_arch)
 
@@ -132,29 +162,19 @@ def probe_gpu_model(config: PreflightConfig, runner: Runner = run_tool) -> Fact:
 def judge_gpus(archs: Sequence[str], source: str, expected: int, arch: str) -> Fact:
     """Pure judgement of the GPUs one source reported."""
     if not archs:
-        return Fact(
-            "gpus",
-            "missing",
-            f"0 ({source})",
-            f"{source} lists no GPU; check the container's --device=/dev/kfd --device=/dev/dri",
-        )
+        why = f"{source} lists no GPU; check the container's --device=/dev/kfd --device=/dev/dri"
+        return Fact("gpus", "missing", f"0 ({source})", why)
     found = ",".join(sorted(set(archs)))
     value = f"{len(archs)}x {found} ({source})"
     if any(a != arch for a in archs):
-        return Fact(
-            "gpus",
-            "wrong",
-            value,
-            f"the recipe is validated on {arch} (MI355X/MI350X); found {found}",
-        )
+        why = f"the recipe is validated on {arch} (MI355X/MI350X); found {found}"
+        return Fact("gpus", "wrong", value, why)
     if len(archs) != expected:
-        return Fact(
-            "gpus",
-            "wrong",
-            value,
+        why = (
             f"the recipe needs {expected} GPUs, {len(archs)} visible; "
-            "check HIP_VISIBLE_DEVICES and the container's device flags",
+            "check HIP_VISIBLE_DEVICES and the container's device flags"
         )
+        return Fact("gpus", "wrong", value, why)
     return Fact("gpus", "ok", value)
 
 
@@ -171,14 +191,6 @@ def _gpus_from_torch() -> tuple[str, list[str]] | None:
         return None
     count = torch.cuda.device_count()
     return "torch", [_arch(torch.cuda.get_device_properties(i).gcnArchName) for i in range(count)]
-
-
-def _gpus_from_amd_smi(runner: Runner) -> tuple[str, list[str]] | None:
-    output = runner(["amd-smi", "static", "--asic", "--json"])
-    if output is None:
-        return None
-    archs = parse_amd_smi_static(output)
-    return None if archs is None else ("amd-smi", archs)
 
 
 def parse_amd_smi_static(text: str) -> list[str] | None:
@@ -205,14 +217,6 @@ def parse_amd_smi_static(text: str) -> list[str] | None:
     return archs
 
 
-def _gpus_from_rocm_smi(runner: Runner) -> tuple[str, list[str]] | None:
-    output = runner(["rocm-smi", "--showproductname", "--json"])
-    if output is None:
-        return None
-    archs = parse_rocm_smi_product(output)
-    return None if archs is None else ("rocm-smi", archs)
-
-
 def parse_rocm_smi_product(text: str) -> list[str] | None:
     """Archs of the ``cardN`` entries of ``rocm-smi --showproductname --json``."""
     try:
@@ -228,42 +232,26 @@ def parse_rocm_smi_product(text: str) -> list[str] | None:
     ]
 
 
-# ---- ROCm and torch --------------------------------------------------------------------------
-
-
 def probe_rocm(config: PreflightConfig) -> Fact:
     """The ROCm release, from ``<rocm_root>/.info/version`` or ``amd-smi version``."""
-    version, source = _rocm_version(config.rocm_root, run_tool)
+    info = config.rocm_root / ".info" / "version"
+    version: str | None
+    try:
+        version, source = info.read_text(encoding="utf-8").split()[0], str(info)
+    except (OSError, IndexError):
+        match = re.search(r"ROCm version:\s*([0-9][0-9.]*)", run_tool(["amd-smi", "version"]) or "")
+        version, source = (match.group(1), "amd-smi version") if match else (None, "")
     if version is None:
-        return Fact(
-            "rocm",
-            "missing",
-            "",
+        why = (
             f"no ROCm found ({config.rocm_root}/.info/version absent, amd-smi not answering); "
-            f"run inside {IMAGE}",
+            f"run inside {IMAGE}"
         )
+        return Fact("rocm", "missing", "", why)
     value = f"{version} ({source})"
     if _major_minor(version) != _major_minor(config.expected_rocm):
-        return Fact(
-            "rocm",
-            "wrong",
-            value,
-            f"the recipe's baselines were measured on ROCm {config.expected_rocm}; use {IMAGE}",
-        )
+        why = f"the recipe's baselines were measured on ROCm {config.expected_rocm}; use {IMAGE}"
+        return Fact("rocm", "wrong", value, why)
     return Fact("rocm", "ok", value)
-
-
-def _rocm_version(rocm_root: Path, runner: Runner) -> tuple[str | None, str]:
-    info = rocm_root / ".info" / "version"
-    try:
-        text = info.read_text(encoding="utf-8").strip()
-    except OSError:
-        text = ""
-    if text:
-        return text.split()[0], str(info)
-    output = runner(["amd-smi", "version"])
-    match = re.search(r"ROCm version:\s*([0-9][0-9.]*)", output or "")
-    return (match.group(1), "amd-smi version") if match else (None, "")
 
 
 def _major_minor(version: str) -> tuple[int, ...]:
@@ -280,19 +268,13 @@ def probe_torch(config: PreflightConfig) -> Fact:
         return Fact("torch", "wrong", "", f"import torch failed: {one_line(exc)}")
     hip = getattr(torch.version, "hip", None)
     if not hip:
-        return Fact(
-            "torch",
-            "wrong",
-            str(torch.__version__),
-            "this torch is not a ROCm build (torch.version.hip is None); use the image's torch",
-        )
+        why = "this torch is not a ROCm build (torch.version.hip is None); use the image's torch"
+        return Fact("torch", "wrong", str(torch.__version__), why)
     return Fact("torch", "ok", f"{torch.__version__} (HIP {hip})")
 
 
 LORA_ROUTE = "/register_lora_adapter"
 _GIB = 1024**3
-
-# ---- Python packages and checkouts -----------------------------------------------------------
 
 
 def probe_sglang(config: PreflightConfig) -> Fact:
@@ -311,24 +293,20 @@ def sglang_lora_endpoint_fact(package_dir: Path | None) -> Fact:
     entrypoints = package_dir / "srt" / "entrypoints"
     sources = sorted(entrypoints.rglob("*.py")) if entrypoints.is_dir() else []
     if not sources:
-        return Fact(
-            name,
-            "wrong",
-            str(package_dir),
+        why = (
             f"cannot confirm {LORA_ROUTE}: no sources under {entrypoints}; "
-            f"use an image whose SGLang serves it ({IMAGE})",
+            f"use an image whose SGLang serves it ({IMAGE})"
         )
+        return Fact(name, "wrong", str(package_dir), why)
     route = re.compile(r"[\"']" + re.escape(LORA_ROUTE) + r"[\"']")
     for source in sources:
         if route.search(source.read_text(encoding="utf-8", errors="replace")):
             return Fact(name, "ok", f"{LORA_ROUTE} in {source}")
-    return Fact(
-        name,
-        "wrong",
-        f"no {LORA_ROUTE} in {entrypoints}",
+    why = (
         "this SGLang fails at the first LoRA weight update with HTTP 404; "
-        f"use an image whose SGLang has the endpoint ({IMAGE})",
+        f"use an image whose SGLang has the endpoint ({IMAGE})"
     )
+    return Fact(name, "wrong", f"no {LORA_ROUTE} in {entrypoints}", why)
 
 
 def probe_megatron_bridge(config: PreflightConfig) -> Fact:
@@ -345,12 +323,8 @@ def probe_megatron_lm(config: PreflightConfig) -> Fact:
         return Fact(name, "missing", "", f"no Megatron-LM checkout at {root}; pass --megatron-dir")
     core = root / "megatron" / "core"
     if not (core / "__init__.py").is_file():
-        return Fact(
-            name,
-            "wrong",
-            str(root),
-            f"{root} has no megatron/core/__init__.py; point --megatron-dir at Megatron-LM",
-        )
+        why = f"{root} has no megatron/core/__init__.py; point --megatron-dir at Megatron-LM"
+        return Fact(name, "wrong", str(root), why)
     version = _megatron_core_version(core / "package_info.py") or "unknown version"
     return Fact(name, "ok", _with_commit(f"megatron.core {version}", git_commit(root)))
 
@@ -376,67 +350,50 @@ def probe_miles(config: PreflightConfig) -> Fact:
     if not root.is_dir():
         return Fact("miles", "missing", "", f"no miles checkout at {root}; pass --miles-dir")
     if not (root / "train.py").is_file():
-        return Fact(
-            "miles",
-            "wrong",
-            str(root),
-            f"{root} has no train.py; point --miles-dir at a miles checkout",
-        )
+        why = f"{root} has no train.py; point --miles-dir at a miles checkout"
+        return Fact("miles", "wrong", str(root), why)
     return Fact("miles", "ok", _with_commit(str(root), git_commit(root)))
 
 
 def probe_aiter(config: PreflightConfig) -> Fact:
-    return aiter_fact(_package_dir("aiter"), _distributions_providing("aiter"))
+    providing = importlib.metadata.packages_distributions().get("aiter", [])
+    return aiter_fact(_package_dir("aiter"), providing)
 
 
 def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
-    """Judge the ``aiter`` module by the distributions that provide it.
-
-    ``distributions`` are the names from ``importlib.metadata.packages_distributions()``.
-    """
+    """Judge the ``aiter`` module by the distributions that provide it (the names from
+    ``importlib.metadata.packages_distributions()``)."""
     name = "aiter"
     if package_dir is None:
         return Fact(name, "missing", "", f"AMD's aiter (amd-aiter) is not importable; use {IMAGE}")
-    normalized = {_normalize(d) for d in distributions}
+    normalized = {re.sub(r"[-_.]+", "-", d).lower() for d in distributions}
     if "aiter" in normalized:
-        return Fact(
-            name,
-            "wrong",
-            f"PyPI 'aiter' at {package_dir}",
+        why = (
             "module 'aiter' comes from the PyPI distribution 'aiter', an unrelated "
-            "async-iterator library; `pip uninstall aiter` and use the image's amd-aiter",
+            "async-iterator library; `pip uninstall aiter` and use the image's amd-aiter"
         )
+        return Fact(name, "wrong", f"PyPI 'aiter' at {package_dir}", why)
     if "amd-aiter" in normalized:
         version = _distribution_version("amd-aiter") or "unknown version"
         return Fact(name, "ok", _with_commit(f"amd-aiter {version}", git_commit(package_dir)))
     if (package_dir / "jit").is_dir():  # AMD's layout; a source install without metadata
         return Fact(name, "ok", _with_commit(f"aiter at {package_dir}", git_commit(package_dir)))
-    return Fact(
-        name,
-        "wrong",
-        f"unknown 'aiter' at {package_dir}",
+    why = (
         "module 'aiter' has no amd-aiter metadata and not AMD's layout (no aiter/jit); "
-        "use the image's amd-aiter",
+        "use the image's amd-aiter"
     )
+    return Fact(name, "wrong", f"unknown 'aiter' at {package_dir}", why)
 
 
 def probe_aiter_variant(config: PreflightConfig) -> Fact:
     """Which aiter build the run is labelled with (stock, or patched with ROCm/aiter#5694)."""
     variant = config.aiter_variant
     if variant is None:
-        return Fact(
-            "aiter_variant",
-            "ok",
-            "unrecorded",
-            f"pass --aiter-variant {'|'.join(AITER_VARIANTS)} to label the run's environment",
-        )
+        why = f"pass --aiter-variant {'|'.join(AITER_VARIANTS)} to label the run's environment"
+        return Fact("aiter_variant", "ok", "unrecorded", why)
     if variant not in AITER_VARIANTS:
-        return Fact(
-            "aiter_variant",
-            "wrong",
-            variant,
-            f"--aiter-variant must be one of {', '.join(AITER_VARIANTS)}",
-        )
+        why = f"--aiter-variant must be one of {', '.join(AITER_VARIANTS)}"
+        return Fact("aiter_variant", "wrong", variant, why)
     return Fact("aiter_variant", "ok", variant)
 
 
@@ -444,12 +401,8 @@ def installed_package_fact(name: str, *, module: str, distribution: str) -> Fact
     """A package found on ``sys.path``: its distribution version and, from a checkout, commit."""
     package_dir = _package_dir(module)
     if package_dir is None:
-        return Fact(
-            name,
-            "missing",
-            "",
-            f"module {module} is not importable (distribution {distribution}); use {IMAGE}",
-        )
+        why = f"module {module} is not importable (distribution {distribution}); use {IMAGE}"
+        return Fact(name, "missing", "", why)
     version = _distribution_version(distribution)
     label = f"{distribution} {version}" if version else f"{module} at {package_dir}"
     return Fact(name, "ok", _with_commit(label, git_commit(package_dir)))
@@ -464,19 +417,11 @@ def _package_dir(module: str) -> Path | None:
     return Path(spec.origin).parent if spec.origin else None
 
 
-def _distributions_providing(module: str) -> list[str]:
-    return list(importlib.metadata.packages_distributions().get(module, []))
-
-
 def _distribution_version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _normalize(distribution: str) -> str:
-    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def git_commit(directory: Path) -> str | None:
@@ -490,9 +435,6 @@ def git_commit(directory: Path) -> str | None:
 
 def _with_commit(label: str, commit: str | None) -> str:
     return f"{label} @ {commit[:12]}" if commit else label
-
-
-# ---- inputs and disk -------------------------------------------------------------------------
 
 
 def probe_checkpoint(config: PreflightConfig) -> Fact:
@@ -513,21 +455,15 @@ def _input_fact(name: str, path: Path, validate: Callable[[Path], None]) -> Fact
 
 def probe_disk(config: PreflightConfig) -> Fact:
     """Free space where the run dir goes (its nearest existing ancestor)."""
-    where = _nearest_existing(config.run_dir.absolute().parent)
+    where = config.run_dir.absolute().parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
     free_gib = shutil.disk_usage(where).free / _GIB
     value = f"{free_gib:.1f} GiB free at {where}"
     if free_gib < config.min_free_gib:
-        return Fact(
-            "disk",
-            "wrong",
-            value,
+        why = (
             f"a run needs {config.min_free_gib:g} GiB for job.log, TensorBoard and CI history; "
-            "free space or pass another --run-dir",
+            "free space or pass another --run-dir"
         )
+        return Fact("disk", "wrong", value, why)
     return Fact("disk", "ok", value)
-
-
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path

@@ -1,22 +1,10 @@
 """The A/B premise on the node: the job's SGLang aiter env, aiter's build, SGLang's route.
 
-Decides the ``sglang_aiter_env``, ``aiter_commit``, ``aiter_fix`` and ``sglang_allreduce`` facts:
-
-- ``sglang_aiter_env``: the SGLang switches (:data:`SGLANG_ENV_KEYS`) as the job sees them
-  (the runtime env's value, else the launching process's, else ``unset``);
-- ``aiter_commit``: the commit the job's aiter was built from (a git checkout, pip's
-  ``direct_url.json``, a setuptools-scm ``+g<sha>``), else ``unknown:``; not a failure;
-- ``aiter_fix``: whether that aiter's ``custom_all_reduce.cuh`` holds ROCm/aiter#5694's fix
-  (``miles_amd.aiter_fix``, in a child ``python3`` with the job's ``PYTHONPATH``, once per
-  preflight, read as JSON); ``wrong`` when it contradicts the variant;
-- ``sglang_allreduce``: :func:`allreduce_route`, SGLang's own rule (``dispatch_custom_allreduce``,
-  sglang 0.5.16) from the job's env, the argv and whether aiter's module imports:
-  :data:`DISABLE_FLAG` is RCCL only; ``SGLANG_USE_1STAGE_ALLREDUCE`` true is SGLang's 1-stage
-  kernel, false ignores deterministic mode, another value makes SGLang raise; unset with
-  deterministic inference (:data:`DETERMINISTIC_FLAGS`) is SGLang's 1-stage;
-  ``SGLANG_USE_AITER_AR`` false is SGLang's own; else aiter's when it imports, else SGLang's
-  own. ``wrong`` when the route is not the variant's.
-
+Decides ``sglang_aiter_env`` (the switches the job sees), ``aiter_commit`` (the commit the
+job's aiter was built from, else ``unknown:``), ``aiter_fix`` (whether its
+``custom_all_reduce.cuh`` holds ROCm/aiter#5694's fix, asked of a child ``python3`` with the
+job's ``PYTHONPATH``; ``wrong`` against the variant) and ``sglang_allreduce``
+(:func:`allreduce_route`, SGLang's own rule, sglang 0.5.16; ``wrong`` when not the variant's).
 Where each value comes from: ``docs/node.md`` ("The preflight's all-reduce probes").
 """
 
@@ -25,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,7 +21,7 @@ from typing import Literal
 
 from miles_amd import variants
 from miles_amd.records.env import Fact
-from miles_amd.run.probes import PreflightConfig, git_commit, one_line
+from miles_amd.run.probes import PreflightConfig, child_json, git_commit
 
 Route = Literal["aiter", "sglang", "none", "invalid"]
 
@@ -140,41 +127,12 @@ def job_pythonpath(config: PreflightConfig, launch_env: Mapping[str, str]) -> st
     return job_env_vars(recipe, launch_env, "127.0.0.1", None, config.aiter_variant)["PYTHONPATH"]
 
 
-def _child_reading(
-    python: str, script: str, pythonpath: str, what: str, marker: str = ""
-) -> tuple[dict[str, object] | None, str]:
-    """The JSON object on the last stdout line of ``python -c script`` that starts with
-    ``marker``, run with ``pythonpath`` from ``/``; else None and why (one line naming
-    ``what`` it did not give)."""
-    env = {**os.environ, "PYTHONPATH": pythonpath}
-    try:
-        done = subprocess.run(
-            [python, "-c", script],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT_S,
-            check=False,
-            cwd="/",
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"{python} could not run: {one_line(exc)}"
-    lines = [line for line in done.stdout.strip().splitlines() if line.startswith(marker)]
-    try:
-        reading = json.loads(lines[-1].removeprefix(marker)) if lines else None
-    except json.JSONDecodeError:
-        reading = None
-    if not isinstance(reading, dict) or (marker and not isinstance(reading.get("value"), str)):
-        tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
-        return None, f"{python} gave no {what}: {tail}"
-    return reading, ""
-
-
 @lru_cache(maxsize=8)
 def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
     """What the child finds (``docs/node.md``, "The preflight's all-reduce probes");
     ``{"error": ...}`` when it cannot run or answer."""
-    reading, why = _child_reading(python, CHILD, pythonpath, "reading")
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    reading, why = child_json([python, "-c", CHILD], env, CHILD_TIMEOUT_S, "reading")
     return {"error": why} if reading is None else reading
 
 
@@ -185,7 +143,11 @@ def read_aiter_fix(pythonpath: str, python: str = "python3") -> Mapping[str, obj
     from miles_amd import aiter_fix
 
     script = Path(aiter_fix.__file__).read_text(encoding="utf-8")
-    reading, why = _child_reading(python, script, pythonpath, "fingerprint", aiter_fix.MARKER)
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    argv = [python, "-c", script]
+    reading, why = child_json(argv, env, CHILD_TIMEOUT_S, "fingerprint", aiter_fix.MARKER)
+    if reading is not None and not isinstance(reading.get("value"), str):
+        reading, why = None, f"{python} gave no fingerprint: no value in its answer"
     return {"value": f"unknown: {why}"} if reading is None else reading
 
 
@@ -201,31 +163,25 @@ def aiter_fix_fact(variant: str | None, value: str) -> Fact:
     verdict = verdict_of(value)
     if variant == "patched" and verdict != FIXED:
         holds = "is not shown to hold" if verdict == UNKNOWN else "does not hold"
-        return Fact(
-            "aiter_fix",
-            "wrong",
-            value,
+        why = (
             f"the patched run's aiter {holds} {variants.AITER_FIX}'s fix; point "
-            f"{variants.PATCHED_DIR_VAR} at the patched checkout or install it (pip install -e)",
+            f"{variants.PATCHED_DIR_VAR} at the patched checkout or install it (pip install -e)"
         )
+        return Fact("aiter_fix", "wrong", value, why)
     if variant == "stock" and verdict == FIXED:
-        return Fact(
-            "aiter_fix",
-            "wrong",
-            value,
+        why = (
             f"the stock run's aiter holds {variants.AITER_FIX}'s fix; run stock on the image's "
-            "aiter (no patched build on PYTHONPATH or installed over it)",
+            "aiter (no patched build on PYTHONPATH or installed over it)"
         )
+        return Fact("aiter_fix", "wrong", value, why)
     return Fact("aiter_fix", "ok", value)
 
 
 def probe_sglang_aiter_env(config: PreflightConfig) -> Fact:
     env = job_sglang_env(config.aiter_variant, os.environ)
-    return Fact("sglang_aiter_env", "ok", sglang_env_text(env))
-
-
-def sglang_env_text(env: Mapping[str, str]) -> str:
-    return " ".join(f"{k}={env.get(k, 'unset')}" for k in SGLANG_ENV_KEYS)
+    return Fact(
+        "sglang_aiter_env", "ok", " ".join(f"{k}={env.get(k, 'unset')}" for k in SGLANG_ENV_KEYS)
+    )
 
 
 def probe_aiter_commit(config: PreflightConfig) -> Fact:
@@ -304,16 +260,14 @@ def sglang_allreduce_fact(
     want = "aiter" if variants.aiter_allreduce_expected(variant) else "sglang"
     if route.route == want:
         return Fact("sglang_allreduce", "ok", value)
-    why = (
+    need = (
         f"the {variant} variant is about aiter's all-reduce ({variants.AITER_FIX} lives there)"
         if want == "aiter"
         else "the rccl control arm must run SGLang's own all-reduce"
     )
-    return Fact(
-        "sglang_allreduce",
-        "wrong",
-        value,
-        f"{why}; fix: run with the job env miles-amd sets (--aiter-variant {variant}), unset "
+    why = (
+        f"{need}; fix: run with the job env miles-amd sets (--aiter-variant {variant}), unset "
         "SGLANG_USE_1STAGE_ALLREDUCE, drop deterministic flags, and make aiter's "
-        "custom_all_reduce import in the job's python3",
+        "custom_all_reduce import in the job's python3"
     )
+    return Fact("sglang_allreduce", "wrong", value, why)

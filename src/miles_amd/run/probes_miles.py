@@ -1,26 +1,13 @@
 """The probes that run miles' own code on the job's argv: its parser and its model build.
 
-- :func:`submitted_job`: the exact ``train.py`` argv and env the driver would give the Ray job
-  (the launching env, plus the plan's device env, plus the job's runtime env, as Ray's job
-  supervisor composes them).
-- ``miles_argv`` (:func:`probe_miles_argv`): ``node/miles_parse.py`` run BY FILE PATH with the
-  job's interpreter, in a subprocess with a time limit (:data:`PARSE_TIMEOUT_S`, for a wedged
-  import: one parse costs ~13 s of CPU, nearly all imports); a refusal reads as the parser's
-  one line (``unrecognized arguments: --x``, or the validator's exception). GPU stubs are
-  opt-in (``gpu_stubs=True``, the CPU tests); the preflight asks the real GPUs.
-- The deep probe: ``lora_experts``, ``router_dtype`` and ``attention_window`` from one run of
-  ``node/bridge_census.py`` (only its JSON is read). ``lora_experts`` is ``wrong`` when no
-  expert linear has an adapter or a targeted one (``recipe.lora_targets``) is bare
-  (gpt-oss-20b with grouped GEMM: 24 x 2 = 48). ``router_dtype``: the argv's fp32 not reaching
-  the model is miles#3263, recorded, not a failure. ``attention_window``: each layer's window
-  against config.json's ``layer_types``; ``wrong`` on a mismatch or an unreadable config (a
-  window one token wider is Megatron-Bridge before NVIDIA-NeMo/Megatron-Bridge#2656).
-- Where the child cannot answer (no miles or Megatron-Bridge: a CPU machine), each deep fact is
-  ``ok`` with ``unknown: <stage>: <reason>`` (``tests/unit/test_bridge_probe.py``); the gate
-  decides what that means (``judge.model_build``).
-
-Explained in ``docs/node.md`` ("The trainer's model (the deep probe)") and
-``docs/conformance.md``.
+:func:`submitted_job` is the exact ``train.py`` argv and env the driver would give the Ray job.
+``miles_argv``: ``node/miles_parse.py`` run by path with the job's interpreter, time-limited; a
+refusal reads as the parser's one line. The deep probe (``lora_experts``, ``router_dtype``,
+``attention_window``) reads one run of ``node/bridge_census.py``: no expert adapter, or a
+targeted expert linear left bare, is ``wrong``; the argv's fp32 router not reaching the model is
+miles#3263, recorded; a layer window unlike config.json's ``layer_types`` is ``wrong``. Where the
+child cannot answer (a CPU machine) each deep fact is ``ok`` with ``unknown: <stage>: <reason>``.
+Explained in ``docs/node.md`` ("The trainer's model (the deep probe)").
 """
 
 from __future__ import annotations
@@ -42,7 +29,7 @@ from typing import Any
 from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
 from miles_amd.recipe.plan import LaunchPlan, build_train_plan
 from miles_amd.records.env import Fact
-from miles_amd.run.probes import PreflightConfig, one_line
+from miles_amd.run.probes import RESULT, PreflightConfig, child_json, one_line
 
 SCRIPT = Path(__file__).parents[1] / "node" / "miles_parse.py"
 PARSE_TIMEOUT_S = 180.0
@@ -90,6 +77,16 @@ def submitted_job(plan: LaunchPlan, base_env: Mapping[str, str]) -> SubmittedJob
     return SubmittedJob(entrypoint[0], entrypoint[1], entrypoint[2:], env)
 
 
+def _job_python(
+    config: PreflightConfig, base_env: Mapping[str, str] | None
+) -> tuple[SubmittedJob, str | None]:
+    """The job ``train`` would submit for ``config``, and the interpreter its ``python3``
+    resolves to on the job's ``PATH`` (None: none there)."""
+    env = dict(os.environ if base_env is None else base_env)
+    job = submitted_job(build_train_plan(config.recipe(), env, run_dir=str(config.run_dir)), env)
+    return job, shutil.which(job.python, path=job.env.get("PATH"))
+
+
 def parse_with_miles(
     train_argv: Sequence[str],
     env: Mapping[str, str],
@@ -122,19 +119,11 @@ def parse_with_miles(
             outcome = ParseOutcome(None, None, message, stderr, time.monotonic() - start)
         else:
             outcome = read_outcome(done.returncode, result, done.stderr, time.monotonic() - start)
-    return _redacted(outcome, env)
-
-
-def _redacted(outcome: ParseOutcome, env: Mapping[str, str]) -> ParseOutcome:
-    """The child's words without a secret of ``env`` (its parse error may quote the argv or
-    the env: ``miles_amd.redact``); they reach the terminal and ``env.json``."""
     from miles_amd.redact import SECRET_VARS, redact
 
-    secrets = [env[name] for name in SECRET_VARS if env.get(name)]
+    secrets = [env[name] for name in SECRET_VARS if env.get(name)]  # the child may quote them
     return replace(
-        outcome,
-        message=redact(outcome.message, secrets),
-        stderr=redact(outcome.stderr, secrets),
+        outcome, message=redact(outcome.message, secrets), stderr=redact(outcome.stderr, secrets)
     )
 
 
@@ -170,14 +159,10 @@ def miles_argv_fact(
     """The ``miles_argv`` fact: the default recipe's argv for ``config``'s dirs and run dir,
     parsed by the interpreter the job's ``python3`` resolves to on the job's ``PATH``."""
     name = "miles_argv"
-    env = dict(os.environ if base_env is None else base_env)
-    plan = build_train_plan(config.recipe(), env, run_dir=str(config.run_dir))
-    job = submitted_job(plan, env)
+    job, python = _job_python(config, base_env)
     if not Path(job.train_script).is_file():
-        return Fact(
-            name, "missing", "", f"no {job.train_script}; point --miles-dir at a miles checkout"
-        )
-    python = shutil.which(job.python, path=job.env.get("PATH"))
+        why = f"no {job.train_script}; point --miles-dir at a miles checkout"
+        return Fact(name, "missing", "", why)
     if python is None:
         return Fact(name, "missing", "", f"no `{job.python}` on the job's PATH to run train.py")
     outcome = parse_with_miles(
@@ -187,28 +172,22 @@ def miles_argv_fact(
     if outcome.ok:
         return Fact(name, "ok", f"{len(outcome.args or {})} args parsed by {where}")
     if outcome.returncode is None:
-        return Fact(
-            name,
-            "wrong",
-            where,
+        why = (
             f"{outcome.message}: importing miles hangs in this image; run `{where} --help` "
-            "to see where",
+            "to see where"
         )
-    return Fact(
-        name,
-        "wrong",
-        where,
+        return Fact(name, "wrong", where, why)
+    why = (
         f"miles' parse_args rejects the argv train would submit: {outcome.message}; "
         "the job would fail the same way before training (README: Conformance with the real "
-        "miles)",
+        "miles)"
     )
+    return Fact(name, "wrong", where, why)
 
 
 def probe_miles_argv(config: PreflightConfig) -> Fact:
-    """``miles_argv``: this image's miles parses the exact argv and env ``train`` submits.
-
-    No GPU stubs: on a node the parse asks the real GPUs, as ``train.py`` will.
-    """
+    """``miles_argv``: this image's miles parses the exact argv and env ``train`` submits
+    (no GPU stubs: on a node the parse asks the real GPUs, as ``train.py`` will)."""
     return miles_argv_fact(config)
 
 
@@ -226,36 +205,16 @@ Reading = Mapping[str, object]
 
 @lru_cache(maxsize=4)
 def _run_census(python: str, argv: tuple[str, ...], env: tuple[tuple[str, str], ...]) -> Reading:
-    with tempfile.TemporaryDirectory(prefix="bridge-census-") as tmp:
-        result = Path(tmp) / "census.json"
-        command = [python, str(CENSUS), "--result", str(result), "--", *argv]
-        try:
-            done = subprocess.run(
-                command,
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=CENSUS_TIMEOUT_S,
-                cwd="/",
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return {"ok": False, "stage": "run", "error": f"{python}: {one_line(exc)}"}
-        try:
-            reading = json.loads(result.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            tail = one_line(Exception(done.stderr[-300:])) or f"exit {done.returncode}"
-            return {"ok": False, "stage": "run", "error": f"no census written: {tail}"}
-    return reading if isinstance(reading, dict) else {"ok": False, "stage": "run", "error": "?"}
+    command = [python, str(CENSUS), "--result", RESULT, "--", *argv]
+    reading, why = child_json(command, dict(env), CENSUS_TIMEOUT_S, "census")
+    return {"ok": False, "stage": "run", "error": why} if reading is None else reading
 
 
 def read_census(config: PreflightConfig, base_env: Mapping[str, str] | None = None) -> Reading:
     """The child's reading for ``config``'s recipe, as the job would run it (cached)."""
-    env = dict(os.environ if base_env is None else base_env)
-    job = submitted_job(build_train_plan(config.recipe(), env, run_dir=str(config.run_dir)), env)
+    job, python = _job_python(config, base_env)
     if not Path(job.train_script).is_file():
         return {"ok": False, "stage": "setup", "error": f"no miles checkout ({job.train_script})"}
-    python = shutil.which(job.python, path=job.env.get("PATH"))
     if python is None:
         return {"ok": False, "stage": "setup", "error": f"no `{job.python}` on the job's PATH"}
     return _run_census(python, tuple(job.train_argv), tuple(sorted(job.env.items())))

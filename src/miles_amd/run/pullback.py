@@ -1,27 +1,18 @@
 """Bring a cluster job's evidence from its node into the local run dir, verified.
 
-- TensorBoard event files and CI-history JSONL reach the run dir during the run
-  (:meth:`PullBack.pull`, before each fail-fast poll) and completely at the end
-  (:meth:`PullBack.final`); the log comes through the Jobs API.
-- A short Ray job per pull, through the Jobs API the run already uses, runs
-  ``miles_amd/node/pullback_node.py`` (one task pinned to the job's node) and prints the files
-  as framed base64 lines: no node needs miles_amd, the client no Ray port.
-- Incremental: only the bytes past what the client holds while the node's file still starts
-  with them (sha256 of the prefix), else the whole file (a CI-history JSONL is not always a
-  pure append between pulls, measured).
-- Integrity: size and sha256 per file, checked after an atomic write; a cut or malformed frame
-  list, a file over its cap or a lost node is a :class:`PullError` with a reason. A failed
-  final pull empties the evidence dirs (the gate cannot pass) and writes ``pullback.json``
-  with the reason (run exit 1); a good one records every file's digest.
-
-One job start per pull (3-8 s on 2 cores) and base64 (+33 %): it suits evidence (MBs), not
-checkpoints. Explained in ``docs/cluster.md`` ("How the pull-back works").
+A short Ray job per pull runs ``node/pullback_node.py`` pinned to the job's node and prints the
+files as framed base64 lines; only the bytes past a still-matching prefix come back. Each file's
+size and sha256 are checked after an atomic write; a cut or malformed frame list, a file over
+its cap or a lost node is a :class:`PullError`. A failed final pull empties the evidence dirs
+and records why in ``pullback.json``. Explained in ``docs/cluster.md`` ("How the pull-back
+works").
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import re
@@ -110,9 +101,8 @@ def _frame(raw: dict[str, Any]) -> Frame:
     if not isinstance(path, str) or not isinstance(sha, str) or not isinstance(data, str):
         raise ValueError("path, sha256 and data must be strings")
     cap = CAPS[safe_relpath(path).parts[0]].cap
-    if not (_is_int(size) and _is_int(offset)):
+    if type(size) is not int or type(offset) is not int:  # not bool either
         raise ValueError("size and offset must be integers")
-    assert isinstance(size, int) and isinstance(offset, int)
     if not 0 <= offset <= size:
         raise ValueError(f"{path}: offset {offset} outside 0..{size}")
     if size > cap:
@@ -130,10 +120,6 @@ def safe_relpath(path: str) -> Path:
     if rel.is_absolute() or ".." in rel.parts or not rel.parts or rel.parts[0] not in SUBDIRS:
         raise PullError(f"refused path {path!r} from the node (outside {', '.join(SUBDIRS)})")
     return rel
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def apply_frame(root: Path, frame: Frame) -> None:
@@ -164,10 +150,6 @@ def apply_frame(root: Path, frame: Frame) -> None:
             raise PullError(f"{frame.path}: cannot be written locally ({exc})") from None
 
 
-def node_script() -> str:
-    return (Path(__file__).parents[1] / "node" / "pullback_node.py").read_text(encoding="utf-8")
-
-
 @dataclass
 class PullBack:
     """Pulls one job's node-local evidence dir into ``run_dir`` through the Jobs API."""
@@ -178,14 +160,10 @@ class PullBack:
     run_dir: RunDir
     node_id: str | None = None
     pulls: int = 0
-    bytes_in: int = 0
-    seconds: float = 0.0
-    last_error: str | None = None
     held: dict[str, tuple[int, str]] = field(default_factory=dict)  # path: size, sha256
 
     def pull(self, timeout_s: float = 120.0) -> list[Frame]:
         """One incremental pull; :class:`PullError` names why it failed."""
-        started = time.monotonic()
         node_id = self.node_id or self._job_node()
         request = {
             "node_id": node_id,
@@ -198,7 +176,6 @@ class PullBack:
         for frame in frames:
             apply_frame(self.run_dir.root, frame)
             self.held[frame.path] = (frame.size, frame.sha256)
-            self.bytes_in += len(frame.data)
         for gone in set(self.held) - {frame.path for frame in frames}:
             try:  # a writer's temp file, since renamed: the local copy mirrors the node
                 (self.run_dir.root / safe_relpath(gone)).unlink(missing_ok=True)
@@ -206,16 +183,12 @@ class PullBack:
                 raise PullError(f"{gone}: cannot be removed locally ({exc})") from None
             del self.held[gone]
         self.pulls += 1
-        self.seconds += time.monotonic() - started
         return frames
 
     def try_pull(self) -> None:
-        """A pull during the run: a failure is remembered, the final pull decides."""
-        try:
+        """A pull during the run: a failure is left to the final pull."""
+        with contextlib.suppress(PullError):
             self.pull()
-            self.last_error = None
-        except PullError as exc:
-            self.last_error = str(exc)
 
     def final(self) -> str | None:
         """The complete, verified pull at the end; the failure's reason, or ``None``."""
@@ -251,7 +224,8 @@ class PullBack:
 
     def _run_pull_job(self, request: Mapping[str, object], timeout_s: float) -> str:
         pull_id = f"{self.job_id}-pull-{uuid.uuid4().hex[:6]}"
-        entrypoint = shlex.join(["python", "-c", node_script(), json.dumps(request)])
+        script = (Path(__file__).parents[1] / "node" / "pullback_node.py").read_text("utf-8")
+        entrypoint = shlex.join(["python", "-c", script, json.dumps(request)])
         try:
             self.client.submit_job(
                 entrypoint=entrypoint, submission_id=pull_id, entrypoint_num_cpus=0

@@ -1,23 +1,11 @@
 """A Ray head this tool starts, owns, and stops: private to its user, stopped by process id.
 
-- Loopback only: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps ``--node-ip-address 127.0.0.1``,
-  so every listener is on loopback. The nine ``ray start`` port flags (:data:`PORT_OPTIONS`)
-  and two metrics servers (:data:`PORT_ENV_VARS`) get distinct free ports (picked, not held,
-  until Ray binds them); workers get port 0.
-- Token authentication (``RAY_AUTH_MODE=token``): a fresh ``secrets.token_hex(32)`` per head,
-  0600 in its private dir (``RAY_AUTH_TOKEN_PATH``; the user's ``RAY_AUTH_TOKEN`` dropped),
-  sent as :meth:`RayHead.auth_headers`; a 401/403 at start is said as such.
-- A private 0700 ``mkdtemp`` under ``/tmp`` (short AF_UNIX paths) holds Ray's ``--temp-dir``
-  and the head's ``TMPDIR``; removed when the head stops.
-- An owned process tree (:class:`ProcessTree`, also each node of
-  ``tests/support/two_node.py``): spawned in a new session, output to a log file, every
-  descendant seen recorded by pid *and* create time (a recycled pid is not signalled);
-  stopped by SIGTERM to the root, a grace period, SIGTERM to what is left, then SIGKILL, each
-  step waiting until the processes are gone. ``ray stop`` (every Ray process of the user) and
-  signals by name are not used. :func:`clear_leftovers` clears this tool's recorded heads.
-
-Listeners are measured by ``tests/rehearsal/test_private_head.py`` (Ray 2.60). Explained in
-``docs/ray-head-and-secrets.md`` ("How the head is built", with Ray's sources).
+Loopback only, every listener on a distinct free port (:data:`PORT_OPTIONS`,
+:data:`PORT_ENV_VARS`; workers on port 0); token authentication with a fresh token per head,
+0600 in a private 0700 temp dir under ``/tmp`` (short AF_UNIX paths) removed at the stop; an
+owned process tree (:class:`ProcessTree`): every descendant recorded by pid and create time (a
+recycled pid is not signalled), stopped by SIGTERM, a grace period, then SIGKILL; never
+``ray stop`` or signals by name. Explained in ``docs/ray-head-and-secrets.md``.
 """
 
 from __future__ import annotations
@@ -74,6 +62,13 @@ def wait_gone(procs: list[OwnedProcess], timeout_s: float) -> None:
         time.sleep(0.2)
 
 
+def signal_and_wait(procs: list[OwnedProcess], sig: int, timeout_s: float) -> None:
+    """Send ``sig`` to each of ``procs`` (by pid and create time), then :func:`wait_gone`."""
+    for proc in procs:
+        proc.signal(sig)
+    wait_gone(procs, timeout_s)
+
+
 def spawn_logged(
     argv: list[str], env: dict[str, str], log_path: Path
 ) -> tuple[subprocess.Popen[bytes], OwnedProcess]:
@@ -122,21 +117,15 @@ class ProcessTree:
         self.record_descendants()
         self.owned.signal(signal.SIGTERM)
         wait_gone(self.members(), grace_s)
-        for proc in self.descendants:
-            proc.signal(signal.SIGTERM)
-        wait_gone(list(self.descendants), 5.0)
-        for proc in self.members():
-            proc.signal(signal.SIGKILL)
-        wait_gone(self.members(), 5.0)
+        signal_and_wait(list(self.descendants), signal.SIGTERM, 5.0)
+        signal_and_wait(self.members(), signal.SIGKILL, 5.0)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
 
     def kill(self) -> None:
         """SIGKILL the root and every process under it at once (a machine dying)."""
         self.record_descendants()
-        for proc in self.members():
-            proc.signal(signal.SIGKILL)
-        wait_gone(self.members(), 10.0)
+        signal_and_wait(self.members(), signal.SIGKILL, 10.0)
 
     def pids(self) -> tuple[int, ...]:
         """The root's pid and every descendant's recorded so far."""
@@ -169,7 +158,6 @@ WORKER_PORTS = ("--min-worker-port", "0", "--max-worker-port", "0")  # kernel-as
 TEMP_ROOT = Path("/tmp")  # not TMPDIR: AF_UNIX paths must stay under 108 bytes
 TEMP_PREFIX = "miles-ray-"
 TOKEN_FILE = "auth_token"
-RAY_TEMP = "ray"
 
 
 class RayHeadError(RuntimeError):
@@ -189,17 +177,14 @@ def head_environment(
     env: Mapping[str, str], temp_dir: Path, token_path: Path, ports: Mapping[str, int]
 ) -> dict[str, str]:
     """The head's environment: ``env`` plus loopback, token auth, metrics ports, TMPDIR."""
-    out = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"}
-    out.update(
-        {
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": str(token_path),
-            "TMPDIR": str(temp_dir),
-            **{name: str(ports[name]) for name in PORT_ENV_VARS},
-        }
-    )
-    return out
+    return {
+        **{k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"},
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token_path),
+        "TMPDIR": str(temp_dir),
+        **{name: str(ports[name]) for name in PORT_ENV_VARS},
+    }
 
 
 def ray_executable() -> str:
@@ -242,16 +227,17 @@ class RayHead(ProcessTree):
         temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT))
         token = secrets.token_hex(32)
         atomic_write_text(temp_dir / TOKEN_FILE, token, mode=0o600)
-        ray_temp = temp_dir / RAY_TEMP  # Ray makes its temp dir 0777; ours around it is 0700
+        ray_temp = temp_dir / "ray"  # Ray makes its temp dir 0777; ours around it is 0700
         argv = [ray_executable(), *base_argv[1:], "--block", "--temp-dir", str(ray_temp)]
         argv += [str(x) for option in PORT_OPTIONS for x in (option, ports[option])]
         argv += WORKER_PORTS
         head_env = head_environment(env, temp_dir, temp_dir / TOKEN_FILE, ports)
         try:
-            head = cls._spawn(argv, head_env, ports, temp_dir, log_path, token)
+            process, owned = spawn_logged(argv, head_env, log_path)
         except BaseException:
             shutil.rmtree(temp_dir, ignore_errors=True)  # the token must not outlive a failure
             raise
+        head = cls(process, owned, log_path, ports=ports, temp_dir=temp_dir, token=token)
         try:
             head._wait_ready(timeout_s)
         except BaseException:
@@ -259,19 +245,6 @@ class RayHead(ProcessTree):
             raise
         head.record_descendants()
         return head
-
-    @classmethod
-    def _spawn(
-        cls,
-        argv: list[str],
-        env: dict[str, str],
-        ports: dict[str, int],
-        temp_dir: Path,
-        log_path: Path,
-        token: str,
-    ) -> RayHead:
-        process, owned = spawn_logged(argv, env, log_path)
-        return cls(process, owned, log_path, ports=ports, temp_dir=temp_dir, token=token)
 
     def _wait_ready(self, timeout_s: float) -> None:
         """Poll ``/api/version`` with the token until it answers; a 401/403 is an auth
@@ -301,19 +274,17 @@ class RayHead(ProcessTree):
         super().stop(grace_s)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
-    def state(self) -> dict[str, object]:
-        """What :func:`clear_leftovers` needs (no token: it stays in the temp dir)."""
-        return {
-            "pid": self.owned.pid,
-            "create_time": self.owned.create_time,
-            "dashboard_url": self.dashboard_url,
-            "temp_dir": str(self.temp_dir),
-            "descendants": [[p.pid, p.create_time] for p in self.descendants],
-        }
-
 
 def write_state(state_file: Path, head: RayHead) -> None:
-    atomic_write_text(state_file, json.dumps(head.state()), mode=0o600)
+    """What :func:`clear_leftovers` needs (no token: it stays in the temp dir)."""
+    state = {
+        "pid": head.owned.pid,
+        "create_time": head.owned.create_time,
+        "dashboard_url": head.dashboard_url,
+        "temp_dir": str(head.temp_dir),
+        "descendants": [[p.pid, p.create_time] for p in head.descendants],
+    }
+    atomic_write_text(state_file, json.dumps(state), mode=0o600)
 
 
 def clear_leftovers(state_file: Path) -> list[int]:
@@ -332,12 +303,8 @@ def clear_leftovers(state_file: Path) -> list[int]:
         state_file.unlink(missing_ok=True)
         return []
     alive = [p for p in procs if p.alive()]
-    for proc in alive:
-        proc.signal(signal.SIGTERM)
-    wait_gone(alive, 15.0)
-    for proc in alive:
-        proc.signal(signal.SIGKILL)
-    wait_gone(alive, 5.0)
+    signal_and_wait(alive, signal.SIGTERM, 15.0)
+    signal_and_wait(alive, signal.SIGKILL, 5.0)
     temp_dir = Path(str(state.get("temp_dir", "")))
     if temp_dir.parent == TEMP_ROOT and temp_dir.name.startswith(TEMP_PREFIX):
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -1,16 +1,9 @@
 """Both aiter variants at once on a Ray cluster: one job per variant, one node each.
 
-Decides how ``train --variants stock,patched`` runs: each variant gets its own run dir
-(``<run-dir>/<variant>``), plan, runtime env and fail-fast watch; the cluster must have one
-suitable node per variant before anything is submitted (``miles_amd.run.cluster``); the jobs
-run concurrently, each followed by the real driver in its own thread (each asks for the
-whole-node resource, so Ray puts them on different nodes); Ctrl-C or an error stops every job
-still running (one shared ``cancel`` event). Gating and the A/B comparison are
-``miles_amd.app.train``'s.
-
-The patched job imports the build in ``AITER_PATCHED_DIR`` (a dir on every node that may take
-it), put on its ``PYTHONPATH`` by the plan (``variants.aiter_pythonpath``: after the miles and
-Megatron checkouts, before site-packages where the image's stock aiter is).
+Each variant gets its own run dir, plan and fail-fast watch; the cluster must have one suitable
+node per variant before anything is submitted; the jobs run concurrently, each followed by the
+driver in its own thread; Ctrl-C or an error stops every job still running. The patched job
+imports the build in ``AITER_PATCHED_DIR`` (put on its ``PYTHONPATH`` by the plan).
 Explained in ``docs/cluster.md``.
 """
 
@@ -57,13 +50,9 @@ def execute_variants(
     state_dir: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> dict[str, RunOutcome | BaseException]:
-    """Run every plan concurrently, each watched by ``watches[variant]`` (the driver's
-    ``watch``).
-
-    ``ClusterError`` (before anything is submitted) when the cluster lacks a node per plan,
-    ``DashboardError`` when it cannot be reached or refuses the token.
-    A variant whose driver raised has its exception as its result; the others keep theirs.
-    """
+    """Run every plan concurrently, each watched by ``watches[variant]``; a variant whose
+    driver raised has its exception as its result. Before anything is submitted:
+    ``ClusterError`` without a node per plan, ``DashboardError`` for an unreachable cluster."""
     _check_nodes(plans)
     tasks = {
         variant: functools.partial(
@@ -81,19 +70,14 @@ def execute_variants(
 
 
 def _prefixed(echo: Callable[[str], None], prefix: str) -> Callable[[str], None]:
-    return lambda line: echo(f"{prefix}{line}")
+    return lambda line: echo(prefix + line)
 
 
 def run_each(tasks: Mapping[str, Callable[..., T]]) -> dict[str, T | BaseException]:
-    """Run every task in its own thread, each called with one shared ``cancel=`` event; a
-    task that raised has its exception as its result. Ctrl-C (any exception here) sets
-    ``cancel``, waits for every task to end, and is raised again.
-
-    The waits are on events each task sets as it ends, not ``Thread.join``: on Python 3.11 a
-    Ctrl-C that interrupts ``join`` marks the thread as ended while it still runs, so the
-    join after it returns at once (cpython#90882; ``tests/unit/test_variants_wait.py``) and
-    a variant's driver would be left stopping its job, its ``job.json`` unwritten.
-    """
+    """Run every task in its own thread with one shared ``cancel=`` event; a task that raised
+    has its exception as its result. Ctrl-C sets ``cancel``, waits for every task, re-raises.
+    The waits are on events, not ``Thread.join``: on Python 3.11 a Ctrl-C interrupting
+    ``join`` marks the thread ended while it runs (cpython#90882)."""
     cancel = threading.Event()
     results: dict[str, T | BaseException] = {}
     ended = {name: threading.Event() for name in tasks}

@@ -1,15 +1,10 @@
 """Fail-fast while a run is going: read the growing evidence, trip at the first failure.
 
 Decides *when* a running job is already lost; *what* counts as lost is the gate's
-(``miles_amd.judge.gate.early_failures``: a spike, a non-finite or off-grid value, a fatal
-log sentinel, a rule crossing its boundary at a look the run has reached), applied to a
-partial run. A trip at a look stops the job as ``look`` (:attr:`Trip.reason`), any other as
-``fail-fast``. It only reads (``load_run(live=True)`` tolerates the half-written last record
-of an event file being appended to) and reports a :class:`Trip`; the driver stops the job.
-
-The moment a fault *appeared* is the job's own clock: the timestamp miles prints on that
-rollout's log line (``[YYYY-MM-DD HH:MM:SS.mmm ]``, local time) or on the sentinel's line; the
-driver's stop time minus that is the fail-fast latency it reports.
+(``judge.gate.early_failures``) applied to a partial run. A trip at a look stops the job as
+``look``, any other as ``fail-fast``. The moment a fault appeared is the job's own clock (the
+stamp miles prints on that rollout's or the sentinel's log line, local time); the driver's stop
+time minus it is the fail-fast latency.
 """
 
 from __future__ import annotations
@@ -17,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +33,7 @@ class Trip:
     rule: str
     detail: str
     step: int | None
-    line: int | None  # the sentinel's 1-based line in job.log, for a log signature
+    line: int | None  # the sentinel's 1-based line in job.log
     fault_time: float | None  # seconds since the epoch, from the job's own log line
     detected_at: float
     look: int | None = None  # the look (rollouts judged) of a spending rule's crossing
@@ -50,36 +45,23 @@ class Trip:
         return "fail-fast" if self.look is None else "look"
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "rule": self.rule,
-            "detail": self.detail,
-            "step": self.step,
-            "line": self.line,
-            "fault_time": self.fault_time,
-            "detected_at": self.detected_at,
-            "look": self.look,
-            "alpha_spent": self.alpha_spent,
-        }
+        return asdict(self)
 
     def timed_from(self, log_lines: Sequence[str]) -> Trip:
-        """This trip with ``fault_time`` read from the job's log, when not known yet.
-
-        The watcher may see a fault in TensorBoard before Ray has streamed the log line
-        that stamps it; the driver calls this again on the final, complete log.
-        """
+        """This trip with ``fault_time`` read from the job's log, when not known yet (the
+        watcher may see a fault before Ray streamed its line; the driver asks again at the end)."""
         if self.fault_time is not None:
             return self
+        when = None
         if self.line is not None and 0 < self.line <= len(log_lines):
             when = line_time(log_lines[self.line - 1])
         elif self.step is not None:
             when = first_metric_line_time(log_lines, self.step)
-        else:
-            when = None
         return replace(self, fault_time=when)
 
 
 def line_time(line: str) -> float | None:
-    """The epoch time of a miles log line's ``[asctime.msecs ]`` stamp, or None."""
+    """The epoch time of a log line's ``[asctime.msecs ]`` stamp, or None."""
     match = LOG_TIME.search(line)
     if not match:
         return None
@@ -97,42 +79,30 @@ def first_metric_line_time(log_lines: Sequence[str], step: int) -> float | None:
 
 
 class FailFastWatcher:
-    """Polls a run dir; ``judge`` maps partial evidence to the checks it already fails.
+    """Polls a run dir; ``judge`` maps partial evidence to the checks it already fails (the
+    first one trips it, once)."""
 
-    ``judge`` is injected (``app.baselines.watch_rules``: the gate's ``early_failures``
-    bound to a baseline) so the watcher stays a reader with one rule: the first failing
-    check trips it, once.
-    """
-
-    def __init__(
-        self,
-        run_dir: Path,
-        judge: Callable[[RunEvidence], Sequence[Any]],
-        load: Callable[[Path], RunEvidence] | None = None,
-    ) -> None:
-        self.run_dir = run_dir
-        self.judge = judge
-        self.load = load or _load_live
+    def __init__(self, run_dir: Path, judge: Callable[[RunEvidence], Sequence[Any]]) -> None:
+        self.run_dir, self.judge = run_dir, judge
         self.trip: Trip | None = None
 
     def poll(self) -> Trip | None:
-        if self.trip is not None:
+        if self.trip is not None or not self.run_dir.exists():
             return self.trip
-        if not self.run_dir.exists():
-            return None
-        failures = list(self.judge(self.load(self.run_dir)))
+        from miles_amd.evidence.load import load_run
+
+        failures = list(self.judge(load_run(self.run_dir, live=True)))
         if not failures:
             return None
         check = failures[0]
         steps = getattr(check, "failing_steps", ())
         numbers = getattr(check, "numbers", {})
-        line = int(numbers.get("first_line", 0)) or None
         look = getattr(check, "look", None)
         trip = Trip(
             rule=str(getattr(check, "name", check)),
             detail=redact(str(getattr(check, "detail", ""))),  # job.json keeps it
             step=steps[0] if steps else (look - 1 if look else None),
-            line=line,
+            line=int(numbers.get("first_line", 0)) or None,
             fault_time=None,
             detected_at=time.time(),
             look=look,
@@ -165,9 +135,3 @@ def read_lines(path: Path) -> list[str]:
     if "".join(pending):
         lines.append("".join(pending))
     return lines
-
-
-def _load_live(run_dir: Path) -> RunEvidence:
-    from miles_amd.evidence.load import load_run
-
-    return load_run(run_dir, live=True)
