@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.app.errors import AppError
+from miles_amd.app import AppError
 from miles_amd.app.train import (
     PUBLISHED_ROLLOUTS,
     PUBLISHED_RUN_MINUTES,

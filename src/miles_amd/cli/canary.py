@@ -1,21 +1,12 @@
 """``miles-amd canary``: all-reduce known integers at the rollout shapes and check every bit.
 
-Decides the command's options, its checks of them, its output and its exit code:
-
-- ``--plan`` prints the plan and runs nothing (``--json``: an object of ``entries``,
-  ``dispatch_source``: the file or commit the constants came from, and ``aiter_fix``), each
-  size's class under the lane and the wave model and its calls per arm;
-- which aiter: ``variants.aiter_pythonpath`` of ``--variant`` (the rule the job follows):
-  the fingerprint (``miles_amd.aiter_fix``), the constants and the ranks all see it;
-- ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo): the harness's test seam;
-- without ``--reducer``: the node; ``--variant`` and ``--implementation`` pick the all-reduce;
-- ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times;
-- on the node the positive control's broken build runs first (``harness.run_control``); the
-  record keeps it as ``control``, and a clean record whose control was not caught says so.
-
-Exit 0 clean, 1 a mismatch (the line says whether it matches ROCm/aiter#5694's stale read), 2
-unusable (bad input, or ranks that failed, hung or were stopped); nothing is written then.
-Heavy imports happen in the ranks (``canary.worker``); this module's top level imports none.
+Decides the command's options, their checks, its output and its exit code: ``--plan`` prints
+the plan (``--json``: ``entries``, ``dispatch_source``, ``aiter_fix``); ``--reducer
+FILE:FUNCTION`` runs the CPU harness (gloo), else the node runs the all-reduce of
+``--variant`` / ``--implementation`` with the variant's aiter (``variants.aiter_pythonpath``),
+the positive control's broken build first; ``--run-dir`` gets canary.json. Exit 0 clean, 1 a
+mismatch (the line says whether it matches ROCm/aiter#5694's stale read), 2 unusable, with
+nothing written. Heavy imports happen in the ranks (``canary.worker``).
 
 Explained in ``docs/cli.md`` ("The all-reduce canary").
 """
@@ -36,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from miles_amd.cli.errors import fail, say
+from miles_amd.cli.options import fail, say
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 
 if TYPE_CHECKING:
@@ -64,7 +55,6 @@ class ImplementationChoice(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``canary`` command to ``app``."""
     app.command("canary", epilog=EXIT_CODES_HELP)(canary)
 
 
