@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from miles_amd.cli.options import fail, say
+from miles_amd.cli.options import AiterVariant, fail, opt, say
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 
 if TYPE_CHECKING:
@@ -40,12 +40,6 @@ MIN_DETECT_RATE = 1e-12  # 4.6e12 calls: beyond any canary; below it (subnormals
 CPU_WORLD_SIZE = 4
 MAX_REPEATS = 10_000
 ARM_LABELS = {"back_to_back": "b2b"}
-
-
-class VariantChoice(str, Enum):
-    stock = "stock"
-    patched = "patched"
-    rccl = "rccl"
 
 
 class ImplementationChoice(str, Enum):
@@ -118,62 +112,49 @@ def _tokens(text: str | None) -> tuple[int, ...]:
 
 
 def canary(
-    plan_only: Annotated[bool, typer.Option("--plan", help="Print the plan; run nothing.")] = False,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print JSON (the plan, or the record).")
-    ] = False,
+    plan_only: Annotated[bool, opt("--plan", "Print the plan; run nothing.")] = False,
+    json_out: Annotated[bool, opt("--json", "Print JSON (the plan, or the record).")] = False,
     reducer: Annotated[
         str | None,
-        typer.Option(
+        opt(
             "--reducer",
-            metavar="FILE:FUNCTION",
-            help="CPU harness: FUNCTION(tensor, group) -> tensor from FILE reduces (test seam).",
+            "CPU harness: FUNCTION(tensor, group) -> tensor from FILE reduces (test seam).",
+            "FILE:FUNCTION",
         ),
     ] = None,
     variant: Annotated[
-        VariantChoice | None,
-        typer.Option("--variant", help="The aiter variant whose rollouts' all-reduce is tested."),
+        AiterVariant | None,
+        opt("--variant", "The aiter variant whose rollouts' all-reduce is tested."),
     ] = None,
     implementation: Annotated[
         ImplementationChoice | None,
-        typer.Option(
-            "--implementation", help="Override the variant's all-reduce (rccl: the reference)."
-        ),
+        opt("--implementation", "Override the variant's all-reduce (rccl: the reference)."),
     ] = None,
     world_size: Annotated[
         int | None,
-        typer.Option(
+        opt(
             "--world-size",
+            "Ranks: a multiple of the rollout TP size (CPU default 4, node 8).",
             min=1,
-            help="Ranks: a multiple of the rollout TP size (CPU default 4, node 8).",
         ),
     ] = None,
     detect_rate: Annotated[
         float | None,
-        typer.Option(
+        opt(
             "--detect-rate",
+            "Per-call rate to catch at 99% (node: the rate the spikes imply; CPU 0.002).",
             callback=check_detect_rate,
-            help="Per-call rate to catch at 99% (node: the rate the spikes imply; CPU 0.002).",
         ),
     ] = None,
     tokens: Annotated[
-        str | None,
-        typer.Option("--tokens", help="Only these sizes (comma-separated token counts)."),
+        str | None, opt("--tokens", "Only these sizes (comma-separated token counts).")
     ] = None,
-    repeats: Annotated[
-        int, typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Run the plan R times.")
-    ] = 1,
+    repeats: Annotated[int, opt("--repeats", "Run the plan R times.", min=1, max=MAX_REPEATS)] = 1,
     timeout: Annotated[
         float | None,
-        typer.Option(
-            "--timeout",
-            min=1.0,
-            help="Seconds before hung ranks are killed (default: from the plan).",
-        ),
+        opt("--timeout", "Seconds before hung ranks are killed (default: from the plan).", min=1.0),
     ] = None,
-    run_dir: Annotated[
-        Path | None, typer.Option("--run-dir", help="Write canary.json here.")
-    ] = None,
+    run_dir: Annotated[Path | None, opt("--run-dir", "Write canary.json here.")] = None,
 ) -> None:
     """All-reduce the recipe's rollout shapes with known sums; find any wrong bit.
 
