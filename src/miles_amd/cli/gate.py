@@ -31,30 +31,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from miles_amd import escape
-from miles_amd.cli.options import (
-    BASELINE_METAVAR,
-    HISTORY_ENV,
-    INT,
-    MAX_ROLLOUTS,
-    PATH,
-    VARIANT_METAVAR,
-    AiterVariant,
-    BaselineVariant,
-    FormatOpt,
-    HistoryOpt,
-    NoHistoryOpt,
-    OutputFormat,
-    RequireEnvOpt,
-    existing_run_dir,
-    fail,
-    load_baseline_option,
-    named_history,
-    new_app,
-    open_history_option,
-    opt,
-    resolve_alias,
-    say,
-)
+from miles_amd.cli import options as opts
+from miles_amd.cli.options import fail, opt, say
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 
 if TYPE_CHECKING:
@@ -63,7 +41,8 @@ if TYPE_CHECKING:
 AUTO = "auto"  # --baseline auto: the run's key picks it (miles_amd.baseline.keys)
 MAX_RUN_ID = 2**63 - 1  # SQLite's INTEGER PRIMARY KEY is a signed 64-bit rowid
 BaselineArg = Annotated[
-    str, typer.Argument(metavar=BASELINE_METAVAR, help="stock, patched, or a baseline file path.")
+    str,
+    typer.Argument(metavar=opts.BASELINE_METAVAR, help="stock, patched, or a baseline file path."),
 ]
 RunIdArg = Annotated[
     int,
@@ -81,7 +60,7 @@ class DiffFormat(str, Enum):
 
 def register(app: typer.Typer) -> None:
     app.command("gate", epilog=EXIT_CODES_HELP)(gate)
-    baselines = new_app("Record a baseline from a finished run; diff two baselines.")
+    baselines = opts.new_app("Record a baseline from a finished run; diff two baselines.")
     baselines.command("record", epilog=EXIT_CODES_HELP)(record)
     baselines.command("diff", epilog=EXIT_CODES_HELP)(diff)
     app.add_typer(baselines, name="baseline")
@@ -93,7 +72,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="history")
 
 
-def _written(what: str, files: object, output_format: OutputFormat) -> None:
+def _written(what: str, files: object, output_format: opts.OutputFormat) -> None:
     """Where the files went, last (stderr when stdout carries a JSON or markdown document)."""
     md, js, png = files.markdown, files.json, files.plot  # type: ignore[attr-defined]
     say(f"{what} written to {md} (also {js.name}, {png.name})", err=output_format.value != "text")
@@ -111,7 +90,7 @@ def gate(
     ],
     run_dir: Annotated[
         Path | None,
-        opt("--run-dir", "Run directory: tensorboard/, ci_history/, job.log, job.json.", PATH),
+        opt("--run-dir", "Run directory: tensorboard/, ci_history/, job.log, job.json.", opts.PATH),
     ] = None,
     example: Annotated[
         bool,
@@ -126,26 +105,26 @@ def gate(
         opt(
             "--report-dir",
             "Where the report goes (default: RUN_DIR/report; with --example a new temporary dir).",
-            PATH,
+            opts.PATH,
         ),
     ] = None,
-    output_format: FormatOpt = OutputFormat.text,
+    output_format: opts.FormatOpt = opts.OutputFormat.text,
     num_rollouts: Annotated[
         int | None,
         opt(
             "--num-rollouts",
             "Rollouts the run must have (default: the baseline's, 20).",
-            INT,
+            opts.INT,
             min=1,
-            max=MAX_ROLLOUTS,
+            max=opts.MAX_ROLLOUTS,
         ),
     ] = None,
     expected_rollouts: Annotated[
-        int | None, opt("--expected-rollouts", min=1, max=MAX_ROLLOUTS, hidden=True)
+        int | None, opt("--expected-rollouts", min=1, max=opts.MAX_ROLLOUTS, hidden=True)
     ] = None,
-    require_env: RequireEnvOpt = False,
-    history_file: HistoryOpt = None,
-    no_history: NoHistoryOpt = False,
+    require_env: opts.RequireEnvOpt = False,
+    history_file: opts.HistoryOpt = None,
+    no_history: opts.NoHistoryOpt = False,
     no_looks: Annotated[
         bool,
         opt(
@@ -159,7 +138,7 @@ def gate(
     from miles_amd.app import AppError
     from miles_amd.app import gate as app_gate
 
-    rollouts = resolve_alias(
+    rollouts = opts.resolve_alias(
         num_rollouts,
         expected_rollouts,
         default=None,
@@ -171,11 +150,11 @@ def gate(
             + ("give one, not both" if example else "neither given")
             + "; fix: pass --run-dir DIR, or --example for the embedded run"
         )
-    reference = None if baseline == AUTO else load_baseline_option(baseline, "--baseline")
-    run_dir = existing_run_dir(run_dir or app_gate.example_run_dir())
-    history = named_history(history_file, no_history)
+    reference = None if baseline == AUTO else opts.load_baseline_option(baseline, "--baseline")
+    run_dir = opts.existing_run_dir(run_dir or app_gate.example_run_dir())
+    history = opts.named_history(history_file, no_history)
     if history is not None:
-        open_history_option(history)
+        opts.open_history_option(history)
     if example and report_dir is None:
         report_dir = app_gate.example_report_dir(None)
     out_dir = app_gate.report_dir_of(run_dir, report_dir)
@@ -202,14 +181,14 @@ def gate(
         fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
     from miles_amd.report.render import render
 
-    verdict, to_err = result.verdict, output_format is not OutputFormat.text
+    verdict, to_err = result.verdict, output_format is not opts.OutputFormat.text
     if verdict.record_only:
         say(
             f"no reviewed baseline for {verdict.record_only}: recorded, not judged (the "
             "statistical rules); every evidence check judged",
             err=to_err,
         )
-    if output_format is OutputFormat.markdown:
+    if output_format is opts.OutputFormat.markdown:
         typer.echo(result.markdown, nl=False)
     else:
         typer.echo(render(verdict, output_format.value), nl=False)
@@ -229,27 +208,27 @@ def gate(
 def compare(
     run_dirs: Annotated[
         list[Path],
-        opt("--run-dir", "Give it twice: run A (e.g. stock), then run B (patched).", PATH),
+        opt("--run-dir", "Give it twice: run A (e.g. stock), then run B (patched).", opts.PATH),
     ],
     baseline: Annotated[
         str,
         opt(
             "--baseline",
             "Whose metrics and spike threshold: stock, patched or a path.",
-            BASELINE_METAVAR,
+            opts.BASELINE_METAVAR,
         ),
     ] = "patched",
     out_dir: Annotated[
-        Path | None, opt("--out-dir", "Where compare.* go (default: B/report/compare).", PATH)
+        Path | None, opt("--out-dir", "Where compare.* go (default: B/report/compare).", opts.PATH)
     ] = None,
-    output_format: FormatOpt = OutputFormat.text,
+    output_format: opts.FormatOpt = opts.OutputFormat.text,
 ) -> None:
     """Paired A/B of two runs: differences with 95% CIs, spike counts, what N can detect."""
     if len(run_dirs) != 2:
         fail(f"--run-dir: given {len(run_dirs)} time(s); give it exactly twice (run A, then run B)")
     for run_dir in run_dirs:
-        existing_run_dir(run_dir)
-    reference = load_baseline_option(baseline, "--baseline")
+        opts.existing_run_dir(run_dir)
+    reference = opts.load_baseline_option(baseline, "--baseline")
     from miles_amd.app.gate import (
         NoMetricsError,
         UntrustedEvidenceError,
@@ -273,15 +252,15 @@ def compare(
 
 
 def record(
-    out: Annotated[Path, opt("--out", "The baseline JSON file to write.", PATH)],
+    out: Annotated[Path, opt("--out", "The baseline JSON file to write.", opts.PATH)],
     num_rollouts: Annotated[
         int | None,
         opt(
             "--num-rollouts",
             "Rollouts the run had (default: the template's, 20).",
-            INT,
+            opts.INT,
             min=2,
-            max=MAX_ROLLOUTS,
+            max=opts.MAX_ROLLOUTS,
         ),
     ] = None,
     allow_no_preflight: Annotated[
@@ -303,14 +282,14 @@ def record(
     ] = None,
     run_dir: Annotated[
         Path | None,
-        opt("--run-dir", "A finished run: tensorboard/, ci_history/, job.*, env.json.", PATH),
+        opt("--run-dir", "A finished run: tensorboard/, ci_history/, job.*, env.json.", opts.PATH),
     ] = None,
     variant: Annotated[
-        BaselineVariant | None,
+        opts.BaselineVariant | None,
         opt(
             "--variant",
             "The run's aiter: stock, or patched (#5694); with --from-history, the key's.",
-            "<" + "|".join(v.value for v in BaselineVariant) + ">",
+            "<" + "|".join(v.value for v in opts.BaselineVariant) + ">",
         ),
     ] = None,
     from_history: Annotated[
@@ -319,7 +298,7 @@ def record(
             "--from-history",
             "Instead of --run-dir: derive the baseline of --key from the trusted runs "
             "this history kept of it (at least 3; the median run is the reference).",
-            PATH,
+            opts.PATH,
         ),
     ] = None,
     key: Annotated[
@@ -348,7 +327,7 @@ def record(
     if variant is None:
         fail("--variant: missing; fix: pass --variant stock|patched")
     if run_dir is not None:
-        existing_run_dir(run_dir)
+        opts.existing_run_dir(run_dir)
     baseline_name = name if name is not None else variant.value
 
     from miles_amd.baseline.json_text import baseline_json_text
@@ -409,16 +388,16 @@ def record(
     )
 
 
-def _key_variant(key: str | None, variant: BaselineVariant | None) -> BaselineVariant:
+def _key_variant(key: str | None, variant: opts.BaselineVariant | None) -> opts.BaselineVariant:
     """The variant of ``--key`` (shape/gpu/variant), which ``--variant`` must agree with."""
     parts = (key or "").split("/")
     if key is None or len(parts) != 3 or not all(parts):
         fail(f"--key {key}: not shape/gpu/variant; fix: e.g. --key 8gpu/mi350x/patched")
-    if parts[2] not in {v.value for v in BaselineVariant}:
+    if parts[2] not in {v.value for v in opts.BaselineVariant}:
         fail(f"--key {key}: {parts[2]} has no baseline of its own; fix: stock or patched")
     if variant is not None and variant.value != parts[2]:
         fail(f"--variant {variant.value} and --key {key} disagree; fix: drop --variant")
-    return BaselineVariant(parts[2])
+    return opts.BaselineVariant(parts[2])
 
 
 def _history_window(path: Path, key: str) -> tuple[Candidate, list[Candidate]]:
@@ -470,16 +449,18 @@ def diff(
     same, 1 when they differ (as diff(1)), 2 when either does not load."""
     from miles_amd.baseline.diff import diff_baselines, render_diff
 
-    loaded = [load_baseline_option(spec, label) for label, spec in (("OLD", old), ("NEW", new))]
+    loaded = [
+        opts.load_baseline_option(spec, label) for label, spec in (("OLD", old), ("NEW", new))
+    ]
     found = diff_baselines(*loaded)
     typer.echo(render_diff(found, output_format.value), nl=False)
     raise typer.Exit(1 if found.differs else 0)
 
 
 def _history_path(history_file: Path | None, fix: str) -> Path:
-    path = named_history(history_file)
+    path = opts.named_history(history_file)
     if path is None:
-        fail(f"no history named; fix: pass --history PATH or set ${HISTORY_ENV}")
+        fail(f"no history named; fix: pass --history PATH or set ${opts.HISTORY_ENV}")
     if not path.is_file():
         fail(f"--history {path}: no history there; fix: {fix.format(path=path)}")
     return path
@@ -499,31 +480,31 @@ def _mark(history_file: Path | None, run_id: int, *, untrusted: bool) -> None:
     say(f"run {run_id} {'marked' if changed else 'was already'} {state} in {path}")
 
 
-def mark_untrusted(run_id: RunIdArg, history_file: HistoryOpt = None) -> None:
+def mark_untrusted(run_id: RunIdArg, history_file: opts.HistoryOpt = None) -> None:
     """Take run ID out of the drift trend and the export's trusted runs (reversible)."""
     _mark(history_file, run_id, untrusted=True)
 
 
-def mark_trusted(run_id: RunIdArg, history_file: HistoryOpt = None) -> None:
+def mark_trusted(run_id: RunIdArg, history_file: opts.HistoryOpt = None) -> None:
     """Undo mark-untrusted for run ID (a failed gate stays untrusted)."""
     _mark(history_file, run_id, untrusted=False)
 
 
 def history(
     ctx: typer.Context,
-    history_file: HistoryOpt = None,
+    history_file: opts.HistoryOpt = None,
     variant: Annotated[
-        AiterVariant | None, opt("--variant", "Only this aiter variant.", VARIANT_METAVAR)
+        opts.AiterVariant | None, opt("--variant", "Only this aiter variant.", opts.VARIANT_METAVAR)
     ] = None,
     baseline: Annotated[
         str | None, opt("--baseline", "Only runs judged against this baseline.", "<name>")
     ] = None,
-    limit: Annotated[int | None, opt("--limit", "Only the newest N runs.", INT, min=1)] = None,
-    output_format: FormatOpt = OutputFormat.text,
-    plot: Annotated[Path | None, opt("--plot", "Write the trend PNG here.", PATH)] = None,
+    limit: Annotated[int | None, opt("--limit", "Only the newest N runs.", opts.INT, min=1)] = None,
+    output_format: opts.FormatOpt = opts.OutputFormat.text,
+    plot: Annotated[Path | None, opt("--plot", "Write the trend PNG here.", opts.PATH)] = None,
     export: Annotated[
         Path | None,
-        opt("--export", "Write upstream metric-history JSONL into this directory.", PATH),
+        opt("--export", "Write upstream metric-history JSONL into this directory.", opts.PATH),
     ] = None,
 ) -> None:
     """List past gate verdicts with drift findings; plot trends; export for upstream miles."""
@@ -591,4 +572,4 @@ def history(
     }[output_format.value](runs, checked)
     typer.echo(text, nl=False)
     for line in written:
-        say(line, err=output_format is not OutputFormat.text)
+        say(line, err=output_format is not opts.OutputFormat.text)

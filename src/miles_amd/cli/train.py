@@ -30,51 +30,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from miles_amd.cli.options import (
-    DEFAULT_DATA_DIR,
-    DEFAULT_HARDWARE,
-    DEFAULT_MEGATRON_DIR,
-    DEFAULT_MILES_DIR,
-    DEFAULT_MODEL_DIR,
-    DEFAULT_NUM_GPUS,
-    DEFAULT_NUM_ROLLOUTS,
-    DEFAULT_RUN_DIR,
-    DEFAULT_TIMEOUT_S,
-    AiterVariantOpt,
-    DataDirOpt,
-    DryRunOpt,
-    ExtraArgsOpt,
-    GateOpt,
-    GpusAliasOpt,
-    HardwareOpt,
-    HistoryOpt,
-    JsonOpt,
-    MegatronDirOpt,
-    MilesDirOpt,
-    ModelDirOpt,
-    NodeRootOpt,
-    NoHistoryOpt,
-    NumGpusOpt,
-    NumRolloutAliasOpt,
-    NumRolloutsOpt,
-    OverridePinnedOpt,
-    RayAddressOpt,
-    RequireEnvOpt,
-    RunDirOpt,
-    SharedFsOpt,
-    TimeoutOpt,
-    VariantsOpt,
-    check_json_needs_dry_run,
-    error_line,
-    fail,
-    load_baseline_option,
-    named_history,
-    new_run_dir,
-    open_history_option,
-    opt,
-    resolve_alias,
-    say,
-)
+from miles_amd.cli import options as opts
+from miles_amd.cli.options import fail, opt, say
 from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_FAILED
 from miles_amd.recipe.plan import (
     DEFAULT_NODE_ROOT,
@@ -133,13 +90,13 @@ def register(app: typer.Typer) -> None:
 
 
 def prepare(
-    model_dir: ModelDirOpt = DEFAULT_MODEL_DIR,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR,
-    dry_run: DryRunOpt = False,
-    as_json: JsonOpt = False,
+    model_dir: opts.ModelDirOpt = opts.DEFAULT_MODEL_DIR,
+    data_dir: opts.DataDirOpt = opts.DEFAULT_DATA_DIR,
+    dry_run: opts.DryRunOpt = False,
+    as_json: opts.JsonOpt = False,
 ) -> None:
     """Download the BF16 checkpoint and the dataset with `hf download`."""
-    check_json_needs_dry_run(as_json, dry_run)
+    opts.check_json_needs_dry_run(as_json, dry_run)
     plan = build_prepare_plan(Recipe(model_dir=str(model_dir), data_dir=str(data_dir)))
     if dry_run:
         print_plan(plan, as_json)
@@ -173,14 +130,14 @@ def run_prepare(plan: LaunchPlan) -> None:
 
 
 def preflight(
-    model_dir: ModelDirOpt = DEFAULT_MODEL_DIR,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR,
-    miles_dir: MilesDirOpt = DEFAULT_MILES_DIR,
-    megatron_dir: MegatronDirOpt = DEFAULT_MEGATRON_DIR,
-    run_dir: RunDirOpt = DEFAULT_RUN_DIR,
-    aiter_variant: AiterVariantOpt = None,
-    num_gpus: NumGpusOpt = DEFAULT_NUM_GPUS,
-    gpus: GpusAliasOpt = None,
+    model_dir: opts.ModelDirOpt = opts.DEFAULT_MODEL_DIR,
+    data_dir: opts.DataDirOpt = opts.DEFAULT_DATA_DIR,
+    miles_dir: opts.MilesDirOpt = opts.DEFAULT_MILES_DIR,
+    megatron_dir: opts.MegatronDirOpt = opts.DEFAULT_MEGATRON_DIR,
+    run_dir: opts.RunDirOpt = opts.DEFAULT_RUN_DIR,
+    aiter_variant: opts.AiterVariantOpt = None,
+    num_gpus: opts.NumGpusOpt = opts.DEFAULT_NUM_GPUS,
+    gpus: opts.GpusAliasOpt = None,
     verbose: Annotated[
         bool, opt("--verbose", "Every fact's value and message in full (wide).")
     ] = False,
@@ -195,15 +152,15 @@ def preflight(
     from miles_amd.run import preflight as view
     from miles_amd.wrap import wrapped
 
-    new_run_dir(run_dir)
+    opts.new_run_dir(run_dir)
     config = view.PreflightConfig(
         model_dir=model_dir,
         data_dir=data_dir,
         miles_dir=miles_dir,
         megatron_dir=megatron_dir,
         run_dir=run_dir,
-        expected_gpus=resolve_alias(
-            num_gpus, gpus, default=DEFAULT_NUM_GPUS, names=("--num-gpus", "--gpus")
+        expected_gpus=opts.resolve_alias(
+            num_gpus, gpus, default=opts.DEFAULT_NUM_GPUS, names=("--num-gpus", "--gpus")
         ),
         aiter_variant=aiter_variant.value if aiter_variant else None,
     )
@@ -239,31 +196,31 @@ def preflight(
 
 
 def train(
-    hardware: HardwareOpt = DEFAULT_HARDWARE,
+    hardware: opts.HardwareOpt = opts.DEFAULT_HARDWARE,
     shape: ShapeOpt = DEFAULT_SHAPE,
-    num_gpus: NumGpusOpt = DEFAULT_NUM_GPUS,
-    model_dir: ModelDirOpt = DEFAULT_MODEL_DIR,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR,
-    miles_dir: MilesDirOpt = DEFAULT_MILES_DIR,
-    megatron_dir: MegatronDirOpt = DEFAULT_MEGATRON_DIR,
-    num_rollouts: NumRolloutsOpt = DEFAULT_NUM_ROLLOUTS,
-    num_rollout: NumRolloutAliasOpt = None,
-    extra_args: ExtraArgsOpt = "",
-    override_pinned: OverridePinnedOpt = False,
-    run_dir: RunDirOpt = DEFAULT_RUN_DIR,
-    gate: GateOpt = None,
-    require_env: RequireEnvOpt = False,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
-    ray_address: RayAddressOpt = None,
-    node_root: NodeRootOpt = DEFAULT_NODE_ROOT,
-    shared_fs: SharedFsOpt = False,
-    variants: VariantsOpt = None,
-    aiter_variant: AiterVariantOpt = None,
+    num_gpus: opts.NumGpusOpt = opts.DEFAULT_NUM_GPUS,
+    model_dir: opts.ModelDirOpt = opts.DEFAULT_MODEL_DIR,
+    data_dir: opts.DataDirOpt = opts.DEFAULT_DATA_DIR,
+    miles_dir: opts.MilesDirOpt = opts.DEFAULT_MILES_DIR,
+    megatron_dir: opts.MegatronDirOpt = opts.DEFAULT_MEGATRON_DIR,
+    num_rollouts: opts.NumRolloutsOpt = opts.DEFAULT_NUM_ROLLOUTS,
+    num_rollout: opts.NumRolloutAliasOpt = None,
+    extra_args: opts.ExtraArgsOpt = "",
+    override_pinned: opts.OverridePinnedOpt = False,
+    run_dir: opts.RunDirOpt = opts.DEFAULT_RUN_DIR,
+    gate: opts.GateOpt = None,
+    require_env: opts.RequireEnvOpt = False,
+    timeout: opts.TimeoutOpt = opts.DEFAULT_TIMEOUT_S,
+    ray_address: opts.RayAddressOpt = None,
+    node_root: opts.NodeRootOpt = DEFAULT_NODE_ROOT,
+    shared_fs: opts.SharedFsOpt = False,
+    variants: opts.VariantsOpt = None,
+    aiter_variant: opts.AiterVariantOpt = None,
     no_canary: NoCanaryOpt = False,
-    dry_run: DryRunOpt = False,
-    as_json: JsonOpt = False,
-    history_file: HistoryOpt = None,
-    no_history: NoHistoryOpt = False,
+    dry_run: opts.DryRunOpt = False,
+    as_json: opts.JsonOpt = False,
+    history_file: opts.HistoryOpt = None,
+    no_history: opts.NoHistoryOpt = False,
 ) -> None:
     """Run the recipe as a Ray job, write the run dir, and optionally gate it."""
     _run(locals(), then_prepare=False)
@@ -280,11 +237,11 @@ full_train.__signature__ = inspect.signature(train, eval_str=True)  # type: igno
 
 def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
     """Both commands: check everything (module doc), then plan, print or run."""
-    check_json_needs_dry_run(o["as_json"], o["dry_run"])
+    opts.check_json_needs_dry_run(o["as_json"], o["dry_run"])
     run_dir, dry_run, as_json = o["run_dir"], o["dry_run"], o["as_json"]
-    new_run_dir(run_dir)
+    opts.new_run_dir(run_dir)
     recipe = make_recipe(o)
-    reference = None if o["gate"] is None else load_baseline_option(o["gate"], "--gate")
+    reference = None if o["gate"] is None else opts.load_baseline_option(o["gate"], "--gate")
     env = dict(os.environ)
     if o["ray_address"]:
         env["RAY_ADDRESS"] = o["ray_address"]
@@ -329,19 +286,21 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
         say(AITER_LEFT_TO_IMAGE)
     if plan.node_run_dir is None:  # with private node storage these are the node's paths
         check_inputs(recipe)
-    history = named_history(o["history_file"], o["no_history"]) if reference is not None else None
+    history = (
+        opts.named_history(o["history_file"], o["no_history"]) if reference is not None else None
+    )
     if history is not None:
-        open_history_option(history)
+        opts.open_history_option(history)
     _execute(plan, reference, o["timeout"], o["require_env"], history, run_dir)
 
 
 def make_recipe(o: dict[str, Any]) -> Recipe:
     """The recipe of the options: the hidden ``--num-rollout`` merged in, the shape applied
     (it fixes ``--num-gpus`` and gives the default ``--num-rollouts``); else exit 2."""
-    rollouts = resolve_alias(
+    rollouts = opts.resolve_alias(
         o["num_rollouts"],
         o["num_rollout"],
-        default=DEFAULT_NUM_ROLLOUTS,
+        default=opts.DEFAULT_NUM_ROLLOUTS,
         names=("--num-rollouts", "--num-rollout"),
     )
     num_gpus = o["num_gpus"]
@@ -349,13 +308,13 @@ def make_recipe(o: dict[str, Any]) -> Recipe:
     if shape is None:
         fail(f"--shape {o['shape']}: unknown shape; fix: use one of {', '.join(SHAPES)}")
     if shape.name != DEFAULT_SHAPE:  # the default shape is Recipe's defaults: nothing to set
-        if num_gpus not in (DEFAULT_NUM_GPUS, shape.num_gpus):
+        if num_gpus not in (opts.DEFAULT_NUM_GPUS, shape.num_gpus):
             fail(
                 f"--shape {shape.name} runs on {shape.num_gpus} GPUs, --num-gpus says "
                 f"{num_gpus}; fix: drop --num-gpus, or pick the shape of that count"
             )
         num_gpus = shape.num_gpus
-        if rollouts == DEFAULT_NUM_ROLLOUTS:
+        if rollouts == opts.DEFAULT_NUM_ROLLOUTS:
             rollouts = shape.num_rollouts
     try:
         if o["hardware"].lower() == "auto":
@@ -482,7 +441,7 @@ def _run_variants(
             say(f"{variant}: {result.summary()}")
             code = max(code, result.exit_code)
         else:
-            typer.echo(error_line(f"{variant}: could not run: {result}"), err=True)
+            typer.echo(opts.error_line(f"{variant}: could not run: {result}"), err=True)
             code = max(code, EXIT_FAILED)
     for other in [v for v in plans if v != "stock"] if "stock" in plans else []:
         b = results[other]
@@ -496,7 +455,7 @@ def _run_variants(
             what = f"compare --run-dir {exc}; no comparison"
             if not isinstance(exc, NoMetricsError):
                 what = f"compare: cannot write the comparison ({exc})"
-            typer.echo(error_line(what), err=True)
+            typer.echo(opts.error_line(what), err=True)
             raise typer.Exit(max(code, EXIT_BAD_INPUT)) from None
         typer.echo(render(compared.comparison, "text"), nl=False)
         say(f"comparison written to {compared.files.markdown}")
