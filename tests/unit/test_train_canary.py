@@ -1,11 +1,6 @@
-"""The canary in the node flow (issue 25 item 3): ``train --aiter-variant V`` runs it first,
-and a red of patched's or the control arm's all-reduce stops before the driver.
-
-The plan is the real planner's; the step's command is the real ``miles-amd canary`` where a
-CPU can run it (its unusable exit), else a stand-in that writes a real canary.json with the
-real writer (``tests.unit.test_gate_canary.canary``), the node canary's output. The driver is
-the real one: a stale ``job.log`` makes it refuse at once, which shows it was reached.
-"""
+"""``train --aiter-variant V`` runs the canary first; a red of patched's or the control arm's
+all-reduce stops before the driver. The planner, the gate's check and the driver are real; the
+step's command is the real ``miles-amd canary`` where a CPU can run it, else the real writer."""
 
 from __future__ import annotations
 
