@@ -59,16 +59,16 @@ class DiffFormat(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("gate", epilog=EXIT_CODES_HELP)(gate)
+    opts.add_command(app, "gate", gate)
     baselines = opts.new_app("Record a baseline from a finished run; diff two baselines.")
-    baselines.command("record", epilog=EXIT_CODES_HELP)(record)
-    baselines.command("diff", epilog=EXIT_CODES_HELP)(diff)
+    opts.add_command(baselines, "record", record)
+    opts.add_command(baselines, "diff", diff)
     app.add_typer(baselines, name="baseline")
-    app.command("compare", epilog=EXIT_CODES_HELP)(compare)
+    opts.add_command(app, "compare", compare)
     group = typer.Typer(add_completion=False)
     group.callback(invoke_without_command=True, epilog=EXIT_CODES_HELP)(history)
-    group.command("mark-untrusted", epilog=EXIT_CODES_HELP)(mark_untrusted)
-    group.command("mark-trusted", epilog=EXIT_CODES_HELP)(mark_trusted)
+    opts.add_command(group, "mark-untrusted", mark_untrusted)
+    opts.add_command(group, "mark-trusted", mark_trusted)
     app.add_typer(group, name="history")
 
 
@@ -135,8 +135,8 @@ def gate(
     ] = False,
 ) -> None:
     """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
-    from miles_amd.app import AppError
     from miles_amd.app import gate as app_gate
+    from miles_amd.app.baselines import load
 
     rollouts = opts.resolve_alias(
         num_rollouts,
@@ -150,11 +150,11 @@ def gate(
             + ("give one, not both" if example else "neither given")
             + "; fix: pass --run-dir DIR, or --example for the embedded run"
         )
-    reference = None if baseline == AUTO else opts.load_baseline_option(baseline, "--baseline")
+    reference = None if baseline == AUTO else load(baseline, "--baseline")
     run_dir = opts.existing_run_dir(run_dir or app_gate.example_run_dir())
     history = opts.named_history(history_file, no_history)
     if history is not None:
-        opts.open_history_option(history)
+        app_gate.open_history(history)
     if example and report_dir is None:
         report_dir = app_gate.example_report_dir(None)
     out_dir = app_gate.report_dir_of(run_dir, report_dir)
@@ -175,8 +175,6 @@ def gate(
             history=history,
             looks=not no_looks,
         )
-    except AppError as exc:
-        fail(str(exc))
     except OSError as exc:
         fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
     from miles_amd.report.render import render
@@ -228,7 +226,7 @@ def compare(
         fail(f"--run-dir: given {len(run_dirs)} time(s); give it exactly twice (run A, then run B)")
     for run_dir in run_dirs:
         opts.existing_run_dir(run_dir)
-    reference = opts.load_baseline_option(baseline, "--baseline")
+    from miles_amd.app.baselines import load
     from miles_amd.app.gate import (
         NoMetricsError,
         UntrustedEvidenceError,
@@ -237,6 +235,7 @@ def compare(
     )
     from miles_amd.report.compare_report import render
 
+    reference = load(baseline, "--baseline")
     try:
         compared = compare_run_dirs(run_dirs[0], run_dirs[1], reference, out_dir=out_dir)
     except NoMetricsError as exc:
@@ -332,7 +331,7 @@ def record(
 
     from miles_amd.baseline.json_text import baseline_json_text
     from miles_amd.baseline.model import SCHEMA_PATH, BaselineError, load_baseline
-    from miles_amd.baseline.record import RecordError, record_baseline
+    from miles_amd.baseline.record import record_baseline
     from miles_amd.evidence.load import load_run
     from miles_amd.files import atomic_write_text
 
@@ -349,24 +348,21 @@ def record(
             evidence = load_run(run_dir)  # type: ignore[arg-type]  # one of the two is given
         except OSError as exc:
             fail(f"--run-dir {run_dir}: {exc}")
-    try:
-        doc = record_baseline(
-            evidence,
-            template,
-            variant=variant.value,
-            name=baseline_name,
-            recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            rollouts=num_rollouts,
-            allow_no_preflight=allow_no_preflight,
-            schema_ref=os.path.relpath(SCHEMA_PATH, out.resolve().parent),
-        )
-        if others:
-            from miles_amd.baseline.from_history import check_window
-            from miles_amd.baseline.model import parse_baseline
+    doc = record_baseline(
+        evidence,
+        template,
+        variant=variant.value,
+        name=baseline_name,
+        recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        rollouts=num_rollouts,
+        allow_no_preflight=allow_no_preflight,
+        schema_ref=os.path.relpath(SCHEMA_PATH, out.resolve().parent),
+    )
+    if others:
+        from miles_amd.baseline.from_history import check_window
+        from miles_amd.baseline.model import parse_baseline
 
-            check_window(parse_baseline(baseline_json_text(doc), path=str(out)), others, key or "")
-    except RecordError as exc:
-        fail(str(exc))
+        check_window(parse_baseline(baseline_json_text(doc), path=str(out)), others, key or "")
     if out.stem != baseline_name:  # the loader refuses a file not named after its baseline
         fail(
             f"--out {out}: a baseline file is named after its baseline ({baseline_name}); "
@@ -405,7 +401,6 @@ def _history_window(path: Path, key: str) -> tuple[Candidate, list[Candidate]]:
     that do not count are named, exit 2 when too few (``baseline.from_history``)."""
     from miles_amd.baseline.from_history import Candidate, pick_reference
     from miles_amd.baseline.keys import RunKeyError, run_key
-    from miles_amd.baseline.refusals import RecordError
     from miles_amd.evidence.load import load_run
     from miles_amd.history.store import HistoryStore
     from miles_amd.run_dir import RunDir
@@ -431,10 +426,7 @@ def _history_window(path: Path, key: str) -> tuple[Candidate, list[Candidate]]:
         if found == key and run.run_key not in seen:  # a run gated twice counts once
             seen.add(run.run_key)
             candidates.append(Candidate(run.run_id, evidence))
-    try:
-        return pick_reference(candidates, key, passed_over=passed_over)
-    except RecordError as exc:
-        fail(str(exc))
+    return pick_reference(candidates, key, passed_over=passed_over)
 
 
 def diff(
@@ -447,11 +439,10 @@ def diff(
 ) -> None:
     """Print what a reviewer must look at between two baselines; exit 0 when they are the
     same, 1 when they differ (as diff(1)), 2 when either does not load."""
+    from miles_amd.app.baselines import load
     from miles_amd.baseline.diff import diff_baselines, render_diff
 
-    loaded = [
-        opts.load_baseline_option(spec, label) for label, spec in (("OLD", old), ("NEW", new))
-    ]
+    loaded = [load(spec, label) for label, spec in (("OLD", old), ("NEW", new))]
     found = diff_baselines(*loaded)
     typer.echo(render_diff(found, output_format.value), nl=False)
     raise typer.Exit(1 if found.differs else 0)

@@ -7,7 +7,8 @@ Decides:
   and bounded, ``--timeout`` finite, every directory made absolute, a path with a control or
   invisible character refused); old spellings stay as hidden aliases (:func:`resolve_alias`);
 - the one error line, ``miles-amd: error: <message>`` on stderr (folded, escaped, redacted),
-  and its exit code (:func:`fail`; the codes are ``miles_amd.exit_codes``');
+  and its exit code (:func:`fail`; the codes are ``miles_amd.exit_codes``'), also for the
+  errors that mean the same whichever command meets them (:func:`exit_code_of`);
 - that a closed stdout or stderr (``| head -2``) changes no exit code
   (:func:`guard_std_streams`: writes to a broken pipe are dropped).
 
@@ -16,22 +17,21 @@ Explained in ``docs/cli.md`` ("Shared options").
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
 import sys
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from miles_amd.exit_codes import EXIT_BAD_INPUT
+from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_FAILED
 from miles_amd.recipe import settings
 from miles_amd.variants import AITER_VARIANTS, BASELINE_VARIANTS
-
-if TYPE_CHECKING:
-    from miles_amd.rules.model import Baseline
 
 ERROR_PREFIX = "miles-amd: error: "
 DEFAULT_MODEL_DIR = Path(settings.DEFAULT_MODEL_DIR)
@@ -61,6 +61,41 @@ def error_line(message: str) -> str:
     from miles_amd.redact import redact
 
     return ERROR_PREFIX + terminal(redact(" ".join(message.split())))
+
+
+# Bad input whichever command meets it (matched by class name: the modules that define these
+# are imported only by the commands that raise them); CanaryRed is a red canary, exit 1, and a
+# DriverError carries its own code.
+BAD_INPUT_ERRORS = frozenset(
+    {"AppError", "ClusterError", "DashboardError", "HardwareDetectionError", "InputError",
+     "RecipeError", "RecordError", "VariantsError"}
+)  # fmt: skip
+
+
+def exit_code_of(exc: BaseException) -> int | None:
+    """The exit code of one of this package's errors a command lets through; else None."""
+    names = {c.__name__ for c in type(exc).__mro__ if c.__module__.startswith("miles_amd.")}
+    if "CanaryRed" in names:
+        return EXIT_FAILED
+    if "DriverError" in names:
+        return int(getattr(exc, "exit_code", EXIT_FAILED))
+    return EXIT_BAD_INPUT if names & BAD_INPUT_ERRORS else None
+
+
+def add_command(app: typer.Typer, name: str, command: Callable[..., None]) -> None:
+    """``command`` as ``name`` of ``app``: an error of :func:`exit_code_of` is one line."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            command(*args, **kwargs)
+        except Exception as exc:
+            code = exit_code_of(exc)
+            if code is None:
+                raise
+            fail(str(exc), code=code)
+
+    app.command(name, epilog=EXIT_CODES_HELP)(run)
 
 
 def say(line: str, *, err: bool = False) -> None:
@@ -175,17 +210,6 @@ def finite_positive_seconds(value: float) -> float:
     return value
 
 
-def load_baseline_option(spec: str, flag: str) -> Baseline:
-    """The baseline ``spec`` (stock, patched or a path) names, loaded once; else exit 2."""
-    from miles_amd.app import AppError
-    from miles_amd.app.baselines import load
-
-    try:
-        return load(spec, flag)
-    except AppError as exc:
-        fail(str(exc))
-
-
 def existing_run_dir(path: Path, flag: str = "--run-dir") -> Path:
     """``path`` if it is a run dir (``RunDir.is_run_dir``); else exit 2 naming ``flag``."""
     from miles_amd.run_dir import RunDir
@@ -213,17 +237,6 @@ def named_history(given: Path | None, no_history: bool = False) -> Path | None:
         return None
     from_env = os.environ.get(HISTORY_ENV)
     return given if given is not None else Path(from_env) if from_env else None
-
-
-def open_history_option(path: Path) -> None:
-    """The named store, checked to open (created if new) before anything runs; else exit 2."""
-    from miles_amd.app import AppError
-    from miles_amd.app.gate import open_history
-
-    try:
-        open_history(path)
-    except AppError as exc:
-        fail(str(exc))
 
 
 def resolve_alias(value: T, alias: T | None, *, default: T, names: tuple[str, str]) -> T:

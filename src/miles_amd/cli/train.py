@@ -32,7 +32,7 @@ import typer
 
 from miles_amd.cli import options as opts
 from miles_amd.cli.options import fail, opt, say
-from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_FAILED
+from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from miles_amd.recipe.plan import (
     DEFAULT_NODE_ROOT,
     LaunchPlan,
@@ -40,7 +40,7 @@ from miles_amd.recipe.plan import (
     build_train_plan,
     format_plan,
 )
-from miles_amd.recipe.settings import Recipe, RecipeError, parse_hardware
+from miles_amd.recipe.settings import Recipe, parse_hardware
 from miles_amd.recipe.shapes import DEFAULT_SHAPE, SHAPES
 from miles_amd.run_dir import RunDir
 from miles_amd.variants import AITER_VARIANTS
@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
         ("full-train", full_train),
         ("preflight", preflight),
     ):
-        app.command(name, epilog=EXIT_CODES_HELP)(command)
+        opts.add_command(app, name, command)
 
 
 def prepare(
@@ -241,7 +241,12 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
     run_dir, dry_run, as_json = o["run_dir"], o["dry_run"], o["as_json"]
     opts.new_run_dir(run_dir)
     recipe = make_recipe(o)
-    reference = None if o["gate"] is None else opts.load_baseline_option(o["gate"], "--gate")
+    if o["gate"] is not None:
+        from miles_amd.app.baselines import load
+
+        reference = load(o["gate"], "--gate")
+    else:
+        reference = None
     env = dict(os.environ)
     if o["ray_address"]:
         env["RAY_ADDRESS"] = o["ray_address"]
@@ -290,7 +295,9 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
         opts.named_history(o["history_file"], o["no_history"]) if reference is not None else None
     )
     if history is not None:
-        opts.open_history_option(history)
+        from miles_amd.app.gate import open_history
+
+        open_history(history)
     _execute(plan, reference, o["timeout"], o["require_env"], history, run_dir)
 
 
@@ -316,40 +323,31 @@ def make_recipe(o: dict[str, Any]) -> Recipe:
         num_gpus = shape.num_gpus
         if rollouts == opts.DEFAULT_NUM_ROLLOUTS:
             rollouts = shape.num_rollouts
-    try:
-        if o["hardware"].lower() == "auto":
-            from miles_amd.recipe.hardware import HardwareDetectionError, detect_hardware
+    if o["hardware"].lower() == "auto":
+        from miles_amd.recipe.hardware import detect_hardware
 
-            try:
-                hardware = detect_hardware()
-            except HardwareDetectionError as exc:
-                fail(str(exc))
-        else:
-            hardware = parse_hardware(o["hardware"])
-        return Recipe(
-            hardware=hardware,
-            num_gpus=num_gpus,
-            model_dir=str(o["model_dir"]),
-            data_dir=str(o["data_dir"]),
-            miles_dir=str(o["miles_dir"]),
-            megatron_dir=str(o["megatron_dir"]),
-            num_rollout=rollouts,
-            extra_args=o["extra_args"],
-            override_pinned=o["override_pinned"],
-        )
-    except RecipeError as exc:
-        fail(str(exc))
+        hardware = detect_hardware()
+    else:
+        hardware = parse_hardware(o["hardware"])
+    return Recipe(
+        hardware=hardware,
+        num_gpus=num_gpus,
+        model_dir=str(o["model_dir"]),
+        data_dir=str(o["data_dir"]),
+        miles_dir=str(o["miles_dir"]),
+        megatron_dir=str(o["megatron_dir"]),
+        num_rollout=rollouts,
+        extra_args=o["extra_args"],
+        override_pinned=o["override_pinned"],
+    )
 
 
 def check_inputs(recipe: Recipe) -> None:
     """Before a real run: a BF16, complete checkpoint and a dataset with the right keys."""
-    from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
+    from miles_amd.recipe.inputs import validate_checkpoint, validate_dataset
 
-    try:
-        validate_checkpoint(Path(recipe.checkpoint_dir), flag="--model-dir")
-        validate_dataset(Path(recipe.dataset_file), flag="--data-dir")
-    except InputError as exc:
-        fail(str(exc))
+    validate_checkpoint(Path(recipe.checkpoint_dir), flag="--model-dir")
+    validate_dataset(Path(recipe.dataset_file), flag="--data-dir")
     if not Path(recipe.train_script).is_file():
         fail(f"--miles-dir {recipe.miles_dir}: no train.py there; point it at a miles checkout")
 
@@ -362,21 +360,12 @@ def _execute(
     history: Path | None,
     run_dir: Path,
 ) -> None:
-    from miles_amd.app import AppError
-    from miles_amd.app.train import CanaryRed, run_and_gate
-    from miles_amd.run.cluster import ClusterError
-    from miles_amd.run.driver import DriverError
+    from miles_amd.app.train import run_and_gate
 
-    try:
+    try:  # a red canary, bad input or the driver's error: add_command's line and code
         result = run_and_gate(
             plan, timeout_s=timeout, gate=reference, require_env=require_env, history=history
         )
-    except CanaryRed as exc:
-        fail(str(exc), code=EXIT_FAILED)  # nothing was submitted
-    except (AppError, ClusterError) as exc:
-        fail(str(exc))  # bad input: nothing was submitted
-    except DriverError as exc:
-        fail(str(exc), code=exc.exit_code)
     except OSError as exc:
         report = RunDir(run_dir).report
         fail(
@@ -394,7 +383,7 @@ def _run_variants(
 ) -> None:
     """``--variants``: one plan per variant under ``run_dir/<variant>``, run and gated, then
     each other variant compared with stock; exit with the worst code."""
-    from miles_amd.run.variants_run import VariantsError, variant_env
+    from miles_amd.run.variants_run import variant_env
 
     value = o["variants"]
     names = tuple(v.strip() for v in value.split(",") if v.strip())
@@ -403,38 +392,29 @@ def _run_variants(
     if not env.get("RAY_ADDRESS"):
         fail("--variants needs a Ray cluster: pass --ray-address (one whole node per variant)")
     root = RunDir(run_dir)
-    try:
-        plans = {
-            v: build_train_plan(
-                recipe,
-                variant_env(env, v),
-                run_dir=str(root.variant(v).root),
-                node_root=node_root,
-                aiter_variant=v,
-            )
-            for v in names
-        }
-    except VariantsError as exc:
-        fail(str(exc))
+    plans = {
+        v: build_train_plan(
+            recipe,
+            variant_env(env, v),
+            run_dir=str(root.variant(v).root),
+            node_root=node_root,
+            aiter_variant=v,
+        )
+        for v in names
+    }
     if o["dry_run"]:
         if o["as_json"]:
             typer.echo(json.dumps({v: p.to_dict() for v, p in plans.items()}, indent=2))
         else:
             typer.echo("\n\n".join(f"# variant {v}\n{format_plan(p)}" for v, p in plans.items()))
         return
-    from miles_amd.app import AppError
     from miles_amd.app.gate import NoMetricsError, compare_run_dirs
     from miles_amd.app.train import TrainResult, run_variants
     from miles_amd.report.compare_report import render
-    from miles_amd.run.cluster import ClusterError
-    from miles_amd.run.dashboard import DashboardError
 
-    try:
-        results = run_variants(
-            plans, timeout_s=o["timeout"], require_env=o["require_env"], echo=typer.echo
-        )
-    except (AppError, ClusterError, DashboardError, VariantsError) as exc:
-        fail(str(exc))
+    results = run_variants(
+        plans, timeout_s=o["timeout"], require_env=o["require_env"], echo=typer.echo
+    )
     code = 0
     for variant, result in results.items():
         if isinstance(result, TrainResult):
