@@ -233,3 +233,25 @@ def test_no_proxy_has_no_duplicate_entry() -> None:
 
     assert job_env_vars(Recipe(), {}, "127.0.0.1", None)["no_proxy"] == "127.0.0.1"
     assert job_env_vars(Recipe(), {}, "10.0.0.5", None)["no_proxy"] == "127.0.0.1,10.0.0.5"
+
+
+def test_the_errors_every_command_maps_are_named_by_their_classes() -> None:
+    """``add_command`` matches errors by class name (no import): a renamed class fails here."""
+    from miles_amd.app import AppError
+    from miles_amd.app.train import CanaryRed
+    from miles_amd.baseline.refusals import RecordError
+    from miles_amd.cli.options import exit_code_of
+    from miles_amd.recipe.hardware import HardwareDetectionError
+    from miles_amd.recipe.inputs import InputError
+    from miles_amd.recipe.settings import RecipeError
+    from miles_amd.run.cluster import ClusterError
+    from miles_amd.run.dashboard import DashboardError
+    from miles_amd.run.driver import DriverError
+    from miles_amd.run.variants_run import VariantsError
+
+    bad = (AppError, ClusterError, DashboardError, HardwareDetectionError, InputError,
+           RecipeError, RecordError, VariantsError)  # fmt: skip
+    assert {exit_code_of(cls("x")) for cls in bad} == {2}
+    assert exit_code_of(CanaryRed("x")) == 1
+    assert exit_code_of(DriverError("x", exit_code=2)) == 2
+    assert exit_code_of(ValueError("x")) is None and exit_code_of(OSError("x")) is None

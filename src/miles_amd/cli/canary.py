@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from miles_amd.cli.options import AiterVariant, fail, opt, say
-from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
+from miles_amd.cli.options import AiterVariant, add_command, fail, opt, say
+from miles_amd.exit_codes import EXIT_FAILED
 
 if TYPE_CHECKING:
     from miles_amd.canary.harness import Setup
@@ -49,7 +49,7 @@ class ImplementationChoice(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("canary", epilog=EXIT_CODES_HELP)(canary)
+    add_command(app, "canary", canary)
 
 
 def check_reducer(target: str) -> str:
