@@ -36,6 +36,7 @@ from miles_amd.cli.options import fail, opt, say
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 
 if TYPE_CHECKING:
+    from miles_amd.app.gate import ReportFiles
     from miles_amd.baseline.from_history import Candidate
 
 AUTO = "auto"  # --baseline auto: the run's key picks it (miles_amd.baseline.keys)
@@ -72,10 +73,10 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="history")
 
 
-def _written(what: str, files: object, output_format: opts.OutputFormat) -> None:
+def _written(what: str, files: ReportFiles, output_format: opts.OutputFormat) -> None:
     """Where the files went, last (stderr when stdout carries a JSON or markdown document)."""
-    md, js, png = files.markdown, files.json, files.plot  # type: ignore[attr-defined]
-    say(f"{what} written to {md} (also {js.name}, {png.name})", err=output_format.value != "text")
+    also = f"(also {files.json.name}, {files.plot.name})"
+    say(f"{what} written to {files.markdown} {also}", err=output_format.value != "text")
 
 
 def gate(
