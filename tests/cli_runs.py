@@ -1,14 +1,10 @@
 """Run ``miles-amd`` as a user does: in this process, or as a real process where one is needed.
 
-:func:`run_cli` runs :func:`miles_amd.cli.main.main` itself, the console script's entry, so
-the exit path is the user's (a click usage error is one ``miles-amd: error:`` line and exit
-2, ``sys.exit`` gives the code), inside typer's ``CliRunner`` isolation: stdout and stderr
-captured apart, ``env`` (a whole environment, as ``subprocess.run`` takes it) put in place of
-``os.environ`` for the call, ``cwd`` entered for the call. An unexpected exception propagates
-to the test (where a process would print a traceback and exit 1).
-
-:func:`run_cli_process` starts ``python -m miles_amd.cli`` for what only a process shows: a
-closed pipe, a fresh interpreter's imports, the environment a child inherits.
+:func:`run_cli` runs the console script's entry (:func:`miles_amd.cli.main.main`) inside
+typer's ``CliRunner`` isolation: the user's exit path, stdout and stderr apart, ``env`` (a
+whole environment, as ``subprocess.run`` takes it) and ``cwd`` in place for the call; an
+unexpected exception reaches the test. :func:`run_cli_process` starts ``python -m
+miles_amd.cli`` for what only a process shows (a closed pipe, a child's environment).
 """
 
 from __future__ import annotations
@@ -34,8 +30,6 @@ def flat(text: str) -> str:
 
 @dataclass(frozen=True)
 class CliRun:
-    """What a finished run left: its exit code and its two streams (as ``CompletedProcess``)."""
-
     returncode: int
     stdout: str
     stderr: str
@@ -47,8 +41,7 @@ def environment_overlay(env: Mapping[str, str]) -> dict[str, str | None]:
 
 
 @contextlib.contextmanager
-def working_dir(cwd: Path | None) -> Iterator[None]:
-    """``cwd`` as the working directory for the block (``contextlib.chdir`` is 3.11+)."""
+def working_dir(cwd: Path | None) -> Iterator[None]:  # contextlib.chdir is 3.11+
     before = os.getcwd()
     if cwd is not None:
         os.chdir(cwd)
@@ -59,7 +52,6 @@ def working_dir(cwd: Path | None) -> Iterator[None]:
 
 
 def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> CliRun:
-    """``miles-amd ARGS`` in this process (see the module docstring)."""
     overlay = environment_overlay(env) if env is not None else None
     with (
         CliRunner().isolation(env=overlay) as (stdout, stderr, _),
@@ -84,7 +76,6 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None =
 def run_cli_process(
     *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m miles_amd.cli ARGS`` as a real process of this interpreter."""
     return subprocess.run(
         [sys.executable, "-m", "miles_amd.cli", *args],
         capture_output=True,

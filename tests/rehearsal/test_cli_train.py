@@ -21,7 +21,7 @@ from miles_amd.recipe.plan import RAY_HEAD_STATE_FILE
 from miles_amd.records.job import JobRecord
 from miles_amd.run_dir import RunDir
 from tests.support.rehearsal import EXAMPLE_RUN
-from tests.unit.test_cli_plan import write_checkpoint
+from tests.unit.test_cli_plan import inputs
 
 pytestmark = pytest.mark.rehearsal
 
@@ -35,21 +35,15 @@ runpy.run_module("miles_amd.testing.replay", run_name="__main__")
 
 def train(tmp_path: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
     """``miles-amd train --gate patched`` on fake inputs whose ``train.py`` replays the example."""
-    write_checkpoint(tmp_path / "models", mxfp4=False)
-    dataset = tmp_path / "data" / "dapo-math-17k" / "dapo-math-17k.jsonl"
-    dataset.parent.mkdir(parents=True)
-    dataset.write_text(json.dumps({"prompt": "1+1?", "label": "2"}) + "\n")
-    miles = tmp_path / "miles"
-    miles.mkdir()
-    (miles / "train.py").write_text(FAKE_TRAIN.format(source=str(EXAMPLE_RUN)))
+    given = inputs(tmp_path)
+    (tmp_path / "miles" / "train.py").write_text(FAKE_TRAIN.format(source=str(EXAMPLE_RUN)))
     env = {k: v for k, v in env.items() if k not in ("WANDB_API_KEY", "MILES_AMD_HISTORY")}
     # The job runs `python3`: make it this interpreter, as an activated venv would.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["HOME"] = str(tmp_path)  # the tool's state file goes to ~/.cache/miles_amd
     command = [
-        sys.executable, "-m", "miles_amd.cli", "train",
-        "--model-dir", str(tmp_path / "models"), "--data-dir", str(tmp_path / "data"),
-        "--miles-dir", str(miles), "--num-gpus", "8", "--run-dir", str(tmp_path / "run"),
+        sys.executable, "-m", "miles_amd.cli", "train", *given,
+        "--num-gpus", "8", "--run-dir", str(tmp_path / "run"),
         "--gate", "patched", "--timeout", "180", *extra,
     ]  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)

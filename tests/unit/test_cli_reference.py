@@ -1,15 +1,7 @@
-"""docs/cli.md is the reference of the CLI as it is when the test runs, not as it was written.
-
-- every visible command (groups with options of their own included) has a synopsis line
-  ``miles-amd <command> ...`` in a fenced block of docs/cli.md, and every visible option of
-  it appears in that command's synopsis lines (``full-train`` is documented as
-  "train's options", which holds while the two commands take the same options);
-- every pointer in a command's help to a doc (``docs/x.md``, ``README: <section>``) names
-  one that exists;
-- the keys ``train --dry-run --json`` prints are the ones docs/cli.md lists.
-
-The CLI is walked through click's command tree, so a command or option added later (a
-``--no-canary``, a new subcommand) fails here until it is documented.
+"""docs/cli.md is the reference of the CLI as it is when the test runs: every visible command
+and option has a synopsis there (``full-train``: "train's options"), help points only to docs
+that exist, and ``train --dry-run --json``'s keys are the documented ones. The CLI is walked
+through click's command tree, so anything added later fails here until it is documented.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The canary in the node flow (issue 25 item 3): ``train --aiter-variant V`` runs it first,
-and a red of patched's or the control arm's all-reduce stops before the driver.
-
-The plan is the real planner's; the step's command is the real ``miles-amd canary`` where a
-CPU can run it (its unusable exit), else a stand-in that writes a real canary.json with the
-real writer (``tests.unit.test_gate_canary.canary``), the node canary's output. The driver is
-the real one: a stale ``job.log`` makes it refuse at once, which shows it was reached.
-"""
+"""``train --aiter-variant V`` runs the canary first; a red of patched's or the control arm's
+all-reduce stops before the driver. The planner, the gate's check and the driver are real; the
+step's command is the real ``miles-amd canary`` where a CPU can run it, else the real writer."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.app.errors import AppError
+from miles_amd.app import AppError
 from miles_amd.app.train import (
     PUBLISHED_ROLLOUTS,
     PUBLISHED_RUN_MINUTES,
@@ -31,7 +26,7 @@ from miles_amd.run.driver import DriverError
 from miles_amd.run_dir import RunDir
 from tests.constants import SHIPPED
 from tests.unit.test_canary_record import OTHER, STALE
-from tests.unit.test_cli_plan import write_checkpoint
+from tests.unit.test_cli_plan import inputs
 from tests.unit.test_gate_canary import canary
 
 
@@ -138,17 +133,12 @@ def test_train_on_a_cpu_runs_the_real_canary_and_exits_2_before_the_job(tmp_path
     and nothing of the job exists."""
     import subprocess
 
-    write_checkpoint(tmp_path / "models", mxfp4=False)
-    dataset = tmp_path / "data" / "dapo-math-17k" / "dapo-math-17k.jsonl"
-    dataset.parent.mkdir(parents=True)
-    dataset.write_text(json.dumps({"prompt": "1+1?", "label": "2"}) + "\n")
-    (tmp_path / "miles").mkdir()
+    given = inputs(tmp_path)
     (tmp_path / "miles" / "train.py").write_text("raise SystemExit('never run')\n")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MILES_AMD_HISTORY")}
     command = [
-        sys.executable, "-m", "miles_amd.cli", "train", "--aiter-variant", "patched",
-        "--model-dir", str(tmp_path / "models"), "--data-dir", str(tmp_path / "data"),
-        "--miles-dir", str(tmp_path / "miles"), "--run-dir", str(tmp_path / "run"),
+        sys.executable, "-m", "miles_amd.cli", "train", "--aiter-variant", "patched", *given,
+        "--run-dir", str(tmp_path / "run"),
     ]  # fmt: skip
     done = subprocess.run(
         command,

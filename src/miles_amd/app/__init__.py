@@ -1,13 +1,14 @@
 """The application layer: what a command does with the pipeline, between the CLI and it.
 
-- ``baselines``: loading a baseline and mapping its errors to one line; which shipped baseline
-  each aiter variant is gated against; the rules the fail-fast watcher applies.
-- ``gate``: read a run dir, judge it, render the report set and write it, then append it to a
-  named history; where reports go by default; the embedded example ``gate --example`` uses.
-- ``compare``: read two run dirs, compare them, write the comparison set.
-- ``train``: run a plan with the driver (which runs and records, and does not judge), then gate
-  it; the same for ``--variants`` with the A/B comparison.
-
-The CLI and ``tests/mi355x`` call this layer; ``run/`` does not import it, ``judge/`` and
-``report/`` do not either (pyproject's import contracts).
+``baselines``: which baseline judges what; ``gate``: judge a run dir, write its report, append
+it to a named history, and compare two run dirs; ``train``: the canary, the driver, then the
+gate. ``run/``, ``judge/`` and ``report/`` do not import this layer (pyproject's contracts).
 """
+
+from __future__ import annotations
+
+__all__ = ["AppError"]
+
+
+class AppError(ValueError):
+    """Bad input, named with the flag or file and the fix; the CLI exits 2 with it."""

@@ -1,20 +1,9 @@
-"""Which baseline judges what: loading one by name or path, per variant, for the watcher.
+"""Which baseline judges what: by name or path, per variant, and for the fail-fast watcher.
 
-- :func:`load`: a shipped name (``stock``, ``patched``) or a path; a bad one is
-  :class:`~miles_amd.app.errors.AppError` naming the flag and the fix; a shipped one must
-  also carry the recipe's required rules and its pinned evidence
-  (``miles_amd.baseline.shipped.check_shipped``).
-- :func:`for_variant`: the shipped baseline a variant is gated against: its own, else (the
-  rccl control arm, which has none) stock's, applied baseline-free by the gate
-  (``judge.control_arm``).
-- :func:`identity`: the baseline's digest and the shipped one of its name's
-  (``miles_amd.baseline.shipped.baseline_digest``), for the gate to print and record; in CI
-  the shipped baselines are the base branch's (``$MILES_AMD_BASELINES_DIR``, docs/ci.md).
-- :func:`watch_rules`: what the fail-fast watcher applies to a run still being written: the
-  gate's own rules at the looks the run has reached (``judge.gate.early_failures``)
-  against the run's baseline; a run that is not gated is watched with the patched one's
-  rules that take nothing from the reference (the spike threshold, finiteness, the reward
-  grid, the steps, fatal sentinels: the same in both) and no looks.
+A shipped baseline must also carry the recipe's required rules and pinned evidence
+(``baseline.shipped.check_shipped``); the rccl control arm is gated against stock's,
+baseline-free (``judge.control_arm``); an ungated run is watched with the patched baseline's
+reference-free rules and no looks.
 """
 
 from __future__ import annotations
@@ -22,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from miles_amd.app.errors import AppError
+from miles_amd.app import AppError
 
 if TYPE_CHECKING:
     from miles_amd.evidence.types import RunEvidence
@@ -50,8 +39,8 @@ def load(spec: str, flag: str) -> Baseline:
 
 
 def identity(baseline: Baseline) -> tuple[str, str | None]:
-    """``baseline``'s digest and the shipped baseline of its name's (``None``: no shipped
-    baseline of that name, or it does not load, which ``--baseline NAME`` would say)."""
+    """``baseline``'s digest and the shipped one of its name's (None: none, or it does not
+    load; in CI the shipped ones are the base branch's, ``$MILES_AMD_BASELINES_DIR``)."""
     from miles_amd.baseline.model import SHIPPED, BaselineError, load_baseline
     from miles_amd.baseline.shipped import baseline_digest
 
@@ -59,21 +48,20 @@ def identity(baseline: Baseline) -> tuple[str, str | None]:
     if baseline.name not in SHIPPED:
         return digest, None
     try:
-        shipped = load_baseline(baseline.name)
+        return digest, baseline_digest(load_baseline(baseline.name))
     except BaselineError:
         return digest, None
-    return digest, baseline_digest(shipped)
 
 
 def for_variant(variant: str) -> str:
-    """The shipped baseline ``variant`` is gated against (module doc)."""
+    """The shipped baseline ``variant`` is gated against (rccl: stock's)."""
     from miles_amd.baseline.keys import template_for
 
     return template_for(variant)
 
 
 def watch_rules(gate: Baseline | None) -> Callable[[RunEvidence], list[Check]]:
-    """The watcher's judge of partial evidence (module doc)."""
+    """The watcher's judge of partial evidence: the gate's rules at the looks reached."""
     from miles_amd.judge.gate import early_failures
 
     if gate is not None:

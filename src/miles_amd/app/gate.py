@@ -1,26 +1,20 @@
-"""Gate one run dir: read it, judge it, write its report, append it to a named history.
+"""Gate one run dir (read, judge, write its report, append to a named history); compare two.
 
-- The report goes to ``report_dir``, else the run dir's ``report/`` (:func:`report_dir_of`);
-  report.json, report.md and metrics.png are rendered in memory and written as one set through
-  ``miles_amd.files.write_files`` (no link below the run dir, or below the named dir's
-  parent, is followed; a failed write leaves the previous set).
-- A named history is opened (created) before anything is judged (:func:`open_history`,
-  ``AppError`` naming ``--history``); the verdict is appended once the set is in place
-  (:func:`append`): a set that cannot be written raises before it, so a run is in the history
-  only with its report (``tests/unit/test_whole_writes.py``). report.md then gets the
-  append's "Drift across runs" section (the drift of the runs of its identity, read in the
-  append's transaction), rewritten whole; a history that cannot take the append, or a
-  report.md that cannot take the section, is a line in :attr:`GateResult.history_lines`.
-- The verdict carries the baseline's digest and whether it is the shipped one of its name
-  (``miles_amd.app.baselines.identity``): the text, report.md and report.json show both.
-- What the caller prints comes from the :class:`GateResult`, not from the files read back.
-- Without a baseline (``--baseline auto``) the run's key picks it (:func:`choose_baseline`,
-  ``miles_amd.baseline.keys``): the key's reviewed baseline, else the variant's template,
-  the run judged record-only.
-- ``gate --example``: the embedded example (:func:`example_run_dir`, package data) reported
-  to ``--report-dir`` or a new temp dir, never into the installed package
-  (``tests/unit/test_packaging.py``).
-Raises ``OSError`` when the report cannot be written, ``AppError`` for unusable input.
+- The report set (report.json, report.md, metrics.png; compare.json/.md/.png for a
+  comparison) is rendered in memory and written as one set through
+  ``miles_amd.files.write_files`` (no link below the run dir followed; a failed write leaves
+  the previous set); by default into ``<run>/report`` (``<B>/report/compare``).
+- A named history is opened before judging (:func:`open_history`) and the verdict appended
+  only once the set is in place, so a run is in the history only with its report; report.md
+  then gets the append's "Drift across runs" section; a failed append is a line in
+  :attr:`GateResult.history_lines`, not another verdict.
+- The verdict carries the baseline's digest and whether it is the shipped one.
+- ``--baseline auto``: the run's key picks the reviewed baseline, else the variant's template,
+  judged record-only (:func:`choose_baseline`).
+- Two runs are compared only when both have metrics (:class:`NoMetricsError`) and pass the
+  gate's evidence checks (:class:`UntrustedEvidenceError`).
+
+Raises ``OSError`` when a set cannot be written, ``AppError`` for unusable input.
 """
 
 from __future__ import annotations
@@ -33,36 +27,27 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from miles_amd.app.errors import AppError
+from miles_amd.app import AppError
 from miles_amd.run_dir import RunDir
 
 if TYPE_CHECKING:
     from miles_amd.evidence.types import RunEvidence
+    from miles_amd.judge.compare import Comparison
     from miles_amd.judge.gate import RecordOnly, Verdict
     from miles_amd.rules.model import Baseline
-
-__all__ = [
-    "GateResult",
-    "ReportFiles",
-    "append",
-    "example_report_dir",
-    "example_run_dir",
-    "gate_run_dir",
-    "inside_installed_package",
-    "open_history",
-    "report_dir_of",
-]
 
 
 @dataclass(frozen=True)
 class ReportFiles:
+    """A written set: the JSON, the markdown and the figure."""
+
     json: Path
     markdown: Path
     plot: Path
 
     @classmethod
-    def in_dir(cls, out_dir: Path) -> ReportFiles:
-        return cls(out_dir / "report.json", out_dir / "report.md", out_dir / "metrics.png")
+    def in_dir(cls, out_dir: Path, stem: str = "report", plot: str = "metrics") -> ReportFiles:
+        return cls(out_dir / f"{stem}.json", out_dir / f"{stem}.md", out_dir / f"{plot}.png")
 
 
 @dataclass(frozen=True)
@@ -82,8 +67,11 @@ class GateResult:
 
 
 def report_dir_of(run_dir: Path, given: Path | None = None) -> Path:
-    """Where the gate's report goes: ``given``, else ``<run_dir>/report``."""
     return given if given is not None else RunDir(run_dir).report
+
+
+def compare_dir_of(b_dir: Path, given: Path | None = None) -> Path:
+    return given if given is not None else RunDir(b_dir).compare_report
 
 
 def choose_baseline(evidence: RunEvidence) -> tuple[Baseline, RecordOnly | None]:
@@ -118,9 +106,8 @@ def gate_run_dir(
     history: Path | None = None,
     looks: bool = True,
 ) -> GateResult:
-    """Judge ``run_dir`` against ``baseline`` (None: the run's key picks it,
-    :func:`choose_baseline`) and write the report (module doc); ``looks`` False judges the
-    whole run only (``--no-looks``)."""
+    """Judge ``run_dir`` against ``baseline`` (None: :func:`choose_baseline`) and write the
+    report (module doc); ``looks`` False judges the whole run only (``--no-looks``)."""
     from miles_amd.app.baselines import identity
     from miles_amd.evidence.load import load_run
     from miles_amd.files import write_files
@@ -209,17 +196,12 @@ def append(
     return lines, drift_section(found, k, count, run_id, str(path))
 
 
-# the example is read as data below the package root, so the product imports nothing of the
-# testing package (tests/unit/test_testing_package.py)
-EXAMPLE_PARTS = ("testing", "example-run")
-
-
 def example_run_dir() -> Path:
-    """The embedded example's run dir (real path, links resolved): in the repo a link to
-    ``examples/runs/jvvnhop9``, in a wheel a copy in site-packages (``package_data``)."""
+    """The embedded example's run dir, read as package data (the product imports nothing of
+    the testing package): in the repo a link to ``examples/runs/jvvnhop9``, in a wheel a copy."""
     from miles_amd.package_data import package_path
 
-    return package_path("miles_amd", *EXAMPLE_PARTS)
+    return package_path("miles_amd", "testing", "example-run")
 
 
 def inside_installed_package(path: Path) -> bool:
@@ -232,3 +214,59 @@ def inside_installed_package(path: Path) -> bool:
 def example_report_dir(given: Path | None) -> Path:
     """``given``, else a new temporary directory (``miles-amd-example-*``)."""
     return given if given is not None else Path(tempfile.mkdtemp(prefix="miles-amd-example-"))
+
+
+class NoMetricsError(ValueError):
+    """A run dir to compare holds no metric; ``problem``: the source problems that explain it."""
+
+    def __init__(self, run_dir: Path, problem: str | None = None) -> None:
+        why = f": {problem}" if problem else ""
+        super().__init__(f"{run_dir}: no metric read (tensorboard/, ci_history/, job.log){why}")
+        self.run_dir = run_dir
+
+
+class UntrustedEvidenceError(ValueError):
+    """A run dir to compare fails the gate's evidence checks."""
+
+    def __init__(self, run_dir: Path, check: str, detail: str) -> None:
+        super().__init__(f"{run_dir}: {check} fails ({detail})")
+        self.run_dir = run_dir
+
+
+@dataclass(frozen=True)
+class ComparedRuns:
+    comparison: Comparison
+    files: ReportFiles
+
+
+def compare_run_dirs(
+    a_dir: Path, b_dir: Path, baseline: Baseline, *, out_dir: Path | None = None
+) -> ComparedRuns:
+    """A/B of ``a_dir`` and ``b_dir`` (Δ = B - A) with ``baseline``'s metrics and spike
+    threshold (module doc)."""
+    from miles_amd.evidence.load import load_run
+    from miles_amd.files import write_files
+    from miles_amd.judge.compare import compare
+    from miles_amd.judge.gate import evidence_checks
+    from miles_amd.report.compare_report import render, render_markdown
+    from miles_amd.report.plot import compare_png
+
+    a, b = load_run(a_dir), load_run(b_dir)
+    for run_dir, evidence in ((a_dir, a), (b_dir, b)):
+        if not evidence.series:
+            problems = [str(p) for p in evidence.problems]
+            more = f" (+{len(problems) - 2} more)" if len(problems) > 2 else ""
+            raise NoMetricsError(run_dir, "; ".join(problems[:2]) + more if problems else None)
+        for check in evidence_checks(evidence):
+            if check.failed:
+                raise UntrustedEvidenceError(run_dir, check.name, check.detail)
+    comparison = compare(a, b, baseline)
+    target = compare_dir_of(b_dir, out_dir)
+    files = ReportFiles.in_dir(target, "compare", "compare")
+    contents = {
+        files.json.name: render(comparison, "json").encode("utf-8"),
+        files.markdown.name: render_markdown(comparison).encode("utf-8"),
+        files.plot.name: compare_png(comparison, a, b),
+    }
+    write_files(target, contents, root=b_dir if out_dir is None else None)
+    return ComparedRuns(comparison, files)

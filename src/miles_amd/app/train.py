@@ -1,23 +1,15 @@
-"""Run a plan and gate what it wrote: the driver runs and records, then the gate judges.
+"""Run a plan and gate what it wrote: the canary first, then the driver, then the gate.
 
-- :func:`run_canary`: a plan's canary step (``recipe.plan.CANARY_STEP``: ``miles-amd canary
-  --variant V --run-dir RUN`` as a subprocess) before anything else, its canary.json read
-  back through ``miles_amd.evidence`` and judged by the gate's own ``allreduce.canary``
-  check (``judge.canary``; the variant as the gate takes it: env.json's, else the plan's).
-  The run stops (:class:`CanaryRed`, exit 1) exactly when that check fails: a wrong sum of
-  patched's or the control arm's all-reduce; a stock wrong sum reproduces the bug and the
-  run goes on. An unusable canary (exit 2: no GPU, aiter not importable) is an ``AppError``
-  naming ``--no-canary``. The node-minutes a stop saves are the published runs' duration
-  (:data:`PUBLISHED_RUN_MINUTES` for :data:`PUBLISHED_ROLLOUTS`) scaled to the plan's rollouts.
-- :func:`run_and_gate`: the canary step when the plan has one, then the driver
-  (``miles_amd.run.driver.execute``) with the fail-fast watcher's rules
-  (``app.baselines.watch_rules`` of the gate's baseline), then, when a baseline is given,
-  :func:`miles_amd.app.gate.gate_run_dir` on the run dir with the plan's rollout count. The
-  exit code is the gate's when gated, else the job's; evidence that did not come back from
-  the job's node (cluster mode) is a failure either way.
-- :func:`run_variants`: ``train --variants``: the variants' jobs concurrently
-  (``miles_amd.run.variants_run``), each watched and then gated against
-  ``app.baselines.for_variant`` of its name. The A/B comparison is ``app.compare``'s.
+- :func:`run_canary`: the plan's canary step (``miles-amd canary`` as a subprocess), its
+  canary.json judged by the gate's own ``allreduce.canary`` check; the run stops
+  (:class:`CanaryRed`, exit 1) exactly when that check fails (a stock wrong sum reproduces
+  the bug and the run goes on); an unusable canary is an ``AppError`` naming ``--no-canary``.
+  The node-minutes a stop saves are the published runs' duration scaled to the plan.
+- :func:`run_and_gate`: the canary, the driver with the fail-fast watcher's rules, then the
+  gate when a baseline is given; the exit code is the gate's, else the job's; evidence not
+  pulled back from the job's node fails either way.
+- :func:`run_variants`: ``train --variants``: the jobs concurrently, each gated against its
+  variant's baseline.
 """
 
 from __future__ import annotations
@@ -29,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from miles_amd.app import AppError
 from miles_amd.app.baselines import for_variant, load, watch_rules
-from miles_amd.app.errors import AppError
 from miles_amd.app.gate import GateResult, gate_run_dir
 from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 
@@ -42,8 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CanaryRed", "TrainResult", "run_and_gate", "run_canary", "run_variants"]
 
-# The published 20-rollout runs took "about 1h06m" each (provenance.duration of
-# baselines/gpt_oss_20b_lora/8gpu/mi355x/*.json; tests/unit/test_train_canary.py).
+# the published 20-rollout runs took "about 1h06m" (the shipped baselines' provenance)
 PUBLISHED_RUN_MINUTES = 66
 PUBLISHED_ROLLOUTS = 20
 Command = Callable[[Sequence[str]], int]
@@ -55,13 +46,11 @@ class CanaryRed(RuntimeError):
 
 
 def saved_minutes(plan: LaunchPlan) -> int:
-    """The node-minutes the plan's run would take, from the published runs' duration."""
     return round(PUBLISHED_RUN_MINUTES * plan.recipe.num_rollout / PUBLISHED_ROLLOUTS)
 
 
 def miles_amd_command(argv: Sequence[str]) -> int:
-    """``miles-amd ARGS`` (``argv[0]`` is ``miles-amd``) with this interpreter; its exit code.
-    Its output goes where this process's does."""
+    """``miles-amd ARGS`` (``argv[0]`` is ``miles-amd``) with this interpreter; its code."""
     return subprocess.run(
         [sys.executable, "-m", "miles_amd.cli", *argv[1:]], check=False
     ).returncode
@@ -74,10 +63,8 @@ def run_canary(
     command: Command = miles_amd_command,
     echo: Callable[[str], None] = print,
 ) -> Check | None:
-    """The plan's canary step, judged (module doc); None when the plan has none.
-
-    ``command`` runs the step's argv (the real CLI; a test passes the real writer instead).
-    Raises :class:`CanaryRed` or ``AppError``."""
+    """The plan's canary step, judged (module doc); None when the plan has none. ``command``
+    runs the step's argv (the real CLI; a test passes the real writer instead)."""
     from miles_amd.evidence.load import load_run
     from miles_amd.judge.canary import canary_check
     from miles_amd.recipe.plan import CANARY_STEP
@@ -117,14 +104,11 @@ def run_canary(
 
 @dataclass(frozen=True)
 class TrainResult:
-    """A run's outcome and, when it was gated, the gate's result."""
-
     outcome: RunOutcome
     gate: GateResult | None = None
 
     @property
     def verdict(self) -> str | None:
-        """The gate's verdict (pass, fail, error); None when the run was not gated."""
         return self.gate.verdict.verdict if self.gate is not None else None
 
     @property
@@ -154,8 +138,7 @@ def run_and_gate(
     echo: Callable[[str], None] = print,
     canary_command: Command = miles_amd_command,
 ) -> TrainResult:
-    """Run ``plan``'s canary step if it has one, then ``plan``, then gate it against ``gate``
-    if given (module doc); :class:`CanaryRed` when the canary stops the run."""
+    """The canary, ``plan``, then the gate against ``gate`` if given (module doc)."""
     from miles_amd.run.driver import execute
 
     run_canary(plan, require_env=require_env, command=canary_command, echo=echo)
@@ -180,8 +163,8 @@ def run_variants(
     watch_interval_s: float = 10.0,
     echo: Callable[[str], None] = print,
 ) -> dict[str, TrainResult | BaseException]:
-    """Every variant's run, gated against its baseline; a variant whose driver raised has
-    the exception as its result. Baselines load first (``AppError`` before anything runs)."""
+    """Every variant's run, gated; a variant whose driver raised has the exception as its
+    result. Baselines load first (``AppError`` before anything runs)."""
     from miles_amd.run.driver import RunOutcome
     from miles_amd.run.variants_run import execute_variants
 

@@ -1,21 +1,12 @@
 """``miles-amd canary``: all-reduce known integers at the rollout shapes and check every bit.
 
-Decides the command's options, its checks of them, its output and its exit code:
-
-- ``--plan`` prints the plan and runs nothing (``--json``: an object of ``entries``,
-  ``dispatch_source``: the file or commit the constants came from, and ``aiter_fix``), each
-  size's class under the lane and the wave model and its calls per arm;
-- which aiter: ``variants.aiter_pythonpath`` of ``--variant`` (the rule the job follows):
-  the fingerprint (``miles_amd.aiter_fix``), the constants and the ranks all see it;
-- ``--reducer FILE:FUNCTION`` runs the CPU harness (gloo): the harness's test seam;
-- without ``--reducer``: the node; ``--variant`` and ``--implementation`` pick the all-reduce;
-- ``--run-dir DIR`` writes ``DIR/canary.json``; ``--repeats R`` runs the plan R times;
-- on the node the positive control's broken build runs first (``harness.run_control``); the
-  record keeps it as ``control``, and a clean record whose control was not caught says so.
-
-Exit 0 clean, 1 a mismatch (the line says whether it matches ROCm/aiter#5694's stale read), 2
-unusable (bad input, or ranks that failed, hung or were stopped); nothing is written then.
-Heavy imports happen in the ranks (``canary.worker``); this module's top level imports none.
+Decides the command's options, their checks, its output and its exit code: ``--plan`` prints
+the plan (``--json``: ``entries``, ``dispatch_source``, ``aiter_fix``); ``--reducer
+FILE:FUNCTION`` runs the CPU harness (gloo), else the node runs the all-reduce of
+``--variant`` / ``--implementation`` with the variant's aiter (``variants.aiter_pythonpath``),
+the positive control's broken build first; ``--run-dir`` gets canary.json. Exit 0 clean, 1 a
+mismatch (the line says whether it matches ROCm/aiter#5694's stale read), 2 unusable, with
+nothing written. Heavy imports happen in the ranks (``canary.worker``).
 
 Explained in ``docs/cli.md`` ("The all-reduce canary").
 """
@@ -36,8 +27,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from miles_amd.cli.errors import fail, say
-from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
+from miles_amd.cli.options import AiterVariant, add_command, fail, opt, say
+from miles_amd.exit_codes import EXIT_FAILED
 
 if TYPE_CHECKING:
     from miles_amd.canary.harness import Setup
@@ -51,12 +42,6 @@ MAX_REPEATS = 10_000
 ARM_LABELS = {"back_to_back": "b2b"}
 
 
-class VariantChoice(str, Enum):
-    stock = "stock"
-    patched = "patched"
-    rccl = "rccl"
-
-
 class ImplementationChoice(str, Enum):
     aiter = "aiter"
     sglang = "sglang"
@@ -64,8 +49,7 @@ class ImplementationChoice(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``canary`` command to ``app``."""
-    app.command("canary", epilog=EXIT_CODES_HELP)(canary)
+    add_command(app, "canary", canary)
 
 
 def check_reducer(target: str) -> str:
@@ -128,62 +112,49 @@ def _tokens(text: str | None) -> tuple[int, ...]:
 
 
 def canary(
-    plan_only: Annotated[bool, typer.Option("--plan", help="Print the plan; run nothing.")] = False,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print JSON (the plan, or the record).")
-    ] = False,
+    plan_only: Annotated[bool, opt("--plan", "Print the plan; run nothing.")] = False,
+    json_out: Annotated[bool, opt("--json", "Print JSON (the plan, or the record).")] = False,
     reducer: Annotated[
         str | None,
-        typer.Option(
+        opt(
             "--reducer",
-            metavar="FILE:FUNCTION",
-            help="CPU harness: FUNCTION(tensor, group) -> tensor from FILE reduces (test seam).",
+            "CPU harness: FUNCTION(tensor, group) -> tensor from FILE reduces (test seam).",
+            "FILE:FUNCTION",
         ),
     ] = None,
     variant: Annotated[
-        VariantChoice | None,
-        typer.Option("--variant", help="The aiter variant whose rollouts' all-reduce is tested."),
+        AiterVariant | None,
+        opt("--variant", "The aiter variant whose rollouts' all-reduce is tested."),
     ] = None,
     implementation: Annotated[
         ImplementationChoice | None,
-        typer.Option(
-            "--implementation", help="Override the variant's all-reduce (rccl: the reference)."
-        ),
+        opt("--implementation", "Override the variant's all-reduce (rccl: the reference)."),
     ] = None,
     world_size: Annotated[
         int | None,
-        typer.Option(
+        opt(
             "--world-size",
+            "Ranks: a multiple of the rollout TP size (CPU default 4, node 8).",
             min=1,
-            help="Ranks: a multiple of the rollout TP size (CPU default 4, node 8).",
         ),
     ] = None,
     detect_rate: Annotated[
         float | None,
-        typer.Option(
+        opt(
             "--detect-rate",
+            "Per-call rate to catch at 99% (node: the rate the spikes imply; CPU 0.002).",
             callback=check_detect_rate,
-            help="Per-call rate to catch at 99% (node: the rate the spikes imply; CPU 0.002).",
         ),
     ] = None,
     tokens: Annotated[
-        str | None,
-        typer.Option("--tokens", help="Only these sizes (comma-separated token counts)."),
+        str | None, opt("--tokens", "Only these sizes (comma-separated token counts).")
     ] = None,
-    repeats: Annotated[
-        int, typer.Option("--repeats", min=1, max=MAX_REPEATS, help="Run the plan R times.")
-    ] = 1,
+    repeats: Annotated[int, opt("--repeats", "Run the plan R times.", min=1, max=MAX_REPEATS)] = 1,
     timeout: Annotated[
         float | None,
-        typer.Option(
-            "--timeout",
-            min=1.0,
-            help="Seconds before hung ranks are killed (default: from the plan).",
-        ),
+        opt("--timeout", "Seconds before hung ranks are killed (default: from the plan).", min=1.0),
     ] = None,
-    run_dir: Annotated[
-        Path | None, typer.Option("--run-dir", help="Write canary.json here.")
-    ] = None,
+    run_dir: Annotated[Path | None, opt("--run-dir", "Write canary.json here.")] = None,
 ) -> None:
     """All-reduce the recipe's rollout shapes with known sums; find any wrong bit.
 

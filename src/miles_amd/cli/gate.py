@@ -1,123 +1,145 @@
-"""``miles-amd gate``: judge a run directory against a baseline and write the report.
+"""``miles-amd gate``, ``compare``, ``baseline record|diff`` and ``history``: judge evidence.
 
-- Options, output and exit code (``miles_amd.exit_codes``): 0 pass, 1 fail, 2 unusable input
-  (run dir, baseline, report dir or history), with one line on stderr naming the flag and
-  the fix.
-- The run is judged once (``miles_amd.app.gate.gate_run_dir``); what is printed, written,
-  appended to the history and returned is that verdict.
-- The report (report.json, report.md, metrics.png) goes to ``--report-dir`` (default
-  ``<run-dir>/report/``; refused inside the installed package: ``tests/unit/test_gate_cli.py``);
-  ``--example`` gates the embedded run and reports to ``--report-dir`` or a temporary dir.
-- ``--baseline auto``: the run's key (shape, GPU model, variant) picks the reviewed
-  baseline; a key without one is record-only (``miles_amd.app.gate.choose_baseline``).
-- ``--num-rollouts N`` rescales the bands; ``--require-env`` fails a run dir without
-  ``env.json`` or ``job.json``; ``--no-looks`` judges the end only.
-- The verdict is appended to a history only when one is named (``--history``, else
-  ``$MILES_AMD_HISTORY``; ``--no-history`` ignores both); the store is opened before judging.
+Decides these commands' options, output and exit codes (0 pass or done, 1 fail or differ, 2
+unusable input with one line naming the flag and the fix, nothing written):
 
-Caveats:
+- ``gate``: the run judged once (``app.gate.gate_run_dir``), report.json/.md/metrics.png to
+  ``--report-dir`` (default ``<run-dir>/report``; never inside the installed package),
+  ``--example`` the embedded run, ``--baseline auto`` the run's key's reviewed baseline
+  (none: record-only); the verdict appended to a history only when one is named
+  (``--history``, else ``$MILES_AMD_HISTORY``; ``--no-history``), opened before judging;
+- ``compare``: a paired A/B of two ``--run-dir`` (Δ = B - A; no pass/fail; 1 when a run's
+  evidence fails the gate's evidence checks);
+- ``baseline record``: a run (or, ``--from-history``, a key's trusted runs) into a baseline
+  file, written whole; ``baseline diff``: exit 0 the same, 1 different (as diff(1));
+- ``history``: read-only listing with drift findings, ``--plot``, ``--export``;
+  ``mark-untrusted`` / ``mark-trusted`` take a run out of the trend and back.
 
-- Bad input (a baseline, a missing run dir, a dir with none of a run dir's files) writes
-  nothing; a run dir with nothing readable still gets its report (verdict ``error``).
-- Reading, judging and reporting are imported inside the command, so registering it is cheap.
-
-Explained in ``docs/cli.md`` ("The gate").
+Reading, judging and reporting are imported inside the commands. Explained in
+``docs/cli.md``.
 """
 
 from __future__ import annotations
 
+import os
+import sqlite3
+from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from miles_amd.cli.errors import fail, say
-from miles_amd.cli.options import (
-    INT,
-    MAX_ROLLOUTS,
-    FormatOpt,
-    HistoryOpt,
-    NoHistoryOpt,
-    OutputFormat,
-    RequireEnvOpt,
-    existing_run_dir,
-    load_baseline_option,
-    named_history,
-    resolve_alias,
-)
-from miles_amd.exit_codes import EXIT_CODES_HELP
+from miles_amd import escape
+from miles_amd.cli import options as opts
+from miles_amd.cli.options import fail, opt, say
+from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
+
+if TYPE_CHECKING:
+    from miles_amd.app.gate import ReportFiles
+    from miles_amd.baseline.record import Candidate
 
 AUTO = "auto"  # --baseline auto: the run's key picks it (miles_amd.baseline.keys)
+MAX_RUN_ID = 2**63 - 1  # SQLite's INTEGER PRIMARY KEY is a signed 64-bit rowid
+BaselineArg = Annotated[
+    str,
+    typer.Argument(metavar=opts.BASELINE_METAVAR, help="stock, patched, or a baseline file path."),
+]
+RunIdArg = Annotated[
+    int,
+    typer.Argument(
+        metavar="ID", min=1, max=MAX_RUN_ID, help="The run's id in the history (1 to 2**63-1)."
+    ),
+]
+
+
+class DiffFormat(str, Enum):
+    text = "text"
+    markdown = "markdown"
+    json = "json"
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``gate`` command to ``app``."""
-    app.command("gate", epilog=EXIT_CODES_HELP)(gate)
+    opts.add_command(app, "gate", gate)
+    baselines = opts.new_app("Record a baseline from a finished run; diff two baselines.")
+    opts.add_command(baselines, "record", record)
+    opts.add_command(baselines, "diff", diff)
+    app.add_typer(baselines, name="baseline")
+    opts.add_command(app, "compare", compare)
+    group = typer.Typer(add_completion=False)
+    group.callback(invoke_without_command=True, epilog=EXIT_CODES_HELP)(history)
+    opts.add_command(group, "mark-untrusted", mark_untrusted)
+    opts.add_command(group, "mark-trusted", mark_trusted)
+    app.add_typer(group, name="history")
+
+
+def _written(what: str, files: ReportFiles, output_format: opts.OutputFormat) -> None:
+    """Where the files went, last (stderr when stdout carries a JSON or markdown document)."""
+    also = f"(also {files.json.name}, {files.plot.name})"
+    say(f"{what} written to {files.markdown} {also}", err=output_format.value != "text")
 
 
 def gate(
     baseline: Annotated[
         str,
-        typer.Option(
+        opt(
             "--baseline",
-            metavar="<auto|stock|patched|path>",
-            help="auto (the reviewed baseline of the run's shape, GPU model and variant; "
+            "auto (the reviewed baseline of the run's shape, GPU model and variant; "
             "none reviewed: record-only), stock, patched (8gpu MI355X), or a baseline file.",
+            "<auto|stock|patched|path>",
         ),
     ],
     run_dir: Annotated[
         Path | None,
-        typer.Option(
-            "--run-dir",
-            metavar="<path>",
-            help="Run directory: tensorboard/, ci_history/, job.log, job.json.",
-        ),
+        opt("--run-dir", "Run directory: tensorboard/, ci_history/, job.log, job.json.", opts.PATH),
     ] = None,
     example: Annotated[
         bool,
-        typer.Option(
+        opt(
             "--example",
-            help="Gate the embedded example run (jvvnhop9, shipped in the package) instead "
+            "Gate the embedded example run (jvvnhop9, shipped in the package) instead "
             "of --run-dir; its report goes to --report-dir or a new temporary dir.",
         ),
     ] = False,
     report_dir: Annotated[
         Path | None,
-        typer.Option(
+        opt(
             "--report-dir",
-            metavar="<path>",
-            help="Where the report goes (default: RUN_DIR/report; with --example a new "
-            "temporary dir).",
+            "Where the report goes (default: RUN_DIR/report; with --example a new temporary dir).",
+            opts.PATH,
         ),
     ] = None,
-    output_format: FormatOpt = OutputFormat.text,
+    output_format: opts.FormatOpt = opts.OutputFormat.text,
     num_rollouts: Annotated[
         int | None,
-        typer.Option(
+        opt(
             "--num-rollouts",
+            "Rollouts the run must have (default: the baseline's, 20).",
+            opts.INT,
             min=1,
-            max=MAX_ROLLOUTS,
-            metavar=INT,
-            help="Rollouts the run must have (default: the baseline's, 20).",
+            max=opts.MAX_ROLLOUTS,
         ),
     ] = None,
     expected_rollouts: Annotated[
-        int | None, typer.Option("--expected-rollouts", min=1, max=MAX_ROLLOUTS, hidden=True)
+        int | None, opt("--expected-rollouts", min=1, max=opts.MAX_ROLLOUTS, hidden=True)
     ] = None,
-    require_env: RequireEnvOpt = False,
-    history_file: HistoryOpt = None,
-    no_history: NoHistoryOpt = False,
+    require_env: opts.RequireEnvOpt = False,
+    history_file: opts.HistoryOpt = None,
+    no_history: opts.NoHistoryOpt = False,
     no_looks: Annotated[
         bool,
-        typer.Option(
+        opt(
             "--no-looks",
-            help="Judge the whole run only, each rule at its fixed-sample tolerance "
+            "Judge the whole run only, each rule at its fixed-sample tolerance "
             "(default: also at the baseline's looks: rollouts 6 to 16 in the shipped ones).",
         ),
     ] = False,
 ) -> None:
     """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
-    rollouts = resolve_alias(
+    from miles_amd.app import gate as app_gate
+    from miles_amd.app.baselines import load
+
+    rollouts = opts.resolve_alias(
         num_rollouts,
         expected_rollouts,
         default=None,
@@ -129,36 +151,23 @@ def gate(
             + ("give one, not both" if example else "neither given")
             + "; fix: pass --run-dir DIR, or --example for the embedded run"
         )
-    reference = None if baseline == AUTO else load_baseline_option(baseline, "--baseline")
-    from miles_amd.app.gate import example_run_dir, inside_installed_package
-
-    if run_dir is None:
-        run_dir = example_run_dir()
-    existing_run_dir(run_dir)
-
-    from miles_amd.app.gate import gate_run_dir, report_dir_of
-    from miles_amd.cli.history import open_history_option
-    from miles_amd.report.render import render
-
-    history = named_history(history_file, no_history)
+    reference = None if baseline == AUTO else load(baseline, "--baseline")
+    run_dir = opts.existing_run_dir(run_dir or app_gate.example_run_dir())
+    history = opts.named_history(history_file, no_history)
     if history is not None:
-        open_history_option(history)
+        app_gate.open_history(history)
     if example and report_dir is None:
-        from miles_amd.app.gate import example_report_dir
-
-        report_dir = example_report_dir(None)
-    out_dir = report_dir_of(run_dir, report_dir)
-    if inside_installed_package(out_dir):
+        report_dir = app_gate.example_report_dir(None)
+    out_dir = app_gate.report_dir_of(run_dir, report_dir)
+    if app_gate.inside_installed_package(out_dir):
         flag = "--run-dir" if report_dir is None else "--report-dir"
         fail(
             f"{flag} {run_dir if report_dir is None else report_dir}: the report would go "
             f"into the installed miles_amd package ({out_dir}); fix: pass --report-dir DIR "
             "outside it, or use --example (a temporary dir)"
         )
-    from miles_amd.app.errors import AppError
-
     try:
-        result = gate_run_dir(
+        result = app_gate.gate_run_dir(
             run_dir,
             reference,
             expected_rollouts=rollouts,
@@ -167,31 +176,392 @@ def gate(
             history=history,
             looks=not no_looks,
         )
-    except AppError as exc:
-        fail(str(exc))
     except OSError as exc:
         fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
-    verdict, files = result.verdict, result.files
+    from miles_amd.report.render import render
+
+    verdict, to_err = result.verdict, output_format is not opts.OutputFormat.text
     if verdict.record_only:
         say(
             f"no reviewed baseline for {verdict.record_only}: recorded, not judged (the "
             "statistical rules); every evidence check judged",
-            err=output_format is not OutputFormat.text,
+            err=to_err,
         )
-    if output_format is OutputFormat.markdown:
+    if output_format is opts.OutputFormat.markdown:
         typer.echo(result.markdown, nl=False)
     else:
         typer.echo(render(verdict, output_format.value), nl=False)
     for line in result.history_lines:
-        say(line, err=output_format is not OutputFormat.text)
-    # where the report is, last (stderr when stdout carries the JSON or markdown document)
-    written = f"report written to {files.markdown} (also {files.json.name}, {files.plot.name})"
-    say(written, err=output_format is not OutputFormat.text)
+        say(line, err=to_err)
+    _written("report", result.files, output_format)
     if verdict.verdict == "error":
         fail(
             f"--run-dir {run_dir}: {verdict.reason}; "
             f"point it at a run directory with tensorboard/, ci_history/, job.log or job.json "
-            f"(report: {files.json})",
+            f"(report: {result.files.json})",
             code=verdict.exit_code,
         )
     raise typer.Exit(verdict.exit_code)
+
+
+def compare(
+    run_dirs: Annotated[
+        list[Path],
+        opt("--run-dir", "Give it twice: run A (e.g. stock), then run B (patched).", opts.PATH),
+    ],
+    baseline: Annotated[
+        str,
+        opt(
+            "--baseline",
+            "Whose metrics and spike threshold: stock, patched or a path.",
+            opts.BASELINE_METAVAR,
+        ),
+    ] = "patched",
+    out_dir: Annotated[
+        Path | None, opt("--out-dir", "Where compare.* go (default: B/report/compare).", opts.PATH)
+    ] = None,
+    output_format: opts.FormatOpt = opts.OutputFormat.text,
+) -> None:
+    """Paired A/B of two runs: differences with 95% CIs, spike counts, what N can detect."""
+    if len(run_dirs) != 2:
+        fail(f"--run-dir: given {len(run_dirs)} time(s); give it exactly twice (run A, then run B)")
+    for run_dir in run_dirs:
+        opts.existing_run_dir(run_dir)
+    from miles_amd.app.baselines import load
+    from miles_amd.app.gate import (
+        NoMetricsError,
+        UntrustedEvidenceError,
+        compare_dir_of,
+        compare_run_dirs,
+    )
+    from miles_amd.report.compare_report import render
+
+    reference = load(baseline, "--baseline")
+    try:
+        compared = compare_run_dirs(run_dirs[0], run_dirs[1], reference, out_dir=out_dir)
+    except NoMetricsError as exc:
+        fail(f"--run-dir {exc}; point it at a finished run")
+    except UntrustedEvidenceError as exc:
+        fix = f"`miles-amd gate --run-dir {exc.run_dir}` names every problem"
+        fail(f"--run-dir {exc}; its evidence cannot be compared; fix: {fix}", code=EXIT_FAILED)
+    except OSError as exc:
+        target = compare_dir_of(run_dirs[1], out_dir)
+        fail(f"--out-dir {target}: cannot write ({exc}); choose a writable directory")
+    typer.echo(render(compared.comparison, output_format.value), nl=False)
+    _written("comparison", compared.files, output_format)
+
+
+def record(
+    out: Annotated[Path, opt("--out", "The baseline JSON file to write.", opts.PATH)],
+    num_rollouts: Annotated[
+        int | None,
+        opt(
+            "--num-rollouts",
+            "Rollouts the run had (default: the template's, 20).",
+            opts.INT,
+            min=2,
+            max=opts.MAX_ROLLOUTS,
+        ),
+    ] = None,
+    allow_no_preflight: Annotated[
+        bool,
+        opt(
+            "--allow-no-preflight",
+            "Record a run without a passing preflight (no GPUs: the example, a rehearsal); "
+            "the provenance says so.",
+        ),
+    ] = False,
+    force: Annotated[bool, opt("--force", "Replace an existing --out.")] = False,
+    name: Annotated[
+        str | None,
+        opt(
+            "--name",
+            "The baseline's name (default: the variant); --out must be <name>.json.",
+            "<name>",
+        ),
+    ] = None,
+    run_dir: Annotated[
+        Path | None,
+        opt("--run-dir", "A finished run: tensorboard/, ci_history/, job.*, env.json.", opts.PATH),
+    ] = None,
+    variant: Annotated[
+        opts.BaselineVariant | None,
+        opt(
+            "--variant",
+            "The run's aiter: stock, or patched (#5694); with --from-history, the key's.",
+            "<" + "|".join(v.value for v in opts.BaselineVariant) + ">",
+        ),
+    ] = None,
+    from_history: Annotated[
+        Path | None,
+        opt(
+            "--from-history",
+            "Instead of --run-dir: derive the baseline of --key from the trusted runs "
+            "this history kept of it (at least 3; the median run is the reference).",
+            opts.PATH,
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        opt(
+            "--key",
+            "With --from-history: the key, e.g. 8gpu/mi350x/patched (what `gate "
+            "--baseline auto` named record-only).",
+            "<shape/gpu/variant>",
+        ),
+    ] = None,
+) -> None:
+    """Record a baseline from a run that passed preflight and finished all rollouts, or
+    (--from-history) from the trusted runs of a record-only key."""
+    exists = f"--out {out}: already exists; fix: pass --force to replace it, or another --out"
+    if out.is_dir():
+        fail(f"--out {out}: is a directory; fix: name the baseline JSON file to write")
+    if out.exists() and not force:
+        fail(exists)
+    if (run_dir is None) == (from_history is None):
+        fail("--run-dir and --from-history: give exactly one; fix: record one run, or a key")
+    if from_history is not None:
+        variant = _key_variant(key, variant)
+    elif key is not None:
+        fail("--key names what --from-history derives; fix: add --from-history, or drop --key")
+    if variant is None:
+        fail("--variant: missing; fix: pass --variant stock|patched")
+    if run_dir is not None:
+        opts.existing_run_dir(run_dir)
+    baseline_name = name if name is not None else variant.value
+
+    from miles_amd.baseline.model import SCHEMA_PATH, BaselineError, load_baseline
+    from miles_amd.baseline.record import baseline_json_text, record_baseline
+    from miles_amd.evidence.load import load_run
+    from miles_amd.files import atomic_write_text
+
+    try:
+        template = load_baseline(variant.value)
+    except BaselineError as exc:
+        fail(f"--variant {variant.value}: the shipped template does not load: {exc}")
+    others: list[Candidate] = []
+    if from_history is not None:
+        reference, others = _history_window(from_history, key or "")
+        evidence = reference.evidence
+    else:
+        try:
+            evidence = load_run(run_dir)  # type: ignore[arg-type]  # one of the two is given
+        except OSError as exc:
+            fail(f"--run-dir {run_dir}: {exc}")
+    doc = record_baseline(
+        evidence,
+        template,
+        variant=variant.value,
+        name=baseline_name,
+        recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        rollouts=num_rollouts,
+        allow_no_preflight=allow_no_preflight,
+        schema_ref=os.path.relpath(SCHEMA_PATH, out.resolve().parent),
+    )
+    if others:
+        from miles_amd.baseline.model import parse_baseline
+        from miles_amd.baseline.record import check_window
+
+        check_window(parse_baseline(baseline_json_text(doc), path=str(out)), others, key or "")
+    if out.stem != baseline_name:  # the loader refuses a file not named after its baseline
+        fail(
+            f"--out {out}: a baseline file is named after its baseline ({baseline_name}); "
+            f"fix: --out {out.with_name(baseline_name + '.json')} (in a review dir), "
+            f"or --name {out.stem}"
+        )
+    try:
+        atomic_write_text(out, baseline_json_text(doc), replace=force)
+    except FileExistsError:
+        fail(exists)
+    except OSError as exc:
+        fail(f"--out {out}: cannot write ({exc}); fix: choose a writable path")
+    bands = sum(1 for rule in doc["rules"] if "band" in rule)
+    window = f", {len(others)} other trusted runs of {key} pass it" if others else ""
+    say(
+        f"miles-amd baseline record: wrote {out} (baseline {doc['name']}, run "
+        f"{doc['provenance']['run_id']}, {doc['run_shape']['rollouts']} rollouts, {bands} bands "
+        f"recomputed{window}); review it with: miles-amd baseline diff {variant.value} {out}"
+    )
+
+
+def _key_variant(key: str | None, variant: opts.BaselineVariant | None) -> opts.BaselineVariant:
+    """The variant of ``--key`` (shape/gpu/variant), which ``--variant`` must agree with."""
+    parts = (key or "").split("/")
+    if key is None or len(parts) != 3 or not all(parts):
+        fail(f"--key {key}: not shape/gpu/variant; fix: e.g. --key 8gpu/mi350x/patched")
+    if parts[2] not in {v.value for v in opts.BaselineVariant}:
+        fail(f"--key {key}: {parts[2]} has no baseline of its own; fix: stock or patched")
+    if variant is not None and variant.value != parts[2]:
+        fail(f"--variant {variant.value} and --key {key} disagree; fix: drop --variant")
+    return opts.BaselineVariant(parts[2])
+
+
+def _history_window(path: Path, key: str) -> tuple[Candidate, list[Candidate]]:
+    """The reference run of ``key`` in the history and the other trusted runs; the runs
+    that do not count are named, exit 2 when too few (``baseline.record``)."""
+    from miles_amd.baseline.keys import RunKeyError, run_key
+    from miles_amd.baseline.record import Candidate, pick_reference
+    from miles_amd.evidence.load import load_run
+    from miles_amd.history.store import HistoryStore
+    from miles_amd.run_dir import RunDir
+
+    if not path.is_file():
+        fail(f"--from-history {path}: no such history file; fix: name the run history")
+    try:
+        with HistoryStore(path, read_only=True) as store:
+            runs = [r for r in store.runs(variant=key.split("/")[2]) if r.trusted]
+    except (OSError, ValueError) as exc:
+        fail(f"--from-history {path}: {exc}")
+    candidates, passed_over, seen = [], [], set()
+    for run in runs:
+        if not RunDir(Path(run.run_dir)).is_run_dir:
+            passed_over.append(f"run {run.run_id}: {run.run_dir} is gone")
+            continue
+        evidence = load_run(Path(run.run_dir))
+        try:
+            found = str(run_key(evidence))
+        except RunKeyError as exc:
+            passed_over.append(f"run {run.run_id}: {exc}")
+            continue
+        if found == key and run.run_key not in seen:  # a run gated twice counts once
+            seen.add(run.run_key)
+            candidates.append(Candidate(run.run_id, evidence))
+    return pick_reference(candidates, key, passed_over=passed_over)
+
+
+def diff(
+    old: BaselineArg,
+    new: BaselineArg,
+    output_format: Annotated[
+        DiffFormat,
+        opt("--format", "text, markdown for a PR comment, or json.", "<text|markdown|json>"),
+    ] = DiffFormat.text,
+) -> None:
+    """Print what a reviewer must look at between two baselines; exit 0 when they are the
+    same, 1 when they differ (as diff(1)), 2 when either does not load."""
+    from miles_amd.app.baselines import load
+    from miles_amd.baseline.diff import diff_baselines, render_diff
+
+    loaded = [load(spec, label) for label, spec in (("OLD", old), ("NEW", new))]
+    found = diff_baselines(*loaded)
+    typer.echo(render_diff(found, output_format.value), nl=False)
+    raise typer.Exit(1 if found.differs else 0)
+
+
+def _history_path(history_file: Path | None, fix: str) -> Path:
+    path = opts.named_history(history_file)
+    if path is None:
+        fail(f"no history named; fix: pass --history PATH or set ${opts.HISTORY_ENV}")
+    if not path.is_file():
+        fail(f"--history {path}: no history there; fix: {fix.format(path=path)}")
+    return path
+
+
+def _mark(history_file: Path | None, run_id: int, *, untrusted: bool) -> None:
+    from miles_amd.history.store import HistoryError, HistoryStore
+
+    path = _history_path(history_file, "point --history at the store")
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    try:
+        with HistoryStore(path) as store:
+            changed = store.mark(run_id, untrusted=untrusted, now=now)
+    except (HistoryError, sqlite3.Error) as exc:
+        fail(f"--history {path}: {exc}; fix: `miles-amd history --history {path}` lists the ids")
+    state = "untrusted" if untrusted else "trusted again"
+    say(f"run {run_id} {'marked' if changed else 'was already'} {state} in {path}")
+
+
+def mark_untrusted(run_id: RunIdArg, history_file: opts.HistoryOpt = None) -> None:
+    """Take run ID out of the drift trend and the export's trusted runs (reversible)."""
+    _mark(history_file, run_id, untrusted=True)
+
+
+def mark_trusted(run_id: RunIdArg, history_file: opts.HistoryOpt = None) -> None:
+    """Undo mark-untrusted for run ID (a failed gate stays untrusted)."""
+    _mark(history_file, run_id, untrusted=False)
+
+
+def history(
+    ctx: typer.Context,
+    history_file: opts.HistoryOpt = None,
+    variant: Annotated[
+        opts.AiterVariant | None, opt("--variant", "Only this aiter variant.", opts.VARIANT_METAVAR)
+    ] = None,
+    baseline: Annotated[
+        str | None, opt("--baseline", "Only runs judged against this baseline.", "<name>")
+    ] = None,
+    limit: Annotated[int | None, opt("--limit", "Only the newest N runs.", opts.INT, min=1)] = None,
+    output_format: opts.FormatOpt = opts.OutputFormat.text,
+    plot: Annotated[Path | None, opt("--plot", "Write the trend PNG here.", opts.PATH)] = None,
+    export: Annotated[
+        Path | None,
+        opt("--export", "Write upstream metric-history JSONL into this directory.", opts.PATH),
+    ] = None,
+) -> None:
+    """List past gate verdicts with drift findings; plot trends; export for upstream miles."""
+    from miles_amd.files import atomic_write_bytes
+    from miles_amd.history import render
+    from miles_amd.history.drift import by_identity
+    from miles_amd.history.export import export_upstream
+    from miles_amd.history.store import HistoryError, HistoryStore
+    from miles_amd.report.plot import trend_png
+
+    if ctx.invoked_subcommand is not None:
+        return
+    path = _history_path(
+        history_file,
+        "run `miles-amd gate --history {path}` first, or point --history at the store",
+    )
+    try:
+        store = HistoryStore(path, read_only=True)
+    except HistoryError as exc:
+        fail(f"--history {path}: {exc}")
+    written = []
+    with store:
+        try:
+            read = store.read_runs(
+                variant=variant.value if variant else None, baseline=baseline, limit=limit
+            )
+        except HistoryError as exc:
+            fail(f"--history {path}: {exc}")
+        runs = read.runs
+        for line in read.skipped:  # a corrupt row is named and skipped, the rest listed
+            typer.echo(escape.terminal(line), err=True)
+        checked = by_identity(runs)
+        if plot is not None:
+            found = [d for group in checked for d in group.found]
+            try:
+                atomic_write_bytes(plot, trend_png(runs, found))
+            except OSError as exc:
+                fail(f"--plot {plot}: cannot write ({exc}); choose a writable path")
+            written.append(f"trend plot written to {plot}")
+        if export is not None:
+            try:
+                done = export_upstream(store, export)
+            except FileExistsError as exc:
+                fail(
+                    f"--export: {exc}; nothing was changed; fix: name a new or empty dir, or "
+                    "an earlier export"
+                )
+            except OSError as exc:
+                fail(f"--export {export}: cannot write ({exc}); choose a writable path")
+            except (sqlite3.DatabaseError, ValueError) as exc:
+                fail(f"--history {path}: --export cannot use the stored values ({exc})")
+            left_out = (
+                f"; {done.without_variant} run(s) without a recorded aiter variant left out "
+                "(no upstream identity)"
+                if done.without_variant
+                else ""
+            )
+            written.append(
+                f"exported {done.runs} run(s) to {export} (runs.jsonl, records/, "
+                f"{', '.join(done.test_files) or 'no test file'}){left_out}"
+            )
+    text = {
+        "text": render.render_text,
+        "markdown": render.render_markdown,
+        "json": render.to_json,
+    }[output_format.value](runs, checked)
+    typer.echo(text, nl=False)
+    for line in written:
+        say(line, err=output_format is not opts.OutputFormat.text)

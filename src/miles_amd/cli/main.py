@@ -1,22 +1,13 @@
-"""The ``miles-amd`` command line: the app, its commands, and where errors leave it.
+"""The ``miles-amd`` command line: its commands, ``--version``, and how the process exits.
 
-Decides which commands exist (each lives in its own module: ``prepare``, ``train`` and
-``full-train``, ``preflight``, ``gate``, ``baseline``, ``compare``, ``history``,
-``canary``),
-``--version``, shell completion (``--install-completion``), and how the process exits (Ctrl-C:
-one line naming the command interrupted, exit 130): :func:`main` runs the app without click's
-standalone handling, so a usage error click finds (unknown flag, value out of range) is
-reported like other bad input, as one
-``miles-amd: error:`` line and exit 2 (``miles_amd.exit_codes`` lists the exit codes), and a
-reader that closes stdout or stderr early changes no exit code (``miles_amd.cli.output``).
-A path longer than the OS allows (``ENAMETOOLONG``), wherever a command first touches it, is
-one line naming the path and exit 2 (:func:`path_too_long`).
-typer >= 0.2x vendors click as ``typer._click`` (older typer uses ``click`` itself); the
-exception classes are taken from the module of ``typer.BadParameter``, so either works.
-Top-level imports stay light (no ray, torch, tensorboard or matplotlib) so ``--dry-run`` and
-the snapshot suite are fast.
+Decides which commands exist (``prepare``, ``train``, ``full-train``, ``preflight``: module
+``train``; ``gate``, ``baseline``, ``compare``, ``history``: module ``gate``; ``canary``)
+and the exits every command shares, in one place (:func:`main`): a usage error click finds
+is one ``miles-amd: error:`` line and exit 2; Ctrl-C one line naming the command, exit 130;
+a path longer than the OS allows (``ENAMETOOLONG``) one line naming it, exit 2. Top-level
+imports stay light (no ray, torch, tensorboard or matplotlib).
 
-Explained for people in ``docs/cli.md``.
+Explained in ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -26,43 +17,27 @@ import importlib
 import sys
 from collections.abc import Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 
-from miles_amd.cli import baseline as baseline_command
-from miles_amd.cli import canary as canary_command
-from miles_amd.cli import compare as compare_command
-from miles_amd.cli import gate as gate_command
-from miles_amd.cli import history as history_command
-from miles_amd.cli import preflight as preflight_command
-from miles_amd.cli import prepare as prepare_command
-from miles_amd.cli import train as train_command
-from miles_amd.cli.errors import fail, say
-from miles_amd.cli.options import new_app
-from miles_amd.cli.output import guard_std_streams
+from miles_amd.cli import canary, gate, train
+from miles_amd.cli.options import fail, guard_std_streams, new_app, say
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_INTERRUPTED
-
-if TYPE_CHECKING:
-    from click import ClickException
 
 PROG_NAME = "miles-amd"
 APP_HELP = "gpt-oss-20b MoE LoRA GRPO on 8x AMD MI355X/MI350X: plan, run and gate it."
+# typer >= 0.2x vendors click as typer._click: take the exceptions from where typer has them
 _click_errors = importlib.import_module(typer.BadParameter.__module__)
+# typer converts values with pydantic, whose messages carry its own prefix
+PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
 
 app = new_app(APP_HELP, completion=True)  # shell completion: miles-amd --install-completion
-prepare_command.register(app)
-train_command.register(app)
-preflight_command.register(app)
-gate_command.register(app)
-baseline_command.register(app)
-compare_command.register(app)
-history_command.register(app)
-canary_command.register(app)
+for module in (train, gate, canary):
+    module.register(app)
 
 
 def version() -> str:
-    """This package's installed version."""
     try:
         return metadata.version("miles-amd")
     except metadata.PackageNotFoundError:
@@ -91,13 +66,10 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Run the CLI on ``argv`` (default: ``sys.argv[1:]``) and exit with its code."""
     guard_std_streams()
     command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
         try:
-            code = command.main(
-                args=list(argv) if argv is not None else None,
-                prog_name=PROG_NAME,
-                standalone_mode=False,
-            )
+            code = command.main(args=args, prog_name=PROG_NAME, standalone_mode=False)
         except _click_errors.ClickException as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # `miles-amd` alone: the help
                 exc.show()
@@ -106,22 +78,19 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
                 fail(_usage_message(exc), code=exc.exit_code)
         except (KeyboardInterrupt, typer.Abort):
             code = EXIT_INTERRUPTED
-            say(interrupted_line(command, sys.argv[1:] if argv is None else argv), err=True)
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
                 raise
             fail(path_too_long(exc))
-        else:  # typer turns Ctrl-C into Exit(130), which click returns without standalone mode
-            if code == EXIT_INTERRUPTED:
-                say(interrupted_line(command, sys.argv[1:] if argv is None else argv), err=True)
+        if code == EXIT_INTERRUPTED:  # typer returns Ctrl-C as 130 without standalone mode
+            say(interrupted_line(command, args), err=True)
     except typer.Exit as exc:  # fail() above
         code = exc.exit_code
     sys.exit(code if isinstance(code, int) else 0)
 
 
 def path_too_long(exc: OSError) -> str:
-    """The one line for ``ENAMETOOLONG``: the path (its start, when long), its length and the
-    longest name in it, and the fix."""
+    """The path (its start, when long), its length, its longest name, and the fix."""
     path = str(exc.filename or "")
     longest = max((len(part.encode()) for part in path.split("/")), default=0)
     shown = path if len(path) <= 80 else path[:60] + "..." + path[-10:]
@@ -132,7 +101,6 @@ def path_too_long(exc: OSError) -> str:
 
 
 def interrupted_line(command: object, args: Sequence[str]) -> str:
-    """The one line Ctrl-C leaves: which command was interrupted, and the exit code."""
     words = [PROG_NAME]
     for arg in args:
         subcommands = getattr(command, "commands", None) or {}
@@ -144,13 +112,9 @@ def interrupted_line(command: object, args: Sequence[str]) -> str:
     return f"{' '.join(words)}: interrupted (Ctrl-C); exit {EXIT_INTERRUPTED}"
 
 
-# typer (0.29) converts values with pydantic, whose messages carry its own prefix
-PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
-
-
-def _usage_message(exc: ClickException) -> str:
+def _usage_message(exc: Exception) -> str:
     """click's message without the converting library's prefix, and the help to read."""
-    message = exc.format_message()
+    message = exc.format_message()  # type: ignore[attr-defined]
     for prefix in PYDANTIC_PREFIXES:
         message = message.replace(prefix, "")
     message = message.rstrip(".")

@@ -1,37 +1,39 @@
-"""Options that several ``miles-amd`` commands share, declared once, and their validation.
+"""What every ``miles-amd`` command shares: its options, its error line, its output streams.
 
 Decides:
 
 - each shared flag's name, default, help and the check of its value, run while the command
-  line is parsed, so a bad value exits 2 naming the flag before anything starts;
-- the checks: counts >= 1 (rollouts at most :data:`MAX_ROLLOUTS`, GPUs :data:`MAX_GPUS`),
-  ``--timeout`` finite, > 0 and at most :data:`MAX_TIMEOUT_S`, every directory made absolute;
-- one flag name per concept, old spellings kept as hidden aliases (:func:`resolve_alias`);
-- the output format, the run history flags and the aiter-variant choices
-  (:data:`AiterVariant`, :data:`BaselineVariant`).
-
-The recipe's directory defaults are ``Recipe``'s (``miles_amd.recipe.settings``).
+  line is parsed, so a bad value exits 2 naming the flag before anything starts (counts >= 1
+  and bounded, ``--timeout`` finite, every directory made absolute, a path with a control or
+  invisible character refused); old spellings stay as hidden aliases (:func:`resolve_alias`);
+- the one error line, ``miles-amd: error: <message>`` on stderr (folded, escaped, redacted),
+  and its exit code (:func:`fail`; the codes are ``miles_amd.exit_codes``'), also for the
+  errors that mean the same whichever command meets them (:func:`exit_code_of`);
+- that a closed stdout or stderr (``| head -2``) changes no exit code
+  (:func:`guard_std_streams`: writes to a broken pipe are dropped).
 
 Explained in ``docs/cli.md`` ("Shared options").
 """
 
 from __future__ import annotations
 
+import functools
+import io
 import math
 import os
+import sys
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from miles_amd.cli.errors import fail
+from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_CODES_HELP, EXIT_FAILED
 from miles_amd.recipe import settings
 from miles_amd.variants import AITER_VARIANTS, BASELINE_VARIANTS
 
-if TYPE_CHECKING:
-    from miles_amd.rules.model import Baseline
-
+ERROR_PREFIX = "miles-amd: error: "
 DEFAULT_MODEL_DIR = Path(settings.DEFAULT_MODEL_DIR)
 DEFAULT_DATA_DIR = Path(settings.DEFAULT_DATA_DIR)
 DEFAULT_MILES_DIR = Path(settings.DEFAULT_MILES_DIR)
@@ -41,10 +43,8 @@ DEFAULT_HARDWARE = settings.Recipe.hardware.value
 DEFAULT_NUM_GPUS = settings.Recipe.num_gpus
 DEFAULT_NUM_ROLLOUTS = settings.Recipe.num_rollout
 DEFAULT_TIMEOUT_S = 5400.0  # the published 20-rollout runs took about 66 minutes
-# Bounds of what a command line may ask for: past them a run, its bands and its looks are not
-# a verdict anyone waits for (100,000 rollouts at 66 min per 20 is 7.5 months of a node), and
-# an unbounded count exhausts memory in the gate's bands (10**12 rollouts: MemoryError) and a
-# timeout past time_t overflows the driver's waits.
+# Past these a run is no verdict anyone waits for, an unbounded count exhausts the gate's
+# bands' memory and a timeout past time_t overflows the driver's waits.
 MAX_ROLLOUTS = 100_000
 MAX_GPUS = max(settings.GPUS_PER_NODE.values())  # the recipe runs on one node
 MAX_TIMEOUT_S = 30 * 24 * 3600.0  # 30 days
@@ -52,6 +52,109 @@ HISTORY_ENV = "MILES_AMD_HISTORY"
 T = TypeVar("T", int, int | None)
 BASELINE_METAVAR = "<stock|patched|path>"
 INT = "<int>"
+PATH = "<path>"
+
+
+def error_line(message: str) -> str:
+    """``message`` as the one stderr line (escaped: ``miles_amd.escape``; redacted)."""
+    from miles_amd.escape import terminal
+    from miles_amd.redact import redact
+
+    return ERROR_PREFIX + terminal(redact(" ".join(message.split())))
+
+
+# Bad input whichever command meets it (matched by class name: the modules that define these
+# are imported only by the commands that raise them); CanaryRed is a red canary, exit 1, and a
+# DriverError carries its own code.
+BAD_INPUT_ERRORS = frozenset(
+    {"AppError", "ClusterError", "DashboardError", "HardwareDetectionError", "InputError",
+     "RecipeError", "RecordError", "VariantsError"}
+)  # fmt: skip
+
+
+def exit_code_of(exc: BaseException) -> int | None:
+    """The exit code of one of this package's errors a command lets through; else None."""
+    names = {c.__name__ for c in type(exc).__mro__ if c.__module__.startswith("miles_amd.")}
+    if "CanaryRed" in names:
+        return EXIT_FAILED
+    if "DriverError" in names:
+        return int(getattr(exc, "exit_code", EXIT_FAILED))
+    return EXIT_BAD_INPUT if names & BAD_INPUT_ERRORS else None
+
+
+def add_command(app: typer.Typer, name: str, command: Callable[..., None]) -> None:
+    """``command`` as ``name`` of ``app``: an error of :func:`exit_code_of` is one line."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            command(*args, **kwargs)
+        except Exception as exc:
+            code = exit_code_of(exc)
+            if code is None:
+                raise
+            fail(str(exc), code=code)
+
+    app.command(name, epilog=EXIT_CODES_HELP)(run)
+
+
+def say(line: str, *, err: bool = False) -> None:
+    """Print ``line`` (it may hold a foreign string) escaped, as one line."""
+    from miles_amd.escape import terminal
+
+    typer.echo(terminal(line), err=err)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print :func:`error_line` of ``message`` on stderr and exit with ``code``."""
+    typer.echo(error_line(message), err=True)
+    raise typer.Exit(code)
+
+
+class PipeSafeWriter(io.RawIOBase):
+    """Writes to ``fd``; after the first ``BrokenPipeError`` every write is dropped."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd, self.broken = fd, False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:  # a terminal stays one (miles_amd.progress asks)
+        return os.isatty(self.fd)
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(data).cast("B")
+        size = len(view)
+        while view and not self.broken:
+            try:
+                view = view[os.write(self.fd, view) :]
+            except BrokenPipeError:
+                self.broken = True
+        return size
+
+
+def guard_std_streams() -> None:
+    """Put a :class:`PipeSafeWriter` under ``sys.stdout`` and ``sys.stderr`` (real files only)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            fd = stream.fileno()
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            continue  # not a real file (captured): nothing to guard
+        safe = io.TextIOWrapper(
+            io.BufferedWriter(PipeSafeWriter(fd)),  # type: ignore[type-var]
+            encoding=stream.encoding,
+            errors=stream.errors,
+            line_buffering=True,
+            write_through=name == "stderr",
+        )
+        setattr(sys, name, safe)
 
 
 class OutputFormat(str, Enum):
@@ -62,21 +165,18 @@ class OutputFormat(str, Enum):
     markdown = "markdown"
 
 
-# The choices of every aiter-variant flag, built from the one declaration of the variants.
 AiterVariant = Enum(  # type: ignore[misc]
     "AiterVariant", {name: name for name in AITER_VARIANTS}, type=str
 )
-# The variants a baseline can be recorded for (the rccl control arm has none).
+# the rccl control arm has no baseline of its own
 BaselineVariant = Enum(  # type: ignore[misc]
     "BaselineVariant", {name: name for name in BASELINE_VARIANTS}, type=str
 )
 VARIANT_METAVAR = "<" + "|".join(AITER_VARIANTS) + ">"
-BASELINE_VARIANT_METAVAR = "<" + "|".join(BASELINE_VARIANTS) + ">"
 
 
 def new_app(help_text: str, *, completion: bool = False) -> typer.Typer:
-    """A typer app with plain help (no ``<bool>`` placeholder on flags, no boxes);
-    ``completion``: the root app's ``--install-completion`` / ``--show-completion``."""
+    """A typer app with plain help (no boxes, no ``<bool>`` placeholders)."""
     return typer.Typer(
         help=help_text,
         no_args_is_help=True,
@@ -87,9 +187,8 @@ def new_app(help_text: str, *, completion: bool = False) -> typer.Typer:
 
 
 def absolute_path(param: typer.CallbackParam, value: Path) -> Path:
-    """``value`` made absolute against the current directory, ``..`` folded, links kept; a
-    path holding a control or format character (a newline, ESC, a bidi override, a zero-width
-    mark: ``miles_amd.escape.unsafe_chars``) is refused, since it would reach the job's argv."""
+    """``value`` made absolute, ``..`` folded, links kept; a control or format character
+    (it would reach the job's argv) is refused."""
     from miles_amd.escape import unsafe_chars
 
     unsafe = unsafe_chars(str(value))
@@ -111,17 +210,6 @@ def finite_positive_seconds(value: float) -> float:
     return value
 
 
-def load_baseline_option(spec: str, flag: str) -> Baseline:
-    """The baseline ``spec`` (stock, patched or a path) names, loaded once; else exit 2."""
-    from miles_amd.app.baselines import load
-    from miles_amd.app.errors import AppError
-
-    try:
-        return load(spec, flag)
-    except AppError as exc:
-        fail(str(exc))
-
-
 def existing_run_dir(path: Path, flag: str = "--run-dir") -> Path:
     """``path`` if it is a run dir (``RunDir.is_run_dir``); else exit 2 naming ``flag``."""
     from miles_amd.run_dir import RunDir
@@ -137,28 +225,23 @@ def existing_run_dir(path: Path, flag: str = "--run-dir") -> Path:
     return path
 
 
-def new_run_dir(path: Path, flag: str = "--run-dir") -> Path:
-    """``path`` if it is a directory or absent (a run creates it); a file exits 2."""
+def new_run_dir(path: Path) -> None:
+    """A run dir may be absent (the run creates it); a file exits 2."""
     if path.exists() and not path.is_dir():
-        fail(f"{flag} {path}: is a file, not a directory; fix: name a directory for the run")
-    return path
+        fail(f"--run-dir {path}: is a file, not a directory; fix: name a directory for the run")
 
 
 def named_history(given: Path | None, no_history: bool = False) -> Path | None:
     """The history to append to: ``--history``, else ``$MILES_AMD_HISTORY``, else none."""
     if no_history:
         return None
-    if given is not None:
-        return given
     from_env = os.environ.get(HISTORY_ENV)
-    return Path(from_env) if from_env else None
+    return given if given is not None else Path(from_env) if from_env else None
 
 
 def resolve_alias(value: T, alias: T | None, *, default: T, names: tuple[str, str]) -> T:
-    """The value of a flag given either as ``names[0]`` or its hidden old spelling ``names[1]``.
-
-    The old spelling wins unless the flag was also set to a different value (an error).
-    """
+    """A flag given as ``names[0]`` or its hidden old spelling ``names[1]`` (which wins, unless
+    both are set to different values: exit 2)."""
     if alias is None:
         return value
     if value != default and value != alias:
@@ -166,176 +249,159 @@ def resolve_alias(value: T, alias: T | None, *, default: T, names: tuple[str, st
     return alias
 
 
-def _dir_option(flag: str, help_text: str) -> typer.models.OptionInfo:
-    return typer.Option(flag, help=help_text, callback=absolute_path)
+def check_json_needs_dry_run(as_json: bool, dry_run: bool) -> None:
+    if as_json and not dry_run:
+        fail("--json prints the plan and needs --dry-run; fix: add --dry-run, or drop --json")
 
 
-# The flag of each recipe option is the one its Recipe field declares (``Setting.cli``).
-RECIPE_FLAG = settings.FIELD_FLAGS
+def opt(flag: str, help_text: str | None = None, metavar: str | None = None, **kw: Any) -> Any:
+    """One option's declaration: its flag, help and placeholder (``typer.Option``'s rest)."""
+    return typer.Option(flag, help=help_text, metavar=metavar, **kw)
 
 
+def _dir(field: str, help_text: str) -> Any:
+    return opt(settings.FIELD_FLAGS[field], help_text, callback=absolute_path)
+
+
+FLAG = settings.FIELD_FLAGS  # a recipe option's flag is its Recipe field's (Setting.cli)
 HardwareOpt = Annotated[
     str,
-    typer.Option(
-        RECIPE_FLAG["hardware"],
-        metavar="<MI355X|MI350X|auto>",
-        help="MI355X, MI350X, or auto (detect from the GPUs).",
+    opt(
+        FLAG["hardware"], "MI355X, MI350X, or auto (detect from the GPUs).", "<MI355X|MI350X|auto>"
     ),
 ]
 NumGpusOpt = Annotated[
-    int,
-    typer.Option(
-        RECIPE_FLAG["num_gpus"],
-        min=1,
-        max=MAX_GPUS,
-        metavar=INT,
-        help=f"GPUs on the node (1 to {MAX_GPUS}).",
-    ),
+    int, opt(FLAG["num_gpus"], f"GPUs on the node (1 to {MAX_GPUS}).", INT, min=1, max=MAX_GPUS)
 ]
-GpusAliasOpt = Annotated[int | None, typer.Option("--gpus", min=1, max=MAX_GPUS, hidden=True)]
-ModelDirOpt = Annotated[Path, _dir_option(RECIPE_FLAG["model_dir"], "Holds gpt-oss-20b-bf16/.")]
-DataDirOpt = Annotated[
-    Path, _dir_option(RECIPE_FLAG["data_dir"], "Holds dapo-math-17k/dapo-math-17k.jsonl.")
-]
-MilesDirOpt = Annotated[Path, _dir_option(RECIPE_FLAG["miles_dir"], "miles checkout (train.py).")]
-MegatronDirOpt = Annotated[Path, _dir_option(RECIPE_FLAG["megatron_dir"], "Megatron-LM checkout.")]
+GpusAliasOpt = Annotated[int | None, opt("--gpus", min=1, max=MAX_GPUS, hidden=True)]
+ModelDirOpt = Annotated[Path, _dir("model_dir", "Holds gpt-oss-20b-bf16/.")]
+DataDirOpt = Annotated[Path, _dir("data_dir", "Holds dapo-math-17k/dapo-math-17k.jsonl.")]
+MilesDirOpt = Annotated[Path, _dir("miles_dir", "miles checkout (train.py).")]
+MegatronDirOpt = Annotated[Path, _dir("megatron_dir", "Megatron-LM checkout.")]
 RunDirOpt = Annotated[
     Path,
-    _dir_option(
+    opt(
         "--run-dir",
         "The run's directory: preflight writes env.json here, train its evidence "
         "(job.log, job.json, tensorboard/, ci_history/, report/). Use the same dir for both.",
+        callback=absolute_path,
     ),
 ]
 NumRolloutsOpt = Annotated[
     int,
-    typer.Option(
-        RECIPE_FLAG["num_rollout"],
+    opt(
+        FLAG["num_rollout"],
+        f"Rollouts (= optimizer steps, 1 to {MAX_ROLLOUTS}).",
+        INT,
         min=1,
         max=MAX_ROLLOUTS,
-        metavar=INT,
-        help=f"Rollouts (= optimizer steps, 1 to {MAX_ROLLOUTS}).",
     ),
 ]
 NumRolloutAliasOpt = Annotated[
-    int | None, typer.Option("--num-rollout", min=1, max=MAX_ROLLOUTS, hidden=True)
+    int | None, opt("--num-rollout", min=1, max=MAX_ROLLOUTS, hidden=True)
 ]
 ExtraArgsOpt = Annotated[
     str,
-    typer.Option(
-        RECIPE_FLAG["extra_args"],
-        metavar="<args>",
-        help="Extra train args, appended last (shell-split). Credentials (--wandb-key, "
+    opt(
+        FLAG["extra_args"],
+        "Extra train args, appended last (shell-split). Credentials (--wandb-key, "
         "--hf-token, --*-api-key, --*-token) are refused: use WANDB_API_KEY / HF_TOKEN.",
+        "<args>",
     ),
 ]
 OverridePinnedOpt = Annotated[
-    bool,
-    typer.Option(RECIPE_FLAG["override_pinned"], help="Let --extra-args replace pinned flags."),
+    bool, opt(FLAG["override_pinned"], "Let --extra-args replace pinned flags.")
 ]
 GateOpt = Annotated[
     str | None,
-    typer.Option(
+    opt(
         "--gate",
-        metavar=BASELINE_METAVAR,
-        help="After the run, gate it against this baseline: stock, patched, or a baseline "
+        "After the run, gate it against this baseline: stock, patched, or a baseline "
         "JSON file (checked before anything runs).",
+        BASELINE_METAVAR,
     ),
 ]
 TimeoutOpt = Annotated[
     float,
-    typer.Option(
+    opt(
         "--timeout",
-        metavar="<seconds>",
-        callback=finite_positive_seconds,
-        help="Overall timeout of the job, seconds (finite, > 0); stopping it and writing "
+        "Overall timeout of the job, seconds (finite, > 0); stopping it and writing "
         "its end take at most 60 s more.",
+        "<seconds>",
+        callback=finite_positive_seconds,
     ),
 ]
 RequireEnvOpt = Annotated[
     bool,
-    typer.Option(
+    opt(
         "--require-env",
-        help="Fail a run dir without env.json or job.json (the hardware path: the mi355x "
+        "Fail a run dir without env.json or job.json (the hardware path: the mi355x "
         "test and CI); without it the environment check is not measured there.",
     ),
 ]
 RayAddressOpt = Annotated[
     str | None,
-    typer.Option(
+    opt(
         "--ray-address",
-        metavar="<url>",
-        help="Run on this existing Ray cluster (its Jobs API, e.g. http://head:8265; "
+        "Run on this existing Ray cluster (its Jobs API, e.g. http://head:8265; "
         "overrides RAY_ADDRESS): the job takes one whole node with miles_amd_mi355x_node "
         "and 8 GPUs, its evidence is pulled back (docs/cluster.md).",
+        "<url>",
     ),
 ]
 NodeRootOpt = Annotated[
     str,
-    typer.Option(
+    opt(
         "--node-root",
-        metavar="<path>",
-        help="Cluster mode: the dir on the job's node under which it writes its evidence, "
+        "Cluster mode: the dir on the job's node under which it writes its evidence, "
         "pulled back into --run-dir (may use ${VAR} of the node's environment).",
+        PATH,
     ),
 ]
 SharedFsOpt = Annotated[
     bool,
-    typer.Option(
+    opt(
         "--shared-fs",
-        help="Cluster mode: the job's node sees --run-dir at the same path (shared "
+        "Cluster mode: the job's node sees --run-dir at the same path (shared "
         "storage); it writes the evidence there and nothing is pulled back.",
     ),
 ]
 VariantsOpt = Annotated[
     str | None,
-    typer.Option(
+    opt(
         "--variants",
-        metavar="<stock,patched|stock,rccl>",
-        help="Cluster mode: run these aiter variants at once, one node each (e.g. "
+        "Cluster mode: run these aiter variants at once, one node each (e.g. "
         "stock,patched), each in --run-dir/<variant> gated against its baseline (rccl: the "
         "stock baseline's baseline-free checks), then the A/B comparison (patched or rccl "
         "against stock). The patched job gets AITER_PATCHED_DIR on its PYTHONPATH.",
+        "<stock,patched|stock,rccl>",
     ),
 ]
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; run nothing.")]
-JsonOpt = Annotated[
-    bool, typer.Option("--json", help="With --dry-run (only): print the plan as JSON.")
-]
-
-
-def check_json_needs_dry_run(as_json: bool, dry_run: bool) -> None:
-    """``--json`` describes a plan; without ``--dry-run`` nothing would print one (exit 2)."""
-    if as_json and not dry_run:
-        fail("--json prints the plan and needs --dry-run; fix: add --dry-run, or drop --json")
-
-
+DryRunOpt = Annotated[bool, opt("--dry-run", "Print the plan; run nothing.")]
+JsonOpt = Annotated[bool, opt("--json", "With --dry-run (only): print the plan as JSON.")]
 FormatOpt = Annotated[
-    OutputFormat,
-    typer.Option("--format", metavar="<text|json|markdown>", help="What to print to stdout."),
+    OutputFormat, opt("--format", "What to print to stdout.", "<text|json|markdown>")
 ]
 HistoryOpt = Annotated[
     Path | None,
-    typer.Option(
+    opt(
         "--history",
-        metavar="<path>",
-        help=f"The run history (SQLite; default ${HISTORY_ENV}; none when neither is set).",
+        f"The run history (SQLite; default ${HISTORY_ENV}; none when neither is set).",
+        PATH,
     ),
 ]
 NoHistoryOpt = Annotated[
     bool,
-    typer.Option(
-        "--no-history", help=f"Do not append the verdict to a history (not even ${HISTORY_ENV})."
-    ),
+    opt("--no-history", f"Do not append the verdict to a history (not even ${HISTORY_ENV})."),
 ]
 AiterVariantOpt = Annotated[
     AiterVariant | None,
-    typer.Option(
+    opt(
         "--aiter-variant",
-        metavar=VARIANT_METAVAR,
-        help="The run's aiter: stock, patched (ROCm/aiter#5694), or rccl (the control arm: "
+        "The run's aiter: stock, patched (ROCm/aiter#5694), or rccl (the control arm: "
         "aiter as installed, SGLANG_USE_AITER_AR=0, SGLang's own all-reduce). Sets the job's "
         "SGLANG_USE_AITER / SGLANG_USE_AITER_AR; patched puts AITER_PATCHED_DIR, when set, "
         "first on the PYTHONPATH of the canary and the job.",
+        VARIANT_METAVAR,
     ),
 ]

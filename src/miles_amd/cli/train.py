@@ -1,24 +1,17 @@
-"""``miles-amd train`` and ``miles-amd full-train``: build the recipe and its plan, check, run.
+"""``miles-amd prepare``, ``preflight``, ``train`` and ``full-train``: plan, check, run.
 
-Decides the commands' options, what is checked before anything runs and in which order:
-flags (parsed and range-checked by ``cli.options``; ``--json`` needs ``--dry-run``; a
-``--run-dir`` that is a file is refused), then the recipe's invariants and ``--extra-args``
-(``recipe.settings``; credentials there are refused), then ``--gate`` (the baseline is
-loaded, once), and, for a real run only, the
-checkpoint, the dataset and the miles checkout (``recipe.inputs``). Any of these is one line
-on stderr and exit 2, with nothing started and no run dir written. Running is
-``miles_amd.app.train``'s, imported only for a real run. ``full-train`` is ``prepare`` then
-``train``, with exactly ``train``'s options. A gated run is judged once, after the driver,
-with the flags given (``--require-env`` included); its one verdict is printed, returned as
-the exit code and, when a history is named (``--history`` or ``$MILES_AMD_HISTORY``, checked
-before the run; ``--no-history`` ignores both), appended to it (``miles_amd.app.gate``).
+Decides these commands' options and what is checked before anything runs, in order: flags
+(``--json`` needs ``--dry-run``; a ``--run-dir`` that is a file is refused), the recipe's
+invariants and ``--extra-args`` (``recipe.settings``), ``--gate``'s baseline (loaded once),
+a named history (opened), and for a real run the checkpoint, dataset and miles checkout
+(``recipe.inputs``): each is one line and exit 2 with nothing started. ``full-train`` is
+``prepare`` then ``train``, with exactly ``train``'s options. Running, the canary first and
+gating are ``miles_amd.app.train``'s; ``--variants`` runs one job per aiter variant on a Ray
+cluster, then the A/B comparison against stock, and exits with the worst code.
+``prepare`` runs ``hf download`` (``huggingface_hub>=0.34``: HF_TOKEN from the environment,
+never argv); ``preflight`` writes env.json and exits 1 when a fact is not ok.
 
-The all-reduce canary (``miles-amd canary``) runs after the input checks and before the job
-when ``--aiter-variant`` names the run's all-reduce and the job runs on this machine's own
-head (the plan's ``canary`` step; ``--no-canary`` drops it; a CPU rehearsal names no variant,
-so it has none). Its red for patched or rccl is exit 1 before the run, with the node-minutes
-that saved; an unusable canary (no GPU) is exit 2 naming ``--no-canary``
-(``miles_amd.app.train.run_canary``).
+Explained in ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -26,388 +19,424 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from dataclasses import dataclass
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from miles_amd.cli.errors import fail, say
-from miles_amd.cli.options import (
-    DEFAULT_DATA_DIR,
-    DEFAULT_HARDWARE,
-    DEFAULT_MEGATRON_DIR,
-    DEFAULT_MILES_DIR,
-    DEFAULT_MODEL_DIR,
-    DEFAULT_NUM_GPUS,
-    DEFAULT_NUM_ROLLOUTS,
-    DEFAULT_RUN_DIR,
-    DEFAULT_TIMEOUT_S,
-    AiterVariantOpt,
-    DataDirOpt,
-    DryRunOpt,
-    ExtraArgsOpt,
-    GateOpt,
-    HardwareOpt,
-    HistoryOpt,
-    JsonOpt,
-    MegatronDirOpt,
-    MilesDirOpt,
-    ModelDirOpt,
-    NodeRootOpt,
-    NoHistoryOpt,
-    NumGpusOpt,
-    NumRolloutAliasOpt,
-    NumRolloutsOpt,
-    OverridePinnedOpt,
-    RayAddressOpt,
-    RequireEnvOpt,
-    RunDirOpt,
-    SharedFsOpt,
-    TimeoutOpt,
-    VariantsOpt,
-    check_json_needs_dry_run,
-    load_baseline_option,
-    named_history,
-    new_run_dir,
-    resolve_alias,
-)
-from miles_amd.cli.prepare import print_plan, run_prepare
-from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
+from miles_amd.cli import options as opts
+from miles_amd.cli.options import fail, opt, say
+from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from miles_amd.recipe.plan import (
     DEFAULT_NODE_ROOT,
+    LaunchPlan,
     build_prepare_plan,
     build_train_plan,
     format_plan,
 )
-from miles_amd.recipe.settings import Hardware, Recipe, RecipeError, parse_hardware
+from miles_amd.recipe.settings import Recipe, parse_hardware
 from miles_amd.recipe.shapes import DEFAULT_SHAPE, SHAPES
 from miles_amd.run_dir import RunDir
+from miles_amd.variants import AITER_VARIANTS
 
 if TYPE_CHECKING:
     from miles_amd.rules.model import Baseline
 
+HF_REQUIREMENT = "huggingface_hub>=0.34"  # the first release whose wheel has the `hf` script
+# said when --aiter-variant is not given (variants.sglang_env sets only SGLANG_USE_AITER then)
+AITER_LEFT_TO_IMAGE = (
+    "aiter variant: not given; SGLANG_USE_AITER_AR (aiter's all-reduce or SGLang's) is left to "
+    "the image; --aiter-variant stock|patched|rccl sets it and records the run's variant"
+)
 ShapeOpt = Annotated[
     str,
-    typer.Option(
+    opt(
         "--shape",
-        metavar="<" + "|".join(SHAPES) + ">",
-        help="The recipe's shape: 8gpu (one node, 20 rollouts) or 4gpu (one TP-4 rollout "
+        "The recipe's shape: 8gpu (one node, 20 rollouts) or 4gpu (one TP-4 rollout "
         "engine beside the TP-4 trainer, 2 rollouts: the per-PR smoke). Sets --num-gpus and "
         'the default --num-rollouts (docs/cli.md, "Recipe shapes").',
+        "<" + "|".join(SHAPES) + ">",
     ),
 ]
 NoCanaryOpt = Annotated[
     bool,
-    typer.Option(
+    opt(
         "--no-canary",
-        help="Skip the all-reduce canary that runs before the job with --aiter-variant "
+        "Skip the all-reduce canary that runs before the job with --aiter-variant "
         "(miles-amd canary; it needs the node's GPUs).",
     ),
 ]
 
 
+class PreflightFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``train`` and ``full-train`` to ``app``."""
-    app.command("train", epilog=EXIT_CODES_HELP)(train)
-    app.command("full-train", epilog=EXIT_CODES_HELP)(full_train)
+    for name, command in (
+        ("prepare", prepare),
+        ("train", train),
+        ("full-train", full_train),
+        ("preflight", preflight),
+    ):
+        opts.add_command(app, name, command)
+
+
+def prepare(
+    model_dir: opts.ModelDirOpt = opts.DEFAULT_MODEL_DIR,
+    data_dir: opts.DataDirOpt = opts.DEFAULT_DATA_DIR,
+    dry_run: opts.DryRunOpt = False,
+    as_json: opts.JsonOpt = False,
+) -> None:
+    """Download the BF16 checkpoint and the dataset with `hf download`."""
+    opts.check_json_needs_dry_run(as_json, dry_run)
+    plan = build_prepare_plan(Recipe(model_dir=str(model_dir), data_dir=str(data_dir)))
+    if dry_run:
+        print_plan(plan, as_json)
+    else:
+        run_prepare(plan)
+
+
+def print_plan(plan: LaunchPlan, as_json: bool) -> None:
+    typer.echo(json.dumps(plan.to_dict(), indent=2) if as_json else format_plan(plan))
+
+
+def hf_executable() -> str | None:
+    """``hf`` on ``PATH``, else beside this interpreter (a venv used without activation)."""
+    beside = Path(sys.executable).parent / "hf"
+    return shutil.which("hf") or (str(beside) if beside.is_file() else None)
+
+
+def run_prepare(plan: LaunchPlan) -> None:
+    hf = hf_executable()
+    if hf is None:
+        fail(
+            "`hf` (the Hugging Face CLI) is not installed; fix: "
+            f"pip install '{HF_REQUIREMENT}' (it provides `hf`), then run prepare again"
+        )
+    for step in plan.steps:
+        argv = [hf, *step.argv[1:]] if step.argv[:1] == ("hf",) else list(step.argv)
+        say(f"$ {' '.join(step.argv)}")
+        code = subprocess.run(argv, check=False).returncode
+        if code != 0:
+            fail(f"{step.name} failed with exit code {code}", code=EXIT_FAILED)
+
+
+def preflight(
+    model_dir: opts.ModelDirOpt = opts.DEFAULT_MODEL_DIR,
+    data_dir: opts.DataDirOpt = opts.DEFAULT_DATA_DIR,
+    miles_dir: opts.MilesDirOpt = opts.DEFAULT_MILES_DIR,
+    megatron_dir: opts.MegatronDirOpt = opts.DEFAULT_MEGATRON_DIR,
+    run_dir: opts.RunDirOpt = opts.DEFAULT_RUN_DIR,
+    aiter_variant: opts.AiterVariantOpt = None,
+    num_gpus: opts.NumGpusOpt = opts.DEFAULT_NUM_GPUS,
+    gpus: opts.GpusAliasOpt = None,
+    verbose: Annotated[
+        bool, opt("--verbose", "Every fact's value and message in full (wide).")
+    ] = False,
+    output_format: Annotated[
+        PreflightFormat, opt("--format", "What to print to stdout.", "<text|json>")
+    ] = PreflightFormat.text,
+) -> None:
+    """Check GPUs, ROCm, packages, checkouts, inputs and disk; write env.json to --run-dir.
+
+    Exit 1 when any fact is not ok (the table says what to do).
+    """
+    from miles_amd.run import preflight as view
+    from miles_amd.wrap import wrapped
+
+    opts.new_run_dir(run_dir)
+    config = view.PreflightConfig(
+        model_dir=model_dir,
+        data_dir=data_dir,
+        miles_dir=miles_dir,
+        megatron_dir=megatron_dir,
+        run_dir=run_dir,
+        expected_gpus=opts.resolve_alias(
+            num_gpus, gpus, default=opts.DEFAULT_NUM_GPUS, names=("--num-gpus", "--gpus")
+        ),
+        aiter_variant=aiter_variant.value if aiter_variant else None,
+    )
+    facts = view.run_preflight(config)
+    rows = view.shown(facts)
+    as_json = output_format is PreflightFormat.json
+    if not as_json:
+        typer.echo(view.verdict_line(rows))
+        typer.echo(view.table(rows, verbose=verbose))
+    extra: dict[str, object] = {
+        "config": config.as_dict(),
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+    }
+    try:
+        path = view.write_env_json(facts, run_dir, extra)
+    except OSError as exc:
+        fail(f"--run-dir {run_dir}: cannot write env.json ({exc}); choose a writable dir")
+    if as_json:
+        document = {"verdict": view.verdict_line(rows), "env_json": str(path)}
+        typer.echo(json.dumps({**document, "facts": view.as_json(rows)}, indent=2))
+    for line in wrapped(f"env.json written to {path} (the run dir's record of this preflight)"):
+        say(line, err=as_json)
+    failing = view.failing_facts(facts)
+    if failing:
+        roots = view.root_failures(rows)
+        listed = ", ".join(f"{r.fact.name} ({r.status})" for r in roots) or "-"
+        if len(failing) > len(roots):
+            listed += f" (and {len(failing) - len(roots)} that need one of them)"
+        for line in wrapped(f"miles-amd: preflight failed: {listed}"):
+            say(line, err=True)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def train(
-    hardware: HardwareOpt = DEFAULT_HARDWARE,
+    hardware: opts.HardwareOpt = opts.DEFAULT_HARDWARE,
     shape: ShapeOpt = DEFAULT_SHAPE,
-    num_gpus: NumGpusOpt = DEFAULT_NUM_GPUS,
-    model_dir: ModelDirOpt = DEFAULT_MODEL_DIR,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR,
-    miles_dir: MilesDirOpt = DEFAULT_MILES_DIR,
-    megatron_dir: MegatronDirOpt = DEFAULT_MEGATRON_DIR,
-    num_rollouts: NumRolloutsOpt = DEFAULT_NUM_ROLLOUTS,
-    num_rollout: NumRolloutAliasOpt = None,
-    extra_args: ExtraArgsOpt = "",
-    override_pinned: OverridePinnedOpt = False,
-    run_dir: RunDirOpt = DEFAULT_RUN_DIR,
-    gate: GateOpt = None,
-    require_env: RequireEnvOpt = False,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
-    ray_address: RayAddressOpt = None,
-    node_root: NodeRootOpt = DEFAULT_NODE_ROOT,
-    shared_fs: SharedFsOpt = False,
-    variants: VariantsOpt = None,
-    aiter_variant: AiterVariantOpt = None,
+    num_gpus: opts.NumGpusOpt = opts.DEFAULT_NUM_GPUS,
+    model_dir: opts.ModelDirOpt = opts.DEFAULT_MODEL_DIR,
+    data_dir: opts.DataDirOpt = opts.DEFAULT_DATA_DIR,
+    miles_dir: opts.MilesDirOpt = opts.DEFAULT_MILES_DIR,
+    megatron_dir: opts.MegatronDirOpt = opts.DEFAULT_MEGATRON_DIR,
+    num_rollouts: opts.NumRolloutsOpt = opts.DEFAULT_NUM_ROLLOUTS,
+    num_rollout: opts.NumRolloutAliasOpt = None,
+    extra_args: opts.ExtraArgsOpt = "",
+    override_pinned: opts.OverridePinnedOpt = False,
+    run_dir: opts.RunDirOpt = opts.DEFAULT_RUN_DIR,
+    gate: opts.GateOpt = None,
+    require_env: opts.RequireEnvOpt = False,
+    timeout: opts.TimeoutOpt = opts.DEFAULT_TIMEOUT_S,
+    ray_address: opts.RayAddressOpt = None,
+    node_root: opts.NodeRootOpt = DEFAULT_NODE_ROOT,
+    shared_fs: opts.SharedFsOpt = False,
+    variants: opts.VariantsOpt = None,
+    aiter_variant: opts.AiterVariantOpt = None,
     no_canary: NoCanaryOpt = False,
-    dry_run: DryRunOpt = False,
-    as_json: JsonOpt = False,
-    history_file: HistoryOpt = None,
-    no_history: NoHistoryOpt = False,
+    dry_run: opts.DryRunOpt = False,
+    as_json: opts.JsonOpt = False,
+    history_file: opts.HistoryOpt = None,
+    no_history: opts.NoHistoryOpt = False,
 ) -> None:
     """Run the recipe as a Ray job, write the run dir, and optionally gate it."""
-    check_json_needs_dry_run(as_json, dry_run)
-    new_run_dir(run_dir)
-    recipe = make_recipe(**_recipe_options(locals()))
-    reference = _gate_baseline(gate)
-    env = launch_env(ray_address)
-    root = None if shared_fs else node_root
-    if variants is not None:
-        from miles_amd.cli.variants import parse_variants, run_variants
-
-        if gate is not None:
-            fail("--variants gates each variant against its own baseline; drop --gate")
-        if aiter_variant is not None:
-            fail("--variants sets each job's aiter variant; drop --aiter-variant")
-        names = parse_variants(variants)
-        run_variants(
-            recipe,
-            run_dir,
-            names,
-            require_env=require_env,
-            timeout=timeout,
-            dry_run=dry_run,
-            as_json=as_json,
-            env=env,
-            node_root=root,
-        )
-        return
-    run_train(
-        TrainRequest(
-            recipe=recipe,
-            run_dir=run_dir,
-            env=env,
-            node_root=root,
-            timeout_s=timeout,
-            gate=reference,
-            require_env=require_env,
-            history=named_history(history_file, no_history),
-            dry_run=dry_run,
-            as_json=as_json,
-            aiter_variant=aiter_variant.value if aiter_variant else None,
-            canary=not no_canary,
-        )
-    )
+    _run(locals(), then_prepare=False)
 
 
 def full_train(**options: Any) -> None:
     """`prepare`, then `train` (same options as `train`)."""
-    check_json_needs_dry_run(options["as_json"], options["dry_run"])
-    new_run_dir(options["run_dir"])
-    recipe = make_recipe(**_recipe_options(options))
-    reference = _gate_baseline(options["gate"])
-    if options["variants"] is not None:
-        fail("--variants: run `miles-amd prepare` on the nodes, then `miles-amd train`")
-    prepare_plan = build_prepare_plan(recipe)
-    run_dir, dry_run = options["run_dir"], options["dry_run"]
-    env = launch_env(options["ray_address"])
-    node_root = None if options["shared_fs"] else options["node_root"]
-    variant = options["aiter_variant"].value if options["aiter_variant"] else None
-    if dry_run and options["as_json"]:
-        train_plan = build_train_plan(
-            recipe,
-            env,
-            run_dir=str(run_dir),
-            node_root=node_root,
-            aiter_variant=variant,
-            canary=not options["no_canary"],
-        )
-        merged = train_plan.to_dict()
-        train_steps = merged["steps"]
-        assert isinstance(train_steps, list)
-        merged["steps"] = [s.to_dict() for s in prepare_plan.steps] + train_steps
-        typer.echo(json.dumps(merged, indent=2))
-        return
-    if dry_run:
-        typer.echo(format_plan(prepare_plan))
-    else:
-        run_prepare(prepare_plan)
-    run_train(
-        TrainRequest(
-            recipe=recipe,
-            run_dir=run_dir,
-            env=env,
-            node_root=node_root,
-            timeout_s=options["timeout"],
-            gate=reference,
-            require_env=options["require_env"],
-            history=named_history(options["history_file"], options["no_history"]),
-            dry_run=dry_run,
-            aiter_variant=variant,
-            canary=not options["no_canary"],
-        )
-    )
+    _run(options, then_prepare=True)
 
 
 # `full-train` takes exactly `train`'s options: typer reads them from this signature.
 full_train.__signature__ = inspect.signature(train, eval_str=True)  # type: ignore[attr-defined]
 
 
-def _recipe_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The options ``make_recipe`` takes, the hidden ``--num-rollout`` merged in and the
-    shape applied: it fixes ``--num-gpus`` and gives the default ``--num-rollouts``."""
-    rollouts = resolve_alias(
-        options["num_rollouts"],
-        options["num_rollout"],
-        default=DEFAULT_NUM_ROLLOUTS,
+def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
+    """Both commands: check everything (module doc), then plan, print or run."""
+    opts.check_json_needs_dry_run(o["as_json"], o["dry_run"])
+    run_dir, dry_run, as_json = o["run_dir"], o["dry_run"], o["as_json"]
+    opts.new_run_dir(run_dir)
+    recipe = make_recipe(o)
+    if o["gate"] is not None:
+        from miles_amd.app.baselines import load
+
+        reference = load(o["gate"], "--gate")
+    else:
+        reference = None
+    env = dict(os.environ)
+    if o["ray_address"]:
+        env["RAY_ADDRESS"] = o["ray_address"]
+    node_root = None if o["shared_fs"] else o["node_root"]
+    variant = o["aiter_variant"].value if o["aiter_variant"] else None
+    if o["variants"] is not None:
+        if then_prepare:
+            fail("--variants: run `miles-amd prepare` on the nodes, then `miles-amd train`")
+        if o["gate"] is not None:
+            fail("--variants gates each variant against its own baseline; drop --gate")
+        if variant is not None:
+            fail("--variants sets each job's aiter variant; drop --aiter-variant")
+        _run_variants(recipe, run_dir, o, env, node_root)
+        return
+    plan = build_train_plan(
+        recipe,
+        env,
+        run_dir=str(run_dir),
+        node_root=node_root,
+        aiter_variant=variant,
+        canary=not o["no_canary"],
+    )
+    if then_prepare:
+        prepare_plan = build_prepare_plan(recipe)
+        if dry_run and as_json:
+            merged = plan.to_dict()
+            steps = merged["steps"]
+            assert isinstance(steps, list)
+            merged["steps"] = [s.to_dict() for s in prepare_plan.steps] + steps
+            typer.echo(json.dumps(merged, indent=2))
+            return
+        if dry_run:
+            typer.echo(format_plan(prepare_plan))
+        else:
+            run_prepare(prepare_plan)
+    if dry_run:
+        print_plan(plan, as_json)
+        if variant is None and not as_json:
+            say(AITER_LEFT_TO_IMAGE)
+        return
+    if variant is None:
+        say(AITER_LEFT_TO_IMAGE)
+    if plan.node_run_dir is None:  # with private node storage these are the node's paths
+        check_inputs(recipe)
+    history = (
+        opts.named_history(o["history_file"], o["no_history"]) if reference is not None else None
+    )
+    if history is not None:
+        from miles_amd.app.gate import open_history
+
+        open_history(history)
+    _execute(plan, reference, o["timeout"], o["require_env"], history, run_dir)
+
+
+def make_recipe(o: dict[str, Any]) -> Recipe:
+    """The recipe of the options: the hidden ``--num-rollout`` merged in, the shape applied
+    (it fixes ``--num-gpus`` and gives the default ``--num-rollouts``); else exit 2."""
+    rollouts = opts.resolve_alias(
+        o["num_rollouts"],
+        o["num_rollout"],
+        default=opts.DEFAULT_NUM_ROLLOUTS,
         names=("--num-rollouts", "--num-rollout"),
     )
-    given = {"num_gpus": options["num_gpus"], "num_rollouts": rollouts}
-    shape = SHAPES.get(options["shape"])
+    num_gpus = o["num_gpus"]
+    shape = SHAPES.get(o["shape"])
     if shape is None:
-        fail(f"--shape {options['shape']}: unknown shape; fix: use one of {', '.join(SHAPES)}")
+        fail(f"--shape {o['shape']}: unknown shape; fix: use one of {', '.join(SHAPES)}")
     if shape.name != DEFAULT_SHAPE:  # the default shape is Recipe's defaults: nothing to set
-        if options["num_gpus"] not in (DEFAULT_NUM_GPUS, shape.num_gpus):
+        if num_gpus not in (opts.DEFAULT_NUM_GPUS, shape.num_gpus):
             fail(
                 f"--shape {shape.name} runs on {shape.num_gpus} GPUs, --num-gpus says "
-                f"{options['num_gpus']}; fix: drop --num-gpus, or pick the shape of that count"
+                f"{num_gpus}; fix: drop --num-gpus, or pick the shape of that count"
             )
-        given["num_gpus"] = shape.num_gpus
-        if rollouts == DEFAULT_NUM_ROLLOUTS:
-            given["num_rollouts"] = shape.num_rollouts
-    names = inspect.signature(make_recipe).parameters
-    return {name: given.get(name, options.get(name)) for name in names}
+        num_gpus = shape.num_gpus
+        if rollouts == opts.DEFAULT_NUM_ROLLOUTS:
+            rollouts = shape.num_rollouts
+    if o["hardware"].lower() == "auto":
+        from miles_amd.recipe.hardware import detect_hardware
 
-
-def resolve_hardware(value: str) -> Hardware:
-    if value.lower() == "auto":
-        from miles_amd.recipe.hardware import HardwareDetectionError, detect_hardware
-
-        try:
-            return detect_hardware()
-        except HardwareDetectionError as exc:
-            fail(str(exc))
-    try:
-        return parse_hardware(value)
-    except RecipeError as exc:
-        fail(str(exc))
-
-
-def make_recipe(
-    hardware: str,
-    num_gpus: int,
-    model_dir: Path,
-    data_dir: Path,
-    miles_dir: Path,
-    megatron_dir: Path,
-    num_rollouts: int,
-    extra_args: str,
-    override_pinned: bool,
-) -> Recipe:
-    try:
-        return Recipe(
-            hardware=resolve_hardware(hardware),
-            num_gpus=num_gpus,
-            model_dir=str(model_dir),
-            data_dir=str(data_dir),
-            miles_dir=str(miles_dir),
-            megatron_dir=str(megatron_dir),
-            num_rollout=num_rollouts,
-            extra_args=extra_args,
-            override_pinned=override_pinned,
-        )
-    except RecipeError as exc:
-        fail(str(exc))
+        hardware = detect_hardware()
+    else:
+        hardware = parse_hardware(o["hardware"])
+    return Recipe(
+        hardware=hardware,
+        num_gpus=num_gpus,
+        model_dir=str(o["model_dir"]),
+        data_dir=str(o["data_dir"]),
+        miles_dir=str(o["miles_dir"]),
+        megatron_dir=str(o["megatron_dir"]),
+        num_rollout=rollouts,
+        extra_args=o["extra_args"],
+        override_pinned=o["override_pinned"],
+    )
 
 
 def check_inputs(recipe: Recipe) -> None:
     """Before a real run: a BF16, complete checkpoint and a dataset with the right keys."""
-    from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
+    from miles_amd.recipe.inputs import validate_checkpoint, validate_dataset
 
-    try:
-        validate_checkpoint(Path(recipe.checkpoint_dir), flag="--model-dir")
-        validate_dataset(Path(recipe.dataset_file), flag="--data-dir")
-    except InputError as exc:
-        fail(str(exc))
+    validate_checkpoint(Path(recipe.checkpoint_dir), flag="--model-dir")
+    validate_dataset(Path(recipe.dataset_file), flag="--data-dir")
     if not Path(recipe.train_script).is_file():
         fail(f"--miles-dir {recipe.miles_dir}: no train.py there; point it at a miles checkout")
 
 
-def launch_env(ray_address: str | None) -> dict[str, str]:
-    """The environment the launch sees; ``--ray-address`` replaces ``RAY_ADDRESS``."""
-    env = dict(os.environ)
-    if ray_address:
-        env["RAY_ADDRESS"] = ray_address
-    return env
+def _execute(
+    plan: LaunchPlan,
+    reference: Baseline | None,
+    timeout: float,
+    require_env: bool,
+    history: Path | None,
+    run_dir: Path,
+) -> None:
+    from miles_amd.app.train import run_and_gate
 
-
-@dataclass(frozen=True)
-class TrainRequest:
-    """One ``train`` as the user asked for it, every option checked."""
-
-    recipe: Recipe
-    run_dir: Path
-    env: dict[str, str]
-    node_root: str | None
-    timeout_s: float
-    gate: Baseline | None = None  # loaded once, before anything runs
-    require_env: bool = False
-    history: Path | None = None  # append the gate's verdict here (named_history)
-    dry_run: bool = False
-    as_json: bool = False
-    aiter_variant: str | None = None  # miles_amd.variants: the job's SGLang aiter env
-    canary: bool = False  # the all-reduce canary first (with aiter_variant, own head only)
-
-
-# said on stdout when --aiter-variant is not given (miles_amd.variants.sglang_env sets only
-# SGLANG_USE_AITER then)
-AITER_LEFT_TO_IMAGE = (
-    "aiter variant: not given; SGLANG_USE_AITER_AR (aiter's all-reduce or SGLang's) is left to "
-    "the image; --aiter-variant stock|patched|rccl sets it and records the run's variant"
-)
-
-
-def run_train(request: TrainRequest) -> None:
-    """Print the plan (``dry_run``), or run it, print the outcome and exit with its code."""
-    recipe = request.recipe
-    plan = build_train_plan(
-        recipe,
-        request.env,
-        run_dir=str(request.run_dir),
-        node_root=request.node_root,
-        aiter_variant=request.aiter_variant,
-        canary=request.canary,
-    )
-    if request.dry_run:
-        print_plan(plan, request.as_json)
-        if request.aiter_variant is None and not request.as_json:
-            say(AITER_LEFT_TO_IMAGE)
-        return
-    if request.aiter_variant is None:
-        say(AITER_LEFT_TO_IMAGE)
-    if plan.node_run_dir is None:  # with private node storage these are the node's paths
-        check_inputs(recipe)
-    from miles_amd.app.errors import AppError
-    from miles_amd.app.train import CanaryRed, run_and_gate
-    from miles_amd.cli.history import open_history_option
-    from miles_amd.run.cluster import ClusterError
-    from miles_amd.run.driver import DriverError
-
-    history = request.history if request.gate is not None else None
-    if history is not None:
-        open_history_option(history)
-    try:
+    try:  # a red canary, bad input or the driver's error: add_command's line and code
         result = run_and_gate(
-            plan,
-            timeout_s=request.timeout_s,
-            gate=request.gate,
-            require_env=request.require_env,
-            history=history,
+            plan, timeout_s=timeout, gate=reference, require_env=require_env, history=history
         )
-    except CanaryRed as exc:
-        fail(str(exc), code=EXIT_FAILED)  # nothing was submitted
-    except (AppError, ClusterError) as exc:
-        fail(str(exc))  # bad input: nothing was submitted
-    except DriverError as exc:
-        fail(str(exc), code=exc.exit_code)
     except OSError as exc:
-        report = RunDir(request.run_dir).report
+        report = RunDir(run_dir).report
         fail(
             f"{report}: cannot write the report ({exc}); the run dir holds the run",
             code=EXIT_FAILED,
         )
     say(result.summary())
-    if result.gate is not None:
-        for line in result.gate.history_lines:
-            say(line)
+    for line in result.gate.history_lines if result.gate is not None else ():
+        say(line)
     raise typer.Exit(result.exit_code)
 
 
-def _gate_baseline(gate: str | None) -> Baseline | None:
-    """``--gate``'s baseline, loaded before an hour of GPUs is spent (and not again)."""
-    return None if gate is None else load_baseline_option(gate, "--gate")
+def _run_variants(
+    recipe: Recipe, run_dir: Path, o: dict[str, Any], env: dict[str, str], node_root: str | None
+) -> None:
+    """``--variants``: one plan per variant under ``run_dir/<variant>``, run and gated, then
+    each other variant compared with stock; exit with the worst code."""
+    from miles_amd.run.variants_run import variant_env
+
+    value = o["variants"]
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not names or set(names) - set(AITER_VARIANTS) or len(set(names)) != len(names):
+        fail(f"--variants {value}: give distinct names from {', '.join(AITER_VARIANTS)}")
+    if not env.get("RAY_ADDRESS"):
+        fail("--variants needs a Ray cluster: pass --ray-address (one whole node per variant)")
+    root = RunDir(run_dir)
+    plans = {
+        v: build_train_plan(
+            recipe,
+            variant_env(env, v),
+            run_dir=str(root.variant(v).root),
+            node_root=node_root,
+            aiter_variant=v,
+        )
+        for v in names
+    }
+    if o["dry_run"]:
+        if o["as_json"]:
+            typer.echo(json.dumps({v: p.to_dict() for v, p in plans.items()}, indent=2))
+        else:
+            typer.echo("\n\n".join(f"# variant {v}\n{format_plan(p)}" for v, p in plans.items()))
+        return
+    from miles_amd.app.gate import NoMetricsError, compare_run_dirs
+    from miles_amd.app.train import TrainResult, run_variants
+    from miles_amd.report.compare_report import render
+
+    results = run_variants(
+        plans, timeout_s=o["timeout"], require_env=o["require_env"], echo=typer.echo
+    )
+    code = 0
+    for variant, result in results.items():
+        if isinstance(result, TrainResult):
+            say(f"{variant}: {result.summary()}")
+            code = max(code, result.exit_code)
+        else:
+            typer.echo(opts.error_line(f"{variant}: could not run: {result}"), err=True)
+            code = max(code, EXIT_FAILED)
+    for other in [v for v in plans if v != "stock"] if "stock" in plans else []:
+        b = results[other]
+        if not isinstance(b, TrainResult) or b.gate is None:
+            continue  # this variant did not run to a verdict: said above
+        try:
+            compared = compare_run_dirs(
+                root.variant("stock").root, root.variant(other).root, b.gate.baseline
+            )
+        except (NoMetricsError, OSError) as exc:
+            what = f"compare --run-dir {exc}; no comparison"
+            if not isinstance(exc, NoMetricsError):
+                what = f"compare: cannot write the comparison ({exc})"
+            typer.echo(opts.error_line(what), err=True)
+            raise typer.Exit(max(code, EXIT_BAD_INPUT)) from None
+        typer.echo(render(compared.comparison, "text"), nl=False)
+        say(f"comparison written to {compared.files.markdown}")
+    raise typer.Exit(code)
