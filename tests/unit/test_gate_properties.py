@@ -63,6 +63,7 @@ def test_a_lost_duplicated_or_non_finite_step_never_passes(
     elif damage == "duplicated":
         series[metric] = [*series[metric], series[metric][step]]
     else:
+        assert isinstance(damage, float)
         series[metric] = [(s, damage if s == step else v) for s, v in series[metric]]
     verdict = judge(run(series), baseline)
     assert verdict.verdict == "fail"

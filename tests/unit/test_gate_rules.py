@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -114,8 +115,15 @@ TRUNCATED_EVENTS = SourceProblem(
     "tensorboard", "runs/x/tensorboard/ev", "offset 120: truncated record"
 )
 NO_SOURCE = SourceProblem("run_dir", "runs/x", "no metric source in the run directory")
+
+
 # (what the run is, verdict, {check: (status, text in its detail, failing steps or None)})
-CASES = {
+def valued(**changes: dict[int, float]) -> Callable[[Baseline], RunEvidence]:
+    return lambda b: evidence(with_values(b, **changes))
+
+
+Expected = dict[str, tuple[str, str, tuple[int, ...] | None]]
+CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
     "the published run": (
         lambda b: evidence(published(b)),
         "pass",
@@ -259,7 +267,7 @@ CASES = {
     ),
     **{
         f"a clipfrac of {bad:g}": (
-            lambda b, bad=bad: evidence(with_values(b, clipfrac={2: bad})),
+            valued(clipfrac={2: bad}),
             "fail",
             {"pg_clipfrac.near_zero": ("fail", "1 value(s) beyond", (2,))},
         )
@@ -267,7 +275,7 @@ CASES = {
     },
     **{
         f"a reward of {bad}": (  # the statistics over it cannot pass either
-            lambda b, bad=bad: evidence(with_values(b, reward={11: bad})),
+            valued(reward={11: bad}),
             "fail",
             {
                 "raw_reward.finite": ("fail", "non-finite rollout/raw_reward at rollout 11", (11,)),

@@ -429,8 +429,8 @@ def test_the_view_of_unknown_values_needs_and_a_pass() -> None:
     assert "unknown      unknown: setup" in table(list(rows.values()))
     passing = [Fact("gpus", "ok", "8x gfx950"), Fact("disk", "ok", "90 GiB free")]
     assert verdict_line(shown(passing)) == "preflight: PASS - all 2 facts ok"
-    lines = table(shown([*OK_FACTS, Fact("torch", "missing", "", "install it")]), verbose=True)
-    lines = lines.splitlines()
+    text = table(shown([*OK_FACTS, Fact("torch", "missing", "", "install it")]), verbose=True)
+    lines = text.splitlines()
     assert lines[0].split() == ["fact", "status", "value", "message"]
     assert lines[3].split() == ["torch", "missing", "-", "install", "it"]
     assert lines[1].index("ok") == lines[3].index("missing")  # columns line up

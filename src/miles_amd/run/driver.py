@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from miles_amd.files import atomic_write_text
@@ -56,6 +56,12 @@ class Follow:
     stop_wait_s: float = STOP_WAIT_S  # after the stop request, for a terminal state
 
 
+class Watcher(Protocol):
+    """What following a job needs of a fail-fast watcher (local, or pulling from a node)."""
+
+    def poll(self) -> Trip | None: ...
+
+
 class RayJob:
     """A submitted job: followed to its end, stopped if lost, its end state written."""
 
@@ -66,9 +72,7 @@ class RayJob:
         self.stop_requested_at: float | None = None
         self.stop_sent = False
 
-    def run(
-        self, watcher: FailFastWatcher | PullingWatcher, follow: Follow, head: RayHead | None
-    ) -> JobRecord:
+    def run(self, watcher: Watcher, follow: Follow, head: RayHead | None) -> JobRecord:
         """Follow the job to its end and write job.log and job.json; Ctrl-C stops it too."""
         if isinstance(self.client, JobsClient):
             self.client.deadline = time.monotonic() + follow.timeout_s + STOP_GRACE_S
@@ -88,7 +92,7 @@ class RayJob:
             if self.stopped_by == "interrupt":
                 self.write_final()
 
-    def _follow(self, watcher: FailFastWatcher | PullingWatcher, follow: Follow) -> None:
+    def _follow(self, watcher: Watcher, follow: Follow) -> None:
         started = time.monotonic()
         next_watch = started + follow.interval_s
         while self._status() not in TERMINAL:
