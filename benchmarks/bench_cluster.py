@@ -17,9 +17,7 @@ Usage: ``python benchmarks/bench_cluster.py [--pace S] [--pull-mb N] [--quick]``
 per phase; the last line is ``sequential_s=… concurrent_s=… ratio=…`` followed by the
 pull-back figure on the line before it. Exit 1 when a run did not pass.
 
-Measured 2026-11-30 on the shared 2-core machine (Ray 2.60, pace 0.5 s, 20 rollouts):
-sequential 47.4 s, concurrent 26.1 s, ratio 0.55; pull-back 8 MiB verified in 5.3 s
-(1.5 MiB/s including the pull job's start).
+Figures it printed: docs/ci.md ("What the CPU suite and the benchmarks measure").
 """
 
 from __future__ import annotations

@@ -29,33 +29,12 @@ busy machine wall time includes waiting for a core). The last line reads
 at most 0.5 and gate_s under 1 s. Exits non-zero if the two readers disagree on a point or
 the gate does not see the complete, consistent run it was given.
 
-Measured on the 2-vCPU development VM (Python 3.11, protobuf upb, 150,000 scalars, 8.1 MB
-of event files, 7.4 MB job.log), medians of 5-7 runs. The machine was shared with ~6 other
-jobs: wall time varied 1-3x with their load and even CPU time by about +-0.15 s between
-runs of the same code, so variants were run interleaved, several times. In the quietest
-window: the gate 0.77 s wall (0.74 s CPU), EventAccumulator 3.2-4.2 s, ratio about 0.2.
+Figures it printed: docs/ci.md ("What the CPU suite and the benchmarks measure"). The one
+speed trick kept is ``job_log``'s regex for dicts of plain numbers: without it (``ast`` only)
+the gate misses the 1 s target; a process-wide ``gc.disable()``, a whole-file protobuf decoder
+and a JSON fast path saved less than the noise and were removed.
 
-Which speed tricks this benchmark justifies (gate CPU seconds; each removed alone, then
-together):
-
-==========================================================  ==============  ==========
-variant                                                     gate CPU (s)    kept?
-==========================================================  ==============  ==========
-all three tricks (before)                                   0.62-0.80
-no process-wide ``gc.disable()`` while reading              0.66-0.78       removed
-no whole-file ``EventColumns`` protobuf decoder             0.77-0.86       removed
-no JSON fast path for metric dicts (regex path kept)        0.68-0.78       removed
-all three removed (now)                                     0.74-0.91       -
-all three removed and no regex path either (``ast`` only)   1.39            regex kept
-==========================================================  ==============  ==========
-
-Together the three saved 10-20% (about 0.1 s), which the targets do not need: without
-them the gate stays under 1 s and under half EventAccumulator's time. ``gc.disable()`` was
-also wrong: it switched the collector off for every thread while the watcher's thread
-read. The one fast path kept is ``job_log``'s regex for dicts of plain numbers: without it
-the gate misses the 1 s target.
-
-Run: ``/work/venv/bin/python benchmarks/bench_gate.py [--rollouts N] [--repeat K] [--quick]``;
+Run: ``python benchmarks/bench_gate.py [--rollouts N] [--repeat K] [--quick]``;
 ``--quick`` (CI, ``benchmarks/run_quick.py``) is 100 rollouts x 30 tags, one gate run: the
 same agreement checks on a small run.
 """

@@ -14,20 +14,12 @@ The last line reads ``log_gib=<size> read_s=<wall seconds> cpu_s=<CPU seconds>
 peak_rss_mib=<peak RSS> base_rss_mib=<RSS before load_run>``. Exits non-zero if the read does
 not see every metric point written or finds a problem.
 
-Measured on the 2-vCPU development VM (Python 3.11), 1.00 GiB, 150,000 metric points:
-``log_gib=1.00 read_s=11.1 cpu_s=10.2 peak_rss_mib=65 base_rss_mib=28`` in a quiet moment,
-``read_s=38.7 cpu_s=11.9 peak_rss_mib=63`` with ~6 other jobs on the 2 vCPUs. Peak RSS
-is the interpreter plus the 150,000 points plus a few MiB of blocks, whatever the log's
-size. Before streaming (commit 6ee72a3, the same benchmark): ``read_s=18.8 cpu_s=14.7
-peak_rss_mib=2066``: the log was read whole as bytes and as str (a third, ANSI-stripped
-copy when it holds colour escapes) and the sentinel scan read it a second time; on a
-192 MiB log peak RSS grew by 384 MiB, against 6 MiB now
-(``tests/unit/test_evidence_log_lines.py``). About
-7 s of the 10-12 s CPU is the sentinel scan's 18 substring searches over every byte (one
-``str.find`` pass runs at ~2.4 GB/s; one regex alternation of the needles is slower), the
-rest the metric-line regex, decoding and newline counting.
+Peak RSS is the interpreter plus the metric points plus a few MiB of blocks, whatever the
+log's size (``tests/unit/test_evidence_job_log.py`` holds the bound); most of the CPU is the
+sentinel scan's substring searches. Figures it printed: docs/ci.md ("What the CPU suite and
+the benchmarks measure").
 
-Run: ``/work/venv/bin/python benchmarks/bench_log.py [--gib 1.0] [--rollouts N] [--tags K]
+Run: ``python benchmarks/bench_log.py [--gib 1.0] [--rollouts N] [--tags K]
 [--quick]``; ``--quick`` (CI, ``benchmarks/run_quick.py``) is a 0.02 GiB log of 100 rollouts x
 30 tags: the same completeness checks on a small log.
 """
