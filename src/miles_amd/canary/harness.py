@@ -359,7 +359,7 @@ def merge(
         aiter_commit=setup.aiter_commit,
         dispatch_source=plan.constants.source,
         aiter_fix=setup.aiter_fix,
-        shape=plan.shape.as_dict(),
+        shape=dataclasses.asdict(plan.shape),
         wave_size=plan.wave_size,
         plan=tuple(e.as_dict() for e in plan.entries),
         results=results,
