@@ -70,9 +70,7 @@ def test_the_exposed_class_is_the_derivation_of_docs_node_md() -> None:
         assert (wave_class(d, 4) == "exposed") == (1 <= r <= 64 and n >= 114), n
         if d.kernel == "2stage" and n >= 114 and r > 64:
             assert wave_class(d, 4) == "waves-agree"
-
-
-def test_a_32_lane_wave_widens_the_exposed_class() -> None:
+    # a 32-lane wave widens the exposed class
     assert wave_class(dispatch(5760 * 129, 4, 2), 4, 32) == "exposed"  # r = 90: lanes 64..95
     assert wave_class(dispatch(5760 * 129, 4, 2), 4, 64) == "waves-agree"
 
@@ -96,13 +94,10 @@ def test_the_ab_canary_fits_five_node_minutes_per_variant_at_the_restated_power(
         assert seconds < 5 * 60, variant
 
 
-def test_the_control_arm_plan_stops_at_sglangs_size_limit() -> None:
+def test_the_control_arm_plan_stops_at_sglangs_size_limit_and_the_cpu_plan_is_small() -> None:
     plan = build_plan(recipe_shape(Recipe()), rollout_implementation("rccl"), 1e-6)
     assert {e.implementation for e in plan.entries} == {"sglang"}
     assert max(e.bytes for e in plan.entries) <= 16 * 1024 * 1024
-
-
-def test_the_cpu_plan_is_small_and_keeps_the_classes() -> None:
     plan = build_plan(recipe_shape(Recipe()), "reducer", 0.002, target=CPU)
     assert max(e.tokens for e in plan.entries) <= CPU_MAX_TOKENS
     assert sum(e.calls for e in plan.entries) < 3000

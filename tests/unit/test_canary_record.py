@@ -25,6 +25,7 @@ from miles_amd.records.canary import CanaryRecord, ControlRecord, Mismatch
 from miles_amd.records.model import parse
 from miles_amd.run_dir import RunDir
 
+SCHEMA = json.loads(schema_path().read_text(encoding="utf-8"))
 PLAN = build_plan(recipe_shape(Recipe()), "reducer", 0.5, target=CPU, tokens=(28, 127))
 # A wrong element of N=127 where ROCm/aiter#5694's stale read puts one: group rank 2, in rank 3's
 # segment (pack 3·11430 + 1152 + 70: block 9's lane 70, the upper wave), off by one input step.
@@ -125,14 +126,23 @@ def test_merge_counts_calls_once_per_group_keeps_every_mismatch_and_reads_its_fi
     assert [m.matches for m in other.results[1].mismatches_kept] == [False, False]
 
 
-def test_the_written_record_reads_back_equal_and_matches_the_shipped_schema(tmp_path: Path) -> None:
-    record = faulty_record()
+def test_the_written_record_reads_back_equal_matches_the_schema_and_refuses_bad_json(
+    tmp_path: Path,
+) -> None:
+    control = ControlRecord("control-broken", 40, 12, True, "stale-read")
+    record = faulty_record(control=control)
     path = write_canary(tmp_path / "run", record)
     assert path == RunDir(tmp_path / "run").canary_json
     text = path.read_text(encoding="utf-8")
-    assert CanaryRecord.from_json(text) == record
-    jsonschema.validate(json.loads(text), json.loads(schema_path().read_text(encoding="utf-8")))
+    assert CanaryRecord.from_json(text) == record and record.control == control
+    assert CanaryRecord.from_json(faulty_record().to_json()).control is None
+    jsonschema.validate(json.loads(text), SCHEMA)
     assert [p.name for p in path.parent.iterdir()] == ["canary.json"]  # no temp file left
+    for bad, named in (("NaN", "non-finite"), ('1, "end_time": 2', "duplicate")):
+        with pytest.raises(ValueError, match=named):
+            CanaryRecord.from_json(text.replace('"end_time": 107.5', f'"end_time": {bad}'))
+    with pytest.raises(ValueError, match="JSON object"):
+        CanaryRecord.from_json("[]")
 
 
 def _put(path: str, value: Any) -> Any:
@@ -214,29 +224,11 @@ def test_a_wrong_or_contradictory_record_is_refused_with_its_reason(edit, messag
     with pytest.raises(ValueError, match=re.escape(message)):
         CanaryRecord.from_dict(data)
     if by_schema:
-        schema = json.loads(schema_path().read_text(encoding="utf-8"))
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(data, schema)
+            jsonschema.validate(data, SCHEMA)
 
 
-def test_the_control_field_reads_back_and_null_is_allowed() -> None:
-    control = ControlRecord("control-broken", 40, 12, True, "stale-read")
-    record = faulty_record(control=control)
-    assert CanaryRecord.from_json(record.to_json()).control == control
-    assert CanaryRecord.from_json(faulty_record().to_json()).control is None
-
-
-def test_non_finite_numbers_and_duplicate_keys_are_refused() -> None:
-    text = faulty_record().to_json()
-    with pytest.raises(ValueError, match="non-finite"):
-        CanaryRecord.from_json(text.replace('"end_time": 107.5', '"end_time": NaN'))
-    with pytest.raises(ValueError, match="duplicate"):
-        CanaryRecord.from_json(text.replace('"end_time": 107.5', '"end_time": 1, "end_time": 2'))
-    with pytest.raises(ValueError, match="JSON object"):
-        CanaryRecord.from_json("[]")
-
-
-def test_control_plan_keeps_the_suspect_sizes_back_to_back_and_capped() -> None:
+def test_the_control_plan_keeps_suspect_sizes_and_its_result_places_the_first_element() -> None:
     plan = build_plan(recipe_shape(Recipe()), "aiter", 1e-6)
     got = harness.control_plan(plan, calls=7)
     suspect = [e.tokens for e in plan.entries if e.affected or e.exposed]
@@ -244,9 +236,6 @@ def test_control_plan_keeps_the_suspect_sizes_back_to_back_and_capped() -> None:
     assert len(suspect) < len(plan.entries)  # decode sizes and uniform controls left out
     assert all(e.arms == ((harness.CONTROL_ARM, 7),) for e in got.entries)
     assert {e.implementation for e in got.entries} == {"control-broken"}
-
-
-def test_control_result_places_a_caught_runs_first_element_and_reads_a_clean_one() -> None:
     # STALE at N=127, bf16, TP 4: rank 2 read rank 3's segment, block 9's lane 70, one step off.
     caught = harness.control_result(faulty_record(), 2880, 4, 2)
     assert (caught.caught, caught.calls, caught.mismatched_calls) == (True, 24, 2)

@@ -84,16 +84,12 @@ def _single_file(ckpt: Path) -> None:
 
 
 HUGE = b'{"lm_head.weight": {"dtype": "BF16", "data_offsets": [0, 1' + b"0" * 40 + b"]}}"
-GOOD = [
-    ("sharded bf16", lambda ckpt: None),
-    ("single file", _single_file),
-    (
-        "another quantization",
-        _config(dict(BF16_CONFIG, quantization_config={"quant_method": "fp8"})),
-    ),
-    ("no dtype", _config({"model_type": "gpt_oss"})),
-]
-BAD = [
+# (case, edit, needles of the refusal; none: the checkpoint passes)
+CASES = [
+    ("sharded bf16", lambda ckpt: None, []),
+    ("single file", _single_file, []),
+    ("fp8", _config(dict(BF16_CONFIG, quantization_config={"quant_method": "fp8"})), []),
+    ("no dtype", _config({"model_type": "gpt_oss"}), []),
     (
         "mxfp4",
         _config({"model_type": "gpt_oss", **MXFP4}),
@@ -154,19 +150,15 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("name", "edit"), GOOD, ids=[c[0] for c in GOOD])
-def test_a_complete_bf16_checkpoint_passes(tmp_path: Path, name: str, edit) -> None:
-    ckpt = write_checkpoint(tmp_path)
-    edit(ckpt)
-    validate_checkpoint(ckpt)
-
-
-@pytest.mark.parametrize(("name", "edit", "needles"), BAD, ids=[c[0] for c in BAD])
+@pytest.mark.parametrize(("name", "edit", "needles"), CASES, ids=[c[0] for c in CASES])
 def test_a_broken_checkpoint_is_one_line_with_the_download_fix(
     tmp_path: Path, name, edit, needles
 ) -> None:
     ckpt = write_checkpoint(tmp_path)
     edit(ckpt)
+    if not needles:
+        validate_checkpoint(ckpt)
+        return
     message = error_of(validate_checkpoint, ckpt)
     assert message.startswith("--model-dir: ") and str(ckpt) in message
     assert f"hf download lmsys/gpt-oss-20b-bf16 --local-dir {ckpt}" in message
@@ -192,14 +184,11 @@ def write_dataset(root: Path, text: str | bytes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("text", [DAPO + "\nnot read\n", "\n   \n" + DAPO + "\n"])
-def test_a_dataset_whose_first_record_has_prompt_and_label_passes(tmp_path: Path, text) -> None:
-    validate_dataset(write_dataset(tmp_path, text))
-
-
 @pytest.mark.parametrize(
     ("text", "needles"),
     [
+        (DAPO + "\nnot read\n", []),
+        ("\n   \n" + DAPO + "\n", []),
         ("\n\n", ["is empty"]),
         ("\n<html>404</html>\n", ["line 2 is not JSON"]),
         ('["prompt", "label"]\n', ["line 1 is a JSON list, not an object"]),
@@ -212,6 +201,9 @@ def test_a_dataset_whose_first_record_has_prompt_and_label_passes(tmp_path: Path
 )
 def test_a_wrong_dataset_is_one_line_naming_the_fix(tmp_path: Path, text, needles) -> None:
     path = write_dataset(tmp_path, text)
+    if not needles:
+        validate_dataset(path)
+        return
     message = error_of(validate_dataset, path)
     assert message.startswith(f"--data-dir: {path}: ")
     assert f"--repo-type dataset zhuzilin/dapo-math-17k --local-dir {path.parent}" in message
