@@ -119,26 +119,22 @@ OTHER = "fixed: /opt/y/csrc/include/custom_all_reduce.cuh sha256:ba9876543210 (w
 STOCK = "not fixed: /usr/lib/aiter_meta/csrc/include/custom_all_reduce.cuh sha256:aaaaaaaaaaaa (x)"
 
 
-def test_the_gate_passes_three_processes_that_read_the_fixed_header(tmp_path: Path) -> None:
-    evidence = evidence_of(tmp_path, variant="patched", preflight=FIXED, canary=FIXED, job=[FIXED])
-    check = fix_check(evidence, "patched", require_env=True)
-    assert check.status == "pass", check.detail
-    assert "preflight, canary, job read /opt/x/csrc" in check.detail
-
-
 @pytest.mark.parametrize(
-    ("variant", "records", "named"),
+    ("variant", "records", "status", "named"),
     [
-        ("patched", (FIXED, FIXED, STOCK), "job: patched run on not fixed: /usr/lib"),
-        ("stock", (FIXED, FIXED, FIXED), "preflight: stock run on fixed: /opt/x"),
-        ("patched", (FIXED, OTHER, FIXED), "different aiter sources: preflight /opt/x"),
+        ("patched", (FIXED, FIXED, FIXED), "pass", "preflight, canary, job read /opt/x/csrc"),
+        ("patched", (FIXED, FIXED, STOCK), "fail", "job: patched run on not fixed: /usr/lib"),
+        ("stock", (FIXED, FIXED, FIXED), "fail", "preflight: stock run on fixed: /opt/x"),
+        ("patched", (FIXED, OTHER, FIXED), "fail", "different aiter sources: preflight /opt/x"),
     ],
 )
-def test_the_gate_fails_a_variant_the_source_contradicts(tmp_path, variant, records, named) -> None:
+def test_the_gate_passes_only_a_variant_its_three_processes_source_agrees_with(
+    tmp_path, variant, records, status, named
+) -> None:
     pre, can, job = records
     evidence = evidence_of(tmp_path, variant=variant, preflight=pre, canary=can, job=[job])
-    check = fix_check(evidence, variant, require_env=False)
-    assert check.status == "fail" and named in check.detail, check.detail
+    check = fix_check(evidence, variant, require_env=status == "pass")
+    assert check.status == status and named in check.detail, check.detail
 
 
 def test_unknown_missing_or_repeated_is_no_evidence_on_the_hardware_path(tmp_path: Path) -> None:

@@ -219,7 +219,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("edit", "message", "by_schema"), REFUSED)
 def test_a_wrong_or_contradictory_record_is_refused_with_its_reason(edit, message, by_schema):
-    data = faulty_record().to_dict()
+    data = json.loads(faulty_record().to_json())
     edit(data)
     with pytest.raises(ValueError, match=re.escape(message)):
         CanaryRecord.from_dict(data)

@@ -59,6 +59,11 @@ class Mismatch:
         return None
 
 
+def fingerprint_of(kept: tuple[Mismatch, ...]) -> str | None:
+    """A size's fingerprint: none without a kept mismatch, stale-read when all match."""
+    return None if not kept else STALE_READ if all(m.matches for m in kept) else "other"
+
+
 @dataclass(frozen=True)
 class ArmResult:
     """One rollout condition's share of a size: calls, calls wrong, blocks and blocks with one."""
@@ -141,13 +146,7 @@ class SizeResult:
             return "its arms do not add up to its calls, mismatches and blocks"
         if any(a.mismatches > a.calls or a.blocks_with_mismatch > a.blocks for a in self.arms):
             return "an arm has more mismatches than calls or blocks with one than blocks"
-        want = (
-            None
-            if not self.mismatches_kept
-            else STALE_READ
-            if all(m.matches for m in self.mismatches_kept)
-            else "other"
-        )
+        want = fingerprint_of(self.mismatches_kept)
         if self.fingerprint != want:
             return f'"fingerprint" {self.fingerprint} disagrees with its kept mismatches ({want})'
         return None
@@ -292,9 +291,6 @@ class CanaryRecord:
     def first_bad(self) -> SizeResult | None:
         """The smallest size that had a mismatch; None when clean."""
         return next((r for r in self.results if r.mismatches), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self)))  # tuples as lists, as on disk
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, allow_nan=False) + "\n"
