@@ -62,7 +62,7 @@ def error_of(call: Callable[..., None], *args: object, **kwargs: object) -> str:
     return message
 
 
-def _config(config: dict) -> Callable[[Path], None]:
+def _config(config: dict) -> Callable[[Path], object]:
     return lambda ckpt: (ckpt / "config.json").write_text(json.dumps(config))
 
 
@@ -74,7 +74,7 @@ def _write(name: str, data: bytes | str) -> Callable[[Path], None]:
     return edit
 
 
-def _cut(name: str, keep: slice) -> Callable[[Path], None]:
+def _cut(name: str, keep: slice) -> Callable[[Path], object]:
     return lambda ckpt: (ckpt / name).write_bytes((ckpt / name).read_bytes()[keep])
 
 
