@@ -29,29 +29,17 @@ SCHEMA = json.loads(schema_path().read_text(encoding="utf-8"))
 PLAN = build_plan(recipe_shape(Recipe()), "reducer", 0.5, target=CPU, tokens=(28, 127))
 # A wrong element of N=127 where ROCm/aiter#5694's stale read puts one: group rank 2, in rank 3's
 # segment (pack 3·11430 + 1152 + 70: block 9's lane 70, the upper wave), off by one input step.
-STALE = {
-    "repeat": 0,
-    "call": 5,
-    "index": 8 * (3 * 11430 + 1152 + 70) + 3,
-    "expected": 4.0,
-    "seen": 0.0,
-}
+STALE_INDEX = 8 * (3 * 11430 + 1152 + 70) + 3
+STALE = {"repeat": 0, "call": 5, "index": STALE_INDEX, "expected": 4.0, "seen": 0.0}
 OTHER = {"repeat": 1, "call": 0, "index": 9, "expected": 12.0, "seen": -3.0}
 
 
 def _arms(calls: int, bad: int, blocks: int) -> dict[str, Any]:
     """Four arms of ``calls`` each in ``blocks`` blocks; ``bad`` calls wrong in the first arm."""
+    hit = {"block_hits": 1 if bad else 0, "bad": bad}
+    made = {"calls": calls, "seconds": 0.002 * calls, "wall": 0.003 * calls, "blocks": blocks}
     return {
-        arm: {
-            "calls": calls,
-            "seconds": 0.002 * calls,
-            "wall": 0.003 * calls,
-            "blocks": blocks,
-            "block_hits": 0,
-            "bad": 0,
-        }
-        | ({"block_hits": 1 if bad else 0, "bad": bad} if arm == "back_to_back" else {})
-        for arm in ARMS
+        arm: made | (hit if arm == "back_to_back" else {"block_hits": 0, "bad": 0}) for arm in ARMS
     }
 
 
@@ -59,26 +47,13 @@ def rank_result(rank: int, bad: list[int], first: dict[str, Any] | None) -> dict
     """One rank's result as ``canary.worker`` writes it: size 28 clean, size 127 with ``bad``
     calls wrong per repeat (group-wide flags) and ``first`` kept on this rank."""
     kept = [] if first is None else [{"arm": "back_to_back", "returned": None, **first}]
-    return {
-        "rank": rank,
-        "group": rank // 4,
-        "entries": [
-            {
-                "tokens": 28,
-                "wrong_elements": 0,
-                "mismatches_per_repeat": [0, 0],
-                "kept": [],
-                "arms": _arms(2, 0, 1),
-            },
-            {
-                "tokens": 127,
-                "wrong_elements": 5 if first else 0,
-                "mismatches_per_repeat": bad,
-                "kept": kept,
-                "arms": _arms(4, sum(bad), 2),
-            },
-        ],
-    }
+    clean = {"tokens": 28, "wrong_elements": 0, "mismatches_per_repeat": [0, 0], "kept": []}
+    size = {"tokens": 127, "wrong_elements": 5 if first else 0, "mismatches_per_repeat": bad}
+    entries = [
+        clean | {"arms": _arms(2, 0, 1)},
+        size | {"kept": kept, "arms": _arms(4, sum(bad), 2)},
+    ]
+    return {"rank": rank, "group": rank // 4, "entries": entries}
 
 
 def faulty_record(
@@ -91,14 +66,7 @@ def faulty_record(
         rank_result(2, bad, first),
         rank_result(3, bad, None),
     ]
-    setup = Setup(
-        world_size=4,
-        device="cpu",
-        implementation="reducer",
-        reducer="/r.py:f",
-        repeats=2,
-        control=control,
-    )
+    setup = Setup(4, "cpu", "reducer", reducer="/r.py:f", repeats=2, control=control)
     return merge(PLAN, setup, ranks, 100.0, 107.5)
 
 
@@ -110,12 +78,8 @@ def test_merge_counts_calls_once_per_group_keeps_every_mismatch_and_reads_its_fi
     assert clean.block_rate_upper_99 > clean.rate_upper_99  # 8 blocks bound less than 8 calls
     assert (bad.tokens, bad.calls, bad.mismatches, bad.wrong_elements) == (127, 16, 2, 5)
     assert (bad.blocks, bad.blocks_with_mismatch, bad.block_rate_upper_99) == (8, 1, None)
-    assert bad.first_mismatch is not None and bad.first_mismatch.matches
-    assert (bad.first_mismatch.rank, bad.first_mismatch.call, bad.first_mismatch.seen) == (
-        2,
-        5,
-        0.0,
-    )
+    first = bad.first_mismatch
+    assert first is not None and first.matches and (first.rank, first.call, first.seen) == (2, 5, 0)
     assert bad.fingerprint == "stale-read" and record.matches_stale_read
     assert {a.arm: a.mismatches for a in bad.arms}["back_to_back"] == 2
     assert (record.repeats, record.repeats_with_mismatch, record.mismatches) == (2, 2, 2)
