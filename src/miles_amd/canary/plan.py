@@ -298,9 +298,10 @@ class Plan:
     @property
     def estimated_seconds(self) -> float:
         """Estimated time of all calls, the TP groups running side by side."""
+        hidden = self.shape.hidden
         total = sum(
             e.calls * self.latency.seconds(e.bytes, e.tokens)
-            + dict(e.arms).get("gemm", 0) * 2.0 * e.tokens * self.shape.hidden**2 / GEMM_FLOPS
+            + dict(e.arms).get("gemm", 0) * (2.0 * e.tokens * hidden * hidden / GEMM_FLOPS)
             + dict(e.arms).get("skew", 0) * SKEW_S
             for e in self.entries
         )
