@@ -2,7 +2,7 @@
 
 :class:`CanaryRecord`: frozen dataclasses whose hints carry each field's constraints, read
 strictly by ``records.model`` (its JSON Schema, ``canary/canary.schema.json``, is generated
-from them). Beyond types the fields must agree (each class's ``contradiction``/``_check``):
+from them). Beyond types the fields must agree (each class's ``_check``):
 calls made, an exposed size run, counts that add up, a fingerprint following the kept
 mismatches, power bought and recomputed, a control whose ``caught`` follows its mismatched
 calls. A record that buys no power is not evidence. Fields: docs/node.md ("What canary.json
@@ -111,7 +111,7 @@ class SizeResult:
     def first_mismatch(self) -> Mismatch | None:
         return self.mismatches_kept[0] if self.mismatches_kept else None
 
-    def contradiction(self) -> str | None:
+    def _check(self) -> str | None:
         """Why this size's fields disagree with each other; None when they agree."""
         if self.exposed != (self.wave_class == "exposed"):
             return f'"exposed" {self.exposed} disagrees with "wave_class" {self.wave_class}'
@@ -150,8 +150,6 @@ class SizeResult:
         if self.fingerprint != want:
             return f'"fingerprint" {self.fingerprint} disagrees with its kept mismatches ({want})'
         return None
-
-    _check = contradiction
 
 
 @dataclass(frozen=True)
@@ -304,7 +302,7 @@ class CanaryRecord:
     def from_dict(cls, data: dict[str, Any]) -> CanaryRecord:
         return parse(cls, data)
 
-    def contradiction(self) -> str | None:
+    def _check(self) -> str | None:
         """Why the record as a whole is not evidence; None when its fields agree."""
         if self.repeats_with_mismatch > self.repeats:
             return (
@@ -330,5 +328,3 @@ class CanaryRecord:
                 f"{self.mismatches} mismatched calls"
             )
         return None
-
-    _check = contradiction
