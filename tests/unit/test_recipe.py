@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import fields
 
 import pytest
@@ -76,19 +77,15 @@ def test_wandb_args_sit_after_grpo_and_carry_no_key() -> None:
     ("kwargs", "tail"),
     [
         ({"extra_args": "--seed 7 --note 'two words'"}, ["--seed", "7", "--note", "two words"]),
-        # --override-pinned drops the pinned flag and its value, the extra arg goes last
-        (
-            {"extra_args": "--lr=3e-6 --colocate", "override_pinned": True},
-            ["--lr=3e-6", "--colocate"],
-        ),
+        # --override-pinned drops the pinned flag and its value, the extra arg goes last;
         # a newer miles may map gate_up_proj: overridden, the node's preflight decides
-        (
-            {"extra_args": "--target-modules gate_up_proj", "override_pinned": True},
-            ["--target-modules", "gate_up_proj"],
-        ),
-        (
-            {"extra_args": "--target-modules=gate_proj,up_proj", "override_pinned": True},
-            ["--target-modules=gate_proj,up_proj"],
+        *(
+            ({"extra_args": extra, "override_pinned": True}, shlex.split(extra))
+            for extra in (
+                "--lr=3e-6 --colocate",
+                "--target-modules gate_up_proj",
+                "--target-modules=gate_proj,up_proj",
+            )
         ),
         ({"target_modules": ("linear_fc1", "linear_fc2")}, ["--colocate"]),
         ({"use_dynamic_batch_size": True, "qkv_format": "thd"}, ["--colocate"]),
