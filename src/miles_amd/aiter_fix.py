@@ -15,7 +15,6 @@ import re
 import sys
 
 FIXED, NOT_FIXED, UNKNOWN = "fixed", "not fixed", "unknown"
-VERDICTS = (FIXED, NOT_FIXED, UNKNOWN)
 MARKER = "MILES_AMD_AITER_FIX "
 HEADER = os.path.join("csrc", "include", "custom_all_reduce.cuh")
 KERNEL = "cross_device_reduce_2stage(RankData*"

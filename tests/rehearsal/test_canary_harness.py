@@ -2,18 +2,15 @@
 
 Each test runs ``python -m miles_amd.cli canary`` with an interpreter that has torch (this one,
 else ``$MILES_AMD_MILES_PYTHON``); without one the tests skip saying how to get torch, unless
-``MILES_AMD_REQUIRE_TORCH=1`` (``.ci/run`` sets it), when they fail. The reducers are small
-files written here: gloo's own all-reduce (clean), one built like ROCm/aiter#5694's stale read
-(with a set probability per call, the previous call's sum in the early wave's lanes of peer
-segments), one returning another shape, one that hangs, one that raises, one whose ranks exit 0
-without a result; and a SIGTERM to the command. The detection power is measured over repeats,
-not taken from the formula.
+``MILES_AMD_REQUIRE_TORCH=1`` (``.ci/run`` sets it), when they fail. The reducers
+(``tests/support/canary_reducers.py``) are clean, built like ROCm/aiter#5694's stale read, of
+another shape, hung, raising, or silent; and a SIGTERM to the command. The detection power is
+measured over repeats, not taken from the formula.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import subprocess
@@ -24,86 +21,15 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from scipy.stats import beta
 
 from miles_amd.canary.harness import schema_path
 from miles_amd.canary.plan import ARMS
 from miles_amd.records.canary import CanaryRecord
 from tests.support.fake_aiter import fake_aiter
 
+REDUCERS = Path(__file__).parents[1] / "support" / "canary_reducers.py"
 pytestmark = pytest.mark.no_ray  # starts no Ray: joins no Ray xdist group
-
-GLOO = """
-import torch.distributed as dist
-
-
-def gloo(tensor, group):
-    dist.all_reduce(tensor, group=group)
-    return tensor
-"""
-
-# Built like ROCm/aiter#5694's stale read: at the exposed sizes, with probability RATE per call,
-# one rank's result keeps the previous call's sum where the kernel's early wave reads peer data
-# (bf16 packs of 8 elements, as on the node). Every rank draws from the same seeded stream.
-STALE = """
-import os
-import random
-
-import torch.distributed as dist
-
-from miles_amd.canary.kernel import dispatch, early_waves, wave_class
-
-RATE = float(os.environ["CANARY_TEST_RATE"])
-_draws = random.Random(int(os.environ["CANARY_TEST_SEED"]))
-_previous = {}
-
-
-def stale_elements(tokens, rank, tp):
-    d = dispatch(tokens * 2880 * 2, tp, 2)
-    first, early = early_waves(d, d.part, d.threads_per_gpu * tp)
-    out = []
-    for owner in range(tp):
-        slot = (owner - rank) % tp
-        for wave, reads in early.items():
-            for thread in range(wave * 64, wave * 64 + 64):
-                if reads and thread // d.threads_per_gpu == slot and owner != rank:
-                    pack = owner * d.part + first + thread % d.threads_per_gpu
-                    out += range(8 * pack, 8 * pack + 8)
-    return out
-
-
-def stale(tensor, group):
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
-    dist.all_reduce(tensor, group=group)
-    hit = _draws.random() < RATE
-    victim = _draws.randrange(world)
-    tokens = tensor.shape[0]
-    exposed = wave_class(dispatch(tokens * 2880 * 2, world, 2), world) == "exposed"
-    last = _previous.get(tokens)
-    _previous[tokens] = tensor.clone()
-    if hit and exposed and rank == victim and last is not None:
-        where = stale_elements(tokens, rank, world)
-        tensor.view(-1)[where] = last.view(-1)[where]
-    return tensor
-"""
-
-HANG = """
-import time
-
-
-def hang(tensor, group):
-    time.sleep(3600)
-"""
-
-RAISE = """
-import torch.distributed as dist
-
-
-def boom(tensor, group):
-    if dist.get_rank(group) == 1:
-        raise RuntimeError("injected reducer failure")
-    dist.all_reduce(tensor, group=group)
-    return tensor
-"""
 
 
 @lru_cache(maxsize=1)
@@ -134,13 +60,9 @@ def torch_python() -> str:
     return python
 
 
-def canary(
-    python: str, tmp_path: Path, source: str, func: str, args: str, **env: str
-) -> subprocess.CompletedProcess[str]:
-    """``miles-amd canary --reducer`` of ``source``'s ``func`` on 4 ranks, ``args`` split."""
-    reducer = tmp_path / f"{func}.py"
-    reducer.write_text(source, encoding="utf-8")
-    argv = ["-m", "miles_amd.cli", "canary", "--reducer", f"{reducer}:{func}", "--world-size", "4"]
+def canary(python: str, func: str, args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``miles-amd canary --reducer`` of ``canary_reducers``'s ``func`` on 4 ranks."""
+    argv = ["-m", "miles_amd.cli", "canary", "--reducer", f"{REDUCERS}:{func}", "--world-size", "4"]
     return subprocess.run(
         [python, *argv, *args.split()],
         capture_output=True,
@@ -155,9 +77,7 @@ def test_gloo_all_reduce_is_clean_and_the_record_is_valid(
     torch_python: str, tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    done = canary(
-        torch_python, tmp_path, GLOO, "gloo", f"--detect-rate 0.02 --json --run-dir {run_dir}"
-    )
+    done = canary(torch_python, "gloo", f"--detect-rate 0.02 --json --run-dir {run_dir}")
     assert done.returncode == 0, done.stderr
     text = (run_dir / "canary.json").read_text(encoding="utf-8")
     assert json.loads(done.stdout) == json.loads(text)
@@ -178,24 +98,8 @@ def test_gloo_all_reduce_is_clean_and_the_record_is_valid(
         assert result.block_rate_upper_99 is not None and result.rate_upper_99 is not None
 
 
-def binomial_lower_bound(successes: int, trials: int, confidence: float) -> float:
-    """One-sided Clopper-Pearson lower bound: the p with P(X >= successes | p) = 1 - confidence."""
-
-    def tail(p: float) -> float:
-        return sum(
-            math.comb(trials, k) * p**k * (1 - p) ** (trials - k)
-            for k in range(successes, trials + 1)
-        )
-
-    low, high = 0.0, successes / trials
-    for _ in range(60):
-        mid = (low + high) / 2
-        low, high = (mid, high) if tail(mid) < 1 - confidence else (low, mid)
-    return low
-
-
 def test_a_stale_read_at_the_stated_rate_is_caught_at_the_stated_power_with_its_fingerprint(
-    torch_python: str, tmp_path: Path
+    torch_python: str,
 ) -> None:
     """Per-call rate 0.5 at N=127 (exposed) and a budget for 0.5 at 99 %: 7 calls a repeat (8 over
     the four arms). Over 60 repeats the detection fraction is measured; a harness that missed the
@@ -203,7 +107,7 @@ def test_a_stale_read_at_the_stated_rate_is_caught_at_the_stated_power_with_its_
     repeats = 60
     args = f"--tokens 127 --detect-rate 0.5 --repeats {repeats} --json"
     seeded = {"CANARY_TEST_RATE": "0.5", "CANARY_TEST_SEED": "20261202"}
-    done = canary(torch_python, tmp_path, STALE, "stale", args, **seeded)
+    done = canary(torch_python, "stale", args, **seeded)
     assert done.returncode == 1, done.stderr
     assert "matches ROCm/aiter#5694's stale read" in done.stderr
     assert "N=127 (2stage, exposed)" in done.stderr
@@ -211,7 +115,8 @@ def test_a_stale_read_at_the_stated_rate_is_caught_at_the_stated_power_with_its_
     (result,) = record.results
     assert result.calls == 8 * repeats and record.power.exposed_calls == 8
     detected = record.repeats_with_mismatch
-    assert binomial_lower_bound(detected, repeats, 0.95) >= 0.9, detected
+    # one-sided Clopper-Pearson: the power is >= 0.9 at 95 % confidence
+    assert beta.ppf(0.05, detected, repeats - detected + 1) >= 0.9, detected
     assert repeats - detected <= 3, detected  # P(>= 4 misses | power 0.996) < 0.2 %
     assert 0.35 * result.calls <= result.mismatches <= 0.65 * result.calls
     assert result.fingerprint == "stale-read" and len(result.mismatches_kept) == 16
@@ -225,59 +130,34 @@ def test_a_stale_read_at_the_stated_rate_is_caught_at_the_stated_power_with_its_
     assert {a.arm for a in result.arms if a.mismatches} == set(ARMS)
 
 
-def test_a_reducer_that_hangs_is_a_named_exit_2_within_the_timeout(
-    torch_python: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("func", "timeout", "needles"),
+    [
+        ("hang", 8, ["still running after 8 s", "hangs"]),
+        ("boom", 120, ["rank 1 failed", "injected reducer failure"]),
+        ("quiet", 120, ["exited 0 without a readable result file"]),
+    ],
+)
+def test_ranks_that_hang_raise_or_leave_no_result_are_one_named_line_exit_2(
+    torch_python: str, tmp_path: Path, func: str, timeout: int, needles: list[str]
 ) -> None:
     started = time.monotonic()
-    done = canary(torch_python, tmp_path, HANG, "hang", f"--timeout 8 --run-dir {tmp_path / 'run'}")
-    elapsed = time.monotonic() - started
+    args = f"--timeout {timeout} --run-dir {tmp_path / 'run'}"
+    done = canary(torch_python, func, args)
     assert done.returncode == 2, done.stderr
-    assert "still running after 8 s" in done.stderr and "hangs" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
-    assert elapsed < 8 + 30  # the bound, plus the CLI's own start and the kills
+    assert all(needle in done.stderr for needle in needles), done.stderr
+    assert time.monotonic() - started < timeout + 30  # the bound, the CLI's start, the kills
     assert not (tmp_path / "run").exists()
-
-
-def test_a_reducer_that_raises_is_a_named_exit_2(torch_python: str, tmp_path: Path) -> None:
-    done = canary(
-        torch_python, tmp_path, RAISE, "boom", f"--timeout 120 --run-dir {tmp_path / 'run'}"
-    )
-    assert done.returncode == 2, done.stderr
-    assert "rank 1 failed" in done.stderr and "injected reducer failure" in done.stderr
-    assert not (tmp_path / "run").exists()
-
-
-EXIT_0 = """
-import os
-import time
-
-import torch.distributed as dist
-
-
-def quiet(tensor, group):
-    time.sleep(0.5 * (3 - dist.get_rank(group)))  # rank 0, the store's host, leaves last
-    os._exit(0)
-"""
-
-
-def test_ranks_that_exit_0_without_a_result_are_a_named_exit_2(
-    torch_python: str, tmp_path: Path
-) -> None:
-    done = canary(torch_python, tmp_path, EXIT_0, "quiet", "--timeout 120")
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "exited 0 without a readable result file" in lines[0], done.stderr
 
 
 def test_sigterm_stops_the_ranks_and_removes_the_temp_dir(
     torch_python: str, tmp_path: Path
 ) -> None:
     psutil = pytest.importorskip("psutil")
-    reducer = tmp_path / "hang.py"
-    reducer.write_text(HANG, encoding="utf-8")
     temp = tmp_path / "tmp"
     temp.mkdir()
-    argv = ["-m", "miles_amd.cli", "canary", "--reducer", f"{reducer}:hang", "--timeout", "300"]
+    argv = ["-m", "miles_amd.cli", "canary", "--reducer", f"{REDUCERS}:hang", "--timeout", "300"]
     proc = subprocess.Popen(
         [torch_python, *argv],
         stdout=subprocess.PIPE,
@@ -305,43 +185,15 @@ def test_sigterm_stops_the_ranks_and_removes_the_temp_dir(
     assert list(temp.iterdir()) == []
 
 
-# The exact sum, but only its first row: the canary's rows are equal (2880 is a multiple of 15),
-# so a check that broadcast the (1, 2880) result over (N, 2880) would read it clean.
-FIRST_ROW = """
-import torch.distributed as dist
-
-
-def first_row(tensor, group):
-    dist.all_reduce(tensor, group=group)
-    return tensor[:1]
-"""
-
-
-def test_a_result_of_another_shape_is_a_mismatch_not_a_broadcast(
-    torch_python: str, tmp_path: Path
-) -> None:
+def test_a_result_of_another_shape_is_a_mismatch_not_a_broadcast(torch_python: str) -> None:
     args = "--tokens 1,127 --detect-rate 0.5 --json"
-    done = canary(torch_python, tmp_path, FIRST_ROW, "first_row", args)
+    done = canary(torch_python, "first_row", args)
     assert done.returncode == 1, done.stderr
     assert "returned shape [1, 2880]" in done.stderr and "another fault" in done.stderr
     record = CanaryRecord.from_json(done.stdout)
     one, big = record.results
     assert one.mismatches == 0 and big.mismatches == big.calls  # N=1 has the right shape
     assert big.wrong_elements == 4 * big.calls * 127 * 2880  # every element of every rank
-
-
-SEES_AITER = (
-    GLOO
-    + """
-
-def sees_aiter(tensor, group):
-    import importlib.util
-
-    if importlib.util.find_spec("aiter") is None:  # found, never imported (it raises)
-        raise RuntimeError("this rank does not see the aiter the canary fingerprinted")
-    return gloo(tensor, group)
-"""
-)
 
 
 def test_the_canary_its_ranks_and_its_record_see_the_aiter_the_rule_chooses(
@@ -353,7 +205,7 @@ def test_the_canary_its_ranks_and_its_record_see_the_aiter_the_rule_chooses(
     run_dir = tmp_path / "run"
     args = f"--variant patched --tokens 64,127 --detect-rate 0.2 --run-dir {run_dir}"
     env = {"AITER_PATCHED_DIR": str(entry), "PYTHONPATH": ""}
-    done = canary(torch_python, tmp_path, SEES_AITER, "sees_aiter", args, **env)
+    done = canary(torch_python, "sees_aiter", args, **env)
     assert done.returncode == 0, done.stderr
     record = CanaryRecord.from_json((run_dir / "canary.json").read_text(encoding="utf-8"))
     assert record.aiter_fix is not None and record.aiter_fix.startswith(f"fixed: {header} sha256:")

@@ -33,10 +33,8 @@ def test_the_deciding_lines_of_both_commits() -> None:
     partial = header_text(fixed=True).replace("KL(ngpus, name, true);", "KL(ngpus, name);")
     verdict, why = aiter_fix.classify(partial)
     assert verdict == aiter_fix.UNKNOWN and "lacks the has_tail dispatch" in why
-    assert aiter_fix.classify("#define THREAD_NUM 512\n") == (
-        aiter_fix.UNKNOWN,
-        "no cross_device_reduce_2stage kernel in the header",
-    )
+    none = aiter_fix.classify("#define THREAD_NUM 512\n")
+    assert none == (aiter_fix.UNKNOWN, "no cross_device_reduce_2stage kernel in the header")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -47,20 +45,24 @@ def test_each_layout_is_found_without_importing_aiter(tmp_path: Path, layout, fi
     want = aiter_fix.FIXED if fixed else aiter_fix.NOT_FIXED
     assert str(reading["value"]).startswith(f"{want}: {header} sha256:"), reading
     assert reading["package_dir"] == str(entry / "aiter")
-    assert (
-        aiter_fix.source_of(str(reading["value"]))
-        == str(reading["value"]).split(" (")[0][len(want) + 2 :]
-    )
+    value = str(reading["value"])
+    assert aiter_fix.source_of(value) == value.split(" (")[0][len(want) + 2 :]
 
 
-def test_no_aiter_and_no_header_are_unknown_with_why(tmp_path: Path) -> None:
-    assert read_aiter_fix(str(tmp_path), sys.executable)["value"] == (
-        "unknown: no module aiter on this Python's path"
-    )
-    entry, header = fake_aiter(tmp_path, fixed=True, layout="wheel")
+def test_no_aiter_no_header_or_aiter_meta_dirs_header(tmp_path: Path, monkeypatch) -> None:
+    """No aiter or no header is unknown with why; ``AITER_META_DIR`` overrides where aiter's JIT
+    finds ``csrc`` (aiter/jit/core.py): the fingerprint reads the header there."""
+    no_aiter = read_aiter_fix(str(tmp_path), sys.executable)["value"]
+    assert no_aiter == "unknown: no module aiter on this Python's path"
+    entry, header = fake_aiter(tmp_path / "wheel", fixed=False, layout="wheel")
     header.unlink()
     value = str(read_aiter_fix(str(entry), sys.executable)["value"])
     assert value.startswith("unknown: no csrc/include/custom_all_reduce.cuh in aiter_meta/")
+    entry, _ = fake_aiter(tmp_path / "stock", fixed=False, layout="wheel")
+    _, meta_header = fake_aiter(tmp_path / "meta", fixed=True, layout="checkout")
+    monkeypatch.setenv("AITER_META_DIR", str(tmp_path / "meta"))
+    value = str(read_aiter_fix(str(entry), sys.executable)["value"])
+    assert value.startswith(f"fixed: {meta_header} sha256:"), value
 
 
 def test_one_rule_puts_the_patched_build_first_for_patched_only() -> None:
@@ -119,26 +121,22 @@ OTHER = "fixed: /opt/y/csrc/include/custom_all_reduce.cuh sha256:ba9876543210 (w
 STOCK = "not fixed: /usr/lib/aiter_meta/csrc/include/custom_all_reduce.cuh sha256:aaaaaaaaaaaa (x)"
 
 
-def test_the_gate_passes_three_processes_that_read_the_fixed_header(tmp_path: Path) -> None:
-    evidence = evidence_of(tmp_path, variant="patched", preflight=FIXED, canary=FIXED, job=[FIXED])
-    check = fix_check(evidence, "patched", require_env=True)
-    assert check.status == "pass", check.detail
-    assert "preflight, canary, job read /opt/x/csrc" in check.detail
-
-
 @pytest.mark.parametrize(
-    ("variant", "records", "named"),
+    ("variant", "records", "status", "named"),
     [
-        ("patched", (FIXED, FIXED, STOCK), "job: patched run on not fixed: /usr/lib"),
-        ("stock", (FIXED, FIXED, FIXED), "preflight: stock run on fixed: /opt/x"),
-        ("patched", (FIXED, OTHER, FIXED), "different aiter sources: preflight /opt/x"),
+        ("patched", (FIXED, FIXED, FIXED), "pass", "preflight, canary, job read /opt/x/csrc"),
+        ("patched", (FIXED, FIXED, STOCK), "fail", "job: patched run on not fixed: /usr/lib"),
+        ("stock", (FIXED, FIXED, FIXED), "fail", "preflight: stock run on fixed: /opt/x"),
+        ("patched", (FIXED, OTHER, FIXED), "fail", "different aiter sources: preflight /opt/x"),
     ],
 )
-def test_the_gate_fails_a_variant_the_source_contradicts(tmp_path, variant, records, named) -> None:
+def test_the_gate_passes_only_a_variant_its_three_processes_source_agrees_with(
+    tmp_path, variant, records, status, named
+) -> None:
     pre, can, job = records
     evidence = evidence_of(tmp_path, variant=variant, preflight=pre, canary=can, job=[job])
-    check = fix_check(evidence, variant, require_env=False)
-    assert check.status == "fail" and named in check.detail, check.detail
+    check = fix_check(evidence, variant, require_env=status == "pass")
+    assert check.status == status and named in check.detail, check.detail
 
 
 def test_unknown_missing_or_repeated_is_no_evidence_on_the_hardware_path(tmp_path: Path) -> None:
@@ -156,13 +154,3 @@ def test_unknown_missing_or_repeated_is_no_evidence_on_the_hardware_path(tmp_pat
     )
     repeated = fix_check(twice, "patched", require_env=False)
     assert repeated.status == "fail" and "2 MILES_AMD_AITER_FIX lines" in repeated.detail
-
-
-def test_aiter_meta_dir_names_the_csrc_aiters_jit_compiles(tmp_path: Path, monkeypatch) -> None:
-    """``AITER_META_DIR`` overrides where aiter's JIT finds ``csrc`` (aiter/jit/core.py): the
-    fingerprint reads the header there, not the wheel's own."""
-    entry, _ = fake_aiter(tmp_path / "wheel", fixed=False, layout="wheel")
-    _, meta_header = fake_aiter(tmp_path / "meta", fixed=True, layout="checkout")
-    monkeypatch.setenv("AITER_META_DIR", str(tmp_path / "meta"))
-    value = str(read_aiter_fix(str(entry), sys.executable)["value"])
-    assert value.startswith(f"fixed: {meta_header} sha256:"), value

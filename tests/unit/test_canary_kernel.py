@@ -7,6 +7,7 @@ wave (lanes 64..127) leaves early."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,69 +38,54 @@ def fixture_sections() -> dict[str, str]:
     return found
 
 
-def test_the_pinned_constants_are_the_ones_in_aiters_lines() -> None:
+def test_the_pinned_constants_are_aiters_and_the_fixed_kernels_stage1_runs_whole_tiles() -> None:
+    """e4048607's lines give the pinned constants; ROCm/aiter#5694's kernel (01f53100) the same
+    ones, with stage 1 in whole tiles."""
     parts = fixture_sections()
-    parsed = kernel.parse_constants(parts[CUH_PATH], parts[PY_PATH], "fixture")
-    assert parsed.thread_num == PINNED.thread_num == 512
-    assert parsed.max_blocks == PINNED.max_blocks == 80
-    assert parsed.one_stage_limits == PINNED.one_stage_limits == ((4, 160 * 1024), (8, 80 * 1024))
-    assert parsed.car_max_size == PINNED.car_max_size == 64 * 1024 * 1024
+    stock = kernel.parse_constants(parts[CUH_PATH], parts[PY_PATH], "fixture")
+    fixed = kernel.parse_constants(header_text(fixed=True), parts[PY_PATH], "fixed")
+    assert (stock.thread_num, stock.max_blocks, stock.car_max_size) == (512, 80, 64 << 20)
+    assert stock.one_stage_limits == ((4, 160 * 1024), (8, 80 * 1024))
+    for parsed in (stock, fixed):
+        assert parsed == replace(PINNED, source=parsed.source, stage1_whole_tiles=parsed is fixed)
 
 
-def test_the_reader_refuses_a_kernel_whose_stage1_loop_lost_its_barrier() -> None:
-    parts = fixture_sections()
-    cuh = parts[CUH_PATH]
-    loop_start = cuh.index("for(int idx = start + tid; idx < end; idx += stride)")
-    barrier = cuh.index("__syncthreads();", loop_start)
-    changed = cuh[:barrier] + cuh[barrier + len("__syncthreads();") :]
-    changed = changed.replace("__syncthreads();", "", 1)  # both barriers of the loop
-    with pytest.raises(ValueError, match="__syncthreads"):
-        kernel.parse_constants(changed, parts[PY_PATH], "edited")
+def _no_stage1_barrier(cuh: str) -> str:
+    kernel_at = cuh.index("cross_device_reduce_2stage(RankData")
+    head, stage1 = cuh[:kernel_at], cuh[kernel_at:]
+    return head + stage1.replace("__syncthreads();", "", 2)  # both barriers of stage 1's loop
 
 
-def test_the_reader_refuses_a_dispatch_of_another_shape() -> None:
-    parts = fixture_sections()
-    edited = parts[CUH_PATH].replace("bytes % (ngpus * 16) == 0", "bytes % 32 == 0")
-    with pytest.raises(ValueError, match="naive test"):
-        kernel.parse_constants(edited, parts[PY_PATH], "edited")
-    with pytest.raises(ValueError, match="_DEFAULT_CAR_MAX_SIZE"):
-        kernel.parse_constants(parts[CUH_PATH], "x = 1\n", "edited")
+def _swap(old: str, new: str):
+    def edit(cuh: str) -> str:
+        assert old in cuh
+        return cuh.replace(old, new)
+
+    return edit
 
 
-def test_the_reader_knows_the_fixed_kernel_and_that_its_stage1_runs_whole_tiles() -> None:
-    """ROCm/aiter#5694's kernel (01f53100): the same constants, stage 1 in whole tiles."""
+# (an edit of the header, the named reason): an absurd constant is refused where it is parsed
+# (a zero thread count divided the plan by zero before), the plan names it for the pinned ones
+REFUSED = [
+    (_no_stage1_barrier, "__syncthreads"),
+    (_swap("bytes % (ngpus * 16) == 0", "bytes % 32 == 0"), "naive test"),
+    (_swap("#define THREAD_NUM 512", "#define THREAD_NUM 0"), "THREAD_NUM is 0, outside 8..1024"),
+    (_swap("#define THREAD_NUM 512", "#define THREAD_NUM 500"), "not a multiple of 8"),
+    (_swap("kMaxBlocks = 80;", "kMaxBlocks = 0;"), "kMaxBlocks is 0, outside 1..4096"),
+    (_swap("bytes < 160 * 1024", "bytes < 0 * 1024"), "the 1-stage byte limit is 0"),
+]
+
+
+@pytest.mark.parametrize("fixed", [True, False])
+@pytest.mark.parametrize(("edit", "named"), REFUSED)
+def test_the_reader_refuses_a_kernel_of_another_shape_or_one_aiter_cannot_launch(
+    fixed, edit, named
+) -> None:
     py = fixture_sections()[PY_PATH]
-    fixed = kernel.parse_constants(header_text(fixed=True), py, "fixed")
-    stock = kernel.parse_constants(header_text(fixed=False), py, "stock")
-    assert (fixed.thread_num, fixed.max_blocks, fixed.one_stage_limits) == (
-        PINNED.thread_num,
-        PINNED.max_blocks,
-        PINNED.one_stage_limits,
-    )
-    assert fixed.stage1_whole_tiles and not stock.stage1_whole_tiles
-
-
-@pytest.mark.parametrize(
-    ("line", "absurd", "named"),
-    [
-        (
-            "#define THREAD_NUM 512",
-            "#define THREAD_NUM 0",
-            "#define THREAD_NUM is 0, outside 8..1024",
-        ),
-        ("#define THREAD_NUM 512", "#define THREAD_NUM 500", "not a multiple of 8"),
-        ("kMaxBlocks = 80;", "kMaxBlocks = 0;", "kMaxBlocks is 0, outside 1..4096"),
-        ("bytes < 160 * 1024", "bytes < 0 * 1024", "the 1-stage byte limit is 0"),
-    ],
-)
-def test_the_reader_refuses_a_constant_aiter_cannot_launch(line, absurd, named) -> None:
-    """A nonsense constant is refused where it is parsed (a zero thread count divided the plan
-    by zero before), and the plan names it as the reason for the pinned constants."""
-    for fixed in (True, False):
-        cuh = header_text(fixed=fixed)
-        assert line in cuh
-        with pytest.raises(ValueError, match=re.escape(named)):
-            kernel.parse_constants(cuh.replace(line, absurd), fixture_sections()[PY_PATH], "x")
+    with pytest.raises(ValueError, match=re.escape(named)):
+        kernel.parse_constants(edit(header_text(fixed=fixed)), py, "edited")
+    with pytest.raises(ValueError, match="_DEFAULT_CAR_MAX_SIZE"):
+        kernel.parse_constants(header_text(fixed=fixed), "x = 1\n", "edited")
 
 
 def test_installed_constants_name_their_source_or_fall_back_to_the_pinned_commit_with_why(

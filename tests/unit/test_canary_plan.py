@@ -24,10 +24,9 @@ from miles_amd.variants import rollout_implementation
 def test_the_shape_comes_from_the_recipe() -> None:
     shape = recipe_shape(Recipe())
     assert (shape.hidden, shape.dtype, shape.tp, shape.engines) == (2880, "bfloat16", 4, 2)
-    assert shape.requests_per_engine == 32
-    assert shape.chunked_prefill_size == 16384
-    custom = recipe_shape(Recipe(extra_args="--sglang-chunked-prefill-size 4096"))
-    assert custom.chunked_prefill_size == 4096
+    assert (shape.requests_per_engine, shape.chunked_prefill_size) == (32, 16384)
+    for extra in ("--sglang-chunked-prefill-size 4096", "--sglang-chunked-prefill-size=4096"):
+        assert recipe_shape(Recipe(extra_args=extra)).chunked_prefill_size == 4096
     assert recipe_shape(Recipe(num_gpus=4)).requests_per_engine == 64
     assert sglang_decode_sizes(32) == [1, 2, 4, 8, 12, 16, 24, 32]
     assert sglang_decode_sizes(30) == [1, 2, 4, 8, 12, 16, 24, 32]  # 30 requests pad to 32
@@ -70,15 +69,21 @@ def test_the_exposed_class_is_the_derivation_of_docs_node_md() -> None:
         assert (wave_class(d, 4) == "exposed") == (1 <= r <= 64 and n >= 114), n
         if d.kernel == "2stage" and n >= 114 and r > 64:
             assert wave_class(d, 4) == "waves-agree"
-
-
-def test_a_32_lane_wave_widens_the_exposed_class() -> None:
+    # a 32-lane wave widens the exposed class
     assert wave_class(dispatch(5760 * 129, 4, 2), 4, 32) == "exposed"  # r = 90: lanes 64..95
     assert wave_class(dispatch(5760 * 129, 4, 2), 4, 64) == "waves-agree"
 
 
-def test_the_node_time_model_takes_the_harness_measured_on_a_gpu() -> None:
-    model = build_plan(recipe_shape(Recipe()), "aiter", 1e-3).latency
+def test_the_ab_canary_fits_five_node_minutes_per_variant_at_the_restated_power() -> None:
+    """stock and patched each: the positive control's run, then the plan with its controls; the
+    node's time model takes the harness measured on a GPU."""
+    shape = recipe_shape(Recipe())
+    for variant in ("stock", "patched"):
+        plan = build_plan(shape, rollout_implementation(variant), power.implied_rate(), groups=2)
+        assert plan.probability >= 0.99
+        seconds = plan.estimated_seconds + control_plan(plan).estimated_seconds
+        assert seconds < 5 * 60, variant
+    model = plan.latency
     assert model.harness_s(1) == pytest.approx(90e-6)  # whole blocks, the current worker
     assert model.harness_s(4095) == pytest.approx(858e-6)
     assert model.harness_s(2559) == pytest.approx((237 + (858 - 237) / 2) * 1e-6)
@@ -86,23 +91,10 @@ def test_the_node_time_model_takes_the_harness_measured_on_a_gpu() -> None:
     assert "90 us at N=1 to 2361 us at N=11650" in model.source and "4x" in model.source
 
 
-def test_the_ab_canary_fits_five_node_minutes_per_variant_at_the_restated_power() -> None:
-    """stock and patched each: the positive control's run, then the plan with its controls."""
-    shape = recipe_shape(Recipe())
-    for variant in ("stock", "patched"):
-        plan = build_plan(shape, rollout_implementation(variant), power.implied_rate(), groups=2)
-        assert plan.probability >= 0.99
-        seconds = plan.estimated_seconds + control_plan(plan).estimated_seconds
-        assert seconds < 5 * 60, variant
-
-
-def test_the_control_arm_plan_stops_at_sglangs_size_limit() -> None:
+def test_the_control_arm_plan_stops_at_sglangs_size_limit_and_the_cpu_plan_is_small() -> None:
     plan = build_plan(recipe_shape(Recipe()), rollout_implementation("rccl"), 1e-6)
     assert {e.implementation for e in plan.entries} == {"sglang"}
     assert max(e.bytes for e in plan.entries) <= 16 * 1024 * 1024
-
-
-def test_the_cpu_plan_is_small_and_keeps_the_classes() -> None:
     plan = build_plan(recipe_shape(Recipe()), "reducer", 0.002, target=CPU)
     assert max(e.tokens for e in plan.entries) <= CPU_MAX_TOKENS
     assert sum(e.calls for e in plan.entries) < 3000

@@ -25,32 +25,21 @@ from miles_amd.records.canary import CanaryRecord, ControlRecord, Mismatch
 from miles_amd.records.model import parse
 from miles_amd.run_dir import RunDir
 
+SCHEMA = json.loads(schema_path().read_text(encoding="utf-8"))
 PLAN = build_plan(recipe_shape(Recipe()), "reducer", 0.5, target=CPU, tokens=(28, 127))
 # A wrong element of N=127 where ROCm/aiter#5694's stale read puts one: group rank 2, in rank 3's
 # segment (pack 3·11430 + 1152 + 70: block 9's lane 70, the upper wave), off by one input step.
-STALE = {
-    "repeat": 0,
-    "call": 5,
-    "index": 8 * (3 * 11430 + 1152 + 70) + 3,
-    "expected": 4.0,
-    "seen": 0.0,
-}
+STALE_INDEX = 8 * (3 * 11430 + 1152 + 70) + 3
+STALE = {"repeat": 0, "call": 5, "index": STALE_INDEX, "expected": 4.0, "seen": 0.0}
 OTHER = {"repeat": 1, "call": 0, "index": 9, "expected": 12.0, "seen": -3.0}
 
 
 def _arms(calls: int, bad: int, blocks: int) -> dict[str, Any]:
     """Four arms of ``calls`` each in ``blocks`` blocks; ``bad`` calls wrong in the first arm."""
+    hit = {"block_hits": 1 if bad else 0, "bad": bad}
+    made = {"calls": calls, "seconds": 0.002 * calls, "wall": 0.003 * calls, "blocks": blocks}
     return {
-        arm: {
-            "calls": calls,
-            "seconds": 0.002 * calls,
-            "wall": 0.003 * calls,
-            "blocks": blocks,
-            "block_hits": 0,
-            "bad": 0,
-        }
-        | ({"block_hits": 1 if bad else 0, "bad": bad} if arm == "back_to_back" else {})
-        for arm in ARMS
+        arm: made | (hit if arm == "back_to_back" else {"block_hits": 0, "bad": 0}) for arm in ARMS
     }
 
 
@@ -58,26 +47,13 @@ def rank_result(rank: int, bad: list[int], first: dict[str, Any] | None) -> dict
     """One rank's result as ``canary.worker`` writes it: size 28 clean, size 127 with ``bad``
     calls wrong per repeat (group-wide flags) and ``first`` kept on this rank."""
     kept = [] if first is None else [{"arm": "back_to_back", "returned": None, **first}]
-    return {
-        "rank": rank,
-        "group": rank // 4,
-        "entries": [
-            {
-                "tokens": 28,
-                "wrong_elements": 0,
-                "mismatches_per_repeat": [0, 0],
-                "kept": [],
-                "arms": _arms(2, 0, 1),
-            },
-            {
-                "tokens": 127,
-                "wrong_elements": 5 if first else 0,
-                "mismatches_per_repeat": bad,
-                "kept": kept,
-                "arms": _arms(4, sum(bad), 2),
-            },
-        ],
-    }
+    clean = {"tokens": 28, "wrong_elements": 0, "mismatches_per_repeat": [0, 0], "kept": []}
+    size = {"tokens": 127, "wrong_elements": 5 if first else 0, "mismatches_per_repeat": bad}
+    entries = [
+        clean | {"arms": _arms(2, 0, 1)},
+        size | {"kept": kept, "arms": _arms(4, sum(bad), 2)},
+    ]
+    return {"rank": rank, "group": rank // 4, "entries": entries}
 
 
 def faulty_record(
@@ -90,14 +66,7 @@ def faulty_record(
         rank_result(2, bad, first),
         rank_result(3, bad, None),
     ]
-    setup = Setup(
-        world_size=4,
-        device="cpu",
-        implementation="reducer",
-        reducer="/r.py:f",
-        repeats=2,
-        control=control,
-    )
+    setup = Setup(4, "cpu", "reducer", reducer="/r.py:f", repeats=2, control=control)
     return merge(PLAN, setup, ranks, 100.0, 107.5)
 
 
@@ -109,12 +78,8 @@ def test_merge_counts_calls_once_per_group_keeps_every_mismatch_and_reads_its_fi
     assert clean.block_rate_upper_99 > clean.rate_upper_99  # 8 blocks bound less than 8 calls
     assert (bad.tokens, bad.calls, bad.mismatches, bad.wrong_elements) == (127, 16, 2, 5)
     assert (bad.blocks, bad.blocks_with_mismatch, bad.block_rate_upper_99) == (8, 1, None)
-    assert bad.first_mismatch is not None and bad.first_mismatch.matches
-    assert (bad.first_mismatch.rank, bad.first_mismatch.call, bad.first_mismatch.seen) == (
-        2,
-        5,
-        0.0,
-    )
+    first = bad.first_mismatch
+    assert first is not None and first.matches and (first.rank, first.call, first.seen) == (2, 5, 0)
     assert bad.fingerprint == "stale-read" and record.matches_stale_read
     assert {a.arm: a.mismatches for a in bad.arms}["back_to_back"] == 2
     assert (record.repeats, record.repeats_with_mismatch, record.mismatches) == (2, 2, 2)
@@ -125,14 +90,23 @@ def test_merge_counts_calls_once_per_group_keeps_every_mismatch_and_reads_its_fi
     assert [m.matches for m in other.results[1].mismatches_kept] == [False, False]
 
 
-def test_the_written_record_reads_back_equal_and_matches_the_shipped_schema(tmp_path: Path) -> None:
-    record = faulty_record()
+def test_the_written_record_reads_back_equal_matches_the_schema_and_refuses_bad_json(
+    tmp_path: Path,
+) -> None:
+    control = ControlRecord("control-broken", 40, 12, True, "stale-read")
+    record = faulty_record(control=control)
     path = write_canary(tmp_path / "run", record)
     assert path == RunDir(tmp_path / "run").canary_json
     text = path.read_text(encoding="utf-8")
-    assert CanaryRecord.from_json(text) == record
-    jsonschema.validate(json.loads(text), json.loads(schema_path().read_text(encoding="utf-8")))
+    assert CanaryRecord.from_json(text) == record and record.control == control
+    assert CanaryRecord.from_json(faulty_record().to_json()).control is None
+    jsonschema.validate(json.loads(text), SCHEMA)
     assert [p.name for p in path.parent.iterdir()] == ["canary.json"]  # no temp file left
+    for bad, named in (("NaN", "non-finite"), ('1, "end_time": 2', "duplicate")):
+        with pytest.raises(ValueError, match=named):
+            CanaryRecord.from_json(text.replace('"end_time": 107.5', f'"end_time": {bad}'))
+    with pytest.raises(ValueError, match="JSON object"):
+        CanaryRecord.from_json("[]")
 
 
 def _put(path: str, value: Any) -> Any:
@@ -209,34 +183,16 @@ REFUSED = [
 
 @pytest.mark.parametrize(("edit", "message", "by_schema"), REFUSED)
 def test_a_wrong_or_contradictory_record_is_refused_with_its_reason(edit, message, by_schema):
-    data = faulty_record().to_dict()
+    data = json.loads(faulty_record().to_json())
     edit(data)
     with pytest.raises(ValueError, match=re.escape(message)):
         CanaryRecord.from_dict(data)
     if by_schema:
-        schema = json.loads(schema_path().read_text(encoding="utf-8"))
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(data, schema)
+            jsonschema.validate(data, SCHEMA)
 
 
-def test_the_control_field_reads_back_and_null_is_allowed() -> None:
-    control = ControlRecord("control-broken", 40, 12, True, "stale-read")
-    record = faulty_record(control=control)
-    assert CanaryRecord.from_json(record.to_json()).control == control
-    assert CanaryRecord.from_json(faulty_record().to_json()).control is None
-
-
-def test_non_finite_numbers_and_duplicate_keys_are_refused() -> None:
-    text = faulty_record().to_json()
-    with pytest.raises(ValueError, match="non-finite"):
-        CanaryRecord.from_json(text.replace('"end_time": 107.5', '"end_time": NaN'))
-    with pytest.raises(ValueError, match="duplicate"):
-        CanaryRecord.from_json(text.replace('"end_time": 107.5', '"end_time": 1, "end_time": 2'))
-    with pytest.raises(ValueError, match="JSON object"):
-        CanaryRecord.from_json("[]")
-
-
-def test_control_plan_keeps_the_suspect_sizes_back_to_back_and_capped() -> None:
+def test_the_control_plan_keeps_suspect_sizes_and_its_result_places_the_first_element() -> None:
     plan = build_plan(recipe_shape(Recipe()), "aiter", 1e-6)
     got = harness.control_plan(plan, calls=7)
     suspect = [e.tokens for e in plan.entries if e.affected or e.exposed]
@@ -244,9 +200,6 @@ def test_control_plan_keeps_the_suspect_sizes_back_to_back_and_capped() -> None:
     assert len(suspect) < len(plan.entries)  # decode sizes and uniform controls left out
     assert all(e.arms == ((harness.CONTROL_ARM, 7),) for e in got.entries)
     assert {e.implementation for e in got.entries} == {"control-broken"}
-
-
-def test_control_result_places_a_caught_runs_first_element_and_reads_a_clean_one() -> None:
     # STALE at N=127, bf16, TP 4: rank 2 read rank 3's segment, block 9's lane 70, one step off.
     caught = harness.control_result(faulty_record(), 2880, 4, 2)
     assert (caught.caught, caught.calls, caught.mismatched_calls) == (True, 24, 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import fields
 
 import pytest
@@ -76,19 +77,15 @@ def test_wandb_args_sit_after_grpo_and_carry_no_key() -> None:
     ("kwargs", "tail"),
     [
         ({"extra_args": "--seed 7 --note 'two words'"}, ["--seed", "7", "--note", "two words"]),
-        # --override-pinned drops the pinned flag and its value, the extra arg goes last
-        (
-            {"extra_args": "--lr=3e-6 --colocate", "override_pinned": True},
-            ["--lr=3e-6", "--colocate"],
-        ),
+        # --override-pinned drops the pinned flag and its value, the extra arg goes last;
         # a newer miles may map gate_up_proj: overridden, the node's preflight decides
-        (
-            {"extra_args": "--target-modules gate_up_proj", "override_pinned": True},
-            ["--target-modules", "gate_up_proj"],
-        ),
-        (
-            {"extra_args": "--target-modules=gate_proj,up_proj", "override_pinned": True},
-            ["--target-modules=gate_proj,up_proj"],
+        *(
+            ({"extra_args": extra, "override_pinned": True}, shlex.split(extra))
+            for extra in (
+                "--lr=3e-6 --colocate",
+                "--target-modules gate_up_proj",
+                "--target-modules=gate_proj,up_proj",
+            )
         ),
         ({"target_modules": ("linear_fc1", "linear_fc2")}, ["--colocate"]),
         ({"use_dynamic_batch_size": True, "qkv_format": "thd"}, ["--colocate"]),
@@ -180,17 +177,11 @@ def test_secret_flags_are_told_from_keys_and_vocabulary_tokens() -> None:
     assert secret_flags_in(argv) == ["--HF-TOKEN", "--wandb-key", "--x-api-key"]
 
 
-# ---- the fields' declarations (Setting) ----------------------------------------------------
-
-
-def test_every_field_declares_its_setting() -> None:
-    """A new field says its flags and identity on purpose, not by a default."""
-    undeclared = [f.name for f in fields(Recipe) if f.init and "setting" not in f.metadata]
-    assert undeclared == []
+def test_each_field_declares_its_setting_whose_flags_carry_its_value() -> None:
+    """A new field says its flags and identity on purpose, not by a default; each flag belongs
+    to one field and reaches the argv."""
     assert list(SETTINGS) == [f.name for f in fields(Recipe) if f.init]
-
-
-def test_declared_argv_flags_are_in_the_argv_and_each_belongs_to_one_field() -> None:
+    assert all("setting" in f.metadata for f in fields(Recipe) if f.init)
     switched_on = (
         Recipe(),
         Recipe(use_wandb=True, capture_metrics=True, sglang_lora_use_virtual_experts=True),
@@ -198,17 +189,12 @@ def test_declared_argv_flags_are_in_the_argv_and_each_belongs_to_one_field() -> 
     )
     in_argv = {token for r in switched_on for token in r.train_argv() if token.startswith("--")}
     declared = [flag for s in SETTINGS.values() for flag in s.argv]
-    assert len(declared) == len(set(declared))
-    assert set(declared) - in_argv == set()
-
-
-def test_a_fields_value_is_what_its_flags_carry() -> None:
+    assert len(declared) == len(set(declared)) and set(declared) <= in_argv
     argv = Recipe(lr=3e-6, num_gpus=4, data_dir="/d", target_modules=("up_proj",)).train_argv()
-    assert argv[argv.index("--lr") + 1] == "3e-06"
-    assert argv[argv.index("--actor-num-gpus-per-node") + 1] == "4"
-    assert argv[argv.index("--num-gpus-per-node") + 1] == "4"
-    assert argv[argv.index("--prompt-data") + 1] == "/d/dapo-math-17k/dapo-math-17k.jsonl"
-    assert argv[argv.index("--target-modules") + 1] == "up_proj"
+    values = {flag: argv[argv.index(flag) + 1] for flag in declared if flag in argv}
+    assert values["--lr"] == "3e-06" and values["--target-modules"] == "up_proj"
+    assert values["--actor-num-gpus-per-node"] == values["--num-gpus-per-node"] == "4"
+    assert values["--prompt-data"] == "/d/dapo-math-17k/dapo-math-17k.jsonl"
 
 
 def test_the_identity_leaves_out_locations_and_tracking() -> None:

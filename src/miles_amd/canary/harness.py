@@ -35,13 +35,13 @@ from miles_amd.canary.worker import result_path
 from miles_amd.files import atomic_write_text
 from miles_amd.records.canary import (
     SCHEMA_VERSION,
-    STALE_READ,
     ArmResult,
     CanaryRecord,
     ControlRecord,
     Mismatch,
     PowerRecord,
     SizeResult,
+    fingerprint_of,
 )
 from miles_amd.run_dir import RunDir
 
@@ -326,7 +326,7 @@ def _size(
         blocks_with_mismatch=block_hits,
         arms=tuple(arms),
         mismatches_kept=kept,
-        fingerprint=None if not kept else STALE_READ if all(m.matches for m in kept) else "other",
+        fingerprint=fingerprint_of(kept),
         latency_us=1e6 * sum(latency) / len(latency) if latency else None,
         cost_us=1e6 * sum(cost) / len(cost) if cost else None,
         rate_upper_99=rate_upper_bound(calls) if mismatches == 0 else None,
@@ -359,7 +359,7 @@ def merge(
         aiter_commit=setup.aiter_commit,
         dispatch_source=plan.constants.source,
         aiter_fix=setup.aiter_fix,
-        shape=plan.shape.as_dict(),
+        shape=dataclasses.asdict(plan.shape),
         wave_size=plan.wave_size,
         plan=tuple(e.as_dict() for e in plan.entries),
         results=results,

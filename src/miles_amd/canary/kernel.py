@@ -136,10 +136,7 @@ def early_waves(
 
 def wave_class(d: Dispatch, world_size: int, wave: int = CDNA_WAVE) -> WaveClass:
     """The size's class when barriers count waves of ``wave`` lanes (``docs/node.md``, "The
-    hardware reading"): ``exposed`` when a wave of some block runs fewer stage-1 iterations than
-    another wave of it and still reads peer data in stage 2 (a stale read: a wrong sum);
-    ``early-no-read`` when the early wave has nothing to read; ``waves-agree`` when lanes differ
-    but every wave runs the same barriers; ``uniform``; ``not-2stage`` (1-stage, naive, none)."""
+    hardware reading"); ``exposed``: a stale read (a wrong sum) is possible."""
     if d.kernel != "2stage" or d.naive:
         return "not-2stage"
     if d.uniform_trip_count:

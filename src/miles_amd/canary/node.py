@@ -77,18 +77,16 @@ def node_facts(pythonpath: str) -> NodeFacts:
     version = None
     if isinstance(dists, list) and dists and isinstance(dists[0], dict):
         version = str(dists[0].get("version") or "") or None
-    gpus = gpu.get("gpus")
-    wave = gpu.get("wave_size")
+    gpus, wave = gpu.get("gpus"), gpu.get("wave_size")
+    text = {k: str(gpu[k]) if gpu.get(k) else None for k in ("error", "sglang_error")}
     return NodeFacts(
         gpus=gpus if isinstance(gpus, int) else 0,
-        torch_error=str(gpu["error"]) if gpu.get("error") else None,
-        sglang_error=str(gpu["sglang_error"]) if gpu.get("sglang_error") else None,
+        torch_error=text["error"],
+        sglang_error=text["sglang_error"],
         aiter_error=str(error) if error else None,
         aiter_version=version,
         aiter_commit=None if commit.startswith("unknown") else commit.split()[0],
-        wave_size=wave
-        if isinstance(wave, int) and not isinstance(wave, bool) and wave > 0
-        else None,
+        wave_size=wave if type(wave) is int and wave > 0 else None,
     )
 
 

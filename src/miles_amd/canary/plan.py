@@ -129,9 +129,6 @@ class RecipeShape:
     def nbytes(self, tokens: int) -> int:
         return tokens * self.hidden * self.dtype_size
 
-    def as_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
 
 def _flag(argv: list[str], flag: str) -> str | None:
     """The value after the last ``flag`` (or ``flag=value``) in ``argv``."""
@@ -301,9 +298,10 @@ class Plan:
     @property
     def estimated_seconds(self) -> float:
         """Estimated time of all calls, the TP groups running side by side."""
+        hidden = self.shape.hidden
         total = sum(
             e.calls * self.latency.seconds(e.bytes, e.tokens)
-            + dict(e.arms).get("gemm", 0) * gemm_seconds(self.shape, e.tokens)
+            + dict(e.arms).get("gemm", 0) * (2.0 * e.tokens * hidden * hidden / GEMM_FLOPS)
             + dict(e.arms).get("skew", 0) * SKEW_S
             for e in self.entries
         )
@@ -314,31 +312,6 @@ class Plan:
 # bf16, and the skew arm's delay of one rank per call (docs/node.md, "Rollout conditions").
 GEMM_FLOPS = 300e12
 SKEW_S = 20e-6
-
-
-def gemm_seconds(shape: RecipeShape, tokens: int) -> float:
-    return 2.0 * tokens * shape.hidden * shape.hidden / GEMM_FLOPS
-
-
-def top_tokens(
-    shape: RecipeShape, constants: DispatchConstants, max_tokens: int, max_bytes: int | None
-) -> int:
-    """The largest ``N`` the plan may hold: within the chunk, ``max_tokens``, the custom
-    all-reduce's size limit and ``max_bytes``."""
-    top = min(max_tokens, shape.chunked_prefill_size)
-    limit = min(constants.car_max_size, max_bytes or constants.car_max_size)
-    while top > 0 and not (
-        uses_custom_ar(shape.nbytes(top), constants) and shape.nbytes(top) <= limit
-    ):
-        top -= 1
-    return top
-
-
-def _classes(
-    shape: RecipeShape, constants: DispatchConstants, n: int, wave: int
-) -> tuple[bool, str]:
-    d = dispatch(shape.nbytes(n), shape.tp, shape.dtype_size, True, constants)
-    return d.affected, wave_class(d, shape.tp, wave)
 
 
 def token_sizes(
@@ -354,10 +327,14 @@ def token_sizes(
         m *= 2
     candidates = {top} | {p + d for p in powers for d in (-1, 1)} | set(powers)
 
+    def cls(n: int) -> str:
+        d = dispatch(shape.nbytes(n), shape.tp, shape.dtype_size, True, constants)
+        return wave_class(d, shape.tp, wave)
+
     def find(start: int, step: int, wanted: str) -> int | None:
         n = start
         while shape.requests_per_engine < n <= top:
-            if _classes(shape, constants, n, wave)[1] == wanted:
+            if cls(n) == wanted:
                 return n
             n += step
         return None
@@ -374,19 +351,9 @@ def token_sizes(
         n
         for n in candidates
         if shape.requests_per_engine < n <= top
-        and _classes(shape, constants, n, wave)[1]
-        in ("exposed", "early-no-read", "waves-agree", "uniform")
+        and cls(n) in ("exposed", "early-no-read", "waves-agree", "uniform")
     }
     return sorted(set(decode) | kept)
-
-
-def _role(n: int, decode: set[int], exposed: bool) -> str:
-    return "decode" if n in decode else "prefill" if exposed else "control"
-
-
-def _split(calls: int, arms: Sequence[str]) -> tuple[tuple[str, int], ...]:
-    each = -(-calls // len(arms))
-    return tuple((arm, each) for arm in arms)
 
 
 def build_plan(
@@ -407,8 +374,13 @@ def build_plan(
     needed = calls_needed(detect_rate)
     if wave_size < 1:
         raise ValueError(f"wave size {wave_size}: must be a positive lane count")
-    max_bytes = SGLANG_MAX_BYTES if implementation == "sglang" else None
-    top = top_tokens(shape, constants, target.max_tokens or shape.chunked_prefill_size, max_bytes)
+    # the largest N: within the chunk, the target's cap and the implementation's size limit
+    top = min(target.max_tokens or shape.chunked_prefill_size, shape.chunked_prefill_size)
+    limit = constants.car_max_size if implementation != "sglang" else SGLANG_MAX_BYTES
+    while top > 0 and not (
+        uses_custom_ar(shape.nbytes(top), constants) and shape.nbytes(top) <= limit
+    ):
+        top -= 1
     sizes = token_sizes(shape, constants, top, wave_size)
     if tokens:
         outside = sorted({n for n in tokens if not 1 <= n <= top})
@@ -442,8 +414,8 @@ def build_plan(
             wave_class=w,
             exposed=w == "exposed",
             blocks=d.blocks,
-            role=_role(n, decode, w == "exposed"),
-            arms=_split(c, arms),
+            role="decode" if n in decode else "prefill" if w == "exposed" else "control",
+            arms=tuple((arm, -(-c // len(arms))) for arm in arms),
             implementation=implementation,
         )
         for n, d, w, c in zip(sizes, shapes, waves, calls, strict=True)

@@ -142,7 +142,17 @@ def run(spec: dict[str, Any], spec_path: Path, rank: int) -> dict[str, Any]:
     dev_group, cpu_group = dev_groups[group], cpu_groups[group]
     reduce = _reducer(spec, device, dev_group, cpu_group)
     rank_state = _Rank(spec, rank % tp, device, cpu_group, on_gpu)
-    results = [_empty(entry["tokens"], spec) for entry in spec["entries"]]
+    results = [
+        {
+            "tokens": entry["tokens"],
+            "wrong_elements": 0,
+            "mismatches_per_repeat": [0] * spec["repeats"],
+            "kept": [],
+            "arms": {},
+            "next_call": 0,
+        }
+        for entry in spec["entries"]
+    ]
     for repeat in range(spec["repeats"]):
         for task in spec["tasks"]:
             rank_state.run_task(reduce, task, repeat, results[task["entry"]])
@@ -150,17 +160,6 @@ def run(spec: dict[str, Any], spec_path: Path, rank: int) -> dict[str, Any]:
     dist.barrier(group=world_cpu)
     dist.destroy_process_group()
     return {"rank": rank, "group": group, "entries": results}
-
-
-def _empty(tokens: int, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "tokens": tokens,
-        "wrong_elements": 0,
-        "mismatches_per_repeat": [0] * spec["repeats"],
-        "kept": [],
-        "arms": {},
-        "next_call": 0,
-    }
 
 
 class _Rank:
@@ -261,6 +260,11 @@ class _Rank:
         import torch
 
         keep = self.spec["keep"]
+
+        def kept(call: int, index: Any, expected: Any, seen: Any, returned: Any) -> None:
+            found = {"index": index, "expected": expected, "seen": seen, "returned": returned}
+            out["kept"].append({"repeat": repeat, "call": call, "arm": arm, **found})
+
         foreign = [
             j for j, o in enumerate(outs) if tuple(o.shape) != tuple(a.shape) or o.dtype != a.dtype
         ]
@@ -268,18 +272,10 @@ class _Rank:
             out["wrong_elements"] += a.numel()
             if len(out["kept"]) < keep:
                 got = outs[j]
-                out["kept"].append(
-                    {
-                        "repeat": repeat,
-                        "call": first + j,
-                        "arm": arm,
-                        "index": None,
-                        "expected": None,
-                        "seen": None,
-                        "returned": f"shape {list(got.shape)} {got.dtype}, expected "
-                        f"{list(a.shape)} {a.dtype}",
-                    }
+                returned = (
+                    f"shape {list(got.shape)} {got.dtype}, expected {list(a.shape)} {a.dtype}"
                 )
+                kept(first + j, None, None, None, returned)
             outs[j] = expected[j]
         in_place = all(o.data_ptr() == inputs[j].data_ptr() for j, o in enumerate(outs))
         got = inputs if in_place else torch.stack(outs)  # in-place reducers: no copy
@@ -294,45 +290,29 @@ class _Rank:
                 break
             got = outs[j].flatten()
             for k in ne[j].flatten().nonzero().flatten()[: keep - len(out["kept"])].tolist():
-                out["kept"].append(
-                    {
-                        "repeat": repeat,
-                        "call": first + j,
-                        "arm": arm,
-                        "index": k,
-                        "expected": float(expected[j].flatten()[k]),
-                        "seen": float(got[k]),
-                        "returned": None,
-                    }
-                )
+                kept(first + j, k, float(expected[j].flatten()[k]), float(got[k]), None)
         return flags
-
-
-def load_control(implementation: str) -> Any:
-    """The compiled extension of ``implementation``'s build (cached by torch per name)."""
-    from torch.utils import cpp_extension
-
-    broken = CONTROL_BUILDS[implementation]
-    return cpp_extension.load(
-        name="miles_amd_control_broken" if broken else "miles_amd_control",
-        sources=[str(KERNEL_SOURCE)],
-        extra_cuda_cflags=["-O3", *(["-DMILES_AMD_CONTROL_BROKEN"] if broken else [])],
-        verbose=False,
-    )
 
 
 def control_reducer(
     implementation: str, spec: dict[str, Any], cpu_group: Any
 ) -> Callable[[Any], Any]:
-    """``implementation``'s all-reduce for this rank of ``cpu_group`` (module doc)."""
+    """``implementation``'s all-reduce for this rank of ``cpu_group``: its build compiled
+    (cached by torch per name), its buffers' IPC handles exchanged."""
     import torch
     import torch.distributed as dist
+    from torch.utils import cpp_extension
 
+    broken = CONTROL_BUILDS[implementation]
+    extension = cpp_extension.load(
+        name="miles_amd_control_broken" if broken else "miles_amd_control",
+        sources=[str(KERNEL_SOURCE)],
+        extra_cuda_cflags=["-O3", *(["-DMILES_AMD_CONTROL_BROKEN"] if broken else [])],
+        verbose=False,
+    )
     itemsize = torch.empty((), dtype=getattr(torch, spec["tensor_dtype"])).element_size()
     max_bytes = max(e["tokens"] for e in spec["entries"]) * spec["hidden"] * itemsize
-    control = load_control(implementation).Control(
-        dist.get_rank(cpu_group), dist.get_world_size(cpu_group), max_bytes
-    )
+    control = extension.Control(dist.get_rank(cpu_group), dist.get_world_size(cpu_group), max_bytes)
     handles = [torch.empty_like(control.handle()) for _ in range(dist.get_world_size(cpu_group))]
     dist.all_gather(handles, control.handle(), group=cpu_group)
     control.open(handles)

@@ -1,8 +1,8 @@
 """Whether the recipe's two input files are the ones it needs: a complete BF16 gpt-oss-20b
 checkpoint (not MXFP4, every safetensors shard present and as long as its header says) and a
-dataset whose first record holds the prompt and label keys. Each failure is one
-:class:`InputError` line naming the path, the flag and the fix. ``docs/conformance.md`` ("The
-recipe's input files").
+dataset whose first record holds the prompt and label keys (miles names a later bad record
+itself). Each failure is one :class:`InputError` line naming the path, the flag and the fix.
+``docs/conformance.md`` ("The recipe's input files").
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from miles_amd import strict_json
 from miles_amd.recipe.settings import CHECKPOINT_REPO, DATASET_REPO
 
 MXFP4_REPO = "openai/gpt-oss-20b"
-
 _INDEX_FILE = "model.safetensors.index.json"
 _SINGLE_FILE = "model.safetensors"
 _MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors spec caps the header at 100 MB
@@ -25,115 +24,91 @@ class InputError(ValueError):
     """An input file is missing or unusable; the message is one line with the fix."""
 
 
-def _where(path: Path, flag: str | None) -> str:
-    return f"{flag}: {path}" if flag else str(path)
+class _Fail:
+    """Builds the :class:`InputError` of one input: its flag and its fix."""
 
+    def __init__(self, flag: str, fix: str) -> None:
+        self.flag, self.fix = flag, fix
 
-def _fail(path: Path, flag: str | None, problem: str, fix: str) -> InputError:
-    return InputError(f"{_where(path, flag)}: {problem}; {fix}")
+    def __call__(self, path: Path, problem: str) -> InputError:
+        return InputError(f"{self.flag}: {path}: {problem}; {self.fix}")
 
 
 def _names(items: list[str]) -> str:
-    shown = ", ".join(items[:_SHOWN_NAMES])
     rest = len(items) - _SHOWN_NAMES
+    shown = ", ".join(items[:_SHOWN_NAMES])
     return f"{shown} and {rest} more" if rest > 0 else shown
 
 
-def _download_fix(checkpoint_dir: Path) -> str:
-    return (
-        f"run `miles-amd prepare` or `hf download {CHECKPOINT_REPO} --local-dir {checkpoint_dir}`"
-    )
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def validate_checkpoint(path: Path, *, flag: str = "--model-dir") -> None:
-    """Raise :class:`InputError` unless ``path`` is a complete BF16 gpt-oss-20b checkpoint.
-
-    ``path`` is the checkpoint directory itself (``<model_dir>/gpt-oss-20b-bf16``); ``flag``
-    names the CLI option the directory was derived from, for the message.
-    """
-    fix = _download_fix(path)
+    """Raise :class:`InputError` unless ``path`` (``<model_dir>/gpt-oss-20b-bf16``) is a
+    complete BF16 gpt-oss-20b checkpoint; ``flag`` is the option it came from."""
+    fail = _Fail(
+        flag, f"run `miles-amd prepare` or `hf download {CHECKPOINT_REPO} --local-dir {path}`"
+    )
     if not path.is_dir():
-        problem = "is not a directory" if path.exists() else "checkpoint directory does not exist"
-        raise _fail(path, flag, problem, fix)
-
-    config = _read_json_object(path / "config.json", flag, fix)
+        raise fail(
+            path, "is not a directory" if path.exists() else "checkpoint directory does not exist"
+        )
+    config = _json_object(path / "config.json", fail)
     quant = config.get("quantization_config")
     if isinstance(quant, dict) and str(quant.get("quant_method", "")).lower() == "mxfp4":
-        raise _fail(
-            path,
-            flag,
-            f"this is the MXFP4 checkpoint ({MXFP4_REPO}) but SGLang's Triton MoE path needs BF16",
-            fix,
+        problem = (
+            f"this is the MXFP4 checkpoint ({MXFP4_REPO}) but SGLang's Triton MoE path needs BF16"
         )
-    for dtype_key in ("torch_dtype", "dtype"):
-        dtype = config.get(dtype_key)
-        if dtype is not None and dtype != "bfloat16":
-            raise _fail(
-                path,
-                flag,
-                f"config.json says {dtype_key}={dtype!r}, the recipe needs 'bfloat16'",
-                fix,
+        raise fail(path, problem)
+    for key in ("torch_dtype", "dtype"):
+        if config.get(key) not in (None, "bfloat16"):
+            raise fail(path, f"config.json says {key}={config[key]!r}, the recipe needs 'bfloat16'")
+    index_file = path / _INDEX_FILE
+    if not index_file.exists():
+        if not (path / _SINGLE_FILE).is_file():
+            raise fail(path, f"has neither {_INDEX_FILE} nor {_SINGLE_FILE}")
+        _tensor_names(path / _SINGLE_FILE, fail)
+        return
+    weight_map = _json_object(index_file, fail).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise fail(index_file, "has no non-empty 'weight_map'")
+    by_shard: dict[str, list[str]] = {}
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or Path(shard).name != shard:
+            raise fail(index_file, f"maps {tensor!r} to an invalid file {shard!r}")
+        by_shard.setdefault(shard, []).append(tensor)
+    missing = sorted(s for s in by_shard if not (path / s).is_file())
+    if missing:
+        raise fail(
+            path,
+            f"{len(missing)} of {len(by_shard)} shards listed in {_INDEX_FILE} are missing "
+            f"({_names(missing)})",
+        )
+    for shard, tensors in sorted(by_shard.items()):
+        present = _tensor_names(path / shard, fail)
+        absent = [t for t in tensors if t not in present]
+        if absent:
+            raise fail(
+                path / shard,
+                f"lacks {len(absent)} tensors that {_INDEX_FILE} assigns to it ({_names(absent)})",
             )
 
-    _validate_weights(path, flag, fix)
 
-
-def _read_json_object(file: Path, flag: str | None, fix: str) -> dict:
+def _json_object(file: Path, fail: _Fail) -> dict:
     if not file.is_file():
-        raise _fail(file, flag, "is missing", fix)
+        raise fail(file, "is missing")
     try:
         data = strict_json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, strict_json.StrictJsonError) as exc:
-        raise _fail(file, flag, f"is not valid JSON ({_one_line(exc)})", fix) from exc
+        raise fail(file, f"is not valid JSON ({_one_line(exc)})") from exc
     if not isinstance(data, dict):
-        raise _fail(file, flag, f"holds a JSON {type(data).__name__}, not an object", fix)
+        raise fail(file, f"holds a JSON {type(data).__name__}, not an object")
     return data
 
 
-def _validate_weights(checkpoint_dir: Path, flag: str | None, fix: str) -> None:
-    index_file = checkpoint_dir / _INDEX_FILE
-    if not index_file.exists():
-        single = checkpoint_dir / _SINGLE_FILE
-        if not single.is_file():
-            raise _fail(checkpoint_dir, flag, f"has neither {_INDEX_FILE} nor {_SINGLE_FILE}", fix)
-        _safetensors_tensor_names(single, flag, fix)
-        return
-
-    index = _read_json_object(index_file, flag, fix)
-    weight_map = index.get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise _fail(index_file, flag, "has no non-empty 'weight_map'", fix)
-
-    tensors_by_shard: dict[str, list[str]] = {}
-    for tensor, shard in weight_map.items():
-        if not isinstance(shard, str) or Path(shard).name != shard:
-            raise _fail(index_file, flag, f"maps {tensor!r} to an invalid file {shard!r}", fix)
-        tensors_by_shard.setdefault(shard, []).append(tensor)
-
-    missing = sorted(s for s in tensors_by_shard if not (checkpoint_dir / s).is_file())
-    if missing:
-        raise _fail(
-            checkpoint_dir,
-            flag,
-            f"{len(missing)} of {len(tensors_by_shard)} shards listed in {_INDEX_FILE} "
-            f"are missing ({_names(missing)})",
-            fix,
-        )
-    for shard, tensors in sorted(tensors_by_shard.items()):
-        shard_path = checkpoint_dir / shard
-        present = _safetensors_tensor_names(shard_path, flag, fix)
-        absent = [t for t in tensors if t not in present]
-        if absent:
-            raise _fail(
-                shard_path,
-                flag,
-                f"lacks {len(absent)} tensors that {_INDEX_FILE} assigns to it ({_names(absent)})",
-                fix,
-            )
-
-
-def _safetensors_tensor_names(file: Path, flag: str | None, fix: str) -> set[str]:
-    """Return the tensor names in a safetensors file after checking its length."""
+def _tensor_names(file: Path, fail: _Fail) -> set[str]:
+    """The tensor names of a safetensors file whose length its header accounts for."""
     try:
         size = file.stat().st_size
         with file.open("rb") as handle:
@@ -141,90 +116,50 @@ def _safetensors_tensor_names(file: Path, flag: str | None, fix: str) -> set[str
             header_len = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
             raw = handle.read(header_len) if 0 <= header_len <= _MAX_HEADER_BYTES else b""
     except OSError as exc:
-        raise _fail(file, flag, f"cannot be read ({_one_line(exc)})", fix) from exc
+        raise fail(file, f"cannot be read ({_one_line(exc)})") from exc
     if header_len < 0:
-        raise _fail(file, flag, f"is truncated ({size} bytes, no safetensors header)", fix)
+        raise fail(file, f"is truncated ({size} bytes, no safetensors header)")
     if header_len > _MAX_HEADER_BYTES or len(raw) < header_len:
-        raise _fail(
-            file, flag, f"is truncated or corrupt (header length {header_len}, size {size})", fix
-        )
+        raise fail(file, f"is truncated or corrupt (header length {header_len}, size {size})")
     try:
         header = strict_json.loads(raw)
-        ends = [
-            int(entry["data_offsets"][1])
-            for name, entry in header.items()
-            if name != "__metadata__"
-        ]
+        ends = [int(e["data_offsets"][1]) for k, e in header.items() if k != "__metadata__"]
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:  # incl. JSON
-        raise _fail(
-            file, flag, f"has an unreadable safetensors header ({_one_line(exc)})", fix
-        ) from exc
+        raise fail(file, f"has an unreadable safetensors header ({_one_line(exc)})") from exc
     expected = 8 + header_len + max(ends, default=0)
     if size != expected:
-        raise _fail(
-            file,
-            flag,
-            f"is truncated or corrupt ({size} bytes, its header describes {expected})",
-            fix,
-        )
+        raise fail(file, f"is truncated or corrupt ({size} bytes, its header describes {expected})")
     return {name for name in header if name != "__metadata__"}
 
 
 def validate_dataset(
-    path: Path,
-    *,
-    input_key: str = "prompt",
-    label_key: str = "label",
-    flag: str = "--data-dir",
+    path: Path, *, input_key: str = "prompt", label_key: str = "label", flag: str = "--data-dir"
 ) -> None:
-    """Raise :class:`InputError` unless ``path``'s first non-empty line is a JSON object
-    with both ``input_key`` and ``label_key``.
-
-    Only the first record is read: the file is 17k lines and miles itself reports a bad record
-    later with its line; this check catches the wrong file, an empty file, or an unfinished
-    download before a GPU is touched.
-    """
-    fix = (
-        f"fetch it with `hf download --repo-type dataset {DATASET_REPO} --local-dir {path.parent}`"
-    )
+    """Raise :class:`InputError` unless ``path``'s first non-empty line is a JSON object with
+    both ``input_key`` and ``label_key``."""
+    repo = f"--repo-type dataset {DATASET_REPO} --local-dir {path.parent}"
+    fail = _Fail(flag, f"fetch it with `hf download {repo}`")
     if not path.is_file():
-        problem = "is not a file" if path.exists() else "dataset file does not exist"
-        raise _fail(path, flag, problem, fix)
-
-    first = _first_non_empty_line(path, flag, fix)
+        raise fail(path, "is not a file" if path.exists() else "dataset file does not exist")
+    try:
+        with path.open(encoding="utf-8") as handle:
+            first = next(((n, line) for n, line in enumerate(handle, 1) if line.strip()), None)
+    except UnicodeDecodeError as exc:
+        raise fail(path, f"is not UTF-8 text ({_one_line(exc)})") from exc
     if first is None:
-        raise _fail(path, flag, "is empty", fix)
+        raise fail(path, "is empty")
     line_no, text = first
     try:
         record = strict_json.loads(text, non_finite=True)
     except strict_json.StrictJsonError as exc:
-        raise _fail(path, flag, f"line {line_no} is not JSON ({_one_line(exc)})", fix) from exc
+        raise fail(path, f"line {line_no} is not JSON ({_one_line(exc)})") from exc
     if not isinstance(record, dict):
-        raise _fail(
-            path, flag, f"line {line_no} is a JSON {type(record).__name__}, not an object", fix
-        )
+        raise fail(path, f"line {line_no} is a JSON {type(record).__name__}, not an object")
     absent = [key for key in (input_key, label_key) if key not in record]
     if absent:
-        raise _fail(
+        raise fail(
             path,
-            flag,
             f"line {line_no} has no key {' or '.join(repr(k) for k in absent)} "
             f"(keys: {', '.join(sorted(map(str, record))) or 'none'}); "
             "check --input-key/--label-key or the file",
-            fix,
         )
-
-
-def _first_non_empty_line(path: Path, flag: str | None, fix: str) -> tuple[int, str] | None:
-    try:
-        with path.open(encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, start=1):
-                if line.strip():
-                    return line_no, line
-    except UnicodeDecodeError as exc:
-        raise _fail(path, flag, f"is not UTF-8 text ({_one_line(exc)})", fix) from exc
-    return None
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())

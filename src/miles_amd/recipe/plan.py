@@ -179,16 +179,8 @@ def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
     """``ray start`` for a head on the master address, its dashboard on loopback only (the
     driver's ``RayHead`` adds what makes it private)."""
     return (
-        "ray",
-        "start",
-        "--head",
-        "--node-ip-address",
-        master_addr,
-        "--num-gpus",
-        str(num_gpus),
-        "--disable-usage-stats",
-        "--dashboard-host",
-        "127.0.0.1",
+        *("ray", "start", "--head", "--node-ip-address", master_addr),
+        *("--num-gpus", str(num_gpus), "--disable-usage-stats", "--dashboard-host", "127.0.0.1"),
     )
 
 

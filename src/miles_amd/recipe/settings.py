@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from miles_amd.recipe.lora_targets import extra_target_modules, unmapped_targets_message
 from miles_amd.recipe.secret_flags import secret_flags_in
@@ -58,17 +58,9 @@ class Setting:
     negated: bool = False  # a bool passed when off (``--no-...``)
 
 
-def setting(
-    default: T,
-    *argv: str,
-    cli: str | None = None,
-    identity: bool = True,
-    under: str = "",
-    negated: bool = False,
-) -> T:
+def setting(default: T, *argv: str, **declared: Any) -> T:
     """A :class:`Recipe` field with its :class:`Setting` (``dataclasses.field`` metadata)."""
-    declared = Setting(argv, cli, identity, under, negated)
-    return field(default=default, metadata={"setting": declared})
+    return field(default=default, metadata={"setting": Setting(argv, **declared)})
 
 
 def parse_hardware(value: str) -> Hardware:

@@ -2,7 +2,7 @@
 
 :class:`CanaryRecord`: frozen dataclasses whose hints carry each field's constraints, read
 strictly by ``records.model`` (its JSON Schema, ``canary/canary.schema.json``, is generated
-from them). Beyond types the fields must agree (each class's ``contradiction``/``_check``):
+from them). Beyond types the fields must agree (each class's ``_check``):
 calls made, an exposed size run, counts that add up, a fingerprint following the kept
 mismatches, power bought and recomputed, a control whose ``caught`` follows its mismatched
 calls. A record that buys no power is not evidence. Fields: docs/node.md ("What canary.json
@@ -59,6 +59,11 @@ class Mismatch:
         return None
 
 
+def fingerprint_of(kept: tuple[Mismatch, ...]) -> str | None:
+    """A size's fingerprint: none without a kept mismatch, stale-read when all match."""
+    return None if not kept else STALE_READ if all(m.matches for m in kept) else "other"
+
+
 @dataclass(frozen=True)
 class ArmResult:
     """One rollout condition's share of a size: calls, calls wrong, blocks and blocks with one."""
@@ -106,7 +111,7 @@ class SizeResult:
     def first_mismatch(self) -> Mismatch | None:
         return self.mismatches_kept[0] if self.mismatches_kept else None
 
-    def contradiction(self) -> str | None:
+    def _check(self) -> str | None:
         """Why this size's fields disagree with each other; None when they agree."""
         if self.exposed != (self.wave_class == "exposed"):
             return f'"exposed" {self.exposed} disagrees with "wave_class" {self.wave_class}'
@@ -141,18 +146,10 @@ class SizeResult:
             return "its arms do not add up to its calls, mismatches and blocks"
         if any(a.mismatches > a.calls or a.blocks_with_mismatch > a.blocks for a in self.arms):
             return "an arm has more mismatches than calls or blocks with one than blocks"
-        want = (
-            None
-            if not self.mismatches_kept
-            else STALE_READ
-            if all(m.matches for m in self.mismatches_kept)
-            else "other"
-        )
+        want = fingerprint_of(self.mismatches_kept)
         if self.fingerprint != want:
             return f'"fingerprint" {self.fingerprint} disagrees with its kept mismatches ({want})'
         return None
-
-    _check = contradiction
 
 
 @dataclass(frozen=True)
@@ -293,9 +290,6 @@ class CanaryRecord:
         """The smallest size that had a mismatch; None when clean."""
         return next((r for r in self.results if r.mismatches), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self)))  # tuples as lists, as on disk
-
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
@@ -308,7 +302,7 @@ class CanaryRecord:
     def from_dict(cls, data: dict[str, Any]) -> CanaryRecord:
         return parse(cls, data)
 
-    def contradiction(self) -> str | None:
+    def _check(self) -> str | None:
         """Why the record as a whole is not evidence; None when its fields agree."""
         if self.repeats_with_mismatch > self.repeats:
             return (
@@ -334,5 +328,3 @@ class CanaryRecord:
                 f"{self.mismatches} mismatched calls"
             )
         return None
-
-    _check = contradiction
