@@ -42,39 +42,26 @@ from miles_amd.rules.spending import upper_tail
 LookMode = Literal["at_once", "spending", "final"]
 
 
-def _no_reference(rule: Rule, baseline: Baseline) -> str:
-    return "-"
-
-
-def _nothing_to_validate(rule: Rule, baseline: Baseline) -> Problem | None:
-    return None
-
-
 @dataclass(frozen=True)
 class KindSpec:
-    """One kind: ``check`` judges a run's non-empty series; ``expected`` states the tolerance
-    for N rollouts (gate and ``baseline diff``); ``reference`` the data it comes from;
-    ``validate`` is the loader's check that it is derived as declared; ``summary`` and
-    ``rederive`` feed ``baseline record``; ``looks`` how the first ``k`` rollouts are judged;
-    a ``spending`` kind's ``information`` (rule, baseline, k, N; None: ``k`` cannot judge it)
-    and ``nominal`` (rule, baseline, N) -> (a side's one-sided rate, sides);
-    ``needs_series`` False: judged from job.json; ``reference_series``: needs the reference's
-    per-rollout series; ``needs_spread``: needs the reference's spread."""
+    """One kind (``docs/gate-and-statistics.md``, "Adding a rule kind")."""
 
     name: KindName
     params: type[Params]
-    check: Callable[[Rule, Series, RuleContext], Check]
-    expected: Callable[[Rule, Baseline, int], str]
-    reference: Callable[[Rule, Baseline], str] = _no_reference
-    validate: Callable[[Rule, Baseline], Problem | None] = _nothing_to_validate
-    summary: Callable[[Rule, list[float]], dict[str, Any]] | None = None
-    rederive: Callable[[Rule, Baseline, int], Mapping[str, Any]] | None = None
-    looks: LookMode = "final"
+    check: Callable[[Rule, Series, RuleContext], Check]  # on a non-empty series
+    expected: Callable[[Rule, Baseline, int], str]  # the tolerance for N rollouts
+    reference: Callable[[Rule, Baseline], str] = lambda rule, baseline: "-"  # its data
+    validate: Callable[[Rule, Baseline], Problem | None] = lambda rule, baseline: None
+    summary: Callable[[Rule, list[float]], dict[str, Any]] | None = None  # baseline record
+    rederive: Callable[[Rule, Baseline, int], Mapping[str, Any]] | None = None  # same
+    looks: LookMode = "final"  # how the first k rollouts are judged
+    # spending: (rule, baseline, k, N) -> information (None: k cannot judge it), and
+    # (rule, baseline, N) -> (a side's one-sided rate, sides)
     information: Callable[[Rule, Baseline, int, int], float | None] | None = None
     nominal: Callable[[Rule, Baseline, int], tuple[float, int]] | None = None
-    needs_series: bool = True
-    reference_series: bool = False
-    needs_spread: bool = False
+    needs_series: bool = True  # False: judged from job.json
+    reference_series: bool = False  # needs the reference's per-rollout series
+    needs_spread: bool = False  # needs the reference's spread
 
 
 @dataclass(frozen=True)
