@@ -6,7 +6,7 @@
   (``miles_amd.baseline.shipped.check_shipped``).
 - :func:`for_variant`: the shipped baseline a variant is gated against: its own, else (the
   rccl control arm, which has none) stock's, applied baseline-free by the gate
-  (``judge.control_arm``).
+  (``judge.sequential``).
 - :func:`identity`: the baseline's digest and the shipped one of its name's
   (``miles_amd.baseline.shipped.baseline_digest``), for the gate to print and record; in CI
   the shipped baselines are the base branch's (``$MILES_AMD_BASELINES_DIR``, docs/ci.md).

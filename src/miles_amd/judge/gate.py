@@ -23,10 +23,15 @@ from miles_amd.judge.canary import (
     expected_failure,
     explain_known_bug,
 )
-from miles_amd.judge.control_arm import CONTROL_ARM
 from miles_amd.judge.environment import Environment, environment_check
 from miles_amd.judge.model_build import model_build_check
-from miles_amd.judge.sequential import Decision, decision, early_rule_failures, rule_checks
+from miles_amd.judge.sequential import (
+    CONTROL_ARM,
+    Decision,
+    decision,
+    early_rule_failures,
+    rule_checks,
+)
 from miles_amd.rules.check import BuiltinCheck, Check, RuleContext, fmt, listed, passed
 from miles_amd.rules.looks import run_looks
 from miles_amd.rules.model import Baseline
