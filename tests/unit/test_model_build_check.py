@@ -3,13 +3,11 @@
 env.json is written by the real writer (``run.preflight.write_env_json``) with facts made by
 the real fact functions of ``run.probes_miles`` from census readings
 (``tests.bridge_readings``), into copies of the embedded example; the check is read from the
-verdict of :func:`miles_amd.judge.gate.judge` on what the real reader loads, and once through
-the CLI.
+verdict of :func:`miles_amd.judge.gate.judge` on what the real reader loads.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,7 +21,6 @@ from miles_amd.recipe.settings import Recipe
 from miles_amd.run.preflight import Fact, write_env_json
 from miles_amd.run.probes_miles import attention_window_fact, lora_experts_fact, router_dtype_fact
 from tests.bridge_readings import NO_ADAPTER, NODE_EXPECTED, UNKNOWN, reading
-from tests.cli_runs import run_cli
 from tests.conformance.fake_inputs import GPT_OSS_20B_BF16_CONFIG
 from tests.constants import EXAMPLE
 
@@ -111,13 +108,3 @@ def test_no_count_is_not_measured_and_a_failure_with_require_env(
         run_dir(tmp_path / "o", [Fact("gpus", "ok", "8x gfx950")]), require_env=require_env
     )
     assert old.status == status and "no lora_experts fact" in old.detail
-
-
-def test_the_cli_gate_fails_a_run_without_expert_adapters(tmp_path: Path) -> None:
-    path = run_dir(tmp_path, model_facts(NO_ADAPTER, ("gate_up_proj",)))
-    result = run_cli("gate", "--run-dir", str(path), "--baseline", "stock")
-    assert result.returncode == 1
-    assert "model.lora_experts" in result.stdout
-    report = json.loads((path / "report" / "report.json").read_text())
-    (check,) = [c for c in report["checks"] if c["name"] == "model.lora_experts"]
-    assert check["status"] == "fail"
