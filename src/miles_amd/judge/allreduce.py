@@ -81,8 +81,11 @@ def allreduce_check(evidence: RunEvidence, variant: str | None, *, require_env: 
     )
 
 
-def recorded(evidence: RunEvidence) -> tuple[dict[str, str], list[str]]:
-    """(process -> fingerprint value, what is wrong with the job's line)."""
+def fix_check(evidence: RunEvidence, variant: str | None, *, require_env: bool) -> Check:
+    """``allreduce.fix`` of ``evidence`` for ``variant`` (module doc)."""
+    want = {"patched": aiter_fix.FIXED, "stock": aiter_fix.NOT_FIXED}.get(variant or "")
+    expected = f"{want or 'any fingerprint'}, one aiter source in {', '.join(PROCESSES)}"
+    # each process's fingerprint value, and what is wrong with the job's line
     values: dict[str, str] = {}
     wrong: list[str] = []
     if evidence.env is not None and evidence.env.value("aiter_fix"):
@@ -99,14 +102,6 @@ def recorded(evidence: RunEvidence) -> tuple[dict[str, str], list[str]]:
             values["job"] = value
         else:
             wrong.append(f"job.log line {hit.first_line} holds no fingerprint value")
-    return values, wrong
-
-
-def fix_check(evidence: RunEvidence, variant: str | None, *, require_env: bool) -> Check:
-    """``allreduce.fix`` of ``evidence`` for ``variant`` (module doc)."""
-    want = {"patched": aiter_fix.FIXED, "stock": aiter_fix.NOT_FIXED}.get(variant or "")
-    expected = f"{want or 'any fingerprint'}, one aiter source in {', '.join(PROCESSES)}"
-    values, wrong = recorded(evidence)
     unknown = []
     for who, value in values.items():
         verdict = aiter_fix.verdict_of(value)
