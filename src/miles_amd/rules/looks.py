@@ -160,17 +160,16 @@ def boundaries_problem(rule: Rule, baseline: Baseline) -> Problem | None:
 
 
 def _same(written: object, wanted: list[dict[str, Any]]) -> bool:
+    """Whether the file's ``boundaries`` (untrusted JSON) are ``wanted``, to 1e-12."""
     if not isinstance(written, list) or len(written) != len(wanted):
         return False
-    for got, want in zip(written, wanted, strict=True):
-        if not isinstance(got, Mapping) or set(got) != set(want):
-            return False
-        if got["rollout"] != want["rollout"]:
-            return False
-        for key in ("information", "z", "alpha_spent"):
-            value = got[key]
-            if not isinstance(value, (int, float)) or not math.isclose(
-                value, want[key], rel_tol=1e-12
-            ):
-                return False
-    return True
+    return all(
+        isinstance(got, Mapping)
+        and set(got) == set(want)
+        and got["rollout"] == want["rollout"]
+        and all(
+            isinstance(got[key], (int, float)) and math.isclose(got[key], want[key], rel_tol=1e-12)
+            for key in ("information", "z", "alpha_spent")
+        )
+        for got, want in zip(written, wanted, strict=True)
+    )
