@@ -1,16 +1,10 @@
 """Honest error rates of the gate: record a simulated reference, judge simulated runs with it.
 
-Benchmark support (``benchmarks/bench_calibration.py``). For each replicate of
-``tests.support.honest`` it records the simulated reference of a variant with the real
-``miles_amd.baseline.record.record_baseline`` (the template is the shipped baseline of that
-variant with each ``cover`` value replaced by the simulated other run's mean or max, as a
-recording next to that other run would carry), then judges ``k`` simulated test runs of the
-variant with the real gate (``miles_amd.judge.gate.judge``, ``expected_rollouts`` = N) as it
-runs by default, at the baseline's looks, and the same runs at the end only (``looks=False``,
-``--no-looks``); for each run red at a look, the rollout it was decided at. It decides
-nothing about the gate; it counts. A reference ``record`` refuses (a cover beyond
-twice the derived reach, a simulated reference failing its own rules) is counted as refused
-and its replicate skipped, as a maintainer would record another run.
+Benchmark support (``benchmarks/bench_calibration.py``). Per replicate of ``tests.support
+.honest`` it records the variant's simulated reference with the real ``record_baseline`` (the
+shipped template with each ``cover`` and ``pool`` the simulated other run's), then judges ``k``
+simulated runs with the real gate at the baseline's looks and at the end only, keeping each
+red run's rollout to red. A reference ``record`` refuses is counted and its replicate skipped.
 """
 
 from __future__ import annotations

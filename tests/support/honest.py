@@ -1,29 +1,14 @@
 """An honest noise model: the reference is simulated too, with run effects and autocorrelation.
 
-Benchmark support (``benchmarks/bench_calibration.py``; issue 19). ``tests.support
-.simulate`` draws healthy runs around the published reference as if the reference were the
-truth; this module draws the reference itself, the other published run its bands cover, and
-the runs judged against them, all from one model, so the reference's sampling error enters
-the figures. It decides how a replicate is drawn; it judges nothing and records nothing (the
-benchmark records each simulated reference with the real ``baseline record`` code and judges
-with the real gate).
-
-A **replicate** is one prompt sequence shared by every run in it (``--rollout-shuffle``,
-default seed): per rollout 8 prompt difficulties ``p ~ Beta(a, b)`` (the fit of
-``simulate.fit``: mean and spread of the published reward series). On it: a simulated patched
-reference, a simulated stock reference (each one is the other's ``cover`` run), and ``k`` test
-runs of each variant. Every run has, on top of ``simulate``'s per-rollout model:
-
-- a **run-level random effect**: the logprob gap and the KL multiplied by ``exp(u)``,
-  ``u ~ N(0, run_logprob)`` / ``N(0, run_kl)``; every prompt's success probability shifted by
-  ``N(0, run_reward)`` (:class:`Noise` says how each size was chosen from the published data);
-- **lag-1 autocorrelation** ``rho``: the log-scale innovations of the logprob gap, the KL and
-  the grad norm are AR(1) with that lag-1 correlation and unchanged marginal spread. The
-  reward has none: each rollout draws fresh prompts;
-- optionally a **skewed KL** (``kl_shape="skewed"``): ``c + LogNormal``, the shift ``c`` and
-  the lognormal fitted to the published KL min / mean / max of 20 rollouts (Blom's order
-  statistic positions), a shape the lognormal model does not have (the published min sits
-  close to the mean, the max far above it).
+Benchmark support (``benchmarks/bench_calibration.py``; issue 19). A replicate is one prompt
+sequence (per rollout 8 difficulties from ``simulate.fit``'s ``Beta``) shared by a simulated
+patched and stock reference (each the other's ``cover`` run) and ``k`` test runs of each
+variant, so the reference's sampling error enters the figures. On top of ``simulate``'s
+per-rollout model every run has a run-level random effect (the logprob gap and the KL times
+``exp(u)``, every prompt's success probability shifted), lag-1 autocorrelation ``rho`` of the
+log-scale gap, KL and grad norm (AR(1), marginal spread unchanged), and optionally a skewed KL
+(``c + LogNormal`` fitted to the published min / mean / max by Blom's positions). It judges and
+records nothing. The sizes and where they come from: ``baselines/README.md``'s table.
 """
 
 from __future__ import annotations
@@ -51,29 +36,8 @@ from tests.support.simulate import (
 
 @dataclass(frozen=True)
 class Noise:
-    """The sizes of the effects the fitted per-rollout model lacks.
-
-    Chosen from the published data (the two runs 4it2x89i / jvvnhop9 on one prompt sequence,
-    jvvnhop9's per-rollout series, its KL summary); ``benchmarks/bench_calibration.py``'s
-    sensitivity table shows the figures with none and with twice these:
-
-    - ``run_logprob = 0.03``: the two runs' logprob-gap means (0.0171, 0.016975) differ by
-      0.7%, less than their sampling error alone (sd 0.0017 / sqrt(10) = 3.2% of the mean),
-      so the point estimate of a run effect is 0; its one-sided 90% upper bound from that
-      one difference (``d²/2 / χ²_1(0.10) - (sd_a² + sd_b²)/40``) is 3.5%; 3% is taken.
-    - ``run_kl = 0.06``: one run, a summary only, so not estimable from data; the KL of two
-      nearby distributions is about half the mean squared logprob difference, so it scales
-      with the square of the gap's scale: a relative run effect of 3% on the gap is 6% on
-      the KL (the sensitivity table's doubled column, 12%, covers the issue's 10%).
-    - ``run_reward = 0.005`` (on every prompt's success probability): the two runs' reward
-      means on the same prompts differ by 0.009 (0.57 published to 2 decimals), half the
-      binomial sampling sd of that difference alone (0.017): point estimate 0; chosen as the
-      stock mean's rounding (±0.005). Runs start from one model and move little in 20 steps
-      at lr 1e-5, so a larger reward effect would need a cause the recipe does not have.
-    - ``rho = 0.3``: jvvnhop9's logprob series has lag-1 autocorrelation -0.007 (bias
-      ``-(1+4ρ)/n`` corrected: +0.04), standard error 1/sqrt(20) = 0.22; the one-sided 90%
-      upper bound is 0.32, rounded to 0.3.
-    """
+    """The sizes of the effects the per-rollout model lacks, each chosen from the published
+    data (``baselines/README.md``); the benchmark's sensitivity table scales them."""
 
     run_logprob: float = 0.03
     run_kl: float = 0.06

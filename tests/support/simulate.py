@@ -1,47 +1,22 @@
 """A noise model of a healthy gpt-oss-20b LoRA GRPO run, fitted to the published evidence.
 
-Test and benchmark support (``benchmarks/bench_calibration.py``, the calibration tests): it
-decides how a simulated run's per-rollout values are drawn and which regressions can be
-injected; it judges nothing (simulated runs go through the real ``miles_amd.judge.gate``).
-The gate never imports it: the rules' tolerances are derived from the baseline's data by
-``miles_amd.rules.bands``; this model only measures how often those rules are wrong.
-
-What is fitted, from what (every number comes from a shipped baseline's evidence):
-
-- ``rollout/raw_reward``: 8 prompt groups x 8 samples of a 0/1 reward. Each prompt has a
-  success probability ``p ~ Beta(a, b)``; a rollout's reward is ``sum Binomial(8, p_j) / 64``.
-  The mean ``a / (a + b)`` is the published series' mean; the concentration ``a + b`` is
-  fitted to its observed sd by the method of moments: ``Var(reward) = var_p/8 +
-  (m(1-m) - var_p)/64`` (8 prompts of 8 samples), so ``var_p = (s² - m(1-m)/64)·64/7`` and
-  ``a + b = m(1-m)/var_p - 1`` (jvvnhop9: m 0.561, s 0.0997 -> a + b ≈ 3.4).
-  Rollouts ``0..19`` see the same prompts as the published run (``--rollout-shuffle``,
-  default seed): their prompt difficulties are drawn from the posterior given the published
-  reward of that rollout (rejection sampling: draws whose 64 samples sum to the published
-  count are kept), so a simulated run pairs with the reference like a real one. Later
-  rollouts draw fresh prompts.
-- ``train/train_rollout_logprob_abs_diff``: independent lognormal draws per rollout with the
-  baseline's per-rollout mean and sd (the series' sample sd for jvvnhop9, range / d2(20) for
-  4it2x89i): the published series is right-skewed (min 0.015, max 0.0208 about 0.017).
-- ``train/train_rollout_kl``: lognormal with the mean and the range-derived sd of the
-  published summary (6.95e-4 .. 1.53e-3, mean 8.79e-4).
-- ``rollout/response_len/mean`` and ``rollout/truncated_ratio``: per prompt a truncation
-  probability ``t ~ Beta`` with the published mean 0.41 and the reward's concentration (an
-  assumption: only means were published); a truncated sample is 4096 tokens, the others
-  normal with the mean that makes the rollout mean 2920 (sd 700, clipped to 1..4095).
-- ``train/pg_clipfrac`` is 0 (one optimizer step a rollout is on-policy); ``train/grad_norm``
-  (judged only for steps and finiteness, never published) lognormal around 0.2.
-
-Regressions (:class:`Regression`) are applied on top: intermittent spikes (a rollout's
-logprob diff replaced, with probability ``spike_rate``, by ``0.15 + Exponential(0.1)``:
-a spike is above the seed's 0.15 threshold by definition), a logprob-diff scale, a reward
-shift (each prompt's p moved by ``reward_shift``), a KL scale, a steady logprob-diff drift
-from ``-drift`` to ``+drift`` per-rollout sds across the run (the mean unchanged), and a
-constant reward (every rollout the published mean rounded to k/64).
+Test and benchmark support: it draws simulated runs' per-rollout values and injects
+regressions; it judges nothing (the real ``miles_amd.judge.gate`` does) and the gate never
+imports it. What it fits, from which published numbers: ``baselines/README.md`` ("How often the
+gate is wrong"). In short: the reward is 8 prompt groups x 8 samples of a 0/1 reward, each
+prompt's ``p ~ Beta(a, b)`` with ``a + b`` from the series' sd by the method of moments, and
+rollouts 0..19 see the published run's prompts (difficulties drawn from the posterior given
+that rollout's published reward, so a simulated run pairs like a real one); the logprob gap
+and the KL lognormal with the published mean and spread; a prompt's truncation probability
+``Beta`` with the published mean (a truncated sample is 4096 tokens, the others normal around
+the length that gives the published mean); clipfrac 0; grad norm lognormal around 0.2.
+Regressions: a steady logprob-gap drift of ``±drift_sd`` per-rollout sds across the run (the
+mean unchanged) and a constant reward (the published mean rounded to k/64).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -71,28 +46,11 @@ class Regression:
     """What is wrong with a simulated run; the default is a healthy run."""
 
     name: str = "healthy"
-    spike_rate: float = 0.0
-    logprob_scale: float = 1.0
-    reward_shift: float = 0.0
-    kl_scale: float = 1.0
     drift_sd: float = 0.0
     constant_reward: bool = False
 
 
 HEALTHY = Regression()
-
-# The regression classes of issue 12, by the name the power table prints.
-REGRESSIONS: tuple[Regression, ...] = (
-    Regression("spike05", spike_rate=0.05),
-    Regression("spike10", spike_rate=0.10),
-    Regression("logprob_mean+20%", logprob_scale=1.2),
-    Regression("logprob_mean+50%", logprob_scale=1.5),
-    Regression("reward-0.05", reward_shift=-0.05),
-    Regression("reward-0.10", reward_shift=-0.10),
-    Regression("kl_x2", kl_scale=2.0),
-    Regression("logprob_drift", drift_sd=2.0),
-    Regression("constant_reward", constant_reward=True),
-)
 
 
 def lognormal_params(mean: float, sd: float) -> tuple[float, float]:
@@ -113,7 +71,6 @@ class NoiseModel:
     truncated_mean: float
     untruncated_len: float
     seed: int = 12
-    _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def reward_mean(self) -> float:
@@ -138,20 +95,16 @@ class NoiseModel:
         prompts = rng.beta(self.prompt_a, self.prompt_b, size=(runs, rollouts, GROUPS))
         for i, pool in enumerate(self.posterior_prompts[:rollouts]):
             prompts[:, i, :] = pool[rng.integers(0, len(pool), size=runs)]
-        p = np.clip(prompts + regression.reward_shift, 0.0, 1.0)
-        reward = rng.binomial(PER_GROUP, p).sum(axis=2) / SAMPLES
+        reward = rng.binomial(PER_GROUP, np.clip(prompts, 0.0, 1.0)).sum(axis=2) / SAMPLES
         if regression.constant_reward:
             reward = np.full(shape, round(self.reward_mean * SAMPLES) / SAMPLES)
         mu, sigma = self.logprob
-        logprob = rng.lognormal(mu, sigma, size=shape) * regression.logprob_scale
+        logprob = rng.lognormal(mu, sigma, size=shape)
         if regression.drift_sd:
             sd = float(np.exp(mu + sigma**2 / 2) * np.sqrt(np.expm1(sigma**2)))
             ramp = np.linspace(-1.0, 1.0, rollouts) if rollouts > 1 else np.zeros(1)
             logprob = logprob + regression.drift_sd * sd * ramp
-        if regression.spike_rate:
-            spikes = rng.random(shape) < regression.spike_rate
-            logprob = np.where(spikes, SPIKE_THRESHOLD + rng.exponential(0.1, shape), logprob)
-        kl = rng.lognormal(*self.kl, size=shape) * regression.kl_scale
+        kl = rng.lognormal(*self.kl, size=shape)
         length, truncated = self.lengths(rng, shape)
         grad = rng.lognormal(np.log(0.2), 0.3, size=shape)
         return metrics(logprob, reward, kl, length, truncated, grad)
@@ -194,17 +147,13 @@ def metrics(
     }
 
 
-def fit(patched: Baseline, logprob_from: Baseline | None = None) -> NoiseModel:
-    """Fit the model to the patched baseline's series and summaries (see the module doc).
-
-    ``logprob_from`` (default ``patched``) is the baseline whose logprob-diff spread the
-    model uses: the stock baseline for a healthy stock run.
-    """
+def fit(patched: Baseline) -> NoiseModel:
+    """Fit the model to the patched baseline's series and summaries (see the module doc)."""
     rewards = np.asarray(patched.series[REWARD])
     m, s2 = float(rewards.mean()), float(rewards.var(ddof=1))
     var_p = (s2 - m * (1 - m) / SAMPLES) * SAMPLES / (PER_GROUP - 1)
     concentration = m * (1 - m) / var_p - 1
-    logprob = spread_of(logprob_from or patched, LOGPROB)
+    logprob = spread_of(patched, LOGPROB)
     kl = spread_of(patched, KL)
     truncated = float(patched.summaries[TRUNCATED]["mean"])
     length = float(patched.summaries[RESPONSE_LEN]["mean"])

@@ -24,7 +24,7 @@ from miles_amd.judge.compare import (
 from miles_amd.rules.model import Baseline
 from tests.cli_runs import flat, run_cli
 from tests.constants import CLIPFRAC, EXAMPLE, LOGPROB, REWARD
-from tests.run_dirs import write_run
+from tests.run_dirs import published_values, write_run
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +32,10 @@ def patched() -> Baseline:
     return load_baseline("patched")
 
 
-def published(baseline: Baseline) -> dict[str, list[float]]:
-    return {
-        LOGPROB: list(baseline.series[LOGPROB]),
-        REWARD: [round(v * 64) / 64 for v in baseline.series[REWARD]],
-        CLIPFRAC: [0.0] * 20,
-    }
-
-
 @pytest.fixture(scope="module")
 def worse_run(tmp_path_factory, patched: Baseline) -> Path:
     """A run 'stock': logprob gap +30%, two spikes, reward 4/64 lower at every rollout."""
-    values = published(patched)
+    values = published_values()
     values[LOGPROB] = [v * 1.3 for v in values[LOGPROB]]
     values[LOGPROB][4], values[LOGPROB][13] = 0.31, 0.2
     values[REWARD] = [r - 4 / 64 for r in values[REWARD]]
@@ -272,7 +264,7 @@ def test_a_run_compared_with_itself_or_its_copy_is_warned_about(
 
 
 def test_rollout_counts_that_differ_are_warned_about(patched: Baseline, tmp_path: Path) -> None:
-    values = published(patched)
+    values = published_values()
     longer = write_run(tmp_path / "twenty", values)
     shorter = write_run(tmp_path / "ten", {k: v[:10] for k, v in values.items()}, job_id="b")
     result = compare(load_run(longer), load_run(shorter), patched)

@@ -87,41 +87,121 @@ def shown(verdict: Verdict, check: Check) -> None:
     assert check.detail[:60].replace("|", "\\|") in markdown, markdown
 
 
-def test_no_canary_json_is_not_measured_and_a_failure_on_the_hardware_path(tmp_path) -> None:
-    run = run_dir(tmp_path, "patched", AITER_LINE)
-    verdict, check = gated(run, "patched")
-    assert check.status == "not_measured" and verdict.verdict == "pass", verdict.reason
-    assert "no canary.json" in check.detail and "miles-amd canary --variant patched" in check.detail
-    strict, required = gated(run, "patched", require_env=True)
-    assert required.status == "fail" and NAME in {c.name for c in strict.failures}
+OWN = "(SGLangEngine pid=7) AMD/ROCm: Using 1-stage all-reduce kernel (deterministic)\n"
+MISSED, CAUGHT = {"control": BROKEN_CONTROL_MISSED}, {"control": BROKEN_CONTROL_CAUGHT}
+# id: ((run variant, job.log, env.json's aiter commit), canary (implementation, bad, variant,
+# extra) or None, baseline, require_env, status, verdict (None: either), in the detail, not in it)
+CASES = {
+    "no canary.json": (
+        ("patched", AITER_LINE, None), None, "patched", False, "not_measured", "pass",
+        ["no canary.json", "miles-amd canary --variant patched"], [],
+    ),
+    "no canary.json, required": (
+        ("patched", AITER_LINE, None), None, "patched", True, "fail", "fail", [], [],
+    ),
+    "a wrong sum on patched": (
+        ("patched", AITER_LINE, None), ("aiter", True, "patched", {}), "patched", False,
+        "fail", "fail",
+        [
+            "2 wrong sum(s) from aiter's CustomAllreduce",
+            "(matches ROCm/aiter#5694's stale read)",
+            "N=127 (aiter's 2stage path, non-uniform stage-1 trip count, exposed)",
+            f"repeat 0 call 5 rank 2 index {STALE['index']}: expected 4, seen 0",
+        ],
+        [],
+    ),
+    "a clean patched canary, with its power": (
+        ("patched", AITER_LINE, None), ("aiter", False, "patched", {}), "patched", False,
+        "pass", "pass", ["clean: ", "caught with probability", "no positive control ran"],
+        ["reproduce"],
+    ),
+    "a stock wrong sum without a spike: the A/B is meaningful": (
+        ("stock", AITER_LINE, None), ("aiter", True, "stock", {}), "stock", False, "pass",
+        "pass", ["reproduced", "the A/B is meaningful on this node"], ["trips"],
+    ),
+    **{
+        f"a {variant} positive control missed{', required' * strict}": (
+            (variant, AITER_LINE, None), ("aiter", False, variant, MISSED), variant, strict,
+            "fail" if strict else "not_measured", None,
+            [
+                "not measured: the canary could not see this class of race",
+                "control-broken made 4000 calls and none was wrong",
+            ],
+            [],
+        )
+        for variant in ("stock", "patched")
+        for strict in (False, True)
+    },
+    "a positive control caught: it can see the race": (
+        ("stock", AITER_LINE, None), ("aiter", False, "stock", CAUGHT), "stock", True, "pass",
+        None, ["control-broken was caught (37 of 4000 calls wrong)"], [],
+    ),
+    "the control arm, SGLang's own all-reduce clean": (
+        ("rccl", OWN, None), ("sglang", False, "rccl", {}), "stock", False, "pass", "pass", [], [],
+    ),
+    "the control arm, SGLang's own all-reduce wrong": (
+        ("rccl", OWN, None), ("sglang", True, "rccl", {}), "stock", False, "fail", "fail",
+        ["from SGLang's own CustomAllreduce"], [],
+    ),
+    "a canary of another implementation": (
+        ("rccl", "", None), ("aiter", False, "rccl", {}), "stock", False, "not_measured", None,
+        ["not evidence for this run"], [],
+    ),
+    "a canary of another implementation, required": (
+        ("rccl", "", None), ("aiter", False, "rccl", {}), "stock", True, "fail", None,
+        [
+            "canary.json tested aiter's CustomAllreduce",
+            "the rccl run's rollouts use SGLang's own CustomAllreduce",
+        ],
+        [],
+    ),
+    # on stock too: only aiter's all-reduce, the one its rollouts use, reproduces the bug
+    **{
+        f"a wrong sum from {implementation}": (
+            ("stock", AITER_LINE, None), (implementation, True, "stock", {}), "stock", False,
+            "fail", "fail", ["the all-reduce is wrong", "canary.json tested"], ["not evidence"],
+        )
+        for implementation in ("rccl", "reducer", "sglang")
+    },
+    "another variant's canary": (
+        ("patched", AITER_LINE, None), ("aiter", False, "stock", {}), "patched", True, "fail",
+        None, ["canary.json was run for the stock variant, this is the patched run"], [],
+    ),
+    "another aiter's canary": (
+        ("patched", AITER_LINE, "1a2b3c4d (git x)"),
+        ("aiter", False, "patched", {"aiter_commit": "99aa88bb"}), "patched", True, "fail",
+        None, ["canary.json tested aiter 99aa88bb, env.json's aiter is 1a2b3c4d"], [],
+    ),
+    "the same aiter by a commit prefix": (
+        ("patched", AITER_LINE, "1a2b3c4d5e (git x)"),
+        ("aiter", False, "patched", {"aiter_commit": "1a2b3c4d"}), "patched", True, "pass",
+        None, [], [],
+    ),
+}  # fmt: skip
 
 
-def test_a_wrong_sum_on_patched_fails_naming_n_the_kernel_path_and_the_element(
-    tmp_path,
-) -> None:
-    run = run_dir(tmp_path, "patched", AITER_LINE)
-    canary(run, "aiter", bad=True, variant="patched")
-    verdict, check = gated(run, "patched")
-    assert check.status == "fail" and check.observed == 2 and verdict.verdict == "fail"
-    for needle in (
-        "2 wrong sum(s) from aiter's CustomAllreduce",
-        "(matches ROCm/aiter#5694's stale read)",
-        "N=127 (aiter's 2stage path, non-uniform stage-1 trip count, exposed)",
-        f"repeat 0 call 5 rank 2 index {STALE['index']}: expected 4, seen 0",
-    ):
-        assert needle in check.detail, check.detail
-    shown(verdict, check)
-
-
-def test_a_clean_patched_canary_passes_with_its_power(tmp_path) -> None:
-    run = run_dir(tmp_path, "patched", AITER_LINE)
-    canary(run, "aiter", bad=False, variant="patched")
-    verdict, check = gated(run, "patched", require_env=False)
-    assert check.status == "pass" and verdict.verdict == "pass", verdict.reason
-    assert check.detail.startswith("clean: ") and "caught with probability" in check.detail
-    assert "reproduce" not in check.detail
-    assert "no positive control ran" in check.detail
-    shown(verdict, check)
+@pytest.mark.parametrize(
+    ("node", "record", "baseline", "strict", "status", "outcome", "said", "unsaid"),
+    CASES.values(),
+    ids=CASES.keys(),
+)
+def test_the_canary_check(tmp_path, node, record, baseline, strict, status, outcome, said, unsaid):
+    variant, log, commit = node
+    run = run_dir(tmp_path, variant, log, **({"aiter_commit": commit} if commit else {}))
+    if record is not None:
+        implementation, bad, canary_variant, extra = record
+        canary(run, implementation, bad=bad, variant=canary_variant, **extra)
+    verdict, check = gated(run, baseline, require_env=strict)
+    assert check.status == status, check.detail
+    assert outcome is None or verdict.verdict == outcome, verdict.reason
+    if status == "fail":
+        assert NAME in {c.name for c in verdict.failures}
+    if record is not None and record[1]:
+        assert check.observed == 2
+    assert all(text in check.detail for text in said), check.detail
+    assert not any(text in check.detail for text in unsaid), check.detail
+    if record is not None:
+        shown(verdict, check)
 
 
 def spiking_stock_run(root: Path) -> Path:
@@ -129,7 +209,11 @@ def spiking_stock_run(root: Path) -> Path:
     as miles writes it, with a stock preflight's env.json."""
     values = published_values()
     values[LOGPROB][7] = 0.4
-    run = write_run(root, values)
+    return on_a_stock_node(write_run(root, values))
+
+
+def on_a_stock_node(run: Path) -> Path:
+    """``run`` with a stock preflight's env.json and aiter's all-reduce in its job.log."""
     facts = {"gpus": "8x gfx950 (torch)", "rocm": "7.2.0-43", "aiter": "amd-aiter 0.1.5"}
     write_env_json(
         [Fact(k, "ok", v) for k, v in {**facts, "aiter_variant": "stock"}.items()], run, {}
@@ -156,17 +240,6 @@ def test_a_stock_wrong_sum_is_the_bug_reproduced_and_its_spike_is_named_known(tm
     shown(verdict, spikes)
 
 
-def test_a_stock_wrong_sum_without_a_spike_passes_and_says_the_ab_is_meaningful(
-    tmp_path,
-) -> None:
-    run = run_dir(tmp_path, "stock", AITER_LINE)
-    canary(run, "aiter", bad=True, variant="stock")
-    verdict, check = gated(run, "stock", require_env=False)
-    assert check.status == "pass" and verdict.verdict == "pass", verdict.reason
-    assert "reproduced" in check.detail and "trips" not in check.detail
-    shown(verdict, check)
-
-
 def test_a_clean_stock_canary_says_the_ab_says_nothing_about_the_fix(tmp_path) -> None:
     run = spiking_stock_run(tmp_path / "spike")
     canary(run, "aiter", bad=False, variant="stock")
@@ -189,84 +262,6 @@ def test_a_stock_red_of_another_fault_fails_and_is_not_the_known_bug(tmp_path) -
     spikes = next(c for c in verdict.checks if c.name == "logprob_abs_diff.spikes")
     assert not spikes.detail.startswith("known:")
     shown(verdict, check)
-
-
-@pytest.mark.parametrize("variant", ["stock", "patched"])
-def test_a_clean_canary_whose_positive_control_was_missed_is_not_measured(
-    tmp_path, variant
-) -> None:
-    run = run_dir(tmp_path, variant, AITER_LINE)
-    canary(run, "aiter", bad=False, variant=variant, control=BROKEN_CONTROL_MISSED)
-    verdict, check = gated(run, variant)
-    assert check.status == "not_measured", check.detail
-    assert check.detail.startswith("not measured: the canary could not see this class of race")
-    assert "control-broken made 4000 calls and none was wrong" in check.detail
-    assert gated(run, variant, require_env=True)[1].status == "fail"
-    shown(verdict, check)
-
-
-def test_a_clean_canary_whose_positive_control_was_caught_says_it_can_see_the_race(
-    tmp_path,
-) -> None:
-    run = run_dir(tmp_path, "stock", AITER_LINE)
-    canary(run, "aiter", bad=False, variant="stock", control=BROKEN_CONTROL_CAUGHT)
-    _, check = gated(run, "stock", require_env=True)
-    assert check.status == "pass"
-    assert "control-broken was caught (37 of 4000 calls wrong)" in check.detail
-
-
-def test_the_control_arm_needs_sglangs_own_all_reduce_clean(tmp_path) -> None:
-    own = "(SGLangEngine pid=7) AMD/ROCm: Using 1-stage all-reduce kernel (deterministic)\n"
-    clean = run_dir(tmp_path / "clean", "rccl", own)
-    canary(clean, "sglang", bad=False, variant="rccl")
-    verdict, check = gated(clean, "stock", require_env=False)
-    assert check.status == "pass" and verdict.verdict == "pass", verdict.reason
-    red = run_dir(tmp_path / "red", "rccl", own)
-    canary(red, "sglang", bad=True, variant="rccl")
-    verdict, check = gated(red, "stock")
-    assert check.status == "fail" and "from SGLang's own CustomAllreduce" in check.detail
-    shown(verdict, check)
-
-
-def test_a_canary_of_another_implementation_is_no_evidence_on_the_hardware_path(
-    tmp_path,
-) -> None:
-    run = run_dir(tmp_path, "rccl", "")
-    canary(run, "aiter", bad=False, variant="rccl")
-    _, lenient = gated(run, "stock")
-    assert lenient.status == "not_measured" and "not evidence for this run" in lenient.detail
-    verdict, strict = gated(run, "stock", require_env=True)
-    assert strict.status == "fail"
-    assert "canary.json tested aiter's CustomAllreduce" in strict.detail
-    assert "the rccl run's rollouts use SGLang's own CustomAllreduce" in strict.detail
-    shown(verdict, strict)
-
-
-@pytest.mark.parametrize("implementation", ["rccl", "reducer", "sglang"])
-def test_a_wrong_sum_is_red_whatever_implementation_it_names(tmp_path, implementation) -> None:
-    """On stock too: only aiter's all-reduce, the one its rollouts use, reproduces the bug."""
-    run = run_dir(tmp_path, "stock", AITER_LINE)
-    canary(run, implementation, bad=True, variant="stock")
-    verdict, check = gated(run, "stock")
-    assert check.status == "fail" and verdict.verdict == "fail"
-    assert "the all-reduce is wrong" in check.detail and "not evidence" not in check.detail
-    assert "canary.json tested" in check.detail  # and it says it was not the rollouts' one
-
-
-def test_another_variants_or_another_aiters_canary_is_no_evidence(tmp_path) -> None:
-    labelled = run_dir(tmp_path / "a", "patched", AITER_LINE)
-    canary(labelled, "aiter", bad=False, variant="stock")
-    _, check = gated(labelled, "patched", require_env=True)
-    assert check.status == "fail"
-    assert "canary.json was run for the stock variant, this is the patched run" in check.detail
-    commit = run_dir(tmp_path / "b", "patched", AITER_LINE, aiter_commit="1a2b3c4d (git x)")
-    canary(commit, "aiter", bad=False, variant="patched", aiter_commit="99aa88bb")
-    _, check = gated(commit, "patched", require_env=True)
-    assert check.status == "fail"
-    assert "canary.json tested aiter 99aa88bb, env.json's aiter is 1a2b3c4d" in check.detail
-    same = run_dir(tmp_path / "c", "patched", AITER_LINE, aiter_commit="1a2b3c4d5e (git x)")
-    canary(same, "aiter", bad=False, variant="patched", aiter_commit="1a2b3c4d")
-    assert gated(same, "patched", require_env=True)[1].status == "pass"
 
 
 def test_the_cpu_harness_form_gates_a_canary_only_run_dir(tmp_path) -> None:
@@ -332,27 +327,9 @@ def test_a_stock_red_of_the_logprob_rules_with_the_bug_reproduced_is_expected(tm
     assert markdown.startswith("**miles-amd gate: FAIL (expected: ROCm/aiter#5694 reproduced)**")
 
 
-def test_a_stock_red_whose_canary_was_clean_is_a_failure(tmp_path) -> None:
-    run = spiking_stock_run(tmp_path / "spike")
-    canary(run, "aiter", bad=False, variant="stock")
-    code, text, report = gate_report(run, tmp_path)
-    assert (code, report["expected_failure"]) == (1, None)
-    assert "expected" not in text.splitlines()[0]
-
-
-def test_a_stock_red_that_the_bug_does_not_explain_is_a_failure(tmp_path) -> None:
-    run = spiking_stock_run(tmp_path / "spike")
-    canary(run, "aiter", bad=True, variant="stock")
-    with open(run / "job.log", "a", encoding="utf-8") as log:
-        log.write(FAULT)
-    code, _, report = gate_report(run, tmp_path)
-    assert "sentinel.hip_memory_access_fault" in report["reason"]
-    assert (code, report["expected_failure"]) == (1, None)
-
-
-def stopped_stock_run(root: Path, stopped_by: str | None, rule: str) -> Path:
+def stopped_stock_run(root: Path, stopped_by: str, rule: str) -> Path:
     """A stock run the driver stopped after rollout 7 (a spike there), as job.json records a
-    watcher's trip (``run.watcher.Trip.to_dict``), with a stock env.json and a red canary."""
+    watcher's trip (``run.watcher.Trip.to_dict``)."""
     values = published_values()
     values[LOGPROB][7] = 0.4
     run = write_run(root, values, status="STOPPED", rollouts=range(8))
@@ -361,35 +338,49 @@ def stopped_stock_run(root: Path, stopped_by: str | None, rule: str) -> Path:
     job.update(stopped_by=stopped_by, stop_requested_at=1_767_228_700.0)
     job.update(failfast={**trip, "detected_at": 1_767_228_699.0, "look": None, "alpha_spent": None})
     (run / "job.json").write_text(json.dumps(job))
-    facts = {"gpus": "8x gfx950 (torch)", "rocm": "7.2.0-43", "aiter": "amd-aiter 0.1.5"}
-    write_env_json(
-        [Fact(k, "ok", v) for k, v in {**facts, "aiter_variant": "stock"}.items()], run, {}
-    )
-    with open(run / "job.log", "a", encoding="utf-8") as log:
-        log.write(AITER_LINE)
-    canary(run, "aiter", bad=True, variant="stock")
-    return run
+    return on_a_stock_node(run)
 
 
-def test_a_stock_run_stopped_at_the_bugs_spike_is_expected(tmp_path) -> None:
-    """On the node the watcher stops the run at its first spike: the job's status and the
-    missing steps are that stop's, so the bug explains them too."""
-    run = stopped_stock_run(tmp_path / "stopped", "fail-fast", "logprob_abs_diff.spikes")
-    verdict = judge(load_run(run), load_baseline("stock"))
-    failing = {c.name for c in verdict.failures}
-    assert {"job.status", "logprob_abs_diff.steps", "raw_reward.steps"} <= failing
-    assert verdict.expected_failure is not None
-    assert set(verdict.expected_failure.checks) == failing
+SPIKES = "logprob_abs_diff.spikes"
 
 
 @pytest.mark.parametrize(
-    ("stopped_by", "rule"),
-    [("fail-fast", "sentinel.hip_memory_access_fault"), ("timeout", "logprob_abs_diff.spikes")],
+    ("case", "expected"),
+    [
+        ("a clean canary", False),
+        ("a fault the bug does not explain", False),
+        # the watcher stopped it at its first spike: the job's status and the missing steps
+        # are that stop's, so the bug explains them too
+        ("stopped by fail-fast at the bug's spike", True),
+        ("stopped by fail-fast at a fault", False),
+        ("stopped by a timeout", False),
+    ],
 )
-def test_a_stock_run_stopped_for_anything_else_is_a_failure(tmp_path, stopped_by, rule) -> None:
-    run = stopped_stock_run(tmp_path / "stopped", stopped_by, rule)
+def test_a_stock_red_is_expected_only_where_the_reproduced_bug_explains_it(
+    tmp_path, case, expected
+) -> None:
+    stops = {
+        "stopped by fail-fast at the bug's spike": ("fail-fast", SPIKES),
+        "stopped by fail-fast at a fault": ("fail-fast", "sentinel.hip_memory_access_fault"),
+        "stopped by a timeout": ("timeout", SPIKES),
+    }
+    if case in stops:
+        run = stopped_stock_run(tmp_path / "stopped", *stops[case])
+    else:
+        run = spiking_stock_run(tmp_path / "spike")
+    canary(run, "aiter", bad=case != "a clean canary", variant="stock")
+    if case == "a fault the bug does not explain":
+        with open(run / "job.log", "a", encoding="utf-8") as log:
+            log.write(FAULT)
     verdict = judge(load_run(run), load_baseline("stock"))
-    assert verdict.verdict == "fail" and verdict.expected_failure is None
+    assert verdict.verdict == "fail" and (verdict.expected_failure is not None) == expected
+    if case == "a fault the bug does not explain":
+        assert "sentinel.hip_memory_access_fault" in verdict.reason
+    if expected:
+        failing = {c.name for c in verdict.failures}
+        assert {"job.status", "logprob_abs_diff.steps", "raw_reward.steps"} <= failing
+        assert verdict.expected_failure is not None
+        assert set(verdict.expected_failure.checks) == failing
 
 
 def test_only_stock_and_only_a_red_run_can_be_an_expected_failure(tmp_path) -> None:

@@ -20,6 +20,7 @@ from miles_amd.evidence.load import load_run
 from miles_amd.judge.environment import Environment, run_environment
 from miles_amd.judge.gate import Check, judge
 from miles_amd.records.env import EnvRecord
+from miles_amd.rules.model import Baseline
 from miles_amd.run.preflight import Fact, write_env_json
 from tests.bridge_readings import node_model_facts
 from tests.constants import EXAMPLE, SHIPPED
@@ -67,75 +68,63 @@ def test_env_json_is_read_into_an_identity(tmp_path: Path) -> None:
     assert run_environment(record) == Environment("gfx950", 8, "7.2", "patched", AITER)
 
 
-def test_the_matching_node_passes(tmp_path: Path) -> None:
-    check = identity(run_dir_with_env(tmp_path), require_env=True)
-    assert check.status == "pass", check.detail
-    assert check.observed == f"8x gfx950, ROCm 7.2, aiter patched ({AITER})"
+def edited(environment: dict) -> Baseline:
+    """The shipped patched baseline with ``provenance.environment`` updated."""
+    raw = json.loads(PATCHED.read_text())
+    raw["provenance"]["environment"].update(environment)
+    return parse_baseline(json.dumps(raw), path="edited.json")
+
+
+# As ``baseline record --allow-no-preflight`` writes it: only the declared variant.
+PARTIAL = dict.fromkeys(("gpu_arch", "gpu_model", "gpu_count", "rocm", "aiter_version"))
+MISMATCHES = [
+    ("gpus", "8x gfx942 (torch)", "gpu_arch: run gfx942, baseline gfx950"),
+    ("gpus", "4x gfx950 (rocm-smi)", "gpu_count: run 4, baseline 8"),
+    ("gpus", "8x gfx942,gfx950 (amd-smi)", "gpu_arch: run gfx942,gfx950, baseline gfx950"),
+    ("rocm", "6.4.1 (amd-smi version)", "rocm: run 6.4, baseline 7.2"),
+    ("variant", "stock", "aiter_variant: run stock, baseline patched"),
+]
+# id: (env.json's change (None: no env.json), the baseline's change, require_env, status,
+# in the detail)
+CASES = {
+    "the matching node": ({}, {}, True, "pass", ""),
+    **{
+        f"{field} {value}{', required' * strict}": ({field: value}, {}, strict, "fail", named)
+        for field, value, named in MISMATCHES
+        for strict in (False, True)
+    },
+    "an aiter version the baseline records": (
+        {}, {"aiter_version": "amd-aiter 0.1.4 @ fedcba987654"}, False, "fail",
+        f"aiter_version: run {AITER}, baseline amd-aiter 0.1.4 @ fedcba987654",
+    ),
+    "no env.json": (None, {}, False, "not_measured", ""),
+    "no env.json, required": (
+        None, {}, True, "fail", "no env.json in the run dir; run `miles-amd preflight --run-dir"
+    ),
+    # a preflight without --aiter-variant
+    "an unrecorded variant": (
+        {"variant": None}, {}, False, "pass", "env.json does not record aiter_variant"
+    ),
+    "an unrecorded variant, required": ({"variant": None}, {}, True, "fail", ""),
+    "no env.json, a baseline without hardware": (None, PARTIAL, False, "not_measured", ""),
+    "a baseline without hardware: the variant matches": ({}, PARTIAL, False, "pass", ""),
+    "a baseline without hardware, required": (
+        {}, PARTIAL, True, "fail", "the baseline records no gpu_arch, gpu_count, rocm"
+    ),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("change", "named"),
-    [
-        ({"gpus": "8x gfx942 (torch)"}, "gpu_arch: run gfx942, baseline gfx950"),
-        ({"gpus": "4x gfx950 (rocm-smi)"}, "gpu_count: run 4, baseline 8"),
-        ({"gpus": "8x gfx942,gfx950 (amd-smi)"}, "gpu_arch: run gfx942,gfx950, baseline gfx950"),
-        ({"rocm": "6.4.1 (amd-smi version)"}, "rocm: run 6.4, baseline 7.2"),
-        ({"variant": "stock"}, "aiter_variant: run stock, baseline patched"),
-    ],
+    ("env", "environment", "strict", "status", "named"), CASES.values(), ids=CASES.keys()
 )
-def test_a_mismatch_fails_naming_the_field(tmp_path: Path, change: dict, named: str) -> None:
-    run_dir = run_dir_with_env(tmp_path, **change)
-    for require_env in (False, True):
-        check = identity(run_dir, require_env=require_env)
-        assert check.status == "fail"
-        assert named in check.detail
-
-
-def test_the_aiter_version_is_compared_when_the_baseline_records_it(tmp_path: Path) -> None:
-    raw = json.loads(PATCHED.read_text())
-    raw["provenance"]["environment"]["aiter_version"] = "amd-aiter 0.1.4 @ fedcba987654"
-    other = parse_baseline(json.dumps(raw), path="other.json")
-    check = identity(run_dir_with_env(tmp_path), other)
-    assert check.status == "fail"
-    assert f"aiter_version: run {AITER}, baseline amd-aiter 0.1.4 @ fedcba987654" in check.detail
-
-
-def test_without_env_json_it_is_not_measured_unless_required() -> None:
-    assert identity(EXAMPLE).status == "not_measured"
-    required = identity(EXAMPLE, require_env=True)
-    assert required.status == "fail"
-    assert "no env.json in the run dir" in required.detail
-    assert "miles-amd preflight --run-dir" in required.detail
-
-
-def test_an_unrecorded_field_fails_only_when_required(tmp_path: Path) -> None:
-    run_dir = run_dir_with_env(tmp_path, variant=None)  # preflight without --aiter-variant
-    lenient = identity(run_dir)
-    assert lenient.status == "pass"
-    assert "env.json does not record aiter_variant" in lenient.detail
-    strict = identity(run_dir, require_env=True)
-    assert strict.status == "fail"
-
-
-def test_a_baseline_without_a_hardware_identity_cannot_pass_a_required_check(
-    tmp_path: Path,
-) -> None:
-    """As ``baseline record --allow-no-preflight`` writes it: only the declared variant."""
-    raw = json.loads(PATCHED.read_text())
-    raw["provenance"]["environment"] = {
-        "gpu_arch": None,
-        "gpu_count": None,
-        "rocm": None,
-        "aiter_variant": "patched",
-        "aiter_version": None,
-    }
-    partial = parse_baseline(json.dumps(raw), path="partial.json")
-    assert identity(EXAMPLE, partial).status == "not_measured"
-    run_dir = run_dir_with_env(tmp_path)
-    assert identity(run_dir, partial).status == "pass"  # the variant matches
-    required = identity(run_dir, partial, require_env=True)
-    assert required.status == "fail"
-    assert "the baseline records no gpu_arch, gpu_count, rocm" in required.detail
+def test_the_identity(tmp_path: Path, env, environment, strict, status, named) -> None:
+    run_dir = EXAMPLE if env is None else run_dir_with_env(tmp_path, **env)
+    baseline = edited(environment) if environment else None
+    check = identity(run_dir, baseline, require_env=strict)
+    assert check.status == status, check.detail
+    assert named in check.detail, check.detail
+    if status == "pass" and strict:
+        assert check.observed == f"8x gfx950, ROCm 7.2, aiter patched ({AITER})"
 
 
 @pytest.mark.parametrize(

@@ -14,20 +14,12 @@ from miles_amd.evidence.types import Conflict, JobRecord, RunEvidence, SentinelH
 from miles_amd.judge.gate import Check, Verdict, early_failures, judge
 from miles_amd.rules.model import Baseline
 from tests.constants import CLIPFRAC, KL, LOGPROB, REWARD
+from tests.run_dirs import published_values
 
 RESPONSE = "rollout/response_len/mean"
 TRUNCATED = "rollout/truncated_ratio"
 GRAD_NORM = "train/grad_norm"
 SUCCEEDED = JobRecord("raysubmit_1", "SUCCEEDED")
-
-
-def published(baseline: Baseline) -> dict[str, list[float]]:
-    """The patched run's published per-rollout values (rewards as the k/64 they round from)."""
-    return {
-        LOGPROB: list(baseline.series[LOGPROB]),
-        REWARD: [round(v * 64) / 64 for v in baseline.series[REWARD]],
-        CLIPFRAC: [0.0] * 20,
-    }
 
 
 def evidence(
@@ -53,7 +45,7 @@ def check(verdict: Verdict, name: str) -> Check:
 
 def with_values(baseline: Baseline, **changes: dict[int, float]) -> dict[str, list[float]]:
     """The published values with single points replaced: ``LOGPROB={3: 0.2}``."""
-    values = published(baseline)
+    values = published_values()
     keys = {"logprob": LOGPROB, "reward": REWARD, "clipfrac": CLIPFRAC}
     for short, points in changes.items():
         for step, value in points.items():
@@ -62,23 +54,23 @@ def with_values(baseline: Baseline, **changes: dict[int, float]) -> dict[str, li
 
 
 def with_series(patched: Baseline, metric: str, values: list[float]) -> dict[str, list[float]]:
-    return {**published(patched), metric: values}
+    return {**published_values(), metric: values}
 
 
 def without_step(patched: Baseline) -> RunEvidence:
-    run = evidence(published(patched))
+    run = evidence(published_values())
     run.series[LOGPROB] = tuple(p for p in run.series[LOGPROB] if p[0] != 7)
     return run
 
 
 def with_extra_steps(patched: Baseline) -> RunEvidence:
-    run = evidence(published(patched))
+    run = evidence(published_values())
     run.series[REWARD] = tuple(sorted((*run.series[REWARD], (4, 0.5), (20, 0.5))))
     return run
 
 
 def without_clipfrac(patched: Baseline) -> dict[str, list[float]]:
-    values = published(patched)
+    values = published_values()
     del values[CLIPFRAC]
     return values
 
@@ -125,7 +117,7 @@ def valued(**changes: dict[int, float]) -> Callable[[Baseline], RunEvidence]:
 Expected = dict[str, tuple[str, str, tuple[int, ...] | None]]
 CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
     "the published run": (
-        lambda b: evidence(published(b)),
+        lambda b: evidence(published_values()),
         "pass",
         {
             "job.status": ("pass", "", None),
@@ -137,22 +129,22 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
         },
     ),
     "a failed job": (
-        lambda b: evidence(published(b), job=FAILED_JOB),
+        lambda b: evidence(published_values(), job=FAILED_JOB),
         "fail",
         {"job.status": ("fail", "Job entrypoint command failed", None)},
     ),
     "a job whose full log was lost": (  # a fatal line may be missing: no pass
-        lambda b: evidence(published(b), job=PARTIAL_LOG),
+        lambda b: evidence(published_values(), job=PARTIAL_LOG),
         "fail",
         {"job.status": ("fail", "job.log is partial: the final log could not be fetched", None)},
     ),
     "no job.json": (
-        lambda b: evidence(published(b), job=None),
+        lambda b: evidence(published_values(), job=None),
         "pass",
         {"job.status": ("not_measured", "not measured", None)},
     ),
     "an unreadable job.json": (
-        lambda b: evidence(published(b), job=None, problems=(BROKEN_JOB,)),
+        lambda b: evidence(published_values(), job=None, problems=(BROKEN_JOB,)),
         "fail",
         {"job.status": ("error", "job.json unreadable", None)},
     ),
@@ -185,12 +177,12 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
         {"train_rollout_kl.mean": ("pass", "", None), "train_rollout_kl.steps": ("fail", "", None)},
     ),
     "a finite optional grad norm": (
-        lambda b: evidence({**published(b), **grad_norm(None)}),
+        lambda b: evidence({**published_values(), **grad_norm(None)}),
         "pass",
         {"grad_norm.finite": ("pass", "", None)},
     ),
     "a NaN optional grad norm": (
-        lambda b: evidence({**published(b), **grad_norm(5)}),
+        lambda b: evidence({**published_values(), **grad_norm(5)}),
         "fail",
         {"grad_norm.finite": ("fail", "", (5,))},
     ),
@@ -230,7 +222,12 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
     ),
     "summary-banded metrics inside": (
         lambda b: evidence(
-            {**published(b), KL: [8.8e-4] * 20, RESPONSE: [2900.0] * 20, TRUNCATED: [0.4] * 20}
+            {
+                **published_values(),
+                KL: [8.8e-4] * 20,
+                RESPONSE: [2900.0] * 20,
+                TRUNCATED: [0.4] * 20,
+            }
         ),
         "pass",
         {
@@ -241,7 +238,7 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
     ),
     "summary-banded metrics outside": (
         lambda b: evidence(
-            {**published(b), KL: [5e-3] * 20, RESPONSE: [4000.0] * 20, TRUNCATED: [0.95] * 20}
+            {**published_values(), KL: [5e-3] * 20, RESPONSE: [4000.0] * 20, TRUNCATED: [0.95] * 20}
         ),
         "fail",
         {
@@ -287,7 +284,7 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
         for bad in (math.nan, math.inf, -math.inf)
     },
     "a truncated source": (
-        lambda b: evidence(published(b), problems=(TRUNCATED_EVENTS,)),
+        lambda b: evidence(published_values(), problems=(TRUNCATED_EVENTS,)),
         "fail",
         {
             "evidence.readable": (
@@ -299,7 +296,8 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
     ),
     "two sources disagreeing": (
         lambda b: evidence(
-            published(b), conflicts=(Conflict(LOGPROB, 3, {"tensorboard": 0.0172, "job_log": 0.9}),)
+            published_values(),
+            conflicts=(Conflict(LOGPROB, 3, {"tensorboard": 0.0172, "job_log": 0.9}),),
         ),
         "fail",
         {
@@ -316,7 +314,7 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
         {"logprob_abs_diff.steps": ("fail", "not measured", None)},
     ),
     "a fatal and a known sentinel": (  # a known one is listed, never judged
-        lambda b: evidence(published(b), sentinels=(FATAL, KNOWN)),
+        lambda b: evidence(published_values(), sentinels=(FATAL, KNOWN)),
         "fail",
         {
             "sentinel.hip_memory_access_fault": (
@@ -326,13 +324,16 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
             )
         },
     ),
-    "a known sentinel": (lambda b: evidence(published(b), sentinels=(KNOWN,)), "pass", {}),
+    "a known sentinel": (lambda b: evidence(published_values(), sentinels=(KNOWN,)), "pass", {}),
     "paired noise within the binomial spread": (
         lambda b: evidence(
             with_series(
                 b,
                 REWARD,
-                [v + (1 / 64 if i % 2 else -1 / 64) for i, v in enumerate(published(b)[REWARD])],
+                [
+                    v + (1 / 64 if i % 2 else -1 / 64)
+                    for i, v in enumerate(published_values()[REWARD])
+                ],
             )
         ),
         "pass",
@@ -363,10 +364,10 @@ def test_each_rule_passes_and_fails_naming_what_it_saw(patched: Baseline, case: 
 def test_the_published_run_passes_stock_too_which_has_no_paired_rule(
     patched: Baseline, stock: Baseline
 ) -> None:
-    verdict = judge(evidence(published(patched)), stock)
+    verdict = judge(evidence(published_values()), stock)
     assert verdict.verdict == "pass", verdict.reason
     assert not [c for c in verdict.checks if c.kind == "paired_mean_diff"]
-    assert check(judge(evidence(published(patched)), stock), "raw_reward.mean").status == "pass"
+    assert check(judge(evidence(published_values()), stock), "raw_reward.mean").status == "pass"
     low = check(
         judge(evidence(with_series(patched, REWARD, [0.25] * 20)), stock), "raw_reward.mean"
     )
@@ -374,7 +375,7 @@ def test_the_published_run_passes_stock_too_which_has_no_paired_rule(
 
 
 def test_a_mean_band_without_and_with_looks(patched: Baseline) -> None:
-    values = published(patched)
+    values = published_values()
     values[LOGPROB] = [v + 0.0045 for v in values[LOGPROB]]
     result = check(judge(evidence(values), patched, looks=False), "logprob_abs_diff.mean")
     assert result.status == "fail"
@@ -388,7 +389,7 @@ def test_a_mean_band_without_and_with_looks(patched: Baseline) -> None:
 
 
 def test_a_paired_reward_drop_fails_inside_the_wider_unpaired_band(patched: Baseline) -> None:
-    values = published(patched)
+    values = published_values()
     values[REWARD] = [max(0.0, v - 5 / 64) for v in values[REWARD]]  # 5 fewer correct of 64
     verdict = judge(evidence(values), patched, looks=False)
     paired = check(verdict, "raw_reward.paired")
@@ -404,11 +405,11 @@ def test_a_paired_reward_drop_fails_inside_the_wider_unpaired_band(patched: Base
 
 
 def test_the_rollout_count_rescales_steps_and_bands(patched: Baseline) -> None:
-    values = {metric: vs[:3] for metric, vs in published(patched).items()}
+    values = {metric: vs[:3] for metric, vs in published_values().items()}
     verdict = judge(evidence(values), patched, expected_rollouts=3)
     assert verdict.verdict == "pass", verdict.reason
     assert verdict.expected_rollouts == 3
-    full = check(judge(evidence(published(patched)), patched), "logprob_abs_diff.mean")
+    full = check(judge(evidence(published_values()), patched), "logprob_abs_diff.mean")
     smoke = check(verdict, "logprob_abs_diff.mean")
     assert smoke.numbers["low"] < full.numbers["low"]
     assert smoke.expected != full.expected
@@ -417,7 +418,7 @@ def test_the_rollout_count_rescales_steps_and_bands(patched: Baseline) -> None:
     short = check(judge(evidence(values), patched), "logprob_abs_diff.steps")
     assert short.status == "fail" and "missing train/step 3, 4, 5" in short.detail
     # a longer run pairs only the reference's rollouts and gets a higher max bound
-    rewards = published(patched)[REWARD]
+    rewards = published_values()[REWARD]
     long = {LOGPROB: [0.017] * 40, REWARD: rewards + rewards, CLIPFRAC: [0.0] * 40}
     verdict = judge(evidence(long), patched, expected_rollouts=40)
     assert check(verdict, "raw_reward.paired").numbers["n"] == 20
@@ -427,7 +428,7 @@ def test_the_rollout_count_rescales_steps_and_bands(patched: Baseline) -> None:
     verdict = judge(evidence(longer), patched, expected_rollouts=1000)
     assert verdict.verdict == "pass", verdict.reason
     with pytest.raises(ValueError, match="expected_rollouts must be >= 1"):
-        judge(evidence(published(patched)), patched, expected_rollouts=0)
+        judge(evidence(published_values()), patched, expected_rollouts=0)
 
 
 # ---------------------------------------------------------------------------- fail fast
@@ -437,7 +438,7 @@ def test_early_failures_on_a_partial_run(patched: Baseline) -> None:
     """One rollout past the first look: a spike before the look lifts the mean there; the
     reward's NaN after it fails at once, and no look has judged it yet."""
     first = patched.run_shape.looks[0]
-    partial = {metric: vs[: first + 1] for metric, vs in published(patched).items()}
+    partial = {metric: vs[: first + 1] for metric, vs in published_values().items()}
     assert early_failures(evidence(partial, job=None), patched) == []
     partial[LOGPROB][4] = 0.31
     partial[REWARD][first] = math.nan

@@ -3,13 +3,11 @@
 env.json is written by the real writer (``run.preflight.write_env_json``) with facts made by
 the real fact functions of ``run.probes_miles`` from census readings
 (``tests.bridge_readings``), into copies of the embedded example; the check is read from the
-verdict of :func:`miles_amd.judge.gate.judge` on what the real reader loads, and once through
-the CLI.
+verdict of :func:`miles_amd.judge.gate.judge` on what the real reader loads.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,7 +21,6 @@ from miles_amd.recipe.settings import Recipe
 from miles_amd.run.preflight import Fact, write_env_json
 from miles_amd.run.probes_miles import attention_window_fact, lora_experts_fact, router_dtype_fact
 from tests.bridge_readings import NO_ADAPTER, NODE_EXPECTED, UNKNOWN, reading
-from tests.cli_runs import run_cli
 from tests.conformance.fake_inputs import GPT_OSS_20B_BF16_CONFIG
 from tests.constants import EXAMPLE
 
@@ -53,71 +50,62 @@ def check_of(path: Path, *, require_env: bool = False) -> Check:
     return check
 
 
-def test_expert_adapters_on_the_node_pass_with_the_router_note(tmp_path: Path) -> None:
-    check = check_of(run_dir(tmp_path, model_facts(NODE_EXPECTED)), require_env=True)
-    assert (check.status, check.observed) == ("pass", 48)
-    assert check.detail.startswith("48 expert linears LoRA-wrapped (48 grouped")
-    assert "attention: window (127, 0) on 12 of 24 layers" in check.detail
-    assert "router bf16 (24 with moe_router_dtype=None)" in check.detail
-    assert "(radixark/miles#3263) (known, tracked: not a failure)" in check.detail
+ZERO = model_facts(NO_ADAPTER, ("gate_up_proj",))
+# id: (env.json's facts (None: no env.json), require_env, status, observed, in the detail,
+# not in it)
+CASES = {
+    "expert adapters on the node, the router note": (
+        model_facts(NODE_EXPECTED), True, "pass", 48,
+        [
+            "48 expert linears LoRA-wrapped (48 grouped",
+            "attention: window (127, 0) on 12 of 24 layers",
+            "router bf16 (24 with moe_router_dtype=None)",
+            "(radixark/miles#3263) (known, tracked: not a failure)",
+        ],
+        [],
+    ),
+    "a router that got fp32: no tracked note": (
+        model_facts(reading(expert=48, grouped=48, window=[127, 0], router="fp32")), False,
+        "pass", 48, ["router fp32 (24 with moe_router_dtype=fp32)"], ["tracked"],
+    ),
+    "no expert adapter, even without require_env": (
+        ZERO, False, "fail", 0,
+        ["no MoE expert linear has a LoRA adapter (targets gate_up_proj)"], [],
+    ),
+    # a run dir is untrusted: the count is judged, not only the preflight's verdict on it
+    "a zero count whatever the fact status says": (
+        [Fact(ZERO[0].name, "ok", ZERO[0].value), *ZERO[1:]], False, "fail", 0,
+        ["0 expert linears"], [],
+    ),
+    "a bare targeted expert linear": (
+        model_facts(reading(expert=24, grouped=24, window=[127, 0], bare={"linear_fc2": 24})),
+        False, "fail", 24, ["got no adapter: 24 linear_fc2"], [],
+    ),
+    "windows unlike config.json": (
+        model_facts(reading(expert=48, grouped=48, window=None)), False, "fail", 48,
+        ["attention windows: window none on 0 of 24 layers"], [],
+    ),
+    **{
+        f"{what}{', required' * strict}": (
+            facts, strict, "fail" if strict else "not_measured", None, [said], []
+        )
+        for what, facts, said in (
+            ("no count", model_facts(UNKNOWN), "lora_experts: unknown: build: ModuleNotFoundError"),
+            ("no env.json", None, "no env.json"),
+            ("a preflight before the deep probe", [Fact("gpus", "ok", "8x gfx950")],
+             "no lora_experts fact"),
+        )
+        for strict in (False, True)
+    },
+}  # fmt: skip
 
 
-def test_a_router_that_got_fp32_carries_no_tracked_note(tmp_path: Path) -> None:
-    fixed = reading(expert=48, grouped=48, window=[127, 0], router="fp32")
-    check = check_of(run_dir(tmp_path, model_facts(fixed)))
-    assert check.status == "pass" and "router fp32 (24 with moe_router_dtype=fp32)" in check.detail
-    assert "tracked" not in check.detail
-
-
-def test_no_expert_adapter_fails_even_without_require_env(tmp_path: Path) -> None:
-    facts = model_facts(NO_ADAPTER, ("gate_up_proj",))
-    check = check_of(run_dir(tmp_path, facts))
-    assert (check.status, check.observed, check.required) == ("fail", 0, True)
-    assert "no MoE expert linear has a LoRA adapter (targets gate_up_proj)" in check.detail
-
-
-def test_a_zero_count_fails_whatever_the_fact_status_says(tmp_path: Path) -> None:
-    """A run dir is untrusted: the count is judged, not only the preflight's verdict on it."""
-    (lora, router, window) = model_facts(NO_ADAPTER, ("gate_up_proj",))
-    relabelled = Fact(lora.name, "ok", lora.value)
-    check = check_of(run_dir(tmp_path, [relabelled, router, window]))
-    assert check.status == "fail" and check.detail.startswith("0 expert linears")
-
-
-def test_a_bare_targeted_expert_linear_fails(tmp_path: Path) -> None:
-    half = reading(expert=24, grouped=24, window=[127, 0], bare={"linear_fc2": 24})
-    check = check_of(run_dir(tmp_path, model_facts(half)))
-    assert check.status == "fail" and "got no adapter: 24 linear_fc2" in check.detail
-
-
-def test_windows_unlike_config_json_fail(tmp_path: Path) -> None:
-    full = reading(expert=48, grouped=48, window=None)
-    check = check_of(run_dir(tmp_path, model_facts(full)))
-    assert check.status == "fail"
-    assert check.detail.startswith("attention windows: window none on 0 of 24 layers")
-
-
-@pytest.mark.parametrize("require_env", [False, True])
-def test_no_count_is_not_measured_and_a_failure_with_require_env(
-    tmp_path: Path, require_env: bool
-) -> None:
-    status = "fail" if require_env else "not_measured"
-    unknown = check_of(run_dir(tmp_path / "u", model_facts(UNKNOWN)), require_env=require_env)
-    assert unknown.status == status
-    assert "lora_experts: unknown: build: ModuleNotFoundError" in unknown.detail
-    absent = check_of(run_dir(tmp_path / "a", None), require_env=require_env)
-    assert absent.status == status and "no env.json" in absent.detail
-    old = check_of(
-        run_dir(tmp_path / "o", [Fact("gpus", "ok", "8x gfx950")]), require_env=require_env
-    )
-    assert old.status == status and "no lora_experts fact" in old.detail
-
-
-def test_the_cli_gate_fails_a_run_without_expert_adapters(tmp_path: Path) -> None:
-    path = run_dir(tmp_path, model_facts(NO_ADAPTER, ("gate_up_proj",)))
-    result = run_cli("gate", "--run-dir", str(path), "--baseline", "stock")
-    assert result.returncode == 1
-    assert "model.lora_experts" in result.stdout
-    report = json.loads((path / "report" / "report.json").read_text())
-    (check,) = [c for c in report["checks"] if c["name"] == "model.lora_experts"]
-    assert check["status"] == "fail"
+@pytest.mark.parametrize(
+    ("facts", "strict", "status", "observed", "said", "unsaid"), CASES.values(), ids=CASES.keys()
+)
+def test_the_lora_experts_check(tmp_path: Path, facts, strict, status, observed, said, unsaid):
+    check = check_of(run_dir(tmp_path, facts), require_env=strict)
+    assert (check.status, check.observed) == (status, observed), check.detail
+    assert check.required == (strict or status == "fail")
+    assert all(text in check.detail for text in said), check.detail
+    assert not any(text in check.detail for text in unsaid), check.detail

@@ -2,7 +2,7 @@
 
 A shipped baseline must also carry the recipe's required rules and pinned evidence
 (``baseline.shipped.check_shipped``); the rccl control arm is gated against stock's,
-baseline-free (``judge.control_arm``); an ungated run is watched with the patched baseline's
+baseline-free (``judge.sequential``); an ungated run is watched with the patched baseline's
 reference-free rules and no looks.
 """
 

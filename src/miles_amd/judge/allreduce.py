@@ -21,7 +21,7 @@ from miles_amd.evidence.sentinels import (
     ALLREDUCE_FALLBACK,
     ALLREDUCE_ONE_STAGE,
 )
-from miles_amd.evidence.types import EnvRecord, RunEvidence, SentinelHit
+from miles_amd.evidence.types import RunEvidence
 from miles_amd.rules.check import BuiltinCheck, Check
 
 _PATH_RATIONALE = (
@@ -43,16 +43,24 @@ _FIX = (
 )
 
 
+def _names_for(route: str) -> set[str]:
+    return {ALLREDUCE_AITER} if route == "aiter" else {ALLREDUCE_FALLBACK, ALLREDUCE_ONE_STAGE}
+
+
 def allreduce_check(evidence: RunEvidence, variant: str | None, *, require_env: bool) -> Check:
     """``allreduce.path`` of ``evidence`` for ``variant``; see the module doc."""
     want = "aiter" if variants.aiter_allreduce_expected(variant) else "sglang"
     expected = f"SGLang's all-reduce: {'aiter' if want == 'aiter' else 'SGLang own'}"
     hits = {hit.name: hit for hit in evidence.sentinels}
-    predicted = _predicted(evidence.env)
+    known = sorted(_names_for("aiter") | _names_for("sglang"))
+    observed = ", ".join(f"{name} x{hits[name].count}" for name in known if name in hits)
+    env = evidence.env
+    predicted = (env.value("sglang_allreduce") or None) if env is not None else None
     if predicted is not None and not predicted.startswith(want + ":"):
         detail = f"the preflight says the job takes {predicted}, not {want}; {_FIX}"
         return _path_check("fail", predicted, expected, detail, True)
-    wrong = [hits[n] for n in _names_against(want) if n in hits]
+    other = "sglang" if want == "aiter" else "aiter"
+    wrong = [hits[n] for n in sorted(_names_for(other)) if n in hits]
     if wrong:
         first = min(wrong, key=lambda hit: hit.first_line)
         detail = (
@@ -60,10 +68,11 @@ def allreduce_check(evidence: RunEvidence, variant: str | None, *, require_env: 
             f"({sum(h.count for h in wrong)}x): the {variant or 'baseline'} run needs {want}'s; "
             f"{_FIX}"
         )
-        return _path_check("fail", _observed(hits), expected, detail, True)
-    if _names_for(want) & hits.keys():
-        where = ", ".join(f"line {h.first_line} x{h.count}" for h in _ordered(hits, want))
-        return _path_check("pass", _observed(hits), expected, f"job.log: {where}", require_env)
+        return _path_check("fail", observed, expected, detail, True)
+    right = sorted((hits[n] for n in _names_for(want) if n in hits), key=lambda h: h.first_line)
+    if right:
+        where = ", ".join(f"line {h.first_line} x{h.count}" for h in right)
+        return _path_check("pass", observed, expected, f"job.log: {where}", require_env)
     detail = "not measured: job.log has no SGLang [AR] line saying which all-reduce ran" + (
         f"; the preflight predicted {predicted}" if predicted else ""
     )
@@ -72,34 +81,11 @@ def allreduce_check(evidence: RunEvidence, variant: str | None, *, require_env: 
     )
 
 
-def _names_for(route: str) -> set[str]:
-    return {ALLREDUCE_AITER} if route == "aiter" else {ALLREDUCE_FALLBACK, ALLREDUCE_ONE_STAGE}
-
-
-def _names_against(route: str) -> list[str]:
-    other = "sglang" if route == "aiter" else "aiter"
-    return sorted(_names_for(other))
-
-
-def _ordered(hits: dict[str, SentinelHit], route: str) -> list[SentinelHit]:
-    return sorted((hits[n] for n in _names_for(route) if n in hits), key=lambda h: h.first_line)
-
-
-def _observed(hits: dict[str, SentinelHit]) -> str:
-    seen = [
-        f"{name} x{hits[name].count}"
-        for name in sorted(_names_for("aiter") | _names_for("sglang"))
-        if name in hits
-    ]
-    return ", ".join(seen)
-
-
-def _predicted(env: EnvRecord | None) -> str | None:
-    return (env.value("sglang_allreduce") or None) if env is not None else None
-
-
-def recorded(evidence: RunEvidence) -> tuple[dict[str, str], list[str]]:
-    """(process -> fingerprint value, what is wrong with the job's line)."""
+def fix_check(evidence: RunEvidence, variant: str | None, *, require_env: bool) -> Check:
+    """``allreduce.fix`` of ``evidence`` for ``variant`` (module doc)."""
+    want = {"patched": aiter_fix.FIXED, "stock": aiter_fix.NOT_FIXED}.get(variant or "")
+    expected = f"{want or 'any fingerprint'}, one aiter source in {', '.join(PROCESSES)}"
+    # each process's fingerprint value, and what is wrong with the job's line
     values: dict[str, str] = {}
     wrong: list[str] = []
     if evidence.env is not None and evidence.env.value("aiter_fix"):
@@ -116,14 +102,6 @@ def recorded(evidence: RunEvidence) -> tuple[dict[str, str], list[str]]:
             values["job"] = value
         else:
             wrong.append(f"job.log line {hit.first_line} holds no fingerprint value")
-    return values, wrong
-
-
-def fix_check(evidence: RunEvidence, variant: str | None, *, require_env: bool) -> Check:
-    """``allreduce.fix`` of ``evidence`` for ``variant`` (module doc)."""
-    want = {"patched": aiter_fix.FIXED, "stock": aiter_fix.NOT_FIXED}.get(variant or "")
-    expected = f"{want or 'any fingerprint'}, one aiter source in {', '.join(PROCESSES)}"
-    values, wrong = recorded(evidence)
     unknown = []
     for who, value in values.items():
         verdict = aiter_fix.verdict_of(value)

@@ -222,7 +222,13 @@ def expected_failure(
     explained = {
         c.name for c in failing if c.metric == LOGPROB_METRIC and c.kind in EXPLAINED_KINDS
     }
-    stopped = _stopped_for(evidence) in explained
+    job = evidence.job  # the check the driver stopped the job for: a fail-fast trip or a look
+    stopped_for = None
+    if job is not None and job.stopped_by == "look" and job.look is not None:
+        stopped_for = job.look.rule
+    elif job is not None and job.stopped_by == "fail-fast" and job.failfast is not None:
+        stopped_for = job.failfast.get("rule")
+    stopped = isinstance(stopped_for, str) and stopped_for in explained
     if any(c.name not in explained and not (stopped and c.kind in STOP_KINDS) for c in failing):
         return None
     record = evidence.canary
@@ -230,16 +236,3 @@ def expected_failure(
     first = f", first at N={bad.tokens} ({bad.kernel} path)" if bad is not None else ""
     found = f"{record.mismatches} wrong sum(s) from {record.implementation}'s all-reduce{first}"
     return ExpectedFailure(found, tuple(c.name for c in failing))
-
-
-def _stopped_for(evidence: RunEvidence) -> str | None:
-    """The check the driver stopped the job for (a fail-fast trip or a look); None if none."""
-    job = evidence.job
-    if job is None:
-        return None
-    if job.stopped_by == "look" and job.look is not None:
-        return job.look.rule
-    if job.stopped_by == "fail-fast" and job.failfast is not None:
-        rule = job.failfast.get("rule")
-        return rule if isinstance(rule, str) else None
-    return None

@@ -157,11 +157,6 @@ class Comparison:
     warnings: tuple[str, ...] = ()  # why the comparison may not mean what it seems
 
 
-def _rollouts(evidence: RunEvidence) -> int:
-    """The rollouts a run logged: the most distinct steps of any metric."""
-    return max((len({s for s, _ in series}) for series in evidence.series.values()), default=0)
-
-
 def comparison_warnings(a: RunEvidence, b: RunEvidence) -> tuple[str, ...]:
     """A run compared with itself (the same dir, or the same job with the same series: every
     Δ is 0 by construction), and rollout counts that differ (paired on the common ones)."""
@@ -179,7 +174,10 @@ def comparison_warnings(a: RunEvidence, b: RunEvidence) -> tuple[str, ...]:
             f"A and B hold the same run (job {job_a}, the same series): every difference is "
             "0 by construction; pass the other arm's run dir"
         )
-    n_a, n_b = _rollouts(a), _rollouts(b)
+    n_a, n_b = (
+        max((len({s for s, _ in series}) for series in run.series.values()), default=0)
+        for run in (a, b)
+    )  # the rollouts a run logged: the most distinct steps of any metric
     if n_a != n_b:
         warnings.append(
             f"A has {n_a} rollouts and B {n_b}: paired on the rollouts both logged "
@@ -188,14 +186,13 @@ def comparison_warnings(a: RunEvidence, b: RunEvidence) -> tuple[str, ...]:
     return tuple(warnings)
 
 
-def _once(series: Series) -> dict[int, float]:
-    counts = Counter(step for step, _ in series)
-    return {s: v for s, v in series if counts[s] == 1 and math.isfinite(v)}
-
-
 def paired_diff(metric: str, a: Series, b: Series, samples: int | None) -> MetricDiff | None:
     """The paired difference of ``metric``; ``samples`` set for a 0/1 reward fraction."""
-    va, vb = _once(a), _once(b)
+    va, vb = (
+        {s: v for s, v in series if counts[s] == 1 and math.isfinite(v)}
+        for series in (a, b)
+        for counts in [Counter(step for step, _ in series)]
+    )
     steps = sorted(set(va) & set(vb))
     if not steps:
         return None

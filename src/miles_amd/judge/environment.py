@@ -73,45 +73,28 @@ def run_environment(env: EnvRecord) -> Environment:
     )
 
 
-def baseline_environment(provenance: Mapping[str, object]) -> Environment:
-    """The identity a baseline's ``provenance.environment`` records."""
-    raw = provenance.get("environment")
-    if not isinstance(raw, Mapping):
-        return Environment()
-    return Environment(**{f.name: raw.get(f.name) for f in fields(Environment)})
-
-
 def compare(run: Environment, reference: Environment) -> tuple[list[str], list[str]]:
     """(mismatches, fields the baseline records and the run does not)."""
     mismatched, unrecorded = [], []
     for name in (f.name for f in fields(Environment)):
         expected, found = getattr(reference, name), getattr(run, name)
-        if expected is None:
-            continue
-        if found is None and name == "gpu_model":
-            continue  # an env.json of a preflight before the gpu_model fact
+        if expected is None or (found is None and name == "gpu_model"):
+            continue  # gpu_model: an env.json of a preflight before the gpu_model fact
         if found is None:
             unrecorded.append(name)
-        elif name == "aiter_commit" and _same_commit(str(found), str(expected)):
-            continue
-        elif found != expected:
-            mismatched.append(f"{name}: run {found}, baseline {expected}{_fix_of(name, reference)}")
+        elif name != "aiter_commit":
+            if found != expected:
+                mismatched.append(f"{name}: run {found}, baseline {expected}")
+        elif not (str(found).startswith(str(expected)) or str(expected).startswith(str(found))):
+            variant = reference.aiter_variant
+            build = f" ({variants.describe(variant)})" if variant else ""
+            mismatched.append(
+                f"{name}: run {found}, baseline {expected} (the baseline's aiter{build}); fix: "
+                "run on an aiter built from the baseline's commit (AITER_PATCHED_REF / "
+                "AITER_PATCHED_DIR for patched), or record a baseline from this build with "
+                "`miles-amd baseline record`"
+            )
     return mismatched, unrecorded
-
-
-def _same_commit(a: str, b: str) -> bool:
-    return a.startswith(b) or b.startswith(a)
-
-
-def _fix_of(name: str, reference: Environment) -> str:
-    if name != "aiter_commit":
-        return ""
-    build = f" ({variants.describe(reference.aiter_variant)})" if reference.aiter_variant else ""
-    return (
-        f" (the baseline's aiter{build}); fix: run on an aiter built from the baseline's commit "
-        "(AITER_PATCHED_REF / AITER_PATCHED_DIR for patched), or record a baseline from this "
-        "build with `miles-amd baseline record`"
-    )
 
 
 def environment_check(
@@ -125,7 +108,9 @@ def environment_check(
     """``environment.identity`` of ``evidence`` against ``baseline``; see
     ``baselines/README.md`` ("Hardware identity"). ``key``: a record-only run's GPU count
     and model, which replace the template baseline's (``miles_amd.baseline.keys``)."""
-    reference = baseline_environment(baseline.provenance)
+    raw = baseline.provenance.get("environment")
+    raw = raw if isinstance(raw, Mapping) else {}
+    reference = Environment(**{f.name: raw.get(f.name) for f in fields(Environment)})
     if key is not None:
         reference = replace(reference, gpu_model=key.gpu_model, gpu_count=key.gpu_count)
     if control_arm:

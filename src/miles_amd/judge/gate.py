@@ -23,10 +23,15 @@ from miles_amd.judge.canary import (
     expected_failure,
     explain_known_bug,
 )
-from miles_amd.judge.control_arm import CONTROL_ARM
 from miles_amd.judge.environment import Environment, environment_check
 from miles_amd.judge.model_build import model_build_check
-from miles_amd.judge.sequential import Decision, decision, early_rule_failures, rule_checks
+from miles_amd.judge.sequential import (
+    CONTROL_ARM,
+    Decision,
+    decision,
+    early_rule_failures,
+    rule_checks,
+)
 from miles_amd.rules.check import BuiltinCheck, Check, RuleContext, fmt, listed, passed
 from miles_amd.rules.looks import run_looks
 from miles_amd.rules.model import Baseline
@@ -83,15 +88,9 @@ class Verdict:
         return tuple(c for c in self.checks if c.failed)
 
 
-_READABLE = BuiltinCheck(
-    "evidence.readable",
-    "evidence",
-    "corrupt, truncated or malformed evidence cannot vouch for the run",
-)
-_CONSISTENT = BuiltinCheck(
-    "evidence.consistent",
-    "evidence",
-    "two sources with different values for one step: neither can be trusted",
+_EVIDENCE = (
+    ("readable", "corrupt, truncated or malformed evidence cannot vouch for the run"),
+    ("consistent", "two sources with different values for one step: neither can be trusted"),
 )
 
 
@@ -103,20 +102,26 @@ def evidence_checks(evidence: RunEvidence) -> tuple[Check, Check]:
         + ", ".join(f"{src}={fmt(v)}" for src, v in sorted(c.values.items()))
         for c in evidence.conflicts
     ]
-
-    def judged(check: BuiltinCheck, found: list[str], noun: str, want: str, clean: str) -> Check:
-        detail = f"{len(found)} {noun}: {listed(found)}" if found else clean
-        return check(passed(not found), len(found), want, detail, True)
-
+    readable, consistent = (BuiltinCheck(f"evidence.{n}", "evidence", why) for n, why in _EVIDENCE)
     return (
-        judged(
-            _READABLE,
-            problems,
-            "source problem(s)",
+        readable(
+            passed(not problems),
+            len(problems),
             "0 unreadable sources",
-            "every source read cleanly",
+            f"{len(problems)} source problem(s): {listed(problems)}"
+            if problems
+            else "every source read cleanly",
+            True,
         ),
-        judged(_CONSISTENT, conflicts, "conflict(s)", "sources agree", "no two sources disagree"),
+        consistent(
+            passed(not conflicts),
+            len(conflicts),
+            "sources agree",
+            f"{len(conflicts)} conflict(s): {listed(conflicts)}"
+            if conflicts
+            else "no two sources disagree",
+            True,
+        ),
     )
 
 
@@ -138,15 +143,6 @@ def sentinel_checks(hits: Iterable[SentinelHit]) -> list[Check]:
         check = fatal("fail", hit.count, "absent", detail, True)
         checks.append(replace(check, numbers={"first_line": hit.first_line}))
     return checks
-
-
-def _readable(evidence: RunEvidence) -> bool:
-    return (
-        bool(evidence.series)
-        or evidence.job is not None
-        or evidence.canary is not None
-        or bool(evidence.sentinels)
-    )
 
 
 def _reason(
@@ -208,7 +204,7 @@ def judge(
         *rule_checks(ctx, control=control, record_only=record_only.key if record_only else None),
     ]
     checks = explain_known_bug(checks, evidence, variant)
-    if not _readable(evidence):
+    if not (evidence.series or evidence.sentinels or evidence.job or evidence.canary):
         verdict: VerdictName = "error"
     elif any(c.failed for c in checks):
         verdict = "fail"

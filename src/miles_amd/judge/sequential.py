@@ -1,30 +1,39 @@
-"""Sequential looks for the gate and the watcher: what a run's first rollouts decide.
+"""The rules' checks of a run, at its looks, for the gate and the watcher.
 
 Decides the gate's rule checks (:func:`rule_checks`: a ``spending`` rule's first failing
 look is its check), the watcher's (:func:`early_rule_failures`: ``at_once`` rules on what is
 read, ``spending`` rules at each look reached) and when a red run was decided
-(:func:`decision`). A look only fails a run. Pure. ``docs/gate-and-statistics.md`` ("Judging a
-run at its looks").
+(:func:`decision`). A look only fails a run. The rccl control arm is gated against stock's
+baseline with only the rules that take no tolerance from the reference run (a ``rederive`` or
+``reference_series`` kind is ``not_measured``, naming ``miles-amd compare``); a record-only run
+(no reviewed baseline for its key) by :data:`EVIDENCE_KINDS` only. Pure.
+``docs/gate-and-statistics.md`` ("Judging a run at its looks"), ``docs/node.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from miles_amd.evidence.types import RunEvidence, Series
-from miles_amd.judge.control_arm import (
-    CONTROL_ARM,
-    EVIDENCE_KINDS,
-    control_arm_check,
-    reference_bound,
-)
-from miles_amd.rules.check import Check, RuleContext
+from miles_amd.rules.check import Check, RuleContext, rule_check
 from miles_amd.rules.looks import run_looks
 from miles_amd.rules.model import Baseline, Rule
-from miles_amd.rules.registry import KINDS, evaluate_rule
+from miles_amd.rules.registry import KINDS, evaluate_rule, expected_text
 
-__all__ = ["Decision", "decision", "early_rule_failures", "rule_checks"]
+__all__ = ["CONTROL_ARM", "Decision", "decision", "early_rule_failures", "rule_checks"]
+
+CONTROL_ARM = "rccl"
+# The rule kinds a record-only run is judged by: evidence, not statistics (the job's end,
+# every step, finite values, the absolute spike threshold, the reward's k/64 grid of the batch
+# shape); every other kind is recorded, not judged.
+EVIDENCE_KINDS = frozenset({"job_status", "steps_complete", "finite", "all_below", "multiple_of"})
+
+
+def reference_bound(rule: Rule) -> bool:
+    """Whether ``rule``'s tolerance comes from the reference run (module doc)."""
+    kind = KINDS[rule.kind]
+    return kind.rederive is not None or kind.reference_series
 
 
 @dataclass(frozen=True)
@@ -45,7 +54,17 @@ def rule_checks(ctx: RuleContext, *, control: bool, record_only: str | None = No
     for rule in ctx.baseline.rules:
         statistical = rule.kind not in EVIDENCE_KINDS
         if (control and reference_bound(rule)) or (record_only and statistical):
-            checks.append(control_arm_check(rule, ctx.baseline, ctx.rollouts, record_only))
+            detail = (
+                f"no reviewed baseline for {record_only}: recorded, not judged"
+                if record_only
+                else f"not measured: the {CONTROL_ARM} control arm has no baseline, and this "
+                f"tolerance comes from the {ctx.baseline.name} reference run; measure it with "
+                "`miles-amd compare --run-dir <stock run of this node> --run-dir <this run> "
+                "--baseline stock`"
+            )
+            expected = expected_text(rule, ctx.baseline, ctx.rollouts)
+            check = rule_check(rule, "not_measured", None, expected, detail)
+            checks.append(replace(check, required=False))  # optional: recorded, not judged
             continue
         final = evaluate_rule(rule, ctx)
         assert final is not None  # the whole run always gets a check

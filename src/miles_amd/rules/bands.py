@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from functools import cache
 from statistics import NormalDist
@@ -415,17 +415,12 @@ class BandParams(Params):
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> BandParams:
-        band, d = raw["band"], raw["derive"]
-        derive = Derive(
-            d["method"], d["k"], tuple(d.get("cover", ())), d.get("run_sd", 0.0), d.get("rho", 0.0)
-        )
-        return cls(Band(band["low"], band["high"]), derive)
+        d = raw["derive"]  # the schema holds its keys to Derive's
+        return cls(Band(**raw["band"]), Derive(**{**d, "cover": tuple(d.get("cover", ()))}))
 
     def to_json(self) -> dict[str, Any]:
-        d = self.derive
-        derive: dict[str, Any] = {"method": d.method, "k": d.k, "cover": list(d.cover)}
-        derive.update({k: v for k, v in (("run_sd", d.run_sd), ("rho", d.rho)) if v})
-        return {"band": {"low": self.band.low, "high": self.band.high}, "derive": derive}
+        derive = {k: v for k, v in asdict(self.derive).items() if v or k in ("k", "cover")}
+        return {"band": asdict(self.band), "derive": {**derive, "cover": list(self.derive.cover)}}
 
 
 def band_for(rule: Rule, baseline: Baseline, n_rollouts: int, z: float | None = None) -> Band:

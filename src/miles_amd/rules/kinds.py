@@ -42,39 +42,26 @@ from miles_amd.rules.spending import upper_tail
 LookMode = Literal["at_once", "spending", "final"]
 
 
-def _no_reference(rule: Rule, baseline: Baseline) -> str:
-    return "-"
-
-
-def _nothing_to_validate(rule: Rule, baseline: Baseline) -> Problem | None:
-    return None
-
-
 @dataclass(frozen=True)
 class KindSpec:
-    """One kind: ``check`` judges a run's non-empty series; ``expected`` states the tolerance
-    for N rollouts (gate and ``baseline diff``); ``reference`` the data it comes from;
-    ``validate`` is the loader's check that it is derived as declared; ``summary`` and
-    ``rederive`` feed ``baseline record``; ``looks`` how the first ``k`` rollouts are judged;
-    a ``spending`` kind's ``information`` (rule, baseline, k, N; None: ``k`` cannot judge it)
-    and ``nominal`` (rule, baseline, N) -> (a side's one-sided rate, sides);
-    ``needs_series`` False: judged from job.json; ``reference_series``: needs the reference's
-    per-rollout series; ``needs_spread``: needs the reference's spread."""
+    """One kind (``docs/gate-and-statistics.md``, "Adding a rule kind")."""
 
     name: KindName
     params: type[Params]
-    check: Callable[[Rule, Series, RuleContext], Check]
-    expected: Callable[[Rule, Baseline, int], str]
-    reference: Callable[[Rule, Baseline], str] = _no_reference
-    validate: Callable[[Rule, Baseline], Problem | None] = _nothing_to_validate
-    summary: Callable[[Rule, list[float]], dict[str, Any]] | None = None
-    rederive: Callable[[Rule, Baseline, int], Mapping[str, Any]] | None = None
-    looks: LookMode = "final"
+    check: Callable[[Rule, Series, RuleContext], Check]  # on a non-empty series
+    expected: Callable[[Rule, Baseline, int], str]  # the tolerance for N rollouts
+    reference: Callable[[Rule, Baseline], str] = lambda rule, baseline: "-"  # its data
+    validate: Callable[[Rule, Baseline], Problem | None] = lambda rule, baseline: None
+    summary: Callable[[Rule, list[float]], dict[str, Any]] | None = None  # baseline record
+    rederive: Callable[[Rule, Baseline, int], Mapping[str, Any]] | None = None  # same
+    looks: LookMode = "final"  # how the first k rollouts are judged
+    # spending: (rule, baseline, k, N) -> information (None: k cannot judge it), and
+    # (rule, baseline, N) -> (a side's one-sided rate, sides)
     information: Callable[[Rule, Baseline, int, int], float | None] | None = None
     nominal: Callable[[Rule, Baseline, int], tuple[float, int]] | None = None
-    needs_series: bool = True
-    reference_series: bool = False
-    needs_spread: bool = False
+    needs_series: bool = True  # False: judged from job.json
+    reference_series: bool = False  # needs the reference's per-rollout series
+    needs_spread: bool = False  # needs the reference's spread
 
 
 @dataclass(frozen=True)
@@ -1006,23 +993,9 @@ def _step_information(rule: Rule, baseline: Baseline, k: int, n: int) -> float |
     return (a11 * a22 - a12 * a12) / a11
 
 
-def _z_nominal(sides: Callable[[Rule], int]) -> Callable[[Rule, Baseline, int], tuple[float, int]]:
-    """A spending kind's fixed-sample rate: ``z`` (a band's ``k``) standard errors a side."""
-
-    def nominal(rule: Rule, baseline: Baseline, n: int) -> tuple[float, int]:
-        z = BandParams.of(rule).derive.k if "derive" in rule.params else rule.params["z"]
-        return upper_tail(z), sides(rule)
-
-    return nominal
-
-
-def _summary_above(rule: Rule, values: list[float]) -> dict[str, Any]:
-    threshold = ThresholdParams.of(rule).threshold
-    return {"above_spike_threshold": sum(v > threshold for v in values)}
-
-
-def _fixed(text: Callable[[Rule], str]) -> Callable[[Rule, Baseline, int], str]:
-    return lambda rule, baseline, rollouts: text(rule)
+def _z_rate(rule: Rule) -> float:
+    """A spending kind's fixed-sample rate a side: ``z`` (a band's ``k``) standard errors."""
+    return upper_tail(BandParams.of(rule).derive.k if "derive" in rule.params else rule.params["z"])
 
 
 def _band_spec(name: str, spending: bool) -> KindSpec:
@@ -1030,16 +1003,14 @@ def _band_spec(name: str, spending: bool) -> KindSpec:
         name=name,
         params=BandParams,
         check=_band,
-        expected=lambda rule, baseline, rollouts: bands.band_for(
-            rule, baseline, rollouts
-        ).describe(),
+        expected=lambda r, b, n: bands.band_for(r, b, n).describe(),
         reference=_band_reference,
         validate=_band_valid,
         needs_spread=True,
         rederive=_band_rederive,
         looks="spending" if spending else "at_once",
         information=_mean_information if spending else None,
-        nominal=_z_nominal(lambda rule: 2) if spending else None,
+        nominal=(lambda r, b, n: (_z_rate(r), 2)) if spending else None,
     )
 
 
@@ -1048,28 +1019,28 @@ _SPECS = (
         "job_status",
         JobStatusParams,
         _job_status,
-        _fixed(lambda rule: JobStatusParams.of(rule).expected_status),
+        lambda r, b, n: JobStatusParams.of(r).expected_status,
         needs_series=False,
     ),
     KindSpec("steps_complete", NoParams, _steps_complete, _steps_expected, looks="at_once"),
-    KindSpec(
-        "finite", NoParams, _finite, _fixed(lambda rule: "every value finite"), looks="at_once"
-    ),
+    KindSpec("finite", NoParams, _finite, lambda r, b, n: "every value finite", looks="at_once"),
     KindSpec(
         "all_below",
         ThresholdParams,
         _all_below,
-        _fixed(lambda rule: f"0 values above {ThresholdParams.of(rule).threshold:g}"),
+        lambda r, b, n: f"0 values above {ThresholdParams.of(r).threshold:g}",
         validate=_all_below_valid,
-        summary=_summary_above,
+        summary=lambda r, vs: {
+            "above_spike_threshold": sum(v > ThresholdParams.of(r).threshold for v in vs)
+        },
         looks="at_once",
     ),
     KindSpec(
         "multiple_of",
         GridParams,
         _multiple_of,
-        _fixed(
-            lambda r: f"multiples of {grid(GridParams.of(r).quantum)} (±{GridParams.of(r).atol:g})"
+        lambda r, b, n: (
+            f"multiples of {grid(GridParams.of(r).quantum)} (±{GridParams.of(r).atol:g})"
         ),
         validate=_multiple_of_valid,
         looks="at_once",
@@ -1078,7 +1049,7 @@ _SPECS = (
         "near_zero",
         AtolParams,
         _near_zero,
-        _fixed(lambda rule: f"|value| ≤ {AtolParams.of(rule).atol:g}"),
+        lambda r, b, n: f"|value| ≤ {AtolParams.of(r).atol:g}",
         validate=_near_zero_valid,
         looks="at_once",
     ),
@@ -1097,7 +1068,7 @@ _SPECS = (
         "paired_mean_diff",
         PairedParams,
         _paired,
-        _fixed(lambda rule: _paired_text(PairedParams.of(rule), PairedParams.of(rule).z)),
+        lambda r, b, n: _paired_text(PairedParams.of(r), PairedParams.of(r).z),
         reference=lambda rule, baseline: (
             f"series of {len(baseline.series[_metric(rule)])} rollouts, "
             f"mean {numeric.mean(baseline.series[_metric(rule)]):.6g}"
@@ -1106,28 +1077,28 @@ _SPECS = (
         reference_series=True,
         looks="spending",
         information=_paired_information,
-        nominal=_z_nominal(lambda rule: 1 if rule.params.get("side") == "lower" else 2),
+        nominal=lambda r, b, n: (_z_rate(r), 1 if r.params.get("side") == "lower" else 2),
     ),
     KindSpec(
         "no_rising_trend",
         TrendParams,
         _trend,
-        _fixed(lambda rule: _trend_text(TrendParams.of(rule).z, TrendParams.of(rule).rho)),
+        lambda r, b, n: _trend_text(TrendParams.of(r).z, TrendParams.of(r).rho),
         looks="spending",
         information=_trend_information,
-        nominal=_z_nominal(lambda rule: 1),
+        nominal=lambda r, b, n: (_z_rate(r), 1),
     ),
     KindSpec(
         "log_mean_within",
         LogMeanParams,
         _log_mean,
-        _fixed(lambda rule: _log_mean_text(LogMeanParams.of(rule).z)),
+        lambda r, b, n: _log_mean_text(LogMeanParams.of(r).z),
         reference=_log_reference,
         validate=_log_valid,
         needs_spread=True,
         looks="spending",
         information=_log_mean_information,
-        nominal=_z_nominal(lambda rule: 2),
+        nominal=lambda r, b, n: (_z_rate(r), 2),
     ),
     KindSpec(
         "step_rise",
@@ -1139,7 +1110,7 @@ _SPECS = (
         needs_spread=True,
         looks="spending",
         information=_step_information,
-        nominal=lambda rule, baseline, n: (StepParams.of(rule).alpha, 1),
+        nominal=lambda r, b, n: (StepParams.of(r).alpha, 1),
     ),
 )
 KINDS: Mapping[KindName, KindSpec] = {

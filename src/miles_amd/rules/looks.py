@@ -17,15 +17,13 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from miles_amd.rules import spending
 from miles_amd.rules.bands import round_outward
 from miles_amd.rules.check import Problem
+from miles_amd.rules.kinds import KINDS
 from miles_amd.rules.model import BOUNDARIES, Baseline, Rule, RunShape
-
-if TYPE_CHECKING:
-    from miles_amd.rules.kinds import KindSpec
 
 DEFAULT_LOOKS = (5, 10, 15, 20)
 
@@ -54,13 +52,14 @@ def run_looks(shape: RunShape, rollouts: int) -> tuple[int, ...]:
 
 
 def rule_boundaries(
-    spec: KindSpec, rule: Rule, baseline: Baseline, rollouts: int, looks: Sequence[int]
+    rule: Rule, baseline: Baseline, rollouts: int, looks: Sequence[int]
 ) -> tuple[Boundary, ...]:
-    """The boundaries of a spending rule at ``looks`` of a run of ``rollouts``
-    (``docs/gate-and-statistics.md``, "The looks and each rule's boundaries");
-    a look its kind cannot judge (too few rollouts) or that would spend nothing is left out,
-    and a run too short for the kind to judge at all has none (its fixed-sample tolerance)."""
-    assert spec.information is not None and spec.nominal is not None
+    """A spending rule's boundaries at ``looks`` of a run of ``rollouts`` (other kinds: none):
+    what ``baseline record`` writes and the loader re-derives. A look its kind cannot judge
+    or that would spend nothing is left out; a run too short to judge at all has none."""
+    spec = KINDS[rule.kind]
+    if spec.information is None or spec.nominal is None:
+        return ()
     final = spec.information(rule, baseline, rollouts, rollouts)
     if final is None or not final > 0:
         return ()
@@ -97,7 +96,7 @@ _RECENT_SIZE = 64
 
 
 def boundary_at(
-    spec: KindSpec, rule: Rule, baseline: Baseline, rollouts: int, looks: Sequence[int], look: int
+    rule: Rule, baseline: Baseline, rollouts: int, looks: Sequence[int], look: int
 ) -> Boundary | None:
     """The rule's boundary at ``look`` (None: it judges nothing there)."""
     key = (id(baseline), id(rule), rollouts, tuple(looks))
@@ -105,7 +104,7 @@ def boundary_at(
     if entry is not None and entry[0] is baseline and entry[1] is rule:
         found = entry[2]
     else:
-        found = rule_boundaries(spec, rule, baseline, rollouts, looks)
+        found = rule_boundaries(rule, baseline, rollouts, looks)
         _RECENT[key] = (baseline, rule, found)
         while len(_RECENT) > _RECENT_SIZE:
             _RECENT.popitem(last=False)
@@ -115,7 +114,8 @@ def boundary_at(
 def looks_problem(shape: RunShape) -> Problem | None:
     """``run_shape.looks`` must be increasing rollouts in 1..rollouts, the last ``rollouts``."""
     looks, n = shape.looks, shape.rollouts
-    fix = f"set it to increasing rollouts ending at {n}, e.g. {list(_default_for(n))}"
+    quarter = max(1, n // 4)  # quarters: DEFAULT_LOOKS for 20 rollouts (test_spending.py)
+    fix = f"set it to increasing rollouts ending at {n}, e.g. {[*range(quarter, n, quarter), n]}"
     if not looks:
         return ("$.run_shape.looks", "no looks (the last must be run_shape.rollouts)", fix)
     if any(not a < b for a, b in pairwise(looks)):
@@ -129,23 +129,17 @@ def looks_problem(shape: RunShape) -> Problem | None:
     return None
 
 
-def _default_for(rollouts: int) -> tuple[int, ...]:
-    """Quarters of the run: :data:`DEFAULT_LOOKS` for 20 rollouts (``test_spending.py``)."""
-    quarter = max(1, rollouts // 4)
-    return (*(k for k in range(quarter, rollouts, quarter)), rollouts)
-
-
-def boundaries_problem(spec: KindSpec, rule: Rule, baseline: Baseline) -> Problem | None:
+def boundaries_problem(rule: Rule, baseline: Baseline) -> Problem | None:
     """A spending rule's ``boundaries`` are the derived ones for ``run_shape``; other kinds
     carry none. ``(JSON path below the rule, what, fix)``."""
     written = rule.params.get(BOUNDARIES)
-    if spec.looks != "spending":
+    if KINDS[rule.kind].looks != "spending":
         if written is None:
             return None
         return (f".{BOUNDARIES}", f"{rule.kind} is not judged at looks", f"remove {BOUNDARIES}")
     shape = baseline.run_shape
     try:
-        derived = rule_boundaries(spec, rule, baseline, shape.rollouts, shape.looks)
+        derived = rule_boundaries(rule, baseline, shape.rollouts, shape.looks)
     except (KeyError, ValueError, ArithmeticError) as exc:
         return (
             ".metric",
@@ -166,17 +160,16 @@ def boundaries_problem(spec: KindSpec, rule: Rule, baseline: Baseline) -> Proble
 
 
 def _same(written: object, wanted: list[dict[str, Any]]) -> bool:
+    """Whether the file's ``boundaries`` (untrusted JSON) are ``wanted``, to 1e-12."""
     if not isinstance(written, list) or len(written) != len(wanted):
         return False
-    for got, want in zip(written, wanted, strict=True):
-        if not isinstance(got, Mapping) or set(got) != set(want):
-            return False
-        if got["rollout"] != want["rollout"]:
-            return False
-        for key in ("information", "z", "alpha_spent"):
-            value = got[key]
-            if not isinstance(value, (int, float)) or not math.isclose(
-                value, want[key], rel_tol=1e-12
-            ):
-                return False
-    return True
+    return all(
+        isinstance(got, Mapping)
+        and set(got) == set(want)
+        and got["rollout"] == want["rollout"]
+        and all(
+            isinstance(got[key], (int, float)) and math.isclose(got[key], want[key], rel_tol=1e-12)
+            for key in ("information", "z", "alpha_spent")
+        )
+        for got, want in zip(written, wanted, strict=True)
+    )

@@ -15,6 +15,7 @@ from miles_amd.evidence.types import Series
 from miles_amd.rules import looks
 from miles_amd.rules.check import Check, Problem, RuleContext, Status, rule_check, step_range
 from miles_amd.rules.kinds import KINDS, KindSpec
+from miles_amd.rules.looks import rule_boundaries
 from miles_amd.rules.model import BOUNDARIES, Baseline, Rule
 
 __all__ = ["KINDS", "evaluate_rule", "expected_text", "rule_boundaries", "validate_rule"]
@@ -60,7 +61,7 @@ def _spending(
     """A spending rule at ``look`` (None: the last look, the whole run) with its bound there."""
     assert ctx.looks is not None
     at = ctx.rollouts if look is None else look
-    bound = looks.boundary_at(kind, rule, ctx.baseline, ctx.rollouts, ctx.looks, at)
+    bound = looks.boundary_at(rule, ctx.baseline, ctx.rollouts, ctx.looks, at)
     if bound is None:  # a look that spends nothing; the last look always spends the rest
         return None if look is not None else kind.check(rule, series, ctx)
     check = kind.check(rule, series, replace(ctx, look=look, limit=bound.z))
@@ -87,15 +88,4 @@ def validate_rule(rule: Rule, baseline: Baseline) -> Problem | None:
         if key not in names:
             takes = ", ".join(names) or "no other field"
             return (f".{key}", f"{rule.kind} takes {takes}, not {key}", f"remove {key}")
-    return kind.validate(rule, baseline) or looks.boundaries_problem(kind, rule, baseline)
-
-
-def rule_boundaries(
-    rule: Rule, baseline: Baseline, rollouts: int, run_looks: tuple[int, ...]
-) -> tuple[looks.Boundary, ...]:
-    """A spending rule's boundaries at ``run_looks`` of a run of ``rollouts`` (empty for
-    other kinds): what ``baseline record`` writes and the loader re-derives."""
-    kind = KINDS[rule.kind]
-    if kind.looks != "spending":
-        return ()
-    return looks.rule_boundaries(kind, rule, baseline, rollouts, run_looks)
+    return kind.validate(rule, baseline) or looks.boundaries_problem(rule, baseline)
