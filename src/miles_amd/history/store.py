@@ -238,10 +238,8 @@ class HistoryStore:
             )
 
     def _version(self) -> str | None:
-        has_meta = self._db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
-        ).fetchone()
-        if not has_meta:
+        sql = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+        if not self._db.execute(sql).fetchone():
             return None
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         return None if row is None else str(row[0])
@@ -270,38 +268,28 @@ class HistoryStore:
             row = [json.dumps(list(v)) if isinstance(v, tuple) else v for v in values]
             cursor = self._db.execute(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks})", row)
             run_id = int(cursor.lastrowid or 0)
-            for metric, points in sorted(record.series.items()):
-                summary = summarize([v for _, v in points])
-                if summary is None:
-                    continue
-                self._db.execute(
-                    f"INSERT INTO summaries (run_id, metric, {_SUMMARY_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, metric, *astuple(summary)),
-                )
-            for metric, points in sorted(record.series.items()):
-                self._db.executemany(
-                    "INSERT INTO metric_values (run_id, metric, step, value) VALUES (?, ?, ?, ?)",
-                    [(run_id, metric, s, v) for s, v in points if math.isfinite(v)],
-                )
-                self._db.executemany(
-                    "INSERT INTO nonfinite_values (run_id, metric, step, marker) "
-                    "VALUES (?, ?, ?, ?)",
-                    [
-                        (run_id, metric, s, _MARKERS[str(v)])
-                        for s, v in points
-                        if not math.isfinite(v)
-                    ],
-                )
+            series = sorted(record.series.items())
+            summaries = [(m, summarize([v for _, v in points])) for m, points in series]
+            self._db.executemany(
+                f"INSERT INTO summaries (run_id, metric, {_SUMMARY_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, m, *astuple(summary)) for m, summary in summaries if summary],
+            )
+            points = [(run_id, m, s, v) for m, values in series for s, v in values]
+            self._db.executemany(
+                "INSERT INTO metric_values (run_id, metric, step, value) VALUES (?, ?, ?, ?)",
+                [row for row in points if math.isfinite(row[3])],
+            )
+            self._db.executemany(
+                "INSERT INTO nonfinite_values (run_id, metric, step, marker) VALUES (?, ?, ?, ?)",
+                [(*row[:3], _MARKERS[str(row[3])]) for row in points if not math.isfinite(row[3])],
+            )
             yield run_id
 
     def mark(self, run_id: int, *, untrusted: bool, now: str) -> bool:
         """Mark run ``run_id`` untrusted (or trusted again); True when that changed anything."""
         with self._db:
-            if (
-                self._db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-                is None
-            ):
+            if not self._db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
                 raise HistoryError(f"{self.path}: no run {run_id} in the history")
             if untrusted:
                 sql = "INSERT OR IGNORE INTO untrusted_marks (run_id, marked_at) VALUES (?, ?)"
@@ -365,15 +353,10 @@ class HistoryStore:
                 f"SELECT metric, {_SUMMARY_COLUMNS} FROM summaries WHERE run_id = ?", (run_id,)
             )
         }
-        marked = self._db.execute(
-            "SELECT 1 FROM untrusted_marks WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        return StoredRun(
-            **_from_row(columns),
-            run_id=run_id,
-            summaries=summaries,
-            marked_untrusted=marked is not None,
-        )
+        sql = "SELECT 1 FROM untrusted_marks WHERE run_id = ?"
+        marked = self._db.execute(sql, (run_id,)).fetchone() is not None
+        return StoredRun(**_from_row(columns), run_id=run_id, summaries=summaries,
+                         marked_untrusted=marked)  # fmt: skip
 
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
         """One run's stored points per metric in step order (markers as NaN/±inf); a point
@@ -403,5 +386,6 @@ def _point(step: object, value: object, *, marker: bool) -> float | None:
         return None
     if marker:
         return float(value) if value in _MARKERS.values() else None  # type: ignore[arg-type]
-    finite = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if finite and math.isfinite(value) else None  # type: ignore[arg-type]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None

@@ -134,8 +134,7 @@ def series_note(values: Sequence[float], noun: str = "values") -> str | None:
 
 
 def draw_note(ax: Any, text: str, *, alone: bool = False) -> None:
-    """``text`` boxed in the middle of the panel, above the data (gid ``note``); ``alone``: the
-    panel has nothing else to show (its axes hidden)."""
+    """``text`` boxed mid-panel (gid ``note``); ``alone``: nothing else to show (axes hidden)."""
     if alone:
         ax.set_axis_off()
     box = {"boxstyle": "round", "facecolor": "white", "edgecolor": "0.6", "alpha": 0.9}
@@ -146,8 +145,7 @@ def draw_note(ax: Any, text: str, *, alone: bool = False) -> None:
 
 
 def png_bytes(figure: Any) -> bytes:
-    """The figure as PNG bytes: drawn once and the canvas's pixels encoded (``savefig`` would
-    draw twice under a layout engine)."""
+    """Drawn once and the pixels encoded (``savefig`` draws twice under a layout engine)."""
     import io
 
     import numpy as np
@@ -164,13 +162,12 @@ def drawable_value(value: float) -> float:
     return max(-DRAW_LIMIT, min(DRAW_LIMIT, value)) if math.isfinite(value) else value
 
 
-# The rule hints: (axes, the rule's check, the run's finite values); a check without the
-# figures a hint needs (one decided by a non-finite value) draws nothing.
+# The rule hints: (axes, check, the run's finite values); nothing without the figures needed.
 
 
 def threshold(ax: Any, check: Check, finite: list[float]) -> None:
-    """The spike threshold as a line when the data reach near it, else named in the legend
-    with how far above the run's max it lies (a line far above would squeeze the data)."""
+    """A line when the data reach near it, else named in the legend (a line far above would
+    squeeze the data)."""
     limit = check.numbers.get("threshold")
     if limit is None:
         return
@@ -184,8 +181,7 @@ def threshold(ax: Any, check: Check, finite: list[float]) -> None:
 
 
 def mean_band(ax: Any, check: Check, finite: list[float], what: str = "mean") -> None:
-    """The band bounds the run's mean, not its points: an interval right of the series with
-    the run's mean as a diamond on it."""
+    """The band bounds the run's mean: an interval right of the series, the mean a diamond."""
     low, high = check.numbers.get("low"), check.numbers.get("high")
     x = ax.dataLim.x1 + 1.5 if ax.has_data() else 0.0  # right of the series (and other bands)
     if low is not None and high is not None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -29,9 +28,12 @@ SCHEMA_VERSION = 3  # 2: the sequential looks (looks, decided_at_rollout, decide
 # 3: expected_failure (a red stock run ROCm/aiter#5694 explains)
 SCHEMA_PATH = Path(__file__).resolve().parent / "report.schema.json"
 
+_cell = escape.markdown
 _STATUS_ORDER = {"fail": 0, "error": 1, "pass": 2, "not_measured": 3}
 _STATUS_LABEL = {"fail": "FAIL", "error": "ERROR", "not_measured": "NOT MEASURED", "pass": "pass"}
 _NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+_CHECK_FIELDS = ("name", "metric", "kind", "required", "status")  # report.json's order
+_HIT_FIELDS = ("name", "severity", "count", "first_line", "first_text", "reference")
 
 
 def ordered_checks(verdict: Verdict) -> list[Check]:
@@ -108,10 +110,6 @@ def _json_number(value: object) -> object:
     return value
 
 
-def _json_numbers(numbers: Mapping[str, float]) -> dict[str, object]:
-    return {key: _json_number(value) for key, value in numbers.items()}
-
-
 def to_json(verdict: Verdict) -> dict[str, object]:
     """The report as a JSON-ready dict (strict JSON, ``docs/cli.md``: "The report")."""
     counts = {status: 0 for status in _STATUS_ORDER}
@@ -138,35 +136,23 @@ def to_json(verdict: Verdict) -> dict[str, object]:
         "decided_at_rollout": decided.rollout if decided else None,
         "decided_by": decided.check if decided else None,
         "alpha_spent": _json_number(decided.alpha_spent) if decided else None,
-        "expected_failure": _expected_json(verdict),
+        "expected_failure": None
+        if (expected := verdict.expected_failure) is None
+        else {"reason": REPRODUCED, "canary": expected.canary, "checks": list(expected.checks)},
         "counts": counts,
         "checks": [
             {
-                "name": c.name,
-                "metric": c.metric,
-                "kind": c.kind,
-                "required": c.required,
-                "status": c.status,
+                **{key: getattr(c, key) for key in _CHECK_FIELDS},
                 "observed": _json_number(c.observed),
                 "expected": c.expected,
                 "detail": c.detail,
                 "rationale": c.rationale,
                 "failing_steps": list(c.failing_steps),
-                "numbers": _json_numbers(c.numbers),
+                "numbers": {key: _json_number(value) for key, value in c.numbers.items()},
             }
             for c in verdict.checks
         ],
-        "sentinels": [
-            {
-                "name": h.name,
-                "severity": h.severity,
-                "count": h.count,
-                "first_line": h.first_line,
-                "first_text": h.first_text,
-                "reference": h.reference,
-            }
-            for h in verdict.sentinels
-        ],
+        "sentinels": [{key: getattr(h, key) for key in _HIT_FIELDS} for h in verdict.sentinels],
         "evidence": {
             "sources": dict(sorted(verdict.sources.items())),
             "problems": [
@@ -182,13 +168,6 @@ def to_json(verdict: Verdict) -> dict[str, object]:
             ],
         },
     }
-
-
-def _expected_json(verdict: Verdict) -> dict[str, object] | None:
-    expected = verdict.expected_failure
-    if expected is None:
-        return None
-    return {"reason": REPRODUCED, "canary": expected.canary, "checks": list(expected.checks)}
 
 
 def render_json(verdict: Verdict) -> str:
@@ -266,10 +245,6 @@ def render_text(verdict: Verdict) -> str:
         values = ", ".join(f"{k}={v!r}" for k, v in sorted(conflict.values.items()))
         lines.append(f"evidence conflict: {conflict.metric} at step {conflict.step}: {values}")
     return fit((escape.terminal(line) for line in lines), indent=" " * 7)
-
-
-def _cell(text: object) -> str:
-    return escape.markdown(text)
 
 
 def _markdown_checks(verdict: Verdict) -> list[str]:
