@@ -4,8 +4,8 @@ Each run goes through the real driver, Ray job, replay and gate (``tests.support
 then the real command line in subprocesses as CI runs it: ``baseline record
 --allow-no-preflight`` (a CPU rehearsal has no GPUs to pass a preflight), ``gate`` against the
 recorded file, ``baseline diff`` against the shipped patched baseline. A shifted run's changed
-bands are the unit tier's (``tests/unit/test_baseline_record.py``: the same record, gate and
-diff on miles' three formats written directly).
+bands and ``--from-history`` are the unit tier's (``test_baseline_record.py``,
+``test_baseline_keys.py``: the same commands on miles' three formats written directly).
 """
 
 from __future__ import annotations
@@ -74,44 +74,3 @@ def test_a_plain_rehearsal_records_the_shipped_bands(healthy_run: TrainResult, t
     # (and the spread floor's reference, which is derived from the reward mean)
     assert set(marked) == {"raw_reward.mean", "raw_reward.paired", "raw_reward.spread"}
     assert all(line.endswith("CHANGED: reference") for line in marked.values())
-
-
-def test_record_only_nights_become_a_reviewed_baseline(healthy_run: TrainResult, tmp_path) -> None:
-    """The rehearsal's run as three MI350X nights (the node's env.json, three job ids): each
-    gated with --baseline auto is record-only and kept by the real history store; then
-    `baseline record --from-history` derives that key's baseline from them."""
-    import shutil
-
-    from miles_amd.run.preflight import Fact, write_env_json
-    from tests.bridge_readings import node_model_facts
-
-    history, key = tmp_path / "history.sqlite", "8gpu/mi350x/patched"
-    for night in range(3):
-        run_dir = tmp_path / f"night{night}"
-        shutil.copytree(
-            healthy_run.outcome.run_dir, run_dir, ignore=shutil.ignore_patterns("report")
-        )
-        job = json.loads((run_dir / "job.json").read_text())
-        (run_dir / "job.json").write_text(json.dumps({**job, "job_id": f"{job['job_id']}-{night}"}))
-        facts = [
-            Fact("gpus", "ok", "8x gfx950 (torch)"),
-            Fact("gpu_model", "ok", "MI350X"),
-            Fact("rocm", "ok", "7.2.0-43 (/opt/rocm/.info/version)"),
-            Fact("aiter", "ok", "amd-aiter 0.1.5 (commit 1a2b3c4)"),
-            Fact("aiter_variant", "ok", "patched"),
-            *node_model_facts(),
-        ]
-        write_env_json(facts, run_dir, {"host": f"node-{night}"})
-        gated = run_cli_process(
-            "gate", "--run-dir", str(run_dir), "--baseline", "auto", "--history", str(history)
-        )
-        assert gated.returncode == 0, gated.stdout + gated.stderr
-        assert f"no reviewed baseline for {key}: recorded, not judged" in gated.stdout
-    out = tmp_path / "review" / "8gpu" / "mi350x" / "patched.json"
-    recorded = run_cli_process(
-        "baseline", "record", "--from-history", str(history), "--key", key, "--out", str(out)
-    )
-    assert recorded.returncode == 0, recorded.stderr
-    assert f"2 other trusted runs of {key} pass it" in recorded.stdout
-    environment = json.loads(out.read_text())["provenance"]["environment"]
-    assert (environment["gpu_model"], environment["gpu_count"]) == ("MI350X", 8)
