@@ -1,21 +1,9 @@
-"""Record a baseline: when a run may become one, and what the new file holds.
-
-- Refused (:class:`RecordError`, one line naming the file or flag and the fix): a source that
-  could not be read or two that disagree; no job.json or a job not ``SUCCEEDED``; no passing
-  preflight (env.json ``ok``) unless ``--allow-no-preflight`` (then said in the provenance),
-  or a recorded ``aiter_variant`` other than the one asked; a ``fatal`` log signature; a
-  required metric absent, or a ruled metric not one finite value at each step ``0..N-1``; a
-  run that fails its own recorded baseline.
-- Held: the template's rules and ``run_shape`` (``rollouts = N``, looks re-made), each
-  spending rule's boundaries and each band re-derived from the run (``rules.bands``); each
-  ruled metric's series as read, with its summary (an optional metric not logged keeps the
-  template's, noted); provenance from job.json and env.json; ``recorded_at`` and the
-  preflight outcome as items of ``notes``.
-- ``--from-history``: at least :data:`MIN_TRUSTED_RUNS` trusted runs of the key; the median
-  by logprob level is the reference, and every other one must pass the recorded baseline.
-- The file's text (:func:`baseline_json_text`): 2-space indent, number lists on one line.
-
-Explained in ``docs/cli.md`` ("What a recorded baseline holds").
+"""Record a baseline from a run: when a run may become one (else :class:`RecordError`, one line
+naming the file or flag and the fix), and what the new file holds: the template's rules with
+each band and spending boundary re-derived from the run, its series, summaries and provenance.
+``--from-history``: the median of at least :data:`MIN_TRUSTED_RUNS` trusted runs of a key is the
+reference, and every other must pass it. Explained in ``docs/cli.md`` ("What a recorded
+baseline holds", "The commands").
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Export the history as upstream miles' CI capture would have written it.
-
-Per run ``records/run-<id>/history-<id>.jsonl`` (capture's ``{"metric", "series"}`` lines,
-non-finite values as markers), ``runs.jsonl`` (upstream's ``runs`` columns plus ours) and the
-upstream test file of each variant (its ``register_rocm_ci`` and one ``register_ci_gate`` per
-metric), so upstream's parser, store and gate consume it. One ``test_path`` per aiter variant,
-``trusted`` a gate pass not marked untrusted; a run without a recorded variant is not
-exported. A row is foreign input: every write passes one guard (:func:`inside`); ``out_dir``
-is replaced only when it is an earlier export, built beside it and renamed. Explained in
-``docs/cli.md`` ("The export").
+"""Export the history as upstream miles' CI capture would have written it: per run a capture
+record, ``runs.jsonl`` (upstream's ``runs`` columns plus ours) and each variant's upstream test
+file. A run without a recorded variant is not exported; a row is foreign input, so every write
+passes one guard (:func:`inside`); ``out_dir`` is replaced only when it is an earlier export,
+built beside it and renamed. Explained in ``docs/cli.md`` ("The export").
 """
 
 from __future__ import annotations

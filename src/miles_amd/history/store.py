@@ -1,11 +1,9 @@
 """The run-history store: one SQLite file of plain SQL, schema versioned, verdicts appended.
 
-Keeps per judged run a ``runs`` row (:class:`RunRow`), per-metric ``summaries``, the
-per-rollout ``metric_values`` and ``nonfinite_values`` (upstream's capture markers), and
-``untrusted_marks``; ``meta.schema_version`` of another :data:`SCHEMA_VERSION` is refused,
-not migrated. An append is one transaction; a row read back is untrusted: checked against its
-field's type, a bad one skipped with a reason. A ``read_only`` store is neither created nor
-modified. Explained in ``docs/gate-and-statistics.md`` ("How runs are stored").
+A ``meta.schema_version`` other than :data:`SCHEMA_VERSION` is refused, not migrated; an append
+is one transaction; a row read back is untrusted: each column checked against its field's type,
+a bad row skipped with a reason. A ``read_only`` store is neither created nor modified.
+Explained in ``docs/gate-and-statistics.md`` ("How runs are stored").
 """
 
 from __future__ import annotations

@@ -189,14 +189,6 @@ def verdict_label(verdict: Verdict) -> str:
     return verdict.verdict.upper() + expected
 
 
-def headline(verdict: Verdict) -> str:
-    return (
-        f"miles-amd gate: {verdict_label(verdict)} - run {verdict.run_dir} against baseline "
-        f"{verdict.baseline_name} ({verdict.baseline_run_id}), "
-        f"{verdict.expected_rollouts} rollouts expected"
-    )
-
-
 def baseline_identity(verdict: Verdict) -> str:
     """The digest of the baseline judged with and whether it is the shipped one of its name."""
     if verdict.baseline_sha256 is None:
@@ -214,7 +206,9 @@ def baseline_identity(verdict: Verdict) -> str:
 def render_text(verdict: Verdict) -> str:
     """Plain text for the terminal, in the order of the markdown report."""
     lines = [
-        headline(verdict),
+        f"miles-amd gate: {verdict_label(verdict)} - run {verdict.run_dir} against baseline "
+        f"{verdict.baseline_name} ({verdict.baseline_run_id}), "
+        f"{verdict.expected_rollouts} rollouts expected",
         f"{verdict.verdict.upper()}: {verdict_sentence(verdict)}",
         baseline_identity(verdict),
         "",
@@ -247,8 +241,18 @@ def render_text(verdict: Verdict) -> str:
     return fit((escape.terminal(line) for line in lines), indent=" " * 7)
 
 
-def _markdown_checks(verdict: Verdict) -> list[str]:
+def render_markdown(verdict: Verdict) -> str:
+    """A reviewer's page: the verdict sentence, failures, passes, not measured, hits, evidence."""
     lines = [
+        f"**miles-amd gate: {verdict_label(verdict)}** - {_cell(verdict_sentence(verdict))}",
+        "",
+        f"Run {escape.markdown_code(verdict.run_dir)} against baseline "
+        f"{escape.markdown_code(verdict.baseline_name)} ({_cell(verdict.baseline_run_id)}), "
+        f"{verdict.expected_rollouts} rollouts expected. "
+        f"{_cell(verdict.reason)}",
+        "",
+        _cell(baseline_identity(verdict)) + ".",
+        "",
         "### Checks",
         "",
         "| status | check | metric | observed | expected | detail |",
@@ -263,27 +267,20 @@ def _markdown_checks(verdict: Verdict) -> list[str]:
     if _not_measured(verdict):
         lines += ["", "Not measured (optional, so they do not change the verdict):", ""]
         lines += [f"- {_cell(names)}: {_cell(why)}" for names, why in not_measured_reasons(verdict)]
-    return lines
-
-
-def _markdown_sentinels(verdict: Verdict) -> list[str]:
-    lines = ["### Sentinel hits", ""]
+    lines += ["", "### Sentinel hits", ""]
     if not verdict.sentinels:
-        return [*lines, "No sentinel hit in job.log."]
+        lines.append("No sentinel hit in job.log.")
+    else:
+        lines += [
+            "| sentinel | severity | count | first line | reference | first text |",
+            "|---|---|---|---|---|---|",
+        ]
     lines += [
-        "| sentinel | severity | count | first line | reference | first text |",
-        "|---|---|---|---|---|---|",
+        f"| {_cell(h.name)} | {h.severity} | {h.count} | {h.first_line} "
+        f"| {_cell(h.reference)} | {_cell(h.first_text[:160])} |"
+        for h in verdict.sentinels
     ]
-    for h in verdict.sentinels:
-        lines.append(
-            f"| {_cell(h.name)} | {h.severity} | {h.count} | {h.first_line} "
-            f"| {_cell(h.reference)} | {_cell(h.first_text[:160])} |"
-        )
-    return lines
-
-
-def _markdown_evidence(verdict: Verdict) -> list[str]:
-    lines = ["### Evidence", ""]
+    lines += ["", "### Evidence", ""]
     if verdict.sources:
         lines += ["| metric | source |", "|---|---|"]
         lines += [f"| {_cell(m)} | {s} |" for m, s in sorted(verdict.sources.items())]
@@ -294,33 +291,10 @@ def _markdown_evidence(verdict: Verdict) -> list[str]:
         lines += ["Problems:", *(f"- {_cell(p)}" for p in verdict.problems)]
     else:
         lines.append("Problems: none.")
-    if not verdict.conflicts:
-        return [*lines, "Conflicts: none."]
-    lines += ["", "Conflicts:"]
-    for c in verdict.conflicts:
-        values = ", ".join(f"{k}={v!r}" for k, v in sorted(c.values.items()))
-        lines.append(f"- {_cell(c.metric)} at step {c.step}: {_cell(values)}")
-    return lines
-
-
-def render_markdown(verdict: Verdict) -> str:
-    """A reviewer's page: the verdict sentence, failures, passes, not measured, hits, evidence."""
-    lines = [
-        f"**miles-amd gate: {verdict_label(verdict)}** - {_cell(verdict_sentence(verdict))}",
-        "",
-        f"Run {escape.markdown_code(verdict.run_dir)} against baseline "
-        f"{escape.markdown_code(verdict.baseline_name)} ({_cell(verdict.baseline_run_id)}), "
-        f"{verdict.expected_rollouts} rollouts expected. "
-        f"{_cell(verdict.reason)}",
-        "",
-        _cell(baseline_identity(verdict)) + ".",
-        "",
-        *_markdown_checks(verdict),
-        "",
-        *_markdown_sentinels(verdict),
-        "",
-        *_markdown_evidence(verdict),
-    ]
+    lines += ["", "Conflicts:"] if verdict.conflicts else ["Conflicts: none."]
+    for conflict in verdict.conflicts:
+        values = ", ".join(f"{k}={v!r}" for k, v in sorted(conflict.values.items()))
+        lines.append(f"- {_cell(conflict.metric)} at step {conflict.step}: {_cell(values)}")
     return "\n".join(lines) + "\n"
 
 
