@@ -171,20 +171,15 @@ def _build(store: HistoryStore, root: Path) -> Export:
         metrics = [k for k in TARGET_METRIC_KEYS if k in seen]
         _write(root, upstream_test_path(variant), upstream_test_file(variant, metrics))
     _write(root, INDEX, "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows))
-    return Export(
-        len(rows), skipped, tuple(upstream_test_path(v) for v in sorted(metrics_by_variant))
-    )
-
-
-def _export_files() -> re.Pattern[str]:
-    tests = "|".join(re.escape(upstream_test_path(v)) for v in AITER_VARIANTS)
-    return re.compile(rf"{re.escape(INDEX)}|records/run-([1-9][0-9]*)/history-\1\.jsonl|{tests}")
+    tests = tuple(upstream_test_path(v) for v in sorted(metrics_by_variant))
+    return Export(len(rows), skipped, tests)
 
 
 def earlier_export(out_dir: Path) -> str | None:
     """Why ``out_dir`` (an existing dir) is not an earlier export, None when it is one: it
     holds only regular files an export writes, in its layout, and no link."""
-    files = _export_files()
+    tests = "|".join(re.escape(upstream_test_path(v)) for v in AITER_VARIANTS)
+    files = re.compile(rf"{re.escape(INDEX)}|records/run-([1-9][0-9]*)/history-\1\.jsonl|{tests}")
     for top, dirs, names in os.walk(out_dir, onerror=_raise):
         for name in (*dirs, *names):
             path = Path(top, name)
@@ -203,12 +198,9 @@ def _raise(error: OSError) -> None:
 
 
 def export_upstream(store: HistoryStore, out_dir: Path) -> Export:
-    """Write the export into ``out_dir`` whole or not at all (built beside it, then renamed).
-
-    ``out_dir`` must be absent, empty, or an earlier export (:func:`earlier_export`), which is
-    replaced; anything else raises ``FileExistsError`` naming what is in the way, and is left
-    as it was.
-    """
+    """Write the export into ``out_dir`` whole or not at all (built beside it, then renamed):
+    absent, empty, or an earlier export (:func:`earlier_export`), which is replaced; anything
+    else is ``FileExistsError`` naming what is in the way, and is left as it was."""
     out_dir = Path(os.path.abspath(out_dir))  # "." names its parent's entry, not itself
     if out_dir.is_symlink():
         raise FileExistsError(

@@ -212,13 +212,7 @@ class HistoryStore:
                 self._db = sqlite3.connect(self.path, timeout=30.0)
                 self._db.execute("PRAGMA foreign_keys = ON")
             found = self._version()
-            if found is None and read_only:
-                self._db.close()
-                raise HistoryError(
-                    f"{self.path}: not a miles-amd history (no schema in it); point --history "
-                    "at a file `miles-amd gate --history` wrote"
-                )
-            if found is None:
+            if found is None and not read_only:
                 with self._db:
                     self._db.executescript(_SCHEMA)
                     self._db.execute(
@@ -231,7 +225,10 @@ class HistoryStore:
         if found != str(SCHEMA_VERSION):
             self._db.close()
             raise HistoryError(
-                f"{self.path}: history schema version {found}, this miles-amd writes "
+                f"{self.path}: not a miles-amd history (no schema in it); point --history "
+                "at a file `miles-amd gate --history` wrote"
+                if found is None
+                else f"{self.path}: history schema version {found}, this miles-amd writes "
                 f"{SCHEMA_VERSION}; use another file or a matching miles-amd"
             )
 
