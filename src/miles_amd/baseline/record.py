@@ -174,13 +174,12 @@ def recorded_series(
         duplicated = [s for s, c in counts.items() if c > 1]
         unexpected = [s for s in counts if not 0 <= s < rollouts]
         if missing or duplicated or unexpected:
-            found = []
-            if missing:
-                found.append(f"missing steps {_steps_text(missing)}")
-            if duplicated:
-                found.append(f"duplicated steps {_steps_text(duplicated)}")
-            if unexpected:
-                found.append(f"steps outside 0..{rollouts - 1}: {_steps_text(unexpected)}")
+            found = [
+                f"{what} {_steps_text(steps)}"
+                for what, steps in (("missing steps", missing), ("duplicated steps", duplicated),
+                                    (f"steps outside 0..{rollouts - 1}:", unexpected))
+                if steps
+            ]  # fmt: skip
             raise RecordError(
                 f"--run-dir {run}: {metric} is not one value at each step 0..{rollouts - 1} "
                 f"({'; '.join(found)}; the run logged {len(counts)} step(s)); fix: record a "

@@ -21,28 +21,19 @@ _md = escape.markdown
 SHOWN = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward")
 
 
-def _mean(run: StoredRun, metric: str) -> str:
-    summary = run.summaries.get(metric)
-    return "-" if summary is None else f"{summary.mean:.4g}"
-
-
-def _verdict(run: StoredRun) -> str:
-    """PASS / FAIL, and ``UNTRUSTED`` after a pass marked untrusted (out of the trend)."""
-    return (
-        "PASS UNTRUSTED" if run.verdict == "pass" and run.marked_untrusted else run.verdict.upper()
-    )
-
-
 def _row(run: StoredRun) -> list[str]:
+    """One run's cells; a pass marked untrusted (out of the trend) reads ``PASS UNTRUSTED``."""
+    untrusted = run.verdict == "pass" and run.marked_untrusted
+    means = (run.summaries.get(m) for m in SHOWN)
     return [
         str(run.run_id),
         run.created_at,
-        _verdict(run),
+        "PASS UNTRUSTED" if untrusted else run.verdict.upper(),
         run.baseline,
         run.identity.label(),
         run.run_key or "-",
         (run.commit_sha or "-")[:12],
-        *(_mean(run, m) for m in SHOWN),
+        *("-" if summary is None else f"{summary.mean:.4g}" for summary in means),
         run.run_dir,
     ]
 

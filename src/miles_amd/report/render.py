@@ -45,10 +45,6 @@ def _judged(verdict: Verdict) -> list[Check]:
     return [c for c in ordered_checks(verdict) if c.status != "not_measured"]
 
 
-def _not_measured(verdict: Verdict) -> list[Check]:
-    return [c for c in verdict.checks if c.status == "not_measured"]
-
-
 def _grouped(names: list[str]) -> str:
     """``a.x, a.y, b.z`` -> ``a (x, y); b (z)``."""
     groups: dict[str, list[str]] = {}
@@ -64,7 +60,7 @@ def not_measured_reasons(verdict: Verdict) -> list[tuple[str, str]]:
     """(the checks, why) per distinct reason of the checks not measured, in check order:
     the reason is the check's ``detail`` (what the run lacked)."""
     by_reason: dict[str, list[str]] = {}
-    for check in _not_measured(verdict):
+    for check in (c for c in verdict.checks if c.status == "not_measured"):
         by_reason.setdefault(check.detail or "no reason given", []).append(check.name)
     return [(_grouped(names), reason) for reason, names in by_reason.items()]
 
@@ -220,9 +216,9 @@ def render_text(verdict: Verdict) -> str:
             f"{_STATUS_LABEL[c.status]:<5}  {c.name:<{width}}  observed {_observed(c)}"
             f"  expected {c.expected}  - {c.detail}"
         )
-    if _not_measured(verdict):
+    if reasons := not_measured_reasons(verdict):
         lines += ["", "not measured (optional, so they do not change the verdict):"]
-        lines += [f"  {names}: {why}" for names, why in not_measured_reasons(verdict)]
+        lines += [f"  {names}: {why}" for names, why in reasons]
     lines.append("")
     if verdict.sentinels:
         lines.append("sentinel hits:")
@@ -264,9 +260,9 @@ def render_markdown(verdict: Verdict) -> str:
             f"| {_STATUS_LABEL[c.status]} | {_cell(c.name)}{required} | {_cell(c.metric or '')} "
             f"| {_cell(_observed(c))} | {_cell(c.expected)} | {_cell(c.detail)} |"
         )
-    if _not_measured(verdict):
+    if reasons := not_measured_reasons(verdict):
         lines += ["", "Not measured (optional, so they do not change the verdict):", ""]
-        lines += [f"- {_cell(names)}: {_cell(why)}" for names, why in not_measured_reasons(verdict)]
+        lines += [f"- {_cell(names)}: {_cell(why)}" for names, why in reasons]
     lines += ["", "### Sentinel hits", ""]
     if not verdict.sentinels:
         lines.append("No sentinel hit in job.log.")
