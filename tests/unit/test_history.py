@@ -297,7 +297,7 @@ def gate(run_dir: Path, history: Path, *extra: str, env=None):
                    str(report), "--history", str(history), *extra, env=env)  # fmt: skip
 
 
-def test_gate_appends_and_history_lists(tmp_path: Path) -> None:
+def test_gate_appends_and_history_lists_a_run_gated_again_once(tmp_path: Path) -> None:
     history = tmp_path / "history.sqlite"
     example = tmp_path / "example"
     example.symlink_to(EXAMPLE)
@@ -320,8 +320,18 @@ def test_gate_appends_and_history_lists(tmp_path: Path) -> None:
     assert run["summaries"][LOGPROB]["mean"] == pytest.approx(0.016975, rel=1e-6)
     off = gate(example, history, "--no-history")
     assert off.returncode == 0 and "history:" not in off.stdout
+    # the same run gated twice more counts once; another run (other values) is another key
+    for _ in range(2):
+        assert gate(example, history).returncode == 0
     again = run_cli("history", "--history", str(history))
-    assert again.stdout.startswith("1 run(s), oldest first")
+    assert again.stdout.startswith("3 run(s), oldest first")
+    assert "drift: not checked yet (1 trusted run(s)" in again.stdout, again.stdout
+    with HistoryStore(history) as store:
+        keys = {r.run_key for r in store.runs()}
+    assert len(keys) == 1 and keys.pop().startswith("jvvnhop9:")
+    gate(write_run(tmp_path / "other", {LOGPROB: [0.017] * 20, REWARD: [0.5] * 20}), history)
+    with HistoryStore(history) as store:
+        assert len({r.run_key for r in store.runs()}) == 2
 
 
 def test_the_history_keeps_the_rollout_a_red_run_was_decided_at(tmp_path: Path) -> None:
@@ -457,25 +467,6 @@ def test_the_append_records_the_verdict_judged_with_the_flags_given(tmp_path: Pa
         "model.lora_experts",
     )
     assert "### Drift across runs" in (run_dir / "report" / "report.md").read_text()
-
-
-def test_one_run_gated_three_times_counts_once(tmp_path: Path) -> None:
-    history = tmp_path / "history.sqlite"
-    run_dir = tmp_path / "run"
-    shutil.copytree(EXAMPLE, run_dir, ignore=shutil.ignore_patterns("report"))
-    for _ in range(3):
-        assert gate(run_dir, history).returncode == 0
-    with HistoryStore(history) as store:
-        runs = store.runs()
-    assert len(runs) == 3 and len({r.run_key for r in runs}) == 1
-    assert runs[0].run_key is not None and runs[0].run_key.startswith("jvvnhop9:")
-    listed = run_cli("history", "--history", str(history))
-    assert "drift: not checked yet (1 trusted run(s)" in listed.stdout, listed.stdout
-    # another run (other values) is another key
-    other = write_run(tmp_path / "other", {LOGPROB: [0.017] * 20, REWARD: [0.5] * 20})
-    gate(other, history)
-    with HistoryStore(history) as store:
-        assert len({r.run_key for r in store.runs()}) == 2
 
 
 def test_the_listing_has_aligned_columns_and_each_identitys_drift_lines(tmp_path: Path) -> None:
