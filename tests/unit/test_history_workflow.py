@@ -13,17 +13,17 @@ WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "amd-
 
 def test_history_is_restored_appended_shown_and_saved() -> None:
     doc = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["nightly"]
-    names = [s.get("name") for s in doc["steps"]]
-    order = [
+    steps = doc["steps"]
+    at = {s.get("name"): i for i, s in enumerate(steps)}
+    names = (
         "Restore the run history",
         "Hardware acceptance run",
         "Record the verdict in the run history",
         "Append the report to the job summary",
-    ]
-    assert [names.index(n) for n in order] == sorted(names.index(n) for n in order)
-    restore, record, summary, save = (
-        doc["steps"][names.index(n)] for n in (*order[::2], order[3], "Save the run history")
-    )  # fmt: skip
+    )
+    assert [at[n] for n in names] == sorted(at[n] for n in names)
+    restore, _, record, summary = (steps[at[n]] for n in names)
+    save = steps[at["Save the run history"]]
     assert restore["uses"].startswith("actions/cache/restore@")
     assert save["uses"].startswith("actions/cache/save@")
     assert save["with"]["key"] == restore["with"]["key"]
