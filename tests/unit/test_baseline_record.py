@@ -1,13 +1,8 @@
 """`miles-amd baseline record|diff` on real run dirs: what is recorded, what is refused, the diff.
 
-Run dirs are the embedded example (copied) or written by ``miles_amd.testing.miles_writer`` (miles'
-three formats), with ``job.json`` in the driver's form and ``env.json`` written by the real
-``preflight.write_env_json``. Exit codes are checked through ``tests.cli_runs.run_cli`` (the
-console script's own entry, in-process) where a CI step would see them, through typer's
-CliRunner elsewhere. The
-expected bands are computed here from the run's values with ``miles_amd.rules.bands``
-directly, not
-through the recording code.
+Run dirs are the embedded example (copied) or written in miles' three formats, ``env.json`` by
+the real ``preflight.write_env_json``. The expected bands are computed here with
+``miles_amd.rules.bands`` directly, not through the recording code.
 """
 
 from __future__ import annotations
@@ -229,27 +224,21 @@ def test_the_example_records_with_allow_no_preflight_and_round_trips(tmp_path: P
     recorded = load_baseline(out)
     assert recorded.run_id == "jvvnhop9"
     assert (
-        "preflight: not run (no env.json; recorded with --allow-no-preflight)"
-        in (recorded.provenance["notes"])
+        "preflight: not run (no env.json; recorded with --allow-no" in recorded.provenance["notes"]
     )
     assert recorded.provenance["hardware"] == "unrecorded (no env.json)"
+    # no env.json: nothing the gate could compare later runs with; the variant is --variant's
     assert recorded.provenance["environment"] == {
-        "gpu_arch": None,  # no env.json: nothing the gate could compare later runs with
-        "gpu_count": None,
-        "rocm": None,
-        "aiter_variant": "patched",  # declared by --variant
-        "aiter_version": None,
-        "aiter_commit": None,
-    }
+        "gpu_arch": None, "gpu_count": None, "rocm": None, "aiter_variant": "patched",
+        "aiter_version": None, "aiter_commit": None,
+    }  # fmt: skip
     assert recorded.provenance["source"].endswith("--allow-no-preflight")
     # the example lacks KL, response length and truncation: their summaries are carried over
     patched = load_baseline("patched")
     for metric in (KL, RESPONSE_LEN, TRUNCATED):
         assert metric not in recorded.series
         assert recorded.summaries[metric]["mean"] == patched.summaries[metric]["mean"]
-        assert (
-            "carried over from the shipped patched baseline" in (recorded.summaries[metric]["note"])
-        )
+        assert "carried over from the shipped patched" in recorded.summaries[metric]["note"]
     verdict = judge(load_run(run_dir), recorded)
     assert verdict.verdict == "pass", verdict.reason
     # the example holds the published series: its bands are the shipped ones
@@ -269,26 +258,17 @@ def test_the_example_with_a_passing_preflight_needs_no_flag(tmp_path: Path) -> N
     assert recorded.provenance["hardware"] == "8x gfx950 (torch)"
     # the identity the gate compares later runs with is env.json's, read as the gate reads it
     assert recorded.provenance["environment"] == {
-        "gpu_arch": "gfx950",
-        "gpu_count": 8,
-        "rocm": "7.2",
-        "aiter_variant": "patched",
+        "gpu_arch": "gfx950", "gpu_count": 8, "rocm": "7.2", "aiter_variant": "patched",
         "aiter_version": "amd-aiter 0.1.5 (commit 1a2b3c4)",
         "aiter_commit": None,  # this env.json has no aiter_commit fact
-    }
+    }  # fmt: skip
     assert judge(load_run(run_dir), recorded, require_env=True).verdict == "pass"
     # a run with another aiter build is not judged by this reference
     other = copy_example(tmp_path / "other")
-    write_env_json(
-        [
-            Fact("gpus", "ok", "8x gfx950 (torch)"),
-            Fact("rocm", "ok", "7.2.0-43 (/opt/rocm/.info/version)"),
-            Fact("aiter", "ok", "amd-aiter 0.1.6 (commit 9f8e7d6)"),
-            Fact("aiter_variant", "ok", "patched"),
-        ],
-        other,
-        {},
-    )
+    facts = [Fact("gpus", "ok", "8x gfx950 (torch)"), Fact("aiter_variant", "ok", "patched"),
+             Fact("rocm", "ok", "7.2.0-43 (/opt/rocm/.info/version)"),
+             Fact("aiter", "ok", "amd-aiter 0.1.6 (commit 9f8e7d6)")]  # fmt: skip
+    write_env_json(facts, other, {})
     verdict = judge(load_run(other), recorded)
     assert verdict.verdict == "fail"
     assert "environment.identity" in verdict.reason
@@ -321,16 +301,9 @@ def without_metric(metric: str) -> dict[str, list[float]]:
     return {m: vs for m, vs in published_values().items() if m != metric}
 
 
-# (run dir: values, write_run's keywords, env.json's, an edit returning a phrase; the extra
-# flags; the phrases of the one-line refusal, "{run}" the run dir)
-Refusal = tuple[
-    dict[str, Any],
-    dict[str, Any] | None,
-    Callable[[Path], object] | None,
-    tuple[str, ...],
-    list[str],
-]
-REFUSALS: dict[str, Refusal] = {
+# write_run's keywords, env.json's (None: none), an edit returning a phrase, the extra flags,
+# the phrases of the one-line refusal ("{run}" the run dir)
+REFUSALS: dict[str, tuple[dict, dict | None, Callable[[Path], object] | None, tuple, list]] = {
     "failed job": ({"status": "FAILED"}, {}, None, (),
         ["{run}/job.json", "ended FAILED", "not SUCCEEDED"]),
     "stopped job": ({"status": "STOPPED"}, {}, None, (), ["ended STOPPED"]),
@@ -378,6 +351,12 @@ def test_a_run_that_cannot_be_a_reference_is_refused_in_one_line(tmp_path: Path,
         assert named in result.stderr
 
 
+def record_direct(run_dir: Path, template, name: str = "x") -> dict:
+    evidence = load_run(run_dir)
+    return record_baseline(evidence, template, variant="patched", name=name, recorded_at="t",
+                           allow_no_preflight=True)  # fmt: skip
+
+
 def test_a_missing_run_dir_or_name_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "patched.json"
     nope = tmp_path / "nope"
@@ -385,10 +364,7 @@ def test_a_missing_run_dir_or_name_is_refused(tmp_path: Path) -> None:
     assert_refused(result, out, f"--run-dir {nope}")
     run_dir = write_run(tmp_path / "run", published_values())
     with pytest.raises(RecordError, match="--name 'X'"):
-        record_baseline(
-            load_run(run_dir), load_baseline("patched"), variant="patched", name="X",
-            recorded_at="t", allow_no_preflight=True,
-        )  # fmt: skip
+        record_direct(run_dir, load_baseline("patched"), name="X")
 
 
 def test_a_short_run_records_with_its_count_and_a_failed_preflight_when_allowed(
@@ -407,10 +383,7 @@ def test_a_short_run_records_with_its_count_and_a_failed_preflight_when_allowed(
     assert BandParams.of(rule).band == expected
     assert judge(load_run(run_dir), recorded, expected_rollouts=15).verdict == "pass"
     provenance = recorded.provenance
-    assert (
-        "preflight: failed: gpus missing (recorded with --allow-no-preflight)"
-        in (provenance["notes"])
-    )
+    assert "preflight: failed: gpus missing (recorded with --allow-no" in provenance["notes"]
     assert provenance["hardware"] == "unrecorded (preflight gpus: missing)"
     assert "no passing preflight" in provenance["aiter"]
 
@@ -480,9 +453,7 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
 
     markdown = diff_main("patched", str(out), "--format", "markdown")
     assert markdown.returncode == 1
-    rows = {
-        line.split("`")[1]: line for line in markdown.stdout.splitlines() if line.count("`") >= 4
-    }
+    rows = {line.split("`")[1]: line for line in markdown.stdout.splitlines() if "`" in line}
     for rule_id in changed:
         assert "**changed**: tolerance, reference" in rows[rule_id]
     expected = render_markdown(diff_baselines(load_baseline("patched"), load_baseline(out)))
@@ -531,8 +502,7 @@ def test_diff_refuses_a_baseline_that_does_not_load(tmp_path: Path) -> None:
 
 
 def test_an_unlogged_metric_whose_band_only_a_series_can_give_is_refused(tmp_path: Path) -> None:
-    # A valid template whose optional KL rule's spread comes from a series only (no summary
-    # to carry).
+    # a valid template whose optional KL rule's spread comes from a series only (no summary)
     run_dir = write_run(tmp_path / "shifted", shifted_values())
     write_env(run_dir)
     template_path = tmp_path / "patched.json"
@@ -541,17 +511,8 @@ def test_an_unlogged_metric_whose_band_only_a_series_can_give_is_refused(tmp_pat
     del raw["evidence"]["summaries"][KL]
     template_path.write_text(json.dumps(raw))
     template = load_baseline(template_path)
-    with pytest.raises(
-        RecordError, match=r"rule train_rollout_kl\.mean needs the run's own series"
-    ):
-        record_baseline(
-            load_run(copy_example(tmp_path)),
-            template,
-            variant="patched",
-            name="x",
-            recorded_at="t",
-            allow_no_preflight=True,
-        )
+    with pytest.raises(RecordError, match=r"rule train_rollout_kl\.mean needs the run's own"):
+        record_direct(copy_example(tmp_path), template)
 
 
 def documented_update_flow() -> list[str]:
@@ -575,12 +536,9 @@ def test_the_documented_update_flow_ends_with_the_gate_naming_the_baseline(
     shutil.copytree(SHIPPED, tmp_path / "baselines/gpt_oss_20b_lora/8gpu/mi355x")
     env = {**os.environ, "MILES_AMD_BASELINES_DIR": str(tmp_path / "baselines")}
     lines = documented_update_flow()
-    assert [line.split()[:2] for line in lines] == [
-        ["miles-amd", "baseline"],
-        ["miles-amd", "baseline"],
-        ["mv", "baselines/review/8gpu/mi355x/patched.json"],
-        ["miles-amd", "gate"],
-    ]
+    assert [line.split()[1] for line in lines] == [
+        "baseline", "baseline", "baselines/review/8gpu/mi355x/patched.json", "gate"
+    ]  # fmt: skip
     outputs = []
     for line in lines:
         words = line.split()

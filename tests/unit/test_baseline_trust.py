@@ -111,7 +111,7 @@ def test_the_pinned_digest_is_the_digest_of_the_published_series() -> None:
     assert [round(v, 4) for _, v in example] == PUBLISHED_REWARD
     changed = json.loads(json.dumps(doc))
     changed["evidence"]["series"][REWARD][0] += 1 / 64
-    assert evidence_digest(Baseline.from_json(changed, "x")) != (PUBLISHED_EVIDENCE["jvvnhop9"])
+    assert evidence_digest(Baseline.from_json(changed, "x")) != PUBLISHED_EVIDENCE["jvvnhop9"]
 
 
 @pytest.mark.parametrize(
@@ -197,11 +197,9 @@ def test_rewritten_series_with_rederived_bands_is_refused(
         line = one_line(result)
         assert f"{root / SHIPPED_UNDER / 'patched.json'}" in line
         if recompute_digest:
+            published = PUBLISHED_EVIDENCE["jvvnhop9"]
             assert "$.evidence: digest " in line
-            assert (
-                f"is not the published evidence of run jvvnhop9 ({PUBLISHED_EVIDENCE['jvvnhop9']})"
-                in line
-            )
+            assert f"is not the published evidence of run jvvnhop9 ({published})" in line
         else:
             assert "$.provenance.evidence_sha256: " in line
             assert "its reference series or summaries were changed" in line
@@ -220,10 +218,8 @@ def test_the_gate_prints_and_records_whether_its_baseline_is_the_shipped_one(
     shipped = baseline_digest(parse_baseline((SHIPPED / "patched.json").read_text(), path="p"))
     assert recorded["sha256"] == recorded["shipped_sha256"] == shipped
     assert recorded["matches_shipped"] is True
-    assert f"baseline sha256 {shipped[:16]}: matches the shipped patched" in result.stdout
-    assert f"baseline sha256 {shipped[:16]}: matches the shipped patched" in (
-        (tmp_path / "report.md").read_text()
-    )
+    said = f"baseline sha256 {shipped[:16]}: matches the shipped patched"
+    assert said in result.stdout and said in (tmp_path / "report.md").read_text()
     # passed by path, a changed copy is the user's own: judged, and said to differ
     doc = shipped_doc("patched")
     doc["description"] += " (edited)"
@@ -297,11 +293,8 @@ def run_review_step(tmp_path: Path, pr_patched: dict[Path, dict[str, Any]]):
     import yaml
 
     workflow = yaml.safe_load((REPO / ".github" / "workflows" / "amd-pr.yml").read_text())
-    (script,) = [
-        step["run"]
-        for step in workflow["jobs"]["baselines"]["steps"]
-        if "miles-amd baseline diff" in step.get("run", "")
-    ]
+    steps = workflow["jobs"]["baselines"]["steps"]
+    (script,) = [s["run"] for s in steps if "miles-amd baseline diff" in s.get("run", "")]
     work = tmp_path / "checkout"
     for tree in (work, work / ".reviewed"):
         shutil.copytree(BASELINES, tree / "baselines")
@@ -312,26 +305,26 @@ def run_review_step(tmp_path: Path, pr_patched: dict[Path, dict[str, Any]]):
         (work / "baselines" / under).mkdir(parents=True, exist_ok=True)
         (work / "baselines" / under / "patched.json").write_text(json.dumps(doc))
     summary = tmp_path / "summary.md"
-    env = {
-        **os.environ,
-        "GITHUB_STEP_SUMMARY": str(summary),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
-    result = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", script],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    env = {**os.environ, "GITHUB_STEP_SUMMARY": str(summary), "PATH": path}
+    result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=work, env=env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
     return result, summary.read_text()
 
 
-def test_the_review_step_passes_unchanged_baselines(tmp_path: Path) -> None:
-    result, summary = run_review_step(tmp_path, {})
-    assert result.returncode == 0, result.stderr
-    assert "Baselines: as on the base branch." in summary
+@pytest.mark.parametrize(
+    ("patched", "code", "said"),
+    [
+        (None, 0, "Baselines: as on the base branch."),
+        ({"name": "patched"}, 2, "(miles-amd baseline diff exited 2; its error is above)"),
+    ],
+)
+def test_the_review_step_passes_unchanged_baselines_and_fails_one_that_does_not_load(
+    tmp_path: Path, patched: dict | None, code: int, said: str
+) -> None:
+    result, summary = run_review_step(tmp_path, {SHIPPED_UNDER: patched} if patched else {})
+    assert result.returncode == code, result.stderr
+    assert said in summary
 
 
 def test_the_review_step_shows_the_diff_and_warns_named(tmp_path: Path) -> None:
@@ -353,9 +346,3 @@ def test_the_review_step_shows_the_diff_and_warns_named(tmp_path: Path) -> None:
     for rule in REWARD_RULES:
         assert rule in summary, summary
     assert "exited" not in summary, summary  # the diff itself ran
-
-
-def test_the_review_step_fails_a_baseline_that_does_not_load(tmp_path: Path) -> None:
-    result, summary = run_review_step(tmp_path, {SHIPPED_UNDER: {"name": "patched"}})
-    assert result.returncode == 2, result.stderr
-    assert "(miles-amd baseline diff exited 2; its error is above)" in summary

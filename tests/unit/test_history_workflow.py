@@ -11,30 +11,19 @@ from miles_amd.history.store import SCHEMA_VERSION
 WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "amd-nightly.yml"
 
 
-def steps() -> list[dict]:
-    doc = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
-    return doc["jobs"]["nightly"]["steps"]
-
-
-def index(found: list[dict], name: str) -> int:
-    return next(i for i, s in enumerate(found) if s.get("name") == name)
-
-
 def test_history_is_restored_appended_shown_and_saved() -> None:
-    found = steps()
-    restore = found[index(found, "Restore the run history")]
-    record = found[index(found, "Record the verdict in the run history")]
-    save = found[index(found, "Save the run history")]
-    test = index(found, "Hardware acceptance run")
-    summary = found[index(found, "Append the report to the job summary")]
-    assert (
-        index(found, "Restore the run history")
-        < test
-        < index(found, "Record the verdict in the run history")
+    doc = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["nightly"]
+    steps = doc["steps"]
+    at = {s.get("name"): i for i, s in enumerate(steps)}
+    names = (
+        "Restore the run history",
+        "Hardware acceptance run",
+        "Record the verdict in the run history",
+        "Append the report to the job summary",
     )
-    assert index(found, "Record the verdict in the run history") < index(
-        found, "Append the report to the job summary"
-    )
+    assert [at[n] for n in names] == sorted(at[n] for n in names)
+    restore, _, record, summary = (steps[at[n]] for n in names)
+    save = steps[at["Save the run history"]]
     assert restore["uses"].startswith("actions/cache/restore@")
     assert save["uses"].startswith("actions/cache/save@")
     assert save["with"]["key"] == restore["with"]["key"]
@@ -48,5 +37,4 @@ def test_history_is_restored_appended_shown_and_saved() -> None:
     assert "miles-amd gate" in record["run"] and "miles-amd history" in record["run"]
     assert "--baseline auto" in record["run"]  # the node's GPU and shape pick the baseline
     assert "--plot" in record["run"] and "history.md" in summary["run"]
-    env = yaml.safe_load(WORKFLOW.read_text())["jobs"]["nightly"]["env"]
-    assert env["MILES_AMD_HISTORY"].startswith("runs/history/")
+    assert doc["env"]["MILES_AMD_HISTORY"].startswith("runs/history/")

@@ -18,6 +18,11 @@ from miles_amd.wrap import fit
 
 Aspect = Literal["kind", "required", "tolerance", "reference"]
 RowChange = Literal["same", "changed", "added", "removed"]
+_ASPECTS: tuple[Aspect, ...] = ("kind", "required", "tolerance", "reference")
+_SHAPE_FIELDS = (
+    *("rollouts", "train_steps_per_rollout", "samples_per_rollout", "prompts_per_rollout"),
+    "max_response_tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -38,18 +43,18 @@ class RuleRow:
     after: RuleView | None
 
     @property
-    def metric(self) -> str | None:
+    def view(self) -> RuleView:
+        """The rule as it is now (as it was, when removed)."""
         view = self.after or self.before
         assert view is not None
-        return view.metric
+        return view
 
     @property
     def aspects(self) -> tuple[Aspect, ...]:
         """What changed between before and after (empty for added/removed/same rows)."""
         if self.before is None or self.after is None:
             return ()
-        names: tuple[Aspect, ...] = ("kind", "required", "tolerance", "reference")
-        return tuple(a for a in names if getattr(self.before, a) != getattr(self.after, a))
+        return tuple(a for a in _ASPECTS if getattr(self.before, a) != getattr(self.after, a))
 
     @property
     def change(self) -> RowChange:
@@ -87,7 +92,9 @@ class BaselineDiff:
         return any(r.change != "same" for r in self.rules) or any(f.changed for f in self.fields)
 
 
-def _view(rule: Rule, baseline: Baseline) -> RuleView:
+def _view(rule: Rule | None, baseline: Baseline) -> RuleView | None:
+    if rule is None:
+        return None
     tolerance = expected_text(rule, baseline, baseline.run_shape.rollouts)
     reference = KINDS[rule.kind].reference(rule, baseline)
     return RuleView(rule.kind, rule.metric, rule.required, tolerance, reference)
@@ -100,43 +107,25 @@ def _field_values(baseline: Baseline) -> dict[str, str]:
             values.update({f"provenance.{key}.{k}": str(v) for k, v in value.items()})
         else:
             values[f"provenance.{key}"] = str(value)
-    shape = baseline.run_shape
-    for key in (
-        "rollouts",
-        "train_steps_per_rollout",
-        "samples_per_rollout",
-        "prompts_per_rollout",
-        "max_response_tokens",
-    ):
-        values[f"run_shape.{key}"] = str(getattr(shape, key))
+    values.update({f"run_shape.{k}": str(getattr(baseline.run_shape, k)) for k in _SHAPE_FIELDS})
     return values
-
-
-def _label(baseline: Baseline) -> str:
-    return f"{baseline.name} ({baseline.path}, run {baseline.run_id})"
 
 
 def diff_baselines(old: Baseline, new: Baseline) -> BaselineDiff:
     """Rule by rule and field by field, ``old`` against ``new`` (old's order, added last)."""
     old_rules = {r.id: r for r in old.rules}
     new_rules = {r.id: r for r in new.rules}
-    rows = []
-    for rule_id in dict.fromkeys([*old_rules, *new_rules]):
-        before = old_rules.get(rule_id)
-        after = new_rules.get(rule_id)
-        rows.append(
-            RuleRow(
-                rule_id,
-                None if before is None else _view(before, old),
-                None if after is None else _view(after, new),
-            )
-        )
+    rows = tuple(
+        RuleRow(rule_id, _view(old_rules.get(rule_id), old), _view(new_rules.get(rule_id), new))
+        for rule_id in dict.fromkeys([*old_rules, *new_rules])
+    )
     old_fields, new_fields = _field_values(old), _field_values(new)
     fields = tuple(
         FieldRow(key, old_fields.get(key), new_fields.get(key))
         for key in dict.fromkeys([*old_fields, *new_fields])
     )
-    return BaselineDiff(_label(old), _label(new), tuple(rows), fields)
+    old_label, new_label = (f"{b.name} ({b.path}, run {b.run_id})" for b in (old, new))
+    return BaselineDiff(old_label, new_label, rows, fields)
 
 
 def _counts(diff: BaselineDiff) -> str:
@@ -162,10 +151,8 @@ def _pair(before: str | None, after: str | None) -> str:
 
 
 def render_text(diff: BaselineDiff) -> str:
-    """The diff for a terminal: '*' marks a changed, added or removed rule or field.
-
-    An unchanged rule is one line; a changed one shows each changed aspect before -> after.
-    """
+    """The diff for a terminal: '*' marks a change; an unchanged rule is one line, a changed
+    one shows each changed aspect before -> after."""
     lines = [
         f"baseline diff: {diff.old} -> {diff.new}",
         _counts(diff) + " ('*' marks a change)",
@@ -173,8 +160,7 @@ def render_text(diff: BaselineDiff) -> str:
         "rules:",
     ]
     for row in diff.rules:
-        view = row.after or row.before
-        assert view is not None
+        view = row.view
         head = f"{row.rule_id} [{view.kind}, {'required' if view.required else 'optional'}]"
         head += f" {view.metric}" if view.metric else ""
         if row.change == "same":
@@ -182,8 +168,7 @@ def render_text(diff: BaselineDiff) -> str:
             continue
         if row.change in ("added", "removed"):
             lines.append(f"* {head} RULE {row.change.upper()}")
-            lines.append(f"    tolerance: {view.tolerance}")
-            lines.append(f"    reference: {view.reference}")
+            lines += [f"    tolerance: {view.tolerance}", f"    reference: {view.reference}"]
             continue
         assert row.before is not None and row.after is not None
         lines.append(f"* {head} CHANGED: {', '.join(row.aspects)}")
@@ -201,9 +186,7 @@ def render_text(diff: BaselineDiff) -> str:
 
 
 def _cell(text: str | None) -> str:
-    if text is None:
-        return "_(absent)_"
-    return escape.markdown(text)
+    return "_(absent)_" if text is None else escape.markdown(text)
 
 
 def render_markdown(diff: BaselineDiff) -> str:
@@ -230,7 +213,7 @@ def render_markdown(diff: BaselineDiff) -> str:
             )
         lines.append(
             f"| {mark} | {escape.markdown_code(row.rule_id)} "
-            f"| {escape.markdown_code(row.metric or '-')} | {change} "
+            f"| {escape.markdown_code(row.view.metric or '-')} | {change} "
             f"| {_cell(before.tolerance if before else None)} "
             f"| {_cell(after.tolerance if after else None)} "
             f"| {_cell(before.reference if before else None)} "
@@ -248,10 +231,6 @@ def render_markdown(diff: BaselineDiff) -> str:
 
 def to_json(diff: BaselineDiff) -> dict[str, object]:
     """The diff as data: each rule's change, aspects and views, each field before -> after."""
-
-    def view(v: RuleView | None) -> dict[str, object] | None:
-        return None if v is None else asdict(v)
-
     return {
         "old": diff.old,
         "new": diff.new,
@@ -261,8 +240,8 @@ def to_json(diff: BaselineDiff) -> dict[str, object]:
                 "id": r.rule_id,
                 "change": r.change,
                 "aspects": list(r.aspects),
-                "before": view(r.before),
-                "after": view(r.after),
+                "before": r.before and asdict(r.before),
+                "after": r.after and asdict(r.after),
             }
             for r in diff.rules
         ],

@@ -23,7 +23,7 @@ from pathlib import Path
 from miles_amd import strict_json
 from miles_amd.package_data import package_path
 from miles_amd.rules.looks import looks_problem
-from miles_amd.rules.model import Baseline, RunShape
+from miles_amd.rules.model import Baseline
 from miles_amd.rules.registry import validate_rule
 from miles_amd.variants import AITER_VARIANTS, BASELINE_VARIANTS
 
@@ -60,10 +60,7 @@ def baselines_root() -> Path:
 
 def resolve_baseline_path(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> Path:
     """``stock``/``patched`` -> the shipped file; anything else is a path to a baseline file.
-
-    ``flag`` is the option the user gave ``spec`` with (``--baseline`` for ``gate``, ``--gate``
-    for ``train``); an :class:`UnknownBaselineError` starts with it and names it in the fix.
-    """
+    An :class:`UnknownBaselineError` starts with ``flag`` (the option ``spec`` came with)."""
     text = os.fspath(spec)
     if text in SHIPPED:
         path = baselines_root() / RECIPE_DIR / REFERENCE_DIR / f"{text}.json"
@@ -98,28 +95,21 @@ def _name_hint(text: str, prefix: str) -> str:
 
 
 def load_baseline(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> Baseline:
-    """Load and validate ``stock``, ``patched`` or a baseline file path; see the module doc.
-
-    ``flag`` names the option ``spec`` came from in the error of an unknown name or path.
-    """
+    """Load and validate ``stock``, ``patched`` or a baseline file path (module doc); ``flag``
+    names the option ``spec`` came from in the error of an unknown name or path."""
     path = resolve_baseline_path(spec, flag=flag)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BaselineError(f"{path}: cannot read ({exc}); fix: check the file") from exc
     baseline = parse_baseline(text, path=str(path))
-    _check_file_name(baseline, path)
-    return baseline
-
-
-def _check_file_name(baseline: Baseline, path: Path) -> None:
-    """The gate, report and history show the name inside: the file must carry it."""
-    if path.stem != baseline.name:
+    if path.stem != baseline.name:  # the gate, report and history show the name inside
         raise BaselineError(
             f"{path}: $.name: the file holds baseline {baseline.name!r} but is named "
             f"{path.name}; fix: rename the file {baseline.name}.json, or record it again "
             f"with --name {path.stem}"
         )
+    return baseline
 
 
 def parse_baseline(text: str, *, path: str) -> Baseline:
@@ -131,7 +121,10 @@ def parse_baseline(text: str, *, path: str) -> Baseline:
         raise BaselineError(f"{path}: {exc}; fix: {fix}") from None
     _check_schema(raw, path)
     baseline = Baseline.from_json(raw, path)
-    _check_consistency(baseline, path)
+    problem = next(_problems(baseline), None)
+    if problem is not None:
+        where, what, fix = problem
+        raise BaselineError(f"{path}: {where}: {what}; fix: {fix}")
     return baseline
 
 
@@ -186,14 +179,6 @@ def _check_schema(raw: object, path: str) -> None:
 _Problem = tuple[str, str, str]
 
 
-def _check_consistency(baseline: Baseline, path: str) -> None:
-    """Raise the first problem of :func:`_problems` as one line naming file, field and fix."""
-    problem = next(_problems(baseline), None)
-    if problem is not None:
-        where, what, fix = problem
-        raise BaselineError(f"{path}: {where}: {what}; fix: {fix}")
-
-
 def _problems(baseline: Baseline) -> Iterator[_Problem]:
     """Checks 2 to 5 of the module doc, in that order."""
     n = baseline.run_shape.rollouts
@@ -220,7 +205,14 @@ def _problems(baseline: Baseline) -> Iterator[_Problem]:
             "require at least one metric's steps, or the gate could pass without evidence",
         )
     yield from _missing_guards(baseline)
-    yield from _shape_problems(baseline.run_shape)
+    for key, expected in recipe_shape().items():  # tolerances are derived from the shape
+        found = getattr(baseline.run_shape, key)
+        if found != expected:
+            yield (
+                f"$.run_shape.{key}",
+                f"{found} is not the recipe's {expected} (miles_amd.recipe.settings.Recipe)",
+                f"set it to {expected}; tolerances derived from it depend on it",
+            )
     looks = looks_problem(baseline.run_shape)
     if looks is not None:
         yield looks
@@ -244,18 +236,6 @@ def recipe_shape() -> dict[str, int]:
         "prompts_per_rollout": recipe.rollout_batch_size,
         "max_response_tokens": recipe.rollout_max_response_len,
     }
-
-
-def _shape_problems(shape: RunShape) -> Iterator[_Problem]:
-    """``run_shape`` is the recipe's: tolerances are derived from it."""
-    for key, expected in recipe_shape().items():
-        found = getattr(shape, key)
-        if found != expected:
-            yield (
-                f"$.run_shape.{key}",
-                f"{found} is not the recipe's {expected} (miles_amd.recipe.settings.Recipe)",
-                f"set it to {expected}; tolerances derived from it depend on it",
-            )
 
 
 def _missing_guards(baseline: Baseline) -> Iterator[_Problem]:

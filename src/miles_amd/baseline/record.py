@@ -1,21 +1,9 @@
-"""Record a baseline: when a run may become one, and what the new file holds.
-
-- Refused (:class:`RecordError`, one line naming the file or flag and the fix): a source that
-  could not be read or two that disagree; no job.json or a job not ``SUCCEEDED``; no passing
-  preflight (env.json ``ok``) unless ``--allow-no-preflight`` (then said in the provenance),
-  or a recorded ``aiter_variant`` other than the one asked; a ``fatal`` log signature; a
-  required metric absent, or a ruled metric not one finite value at each step ``0..N-1``; a
-  run that fails its own recorded baseline.
-- Held: the template's rules and ``run_shape`` (``rollouts = N``, looks re-made), each
-  spending rule's boundaries and each band re-derived from the run (``rules.bands``); each
-  ruled metric's series as read, with its summary (an optional metric not logged keeps the
-  template's, noted); provenance from job.json and env.json; ``recorded_at`` and the
-  preflight outcome as items of ``notes``.
-- ``--from-history``: at least :data:`MIN_TRUSTED_RUNS` trusted runs of the key; the median
-  by logprob level is the reference, and every other one must pass the recorded baseline.
-- The file's text (:func:`baseline_json_text`): 2-space indent, number lists on one line.
-
-Explained in ``docs/cli.md`` ("What a recorded baseline holds").
+"""Record a baseline from a run: when a run may become one (else :class:`RecordError`, one line
+naming the file or flag and the fix), and what the new file holds: the template's rules with
+each band and spending boundary re-derived from the run, its series, summaries and provenance.
+``--from-history``: the median of at least :data:`MIN_TRUSTED_RUNS` trusted runs of a key is the
+reference, and every other must pass it. Explained in ``docs/cli.md`` ("What a recorded
+baseline holds", "The commands").
 """
 
 from __future__ import annotations
@@ -186,13 +174,12 @@ def recorded_series(
         duplicated = [s for s, c in counts.items() if c > 1]
         unexpected = [s for s in counts if not 0 <= s < rollouts]
         if missing or duplicated or unexpected:
-            found = []
-            if missing:
-                found.append(f"missing steps {_steps_text(missing)}")
-            if duplicated:
-                found.append(f"duplicated steps {_steps_text(duplicated)}")
-            if unexpected:
-                found.append(f"steps outside 0..{rollouts - 1}: {_steps_text(unexpected)}")
+            found = [
+                f"{what} {_steps_text(steps)}"
+                for what, steps in (("missing steps", missing), ("duplicated steps", duplicated),
+                                    (f"steps outside 0..{rollouts - 1}:", unexpected))
+                if steps
+            ]  # fmt: skip
             raise RecordError(
                 f"--run-dir {run}: {metric} is not one value at each step 0..{rollouts - 1} "
                 f"({'; '.join(found)}; the run logged {len(counts)} step(s)); fix: record a "
@@ -216,28 +203,22 @@ def baseline_json_text(doc: Mapping[str, Any]) -> str:
     return _dump(doc, 0) + "\n"
 
 
-def _dump(value: Any, level: int) -> str:
+def _dump(value: Any, level: int, in_list: bool = False) -> str:
+    """Containers one item a line, except a list of scalars and, in a list, a mapping of
+    numbers only (a look's boundary)."""
     pad, end = "  " * (level + 1), "  " * level
-    if isinstance(value, Mapping) and value:
+    flat = in_list and isinstance(value, Mapping) and value and _numbers_only(value)
+    if isinstance(value, Mapping) and value and not flat:
         items = [f"{pad}{json.dumps(k)}: {_dump(v, level + 1)}" for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + end + "}"
     if isinstance(value, list) and any(isinstance(v, (Mapping, list)) for v in value):
-        items = [f"{pad}{_row(v) if _numbers(v) else _dump(v, level + 1)}" for v in value]
-        return "[\n" + ",\n".join(items) + "\n" + end + "]"
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        rows = (pad + _dump(v, level + 1, in_list=True) for v in value)
+        return "[\n" + ",\n".join(rows) + "\n" + end + "]"
+    return json.dumps(dict(value) if flat else value, ensure_ascii=False, allow_nan=False)
 
 
-def _numbers(value: Any) -> bool:
-    """A mapping of numbers only (a look's boundary)."""
-    return (
-        isinstance(value, Mapping)
-        and bool(value)
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
-    )
-
-
-def _row(value: Mapping[str, Any]) -> str:
-    return json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
+def _numbers_only(value: Mapping[str, Any]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
 
 
 @dataclass(frozen=True)
@@ -252,41 +233,32 @@ class _Recording:
     recorded_at: str
 
 
-def _summary(metric: str, values: Sequence[float], rec: _Recording, source: str) -> dict:
-    summary: dict[str, Any] = {
-        "n": len(values),
-        "min": min(values),
-        "mean": math.fsum(values) / len(values),
-        "max": max(values),
-    }
-    for rule in rec.template.rules:
-        add = KINDS[rule.kind].summary
-        if rule.metric == metric and add is not None:
-            summary.update(add(rule, list(values)))
-    summary["source"] = f"run {rec.run_id}: the {source} series, rollouts 0..{len(values) - 1}"
-    return summary
-
-
-def _carried_summary(summary: Mapping[str, Any], rec: _Recording) -> dict:
-    carried = dict(summary)
-    note = (
-        f"carried over from the shipped {rec.template.name} baseline (run "
-        f"{rec.template.run_id}): run {rec.run_id} did not log this metric"
-    )
-    carried["note"] = f"{carried['note']}; {note}" if carried.get("note") else note
-    return carried
-
-
 def _summaries(rec: _Recording, recorded: Mapping[str, tuple[float, ...]]):
     """(summaries, metrics carried over from the template)."""
     summaries: dict[str, Any] = {}
     carried: list[str] = []
     for metric in dict.fromkeys(r.metric for r in rec.template.rules if r.metric is not None):
         if metric in recorded:
+            values = recorded[metric]
+            summary: dict[str, Any] = {"n": len(values), "min": min(values)}
+            summary |= {"mean": math.fsum(values) / len(values), "max": max(values)}
+            for rule in rec.template.rules:
+                add = KINDS[rule.kind].summary
+                if rule.metric == metric and add is not None:
+                    summary.update(add(rule, list(values)))
             source = rec.evidence.sources.get(metric, "unknown")
-            summaries[metric] = _summary(metric, recorded[metric], rec, source)
+            summary["source"] = (
+                f"run {rec.run_id}: the {source} series, rollouts 0..{len(values) - 1}"
+            )
+            summaries[metric] = summary
         elif metric in rec.template.summaries:
-            summaries[metric] = _carried_summary(rec.template.summaries[metric], rec)
+            summary = dict(rec.template.summaries[metric])
+            note = (
+                f"carried over from the shipped {rec.template.name} baseline (run "
+                f"{rec.template.run_id}): run {rec.run_id} did not log this metric"
+            )
+            summary["note"] = f"{summary['note']}; {note}" if summary.get("note") else note
+            summaries[metric] = summary
             carried.append(metric)
     return summaries, carried
 
@@ -301,31 +273,6 @@ def _fact_text(env: EnvRecord | None, name: str) -> str:
         return fact.value
     value = fact.value
     return f"unrecorded (preflight {name}: {fact.status}{', ' + value if value else ''})"
-
-
-def _duration(start: float | None, end: float | None) -> str | None:
-    if start is None or end is None or end < start:
-        return None
-    total = round(end - start)
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
-
-
-def _aiter_text(env: EnvRecord | None, variant: str) -> str:
-    if env is None or not env.ok:
-        return f"{variants.describe(variant)}; declared by --variant, no passing preflight"
-    text = f"{variants.describe(variant)}: {_fact_text(env, 'aiter')}"
-    if env.aiter_variant is None:
-        text += "; variant declared by --variant, preflight recorded none"
-    return text
-
-
-def _environment(env: EnvRecord | None, variant: str) -> dict[str, object]:
-    """The identity to compare later runs with: none from a preflight that did not pass (its
-    readings cannot vouch for hardware; the gate fails such an env.json)."""
-    found = run_environment(env) if env is not None and env.ok else Environment()
-    return replace(found, aiter_variant=variant).to_json()
 
 
 def _notes(rec: _Recording, recorded, carried: Sequence[str], preflight: str) -> str:
@@ -354,12 +301,21 @@ def _notes(rec: _Recording, recorded, carried: Sequence[str], preflight: str) ->
 
 
 def _provenance(rec: _Recording, recorded, carried, preflight: str, source: str) -> dict:
-    job, env = rec.evidence.job, rec.evidence.env
+    """The run's identity; an environment only from a preflight that passed (the readings of
+    one that failed cannot vouch for hardware; the gate fails such an env.json)."""
+    job, env, variant = rec.evidence.job, rec.evidence.env, rec.variant
     assert job is not None
+    aiter = f"{variants.describe(variant)}; declared by --variant, no passing preflight"
+    found = Environment()
+    if env is not None and env.ok:
+        aiter = f"{variants.describe(variant)}: {_fact_text(env, 'aiter')}"
+        if env.aiter_variant is None:
+            aiter += "; variant declared by --variant, preflight recorded none"
+        found = run_environment(env)
     provenance: dict[str, Any] = {
         "run_id": job.job_id,
-        "aiter": _aiter_text(env, rec.variant),
-        "environment": _environment(env, rec.variant),
+        "aiter": aiter,
+        "environment": replace(found, aiter_variant=variant).to_json(),
         "hardware": _fact_text(env, "gpus"),
         "rocm": _fact_text(env, "rocm"),
         "image": _fact_text(env, "image"),
@@ -367,28 +323,15 @@ def _provenance(rec: _Recording, recorded, carried, preflight: str, source: str)
         "optimizer_steps": rec.rollouts * rec.template.run_shape.train_steps_per_rollout,
         "job_status": job.status,
     }
-    duration = _duration(job.start_time, job.end_time)
-    if duration is not None:
-        provenance["duration"] = duration
+    start, end = job.start_time, job.end_time
+    if start is not None and end is not None and end >= start:
+        minutes, seconds = divmod(round(end - start), 60)
+        hours, minutes = divmod(minutes, 60)
+        duration = f"{minutes}m{seconds:02d}s"
+        provenance["duration"] = f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else duration
     provenance["source"] = source
     provenance["notes"] = _notes(rec, recorded, carried, preflight)
     return provenance
-
-
-def _band_derivation(rule: Rule, draft: Baseline, rec: _Recording) -> str:
-    """The derivation text of a band recomputed from the run's series."""
-    assert rule.metric is not None
-    derive = BandParams.of(rule).derive
-    spread = bands.spread_of(draft, rule.metric)
-    cover = "[" + ", ".join(f"{c:g}" for c in derive.cover) + "]"
-    origin = (
-        f"center {spread.mean:.6g}, per-rollout sd {spread.sd:.4g} (sample sd of the "
-        f"{spread.n}-rollout series of run {rec.run_id}, recorded by miles-amd baseline "
-        f"record; k and cover {cover} kept from the shipped {rec.template.name} baseline)"
-    )
-    return bands.derivation_text(
-        derive.method, origin, spread.n, derive.k, cover, derive.run_sd, derive.rho
-    )
 
 
 def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
@@ -405,8 +348,18 @@ def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
         if bounds:  # a spending rule: its bound at each look, from the recorded run
             params[BOUNDARIES] = [b.to_json() for b in bounds]
         derivation = rule.derivation
-        if kind.params is BandParams and rule.metric in draft.series:
-            derivation = _band_derivation(rule, draft, rec)
+        if kind.params is BandParams and rule.metric is not None and rule.metric in draft.series:
+            derive = BandParams.of(rule).derive
+            spread = bands.spread_of(draft, rule.metric)
+            cover = "[" + ", ".join(f"{c:g}" for c in derive.cover) + "]"
+            origin = (
+                f"center {spread.mean:.6g}, per-rollout sd {spread.sd:.4g} (sample sd of the "
+                f"{spread.n}-rollout series of run {rec.run_id}, recorded by miles-amd baseline "
+                f"record; k and cover {cover} kept from the shipped {rec.template.name} baseline)"
+            )
+            derivation = bands.derivation_text(
+                derive.method, origin, spread.n, derive.k, cover, derive.run_sd, derive.rho
+            )
     except (ArithmeticError, ValueError, KeyError) as exc:
         raise RecordError(
             f"--run-dir {rec.evidence.run_dir}: rule {rule.id} cannot be derived from its "
@@ -437,14 +390,6 @@ def _check_request(template: Baseline, variant: str, name: str, rollouts: int) -
         )
 
 
-def _source(rec: _Recording, asked_rollouts: int | None, allow_no_preflight: bool) -> str:
-    flags = f" --num-rollouts {asked_rollouts}" if asked_rollouts is not None else ""
-    flags += " --allow-no-preflight" if allow_no_preflight else ""
-    return (
-        f"miles-amd baseline record --run-dir {rec.evidence.run_dir} --variant {rec.variant}{flags}"
-    )
-
-
 def record_baseline(
     evidence: RunEvidence,
     template: Baseline,
@@ -472,7 +417,9 @@ def record_baseline(
     rec = _Recording(evidence, template, variant, n, run_id, recorded_at)
 
     summaries, carried = _summaries(rec, recorded)
-    source = _source(rec, rollouts, allow_no_preflight)
+    flags = f" --num-rollouts {rollouts}" if rollouts is not None else ""
+    flags += " --allow-no-preflight" if allow_no_preflight else ""
+    source = f"miles-amd baseline record --run-dir {evidence.run_dir} --variant {variant}{flags}"
     description = (
         f"Run {run_id} of the gpt-oss-20b MoE LoRA GRPO recipe, aiter {variant}, {n} rollouts; "
         f"recorded by miles-amd baseline record with the rules of the shipped {variant} baseline."
@@ -496,13 +443,8 @@ def record_baseline(
 
 
 def _check_round_trip(document: Baseline, evidence: RunEvidence, rollouts: int) -> None:
-    """The run must pass the document, and the loader must accept its file text.
-
-    Judged first, so a broken run (a spike above a threshold, which the loader would also
-    refuse as a threshold below the reference's max) is refused as what it is; a document
-    one of whose rules cannot be evaluated at all (a zero logprob gap has no logarithm for
-    ``step_rise``) is left to the loader, which names the value and the fix.
-    """
+    """The run must pass the document (judged first: a broken run is refused as what it is),
+    and the loader must accept its text (a rule the judge cannot evaluate is left to it)."""
     where = f"<recorded {document.name}>"
     try:
         verdict = judge(evidence, document, expected_rollouts=rollouts)

@@ -24,32 +24,17 @@ _LOGPROB = "train/train_rollout_logprob_abs_diff"
 _REWARD = "rollout/raw_reward"
 _CLIPFRAC = "train/pg_clipfrac"
 
-_COMMON: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("steps_complete", _LOGPROB),
-        ("finite", _LOGPROB),
-        ("all_below", _LOGPROB),
-        ("mean_within", _LOGPROB),
-        ("max_within", _LOGPROB),
-        ("no_rising_trend", _LOGPROB),
-        ("step_rise", _LOGPROB),
-        ("steps_complete", _REWARD),
-        ("finite", _REWARD),
-        ("mean_within", _REWARD),
-        ("sd_at_least", _REWARD),
-        ("multiple_of", _REWARD),
-    }
+_GUARDS = ("steps_complete", "finite")
+_COMMON = frozenset(
+    [(kind, _LOGPROB) for kind in (*_GUARDS, "all_below", "mean_within", "max_within")]
+    + [(kind, _LOGPROB) for kind in ("no_rising_trend", "step_rise")]
+    + [(kind, _REWARD) for kind in (*_GUARDS, "mean_within", "sd_at_least", "multiple_of")]
 )
-
 REQUIRED_RULES: Mapping[str, frozenset[tuple[str, str]]] = {
     "stock": _COMMON,
     "patched": _COMMON
-    | {
-        ("paired_mean_diff", _REWARD),
-        ("steps_complete", _CLIPFRAC),
-        ("finite", _CLIPFRAC),
-        ("near_zero", _CLIPFRAC),
-    },
+    | {("paired_mean_diff", _REWARD)}
+    | {(kind, _CLIPFRAC) for kind in (*_GUARDS, "near_zero")},
 }
 
 # sha256 of the reference evidence of each published run (evidence_digest); jvvnhop9's series
@@ -77,25 +62,19 @@ def evidence_digest(baseline: Baseline) -> str:
 
 
 def baseline_digest(baseline: Baseline) -> str:
-    """sha256 of the whole baseline, ``$schema`` aside (``docs/ci.md``, "Which baselines
-    judge")."""
+    """sha256 of the whole baseline, ``$schema`` aside (``docs/ci.md``)."""
     document = baseline.to_json()
     document.pop("$schema", None)
     return _sha256(document)
 
 
-def is_shipped(spec: str | os.PathLike[str], baseline: Baseline) -> bool:
-    """``spec`` is a shipped name, or the file lies under the shipped baselines' directory."""
-    shipped_dir = baselines_root() / RECIPE_DIR
-    return os.fspath(spec) in SHIPPED or Path(baseline.path).resolve().is_relative_to(
-        shipped_dir.resolve()
-    )
-
-
 def check_shipped(spec: str | os.PathLike[str], baseline: Baseline) -> None:
     """``BaselineError`` (one line: file, JSON path, what, fix) for the first of
-    :func:`shipped_problems` when ``spec`` loaded a shipped baseline (:func:`is_shipped`)."""
-    if not is_shipped(spec, baseline):
+    :func:`shipped_problems` when ``spec`` is a shipped name or a file under their directory."""
+    shipped_dir = (baselines_root() / RECIPE_DIR).resolve()
+    if os.fspath(spec) not in SHIPPED and not Path(baseline.path).resolve().is_relative_to(
+        shipped_dir
+    ):
         return
     problem = next(shipped_problems(baseline), None)
     if problem is not None:

@@ -1,13 +1,8 @@
-"""Export the history as upstream miles' CI capture would have written it.
-
-Per run ``records/run-<id>/history-<id>.jsonl`` (capture's ``{"metric", "series"}`` lines,
-non-finite values as markers), ``runs.jsonl`` (upstream's ``runs`` columns plus ours) and the
-upstream test file of each variant (its ``register_rocm_ci`` and one ``register_ci_gate`` per
-metric), so upstream's parser, store and gate consume it. One ``test_path`` per aiter variant,
-``trusted`` a gate pass not marked untrusted; a run without a recorded variant is not
-exported. A row is foreign input: every write passes one guard (:func:`inside`); ``out_dir``
-is replaced only when it is an earlier export, built beside it and renamed. Explained in
-``docs/cli.md`` ("The export").
+"""Export the history as upstream miles' CI capture would have written it: per run a capture
+record, ``runs.jsonl`` (upstream's ``runs`` columns plus ours) and each variant's upstream test
+file. A run without a recorded variant is not exported; a row is foreign input, so every write
+passes one guard (:func:`inside`); ``out_dir`` is replaced only when it is an earlier export,
+built beside it and renamed. Explained in ``docs/cli.md`` ("The export").
 """
 
 from __future__ import annotations
@@ -108,11 +103,7 @@ def index_row(run: StoredRun, record_dir: str) -> dict[str, object]:
         "backend": BACKEND,
         "suite": SUITE,
         "commit_sha": run.commit_sha or "",
-        "pr_number": None,
-        "github_run_id": None,
-        "github_run_attempt": None,
-        "event_name": None,
-        "ref": None,
+        **dict.fromkeys(("pr_number", "github_run_id", "github_run_attempt", "event_name", "ref")),
         "created_at": run.created_at,
         "trusted": run.trusted,
         "record_dir": record_dir,
@@ -176,20 +167,15 @@ def _build(store: HistoryStore, root: Path) -> Export:
         metrics = [k for k in TARGET_METRIC_KEYS if k in seen]
         _write(root, upstream_test_path(variant), upstream_test_file(variant, metrics))
     _write(root, INDEX, "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows))
-    return Export(
-        len(rows), skipped, tuple(upstream_test_path(v) for v in sorted(metrics_by_variant))
-    )
-
-
-def _export_files() -> re.Pattern[str]:
-    tests = "|".join(re.escape(upstream_test_path(v)) for v in AITER_VARIANTS)
-    return re.compile(rf"{re.escape(INDEX)}|records/run-([1-9][0-9]*)/history-\1\.jsonl|{tests}")
+    tests = tuple(upstream_test_path(v) for v in sorted(metrics_by_variant))
+    return Export(len(rows), skipped, tests)
 
 
 def earlier_export(out_dir: Path) -> str | None:
     """Why ``out_dir`` (an existing dir) is not an earlier export, None when it is one: it
     holds only regular files an export writes, in its layout, and no link."""
-    files = _export_files()
+    tests = "|".join(re.escape(upstream_test_path(v)) for v in AITER_VARIANTS)
+    files = re.compile(rf"{re.escape(INDEX)}|records/run-([1-9][0-9]*)/history-\1\.jsonl|{tests}")
     for top, dirs, names in os.walk(out_dir, onerror=_raise):
         for name in (*dirs, *names):
             path = Path(top, name)
@@ -208,12 +194,9 @@ def _raise(error: OSError) -> None:
 
 
 def export_upstream(store: HistoryStore, out_dir: Path) -> Export:
-    """Write the export into ``out_dir`` whole or not at all (built beside it, then renamed).
-
-    ``out_dir`` must be absent, empty, or an earlier export (:func:`earlier_export`), which is
-    replaced; anything else raises ``FileExistsError`` naming what is in the way, and is left
-    as it was.
-    """
+    """Write the export into ``out_dir`` whole or not at all (built beside it, then renamed):
+    absent, empty, or an earlier export (:func:`earlier_export`), which is replaced; anything
+    else is ``FileExistsError`` naming what is in the way, and is left as it was."""
     out_dir = Path(os.path.abspath(out_dir))  # "." names its parent's entry, not itself
     if out_dir.is_symlink():
         raise FileExistsError(

@@ -17,39 +17,23 @@ from miles_amd import escape, numeric
 from miles_amd.history.drift import WINDOW, Drift, IdentityDrift
 from miles_amd.history.store import StoredRun
 
+_md = escape.markdown
 SHOWN = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward")
 
 
-def _mean(run: StoredRun, metric: str) -> str:
-    summary = run.summaries.get(metric)
-    return "-" if summary is None else f"{summary.mean:.4g}"
-
-
-def _identity(run: StoredRun) -> str:
-    return run.identity.label()
-
-
-def _verdict(run: StoredRun) -> str:
-    """PASS / FAIL, and ``UNTRUSTED`` after a pass marked untrusted (out of the trend)."""
-    return (
-        "PASS UNTRUSTED" if run.verdict == "pass" and run.marked_untrusted else run.verdict.upper()
-    )
-
-
-def _md(text: object) -> str:
-    return escape.markdown(text)
-
-
 def _row(run: StoredRun) -> list[str]:
+    """One run's cells; a pass marked untrusted (out of the trend) reads ``PASS UNTRUSTED``."""
+    untrusted = run.verdict == "pass" and run.marked_untrusted
+    means = (run.summaries.get(m) for m in SHOWN)
     return [
         str(run.run_id),
         run.created_at,
-        _verdict(run),
+        "PASS UNTRUSTED" if untrusted else run.verdict.upper(),
         run.baseline,
-        _identity(run),
+        run.identity.label(),
         run.run_key or "-",
         (run.commit_sha or "-")[:12],
-        *(_mean(run, m) for m in SHOWN),
+        *("-" if summary is None else f"{summary.mean:.4g}" for summary in means),
         run.run_dir,
     ]
 
@@ -117,11 +101,11 @@ def trend_table(runs: Sequence[StoredRun]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for metric in sorted({m for r in runs for m in r.summaries}):
-        for identity in dict.fromkeys(_identity(r) for r in runs):
+        for identity in dict.fromkeys(r.identity.label() for r in runs):
             means = [
                 r.summaries[metric].mean
                 for r in runs
-                if _identity(r) == identity and metric in r.summaries
+                if r.identity.label() == identity and metric in r.summaries
             ]
             if means:
                 lines.append(
@@ -145,6 +129,14 @@ def render_markdown(runs: Sequence[StoredRun], checked: Sequence[IdentityDrift])
     return "\n".join([*lines, "", *trend_table(runs), "", *drift]) + "\n"
 
 
+# the JSON listing's keys of a run, in order (then failed_checks and summaries)
+_JSON_FIELDS = (
+    *("run_id", "created_at", "recipe", "recipe_digest", "variant", "aiter_commit", "trusted"),
+    *("marked_untrusted", "baseline", "image", "commit_sha", "run_dir", "run_key", "verdict"),
+    *("reason", "rollouts"),
+)
+
+
 def to_json(runs: Sequence[StoredRun], checked: Sequence[IdentityDrift]) -> str:
     def number(v: float | None) -> float | None:
         return v if v is not None and math.isfinite(v) else None
@@ -152,22 +144,7 @@ def to_json(runs: Sequence[StoredRun], checked: Sequence[IdentityDrift]) -> str:
     doc = {
         "runs": [
             {
-                "run_id": r.run_id,
-                "created_at": r.created_at,
-                "recipe": r.recipe,
-                "recipe_digest": r.recipe_digest,
-                "variant": r.variant,
-                "aiter_commit": r.aiter_commit,
-                "trusted": r.trusted,
-                "marked_untrusted": r.marked_untrusted,
-                "baseline": r.baseline,
-                "image": r.image,
-                "commit_sha": r.commit_sha,
-                "run_dir": r.run_dir,
-                "run_key": r.run_key,
-                "verdict": r.verdict,
-                "reason": r.reason,
-                "rollouts": r.rollouts,
+                **{key: getattr(r, key) for key in _JSON_FIELDS},
                 "failed_checks": list(r.failed_checks),
                 "summaries": {
                     m: {"n": s.n, "mean": s.mean, "sd": number(s.sd), "min": s.min, "max": s.max}
@@ -185,9 +162,7 @@ def to_json(runs: Sequence[StoredRun], checked: Sequence[IdentityDrift]) -> str:
                     "threshold": group.cutoff,
                     "findings": [
                         {
-                            "metric": d.metric,
-                            "direction": d.direction,
-                            "s": d.s,
+                            **{key: getattr(d, key) for key in ("metric", "direction", "s")},
                             "means": list(d.means),
                             "run_ids": list(d.run_ids),
                         }
@@ -209,6 +184,11 @@ def drift_section(found: Sequence[Drift], cutoff: int, trusted: int, run_id: int
         f"Appended as run {run_id} to the history {escape.markdown_code(path)}.",
     ]
     return (
-        "\n".join([*lines, *(f"- {_md(line)}" for line in drift_lines(found, cutoff, trusted))])
+        "\n".join(
+            [
+                *lines,
+                *(f"- {_md(line)}" for line in drift_lines(found, cutoff, trusted)),
+            ]
+        )
         + "\n"
     )

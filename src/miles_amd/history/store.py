@@ -1,11 +1,9 @@
 """The run-history store: one SQLite file of plain SQL, schema versioned, verdicts appended.
 
-Keeps per judged run a ``runs`` row (:class:`RunRow`), per-metric ``summaries``, the
-per-rollout ``metric_values`` and ``nonfinite_values`` (upstream's capture markers), and
-``untrusted_marks``; ``meta.schema_version`` of another :data:`SCHEMA_VERSION` is refused,
-not migrated. An append is one transaction; a row read back is untrusted: checked against its
-field's type, a bad one skipped with a reason. A ``read_only`` store is neither created nor
-modified. Explained in ``docs/gate-and-statistics.md`` ("How runs are stored").
+A ``meta.schema_version`` other than :data:`SCHEMA_VERSION` is refused, not migrated; an append
+is one transaction; a row read back is untrusted: each column checked against its field's type,
+a bad row skipped with a reason. A ``read_only`` store is neither created nor modified.
+Explained in ``docs/gate-and-statistics.md`` ("How runs are stored").
 """
 
 from __future__ import annotations
@@ -214,13 +212,7 @@ class HistoryStore:
                 self._db = sqlite3.connect(self.path, timeout=30.0)
                 self._db.execute("PRAGMA foreign_keys = ON")
             found = self._version()
-            if found is None and read_only:
-                self._db.close()
-                raise HistoryError(
-                    f"{self.path}: not a miles-amd history (no schema in it); point --history "
-                    "at a file `miles-amd gate --history` wrote"
-                )
-            if found is None:
+            if found is None and not read_only:
                 with self._db:
                     self._db.executescript(_SCHEMA)
                     self._db.execute(
@@ -233,15 +225,16 @@ class HistoryStore:
         if found != str(SCHEMA_VERSION):
             self._db.close()
             raise HistoryError(
-                f"{self.path}: history schema version {found}, this miles-amd writes "
+                f"{self.path}: not a miles-amd history (no schema in it); point --history "
+                "at a file `miles-amd gate --history` wrote"
+                if found is None
+                else f"{self.path}: history schema version {found}, this miles-amd writes "
                 f"{SCHEMA_VERSION}; use another file or a matching miles-amd"
             )
 
     def _version(self) -> str | None:
-        has_meta = self._db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
-        ).fetchone()
-        if not has_meta:
+        sql = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"
+        if not self._db.execute(sql).fetchone():
             return None
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         return None if row is None else str(row[0])
@@ -270,38 +263,28 @@ class HistoryStore:
             row = [json.dumps(list(v)) if isinstance(v, tuple) else v for v in values]
             cursor = self._db.execute(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({marks})", row)
             run_id = int(cursor.lastrowid or 0)
-            for metric, points in sorted(record.series.items()):
-                summary = summarize([v for _, v in points])
-                if summary is None:
-                    continue
-                self._db.execute(
-                    f"INSERT INTO summaries (run_id, metric, {_SUMMARY_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, metric, *astuple(summary)),
-                )
-            for metric, points in sorted(record.series.items()):
-                self._db.executemany(
-                    "INSERT INTO metric_values (run_id, metric, step, value) VALUES (?, ?, ?, ?)",
-                    [(run_id, metric, s, v) for s, v in points if math.isfinite(v)],
-                )
-                self._db.executemany(
-                    "INSERT INTO nonfinite_values (run_id, metric, step, marker) "
-                    "VALUES (?, ?, ?, ?)",
-                    [
-                        (run_id, metric, s, _MARKERS[str(v)])
-                        for s, v in points
-                        if not math.isfinite(v)
-                    ],
-                )
+            series = sorted(record.series.items())
+            summaries = [(m, summarize([v for _, v in points])) for m, points in series]
+            self._db.executemany(
+                f"INSERT INTO summaries (run_id, metric, {_SUMMARY_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, m, *astuple(summary)) for m, summary in summaries if summary],
+            )
+            points = [(run_id, m, s, v) for m, values in series for s, v in values]
+            self._db.executemany(
+                "INSERT INTO metric_values (run_id, metric, step, value) VALUES (?, ?, ?, ?)",
+                [row for row in points if math.isfinite(row[3])],
+            )
+            self._db.executemany(
+                "INSERT INTO nonfinite_values (run_id, metric, step, marker) VALUES (?, ?, ?, ?)",
+                [(*row[:3], _MARKERS[str(row[3])]) for row in points if not math.isfinite(row[3])],
+            )
             yield run_id
 
     def mark(self, run_id: int, *, untrusted: bool, now: str) -> bool:
         """Mark run ``run_id`` untrusted (or trusted again); True when that changed anything."""
         with self._db:
-            if (
-                self._db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-                is None
-            ):
+            if not self._db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
                 raise HistoryError(f"{self.path}: no run {run_id} in the history")
             if untrusted:
                 sql = "INSERT OR IGNORE INTO untrusted_marks (run_id, marked_at) VALUES (?, ?)"
@@ -365,15 +348,10 @@ class HistoryStore:
                 f"SELECT metric, {_SUMMARY_COLUMNS} FROM summaries WHERE run_id = ?", (run_id,)
             )
         }
-        marked = self._db.execute(
-            "SELECT 1 FROM untrusted_marks WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        return StoredRun(
-            **_from_row(columns),
-            run_id=run_id,
-            summaries=summaries,
-            marked_untrusted=marked is not None,
-        )
+        sql = "SELECT 1 FROM untrusted_marks WHERE run_id = ?"
+        marked = self._db.execute(sql, (run_id,)).fetchone() is not None
+        return StoredRun(**_from_row(columns), run_id=run_id, summaries=summaries,
+                         marked_untrusted=marked)  # fmt: skip
 
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
         """One run's stored points per metric in step order (markers as NaN/±inf); a point
@@ -403,5 +381,6 @@ def _point(step: object, value: object, *, marker: bool) -> float | None:
         return None
     if marker:
         return float(value) if value in _MARKERS.values() else None  # type: ignore[arg-type]
-    finite = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if finite and math.isfinite(value) else None  # type: ignore[arg-type]
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None

@@ -28,14 +28,14 @@ from miles_amd.wrap import fit
 Format = Literal["text", "json", "markdown"]
 
 
-def _g(value: float) -> str:
-    return f"{value:.4g}"
-
-
 # a difference below this fraction of the metric's magnitude is shown as 0: TensorBoard's
 # values are float32 (about 7 significant digits), so a mean of differences of equal runs
 # comes out as -9e-11 on a mean of 0.017, a rounding, not a difference
 PRECISION = 1e-6
+
+
+def _g(value: float) -> str:
+    return f"{value:.4g}"
 
 
 def at_precision(value: float, d: MetricDiff) -> str:
@@ -68,11 +68,6 @@ def diff_sentence(d: MetricDiff) -> str:
     return text
 
 
-def _needed(rate: float) -> str:
-    n = rollouts_for_power(rate)
-    return f"more than {MAX_SEARCH_ROLLOUTS}" if n is None else str(n)
-
-
 def spike_sentences(comparison: Comparison) -> list[str]:
     lines = []
     for s in comparison.spikes:
@@ -82,7 +77,8 @@ def spike_sentences(comparison: Comparison) -> list[str]:
             "than A)"
         )
         powers = ", ".join(f"{rate:.0%}: {s.power(rate):.0%}" for rate in SPIKE_RATES)
-        needed = ", ".join(f"{rate:.0%}: {_needed(rate)}" for rate in SPIKE_RATES)
+        more = f"more than {MAX_SEARCH_ROLLOUTS}"
+        needed = ", ".join(f"{r:.0%}: {rollouts_for_power(r) or more}" for r in SPIKE_RATES)
         line += (
             f"; power of this test if A spikes at a per-rollout rate of {powers} (B never); "
             f"rollouts each run needs for 95% power at {needed}"
@@ -92,15 +88,14 @@ def spike_sentences(comparison: Comparison) -> list[str]:
                 f"; the data cannot decide whether B spikes less often than A: "
                 f"{s.n_a} vs {s.n_b} rollouts are too few"
             )
-        clean = [
-            (name, n)
-            for name, count, n in (("A", s.count_a, s.n_a), ("B", s.count_b, s.n_b))
-            if count == 0
-        ]
-        for name, n in clean:
+        for name, count, n in (("A", s.count_a, s.n_a), ("B", s.count_b, s.n_b)):
             line += (
-                f"; {name} with 0 spikes in {n} rollouts rules out a spike rate above "
-                f"{rate_ruled_out(n):.1%} per rollout (95%)"
+                ""
+                if count
+                else (
+                    f"; {name} with 0 spikes in {n} rollouts rules out a spike rate above "
+                    f"{rate_ruled_out(n):.1%} per rollout (95%)"
+                )
             )
         lines.append(line)
     return lines

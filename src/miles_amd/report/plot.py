@@ -134,8 +134,7 @@ def series_note(values: Sequence[float], noun: str = "values") -> str | None:
 
 
 def draw_note(ax: Any, text: str, *, alone: bool = False) -> None:
-    """``text`` boxed in the middle of the panel, above the data (gid ``note``); ``alone``: the
-    panel has nothing else to show (its axes hidden)."""
+    """``text`` boxed mid-panel (gid ``note``); ``alone``: nothing else to show (axes hidden)."""
     if alone:
         ax.set_axis_off()
     box = {"boxstyle": "round", "facecolor": "white", "edgecolor": "0.6", "alpha": 0.9}
@@ -146,8 +145,7 @@ def draw_note(ax: Any, text: str, *, alone: bool = False) -> None:
 
 
 def png_bytes(figure: Any) -> bytes:
-    """The figure as PNG bytes: drawn once and the canvas's pixels encoded (``savefig`` would
-    draw twice under a layout engine)."""
+    """Drawn once and the pixels encoded (``savefig`` draws twice under a layout engine)."""
     import io
 
     import numpy as np
@@ -164,13 +162,12 @@ def drawable_value(value: float) -> float:
     return max(-DRAW_LIMIT, min(DRAW_LIMIT, value)) if math.isfinite(value) else value
 
 
-# The rule hints: (axes, the rule's check, the run's finite values); a check without the
-# figures a hint needs (one decided by a non-finite value) draws nothing.
+# The rule hints: (axes, check, the run's finite values); nothing without the figures needed.
 
 
 def threshold(ax: Any, check: Check, finite: list[float]) -> None:
-    """The spike threshold as a line when the data reach near it, else named in the legend
-    with how far above the run's max it lies (a line far above would squeeze the data)."""
+    """A line when the data reach near it, else named in the legend (a line far above would
+    squeeze the data)."""
     limit = check.numbers.get("threshold")
     if limit is None:
         return
@@ -184,8 +181,7 @@ def threshold(ax: Any, check: Check, finite: list[float]) -> None:
 
 
 def mean_band(ax: Any, check: Check, finite: list[float], what: str = "mean") -> None:
-    """The band bounds the run's mean, not its points: an interval right of the series with
-    the run's mean as a diamond on it."""
+    """The band bounds the run's mean: an interval right of the series, the mean a diamond."""
     low, high = check.numbers.get("low"), check.numbers.get("high")
     x = ax.dataLim.x1 + 1.5 if ax.has_data() else 0.0  # right of the series (and other bands)
     if low is not None and high is not None:
@@ -249,57 +245,18 @@ HINTS: Mapping[KindName, Callable[[Any, Check, list[float]], None]] = {
 }
 
 
-def _draw_panel(
-    ax: Any, metric: str, checks: list[Check], series: Series, baseline: Baseline,
-    decided: int | None,
-) -> None:  # fmt: skip
-    colour = "tab:red" if any(c.failed for c in checks) else "black"
-    style_panel(ax, metric, axis(metric), Y_LABELS.get(metric, metric), colour)
-    if any(math.isfinite(v) for _, v in series):  # a non-finite value is a gap in the line
-        ax.plot([s for s, _ in series], [v if math.isfinite(v) else math.nan for _, v in series],
-                color="tab:blue", marker="o", markersize=3, label="this run")  # fmt: skip
-    if metric in baseline.series:
-        ref = baseline.series[metric]
-        ax.plot(
-            range(len(ref)), ref, color="black", linestyle="--", linewidth=1, marker="s",
-            markersize=4, markerfacecolor="none", alpha=0.8, zorder=3,
-            label=f"baseline {baseline.run_id} (published)", gid="baseline",
-        )  # fmt: skip
-    finite = [v for _, v in series if math.isfinite(v)]
-    for check in checks:
-        hint = HINTS.get(check.kind)
-        if hint is not None and check.numbers:
-            hint(ax, check, finite)
-    _mark_failing(ax, series, {s for c in checks for s in c.failing_steps})
-    if decided is not None:  # a dotted red line after the last step judged
-        per = baseline.run_shape.train_steps_per_rollout if metric.startswith("train/") else 1
-        ax.axvline(decided * per - 0.5, color="tab:red", linestyle=":", linewidth=1.5,
-                   label=f"decided at rollout {decided}", gid="decided")  # fmt: skip
-    finish_panel(ax, [v for _, v in series])
-
-
-def _mark_failing(ax: Any, series: Series, steps: set[int]) -> None:
-    """Red crosses on failing points; a non-finite one as a triangle at the top, labelled."""
-    points = [(s, v) for s, v in series if s in steps]
-    finite = [(s, v) for s, v in points if math.isfinite(v)]
-    if finite:
-        ax.plot([s for s, _ in finite], [v for _, v in finite], linestyle="none", marker="x",
-                color="tab:red", markersize=9, mew=2, label="failing", gid="failing")  # fmt: skip
-    for s, v in points:
-        if not math.isfinite(v):
-            ax.plot([s], [0.97], marker="v", color="tab:red", transform=ax.get_xaxis_transform())
-            text = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-            ax.annotate(text, (s, 0.9), xycoords=("data", "axes fraction"), fontsize=TICK_SIZE,
-                        color="tab:red", ha="center")  # fmt: skip
-
-
 def metrics_figure(verdict: Verdict, evidence: RunEvidence, baseline: Baseline) -> Any:
     """The metrics figure (a matplotlib ``Figure`` on the Agg canvas), one panel a metric."""
     gated = list(dict.fromkeys(r.metric for r in baseline.rules if r.metric is not None))
     measured = [m for m in gated if evidence.series.get(m)]
     unmeasured = [m for m in gated if m not in measured]
     colour = {"pass": "darkgreen", "fail": "tab:red", "error": "tab:red"}[verdict.verdict]
-    figure, axes = new_figure(len(measured), title(verdict), colour)
+    run = verdict.run_dir.rstrip("/").rsplit("/", 1)[-1] or verdict.run_dir
+    title = (
+        f"{verdict.verdict.upper()}: {verdict_sentence(verdict)} "
+        f"(run {run}, {verdict.expected_rollouts} rollouts expected)"
+    )
+    figure, axes = new_figure(len(measured), title, colour)
     early = verdict.decision
     decided = early.rollout if early and early.rollout < verdict.expected_rollouts else None
     for ax, metric in zip(axes, measured, strict=False):
@@ -317,13 +274,45 @@ def metrics_figure(verdict: Verdict, evidence: RunEvidence, baseline: Baseline) 
     return figure
 
 
-def title(verdict: Verdict) -> str:
-    """One line: the verdict, its sentence, the run's name and the rollouts expected."""
-    run = verdict.run_dir.rstrip("/").rsplit("/", 1)[-1] or verdict.run_dir
-    return (
-        f"{verdict.verdict.upper()}: {verdict_sentence(verdict)} "
-        f"(run {run}, {verdict.expected_rollouts} rollouts expected)"
-    )
+def _draw_panel(
+    ax: Any, metric: str, checks: list[Check], series: Series, baseline: Baseline,
+    decided: int | None,
+) -> None:  # fmt: skip
+    """The run's series, the published one, each rule's hint, the failing points (a
+    non-finite one as a labelled triangle at the top) and the rollout a red run was decided."""
+    colour = "tab:red" if any(c.failed for c in checks) else "black"
+    style_panel(ax, metric, axis(metric), Y_LABELS.get(metric, metric), colour)
+    if any(math.isfinite(v) for _, v in series):  # a non-finite value is a gap in the line
+        ax.plot([s for s, _ in series], [v if math.isfinite(v) else math.nan for _, v in series],
+                color="tab:blue", marker="o", markersize=3, label="this run")  # fmt: skip
+    if metric in baseline.series:
+        ref = baseline.series[metric]
+        ax.plot(
+            range(len(ref)), ref, color="black", linestyle="--", linewidth=1, marker="s",
+            markersize=4, markerfacecolor="none", alpha=0.8, zorder=3,
+            label=f"baseline {baseline.run_id} (published)", gid="baseline",
+        )  # fmt: skip
+    finite = [v for _, v in series if math.isfinite(v)]
+    for check in checks:
+        hint = HINTS.get(check.kind)
+        if hint is not None and check.numbers:
+            hint(ax, check, finite)
+    failing = {s for c in checks for s in c.failing_steps}
+    crosses = [(s, v) for s, v in series if s in failing and math.isfinite(v)]
+    if crosses:
+        ax.plot(*zip(*crosses, strict=True), linestyle="none", marker="x", color="tab:red",
+                markersize=9, mew=2, label="failing", gid="failing")  # fmt: skip
+    for s, v in series:
+        if s in failing and not math.isfinite(v):
+            ax.plot([s], [0.97], marker="v", color="tab:red", transform=ax.get_xaxis_transform())
+            text = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+            ax.annotate(text, (s, 0.9), xycoords=("data", "axes fraction"), fontsize=TICK_SIZE,
+                        color="tab:red", ha="center")  # fmt: skip
+    if decided is not None:  # a dotted red line after the last step judged
+        per = baseline.run_shape.train_steps_per_rollout if metric.startswith("train/") else 1
+        ax.axvline(decided * per - 0.5, color="tab:red", linestyle=":", linewidth=1.5,
+                   label=f"decided at rollout {decided}", gid="decided")  # fmt: skip
+    finish_panel(ax, [v for _, v in series])
 
 
 def metrics_png(verdict: Verdict, evidence: RunEvidence, baseline: Baseline) -> bytes:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -29,9 +28,12 @@ SCHEMA_VERSION = 3  # 2: the sequential looks (looks, decided_at_rollout, decide
 # 3: expected_failure (a red stock run ROCm/aiter#5694 explains)
 SCHEMA_PATH = Path(__file__).resolve().parent / "report.schema.json"
 
+_cell = escape.markdown
 _STATUS_ORDER = {"fail": 0, "error": 1, "pass": 2, "not_measured": 3}
 _STATUS_LABEL = {"fail": "FAIL", "error": "ERROR", "not_measured": "NOT MEASURED", "pass": "pass"}
 _NONFINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+_CHECK_FIELDS = ("name", "metric", "kind", "required", "status")  # report.json's order
+_HIT_FIELDS = ("name", "severity", "count", "first_line", "first_text", "reference")
 
 
 def ordered_checks(verdict: Verdict) -> list[Check]:
@@ -41,10 +43,6 @@ def ordered_checks(verdict: Verdict) -> list[Check]:
 
 def _judged(verdict: Verdict) -> list[Check]:
     return [c for c in ordered_checks(verdict) if c.status != "not_measured"]
-
-
-def _not_measured(verdict: Verdict) -> list[Check]:
-    return [c for c in verdict.checks if c.status == "not_measured"]
 
 
 def _grouped(names: list[str]) -> str:
@@ -62,7 +60,7 @@ def not_measured_reasons(verdict: Verdict) -> list[tuple[str, str]]:
     """(the checks, why) per distinct reason of the checks not measured, in check order:
     the reason is the check's ``detail`` (what the run lacked)."""
     by_reason: dict[str, list[str]] = {}
-    for check in _not_measured(verdict):
+    for check in (c for c in verdict.checks if c.status == "not_measured"):
         by_reason.setdefault(check.detail or "no reason given", []).append(check.name)
     return [(_grouped(names), reason) for reason, names in by_reason.items()]
 
@@ -108,10 +106,6 @@ def _json_number(value: object) -> object:
     return value
 
 
-def _json_numbers(numbers: Mapping[str, float]) -> dict[str, object]:
-    return {key: _json_number(value) for key, value in numbers.items()}
-
-
 def to_json(verdict: Verdict) -> dict[str, object]:
     """The report as a JSON-ready dict (strict JSON, ``docs/cli.md``: "The report")."""
     counts = {status: 0 for status in _STATUS_ORDER}
@@ -138,35 +132,23 @@ def to_json(verdict: Verdict) -> dict[str, object]:
         "decided_at_rollout": decided.rollout if decided else None,
         "decided_by": decided.check if decided else None,
         "alpha_spent": _json_number(decided.alpha_spent) if decided else None,
-        "expected_failure": _expected_json(verdict),
+        "expected_failure": None
+        if (expected := verdict.expected_failure) is None
+        else {"reason": REPRODUCED, "canary": expected.canary, "checks": list(expected.checks)},
         "counts": counts,
         "checks": [
             {
-                "name": c.name,
-                "metric": c.metric,
-                "kind": c.kind,
-                "required": c.required,
-                "status": c.status,
+                **{key: getattr(c, key) for key in _CHECK_FIELDS},
                 "observed": _json_number(c.observed),
                 "expected": c.expected,
                 "detail": c.detail,
                 "rationale": c.rationale,
                 "failing_steps": list(c.failing_steps),
-                "numbers": _json_numbers(c.numbers),
+                "numbers": {key: _json_number(value) for key, value in c.numbers.items()},
             }
             for c in verdict.checks
         ],
-        "sentinels": [
-            {
-                "name": h.name,
-                "severity": h.severity,
-                "count": h.count,
-                "first_line": h.first_line,
-                "first_text": h.first_text,
-                "reference": h.reference,
-            }
-            for h in verdict.sentinels
-        ],
+        "sentinels": [{key: getattr(h, key) for key in _HIT_FIELDS} for h in verdict.sentinels],
         "evidence": {
             "sources": dict(sorted(verdict.sources.items())),
             "problems": [
@@ -182,13 +164,6 @@ def to_json(verdict: Verdict) -> dict[str, object]:
             ],
         },
     }
-
-
-def _expected_json(verdict: Verdict) -> dict[str, object] | None:
-    expected = verdict.expected_failure
-    if expected is None:
-        return None
-    return {"reason": REPRODUCED, "canary": expected.canary, "checks": list(expected.checks)}
 
 
 def render_json(verdict: Verdict) -> str:
@@ -210,14 +185,6 @@ def verdict_label(verdict: Verdict) -> str:
     return verdict.verdict.upper() + expected
 
 
-def headline(verdict: Verdict) -> str:
-    return (
-        f"miles-amd gate: {verdict_label(verdict)} - run {verdict.run_dir} against baseline "
-        f"{verdict.baseline_name} ({verdict.baseline_run_id}), "
-        f"{verdict.expected_rollouts} rollouts expected"
-    )
-
-
 def baseline_identity(verdict: Verdict) -> str:
     """The digest of the baseline judged with and whether it is the shipped one of its name."""
     if verdict.baseline_sha256 is None:
@@ -235,7 +202,9 @@ def baseline_identity(verdict: Verdict) -> str:
 def render_text(verdict: Verdict) -> str:
     """Plain text for the terminal, in the order of the markdown report."""
     lines = [
-        headline(verdict),
+        f"miles-amd gate: {verdict_label(verdict)} - run {verdict.run_dir} against baseline "
+        f"{verdict.baseline_name} ({verdict.baseline_run_id}), "
+        f"{verdict.expected_rollouts} rollouts expected",
         f"{verdict.verdict.upper()}: {verdict_sentence(verdict)}",
         baseline_identity(verdict),
         "",
@@ -247,9 +216,9 @@ def render_text(verdict: Verdict) -> str:
             f"{_STATUS_LABEL[c.status]:<5}  {c.name:<{width}}  observed {_observed(c)}"
             f"  expected {c.expected}  - {c.detail}"
         )
-    if _not_measured(verdict):
+    if reasons := not_measured_reasons(verdict):
         lines += ["", "not measured (optional, so they do not change the verdict):"]
-        lines += [f"  {names}: {why}" for names, why in not_measured_reasons(verdict)]
+        lines += [f"  {names}: {why}" for names, why in reasons]
     lines.append("")
     if verdict.sentinels:
         lines.append("sentinel hits:")
@@ -268,66 +237,6 @@ def render_text(verdict: Verdict) -> str:
     return fit((escape.terminal(line) for line in lines), indent=" " * 7)
 
 
-def _cell(text: object) -> str:
-    return escape.markdown(text)
-
-
-def _markdown_checks(verdict: Verdict) -> list[str]:
-    lines = [
-        "### Checks",
-        "",
-        "| status | check | metric | observed | expected | detail |",
-        "|---|---|---|---|---|---|",
-    ]
-    for c in _judged(verdict):
-        required = "" if c.required else " (optional)"
-        lines.append(
-            f"| {_STATUS_LABEL[c.status]} | {_cell(c.name)}{required} | {_cell(c.metric or '')} "
-            f"| {_cell(_observed(c))} | {_cell(c.expected)} | {_cell(c.detail)} |"
-        )
-    if _not_measured(verdict):
-        lines += ["", "Not measured (optional, so they do not change the verdict):", ""]
-        lines += [f"- {_cell(names)}: {_cell(why)}" for names, why in not_measured_reasons(verdict)]
-    return lines
-
-
-def _markdown_sentinels(verdict: Verdict) -> list[str]:
-    lines = ["### Sentinel hits", ""]
-    if not verdict.sentinels:
-        return [*lines, "No sentinel hit in job.log."]
-    lines += [
-        "| sentinel | severity | count | first line | reference | first text |",
-        "|---|---|---|---|---|---|",
-    ]
-    for h in verdict.sentinels:
-        lines.append(
-            f"| {_cell(h.name)} | {h.severity} | {h.count} | {h.first_line} "
-            f"| {_cell(h.reference)} | {_cell(h.first_text[:160])} |"
-        )
-    return lines
-
-
-def _markdown_evidence(verdict: Verdict) -> list[str]:
-    lines = ["### Evidence", ""]
-    if verdict.sources:
-        lines += ["| metric | source |", "|---|---|"]
-        lines += [f"| {_cell(m)} | {s} |" for m, s in sorted(verdict.sources.items())]
-    else:
-        lines.append("No metric was read.")
-    lines.append("")
-    if verdict.problems:
-        lines += ["Problems:", *(f"- {_cell(p)}" for p in verdict.problems)]
-    else:
-        lines.append("Problems: none.")
-    if not verdict.conflicts:
-        return [*lines, "Conflicts: none."]
-    lines += ["", "Conflicts:"]
-    for c in verdict.conflicts:
-        values = ", ".join(f"{k}={v!r}" for k, v in sorted(c.values.items()))
-        lines.append(f"- {_cell(c.metric)} at step {c.step}: {_cell(values)}")
-    return lines
-
-
 def render_markdown(verdict: Verdict) -> str:
     """A reviewer's page: the verdict sentence, failures, passes, not measured, hits, evidence."""
     lines = [
@@ -340,12 +249,48 @@ def render_markdown(verdict: Verdict) -> str:
         "",
         _cell(baseline_identity(verdict)) + ".",
         "",
-        *_markdown_checks(verdict),
+        "### Checks",
         "",
-        *_markdown_sentinels(verdict),
-        "",
-        *_markdown_evidence(verdict),
+        "| status | check | metric | observed | expected | detail |",
+        "|---|---|---|---|---|---|",
     ]
+    for c in _judged(verdict):
+        required = "" if c.required else " (optional)"
+        lines.append(
+            f"| {_STATUS_LABEL[c.status]} | {_cell(c.name)}{required} | {_cell(c.metric or '')} "
+            f"| {_cell(_observed(c))} | {_cell(c.expected)} | {_cell(c.detail)} |"
+        )
+    if reasons := not_measured_reasons(verdict):
+        lines += ["", "Not measured (optional, so they do not change the verdict):", ""]
+        lines += [f"- {_cell(names)}: {_cell(why)}" for names, why in reasons]
+    lines += ["", "### Sentinel hits", ""]
+    if not verdict.sentinels:
+        lines.append("No sentinel hit in job.log.")
+    else:
+        lines += [
+            "| sentinel | severity | count | first line | reference | first text |",
+            "|---|---|---|---|---|---|",
+        ]
+    lines += [
+        f"| {_cell(h.name)} | {h.severity} | {h.count} | {h.first_line} "
+        f"| {_cell(h.reference)} | {_cell(h.first_text[:160])} |"
+        for h in verdict.sentinels
+    ]
+    lines += ["", "### Evidence", ""]
+    if verdict.sources:
+        lines += ["| metric | source |", "|---|---|"]
+        lines += [f"| {_cell(m)} | {s} |" for m, s in sorted(verdict.sources.items())]
+    else:
+        lines.append("No metric was read.")
+    lines.append("")
+    if verdict.problems:
+        lines += ["Problems:", *(f"- {_cell(p)}" for p in verdict.problems)]
+    else:
+        lines.append("Problems: none.")
+    lines += ["", "Conflicts:"] if verdict.conflicts else ["Conflicts: none."]
+    for conflict in verdict.conflicts:
+        values = ", ".join(f"{k}={v!r}" for k, v in sorted(conflict.values.items()))
+        lines.append(f"- {_cell(conflict.metric)} at step {conflict.step}: {_cell(values)}")
     return "\n".join(lines) + "\n"
 
 
