@@ -328,7 +328,8 @@ def test_gate_appends_and_history_lists_a_run_gated_again_once(tmp_path: Path) -
     assert "drift: not checked yet (1 trusted run(s)" in again.stdout, again.stdout
     with HistoryStore(history) as store:
         keys = {r.run_key for r in store.runs()}
-    assert len(keys) == 1 and keys.pop().startswith("jvvnhop9:")
+    (key,) = keys
+    assert key is not None and key.startswith("jvvnhop9:")
     gate(write_run(tmp_path / "other", {LOGPROB: [0.017] * 20, REWARD: [0.5] * 20}), history)
     with HistoryStore(history) as store:
         assert len({r.run_key for r in store.runs()}) == 2
