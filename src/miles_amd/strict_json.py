@@ -1,11 +1,9 @@
 """A JSON reader for files someone handed us: strict, bounded, located errors.
 
-:func:`loads` refuses what Python's ``json`` accepts: a duplicate key, nesting deeper than
-``max_depth``, an integer outside 64 bits or a float literal beyond the float range, a
-non-finite constant (unless ``non_finite=True``), a lone surrogate. A refusal is a
-:class:`StrictJsonError` whose ``str()`` is one line, ``<JSON path>: <reason>`` or ``line L
-column C: <reason>``. Some reads stay plain ``json`` on purpose (tool output on the node,
-Ray's replies, ``config.json``). Why: ``docs/cli.md`` ("How the gate reads a run dir").
+:func:`loads` refuses a duplicate key, nesting deeper than ``max_depth``, an integer outside
+64 bits, a float beyond its range, a non-finite constant (unless ``non_finite``), a lone
+surrogate; a :class:`StrictJsonError` is one line, ``<JSON path>: <reason>``. Why:
+``docs/cli.md`` ("Strict JSON").
 """
 
 from __future__ import annotations

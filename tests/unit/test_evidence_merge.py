@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from miles_amd.evidence.merge import merge_sources, values_agree
-from miles_amd.evidence.types import Conflict, SeriesMap, columns_to_series, normalise_map
+from miles_amd.evidence.types import Conflict, columns_to_series, normalise_map
 
 
 def f32(value: float) -> float:
@@ -151,9 +151,3 @@ def test_conflicts_are_exactly_the_steps_where_values_disagree(a: list, b: list)
         if any(not any(values_agree(r, v) for r in reference) for s, v in other if s == step):
             expected.add(step)
     assert {c.step for c in conflicts} == expected
-
-
-def test_unknown_sources_are_rejected() -> None:
-    per_source: dict[str, SeriesMap] = {"wandb": {"m": ((0, 1.0),)}}
-    with pytest.raises(ValueError, match="unknown metric sources"):
-        merge_sources(per_source)  # type: ignore[arg-type]

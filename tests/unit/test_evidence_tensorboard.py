@@ -261,9 +261,9 @@ def test_no_scalars_give_an_empty_map_and_no_directory_is_not_found(tmp_path: Pa
     write_events(tmp_path, [])  # only the file_version event
     assert len(find_event_files(tmp_path)) == 1
     assert read_tensorboard_dir(tmp_path) == {}
-    with pytest.raises(FileNotFoundError, match="no such TensorBoard directory"):
+    with pytest.raises(FileNotFoundError, match="absent"):
         read_tensorboard_dir(tmp_path / "absent")
-    with pytest.raises(NotADirectoryError, match="found a file"):
+    with pytest.raises(NotADirectoryError, match=r"notes\.txt"):
         read_tensorboard_dir(tmp_path / "notes.txt")
 
 

@@ -1,18 +1,10 @@
 """A run directory read into one :class:`~miles_amd.evidence.types.RunEvidence`.
 
-- Sources: ``tensorboard/``, ``ci_history/*.jsonl``, ``job.log`` (metrics) and the records
-  ``job.json``, ``env.json``, ``plan.json``, ``canary.json`` (``miles_amd.records``; a
-  missing one is ``None``, the gate decides what absence means).
-- A source that fails to read is a :class:`~miles_amd.evidence.types.SourceProblem` naming
-  file and offset or line, and the others still count; a present metric source holding
-  nothing, or no metric source at all, is a problem too: a gate must not pass on evidence it
-  did not see. A run dir holding a file ``miles_amd.files`` refuses is not read at all: its
-  evidence is only the problems, so the gate exits 2 naming them.
-- ``job.log`` is read once, each block feeding the metric lines and the sentinel scan.
-- ``live=True`` is the watcher's view of a run being written: writes in flight are left out
-  and empty sources are not problems yet (a CRC mismatch still is).
-
-Explained in ``docs/cli.md`` ("How the gate reads a run dir").
+A source or record that fails to read is a :class:`~miles_amd.evidence.types.SourceProblem`
+naming file and offset or line, and the others still count; an empty metric source, or none,
+is a problem too. A run dir holding a file ``miles_amd.files`` refuses is not read at all (its
+evidence is only the problems: the gate exits 2). ``live=True`` is the watcher's view of a run
+being written. Explained in ``docs/cli.md`` ("How the gate reads a run dir").
 """
 
 from __future__ import annotations
@@ -76,8 +68,8 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
     hits: list[SentinelHit] = []
 
     def read_log(path: Path) -> SeriesMap:
-        """One pass: a bad metric line stops the metric parse (raised after the pass) but not
-        the sentinel scan, so a broken log's fatal signatures still count."""
+        # a bad metric line stops the metric parse (raised after the pass), not the sentinel
+        # scan: a broken log's fatal signatures still count
         metrics, scan = MetricLines(str(path)), SentinelScan()
         error: MetricsFormatError | None = None
         handle, size = open_regular(path, JOB_LOG, root=root)
@@ -96,21 +88,26 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
             return read
         raise _EmptySource("no metric lines (step/rollout/perf <n>: {...}) in the log")
 
-    def read_tensorboard(path: Path) -> SeriesMap:
-        if read := read_tensorboard_dir(path, live=live, root=root):
-            return read
-        if not find_event_files(path, root=root):
-            raise _EmptySource("no event files (is TENSORBOARD_DIR set and --use-tensorboard on?)")
-        raise _EmptySource("the event files hold no scalar summaries")
+    def metric_dir(read: Any, find: Any, no_files: str, no_points: str) -> Any:
+        def read_dir(path: Path) -> SeriesMap:
+            if series := read(path, live=live, root=root):
+                return series
+            raise _EmptySource(no_points if find(path, root=root) else no_files)
 
-    def read_ci_history(path: Path) -> SeriesMap:
-        if read := read_ci_history_dir(path, live=live, root=root):
-            return read
-        if not find_record_files(path, root=root):
-            raise _EmptySource(
-                "no *.jsonl records (was MILES_CI_GATE_RECORD_DIR set in the job's env?)"
-            )
-        raise _EmptySource("the records hold no points")
+        return read_dir
+
+    read_tensorboard = metric_dir(
+        read_tensorboard_dir,
+        find_event_files,
+        "no event files (is TENSORBOARD_DIR set and --use-tensorboard on?)",
+        "the event files hold no scalar summaries",
+    )
+    read_ci_history = metric_dir(
+        read_ci_history_dir,
+        find_record_files,
+        "no *.jsonl records (was MILES_CI_GATE_RECORD_DIR set in the job's env?)",
+        "the records hold no points",
+    )
 
     per_source: dict[SourceName, SeriesMap] = {}
     readers: tuple[tuple[SourceName, Path, Callable[[Path], SeriesMap]], ...] = (

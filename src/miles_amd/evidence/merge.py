@@ -1,13 +1,6 @@
-"""One series per metric across sources, and the places where sources disagree.
-
-- The series used: the first source in :data:`PREFERENCE` carrying the metric, as read;
-  steps only another source has are not filled in.
-- A conflict: a value agreeing with none of the preferred source's values at that step.
-  Agreeing: equal, both NaN, or within :data:`REL_TOL`/:data:`ABS_TOL` (float32 noise);
-  an infinity agrees only with itself.
-
-Whether a conflict fails the run is the gate's call. ``docs/cli.md`` ("One series per
-metric").
+"""One series per metric across sources (the first of :data:`PREFERENCE` carrying it), and
+the steps where sources disagree beyond float32 noise (:func:`values_agree`). Whether a
+conflict fails the run is the gate's call. ``docs/cli.md`` ("One series per metric").
 """
 
 from __future__ import annotations
@@ -40,9 +33,6 @@ def merge_sources(
 ) -> tuple[SeriesMap, dict[str, SourceName], tuple[Conflict, ...]]:
     """``(series, metric -> source used, conflicts by metric then step)`` of the sources
     that were read (a failed one is the caller's ``SourceProblem``, not an empty map)."""
-    unknown = sorted(set(per_source) - set(PREFERENCE))
-    if unknown:
-        raise ValueError(f"unknown metric sources {unknown}; expected some of {PREFERENCE}")
     ordered = [(name, per_source[name]) for name in PREFERENCE if name in per_source]
     series: SeriesMap = {}
     chosen: dict[str, SourceName] = {}
@@ -83,9 +73,7 @@ def _conflicts(metric: str, carriers: list[tuple[SourceName, Series]]) -> list[C
 
 def _provably_agree(preferred: Series, other: Series) -> bool:
     """A fast sufficient test that two series agree (False: look closer): the same steps and
-    bit-identical finite float32 roundings, which differ by at most one float32 ulp (2**-23
-    relative, 2**-149 absolute), inside the tolerances. Each series is packed once into
-    float64s (steps are exact below 2**53): passes over scattered points cost cache misses."""
+    bit-identical finite float32 roundings (``docs/cli.md``, memory facts)."""
     if preferred == other:
         return True
     count = len(preferred)

@@ -1,15 +1,7 @@
-"""The shared vocabulary between reading a run and judging it, and the normal form of a series.
-
-A run directory is read into one :class:`RunEvidence`. Every reader returns a
-:data:`SeriesMap`, ``metric -> ((step, value), ...)``: ``int`` steps, ``float`` values,
-sorted by step with a stable sort (points of one step keep their read order); a duplicated
-step stays (the gate names it); a metric without points is absent. Evidence that cannot be
-read is a named error (:class:`MetricsFormatError` for line-oriented files) and then a
-:class:`SourceProblem`, never an empty series.
-
-Speed fact: the big readers collect a metric as :data:`Columns` (values in an ``array``) and
-build its points in one go, adjacent in memory; passes over points scattered on the heap
-cost a cache miss each (about 4x slower).
+"""The shared vocabulary between reading a run and judging it, and the normal form of a series:
+:data:`SeriesMap`, ``metric -> ((step, value), ...)``, sorted by step (stable), duplicates
+kept, a metric without points absent. Evidence that cannot be read is a named error and then
+a :class:`SourceProblem`, never an empty series.
 """
 
 from __future__ import annotations

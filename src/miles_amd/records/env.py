@@ -1,11 +1,7 @@
-"""``env.json``: what ``miles-amd preflight`` found on the node, read into one record.
-
-``facts`` by name; ``aiter_variant`` (a known variant, else None and a problem);
-``aiter_version``/``aiter_commit``/``gpu_arch``/``gpu_count``/``rocm`` from their facts;
-``written_at``; ``problems``: what makes env.json unbelievable (a malformed or repeated
-fact, an ``ok`` or ``aiter_variant`` that disagrees with the facts, a failed fact). Whether a
-problem fails a check is ``judge.environment``'s. Fields: ``docs/node.md`` ("What env.json
-records").
+"""``env.json``: what ``miles-amd preflight`` found on the node, read into one record whose
+``problems`` say what makes it unbelievable (a malformed or repeated fact, an ``ok`` or
+``aiter_variant`` that disagrees with the facts, a failed fact); whether one fails a check is
+``judge.environment``'s. Fields: ``docs/node.md`` ("What env.json records").
 """
 
 from __future__ import annotations
