@@ -70,15 +70,16 @@ class UnsafeDir(OSError):
     """A directory to write into is a link or not a directory; ``str()`` names it and the fix."""
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` whole or not at all (parent dirs are created);
+def atomic_write_bytes(
+    path: Path, data: bytes | str, *, replace: bool = True, mode: int = 0o644
+) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` whole or not at all, parent dirs created;
     ``replace=False``: ``FileExistsError`` when ``path`` exists (``os.link``, atomic)."""
-    write_files(path.parent, {path.name: data}, root=path.parent, replace=replace, mode=mode)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    write_files(path.parent, {path.name: raw}, root=path.parent, replace=replace, mode=mode)
 
 
-def atomic_write_text(path: Path, text: str, *, replace: bool = True, mode: int = 0o644) -> None:
-    """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
-    atomic_write_bytes(path, text.encode("utf-8"), replace=replace, mode=mode)
+atomic_write_text = atomic_write_bytes
 
 
 def write_files(

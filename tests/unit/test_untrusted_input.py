@@ -439,19 +439,6 @@ def test_markup_and_escape_sequences_from_the_run_dir_are_inert(
     assert "](http://evil)" not in markdown.replace("\\]", "")  # no link: brackets escaped
 
 
-def test_a_report_link_in_the_run_dir_is_refused_and_nothing_is_written_outside(
-    tmp_path: Path,
-) -> None:
-    run_dir = example(tmp_path)
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (run_dir / "report").symlink_to(outside)
-    result = gate(run_dir)
-    assert result.exit_code == 2
-    assert "symbolic link" in one_error_line(result)
-    assert list(outside.iterdir()) == []
-
-
 # ---------------------------------------------------------------------------- extra args
 
 

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import math
 import os
+from collections import defaultdict
 from pathlib import Path
 
 from miles_amd import strict_json
-from miles_amd.evidence.types import MetricsFormatError, Point, SeriesMap, normalise_map
+from miles_amd.evidence.types import (
+    Columns,
+    MetricsFormatError,
+    Point,
+    SeriesMap,
+    columns_to_series,
+    new_columns,
+)
 from miles_amd.files import RECORD_FILE, read_regular, regular_files
 
 RECORD_SUFFIXES = (".jsonl", ".ndjson")
@@ -49,14 +57,14 @@ def read_ci_history_dir(
     """The merged series of every record file in ``path`` (none: an empty map); ``live``
     leaves out an unterminated last line. :class:`MetricsFormatError`, ``OSError``."""
     within = path if root is None else root
-    points: dict[str, list[Point]] = {}
+    points: defaultdict[str, Columns] = defaultdict(new_columns)
     origins: dict[str, dict[int, tuple[float, str, int]]] = {}  # metric -> step -> first place
     budget = MAX_POINTS
     for file in find_record_files(path, root=within):
         records = read_record_file(file, live=live, root=within, max_points=budget)
         budget -= sum(len(file_points) for _, file_points in records.values())
         for metric, (line, file_points) in records.items():
-            merged = points.setdefault(metric, [])
+            steps, values = points[metric]
             seen = origins.setdefault(metric, {})
             in_this_file: set[int] = set()
             for step, value in file_points:
@@ -75,8 +83,9 @@ def read_ci_history_dir(
                     in_this_file.add(step)
                     continue  # first recorded by another file: the same observation, kept once
                 in_this_file.add(step)
-                merged.append((step, value))
-    return normalise_map(points)
+                steps.append(step)
+                values.append(value)
+    return columns_to_series(points)
 
 
 def read_record_file(

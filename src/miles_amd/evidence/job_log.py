@@ -59,16 +59,14 @@ class Progress:
     """``label: N% of M MB`` of a long read, one line rewritten in place at most every
     :data:`INTERVAL_S` and cleared at the end, only on a TTY and for :data:`MIN_BYTES` or more."""
 
-    def __init__(
-        self, label: str, total: int, stream: TextIO | None = None, min_bytes: int = MIN_BYTES
-    ) -> None:
+    def __init__(self, label: str, total: int, stream: TextIO | None = None) -> None:
         self.label, self.total = label, total
         self.stream = stream if stream is not None else sys.stderr
         try:
             tty = self.stream.isatty()
         except (AttributeError, ValueError):  # a closed or replaced stream
             tty = False
-        self.on = tty and total >= min_bytes
+        self.on = tty and total >= MIN_BYTES
         self.last = 0.0
         self.width = 0
 

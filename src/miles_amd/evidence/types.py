@@ -7,9 +7,8 @@ a :class:`SourceProblem`, never an empty series.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Literal
 
 from miles_amd.records.canary import CanaryRecord
@@ -91,12 +90,6 @@ class RunEvidence:
         if self.env is not None and self.env.aiter_variant is not None:
             return self.env.aiter_variant
         return self.plan.aiter_variant if self.plan is not None else None
-
-
-def normalise_map(points_by_metric: Mapping[str, Iterable[Point]]) -> SeriesMap:
-    """Every metric's points sorted by step (stable); metrics without points left out."""
-    normalised = {m: tuple(sorted(p, key=itemgetter(0))) for m, p in points_by_metric.items()}
-    return {metric: series for metric, series in sorted(normalised.items()) if series}
 
 
 def new_columns() -> Columns:
