@@ -43,16 +43,10 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def read_records(
-    path: str | os.PathLike[str],
-    *,
-    allow_partial_tail: bool = False,
-    root: str | os.PathLike[str] | None = None,
-) -> list[bytes]:
-    """Every record payload of the event file ``path`` (a regular file inside ``root``)."""
+def read_records(path: str | os.PathLike[str], *, allow_partial_tail: bool = False) -> list[bytes]:
+    """Every record payload of the event file ``path`` (a regular file)."""
     name = os.fspath(path)
-    data = read_regular(name, EVENT_FILE, root=root)
-    return [payload for _, payload in split_records(data, name, allow_partial_tail)]
+    return [p for _, p in split_records(read_regular(name, EVENT_FILE), name, allow_partial_tail)]
 
 
 def split_records(
