@@ -1,13 +1,9 @@
 """Strings from a run dir made safe for where they are shown: one function per sink.
-
-- :func:`terminal`: control characters (C0, DEL, C1: ``ESC`` starts an ANSI sequence, ``\\r``
-  overwrites), separators and format characters (the bidi overrides) are shown as Python
-  escapes (``\\x1b``, ``\\u202e``): what was there stays visible, nothing acts, one line.
-- :func:`markdown`: inline text of ``report.md`` (a GitHub job summary renders markdown and
-  some HTML): on top of :func:`terminal`, whitespace folded, ``& < >`` as entities, and
-  ``\\ ` * [ ] |`` and a leading ``#`` backslash-escaped, so a value can neither end its
-  table cell nor start a link, image, code span or heading. :func:`markdown_code`: a code
-  span, or :func:`markdown` for a value holding a backtick.
+:func:`terminal` shows control, separator and format characters (ESC, ``\\r``, bidi
+overrides) as Python escapes, one line; :func:`markdown` on top of that folds whitespace,
+writes ``& < >`` as entities and backslash-escapes ``\\ ` * [ ] |`` and a leading ``#``, so a
+value can neither end its table cell nor start a link, code span or heading;
+:func:`markdown_code` is a code span, or :func:`markdown` for a value holding a backtick.
 """
 
 from __future__ import annotations

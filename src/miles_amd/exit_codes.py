@@ -1,9 +1,6 @@
-"""The exit codes of the ``miles-amd`` commands and of the driver, and their help sentence.
-
-0 success; 1 the run, the gate or the preflight failed; 2 unusable input (a flag, file or
-directory: nothing started or half-written, one line on stderr naming it and the fix); 130
-interrupted. The code is the verdict whatever happens to stdout (``| head``). Imports nothing
-of this package. Explained in ``docs/cli.md``.
+"""The exit codes of the ``miles-amd`` commands and of the driver, and their help sentence:
+0 success, 1 the run, gate or preflight failed, 2 unusable input, 130 interrupted, whatever
+happens to stdout. Imports nothing of this package. Explained in ``docs/cli.md``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
-"""Files written so that no reader sees half of one, and a run dir's files read as untrusted
-input; neither through a link.
+"""Files written whole or not at all, and a run dir's files read as untrusted input; neither
+through a link.
 
-- Writing: :func:`write_files` puts a set of files into one directory
-  (:func:`atomic_write_bytes`: a set of one). Every directory below ``root`` is opened
-  ``O_NOFOLLOW`` relative to its parent, so a ``report`` link in an untrusted run dir is
-  :class:`UnsafeDir`. Each file goes to a flushed temp file beside it; only when all are
-  written are they renamed into place (``os.replace``), so a failure leaves the previous set.
-  A writer's temps (``.<name>.<pid>-<random>.tmp``) are held under an ``flock``, and a set is
-  renamed under its directory's, so concurrent writers never take each other's temps;
-  another writer removes a temp only when it is provably a dead writer's (:func:`abandoned`).
-- Reading (:func:`open_regular`, :func:`regular_files`): a regular file only (a device, FIFO
-  or socket is refused before it is opened, and the descriptor checked again), inside
-  ``root`` with no link below it followed, at most its cap (:class:`Limit`), and the bytes it
-  had when opened. A refusal is a :class:`RefusedFile` naming the file and the reason;
-  ``FileNotFoundError`` means absent. A hard link is read like any file.
-
-Why each rule, and the flags used: ``docs/cli.md`` ("How the gate reads a run dir").
+:func:`write_files` renames a set of flushed temps into place (``os.replace``) under the
+directory's ``flock``, every directory below ``root`` opened ``O_NOFOLLOW`` (else
+:class:`UnsafeDir`); a temp is removed by another writer only when it is a dead writer's
+(:func:`abandoned`). :func:`open_regular` and :func:`regular_files` read a regular file only,
+inside ``root``, no link below it followed, at most its :class:`Limit`; a refusal is a
+:class:`RefusedFile` naming the file and the reason. Why each rule: ``docs/cli.md`` ("How the
+gate reads a run dir").
 """
 
 from __future__ import annotations
@@ -78,15 +70,16 @@ class UnsafeDir(OSError):
     """A directory to write into is a link or not a directory; ``str()`` names it and the fix."""
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` whole or not at all (parent dirs are created);
+def atomic_write_bytes(
+    path: Path, data: bytes | str, *, replace: bool = True, mode: int = 0o644
+) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` whole or not at all, parent dirs created;
     ``replace=False``: ``FileExistsError`` when ``path`` exists (``os.link``, atomic)."""
-    write_files(path.parent, {path.name: data}, root=path.parent, replace=replace, mode=mode)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    write_files(path.parent, {path.name: raw}, root=path.parent, replace=replace, mode=mode)
 
 
-def atomic_write_text(path: Path, text: str, *, replace: bool = True, mode: int = 0o644) -> None:
-    """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
-    atomic_write_bytes(path, text.encode("utf-8"), replace=replace, mode=mode)
+atomic_write_text = atomic_write_bytes
 
 
 def write_files(
@@ -97,11 +90,8 @@ def write_files(
     replace: bool = True,
     mode: int = 0o644,
 ) -> None:
-    """Write the set ``files`` (``name: bytes``) into ``out_dir``, created when absent.
-
-    ``root`` (default ``out_dir``'s parent) is trusted, followed if a link; a link or file
-    from it down to ``out_dir`` is ``UnsafeDir`` and nothing is written.
-    """
+    """Write the set ``files`` (``name: bytes``) into ``out_dir``, created when absent;
+    ``root`` (default ``out_dir``'s parent) is trusted, a link or file below it ``UnsafeDir``."""
     with staged_files(out_dir, files, root=root, replace=replace, mode=mode) as commit:
         commit()
 
@@ -152,7 +142,9 @@ def staged_files(
 
     try:
         for name, data in files.items():
-            _remove_stale(fd, name)
+            for entry in os.listdir(fd):  # the temps of ``name`` a killed writer left
+                if abandoned(fd, entry, f".{name}", ".tmp"):
+                    _unlink(fd, entry)
             temps[name] = _write_temp(fd, name, data, mode)
         yield commit
     finally:
@@ -223,13 +215,6 @@ def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> tuple[str, in
     return tmp, fd
 
 
-def _remove_stale(dir_fd: int, name: str) -> None:
-    """The temp files of ``name`` that a killed writer left (:func:`abandoned`)."""
-    for entry in os.listdir(dir_fd):
-        if abandoned(dir_fd, entry, f".{name}", ".tmp"):
-            _unlink(dir_fd, entry)
-
-
 def _unlink(dir_fd: int, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=dir_fd)
@@ -260,12 +245,24 @@ def open_regular(
     base, parts = _split(path, root)
     if not parts:
         raise RefusedFile(str(base), "is the directory itself, not a file")
-    parent = _open_run_dir(base, parts[:-1])
+    parent, name = _open_run_dir(base, parts[:-1]), parts[-1]
     try:
-        fd = _open_file(parent, base, parts)
+        before = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISREG(before.st_mode):
+            _refuse_entry(base, parts, before)
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            _refuse_entry(base, parts, os.stat(name, dir_fd=parent, follow_symlinks=False))
     finally:
         os.close(parent)
-    size = os.fstat(fd).st_size
+    after = os.fstat(fd)
+    if not stat.S_ISREG(after.st_mode):  # swapped since the stat
+        os.close(fd)
+        _refuse_entry(base, parts, after)
+    size = after.st_size
     if size > limit.cap:
         os.close(fd)
         raise RefusedFile(
@@ -294,11 +291,8 @@ def regular_files(
     max_files: int | None = None,
 ) -> list[Path]:
     """The files under ``directory`` (inside ``root``, default ``directory``) whose names
-    ``keep`` accepts, by directory, then name.
-
-    Refused (:class:`RefusedFile`): a kept name that is not a regular file, every link when
-    ``recursive``, and more than ``max_files`` files (as the listing passes the bound).
-    """
+    ``keep`` accepts, by directory, then name; :class:`RefusedFile` for a kept name that is not
+    a regular file, any link when ``recursive``, or more than ``max_files`` files."""
     base, top = _split(directory, directory if root is None else root)
     found: list[PurePosixPath] = []
     pending = [top]
@@ -380,29 +374,12 @@ def _open_run_dir(base: Path, parts: tuple[str, ...]) -> int:
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path)) from None
 
 
-def _open_file(parent: int, base: Path, parts: tuple[str, ...]) -> int:
-    """Open the last of ``parts`` in ``parent``: refused unless a regular file."""
-    name = parts[-1]
-    before = os.stat(name, dir_fd=parent, follow_symlinks=False)
-    if not stat.S_ISREG(before.st_mode):
-        _refuse_entry(base, parts, before)
-    try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
-    except OSError as error:
-        if error.errno != errno.ELOOP:
-            raise
-        _refuse_entry(base, parts, os.stat(name, dir_fd=parent, follow_symlinks=False))
-    after = os.fstat(fd)
-    if not stat.S_ISREG(after.st_mode):
-        os.close(fd)
-        _refuse_entry(base, parts, after)
-    return fd
-
-
 def _refuse_entry(base: Path, parts: tuple[str, ...], info: os.stat_result) -> NoReturn:
     shown = str(Path(base, *parts))
     if stat.S_ISLNK(info.st_mode):
-        where = "inside" if _link_stays_inside(base, parts) else "outside"
+        real_base, real = os.path.realpath(base), os.path.realpath(Path(base, *parts))
+        inside = real == real_base or real.startswith(real_base + os.sep)
+        where = "inside" if inside else "outside"
         raise RefusedFile(
             shown,
             f"is a symbolic link to a path {where} the run directory (links are not "
@@ -410,10 +387,3 @@ def _refuse_entry(base: Path, parts: tuple[str, ...], info: os.stat_result) -> N
         )
     kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
     raise RefusedFile(shown, f"is {kind}, not a regular file; a run dir holds regular files only")
-
-
-def _link_stays_inside(base: Path, parts: tuple[str, ...]) -> bool:
-    """Whether the link ``base/parts`` resolves inside ``base`` (for the message only)."""
-    real_base = os.path.realpath(base)
-    real = os.path.realpath(Path(base, *parts))
-    return real == real_base or real.startswith(real_base + os.sep)

@@ -1,10 +1,6 @@
-"""Means and spreads that do not raise for finite floats, however large.
-
-``math.fsum``, ``statistics.stdev`` and ``(a - b) ** 2`` raise ``OverflowError`` near the
-float limit; a run dir is untrusted, so the gate's checks, the history and the plots compute
-here. The exact computation runs first (ordinary results unchanged to the last bit); only on
-overflow is it redone on scaled values, which is ``inf`` exactly when the true result is.
-A caller that must judge the result checks ``math.isfinite``.
+"""Means and spreads that do not raise for finite floats, however large: the exact
+computation first, redone on scaled values only on ``OverflowError`` (``inf`` exactly when the
+true result is). A run dir is untrusted, so the gate, the history and the plots compute here.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Where the files that ship inside the package are, read through ``importlib.resources``.
-
-Shipped: the baselines (``baseline/shipped-baselines/``), the baseline schema and the
-embedded example run (``testing/example-run/``). Git keeps one copy at the repo's top level
-(``baselines/``, ``examples/runs/jvvnhop9/``) and relative symlinks inside ``src/miles_amd``
-(hyphenated, so setuptools does not take them for sub-packages); a wheel holds real files.
-A resource that is not a file-system path (a zipped install) is an error saying so.
+"""Where the files that ship inside the package are (``importlib.resources``). Git keeps
+one copy at the top level and relative symlinks inside ``src/miles_amd``; a wheel holds real
+files; a zipped install is an error saying so.
 """
 
 from __future__ import annotations
@@ -18,11 +14,8 @@ class PackageDataError(RuntimeError):
 
 
 def package_path(anchor: str, *parts: str) -> Path:
-    """The real path of ``parts`` inside package ``anchor`` (links resolved).
-
-    Existence is not checked: a caller that needs the file says what is missing and how to
-    fix it.
-    """
+    """The real path of ``parts`` inside package ``anchor`` (links resolved; existence is
+    the caller's to check and explain)."""
     resource = files(anchor)
     for part in parts:
         resource = resource / part

@@ -1,11 +1,7 @@
-"""Secrets removed from text that others wrote, before it is printed or stored.
-
-Replaced by :data:`REDACTED`: the values of :data:`SECRET_VARS` and any value the caller
-names (at least :data:`MIN_SECRET_LEN` characters); what follows a secret variable's name
-as ``NAME=value`` or ``"NAME": "value"``; a credential flag's value in every argv spelling
-``miles_amd.recipe.secret_flags`` refuses; a ``Bearer`` token; a URL's credentials. A secret
-transformed (encoded, split) is not found. Where it is applied:
-``docs/ray-head-and-secrets.md`` ("What is redacted, and where").
+"""Secrets removed from text that others wrote, before it is printed or stored: the secret
+variables' values, named values, ``NAME=value``, credential flags, ``Bearer`` tokens and a URL's
+credentials become :data:`REDACTED`. What and where: ``docs/ray-head-and-secrets.md`` ("What is
+redacted, and where").
 """
 
 from __future__ import annotations
@@ -39,11 +35,8 @@ def _flag_value(match: re.Match[str]) -> str:
 
 
 def redact(text: str, secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> str:
-    """``text`` with every secret the module doc lists replaced by ``<redacted>``.
-
-    ``secrets``: values to remove besides the environment's; ``environ``: where the secret
-    variables are read (default ``os.environ``).
-    """
+    """``text`` with every secret (module doc), ``secrets`` and the secret variables of
+    ``environ`` (default ``os.environ``) among them, replaced by ``<redacted>``."""
     for value in _values(secrets, os.environ if environ is None else environ):
         text = text.replace(value, REDACTED)
     text = _BY_NAME.sub(lambda m: m.group("key") + REDACTED, text)

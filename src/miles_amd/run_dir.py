@@ -1,11 +1,5 @@
 """The run directory's layout: where each file of a run goes (paths only, no file touched).
-
-    tensorboard/  ci_history/*.jsonl  job.log  job.json  env.json  plan.json  canary.json
-    report/ (report/compare/)  ray_head.log  pullback.json  <variant>/ (``train --variants``)
-
-What each file holds is its record's (``miles_amd.records``); only ``miles_amd.evidence``
-opens a run-dir record for reading (``.ci/lint``'s record-readers check). A directory
-holding none of :attr:`RunDir.markers` is not a run dir.
+Only ``miles_amd.evidence`` opens a run-dir record for reading (``.ci/lint``).
 """
 
 from __future__ import annotations

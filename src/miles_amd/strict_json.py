@@ -1,11 +1,9 @@
 """A JSON reader for files someone handed us: strict, bounded, located errors.
 
-:func:`loads` refuses what Python's ``json`` accepts: a duplicate key, nesting deeper than
-``max_depth``, an integer outside 64 bits or a float literal beyond the float range, a
-non-finite constant (unless ``non_finite=True``), a lone surrogate. A refusal is a
-:class:`StrictJsonError` whose ``str()`` is one line, ``<JSON path>: <reason>`` or ``line L
-column C: <reason>``. Some reads stay plain ``json`` on purpose (tool output on the node,
-Ray's replies, ``config.json``). Why: ``docs/cli.md`` ("How the gate reads a run dir").
+:func:`loads` refuses a duplicate key, nesting deeper than ``max_depth``, an integer outside
+64 bits, a float beyond its range, a non-finite constant (unless ``non_finite``), a lone
+surrogate; a :class:`StrictJsonError` is one line, ``<JSON path>: <reason>``. Why:
+``docs/cli.md`` ("Strict JSON").
 """
 
 from __future__ import annotations
@@ -36,24 +34,16 @@ class _Refused(str):
     """A value refused while parsing, kept until the walk knows its JSON path."""
 
 
-class _DuplicateKeys(dict[str, Any]):
-    """An object holding a key twice; ``duplicate`` is the first such key."""
-
-    duplicate: str = ""
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Refused:
     result = dict(pairs)
     if len(result) == len(pairs):
         return result
-    marked = _DuplicateKeys(result)
     seen: set[str] = set()
     for key, _ in pairs:
         if key in seen:
-            marked.duplicate = key
             break
         seen.add(key)
-    return marked
+    return _Refused(f"duplicate key {key!r} (keys must be unique)")
 
 
 def _int(text: str) -> int | _Refused:
@@ -124,8 +114,6 @@ def _check(value: Any, max_depth: int) -> None:
             continue
         if depth >= max_depth:
             raise StrictJsonError(where, f"nested deeper than {max_depth} levels")
-        if isinstance(item, _DuplicateKeys):
-            raise StrictJsonError(where, f"duplicate key {item.duplicate!r} (keys must be unique)")
         if isinstance(item, dict):
             children = []
             for key, child in item.items():

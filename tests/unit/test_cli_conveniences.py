@@ -9,7 +9,7 @@ import pty
 
 import pytest
 
-from miles_amd.progress import Progress
+from miles_amd.evidence.job_log import Progress
 from tests.cli_runs import run_cli
 
 

@@ -212,12 +212,6 @@ def test_a_value_printed_again_is_one_point_and_another_value_an_error(tmp_path:
     assert "'train/y' at step 3 is 2.0 here but 1.0 at line 1" in problem.detail
 
 
-def test_a_log_without_metric_lines_gives_no_series_and_says_so(tmp_path: Path) -> None:
-    problem = log_problem(tmp_path / "run", ["hello", "world"])
-    assert problem.detail.startswith("no metric lines")
-    assert load_run(tmp_path / "run").series == {}
-
-
 def fits_float(value: float | int) -> bool:
     try:
         float(value)

@@ -238,14 +238,9 @@ def test_a_malformed_scalar_tensor_is_a_named_error(
     assert caught.value.path == str(path)
 
 
-def test_a_damaged_directory_is_an_error_a_truncated_one_read_live(tmp_path: Path) -> None:
-    path = write_events(tmp_path, [simple("m", step, float(step)) for step in range(10)])
-    path.write_bytes(path.read_bytes()[:-6])
-    with pytest.raises(EventFileError, match="truncated"):
-        read_tensorboard_dir(tmp_path)
-    assert read_tensorboard_dir(tmp_path, live=True) == {
-        "m": tuple((s, float(s)) for s in range(9))
-    }
+def test_a_framed_payload_that_is_no_event_is_named_at_its_offset(tmp_path: Path) -> None:
+    """(A truncated directory, strict and live: test_evidence_load.)"""
+    path = write_events(tmp_path, [])
     garbage = b"\x12\xff\xff\xff\xff"  # valid CRCs; a length-delimited field past the payload
     header = struct.pack("<Q", len(garbage))
     crcs = (masked_crc32c(header), masked_crc32c(garbage))
@@ -261,9 +256,9 @@ def test_no_scalars_give_an_empty_map_and_no_directory_is_not_found(tmp_path: Pa
     write_events(tmp_path, [])  # only the file_version event
     assert len(find_event_files(tmp_path)) == 1
     assert read_tensorboard_dir(tmp_path) == {}
-    with pytest.raises(FileNotFoundError, match="no such TensorBoard directory"):
+    with pytest.raises(FileNotFoundError, match="absent"):
         read_tensorboard_dir(tmp_path / "absent")
-    with pytest.raises(NotADirectoryError, match="found a file"):
+    with pytest.raises(NotADirectoryError, match=r"notes\.txt"):
         read_tensorboard_dir(tmp_path / "notes.txt")
 
 

@@ -156,14 +156,21 @@ def test_writers_of_one_dir_at_once_keep_each_others_temp_files(tmp_path: Path) 
     }
 
 
-def test_compare_refuses_a_report_link_in_run_b(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["gate", "compare"])
+def test_a_report_link_in_the_run_dir_is_refused_and_nothing_written_outside(
+    tmp_path: Path, command: str
+) -> None:
     a, b = example(tmp_path, "a"), example(tmp_path, "b")
     outside = tmp_path / "outside"
     outside.mkdir()
     (b / "report").symlink_to(outside)
-    result = CliRunner().invoke(app, ["compare", "--run-dir", str(a), "--run-dir", str(b)])
+    args = (
+        ["--run-dir", str(a)] if command == "compare" else ["--no-history", "--baseline", "patched"]
+    )
+    result = CliRunner().invoke(app, [command, *args, "--run-dir", str(b)])
     assert result.exit_code == 2, result.output
-    assert "symbolic link" in result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "symbolic link" in line and "Traceback" not in result.output
     assert list(outside.iterdir()) == []
 
 
@@ -347,18 +354,9 @@ def test_record_refuses_a_run_dir_with_a_fifo(tmp_path: Path) -> None:
     run_dir = example_run(tmp_path)
     replace_with(run_dir / "env.json", os.mkfifo)
     out = tmp_path / "b.json"
-    result = run_cli(
-        "baseline",
-        "record",
-        "--run-dir",
-        str(run_dir),
-        "--variant",
-        "patched",
-        "--out",
-        str(out),
-        "--allow-no-preflight",
-    )
-    assert result.returncode == 2, result.stdout + result.stderr
+    args = ["--run-dir", str(run_dir), "--variant", "patched", "--out", str(out)]
+    result = CliRunner().invoke(app, ["baseline", "record", *args, "--allow-no-preflight"])
+    assert result.exit_code == 2, result.output
     assert "env.json refused as untrusted input" in result.stderr
     assert not out.exists()
 

@@ -124,7 +124,7 @@ class PipeSafeWriter(io.RawIOBase):
     def fileno(self) -> int:
         return self.fd
 
-    def isatty(self) -> bool:  # a terminal stays one (miles_amd.progress asks)
+    def isatty(self) -> bool:  # a terminal stays one (the job log's Progress asks)
         return os.isatty(self.fd)
 
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]

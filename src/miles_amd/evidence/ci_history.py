@@ -1,26 +1,26 @@
-"""Metric series from miles' CI-history records (``ci_history/*.jsonl``), read strictly.
-
-- Files: the directory's top level, ``*.jsonl`` and ``*.ndjson`` (``*.tmp`` are writes in
-  flight); at most :data:`MAX_RECORD_FILES` files and :data:`MAX_POINTS` points in all (a
-  40 MiB record file once cost 1.9 GiB: the byte cap does not bound parsed objects).
-- A line: an object with a string ``metric`` and a ``series`` of ``[step, value]`` pairs, read
-  by ``miles_amd.strict_json``; non-finite values are kept; a metric at most once per file.
-- Across files: the same step with different values is an error, the same point is kept
-  once; a step repeated in one file is kept twice.
-
-The format miles writes and each rule's reason: ``docs/cli.md`` ("How the gate reads a run
-dir").
+"""Metric series from miles' CI-history records (``ci_history/*.jsonl``), read strictly:
+each line ``{"metric": str, "series": [[step, value], ...]}`` by ``miles_amd.strict_json``,
+a metric once per file, a step with two values across files an error, at most
+:data:`MAX_RECORD_FILES` files and :data:`MAX_POINTS` points. The format and each rule's
+reason: ``docs/cli.md`` ("How the gate reads a run dir").
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections import defaultdict
 from pathlib import Path
 
 from miles_amd import strict_json
-from miles_amd.evidence.types import MetricsFormatError, Point, SeriesMap, normalise_map
+from miles_amd.evidence.types import (
+    Columns,
+    MetricsFormatError,
+    Point,
+    SeriesMap,
+    columns_to_series,
+    new_columns,
+)
 from miles_amd.files import RECORD_FILE, read_regular, regular_files
 
 RECORD_SUFFIXES = (".jsonl", ".ndjson")
@@ -54,33 +54,24 @@ def read_ci_history_dir(
     live: bool = False,
     root: str | os.PathLike[str] | None = None,
 ) -> SeriesMap:
-    """The merged series of every record file in ``path`` (none: an empty map).
-
-    ``live`` leaves out an unterminated last line (a line in flight). Raises
-    :class:`MetricsFormatError` naming file and line, ``FileNotFoundError`` or
-    ``NotADirectoryError`` for a bad ``path``, ``RefusedFile``.
-    """
-    directory = Path(path)
-    if not directory.exists():
-        raise FileNotFoundError(f"{directory}: no such CI-history directory")
-    if not directory.is_dir():
-        raise NotADirectoryError(f"{directory}: expected a CI-history directory, found a file")
-    within = directory if root is None else root
-    points: dict[str, list[Point]] = {}
+    """The merged series of every record file in ``path`` (none: an empty map); ``live``
+    leaves out an unterminated last line. :class:`MetricsFormatError`, ``OSError``."""
+    within = path if root is None else root
+    points: defaultdict[str, Columns] = defaultdict(new_columns)
     origins: dict[str, dict[int, tuple[float, str, int]]] = {}  # metric -> step -> first place
     budget = MAX_POINTS
-    for file in find_record_files(directory, root=within):
+    for file in find_record_files(path, root=within):
         records = read_record_file(file, live=live, root=within, max_points=budget)
         budget -= sum(len(file_points) for _, file_points in records.values())
         for metric, (line, file_points) in records.items():
-            merged = points.setdefault(metric, [])
+            steps, values = points[metric]
             seen = origins.setdefault(metric, {})
             in_this_file: set[int] = set()
             for step, value in file_points:
                 first = seen.get(step)
                 if first is None:
                     seen[step] = (value, str(file), line)
-                elif not _same(first[0], value):
+                elif not (first[0] == value or (first[0] != first[0] and value != value)):
                     raise MetricsFormatError(
                         str(file),
                         line,
@@ -92,8 +83,9 @@ def read_ci_history_dir(
                     in_this_file.add(step)
                     continue  # first recorded by another file: the same observation, kept once
                 in_this_file.add(step)
-                merged.append((step, value))
-    return normalise_map(points)
+                steps.append(step)
+                values.append(value)
+    return columns_to_series(points)
 
 
 def read_record_file(
@@ -108,9 +100,11 @@ def read_record_file(
     name = os.fspath(path)
     data = read_regular(name, RECORD_FILE, root=root)
     metrics: dict[str, tuple[int, list[Point]]] = {}
-    view = memoryview(data)
-    for number, (start, end) in enumerate(_lines(data, live), start=1):
-        if data.count(b"[", start, end) - 1 > max_points:  # counted before any copy
+    lines = data.split(b"\n")
+    if live:
+        lines.pop()  # unterminated: the line in flight ("" when the file ends with a newline)
+    for number, raw in enumerate(lines, start=1):
+        if raw.count(b"[") - 1 > max_points:  # counted before it is parsed
             raise MetricsFormatError(
                 name,
                 number,
@@ -118,7 +112,7 @@ def read_record_file(
                 "run records 5,000); this is not a record miles wrote",
             )
         try:
-            line = str(view[start:end], "utf-8")
+            line = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise MetricsFormatError(name, number, "not UTF-8 text (corrupt record file)") from None
         if not line.strip():
@@ -131,19 +125,6 @@ def read_record_file(
             )
         metrics[metric] = (number, points)
     return metrics
-
-
-def _lines(data: bytes, live: bool) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` of each ``\\n``-ended line; ``live`` leaves out an unterminated last."""
-    start = 0
-    while start < len(data):
-        end = data.find(b"\n", start)
-        if end < 0:
-            if not live:
-                yield start, len(data)
-            return
-        yield start, end
-        start = end + 1
 
 
 def _parse_line(line: str, path: str, number: int) -> tuple[str, list[Point]]:
@@ -185,7 +166,3 @@ def _point(point: object) -> Point | None:
         return (step, float(value))
     except OverflowError:
         return None
-
-
-def _same(a: float, b: float) -> bool:
-    return a == b or (a != a and b != b)

@@ -1,20 +1,11 @@
 """The Ray job log (``job.log``): streamed in bounded memory, its metric lines read safely.
 
-- Blocks: about :data:`CHUNK` bytes of whole lines, each with the 1-based number of its first
-  line (split on ``\\n`` only, as ``grep -n``; bad UTF-8 becomes U+FFFD). A line over
-  :data:`MAX_LINE` bytes comes in pieces, none skipped: cut after its last ``\\r``, else at
-  :data:`MAX_LINE` with :data:`OVERLAP` bytes repeated (a signature across a hard cut may
-  count twice). ``live``: an unterminated last line (the write in flight) is left out.
-- Metric lines: ``] <file>:<lineno> - step|rollout|perf <n>: {...}`` (miles' format behind
-  Ray's actor prefix; Ray's ANSI colour and `` [repeated 2x across cluster]`` removed). The
-  dict is a Python repr, read without evaluating anything: numbers (bools as 1.0/0.0),
-  ``nan``/``inf``, numpy scalar reprs; strings, ``None`` and literal containers skipped;
-  anything else, or a dict that cannot be read, is a :class:`MetricsFormatError` naming the
-  line. A metric at one step twice is one point if equal, else an error naming both lines.
-- Plain-number dicts are read by a regex and ``float``, others by ``ast``: ``ast`` alone put
-  the gate over its 1 s target (``benchmarks/bench_gate.py``).
-
-The cuts, the limits and the measured cost: ``docs/cli.md`` ("How the gate reads a run dir").
+:func:`line_blocks` yields blocks of whole lines with their first line's number (``\\n``
+only, as ``grep -n``), a line over :data:`MAX_LINE` bytes in pieces, none skipped.
+:class:`MetricLines` reads miles' ``step|rollout|perf <n>: {...}`` dicts without evaluating
+anything; an unreadable one, or a metric at one step with two values, is a
+:class:`MetricsFormatError` naming the line. The format, cuts and costs: ``docs/cli.md``
+("How the gate reads a run dir").
 """
 
 from __future__ import annotations
@@ -23,9 +14,11 @@ import ast
 import math
 import re
 import struct
+import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from miles_amd.evidence.types import (
     Columns,
@@ -34,7 +27,6 @@ from miles_amd.evidence.types import (
     columns_to_series,
     new_columns,
 )
-from miles_amd.progress import Progress
 
 CHUNK = 1 << 20  # bytes read at a time
 MAX_LINE = 1 << 20  # bytes of one line (or one piece of a longer line) yielded at a time
@@ -58,6 +50,47 @@ _NUMPY_SCALARS = frozenset(
 )
 _NUMPY_NARROW_FLOATS = {"float32": "<f", "float16": "<e"}
 _NON_FINITE_NAMES = {"nan": math.nan, "inf": math.inf}
+
+MIN_BYTES = 64 << 20
+INTERVAL_S = 0.5
+
+
+class Progress:
+    """``label: N% of M MB`` of a long read, one line rewritten in place at most every
+    :data:`INTERVAL_S` and cleared at the end, only on a TTY and for :data:`MIN_BYTES` or more."""
+
+    def __init__(self, label: str, total: int, stream: TextIO | None = None) -> None:
+        self.label, self.total = label, total
+        self.stream = stream if stream is not None else sys.stderr
+        try:
+            tty = self.stream.isatty()
+        except (AttributeError, ValueError):  # a closed or replaced stream
+            tty = False
+        self.on = tty and total >= MIN_BYTES
+        self.last = 0.0
+        self.width = 0
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if not self.on or now - self.last < INTERVAL_S:
+            return
+        self.last = now
+        text = f"{self.label}: {100 * done // max(self.total, 1)}% of {self.total >> 20} MB"
+        self._write("\r" + text.ljust(self.width))
+        self.width = len(text)
+
+    def close(self) -> None:
+        """Clear the line (nothing was written when the progress was off)."""
+        if self.on and self.width:
+            self._write("\r" + " " * self.width + "\r")
+            self.width = 0
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # a terminal gone: the read goes on
+            self.on = False
 
 
 def line_blocks(handle: BinaryIO, size: int, *, live: bool = False) -> Iterator[tuple[int, str]]:

@@ -1,34 +1,32 @@
 """A run directory read into one :class:`~miles_amd.evidence.types.RunEvidence`.
 
-- Sources: ``tensorboard/``, ``ci_history/*.jsonl``, ``job.log`` (metrics) and the records
-  ``job.json``, ``env.json``, ``plan.json``, ``canary.json`` (``miles_amd.records``; a
-  missing one is ``None``, the gate decides what absence means).
-- A source that fails to read is a :class:`~miles_amd.evidence.types.SourceProblem` naming
-  file and offset or line, and the others still count; a present metric source holding
-  nothing, or no metric source at all, is a problem too: a gate must not pass on evidence it
-  did not see. A run dir holding a file ``miles_amd.files`` refuses is not read at all: its
-  evidence is only the problems, so the gate exits 2 naming them.
-- ``job.log`` is read once, each block feeding the metric lines and the sentinel scan.
-- ``live=True`` is the watcher's view of a run being written: writes in flight are left out
-  and empty sources are not problems yet (a CRC mismatch still is).
-
-Explained in ``docs/cli.md`` ("How the gate reads a run dir").
+A source or record that fails to read is a :class:`~miles_amd.evidence.types.SourceProblem`
+naming file and offset or line, and the others still count; an empty metric source, or none,
+is a problem too. A run dir holding a file ``miles_amd.files`` refuses is not read at all (its
+evidence is only the problems: the gate exits 2). ``live=True`` is the watcher's view of a run
+being written. One series per metric across sources: the first of :data:`PREFERENCE` carrying
+it; a value of another source agreeing with none of its values at that step beyond float32
+noise (:func:`values_agree`) is a conflict, the gate's to judge. Explained in ``docs/cli.md``
+("How the gate reads a run dir", "One series per metric").
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Mapping
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from miles_amd.evidence.ci_history import find_record_files, read_ci_history_dir
 from miles_amd.evidence.job_log import MetricLines, line_blocks
-from miles_amd.evidence.merge import merge_sources
 from miles_amd.evidence.sentinels import SentinelScan
 from miles_amd.evidence.tensorboard import EventFileError, find_event_files, read_tensorboard_dir
 from miles_amd.evidence.types import (
     CanaryRecord,
+    Conflict,
     EnvRecord,
     JobRecord,
     MetricsFormatError,
@@ -36,6 +34,7 @@ from miles_amd.evidence.types import (
     RecordName,
     RunEvidence,
     SentinelHit,
+    Series,
     SeriesMap,
     SourceName,
     SourceProblem,
@@ -76,8 +75,8 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
     hits: list[SentinelHit] = []
 
     def read_log(path: Path) -> SeriesMap:
-        """One pass: a bad metric line stops the metric parse (raised after the pass) but not
-        the sentinel scan, so a broken log's fatal signatures still count."""
+        # a bad metric line stops the metric parse (raised after the pass), not the sentinel
+        # scan: a broken log's fatal signatures still count
         metrics, scan = MetricLines(str(path)), SentinelScan()
         error: MetricsFormatError | None = None
         handle, size = open_regular(path, JOB_LOG, root=root)
@@ -96,21 +95,26 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
             return read
         raise _EmptySource("no metric lines (step/rollout/perf <n>: {...}) in the log")
 
-    def read_tensorboard(path: Path) -> SeriesMap:
-        if read := read_tensorboard_dir(path, live=live, root=root):
-            return read
-        if not find_event_files(path, root=root):
-            raise _EmptySource("no event files (is TENSORBOARD_DIR set and --use-tensorboard on?)")
-        raise _EmptySource("the event files hold no scalar summaries")
+    def metric_dir(read: Any, find: Any, no_files: str, no_points: str) -> Any:
+        def read_dir(path: Path) -> SeriesMap:
+            if series := read(path, live=live, root=root):
+                return series
+            raise _EmptySource(no_points if find(path, root=root) else no_files)
 
-    def read_ci_history(path: Path) -> SeriesMap:
-        if read := read_ci_history_dir(path, live=live, root=root):
-            return read
-        if not find_record_files(path, root=root):
-            raise _EmptySource(
-                "no *.jsonl records (was MILES_CI_GATE_RECORD_DIR set in the job's env?)"
-            )
-        raise _EmptySource("the records hold no points")
+        return read_dir
+
+    read_tensorboard = metric_dir(
+        read_tensorboard_dir,
+        find_event_files,
+        "no event files (is TENSORBOARD_DIR set and --use-tensorboard on?)",
+        "the event files hold no scalar summaries",
+    )
+    read_ci_history = metric_dir(
+        read_ci_history_dir,
+        find_record_files,
+        "no *.jsonl records (was MILES_CI_GATE_RECORD_DIR set in the job's env?)",
+        "the records hold no points",
+    )
 
     per_source: dict[SourceName, SeriesMap] = {}
     readers: tuple[tuple[SourceName, Path, Callable[[Path], SeriesMap]], ...] = (
@@ -173,3 +177,90 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
         canary=records.get("canary_json"),
         sentinels=tuple(hits),
     )
+
+
+PREFERENCE: tuple[SourceName, ...] = ("tensorboard", "ci_history", "job_log")
+REL_TOL = 1e-6
+ABS_TOL = 1e-37
+
+_EXACT_STEP = 2**53  # integers below this are exact as float64
+
+
+def values_agree(a: float, b: float) -> bool:
+    """Whether two readings of one metric at one step agree up to float32 storage."""
+    if a == b:
+        return True
+    if math.isfinite(a) and math.isfinite(b):
+        return abs(a - b) <= max(REL_TOL * max(abs(a), abs(b)), ABS_TOL)
+    return math.isnan(a) and math.isnan(b)
+
+
+def merge_sources(
+    per_source: Mapping[SourceName, SeriesMap],
+) -> tuple[SeriesMap, dict[str, SourceName], tuple[Conflict, ...]]:
+    """``(series, metric -> source used, conflicts by metric then step)`` of the sources
+    that were read (a failed one is the caller's ``SourceProblem``, not an empty map)."""
+    ordered = [(name, per_source[name]) for name in PREFERENCE if name in per_source]
+    series: SeriesMap = {}
+    chosen: dict[str, SourceName] = {}
+    conflicts: list[Conflict] = []
+    for metric in sorted({metric for _, series_map in ordered for metric in series_map}):
+        carriers = [
+            (name, series_map[metric]) for name, series_map in ordered if metric in series_map
+        ]
+        chosen[metric] = carriers[0][0]
+        series[metric] = carriers[0][1]
+        if len(carriers) > 1:
+            conflicts.extend(_conflicts(metric, carriers))
+    return series, chosen, tuple(conflicts)
+
+
+def _conflicts(metric: str, carriers: list[tuple[SourceName, Series]]) -> list[Conflict]:
+    """The steps where the carriers of one metric disagree (carriers in preference order)."""
+    if all(_provably_agree(carriers[0][1], other) for _, other in carriers[1:]):
+        return []
+    by_step: dict[int, dict[str, list[float]]] = {}
+    for name, points in carriers:
+        for step, value in points:
+            by_step.setdefault(step, {}).setdefault(name, []).append(value)
+    found = []
+    for step in sorted(by_step):
+        values = by_step[step]
+        if len(values) < 2:
+            continue
+        reference, *others = values.values()  # insertion order is preference order
+        if any(
+            not any(values_agree(expected, value) for expected in reference)
+            for other in others
+            for value in other
+        ):
+            found.append(Conflict(metric, step, {name: vs[0] for name, vs in values.items()}))
+    return found
+
+
+def _provably_agree(preferred: Series, other: Series) -> bool:
+    """A fast sufficient test that two series agree (False: look closer): the same steps and
+    bit-identical finite float32 roundings (``docs/cli.md``, memory facts)."""
+    if preferred == other:
+        return True
+    count = len(preferred)
+    if count != len(other) or not count:
+        return False
+    if not -_EXACT_STEP < preferred[0][0] <= preferred[-1][0] < _EXACT_STEP:
+        return False
+    try:
+        mine = _packed(preferred)
+        theirs = _packed(other)
+        if mine[0::2] != theirs[0::2]:
+            return False
+        layout = f"<{count}f"
+        if struct.pack(layout, *mine[1::2]) != struct.pack(layout, *theirs[1::2]):
+            return False
+    except OverflowError:  # a step or value beyond float range, or a value beyond float32's
+        return False
+    return math.isfinite(sum(mine[1::2]))
+
+
+def _packed(series: Series) -> memoryview[float]:
+    """``step0, value0, step1, value1, ...`` as contiguous float64s."""
+    return memoryview(struct.pack(f"<{2 * len(series)}d", *chain.from_iterable(series))).cast("d")

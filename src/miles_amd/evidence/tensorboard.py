@@ -1,20 +1,12 @@
-"""Scalars from TensorBoard event files, read strictly, record by record.
-
-- Framing: every record (length, its masked CRC32C, payload, the payload's) is checked; the
-  first bad one is an :class:`EventFileError` naming file, byte offset and reason.
-  TensorBoard's own loader is not used: it stops quietly at a damaged record.
-- Files: every ``tfevents`` file under a directory, recursively, directory by directory,
-  in name order (write order).
-- Scalars: ``simple_value`` (float32, what ``SummaryWriter.add_scalar`` and so miles
-  writes) and a one-element float tensor of the ``scalars`` plugin (remembered per
-  directory: only a tag's first value carries the plugin). Nothing else is dropped: every
-  point is kept, duplicates too (the gate names them).
-
-Why and the speed facts: ``docs/gate-and-statistics.md`` ("Reading event files strictly").
+"""Scalars from TensorBoard event files, read strictly, record by record: every record's
+framing and CRC32C is checked (the first bad one is an :class:`EventFileError` naming file and
+byte offset), both scalar encodings are read and every point kept, duplicates too. Why:
+``docs/gate-and-statistics.md`` ("Reading event files strictly"), ``docs/cli.md``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from collections import defaultdict
@@ -51,27 +43,18 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def read_records(
-    path: str | os.PathLike[str],
-    *,
-    allow_partial_tail: bool = False,
-    root: str | os.PathLike[str] | None = None,
-) -> list[bytes]:
-    """Every record payload of the event file ``path`` (a regular file inside ``root``)."""
+def read_records(path: str | os.PathLike[str], *, allow_partial_tail: bool = False) -> list[bytes]:
+    """Every record payload of the event file ``path`` (a regular file)."""
     name = os.fspath(path)
-    data = read_regular(name, EVENT_FILE, root=root)
-    return [payload for _, payload in split_records(data, name, allow_partial_tail)]
+    return [p for _, p in split_records(read_regular(name, EVENT_FILE), name, allow_partial_tail)]
 
 
 def split_records(
     data: bytes, path: str, allow_partial_tail: bool = False
 ) -> list[tuple[int, bytes]]:
-    """``(offset, payload)`` of each record framed in ``data`` (the bytes of ``path``).
-
-    A record cut short is an error, unless ``allow_partial_tail`` (a file its writer is
-    still appending to): then an incomplete last record is left out. A CRC mismatch is an
-    error either way: bytes already written never change.
-    """
+    """``(offset, payload)`` of each record framed in ``data`` (the bytes of ``path``); a
+    record cut short is an error unless ``allow_partial_tail`` (a writer still appending: it is
+    left out); a CRC mismatch is an error either way."""
     records: list[tuple[int, bytes]] = []
     lengths: dict[bytes, int] = {}  # header bytes already verified -> payload length
     offset, size = 0, len(data)
@@ -121,20 +104,11 @@ def read_tensorboard_dir(
     live: bool = False,
     root: str | os.PathLike[str] | None = None,
 ) -> SeriesMap:
-    """The scalar series of every event file under ``path``, keyed by tag.
-
-    ``live``: an incomplete final record is left out. Raises :class:`EventFileError`,
-    ``FileNotFoundError``/``NotADirectoryError`` for a bad ``path``, ``RefusedFile``. No
-    event files or no scalars give an empty map.
-    """
-    directory = Path(path)
-    if not directory.exists():
-        raise FileNotFoundError(f"{directory}: no such TensorBoard directory")
-    if not directory.is_dir():
-        raise NotADirectoryError(f"{directory}: expected a TensorBoard directory, found a file")
-    within = directory if root is None else root
+    """The scalar series of every event file under ``path``, keyed by tag (none: an empty
+    map); ``live``: an incomplete final record is left out. :class:`EventFileError`, ``OSError``."""
+    within = path if root is None else root
     points: defaultdict[str, Columns] = defaultdict(new_columns)
-    for _, files in groupby(find_event_files(directory, root=within), key=attrgetter("parent")):
+    for _, files in groupby(find_event_files(path, root=within), key=attrgetter("parent")):
         scalar_tags: dict[str, bool] = {}  # the directory's tag -> is-scalar memory
         for file in files:
             data = read_regular(file, EVENT_FILE, root=within)
@@ -191,10 +165,7 @@ def tensor_scalar(tensor: tensor_pb2.TensorProto) -> float:
     ``.item()``), ``DT_FLOAT``/``DT_DOUBLE`` in ``tensor_content`` or ``*_val``; else
     ``ValueError`` with the reason."""
     dims = [dim.size for dim in tensor.tensor_shape.dim]
-    elements = 1
-    for size in dims:
-        elements *= size
-    if tensor.tensor_shape.unknown_rank or elements != 1:
+    if tensor.tensor_shape.unknown_rank or math.prod(dims) != 1:
         raise ValueError(f"scalars tensor has shape {dims}, not a single value")
     if tensor.dtype not in _FLOAT_DTYPES:
         raise ValueError(

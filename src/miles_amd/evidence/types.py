@@ -1,23 +1,14 @@
-"""The shared vocabulary between reading a run and judging it, and the normal form of a series.
-
-A run directory is read into one :class:`RunEvidence`. Every reader returns a
-:data:`SeriesMap`, ``metric -> ((step, value), ...)``: ``int`` steps, ``float`` values,
-sorted by step with a stable sort (points of one step keep their read order); a duplicated
-step stays (the gate names it); a metric without points is absent. Evidence that cannot be
-read is a named error (:class:`MetricsFormatError` for line-oriented files) and then a
-:class:`SourceProblem`, never an empty series.
-
-Speed fact: the big readers collect a metric as :data:`Columns` (values in an ``array``) and
-build its points in one go, adjacent in memory; passes over points scattered on the heap
-cost a cache miss each (about 4x slower).
+"""The shared vocabulary between reading a run and judging it, and the normal form of a series:
+:data:`SeriesMap`, ``metric -> ((step, value), ...)``, sorted by step (stable), duplicates
+kept, a metric without points absent. Evidence that cannot be read is a named error and then
+a :class:`SourceProblem`, never an empty series.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Literal
 
 from miles_amd.records.canary import CanaryRecord
@@ -99,12 +90,6 @@ class RunEvidence:
         if self.env is not None and self.env.aiter_variant is not None:
             return self.env.aiter_variant
         return self.plan.aiter_variant if self.plan is not None else None
-
-
-def normalise_map(points_by_metric: Mapping[str, Iterable[Point]]) -> SeriesMap:
-    """Every metric's points sorted by step (stable); metrics without points left out."""
-    normalised = {m: tuple(sorted(p, key=itemgetter(0))) for m, p in points_by_metric.items()}
-    return {metric: series for metric, series in sorted(normalised.items()) if series}
 
 
 def new_columns() -> Columns:

@@ -1,11 +1,7 @@
-"""``env.json``: what ``miles-amd preflight`` found on the node, read into one record.
-
-``facts`` by name; ``aiter_variant`` (a known variant, else None and a problem);
-``aiter_version``/``aiter_commit``/``gpu_arch``/``gpu_count``/``rocm`` from their facts;
-``written_at``; ``problems``: what makes env.json unbelievable (a malformed or repeated
-fact, an ``ok`` or ``aiter_variant`` that disagrees with the facts, a failed fact). Whether a
-problem fails a check is ``judge.environment``'s. Fields: ``docs/node.md`` ("What env.json
-records").
+"""``env.json``: what ``miles-amd preflight`` found on the node, read into one record whose
+``problems`` say what makes it unbelievable (a malformed or repeated fact, an ``ok`` or
+``aiter_variant`` that disagrees with the facts, a failed fact); whether one fails a check is
+``judge.environment``'s. Fields: ``docs/node.md`` ("What env.json records").
 """
 
 from __future__ import annotations
@@ -50,8 +46,17 @@ class EnvRecord:
     def from_dict(cls, data: Mapping[str, object]) -> EnvRecord:
         """The record of env.json's object; never raises: what is wrong is a problem."""
         facts, problems = _facts(data.get("facts"))
-        variant, variant_problem = _variant(data.get("aiter_variant"), facts)
-        problems += variant_problem
+        variant = data.get("aiter_variant")
+        fact = facts.get("aiter_variant")
+        if variant is not None and (not isinstance(variant, str) or variant not in AITER_VARIANTS):
+            problems.append(
+                f'"aiter_variant" is {variant!r}, not one of {", ".join(AITER_VARIANTS)}'
+            )
+            variant = None
+        elif variant is not None and fact is not None and fact.value != variant:
+            problems.append(
+                f'"aiter_variant" is {variant!r} but the aiter_variant fact says {fact.value!r}'
+            )
         all_ok = bool(facts) and all(f.status == "ok" for f in facts.values())
         recorded_ok = data.get("ok")
         if not problems and recorded_ok is not all_ok:
@@ -125,14 +130,3 @@ def _facts(raw: object) -> tuple[dict[str, Fact], list[str]]:
         if fact["status"] != "ok":
             problems.append(f"fact {name!r} is {fact['status']}: {message or 'no message'}")
     return facts, problems
-
-
-def _variant(raw: object, facts: Mapping[str, Fact]) -> tuple[str | None, list[str]]:
-    if raw is None:
-        return None, []
-    if not isinstance(raw, str) or raw not in AITER_VARIANTS:
-        return None, [f'"aiter_variant" is {raw!r}, not one of {", ".join(AITER_VARIANTS)}']
-    fact = facts.get("aiter_variant")
-    if fact is not None and fact.value != raw:
-        return raw, [f'"aiter_variant" is {raw!r} but the aiter_variant fact says {fact.value!r}']
-    return raw, []

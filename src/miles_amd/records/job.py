@@ -32,13 +32,9 @@ class LookStop:
 
 @dataclass(frozen=True)
 class JobRecord:
-    """``job.json``: the Ray job's end state and why the driver stopped it, if it did.
-
-    ``job_id`` and ``status`` (one of :data:`JOB_STATES`) are required, any other field may
-    be absent or null; unknown keys are ignored. ``look`` is present exactly when
-    ``stopped_by`` is ``look``. :attr:`contradiction`: ``SUCCEEDED`` with a non-zero driver
-    exit code, a driver stop or a fail-fast trip (the ``job_status`` rule fails it).
-    """
+    """``job.json``: the Ray job's end state and why the driver stopped it: ``job_id`` and
+    ``status`` required, any other field absent or null, unknown keys ignored, ``look`` present
+    exactly when ``stopped_by`` is ``look``."""
 
     job_id: Annotated[str, MinLen(1)]
     status: Annotated[str, As(_JobState)]
@@ -61,7 +57,8 @@ class JobRecord:
 
     @property
     def contradiction(self) -> str | None:
-        """Why this record contradicts itself, or ``None`` (class doc)."""
+        """Why a ``SUCCEEDED`` record contradicts itself (a non-zero driver exit code, a driver
+        stop or a fail-fast trip: the ``job_status`` rule fails it), or ``None``."""
         if self.status != "SUCCEEDED":
             return None
         if self.driver_exit_code not in (None, 0):
@@ -92,9 +89,8 @@ class JobRecord:
 
 
 def json_object(text: str | bytes) -> dict[str, object]:
-    """The JSON object in a run-dir file's ``text``, read by ``miles_amd.strict_json`` (no
-    duplicate key, no non-finite number, bounded depth and integers); ``ValueError`` saying
-    what is wrong and where (its JSON path)."""
+    """The JSON object in a run-dir file's ``text``, read by ``miles_amd.strict_json``;
+    ``ValueError`` saying what is wrong and where (its JSON path)."""
     data = strict_json.loads(text)
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, found {type(data).__name__}")

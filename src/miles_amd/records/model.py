@@ -1,12 +1,7 @@
-"""How a record's dataclass is read and described: pydantic v2 on its type hints.
-
-- :func:`parse`: a JSON object into the record in pydantic's strict mode (no string for a
-  number, no float for an integer, no non-finite number); a record's cross-field ``_check``
-  runs after (:data:`checked`); the first refusal is one ``ValueError`` naming the path,
-  ``"results[2].first_mismatch.index" must be an integer >= 0, found -1``.
-- :func:`json_schema`: the record's JSON Schema (Draft 2020-12), as each shipped schema file.
-
-pydantic is imported on first use only: the snapshot suite never imports it.
+"""How a record's dataclass is read and described: pydantic v2 on its type hints, strict (no
+string for a number, no float for an integer, no non-finite number), a record's cross-field
+``_check`` after (:data:`checked`), the first refusal one ``ValueError`` naming its path; and
+the JSON Schema each shipped schema file holds. pydantic is imported on first use only.
 """
 
 from __future__ import annotations
