@@ -27,7 +27,6 @@ from miles_amd.run.preflight import (
     Fact,
     PreflightConfig,
     preflight_ok,
-    probe_name,
     run_preflight,
     shown,
     table,
@@ -188,7 +187,7 @@ def test_facts_in_probe_order_and_a_crashing_probe_is_a_wrong_fact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     facts = run_preflight(config_for(tmp_path))
-    names = [probe_name(p) for p in PROBES]
+    names = [p.__name__.removeprefix("probe_") for p in PROBES]
     assert [f.name for f in facts] == names
     after = names.index("dataset") + 1  # miles' parse, then what its model build shows
     assert names[after : after + 4] == [

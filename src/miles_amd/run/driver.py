@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -160,7 +160,7 @@ class RayJob:
             driver_exit_code=info.driver_exit_code,
             stopped_by=self.stopped_by,
             stop_requested_at=self.stop_requested_at,
-            failfast=trip.to_dict() if trip else None,
+            failfast=asdict(trip) if trip else None,
             look=look,
             failfast_latency_s=latency,
             final_log_error=lost or None,

@@ -31,8 +31,7 @@ class VariantsError(ValueError):
 
 
 def variant_env(env: Mapping[str, str], variant: str) -> dict[str, str]:
-    """The launch env of one variant; the patched one must name its aiter build (the plan
-    puts it on the job's PYTHONPATH: ``variants.aiter_pythonpath``)."""
+    """The launch env of one variant; the patched one must name its aiter build."""
     if variant == "patched" and not env.get(PATCHED_DIR_VAR):
         raise VariantsError(
             f"{PATCHED_DIR_VAR} is not set: the patched variant needs the dir of its aiter "
