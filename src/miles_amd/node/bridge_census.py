@@ -1,13 +1,9 @@
 """Build the trainer's LoRA model the way miles does, on the meta device, and describe it as JSON.
 
 Stdlib-only, run by path with the interpreter that will run ``train.py``
-(``python bridge_census.py --result FILE -- <the tokens after train.py>``). Build: miles' own
-``parse_args()`` and ``_setup_lora_model_via_bridge(args)`` with ``provide_distributed_model``
-replaced by :func:`_meta_model` (one gloo process, parallel sizes 1, the decoder on meta, then
-the provider's pre-wrap hooks; no weights). :func:`census`: the LoRA-wrapped expert linears and
-the rest, adapter classes, bare expert linears, the routers' dtype, each layer's attention
-window. Exit 0 built, 1 a build or import failed (``{"ok": false, "stage", "error"}``), 64 bad
-usage. Explained in ``docs/node.md`` ("The trainer's model").
+(``python bridge_census.py --result FILE -- <the tokens after train.py>``). Exit 0 built, 1 a
+build or import failed (``{"ok": false, "stage", "error"}``), 64 bad usage. Explained in
+``docs/node.md`` ("The trainer's model").
 """
 
 from __future__ import annotations

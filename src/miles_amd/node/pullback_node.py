@@ -1,12 +1,7 @@
 """The node side of the pull-back: runs as a short Ray job, prints the evidence as frames.
 
 Stdlib and Ray only (sent as ``python -c <source> <request JSON>``: a node needs no miles_amd).
-One task pinned to the evidence node (``soft=False``) reads every regular file under the
-requested dirs, without following links, each within the gate's cap, and returns its size,
-sha256 and the bytes past the offset the client holds (all of it when the held prefix no longer
-matches); the entrypoint prints one ``MILES_AMD_PULL`` frame per file and ``MILES_AMD_PULL_END``
-with the count; a failure prints ``MILES_AMD_PULL_ERROR`` and exits 1. ``${VAR}`` in the dir is
-expanded as Ray expands runtime-env values.
+The frames and checks: ``docs/cluster.md`` ("How the pull-back works").
 """
 
 import base64

@@ -1,11 +1,7 @@
 """HTTP to a Ray dashboard: its URL, the token header, timeouts, and 401/403 named.
 
-The token header is ``Authorization: Bearer``; a 401 or 403 is a :class:`DashboardAuthError`
-saying which and what to set; any other failure is one :class:`DashboardError` line, redacted.
-Every request is bounded (:data:`CONNECT_TIMEOUT_S`, ``$MILES_AMD_RAY_HTTP_TIMEOUT``, the run's
-deadline) and a call without a complete answer in time is given up on (:func:`within`).
-:func:`jobs_client` is Ray's own ``JobSubmissionClient`` given those timeouts (ray imported
-there alone). ``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard").
+Every request is bounded and every failure is one :class:`DashboardError` line, redacted.
+``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard").
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Execute a launch plan as a Ray job, follow it to its end, leave a complete run dir behind.
 
-Steps (``docs/cli.md``, "How a run is executed"): refuse a run dir holding an earlier run's
-evidence and lay it out; clear this tool's own leftover head; start a private Ray head, or on a
-named cluster refuse unless it has a whole node for the job; submit through Ray's Jobs API; follow
-the job (log streamed to ``job.log``; stopped on the timeout, the fail-fast watcher's trip or
-Ctrl-C), then rewrite ``job.log`` from ``get_job_logs`` and write ``job.json``, atomically and
-redacted; in cluster mode pull and verify the evidence. It runs and records; it does not judge.
-On every exit path a job still running is stopped and the head this call started is stopped by
-pid. A failure before submission removes what was laid out and is bad input (exit 2).
+It runs and records; it does not judge. On every exit path a job still running is stopped and
+the head this call started is stopped by pid; a failure before submission removes what was laid
+out and is bad input (exit 2). Steps: ``docs/cli.md`` ("How a run is executed").
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Environment preflight: is this node, image and set of inputs fit to run the recipe?
 
-Decides which probes make up the preflight (:data:`PROBES`, in table order), how they run (a
-probe that crashes is a ``wrong`` fact naming the exception; values and messages redacted, since
-a probe quotes a child), when it passes (every fact ``ok``), what ``env.json`` holds (every fact
-as probed, written atomically), and how it reads (pure): a fact whose needs (:data:`NEEDS`) are
-not ``ok`` is shown ``not checked``; an ``ok`` fact valued ``unknown...`` is shown ``unknown``;
-:func:`verdict_line` names the root cause first (no AMD GPU and no ROCm: "this is not an AMD GPU
-node"); :func:`table` wraps to 100 columns. Explained in ``docs/node.md``.
+Decides which probes make up the preflight (:data:`PROBES`), when it passes (every fact ``ok``),
+what ``env.json`` holds, and how the facts read (pure). Explained in ``docs/node.md``.
 """
 
 from __future__ import annotations

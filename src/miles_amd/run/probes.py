@@ -1,11 +1,7 @@
 """The preflight's probes of the node, its software stack and its inputs, and what a probe is.
 
 A probe is ``def probe_<name>(config: PreflightConfig) -> Fact``; it changes nothing on the
-machine. GPUs: the ROCm torch's ``gcnArchName``, else ``amd-smi static --asic --json`` (records
-found by shape), else ``rocm-smi --showproductname --json``. ROCm: ``<rocm_root>/.info/version``,
-else ``amd-smi version``. sglang, megatron.bridge and aiter are found, not imported; PyPI's
-unrelated ``aiter`` is ``wrong``. SGLang must serve ``/register_lora_adapter``. Megatron-LM and
-miles are checkouts (commit from ``git rev-parse HEAD``). Explained in ``docs/node.md``.
+machine. Where each value comes from: ``docs/node.md`` ("How the preflight reads the node").
 """
 
 from __future__ import annotations

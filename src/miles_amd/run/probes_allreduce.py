@@ -1,10 +1,5 @@
 """The A/B premise on the node: the job's SGLang aiter env, aiter's build, SGLang's route.
 
-Decides ``sglang_aiter_env`` (the switches the job sees), ``aiter_commit`` (the commit the
-job's aiter was built from, else ``unknown:``), ``aiter_fix`` (whether its
-``custom_all_reduce.cuh`` holds ROCm/aiter#5694's fix, asked of a child ``python3`` with the
-job's ``PYTHONPATH``; ``wrong`` against the variant) and ``sglang_allreduce``
-(:func:`allreduce_route`, SGLang's own rule, sglang 0.5.16; ``wrong`` when not the variant's).
 Where each value comes from: ``docs/node.md`` ("The preflight's all-reduce probes").
 """
 

@@ -1,12 +1,6 @@
 """The probes that run miles' own code on the job's argv: its parser and its model build.
 
 :func:`submitted_job` is the exact ``train.py`` argv and env the driver would give the Ray job.
-``miles_argv``: ``node/miles_parse.py`` run by path with the job's interpreter, time-limited; a
-refusal reads as the parser's one line. The deep probe (``lora_experts``, ``router_dtype``,
-``attention_window``) reads one run of ``node/bridge_census.py``: no expert adapter, or a
-targeted expert linear left bare, is ``wrong``; the argv's fp32 router not reaching the model is
-miles#3263, recorded; a layer window unlike config.json's ``layer_types`` is ``wrong``. Where the
-child cannot answer (a CPU machine) each deep fact is ``ok`` with ``unknown: <stage>: <reason>``.
 Explained in ``docs/node.md`` ("The trainer's model (the deep probe)").
 """
 

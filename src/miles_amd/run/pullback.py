@@ -1,11 +1,7 @@
 """Bring a cluster job's evidence from its node into the local run dir, verified.
 
-A short Ray job per pull runs ``node/pullback_node.py`` pinned to the job's node and prints the
-files as framed base64 lines; only the bytes past a still-matching prefix come back. Each file's
-size and sha256 are checked after an atomic write; a cut or malformed frame list, a file over
-its cap or a lost node is a :class:`PullError`. A failed final pull empties the evidence dirs
-and records why in ``pullback.json``. Explained in ``docs/cluster.md`` ("How the pull-back
-works").
+Every frame the node sends is untrusted and checked; a failed final pull empties the evidence
+dirs and records why. Explained in ``docs/cluster.md`` ("How the pull-back works").
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """A Ray head this tool starts, owns, and stops: private to its user, stopped by process id.
 
-Loopback only, every listener on a distinct free port (:data:`PORT_OPTIONS`,
-:data:`PORT_ENV_VARS`; workers on port 0); token authentication with a fresh token per head,
-0600 in a private 0700 temp dir under ``/tmp`` (short AF_UNIX paths) removed at the stop; an
-owned process tree (:class:`ProcessTree`): every descendant recorded by pid and create time (a
-recycled pid is not signalled), stopped by SIGTERM, a grace period, then SIGKILL; never
-``ray stop`` or signals by name. Explained in ``docs/ray-head-and-secrets.md``.
+Explained in ``docs/ray-head-and-secrets.md``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Both aiter variants at once on a Ray cluster: one job per variant, one node each.
 
-Each variant gets its own run dir, plan and fail-fast watch; the cluster must have one suitable
-node per variant before anything is submitted; the jobs run concurrently, each followed by the
-driver in its own thread; Ctrl-C or an error stops every job still running. The patched job
-imports the build in ``AITER_PATCHED_DIR`` (put on its ``PYTHONPATH`` by the plan).
-Explained in ``docs/cluster.md``.
+Ctrl-C or an error stops every job still running. Explained in ``docs/cluster.md``.
 """
 
 from __future__ import annotations
