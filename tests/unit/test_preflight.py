@@ -174,15 +174,6 @@ def fake_sglang(site: Path, http_server_source: str | None) -> Path:
 # ---- running the probes ----------------------------------------------------------------------
 
 
-@pytest.mark.skipif(GPU_TOOLS_HERE, reason="asserts the GPU-less machine's answer")
-def test_on_this_gpu_less_machine_the_gpu_probe_says_missing(tmp_path: Path) -> None:
-    facts = run_preflight(config_for(tmp_path))
-    by_name = {f.name: f for f in facts}
-    assert by_name["gpus"].status == by_name["torch"].status == "missing"
-    assert "no AMD GPU visible" in by_name["gpus"].message
-    assert not preflight_ok(facts)
-
-
 def test_facts_in_probe_order_and_a_crashing_probe_is_a_wrong_fact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,6 +189,11 @@ def test_facts_in_probe_order_and_a_crashing_probe_is_a_wrong_fact(
     ]
     assert all(f.status in ("ok", "missing", "wrong") for f in facts)
     assert all(f.message for f in facts if f.status != "ok")
+    if not GPU_TOOLS_HERE:  # this GPU-less machine's answer
+        by_name = {f.name: f for f in facts}
+        assert by_name["gpus"].status == by_name["torch"].status == "missing"
+        assert "no AMD GPU visible" in by_name["gpus"].message
+        assert not preflight_ok(facts)
 
     def probe_broken(config: PreflightConfig) -> Fact:
         raise OSError("device busy")

@@ -203,8 +203,8 @@ def main(tokens: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    # Run by path, this file's folder is sys.path[0]: drop it, so the run/ modules next to
-    # it can never shadow a top-level module miles imports.
+    # Run by path, this file's folder is sys.path[0]: drop it, so no module next to it can
+    # shadow a top-level module miles imports.
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:
         sys.path.pop(0)

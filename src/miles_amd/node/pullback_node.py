@@ -24,12 +24,9 @@ def expand(path):
 
 
 def read_dir(root, subdirs, offsets):
-    """Every regular file under ``root/<subdir>``: size, sha256 and the bytes past offset.
-
-    No link below ``root`` is followed (a linked subdir or file is an error, as the gate's
-    readers refuse it), nothing but regular files is opened (``O_NOFOLLOW | O_NONBLOCK``,
-    then ``fstat``), and a file over its subdir's cap (:data:`CAPS`) is an error.
-    """
+    """Every regular file under ``root/<subdir>``: size, sha256 and the bytes past offset
+    (all of them when the held prefix no longer matches). A link below ``root`` or a file over
+    its subdir's cap is an error, as the gate's readers refuse it."""
     root = expand(root)
     if not os.path.isdir(root):
         return {"error": f"no evidence dir {root} on node"}
@@ -65,8 +62,8 @@ def read_dir(root, subdirs, offsets):
 
 
 def read_regular(path, rel, cap):
-    """The bytes of ``path``; None for a FIFO, socket or device (not evidence); an error dict
-    for a link or a file over ``cap``."""
+    """The bytes of ``path`` (opened ``O_NOFOLLOW | O_NONBLOCK``, then ``fstat``); None for a
+    FIFO, socket or device; an error dict for a link or a file over ``cap``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:

@@ -282,14 +282,14 @@ def execute(
     with _unsubmitted_undone(laid_out) as submitted, _cluster(plan, run_dir, state_file) as cluster:
         job_id, client = f"miles-amd-{uuid.uuid4().hex[:12]}", None
         try:
+            ready = _client(cluster.address, cluster.headers)  # a bad token is named first
             if spec.entrypoint_resources:  # cluster mode: a whole node for the job
                 from miles_amd.run.cluster import check_cluster
 
-                _client(cluster.address, cluster.headers)  # a missing/wrong token is named first
                 check_cluster(cluster.address, cluster.headers, gpus=plan.recipe.num_gpus)
             if cancel is not None and cancel.is_set():
                 raise KeyboardInterrupt
-            client = _client(cluster.address, cluster.headers)
+            client = ready
             job = _submit(spec, client, job_id, cluster.address, run_dir, echo)
         except KeyboardInterrupt:  # before the job is followed: its end is still written
             submitted.set()
