@@ -64,29 +64,24 @@ def test_success_writes_log_and_job_json(cluster_env, tmp_path, state_dir) -> No
     assert "wk-not-printed-123" not in plan_text
 
 
-def test_failed_job_exits_one_with_message(cluster_env, tmp_path, state_dir) -> None:
-    code = "import sys\nprint('about to fail', flush=True)\nsys.exit(3)\n"
+@pytest.mark.parametrize(
+    ("code", "timeout_s", "status", "stopped_by", "driver_exit_code"),
+    [
+        ("import sys\nprint('about to fail', flush=True)\nsys.exit(3)\n", 120, "FAILED", None, 3),
+        ("import time\nprint('about to fail', flush=True)\ntime.sleep(600)\n", 3, "STOPPED",
+         "timeout", None),
+    ],
+)  # fmt: skip
+def test_a_failed_or_timed_out_job_exits_one(
+    cluster_env, tmp_path, state_dir, code, timeout_s, status, stopped_by, driver_exit_code
+) -> None:
     run_dir = tmp_path / "run"
-    outcome = execute(
-        plan_for(code, cluster_env, run_dir),
-        timeout_s=120,
-        state_dir=state_dir,
-    )
-    assert outcome.status == "FAILED" and outcome.exit_code == 1
-    assert job_of(run_dir).driver_exit_code == 3 and "about to fail" in log_of(run_dir)
-
-
-def test_timeout_stops_the_job(cluster_env, tmp_path, state_dir) -> None:
-    code = "import time\nprint('hanging', flush=True)\ntime.sleep(600)\n"
-    run_dir = tmp_path / "run"
-    outcome = execute(
-        plan_for(code, cluster_env, run_dir),
-        timeout_s=3,
-        state_dir=state_dir,
-    )
-    assert outcome.status == "STOPPED" and outcome.stopped_by == "timeout"
-    assert outcome.exit_code == 1
-    assert job_of(run_dir).stopped_by == "timeout"
+    plan = plan_for(code, cluster_env, run_dir)
+    outcome = execute(plan, timeout_s=timeout_s, state_dir=state_dir)
+    assert (outcome.status, outcome.stopped_by, outcome.exit_code) == (status, stopped_by, 1)
+    job = job_of(run_dir)
+    assert job.stopped_by == stopped_by and "about to fail" in log_of(run_dir)
+    assert driver_exit_code is None or job.driver_exit_code == driver_exit_code
 
 
 class TripOnLine:

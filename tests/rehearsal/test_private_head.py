@@ -8,17 +8,27 @@ waits until the test has looked at both heads from the outside: every socket the
 trees listen on is on loopback; the head's own servers listen only on ports the tool put in
 its ``ray start`` argv and environment (workers on ports the kernel assigns); the two heads
 share no port; the dashboard answers 401 without a token and 403 to the user's token.
+
+The same run holds the secrets: a fake W&B key and HF token in the launch environment reach
+the job (the entrypoint and a Ray task print their SHA-256, never the value), and neither
+they nor a head's auth token appear in ``ps`` command lines sampled every 0.2 s for the whole
+run, the dashboard's job API, any file of the Ray session dirs (logs included), the run and
+state dirs, or the drivers' output. Each place is first shown to hold something the job did
+put there, so an empty search means something.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import secrets
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -67,14 +77,22 @@ raise SystemExit(outcome.exit_code)
 
 JOB = """\
 # miles_amd_rehearsal_job
-import os, time, ray
+import hashlib, os, time, ray
+
+def digest(name):
+    return hashlib.sha256(os.environ.get(name, "").encode()).hexdigest()[:16]
+
 ray.init()
 
 @ray.remote
-def node_ip():
-    return ray.util.get_node_ip_address()
+def node_ip_and_digests():
+    return ray.util.get_node_ip_address(), digest("WANDB_API_KEY"), digest("HF_TOKEN")
 
-print("task ran on", ray.get(node_ip.remote()), flush=True)
+ip, *digests = ray.get(node_ip_and_digests.remote())
+print("task ran on", ip, flush=True)
+print("entrypoint", digest("WANDB_API_KEY"), digest("HF_TOKEN"), flush=True)
+print("task", *digests, flush=True)
+print("canary-" + "in-the-job-log", flush=True)
 print("job-" + "ready", flush=True)
 deadline = time.time() + 240
 while not os.path.exists({go!r}) and time.time() < deadline:
@@ -119,6 +137,12 @@ def http_status(url: str, headers: dict[str, str]) -> int:
             return 200
     except urllib.error.HTTPError as error:
         return error.code
+
+
+def http_text(url: str, token: str) -> str:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.read().decode()
 
 
 def picked_ports(head: psutil.Process) -> set[int]:
@@ -176,11 +200,48 @@ def check_private(state_file: Path) -> tuple[set[int], Path]:
     return ports, temp_dir
 
 
-def test_two_private_heads_side_by_side(tmp_path: Path) -> None:
-    env = user_env(tmp_path)
+def digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+class PsSampler(threading.Thread):
+    """Every command line ``ps`` shows, sampled until stopped."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.lines: set[str] = set()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            out = subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True)
+            self.lines.update(out.stdout.splitlines())
+            time.sleep(0.2)
+
+
+def files_under(root: Path) -> dict[Path, bytes]:
+    found = {}
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            try:
+                found[path] = path.read_bytes()
+            except OSError:
+                continue  # removed while walking
+    return found
+
+
+def holding(files: dict[Path, bytes], value: str) -> list[str]:
+    return [str(path) for path, data in files.items() if value.encode() in data]
+
+
+def test_two_private_heads_side_by_side_keep_the_secrets(tmp_path: Path) -> None:
+    key, hf_token = f"wandb-fake-{secrets.token_hex(8)}", f"hf_fake{secrets.token_hex(8)}"
+    env = {**user_env(tmp_path), "WANDB_API_KEY": key, "HF_TOKEN": hf_token}
     runs = [tmp_path / f"run{i}" for i in (1, 2)]
     states = [tmp_path / f"state{i}" for i in (1, 2)]
     go = tmp_path / "go"
+    sampler = PsSampler()
+    sampler.start()
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", DRIVER, str(run), str(state), JOB.format(go=str(go))],
@@ -195,21 +256,52 @@ def test_two_private_heads_side_by_side(tmp_path: Path) -> None:
         wait_for(lambda: all(log_has(r, "job-ready") for r in runs), "both jobs", procs)
         (first, temp1), (second, temp2) = (check_private(s / RAY_HEAD_STATE_FILE) for s in states)
         assert not first & second, f"the two heads share ports {sorted(first & second)}"
+        head_tokens = [(temp / "auth_token").read_text() for temp in (temp1, temp2)]
+        state = json.loads((states[0] / RAY_HEAD_STATE_FILE).read_text())
+        jobs_api = http_text(f"{state['dashboard_url']}/api/jobs/", head_tokens[0])
+        session = files_under(temp1 / "ray") | files_under(temp2 / "ray")
     finally:
         go.touch()
         outputs = [proc.communicate(timeout=180)[0] for proc in procs]
+        sampler.stopped.set()
+        sampler.join()
     for proc, out, run in zip(procs, outputs, runs, strict=True):
         assert proc.returncode == 0, out[-3000:]
         assert JobRecord.from_json(RunDir(run).job_json.read_text()).status == "SUCCEEDED"
-        assert "task ran on 127.0.0.1" in RunDir(run).job_log.read_text()
+        log = RunDir(run).job_log.read_text()
+        assert "task ran on 127.0.0.1" in log
+        assert f"entrypoint {digest(key)} {digest(hf_token)}" in log, "the job lacks a secret"
+        assert f"task {digest(key)} {digest(hf_token)}" in log, "Ray's workers lack a secret"
         # each driver stopped its own head: every process it started and recorded, by pid
         (pids,) = [json.loads(line[10:]) for line in out.splitlines() if line[:10] == "head pids "]
         assert len(pids) > 3, out[-3000:]
         alive = alive_pids(pids)
         assert not alive, f"processes of a driver's head still alive: {alive}"
-    for state in states:
-        assert not (state / RAY_HEAD_STATE_FILE).exists()
+    for state_dir in states:
+        assert not (state_dir / RAY_HEAD_STATE_FILE).exists()
     assert not temp1.exists() and not temp2.exists()
+    # Each place held what the job put there, so finding no secret in it means something.
+    assert "miles_amd_rehearsal_job" in jobs_api
+    assert holding(session, "canary-in-the-job-log")
+    assert any("miles_amd_rehearsal_job" in line for line in sampler.lines)
+    written: dict[Path, bytes] = {}
+    for root in (*runs, *states):
+        written |= files_under(root)
+    plan_json = RunDir(runs[0]).plan_json
+    assert plan_json in written and b"WANDB_API_KEY" in written[plan_json]
+    places = {
+        "the dashboard's /api/jobs/": lambda v: v in jobs_api,
+        "the Ray session dir": lambda v: holding(session, v),
+        "a ps command line": lambda v: any(v in line for line in sampler.lines),
+        "the run dir or state dir": lambda v: holding(written, v),
+        "the driver's output": lambda v: any(v in out for out in outputs),
+    }
+    named = {"WANDB_API_KEY": key, "HF_TOKEN": hf_token}
+    named |= {f"head {i}'s auth token": token for i, token in enumerate(head_tokens)}
+    leaks = [
+        f"{name} in {where}" for name, v in named.items() for where, has in places.items() if has(v)
+    ]
+    assert not leaks
 
 
 def test_a_token_the_head_refuses_is_reported_as_such(ray_head: RayHead) -> None:

@@ -57,23 +57,11 @@ class FakeDashboard:
 
     def normal(self, route: str, path: str) -> Reply:
         job_id = (re.findall(r"/api/jobs/([^/]+)", path) or ["x"])[0]
+        total = {NODE_RESOURCE: 1.0, "GPU": 8.0, "CPU": 2.0}
+        node = dict(node_id="ab" * 28, node_ip="127.0.0.1", state="ALIVE", resources_total=total)
         answers: dict[str, object] = {
             "version": {"ray_version": "2.60.0", "version": "4", "session_name": "s"},
-            "nodes": {
-                "result": True,
-                "data": {
-                    "result": {
-                        "result": [
-                            {
-                                "node_id": "ab" * 28,
-                                "node_ip": "127.0.0.1",
-                                "state": "ALIVE",
-                                "resources_total": {NODE_RESOURCE: 1.0, "GPU": 8.0, "CPU": 2.0},
-                            }
-                        ]
-                    }
-                },
-            },
+            "nodes": {"result": True, "data": {"result": {"result": [node]}}},
             "submit": {"job_id": "j", "submission_id": "j"},
             "status": {
                 "type": "SUBMISSION",

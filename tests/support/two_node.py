@@ -111,18 +111,16 @@ def _spawn(name: str, argv: list[str], env: dict[str, str], temp_dir: Path) -> L
 
 def _node_env(base: Mapping[str, str], temp_dir: Path, token_path: Path) -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in ("RAY_AUTH_TOKEN", "RAY_ADDRESS")}
-    env.update(
-        {
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": str(token_path),
-            "TMPDIR": str(temp_dir),
-            NODE_ROOT_VAR: str(temp_dir / "node_root"),
-            # a node's `python` is the one with Ray (the pull-back's entrypoint runs it)
-            "PATH": os.pathsep.join((str(Path(sys.executable).parent), base.get("PATH", ""))),
-        }
-    )
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    return env
+    return {
+        **env,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token_path),
+        "TMPDIR": str(temp_dir),
+        NODE_ROOT_VAR: str(temp_dir / "node_root"),
+        # a node's `python` is the one with Ray (the pull-back's entrypoint runs it)
+        "PATH": os.pathsep.join((str(Path(sys.executable).parent), base.get("PATH", ""))),
+    }
 
 
 def start_cluster(
@@ -135,13 +133,8 @@ def start_cluster(
     cluster = TwoNodeCluster([], "", "", token_dir, token)
     try:
         head_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT))
-        ports = dict(
-            zip(
-                (*PORT_OPTIONS, *PORT_ENV_VARS),
-                free_ports(len(PORT_OPTIONS) + len(PORT_ENV_VARS)),
-                strict=True,
-            )
-        )
+        names = (*PORT_OPTIONS, *PORT_ENV_VARS)
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
         head_env = _node_env(env, head_dir, cluster.token_path)
         head_env.update({name: str(ports.pop(name)) for name in PORT_ENV_VARS})
         argv = _node_argv(head_dir / "ray", ports, 8)

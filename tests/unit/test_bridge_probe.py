@@ -119,13 +119,10 @@ def _config(tmp_path: Path, miles: Path) -> PreflightConfig:
     )
 
 
-def test_without_a_miles_checkout_the_census_is_not_run(tmp_path: Path) -> None:
-    found = read_census(_config(tmp_path, tmp_path / "nowhere"), base_env={"PATH": ""})
-    assert found["ok"] is False and found["stage"] == "setup"
-    assert "no miles checkout" in str(found["error"])
-
-
 def test_the_real_child_without_miles_says_so_and_the_facts_stay_unknown(tmp_path: Path) -> None:
+    found = read_census(_config(tmp_path, tmp_path / "nowhere"), base_env={"PATH": ""})
+    assert found["ok"] is False and found["stage"] == "setup"  # no checkout: not run
+    assert "no miles checkout" in str(found["error"])
     miles = tmp_path / "miles"
     miles.mkdir()
     (miles / "train.py").write_text("")
@@ -140,7 +137,9 @@ def test_the_real_child_without_miles_says_so_and_the_facts_stay_unknown(tmp_pat
     assert lora_experts_fact(found, TARGETS).value.startswith("unknown: parse_args: ")
 
 
-def test_the_child_past_parsing_without_megatron_bridge_stops_at_build(tmp_path: Path) -> None:
+def test_the_child_past_parsing_without_megatron_bridge_stops_at_build_and_checks_usage(
+    tmp_path: Path,
+) -> None:
     fake = tmp_path / "fake_miles" / "miles" / "utils"
     fake.mkdir(parents=True)
     for package in (fake.parent, fake):
@@ -160,8 +159,5 @@ def test_the_child_past_parsing_without_megatron_bridge_stops_at_build(tmp_path:
     written = json.loads(result.read_text())
     assert (written["ok"], written["stage"]) == (False, "build")
     assert "No module named 'megatron" in written["error"]
-
-
-def test_the_child_refuses_bad_usage() -> None:
     done = subprocess.run([sys.executable, str(CENSUS), "--result"], capture_output=True, text=True)
     assert done.returncode == 64 and "usage: bridge_census.py" in done.stderr

@@ -17,33 +17,26 @@ def node(node_id: str, alive: bool = True, **resources: float) -> Node:
     return Node(node_id, "10.0.0.9", alive, resources)
 
 
-def test_cluster_plan_asks_for_a_whole_node_and_writes_evidence_on_it() -> None:
-    plan = build_train_plan(
-        Recipe(), CLUSTER, run_dir="/runs/r1", node_root="/scratch/miles", run_id="abc"
-    )
-    assert plan.job is not None
-    assert dict(plan.job.entrypoint_resources) == {NODE_RESOURCE: 1.0}
-    assert plan.node_run_dir == "/scratch/miles/r1-abc"
-    assert plan.job.env_vars["TENSORBOARD_DIR"] == "/scratch/miles/r1-abc/tensorboard"
-    assert plan.job.env_vars["MILES_CI_GATE_RECORD_DIR"] == "/scratch/miles/r1-abc/ci_history"
-    assert [s.name for s in plan.steps] == ["cleanup", "check-cluster", "submit", "pull-back"]
-    assert plan.to_dict()["job"]["entrypoint_resources"] == {NODE_RESOURCE: 1.0}
-    assert "check-cluster" in format_plan(plan)
-
-
-def test_shared_storage_cluster_plan_writes_the_run_dir_and_pulls_nothing() -> None:
-    plan = build_train_plan(Recipe(), CLUSTER, run_dir="/runs/r1")
-    assert plan.job is not None and plan.job.entrypoint_resources
-    assert plan.node_run_dir is None
-    assert plan.job.env_vars["TENSORBOARD_DIR"] == "/runs/r1/tensorboard"
-    assert [s.name for s in plan.steps] == ["cleanup", "check-cluster", "submit"]
-
-
-def test_own_head_plan_has_no_node_request() -> None:
-    plan = build_train_plan(Recipe(), {}, run_dir="/runs/r1")
-    assert plan.job is not None and not plan.job.entrypoint_resources
-    assert plan.node_run_dir is None
-    assert plan.job.env_vars["TENSORBOARD_DIR"] == "/runs/r1/tensorboard"
+@pytest.mark.parametrize(
+    ("env", "node_root", "resources", "evidence", "steps"),
+    [  # a cluster without shared storage, with it, and the tool's own head
+        (CLUSTER, "/scratch/miles", {NODE_RESOURCE: 1.0}, "/scratch/miles/r1-abc", ["pull-back"]),
+        (CLUSTER, None, {NODE_RESOURCE: 1.0}, "/runs/r1", []),
+        ({}, None, {}, "/runs/r1", None),
+    ],
+)
+def test_the_plan_asks_for_a_whole_node_and_writes_evidence_on_it(
+    env: dict, node_root: str | None, resources: dict, evidence: str, steps: list | None
+) -> None:
+    plan = build_train_plan(Recipe(), env, run_dir="/runs/r1", node_root=node_root, run_id="abc")
+    assert plan.job is not None and dict(plan.job.entrypoint_resources) == resources
+    assert plan.node_run_dir == (evidence if node_root else None)
+    assert plan.job.env_vars["TENSORBOARD_DIR"] == f"{evidence}/tensorboard"
+    assert plan.job.env_vars["MILES_CI_GATE_RECORD_DIR"] == f"{evidence}/ci_history"
+    if steps is not None:
+        assert [s.name for s in plan.steps] == ["cleanup", "check-cluster", "submit", *steps]
+        assert plan.to_dict()["job"]["entrypoint_resources"] == resources
+        assert "check-cluster" in format_plan(plan)
 
 
 def test_suitable_needs_resource_gpus_and_alive() -> None:
@@ -64,21 +57,9 @@ def test_suitable_needs_resource_gpus_and_alive() -> None:
 
 
 def test_parse_nodes_reads_the_state_api_and_refuses_other_shapes() -> None:
-    payload = {
-        "data": {
-            "result": {
-                "result": [
-                    {
-                        "node_id": "n1",
-                        "node_ip": "1.2.3.4",
-                        "state": "ALIVE",
-                        "resources_total": {"GPU": 8, NODE_RESOURCE: 1},
-                    }
-                ]
-            }
-        }
-    }
-    (only,) = parse_nodes(payload)
+    total = {"GPU": 8, NODE_RESOURCE: 1}
+    row = {"node_id": "n1", "node_ip": "1.2.3.4", "state": "ALIVE", "resources_total": total}
+    (only,) = parse_nodes({"data": {"result": {"result": [row]}}})
     assert only.alive and only.resources["GPU"] == 8.0 and only.shortfall(8) is None
     with pytest.raises(ClusterError, match="without a node list"):
         parse_nodes({"data": {"summary": []}})

@@ -26,28 +26,22 @@ STOPPED = JobRecord(
 )
 
 
-def test_written_through_the_run_dir_and_read_back_equal(tmp_path) -> None:
-    run = RunDir(tmp_path / "run")
-    atomic_write_text(run.job_json, STOPPED.to_json())
-    assert JobRecord.from_json(run.job_json.read_text()) == STOPPED
-    assert JobRecord.from_json(run.job_json.read_bytes()) == STOPPED
-
-
-def test_the_embedded_example_and_a_minimal_record_read() -> None:
-    example = JobRecord.from_json(RunDir(EXAMPLE_RUN).job_json.read_text())
-    assert example.status == "SUCCEEDED" and example.driver_exit_code == 0
-    minimal = JobRecord.from_json('{"job_id": "raysubmit_x", "status": "FAILED", "extra": 1}')
-    assert minimal == JobRecord("raysubmit_x", "FAILED")
-
-
 LOOK = (
     '{"job_id": "j", "status": "STOPPED", "stopped_by": "look", "look": '
     '{"rollout": 10, "rule": "train_rollout_kl.mean", "alpha_spent": 0.000473}}'
 )
 
 
-def test_a_stop_at_a_look_reads_back_with_its_look_and_rule() -> None:
-    record = JobRecord.from_json(LOOK)
+def test_records_read_back_equal(tmp_path) -> None:
+    run = RunDir(tmp_path / "run")
+    atomic_write_text(run.job_json, STOPPED.to_json())  # as the driver writes it
+    assert JobRecord.from_json(run.job_json.read_text()) == STOPPED
+    assert JobRecord.from_json(run.job_json.read_bytes()) == STOPPED
+    example = JobRecord.from_json(RunDir(EXAMPLE_RUN).job_json.read_text())
+    assert example.status == "SUCCEEDED" and example.driver_exit_code == 0
+    minimal = JobRecord.from_json('{"job_id": "raysubmit_x", "status": "FAILED", "extra": 1}')
+    assert minimal == JobRecord("raysubmit_x", "FAILED")
+    record = JobRecord.from_json(LOOK)  # a stop at a look, with its look and rule
     assert record.stopped_by == "look"
     assert record.look == LookStop(10, "train_rollout_kl.mean", 0.000473)
     assert JobRecord.from_json(record.to_json()) == record

@@ -41,15 +41,11 @@ def test_frames_need_the_end_marker_and_its_count() -> None:
         parse_frames(ERROR + '{"reason": "node gone"}')
 
 
-def test_incremental_frames_append_and_verify(tmp_path: Path) -> None:
+def test_incremental_frames_append_and_an_empty_file_arrives(tmp_path: Path) -> None:
     apply_frame(tmp_path, frame("ci_history/x.jsonl", b"line1\n"))
     apply_frame(tmp_path, frame("ci_history/x.jsonl", b"line1\nline2\n", offset=6))
     assert (tmp_path / "ci_history/x.jsonl").read_bytes() == b"line1\nline2\n"
-
-
-def test_an_empty_file_arrives_as_an_empty_file(tmp_path: Path) -> None:
-    """miles' driver leaves a 0-byte CI-history record; the local copy must mirror it."""
-    apply_frame(tmp_path, frame("ci_history/driver.jsonl", b""))
+    apply_frame(tmp_path, frame("ci_history/driver.jsonl", b""))  # miles' 0-byte record
     assert (tmp_path / "ci_history/driver.jsonl").read_bytes() == b""
 
 

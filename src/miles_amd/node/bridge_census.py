@@ -1,13 +1,9 @@
 """Build the trainer's LoRA model the way miles does, on the meta device, and describe it as JSON.
 
 Stdlib-only, run by path with the interpreter that will run ``train.py``
-(``python bridge_census.py --result FILE -- <the tokens after train.py>``). Build: miles' own
-``parse_args()`` and ``_setup_lora_model_via_bridge(args)`` with ``provide_distributed_model``
-replaced by :func:`_meta_model` (one gloo process, parallel sizes 1, the decoder on meta, then
-the provider's pre-wrap hooks; no weights). :func:`census`: the LoRA-wrapped expert linears and
-the rest, adapter classes, bare expert linears, the routers' dtype, each layer's attention
-window. Exit 0 built, 1 a build or import failed (``{"ok": false, "stage", "error"}``), 64 bad
-usage. Explained in ``docs/node.md`` ("The trainer's model").
+(``python bridge_census.py --result FILE -- <the tokens after train.py>``). Exit 0 built, 1 a
+build or import failed (``{"ok": false, "stage", "error"}``), 64 bad usage. Explained in
+``docs/node.md`` ("The trainer's model").
 """
 
 from __future__ import annotations
@@ -24,12 +20,6 @@ USAGE = "usage: bridge_census.py --result FILE -- <train.py args>"
 NAMES_KEPT = 4  # example module names per group in the result
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _single_process_group(provider: Any) -> None:
     """A gloo world of one and Megatron's parallel state with every size 1."""
     import torch.distributed as dist
@@ -37,7 +27,10 @@ def _single_process_group(provider: Any) -> None:
     from megatron.core.process_groups_config import ProcessGroupCollection
 
     if not dist.is_initialized():
-        address = f"tcp://127.0.0.1:{_free_port()}"
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        address = f"tcp://127.0.0.1:{port}"
         dist.init_process_group("gloo", init_method=address, rank=0, world_size=1)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel()
@@ -55,8 +48,8 @@ def _single_process_group(provider: Any) -> None:
 
 
 def _meta_model(provider: Any, *_: Any, **__: Any) -> list[Any]:
-    """Stands in for ``provide_distributed_model``: the decoder on meta, then the pre-wrap
-    hooks (miles' LoRA), as Megatron-Bridge's ``get_model`` runs them before DDP."""
+    """``provide_distributed_model``'s stand-in: the decoder on meta, then the pre-wrap hooks
+    (miles' LoRA), as Megatron-Bridge's ``get_model`` runs them before DDP."""
     import torch
 
     _single_process_group(provider)
@@ -74,8 +67,8 @@ _BUILT: dict[str, Any] = {}
 
 
 def build_meta_model(args: Any) -> tuple[Any, list[Any]]:
-    """miles' ``_setup_lora_model_via_bridge(args)`` with :func:`_meta_model` in place of
-    ``provide_distributed_model``; returns (the provider, the LoRA-wrapped model chunks)."""
+    """miles' ``_setup_lora_model_via_bridge(args)`` on :func:`_meta_model`: the provider and
+    the LoRA-wrapped model chunks."""
     from megatron.bridge.models.model_provider import ModelProviderMixin
     from miles.backends.megatron_utils.bridge_lora_helpers import _setup_lora_model_via_bridge
 
@@ -88,13 +81,7 @@ def build_meta_model(args: Any) -> tuple[Any, list[Any]]:
     return _BUILT.pop("provider"), list(chunks)
 
 
-def _is_lora_wrapper(module: Any) -> bool:
-    return hasattr(module, "to_wrap") and hasattr(module, "adapter")
-
-
-def _dtype_name(dtype: Any) -> str:
-    names = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
-    return names.get(str(dtype), str(dtype))
+DTYPE_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 
 
 def census(provider: Any, chunks: list[Any]) -> dict[str, Any]:
@@ -110,7 +97,7 @@ def census(provider: Any, chunks: list[Any]) -> dict[str, Any]:
     windows: list[list[int] | None] = []
     for chunk in chunks:
         for name, module in chunk.named_modules():
-            if _is_lora_wrapper(module):
+            if hasattr(module, "to_wrap") and hasattr(module, "adapter"):  # a LoRA wrapper
                 expert = is_expert_linear(name)
                 (wrapped_expert if expert else wrapped_other).append(name)
                 if expert:
@@ -128,6 +115,7 @@ def census(provider: Any, chunks: list[Any]) -> dict[str, Any]:
                     config.window_size, config.window_attn_skip_freq, module.layer_number
                 )
                 windows.append(list(config.window_size) if windowed else None)
+    dtype = str(getattr(provider, "params_dtype", None))
     per_expert = sum(".local_experts." in name for name in wrapped_expert)
     layers = {m.group(1) for n in wrapped_expert if (m := re.search(r"layers\.(\d+)\.", n))}
     return {
@@ -143,7 +131,7 @@ def census(provider: Any, chunks: list[Any]) -> dict[str, Any]:
         },
         "router": {
             "moe_router_dtype": routers,
-            "params_dtype": _dtype_name(getattr(provider, "params_dtype", None)),
+            "params_dtype": DTYPE_NAMES.get(dtype, dtype),
             "bf16": bool(getattr(provider, "bf16", False)),
             "fp16": bool(getattr(provider, "fp16", False)),
         },
@@ -215,8 +203,8 @@ def main(tokens: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    # Run by path, this file's folder is sys.path[0]: drop it, so the run/ modules next to
-    # it can never shadow a top-level module miles imports.
+    # Run by path, this file's folder is sys.path[0]: drop it, so no module next to it can
+    # shadow a top-level module miles imports.
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:
         sys.path.pop(0)

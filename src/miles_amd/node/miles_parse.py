@@ -1,12 +1,8 @@
 """Run miles' own ``parse_args()`` on a ``train.py`` argv and write what it decided as JSON.
 
-Stdlib-only, run by path with the interpreter that will run ``train.py``::
-
-    python miles_parse.py --result FILE [--stub-gpu-queries] -- <the tokens after train.py>
-
-Writes the ``args`` namespace ``train()`` would receive; exit 0 parsed, 2 refused by argparse,
-1 by a validator or import, 64 bad usage. The GPU stubs act on CPU only. ``docs/conformance.md``
-("How the argv is parsed").
+Stdlib-only, run by path with the interpreter that will run ``train.py`` (:data:`USAGE`). Exit
+0 parsed, 2 refused by argparse, 1 by a validator or import, 64 bad usage. The GPU stubs act on
+CPU only. ``docs/conformance.md`` ("How the argv is parsed").
 """
 
 from __future__ import annotations
@@ -92,8 +88,8 @@ def main(tokens: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    # Run by path, this file's folder is sys.path[0]: drop it, so the run/ modules next to
-    # it (driver, watcher, ...) can never shadow a top-level module miles imports.
+    # Run by path, this file's folder is sys.path[0]: drop it, so no module next to it can
+    # shadow a top-level module miles imports.
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:
         sys.path.pop(0)

@@ -1,12 +1,7 @@
 """The node side of the pull-back: runs as a short Ray job, prints the evidence as frames.
 
 Stdlib and Ray only (sent as ``python -c <source> <request JSON>``: a node needs no miles_amd).
-One task pinned to the evidence node (``soft=False``) reads every regular file under the
-requested dirs, without following links, each within the gate's cap, and returns its size,
-sha256 and the bytes past the offset the client holds (all of it when the held prefix no longer
-matches); the entrypoint prints one ``MILES_AMD_PULL`` frame per file and ``MILES_AMD_PULL_END``
-with the count; a failure prints ``MILES_AMD_PULL_ERROR`` and exits 1. ``${VAR}`` in the dir is
-expanded as Ray expands runtime-env values.
+The frames and checks: ``docs/cluster.md`` ("How the pull-back works").
 """
 
 import base64
@@ -29,12 +24,9 @@ def expand(path):
 
 
 def read_dir(root, subdirs, offsets):
-    """Every regular file under ``root/<subdir>``: size, sha256 and the bytes past offset.
-
-    No link below ``root`` is followed (a linked subdir or file is an error, as the gate's
-    readers refuse it), nothing but regular files is opened (``O_NOFOLLOW | O_NONBLOCK``,
-    then ``fstat``), and a file over its subdir's cap (:data:`CAPS`) is an error.
-    """
+    """Every regular file under ``root/<subdir>``: size, sha256 and the bytes past offset
+    (all of them when the held prefix no longer matches). A link below ``root`` or a file over
+    its subdir's cap is an error, as the gate's readers refuse it."""
     root = expand(root)
     if not os.path.isdir(root):
         return {"error": f"no evidence dir {root} on node"}
@@ -70,8 +62,8 @@ def read_dir(root, subdirs, offsets):
 
 
 def read_regular(path, rel, cap):
-    """The bytes of ``path``; None for a FIFO, socket or device (not evidence); an error dict
-    for a link or a file over ``cap``."""
+    """The bytes of ``path`` (opened ``O_NOFOLLOW | O_NONBLOCK``, then ``fstat``); None for a
+    FIFO, socket or device; an error dict for a link or a file over ``cap``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:

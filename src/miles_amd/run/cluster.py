@@ -1,10 +1,7 @@
 """Cluster mode: does an existing Ray cluster have the whole MI355X nodes a run needs?
 
-Before anything is submitted: ``count`` alive nodes, each declaring the custom resource
-:data:`~miles_amd.recipe.plan.NODE_RESOURCE` (>= 1) and ``GPU`` (>= the recipe's GPUs), else
-one line naming what is missing (each job asks for the node resource, so a second would wait
-forever). The node list is the State API's ``/api/v0/nodes?detail=1`` (the dashboard's
-``/nodes`` camel-cases resource names, Ray 2.60). Explained in ``docs/cluster.md``.
+Read from the State API before anything is submitted; a shortfall is one line naming every
+node and what it lacks. Explained in ``docs/cluster.md``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """HTTP to a Ray dashboard: its URL, the token header, timeouts, and 401/403 named.
 
-The token header is ``Authorization: Bearer``; a 401 or 403 is a :class:`DashboardAuthError`
-saying which and what to set; any other failure is one :class:`DashboardError` line, redacted.
-Every request is bounded (:data:`CONNECT_TIMEOUT_S`, ``$MILES_AMD_RAY_HTTP_TIMEOUT``, the run's
-deadline) and a call without a complete answer in time is given up on (:func:`within`).
-:func:`jobs_client` is Ray's own ``JobSubmissionClient`` given those timeouts (ray imported
-there alone). ``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard").
+Every request is bounded and every failure is one :class:`DashboardError` line, redacted.
+``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard").
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
 import os
@@ -49,13 +46,11 @@ class DashboardAuthError(DashboardError):
 
 
 def auth_headers(token: str) -> dict[str, str]:
-    """The HTTP header Ray's dashboard checks (``Authorization: Bearer <token>``)."""
     return {"Authorization": f"Bearer {token}"}
 
 
 def token_headers(token_path: str | None) -> dict[str, str]:
-    """:func:`auth_headers` of the token in ``token_path`` (``RAY_AUTH_TOKEN_PATH``), if any;
-    ``DashboardError`` for an unreadable or empty file."""
+    """:func:`auth_headers` of the token in ``token_path`` (``RAY_AUTH_TOKEN_PATH``), if any."""
     if token_path is None:
         return {}
     try:
@@ -70,14 +65,9 @@ def token_headers(token_path: str | None) -> dict[str, str]:
 
 
 def get_json(
-    address: str,
-    path: str,
-    headers: Mapping[str, str],
-    *,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    address: str, path: str, headers: Mapping[str, str], *, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> Any:
-    """``GET address + path`` with ``headers``; the decoded JSON answer (given up on when it
-    is not complete within twice ``timeout_s``: :func:`within`)."""
+    """``GET address + path``: the decoded JSON answer, complete within twice ``timeout_s``."""
     url, basic = _credentials_apart(address.rstrip("/") + path)
     request = urllib.request.Request(url, headers={**basic, **headers})
 
@@ -96,8 +86,7 @@ def get_json(
 
 
 def _credentials_apart(url: str) -> tuple[str, dict[str, str]]:
-    """``url`` without ``user:password@`` and the Basic header they make, as ``requests``
-    (under Ray's client) sends them; urllib would take them for part of the host name."""
+    """``url`` without ``user:password@`` and the Basic header they make (as ``requests``)."""
     parts = urllib.parse.urlsplit(url)
     if parts.username is None:
         return url, {}
@@ -112,26 +101,23 @@ def read_timeout_s(environ: Mapping[str, str] | None = None) -> float:
     given = (os.environ if environ is None else environ).get(TIMEOUT_VAR, "").strip()
     if not given:
         return DEFAULT_TIMEOUT_S
-    try:
+    with contextlib.suppress(ValueError):
         value = float(given)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise DashboardError(f"{TIMEOUT_VAR}={given!r}: must be a number of seconds > 0, e.g. 15")
-    return value
+        if math.isfinite(value) and value > 0:
+            return value
+    raise DashboardError(f"{TIMEOUT_VAR}={given!r}: must be a number of seconds > 0, e.g. 15")
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
-    """``exc`` as one short line, secrets redacted: what a foreign reply may add to a message."""
-    text = redact(" ".join(str(exc).split())) or type(exc).__name__  # before it is cut
-    if len(text) > limit:
-        text = text[:limit] + "..."
+    """``exc`` as one short line, redacted (before it is cut)."""
+    text = redact(" ".join(str(exc).split())) or type(exc).__name__
+    text = text[:limit] + "..." if len(text) > limit else text
     return f"{type(exc).__name__}: {text}"
 
 
 def within(seconds: float, call: Callable[[], T], what: str = "the request") -> T:
     """``call()``'s value (or its exception) if it ends within ``seconds``, else
-    ``TimeoutError``; the call goes on in a daemon thread the process does not wait for."""
+    ``TimeoutError``; the call goes on in a daemon thread."""
     done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 
     def run() -> None:
@@ -147,21 +133,18 @@ def within(seconds: float, call: Callable[[], T], what: str = "the request") -> 
         raise TimeoutError(f"{what} had no complete answer within {seconds:.3g} s") from None
     if not ok:
         raise value
-    result: T = value
-    return result
+    return value
 
 
 class JobsClient:
     """Ray's Jobs API client, each call bounded and each failure a :class:`DashboardError`;
-    ``deadline`` (``time.monotonic()``), when set, caps every request's read timeout.
-    :meth:`tail_job_logs` is Ray's own websocket, read by the driver's daemon thread."""
+    ``deadline`` (``time.monotonic()``), when set, caps every request's read timeout."""
 
     def __init__(self, client: Any, address: str, read_timeout: float) -> None:
         self.client, self.address, self.read_timeout = client, address, read_timeout
         self.deadline: float | None = None
 
     def timeout(self) -> tuple[float, float]:
-        """``(connect, read)`` seconds for the next request (``requests``' pair)."""
         read = self.read_timeout
         if self.deadline is not None:
             read = min(read, self.deadline - time.monotonic())
@@ -201,14 +184,10 @@ class JobsClient:
 
 
 def jobs_client(address: str, headers: Mapping[str, str]) -> JobsClient:
-    """Ray's Jobs API client for ``address``, sending ``headers`` on every request, each
-    request bounded (:class:`JobsClient`)."""
     from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
     class TimedClient(JobSubmissionClient):
-        """Ray's client with ``timeout=`` on each request (``docs/ray-head-and-secrets.md``)."""
-
         def __init__(self, bound: JobsClient, *args: Any, **kwargs: Any) -> None:
             self.bound = bound
             super().__init__(*args, **kwargs)

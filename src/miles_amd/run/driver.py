@@ -1,13 +1,8 @@
 """Execute a launch plan as a Ray job, follow it to its end, leave a complete run dir behind.
 
-Steps (``docs/cli.md``, "How a run is executed"): refuse a run dir holding an earlier run's
-evidence and lay it out; clear this tool's own leftover head; start a private Ray head, or on a
-named cluster refuse unless it has a whole node for the job; submit through Ray's Jobs API; follow
-the job (log streamed to ``job.log``; stopped on the timeout, the fail-fast watcher's trip or
-Ctrl-C), then rewrite ``job.log`` from ``get_job_logs`` and write ``job.json``, atomically and
-redacted; in cluster mode pull and verify the evidence. It runs and records; it does not judge.
-On every exit path a job still running is stopped and the head this call started is stopped by
-pid. A failure before submission removes what was laid out and is bad input (exit 2).
+It runs and records; it does not judge. On every exit path a job still running is stopped and
+the head this call started is stopped by pid; a failure before submission removes what was laid
+out and is bad input (exit 2). Steps: ``docs/cli.md`` ("How a run is executed").
 """
 
 from __future__ import annotations
@@ -20,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -108,21 +103,17 @@ class RayJob:
                 # of seconds, so polls are never back to back
                 next_watch = time.monotonic() + follow.interval_s
             if self.stopped_by:
-                self._stop(follow)
+                self.stop_requested_at = time.time()
+                why = f" ({self.trip.rule})" if self.trip else ""
+                follow.echo(f"stopping {self.job_id}: {self.stopped_by}{why}")
+                self._stop_and_wait(follow.stop_wait_s)
                 return
             time.sleep(min(0.5, follow.interval_s))
-
-    def _stop(self, follow: Follow) -> None:
-        self.stop_requested_at = time.time()
-        why = f" ({self.trip.rule})" if self.trip else ""
-        follow.echo(f"stopping {self.job_id}: {self.stopped_by}{why}")
-        self._stop_and_wait(follow.stop_wait_s)
 
     def _status(self) -> str:
         return str(self.client.get_job_status(self.job_id).value)
 
     def _stop_and_wait(self, timeout_s: float = STOP_WAIT_S) -> None:
-        """Ask Ray to stop the job (once) and wait up to ``timeout_s`` for its end."""
         self.stop_sent = True
         self.client.stop_job(self.job_id)
         deadline = time.monotonic() + timeout_s
@@ -142,14 +133,19 @@ class RayJob:
                 self._stop_and_wait()
 
     def write_final(self) -> JobRecord:
-        """The authoritative job.log and job.json, each written atomically; the trip, timed.
-        A lost node's log cannot be fetched: the streamed one is kept and ``final_log_error``
-        says why, so the gate cannot pass a run on a partial log."""
+        """The authoritative job.log and job.json, each written atomically; the trip, timed
+        (a lost node's log: the streamed one, and ``final_log_error`` says why)."""
         log, lost = self._final_log()
         atomic_write_text(self.run_dir.job_log, log)
         info = self.client.get_job_info(self.job_id)
-        if self.trip is not None:
-            self.trip = self.trip.timed_from(log.splitlines())
+        trip, stopped = self.trip, self.stop_requested_at
+        if trip is not None:
+            self.trip = trip = trip.timed_from(log.splitlines())
+        look, latency = None, None
+        if self.stopped_by == "look" and trip and trip.look and trip.alpha_spent is not None:
+            look = LookStop(trip.look, trip.rule, trip.alpha_spent)
+        if trip and trip.fault_time is not None and stopped is not None:
+            latency = round(stopped - trip.fault_time, 3)
         record = JobRecord(
             job_id=self.job_id,
             status=info.status.value,
@@ -159,16 +155,15 @@ class RayJob:
             driver_exit_code=info.driver_exit_code,
             stopped_by=self.stopped_by,
             stop_requested_at=self.stop_requested_at,
-            failfast=self.trip.to_dict() if self.trip else None,
-            look=self._look_stop(),
-            failfast_latency_s=self._latency(),
+            failfast=asdict(trip) if trip else None,
+            look=look,
+            failfast_latency_s=latency,
             final_log_error=lost or None,
         )
         atomic_write_text(self.run_dir.job_json, record.to_json())
         return record
 
     def _final_log(self) -> tuple[str, str]:
-        """The job's full log from Ray, or the streamed one and why Ray could not give it."""
         try:
             return str(self.client.get_job_logs(self.job_id)), ""
         except Exception as exc:  # the job's node is gone (or the head cannot reach it)
@@ -181,25 +176,10 @@ class RayJob:
             ending = "" if not streamed or streamed.endswith("\n") else "\n"
             return f"{streamed}{ending}[miles-amd] {lost}\n", lost
 
-    def _look_stop(self) -> LookStop | None:
-        """The look that stopped the job, as job.json records it (``stopped_by: "look"``)."""
-        trip = self.trip
-        if self.stopped_by != "look" or trip is None or trip.look is None:
-            return None
-        return (
-            None if trip.alpha_spent is None else LookStop(trip.look, trip.rule, trip.alpha_spent)
-        )
-
-    def _latency(self) -> float | None:
-        trip, stopped = self.trip, self.stop_requested_at
-        if trip is None or trip.fault_time is None or stopped is None:
-            return None
-        return round(stopped - trip.fault_time, 3)
-
 
 def _stream_log(client: Any, job_id: str, path: Path) -> Callable[[], None]:
-    """Append the job's log to ``path`` as Ray streams it (``tail_job_logs``) in a daemon
-    thread; the call returned ends it (waiting 1 s at most: the final log is fetched anyway)."""
+    """Append the job's log to ``path`` as Ray streams it, in a daemon thread; the call
+    returned ends it (waiting 1 s at most: the final log is fetched anyway)."""
     closed = threading.Event()
 
     async def pump() -> None:
@@ -292,16 +272,24 @@ def execute(
     spec, run_dir, said = plan.job, RunDir(Path(plan.run_dir)), echo
     echo = lambda line: said(terminal(line))  # noqa: E731  (paths, job ids)
     laid_out = _prepare_run_dir(plan, spec, run_dir)
-    state_file = _clear_own_leftovers(state_dir, echo)
+    from miles_amd.run.ray_head import clear_leftovers
+
+    state_file = Path(os.path.expanduser(state_dir or "~/.cache/miles_amd")) / RAY_HEAD_STATE_FILE
+    if cleared := clear_leftovers(state_file):
+        echo(f"cleanup: stopped this tool's leftover Ray processes {cleared}")
     watcher = FailFastWatcher(run_dir.root, watch or (lambda _evidence: []))
     follow = Follow(timeout_s=timeout_s, interval_s=watch_interval_s, echo=echo, cancel=cancel)
     with _unsubmitted_undone(laid_out) as submitted, _cluster(plan, run_dir, state_file) as cluster:
         job_id, client = f"miles-amd-{uuid.uuid4().hex[:12]}", None
         try:
-            _check_nodes(plan, cluster)
+            ready = _client(cluster.address, cluster.headers)  # a bad token is named first
+            if spec.entrypoint_resources:  # cluster mode: a whole node for the job
+                from miles_amd.run.cluster import check_cluster
+
+                check_cluster(cluster.address, cluster.headers, gpus=plan.recipe.num_gpus)
             if cancel is not None and cancel.is_set():
                 raise KeyboardInterrupt
-            client = _client(cluster.address, cluster.headers)
+            client = ready
             job = _submit(spec, client, job_id, cluster.address, run_dir, echo)
         except KeyboardInterrupt:  # before the job is followed: its end is still written
             submitted.set()
@@ -334,7 +322,7 @@ def execute(
 
 
 class PullingWatcher:
-    """The fail-fast watcher, reading evidence pulled from the job's node just before."""
+    """The fail-fast watcher on evidence pulled from the job's node just before."""
 
     def __init__(self, watcher: FailFastWatcher, pull: PullBack) -> None:
         self.watcher, self.pull = watcher, pull
@@ -344,30 +332,21 @@ class PullingWatcher:
         return self.watcher.poll()
 
 
-def _check_nodes(plan: LaunchPlan, cluster: Cluster) -> None:
-    """Cluster mode: a whole node for the job must exist (``ClusterError``: bad input)."""
-    if plan.job is not None and plan.job.entrypoint_resources:
-        from miles_amd.run.cluster import check_cluster
-
-        _client(cluster.address, cluster.headers)  # a missing/wrong token is named first
-        check_cluster(cluster.address, cluster.headers, gpus=plan.recipe.num_gpus)
-
-
 def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> list[Path]:
-    """Refuse old evidence; create the evidence dirs, an empty job.log and plan.json; what it
-    created, directories before what is in them."""
+    """Refuse old evidence; lay out the run dir; what it created, outermost first."""
     stale = [path.name for path in run_dir.evidence if path.exists()]
     if stale:
         raise DriverError(
             f"run dir {run_dir.root} already holds {', '.join(stale)} from an earlier run; "
             "pass a fresh --run-dir (old evidence would mix into this run's)"
         )
-    created = _missing_dirs(run_dir.root)
+    created = [p for p in (run_dir.root, *run_dir.root.parents) if not p.exists()][::-1]
     run_dir.root.mkdir(parents=True, exist_ok=True)
     for key in EVIDENCE_DIR_VARS:  # made here, so a job that writes nothing there is seen
         if key in spec.env_vars and plan.node_run_dir is None:  # not a path on another node
-            created += _missing_dirs(Path(spec.env_vars[key]))
-            Path(spec.env_vars[key]).mkdir(parents=True, exist_ok=True)
+            path = Path(spec.env_vars[key])
+            created += [p for p in (path, *path.parents) if not p.exists()][::-1]
+            path.mkdir(parents=True, exist_ok=True)
     created.append(run_dir.job_log)
     run_dir.job_log.write_text("")
     created.append(run_dir.plan_json)
@@ -377,15 +356,10 @@ def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> list[P
     return created
 
 
-def _missing_dirs(path: Path) -> list[Path]:
-    """``path`` and its parents that do not exist yet, outermost first."""
-    return [p for p in (path, *path.parents) if not p.exists()][::-1]
-
-
 @contextlib.contextmanager
 def _unsubmitted_undone(laid_out: list[Path]) -> Iterator[threading.Event]:
     """On an exception before the yielded event is set (nothing submitted): remove
-    ``laid_out`` (files, then the directories it made, if empty), so the run dir is fresh."""
+    ``laid_out`` (files, then the directories it made, if empty)."""
     submitted = threading.Event()
     try:
         yield submitted
@@ -397,16 +371,6 @@ def _unsubmitted_undone(laid_out: list[Path]) -> Iterator[threading.Event]:
                 else:
                     path.unlink(missing_ok=True)
         raise
-
-
-def _clear_own_leftovers(state_dir: str | None, echo: Echo) -> Path:
-    from miles_amd.run.ray_head import clear_leftovers
-
-    state_file = Path(os.path.expanduser(state_dir or "~/.cache/miles_amd")) / RAY_HEAD_STATE_FILE
-    cleared = clear_leftovers(state_file)
-    if cleared:
-        echo(f"cleanup: stopped this tool's leftover Ray processes {cleared}")
-    return state_file
 
 
 @dataclass(frozen=True)
@@ -467,8 +431,8 @@ def _submit(
 
 
 def _interrupted_before_follow(client: Any, job_id: str, run_dir: RunDir) -> JobRecord:
-    """Ctrl-C (or ``cancel``) before the job was followed: stop it if it was submitted at
-    all (a submission cut by Ctrl-C may have reached Ray), and write its ``job.json``."""
+    """Ctrl-C (or ``cancel``) before the job was followed: stop it if a submission may have
+    reached Ray, and write its ``job.json``."""
     submitted = False
     if client is not None:
         with contextlib.suppress(Exception):  # not found: the submission never arrived
@@ -488,7 +452,6 @@ def _interrupted_before_follow(client: Any, job_id: str, run_dir: RunDir) -> Job
 
 
 def _client(address: str, headers: dict[str, str]) -> Any:
-    """A Jobs API client; a failure (Ray's 401/403 said as such) is bad input."""
     with _bad_input():
         return jobs_client(address, headers)
 
@@ -504,7 +467,6 @@ def _bad_input() -> Iterator[None]:
 def _outcome(
     run_dir: RunDir, record: JobRecord, trip: Trip | None, head_pids: tuple[int, ...]
 ) -> RunOutcome:
-    """The run's outcome from its job record: exit 0 when it succeeded and was not stopped."""
     passed = record.status == "SUCCEEDED" and not record.stopped_by
     return RunOutcome(
         run_dir=run_dir.root,

@@ -1,12 +1,7 @@
 """Environment preflight: is this node, image and set of inputs fit to run the recipe?
 
-Decides which probes make up the preflight (:data:`PROBES`, in table order), how they run (a
-probe that crashes is a ``wrong`` fact naming the exception; values and messages redacted, since
-a probe quotes a child), when it passes (every fact ``ok``), what ``env.json`` holds (every fact
-as probed, written atomically), and how it reads (pure): a fact whose needs (:data:`NEEDS`) are
-not ``ok`` is shown ``not checked``; an ``ok`` fact valued ``unknown...`` is shown ``unknown``;
-:func:`verdict_line` names the root cause first (no AMD GPU and no ROCm: "this is not an AMD GPU
-node"); :func:`table` wraps to 100 columns. Explained in ``docs/node.md``.
+Decides which probes make up the preflight (:data:`PROBES`), when it passes (every fact ``ok``),
+what ``env.json`` holds, and how the facts read (pure). Explained in ``docs/node.md``.
 """
 
 from __future__ import annotations
@@ -61,14 +56,8 @@ PROBES: tuple[Probe, ...] = (
 )
 
 
-def probe_name(probe: Probe) -> str:
-    """The fact name a probe reports: its function name without ``probe_``."""
-    return probe.__name__.removeprefix("probe_")
-
-
 def run_preflight(config: PreflightConfig) -> list[Fact]:
-    """Every probe's fact, in :data:`PROBES` order, redacted; a crashing probe is a ``wrong``
-    fact."""
+    """Every probe's fact, in :data:`PROBES` order, redacted; a crashing probe's is ``wrong``."""
     facts = []
     for probe in PROBES:
         try:
@@ -76,12 +65,11 @@ def run_preflight(config: PreflightConfig) -> list[Fact]:
             facts.append(replace(fact, value=redact(fact.value), message=redact(fact.message)))
         except Exception as exc:
             why = redact(f"the probe raised {type(exc).__name__}: {one_line(exc)}")
-            facts.append(Fact(probe_name(probe), "wrong", "", why))
+            facts.append(Fact(probe.__name__.removeprefix("probe_"), "wrong", "", why))
     return facts
 
 
 def preflight_ok(facts: Iterable[Fact]) -> bool:
-    """True only for a non-empty list whose facts are all ``ok``."""
     facts = list(facts)
     return bool(facts) and all(f.status == "ok" for f in facts)
 
@@ -92,7 +80,7 @@ def failing_facts(facts: Iterable[Fact]) -> list[Fact]:
 
 def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object]) -> Path:
     """Write ``env.json`` atomically: ``facts``, ``ok``, ``aiter_variant`` (one of
-    ``AITER_VARIANTS`` or null), ``written_at`` (UTC, ISO 8601) and ``extra``'s own keys."""
+    ``AITER_VARIANTS`` or null), ``written_at`` (UTC, ISO 8601) and ``extra``'s keys."""
     clash = sorted(_RESERVED_ENV_KEYS & extra.keys())
     if clash:
         raise ValueError(f"env.json extra keys {clash} would overwrite the preflight's own")
@@ -126,15 +114,12 @@ NEEDS: Mapping[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class Shown:
-    """One fact as the table shows it."""
-
     fact: Fact
     status: str  # ok, missing, wrong, unknown, not checked
     needs: tuple[str, ...] = ()  # the failed facts it needs (status "not checked")
 
     @property
     def text(self) -> str:
-        """The value, or what to do: the message of a failed fact, the need of an unchecked."""
         if self.needs:
             return f"needs {', '.join(self.needs)}"
         if self.status in ("missing", "wrong") and self.fact.message:
@@ -144,7 +129,6 @@ class Shown:
 
 
 def shown(facts: Sequence[Fact]) -> list[Shown]:
-    """Every fact as shown (module doc), in probe order."""
     status = {f.name: f.status for f in facts}
     variant = next((f.value for f in facts if f.name == "aiter_variant"), None)
     rows = []
@@ -163,12 +147,10 @@ def shown(facts: Sequence[Fact]) -> list[Shown]:
 
 
 def root_failures(rows: Sequence[Shown]) -> list[Shown]:
-    """The facts that failed on their own (not only for want of another)."""
     return [r for r in rows if r.status in ("missing", "wrong")]
 
 
 def verdict_line(rows: Sequence[Shown]) -> str:
-    """``preflight: PASS|FAIL - <root cause>`` (module doc)."""
     roots = root_failures(rows)
     unchecked = [r for r in rows if r.status in ("not checked", "unknown")]
     if not roots and not unchecked:
@@ -187,7 +169,7 @@ def verdict_line(rows: Sequence[Shown]) -> str:
 
 
 def table(rows: Sequence[Shown], *, verbose: bool = False) -> str:
-    """The facts as a table (module doc); ``verbose``: value and message columns, uncut."""
+    """``verbose``: value and message columns, uncut."""
     raw: list[tuple[str, ...]] = []
     if verbose:
         raw.append(("fact", "status", "value", "message"))
@@ -208,14 +190,4 @@ def table(rows: Sequence[Shown], *, verbose: bool = False) -> str:
 
 def as_json(rows: Sequence[Shown]) -> list[dict[str, object]]:
     """Each fact as probed, with what the table shows for it."""
-    return [
-        {
-            "name": r.fact.name,
-            "status": r.fact.status,
-            "shown": r.status,
-            "needs": list(r.needs),
-            "value": r.fact.value,
-            "message": r.fact.message,
-        }
-        for r in rows
-    ]
+    return [{**asdict(r.fact), "shown": r.status, "needs": list(r.needs)} for r in rows]

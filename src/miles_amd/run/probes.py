@@ -1,11 +1,7 @@
 """The preflight's probes of the node, its software stack and its inputs, and what a probe is.
 
 A probe is ``def probe_<name>(config: PreflightConfig) -> Fact``; it changes nothing on the
-machine. GPUs: the ROCm torch's ``gcnArchName``, else ``amd-smi static --asic --json`` (records
-found by shape), else ``rocm-smi --showproductname --json``. ROCm: ``<rocm_root>/.info/version``,
-else ``amd-smi version``. sglang, megatron.bridge and aiter are found, not imported; PyPI's
-unrelated ``aiter`` is ``wrong``. SGLang must serve ``/register_lora_adapter``. Megatron-LM and
-miles are checkouts (commit from ``git rev-parse HEAD``). Explained in ``docs/node.md``.
+machine. Where each value comes from: ``docs/node.md`` ("How the preflight reads the node").
 """
 
 from __future__ import annotations
@@ -38,8 +34,6 @@ IMAGE = "rocm/sgl-dev:miles-rocm720-mi35x"
 
 @dataclass(frozen=True)
 class PreflightConfig:
-    """Where the recipe's pieces are and what the node must be."""
-
     model_dir: Path
     data_dir: Path
     miles_dir: Path
@@ -61,7 +55,6 @@ class PreflightConfig:
         return self.data_dir / DATASET_DIR_NAME / DATASET_FILE_NAME
 
     def recipe(self) -> Recipe:
-        """The recipe with these dirs and GPU count (for a probe that needs its argv)."""
         from miles_amd.recipe.settings import Recipe
 
         return Recipe(
@@ -78,8 +71,7 @@ class PreflightConfig:
 
 
 def find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
-    """``importlib.util.find_spec``, None when a parent package is absent (``a.b`` imports
-    ``a``, not ``a.b``)."""
+    """``importlib.util.find_spec``, None when a parent package is absent."""
     try:
         return importlib.util.find_spec(module)
     except (ImportError, ValueError):
@@ -96,9 +88,8 @@ RESULT = "{result}"  # in a child's argv: the path of the file it writes its ans
 def child_json(
     argv: Sequence[str], env: Mapping[str, str], timeout_s: float, what: str, marker: str = ""
 ) -> tuple[dict[str, Any] | None, str]:
-    """Run ``argv`` from ``/`` in ``env``: the JSON object it wrote to :data:`RESULT` (when
-    ``argv`` names it), else on its last stdout line starting with ``marker``; else None and
-    one line why, naming ``what`` it did not give (a child's answer is untrusted)."""
+    """Run ``argv`` from ``/``: the JSON object it wrote to :data:`RESULT` (when named), else
+    on its last stdout line starting with ``marker``; else None and one line why."""
     with tempfile.TemporaryDirectory(prefix="miles-amd-child-") as tmp:
         result = Path(tmp) / "result.json"
         command = [str(result) if arg == RESULT else arg for arg in argv]
@@ -151,8 +142,7 @@ def probe_gpus(config: PreflightConfig) -> Fact:
 
 
 def probe_gpu_model(config: PreflightConfig, runner: Runner = run_tool) -> Fact:
-    """The GPU model (MI355X, MI350X) the ROCm tools name: the key of the baselines that may
-    judge a run here (``miles_amd.baseline.keys``); two models, or none, are ``missing``."""
+    """The GPU model the ROCm tools name (the baselines' key); two, or none, are missing."""
     try:
         return Fact("gpu_model", "ok", detect_hardware(runner).value)
     except HardwareDetectionError as exc:
@@ -160,7 +150,6 @@ def probe_gpu_model(config: PreflightConfig, runner: Runner = run_tool) -> Fact:
 
 
 def judge_gpus(archs: Sequence[str], source: str, expected: int, arch: str) -> Fact:
-    """Pure judgement of the GPUs one source reported."""
     if not archs:
         why = f"{source} lists no GPU; check the container's --device=/dev/kfd --device=/dev/dri"
         return Fact("gpus", "missing", f"0 ({source})", why)
@@ -200,20 +189,14 @@ def parse_amd_smi_static(text: str) -> list[str] | None:
     except json.JSONDecodeError:
         return None
     archs: list[str] = []
-
-    def visit(node: object) -> None:
-        if isinstance(node, dict):
-            asic = node.get("asic")
-            if isinstance(asic, dict) and "target_graphics_version" in asic:
-                archs.append(_arch(asic["target_graphics_version"]))
-                return
-            for child in node.values():
-                visit(child)
-        elif isinstance(node, list):
-            for child in node:
-                visit(child)
-
-    visit(data)
+    nodes = [data]
+    while nodes:  # depth first, in document order
+        node = nodes.pop(0)
+        asic = node.get("asic") if isinstance(node, dict) else None
+        if isinstance(asic, dict) and "target_graphics_version" in asic:
+            archs.append(_arch(asic["target_graphics_version"]))
+        elif isinstance(node, (dict, list)):
+            nodes[:0] = node.values() if isinstance(node, dict) else node
     return archs
 
 
@@ -223,13 +206,15 @@ def parse_rocm_smi_product(text: str) -> list[str] | None:
         data = json.loads(text)
     except json.JSONDecodeError:
         return None
-    if not isinstance(data, dict):
-        return None
-    return [
-        _arch(card.get("GFX Version", "unknown"))
-        for key, card in sorted(data.items())
-        if key.startswith("card") and isinstance(card, dict)
-    ]
+    return (
+        None
+        if not isinstance(data, dict)
+        else [
+            _arch(card.get("GFX Version", "unknown"))
+            for key, card in sorted(data.items())
+            if key.startswith("card") and isinstance(card, dict)
+        ]
+    )
 
 
 def probe_rocm(config: PreflightConfig) -> Fact:
@@ -259,7 +244,6 @@ def _major_minor(version: str) -> tuple[int, ...]:
 
 
 def probe_torch(config: PreflightConfig) -> Fact:
-    """torch must be a ROCm build: ``torch.version.hip`` set."""
     if find_spec("torch") is None:
         return Fact("torch", "missing", "", f"torch is not importable; run inside {IMAGE}")
     try:
@@ -274,7 +258,6 @@ def probe_torch(config: PreflightConfig) -> Fact:
 
 
 LORA_ROUTE = "/register_lora_adapter"
-_GIB = 1024**3
 
 
 def probe_sglang(config: PreflightConfig) -> Fact:
@@ -286,7 +269,6 @@ def probe_sglang_lora_endpoint(config: PreflightConfig) -> Fact:
 
 
 def sglang_lora_endpoint_fact(package_dir: Path | None) -> Fact:
-    """Whether the SGLang package at ``package_dir`` serves :data:`LORA_ROUTE`."""
     name = "sglang_lora_endpoint"
     if package_dir is None:
         return Fact(name, "missing", "", f"sglang is not importable; run inside {IMAGE}")
@@ -316,7 +298,6 @@ def probe_megatron_bridge(config: PreflightConfig) -> Fact:
 
 
 def probe_megatron_lm(config: PreflightConfig) -> Fact:
-    """The Megatron-LM checkout the plan puts on PYTHONPATH (module ``megatron.core``)."""
     name = "megatron_lm"
     root = config.megatron_dir
     if not root.is_dir():
@@ -345,7 +326,6 @@ def _megatron_core_version(package_info: Path) -> str | None:
 
 
 def probe_miles(config: PreflightConfig) -> Fact:
-    """The miles checkout: ``train.py`` is the job's entrypoint."""
     root = config.miles_dir
     if not root.is_dir():
         return Fact("miles", "missing", "", f"no miles checkout at {root}; pass --miles-dir")
@@ -361,8 +341,7 @@ def probe_aiter(config: PreflightConfig) -> Fact:
 
 
 def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
-    """Judge the ``aiter`` module by the distributions that provide it (the names from
-    ``importlib.metadata.packages_distributions()``)."""
+    """Judge the ``aiter`` module by the distributions that provide it."""
     name = "aiter"
     if package_dir is None:
         return Fact(name, "missing", "", f"AMD's aiter (amd-aiter) is not importable; use {IMAGE}")
@@ -386,7 +365,6 @@ def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
 
 
 def probe_aiter_variant(config: PreflightConfig) -> Fact:
-    """Which aiter build the run is labelled with (stock, or patched with ROCm/aiter#5694)."""
     variant = config.aiter_variant
     if variant is None:
         why = f"pass --aiter-variant {'|'.join(AITER_VARIANTS)} to label the run's environment"
@@ -398,7 +376,6 @@ def probe_aiter_variant(config: PreflightConfig) -> Fact:
 
 
 def installed_package_fact(name: str, *, module: str, distribution: str) -> Fact:
-    """A package found on ``sys.path``: its distribution version and, from a checkout, commit."""
     package_dir = _package_dir(module)
     if package_dir is None:
         why = f"module {module} is not importable (distribution {distribution}); use {IMAGE}"
@@ -425,7 +402,7 @@ def _distribution_version(distribution: str) -> str | None:
 
 
 def git_commit(directory: Path) -> str | None:
-    """HEAD of the checkout holding ``directory``; None outside a checkout or in site-packages."""
+    """HEAD of the checkout holding ``directory``; None outside one or in site-packages."""
     if {"site-packages", "dist-packages"} & set(directory.parts):
         return None
     output = run_tool(["git", "-C", str(directory), "rev-parse", "HEAD"])
@@ -454,11 +431,10 @@ def _input_fact(name: str, path: Path, validate: Callable[[Path], None]) -> Fact
 
 
 def probe_disk(config: PreflightConfig) -> Fact:
-    """Free space where the run dir goes (its nearest existing ancestor)."""
     where = config.run_dir.absolute().parent
     while not where.exists() and where != where.parent:
         where = where.parent
-    free_gib = shutil.disk_usage(where).free / _GIB
+    free_gib = shutil.disk_usage(where).free / 1024**3
     value = f"{free_gib:.1f} GiB free at {where}"
     if free_gib < config.min_free_gib:
         why = (

@@ -1,10 +1,5 @@
 """The A/B premise on the node: the job's SGLang aiter env, aiter's build, SGLang's route.
 
-Decides ``sglang_aiter_env`` (the switches the job sees), ``aiter_commit`` (the commit the
-job's aiter was built from, else ``unknown:``), ``aiter_fix`` (whether its
-``custom_all_reduce.cuh`` holds ROCm/aiter#5694's fix, asked of a child ``python3`` with the
-job's ``PYTHONPATH``; ``wrong`` against the variant) and ``sglang_allreduce``
-(:func:`allreduce_route`, SGLang's own rule, sglang 0.5.16; ``wrong`` when not the variant's).
 Where each value comes from: ``docs/node.md`` ("The preflight's all-reduce probes").
 """
 
@@ -38,8 +33,6 @@ _ENV_TRUE, _ENV_FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")
 
 @dataclass(frozen=True)
 class AllreduceRoute:
-    """The route and the one reason SGLang's rule gives for it."""
-
     route: Route
     reason: str
 
@@ -50,7 +43,6 @@ class AllreduceRoute:
 def allreduce_route(
     env: Mapping[str, str], argv: Sequence[str], aiter_import_error: str | None
 ) -> AllreduceRoute:
-    """SGLang's choice (module doc); ``aiter_import_error`` None when aiter's module imports."""
     if DISABLE_FLAG in argv:
         return AllreduceRoute("none", f"{DISABLE_FLAG}: no custom all-reduce (RCCL only)")
     one_stage = env.get("SGLANG_USE_1STAGE_ALLREDUCE")
@@ -114,23 +106,20 @@ print(json.dumps(out))
 
 
 def job_sglang_env(variant: str | None, launch_env: Mapping[str, str]) -> dict[str, str]:
-    """The SGLang switches the job sees: runtime env, else inherited; absent keys left out."""
     inherited = {k: launch_env[k] for k in SGLANG_ENV_KEYS if k in launch_env}
     return {**inherited, **variants.sglang_env(variant)}
 
 
 def job_pythonpath(config: PreflightConfig, launch_env: Mapping[str, str]) -> str:
-    """The job's PYTHONPATH (``recipe.plan.job_env_vars``: ``variants.aiter_pythonpath``)."""
     from miles_amd.recipe.plan import job_env_vars
 
-    recipe = config.recipe()
-    return job_env_vars(recipe, launch_env, "127.0.0.1", None, config.aiter_variant)["PYTHONPATH"]
+    env = job_env_vars(config.recipe(), launch_env, "127.0.0.1", None, config.aiter_variant)
+    return env["PYTHONPATH"]
 
 
 @lru_cache(maxsize=8)
 def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
-    """What the child finds (``docs/node.md``, "The preflight's all-reduce probes");
-    ``{"error": ...}`` when it cannot run or answer."""
+    """What the child finds, or ``{"error": ...}`` when it cannot run or answer."""
     env = {**os.environ, "PYTHONPATH": pythonpath}
     reading, why = child_json([python, "-c", CHILD], env, CHILD_TIMEOUT_S, "reading")
     return {"error": why} if reading is None else reading
@@ -138,8 +127,8 @@ def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, obj
 
 @lru_cache(maxsize=8)
 def read_aiter_fix(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
-    """``miles_amd.aiter_fix``'s fingerprint from a child ``python`` with ``pythonpath`` (aiter
-    found, not imported); ``{"value": "unknown: ..."}`` when the child cannot run or answer."""
+    """``miles_amd.aiter_fix``'s fingerprint from a child ``python`` with ``pythonpath``;
+    ``{"value": "unknown: ..."}`` when the child cannot run or answer."""
     from miles_amd import aiter_fix
 
     script = Path(aiter_fix.__file__).read_text(encoding="utf-8")
@@ -157,7 +146,6 @@ def probe_aiter_fix(config: PreflightConfig) -> Fact:
 
 
 def aiter_fix_fact(variant: str | None, value: str) -> Fact:
-    """The ``aiter_fix`` fact of the job's aiter for ``variant`` (module doc); pure."""
     from miles_amd.aiter_fix import FIXED, UNKNOWN, verdict_of
 
     verdict = verdict_of(value)
@@ -192,8 +180,6 @@ def probe_aiter_commit(config: PreflightConfig) -> Fact:
 
 
 def aiter_commit_fact(reading: Mapping[str, object], git_commit: str | None) -> Fact:
-    """The ``aiter_commit`` fact from the child's reading (``docs/node.md``, "The preflight's
-    all-reduce probes"); pure."""
     name = "aiter_commit"
     if "error" in reading:
         return Fact(name, "ok", f"unknown: {reading['error']}")
@@ -252,7 +238,6 @@ def probe_sglang_allreduce(config: PreflightConfig) -> Fact:
 def sglang_allreduce_fact(
     variant: str | None, env: Mapping[str, str], argv: list[str], import_error: str | None
 ) -> Fact:
-    """The route against the variant's need; pure."""
     route = allreduce_route(env, argv, import_error)
     value = f"{route.text()} [{SGLANG_SOURCE}]"
     if variant is None:

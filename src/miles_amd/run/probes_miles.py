@@ -1,12 +1,6 @@
 """The probes that run miles' own code on the job's argv: its parser and its model build.
 
 :func:`submitted_job` is the exact ``train.py`` argv and env the driver would give the Ray job.
-``miles_argv``: ``node/miles_parse.py`` run by path with the job's interpreter, time-limited; a
-refusal reads as the parser's one line. The deep probe (``lora_experts``, ``router_dtype``,
-``attention_window``) reads one run of ``node/bridge_census.py``: no expert adapter, or a
-targeted expert linear left bare, is ``wrong``; the argv's fp32 router not reaching the model is
-miles#3263, recorded; a layer window unlike config.json's ``layer_types`` is ``wrong``. Where the
-child cannot answer (a CPU machine) each deep fact is ``ok`` with ``unknown: <stage>: <reason>``.
 Explained in ``docs/node.md`` ("The trainer's model (the deep probe)").
 """
 
@@ -62,10 +56,7 @@ class SubmittedJob:
 
 
 def submitted_job(plan: LaunchPlan, base_env: Mapping[str, str]) -> SubmittedJob:
-    """What the driver submits for ``plan`` when launched from ``base_env``.
-
-    Contains secrets (``WANDB_API_KEY``) in ``env``: hand it to a subprocess, never print it.
-    """
+    """What the driver submits for ``plan`` from ``base_env`` (``env`` holds secrets)."""
     if plan.job is None:
         raise ValueError("the plan has no job; build it with build_train_plan")
     entrypoint = list(plan.job.entrypoint)
@@ -80,8 +71,7 @@ def submitted_job(plan: LaunchPlan, base_env: Mapping[str, str]) -> SubmittedJob
 def _job_python(
     config: PreflightConfig, base_env: Mapping[str, str] | None
 ) -> tuple[SubmittedJob, str | None]:
-    """The job ``train`` would submit for ``config``, and the interpreter its ``python3``
-    resolves to on the job's ``PATH`` (None: none there)."""
+    """The job ``train`` would submit, and its ``python3`` on the job's ``PATH`` (or None)."""
     env = dict(os.environ if base_env is None else base_env)
     job = submitted_job(build_train_plan(config.recipe(), env, run_dir=str(config.run_dir)), env)
     return job, shutil.which(job.python, path=job.env.get("PATH"))
@@ -95,8 +85,7 @@ def parse_with_miles(
     gpu_stubs: bool = False,
     timeout: float = PARSE_TIMEOUT_S,
 ) -> ParseOutcome:
-    """Run miles' ``parse_args()`` on ``train_argv`` with ``python`` in ``env`` (PYTHONPATH
-    in ``env`` must lead to miles and Megatron-LM, as the job's does)."""
+    """Run miles' ``parse_args()`` on ``train_argv`` with ``python`` in ``env``."""
     with tempfile.TemporaryDirectory(prefix="miles-parse-") as tmp:
         result = Path(tmp) / "result.json"
         command = [str(python), str(SCRIPT), "--result", str(result)]
@@ -128,8 +117,6 @@ def parse_with_miles(
 
 
 def read_outcome(returncode: int, result: Path, stderr: str, seconds: float) -> ParseOutcome:
-    """What one run of ``miles_parse.py`` said: its exit status, the result file it wrote
-    (absent when argparse or an import stopped it first) and its stderr."""
     payload = json.loads(result.read_text()) if result.is_file() else {}
     args = payload.get("args") if returncode == 0 and payload.get("ok") else None
     message = "" if args is not None else _one_line(returncode, payload, stderr)
@@ -137,8 +124,7 @@ def read_outcome(returncode: int, result: Path, stderr: str, seconds: float) -> 
 
 
 def _one_line(returncode: int, payload: Mapping[str, Any], stderr: str) -> str:
-    """The parser's own words: argparse's ``error:`` line, the validator's exception, or the
-    last line on stderr."""
+    """argparse's ``error:`` line, the validator's exception, or the last line on stderr."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for line in reversed(lines):
         match = _ARGPARSE_ERROR.match(line)
@@ -156,8 +142,6 @@ def miles_argv_fact(
     gpu_stubs: bool = False,
     timeout: float = PARSE_TIMEOUT_S,
 ) -> Fact:
-    """The ``miles_argv`` fact: the default recipe's argv for ``config``'s dirs and run dir,
-    parsed by the interpreter the job's ``python3`` resolves to on the job's ``PATH``."""
     name = "miles_argv"
     job, python = _job_python(config, base_env)
     if not Path(job.train_script).is_file():
@@ -186,8 +170,6 @@ def miles_argv_fact(
 
 
 def probe_miles_argv(config: PreflightConfig) -> Fact:
-    """``miles_argv``: this image's miles parses the exact argv and env ``train`` submits
-    (no GPU stubs: on a node the parse asks the real GPUs, as ``train.py`` will)."""
     return miles_argv_fact(config)
 
 
@@ -211,7 +193,6 @@ def _run_census(python: str, argv: tuple[str, ...], env: tuple[tuple[str, str], 
 
 
 def read_census(config: PreflightConfig, base_env: Mapping[str, str] | None = None) -> Reading:
-    """The child's reading for ``config``'s recipe, as the job would run it (cached)."""
     job, python = _job_python(config, base_env)
     if not Path(job.train_script).is_file():
         return {"ok": False, "stage": "setup", "error": f"no miles checkout ({job.train_script})"}
@@ -235,7 +216,6 @@ def _int(value: object) -> int:
 
 
 def lora_experts_fact(reading: Reading, target_modules: Sequence[str]) -> Fact:
-    """``lora_experts`` from the census (module doc); pure."""
     name = "lora_experts"
     if reading.get("ok") is not True:
         return _unknown(name, reading)
@@ -264,7 +244,6 @@ def lora_experts_fact(reading: Reading, target_modules: Sequence[str]) -> Fact:
 
 
 def router_dtype_fact(reading: Reading, argv: Sequence[str]) -> Fact:
-    """``router_dtype`` from the census (module doc); pure, never a failure."""
     name = "router_dtype"
     if reading.get("ok") is not True:
         return _unknown(name, reading)
@@ -281,8 +260,7 @@ def router_dtype_fact(reading: Reading, argv: Sequence[str]) -> Fact:
 
 
 def attention_window_fact(reading: Reading, hf_config: Mapping[str, object] | str) -> Fact:
-    """``attention_window``: the built layers' windows against config.json (``hf_config``,
-    or the one-line reason it could not be read); pure."""
+    """The built layers' windows against config.json (or why it could not be read)."""
     name = "attention_window"
     if isinstance(hf_config, str):
         return Fact(name, "wrong", "", hf_config)
@@ -333,11 +311,10 @@ def read_hf_config(checkpoint_dir: Path) -> Mapping[str, object] | str:
     path = checkpoint_dir / "config.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        why = "" if isinstance(data, dict) else "not a JSON object"
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return f"{path}: {one_line(exc)}; fix: re-download the checkpoint (miles-amd prepare)"
-    if not isinstance(data, dict):
-        return f"{path}: not a JSON object; fix: re-download the checkpoint (miles-amd prepare)"
-    return data
+        why = one_line(exc)
+    return f"{path}: {why}; fix: re-download the checkpoint (miles-amd prepare)" if why else data
 
 
 def probe_lora_experts(config: PreflightConfig) -> Fact:

@@ -1,11 +1,7 @@
 """Bring a cluster job's evidence from its node into the local run dir, verified.
 
-A short Ray job per pull runs ``node/pullback_node.py`` pinned to the job's node and prints the
-files as framed base64 lines; only the bytes past a still-matching prefix come back. Each file's
-size and sha256 are checked after an atomic write; a cut or malformed frame list, a file over
-its cap or a lost node is a :class:`PullError`. A failed final pull empties the evidence dirs
-and records why in ``pullback.json``. Explained in ``docs/cluster.md`` ("How the pull-back
-works").
+Every frame the node sends is untrusted and checked; a failed final pull empties the evidence
+dirs and records why. Explained in ``docs/cluster.md`` ("How the pull-back works").
 """
 
 from __future__ import annotations
@@ -38,10 +34,7 @@ from miles_amd.run_dir import RunDir
 
 FRAME, END, ERROR = "MILES_AMD_PULL ", "MILES_AMD_PULL_END ", "MILES_AMD_PULL_ERROR "
 SUBDIRS = ("tensorboard", "ci_history")
-CAPS = {
-    "tensorboard": EVENT_FILE,
-    "ci_history": RECORD_FILE,
-}  # the gate's caps, per subdir
+CAPS = {"tensorboard": EVENT_FILE, "ci_history": RECORD_FILE}  # the gate's caps, per subdir
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -60,8 +53,8 @@ class Frame:
 
 
 def parse_frames(log: str) -> list[Frame]:
-    """The frames of a pull job's log; :class:`PullError` for an error, a cut transfer or any
-    malformed or oversized frame (naming its log line)."""
+    """The frames of a pull job's log; :class:`PullError` for an error, a cut transfer or a
+    malformed or oversized frame."""
     frames: list[Frame] = []
     end: dict[str, Any] | None = None
     for number, line in enumerate(log.splitlines(), start=1):
@@ -93,8 +86,6 @@ def _object(payload: str) -> dict[str, Any]:
 
 
 def _frame(raw: dict[str, Any]) -> Frame:
-    """One file frame, every field checked: a path under :data:`SUBDIRS`, a size within the
-    gate's cap for its kind, an offset within it, a sha256, base64 of the missing bytes."""
     path, size, offset, sha, data = (
         raw.get(k) for k in ("path", "size", "offset", "sha256", "data")
     )
@@ -115,7 +106,6 @@ def _frame(raw: dict[str, Any]) -> Frame:
 
 
 def safe_relpath(path: str) -> Path:
-    """A node-sent path, refused unless it stays under one of :data:`SUBDIRS`."""
     rel = Path(path)
     if rel.is_absolute() or ".." in rel.parts or not rel.parts or rel.parts[0] not in SUBDIRS:
         raise PullError(f"refused path {path!r} from the node (outside {', '.join(SUBDIRS)})")
@@ -126,17 +116,17 @@ def apply_frame(root: Path, frame: Frame) -> None:
     """Write ``held bytes[:offset] + frame bytes`` atomically and verify size and sha256."""
     rel = safe_relpath(frame.path)
     target = root / rel
+    held: bytes | None = None
     try:
         held = read_regular(target, CAPS[rel.parts[0]], root=root)
     except FileNotFoundError:
-        held = None
+        pass
     except (OSError, RefusedFile) as exc:
         raise PullError(f"{frame.path}: the local copy cannot be read ({exc})") from None
-    if frame.offset > len(held or b""):
-        raise PullError(
-            f"{frame.path}: node sent bytes from {frame.offset}, {len(held or b'')} held"
-        )
-    data = (held or b"")[: frame.offset] + frame.data
+    have = held or b""
+    if frame.offset > len(have):
+        raise PullError(f"{frame.path}: node sent bytes from {frame.offset}, {len(have)} held")
+    data = have[: frame.offset] + frame.data
     if len(data) != frame.size:
         raise PullError(f"{frame.path}: truncated: {len(data)} of {frame.size} bytes arrived")
     digest = hashlib.sha256(data).hexdigest()
@@ -165,14 +155,8 @@ class PullBack:
     def pull(self, timeout_s: float = 120.0) -> list[Frame]:
         """One incremental pull; :class:`PullError` names why it failed."""
         node_id = self.node_id or self._job_node()
-        request = {
-            "node_id": node_id,
-            "root": self.node_dir,
-            "subdirs": list(SUBDIRS),
-            "offsets": dict(self.held),
-        }
-        log = self._run_pull_job(request, timeout_s)
-        frames = parse_frames(log)
+        request = {"node_id": node_id, "root": self.node_dir, "subdirs": list(SUBDIRS)}
+        frames = parse_frames(self._run_pull_job({**request, "offsets": self.held}, timeout_s))
         for frame in frames:
             apply_frame(self.run_dir.root, frame)
             self.held[frame.path] = (frame.size, frame.sha256)
@@ -185,8 +169,7 @@ class PullBack:
         self.pulls += 1
         return frames
 
-    def try_pull(self) -> None:
-        """A pull during the run: a failure is left to the final pull."""
+    def try_pull(self) -> None:  # during the run: a failure is left to the final pull
         with contextlib.suppress(PullError):
             self.pull()
 

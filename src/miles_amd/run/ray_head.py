@@ -1,11 +1,6 @@
 """A Ray head this tool starts, owns, and stops: private to its user, stopped by process id.
 
-Loopback only, every listener on a distinct free port (:data:`PORT_OPTIONS`,
-:data:`PORT_ENV_VARS`; workers on port 0); token authentication with a fresh token per head,
-0600 in a private 0700 temp dir under ``/tmp`` (short AF_UNIX paths) removed at the stop; an
-owned process tree (:class:`ProcessTree`): every descendant recorded by pid and create time (a
-recycled pid is not signalled), stopped by SIGTERM, a grace period, then SIGKILL; never
-``ray stop`` or signals by name. Explained in ``docs/ray-head-and-secrets.md``.
+Explained in ``docs/ray-head-and-secrets.md``.
 """
 
 from __future__ import annotations
@@ -35,44 +30,38 @@ class OwnedProcess:
     pid: int
     create_time: float
 
-    def alive(self) -> bool:
+    def alive(self, sig: int | None = None) -> bool:
+        """Whether it runs (not a zombie); ``sig`` is sent to it when it does."""
         import psutil
 
         try:
             proc = psutil.Process(self.pid)
-            return proc.create_time() == self.create_time and proc.status() != "zombie"
+            if proc.create_time() != self.create_time or proc.status() == "zombie":
+                return False
+            if sig is not None:
+                proc.send_signal(sig)
+            return True
         except psutil.Error:
             return False
 
     def signal(self, sig: int) -> None:
-        import psutil
-
-        try:
-            proc = psutil.Process(self.pid)
-            if proc.create_time() == self.create_time:
-                proc.send_signal(sig)
-        except psutil.Error:
-            pass
+        self.alive(sig)
 
 
-def wait_gone(procs: list[OwnedProcess], timeout_s: float) -> None:
-    """Until none of ``procs`` is alive, or ``timeout_s`` passed."""
+def signal_and_wait(procs: list[OwnedProcess], sig: int | None, timeout_s: float) -> None:
+    """Send ``sig`` (if any) to each of ``procs``, then wait until none is alive or
+    ``timeout_s`` passed."""
+    for proc in procs:
+        proc.alive(sig)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(p.alive() for p in procs):
         time.sleep(0.2)
 
 
-def signal_and_wait(procs: list[OwnedProcess], sig: int, timeout_s: float) -> None:
-    """Send ``sig`` to each of ``procs`` (by pid and create time), then :func:`wait_gone`."""
-    for proc in procs:
-        proc.signal(sig)
-    wait_gone(procs, timeout_s)
-
-
 def spawn_logged(
     argv: list[str], env: dict[str, str], log_path: Path
 ) -> tuple[subprocess.Popen[bytes], OwnedProcess]:
-    """Start ``argv`` in its own session, output to ``log_path``; the process and its identity."""
+    """Start ``argv`` in its own session, output to ``log_path``."""
     import psutil
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +90,6 @@ class ProcessTree:
         return [self.owned, *self.descendants]
 
     def record_descendants(self) -> None:
-        """Remember every process under the root now (workers, job entrypoints included)."""
         import psutil
 
         try:
@@ -115,8 +103,8 @@ class ProcessTree:
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the root, then terminate/kill whatever it spawned that is still alive."""
         self.record_descendants()
-        self.owned.signal(signal.SIGTERM)
-        wait_gone(self.members(), grace_s)
+        self.owned.alive(signal.SIGTERM)
+        signal_and_wait(self.members(), None, grace_s)
         signal_and_wait(list(self.descendants), signal.SIGTERM, 5.0)
         signal_and_wait(self.members(), signal.SIGKILL, 5.0)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -128,7 +116,6 @@ class ProcessTree:
         signal_and_wait(self.members(), signal.SIGKILL, 10.0)
 
     def pids(self) -> tuple[int, ...]:
-        """The root's pid and every descendant's recorded so far."""
         return tuple(p.pid for p in self.members())
 
     def leftovers(self) -> list[OwnedProcess]:
@@ -176,7 +163,7 @@ def free_ports(count: int) -> list[int]:
 def head_environment(
     env: Mapping[str, str], temp_dir: Path, token_path: Path, ports: Mapping[str, int]
 ) -> dict[str, str]:
-    """The head's environment: ``env`` plus loopback, token auth, metrics ports, TMPDIR."""
+    """``env`` plus loopback only, token auth, the metrics ports and TMPDIR."""
     return {
         **{k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"},
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -188,7 +175,6 @@ def head_environment(
 
 
 def ray_executable() -> str:
-    """The ``ray`` next to this interpreter first (the venv's), then the one on PATH."""
     sibling = Path(sys.executable).parent / "ray"
     return str(sibling) if sibling.exists() else (shutil.which("ray") or "ray")
 
@@ -221,7 +207,6 @@ class RayHead(ProcessTree):
         log_path: Path,
         timeout_s: float = 90.0,
     ) -> RayHead:
-        """Start ``base_argv`` (``ray start --head ...``) private, and wait until it serves."""
         names = (*PORT_OPTIONS, *PORT_ENV_VARS)
         ports = dict(zip(names, free_ports(len(names)), strict=True))
         temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT))
@@ -247,8 +232,7 @@ class RayHead(ProcessTree):
         return head
 
     def _wait_ready(self, timeout_s: float) -> None:
-        """Poll ``/api/version`` with the token until it answers; a 401/403 is an auth
-        failure, not a slow start."""
+        """Poll ``/api/version`` until it answers; a 401/403 is no slow start."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -270,7 +254,6 @@ class RayHead(ProcessTree):
         raise RayHeadError(f"Ray dashboard not ready after {timeout_s:.0f} s: {self.log_tail()}")
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """Stop the tree (:meth:`ProcessTree.stop`), then remove the private temp dir."""
         super().stop(grace_s)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -288,11 +271,7 @@ def write_state(state_file: Path, head: RayHead) -> None:
 
 
 def clear_leftovers(state_file: Path) -> list[int]:
-    """Stop a head (and its processes) that an earlier run of this tool recorded.
-
-    Only processes whose pid *and* create time match the record are signalled. Returns the
-    pids that were still alive and got stopped; removes the state file.
-    """
+    """Stop the processes an earlier run recorded (pid and create time); the pids alive."""
     if not state_file.exists():
         return []
     try:

@@ -1,10 +1,6 @@
 """Both aiter variants at once on a Ray cluster: one job per variant, one node each.
 
-Each variant gets its own run dir, plan and fail-fast watch; the cluster must have one suitable
-node per variant before anything is submitted; the jobs run concurrently, each followed by the
-driver in its own thread; Ctrl-C or an error stops every job still running. The patched job
-imports the build in ``AITER_PATCHED_DIR`` (put on its ``PYTHONPATH`` by the plan).
-Explained in ``docs/cluster.md``.
+Ctrl-C or an error stops every job still running. Explained in ``docs/cluster.md``.
 """
 
 from __future__ import annotations
@@ -31,8 +27,7 @@ class VariantsError(ValueError):
 
 
 def variant_env(env: Mapping[str, str], variant: str) -> dict[str, str]:
-    """The launch env of one variant; the patched one must name its aiter build (the plan
-    puts it on the job's PYTHONPATH: ``variants.aiter_pythonpath``)."""
+    """The launch env of one variant; the patched one must name its aiter build."""
     if variant == "patched" and not env.get(PATCHED_DIR_VAR):
         raise VariantsError(
             f"{PATCHED_DIR_VAR} is not set: the patched variant needs the dir of its aiter "

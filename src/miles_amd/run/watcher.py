@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -40,16 +40,12 @@ class Trip:
     alpha_spent: float | None = None  # the rate that rule had spent by the look
 
     @property
-    def reason(self) -> str:
-        """The driver's stop reason (``JobRecord.stopped_by``): ``look`` or ``fail-fast``."""
+    def reason(self) -> str:  # the driver's stop reason (``JobRecord.stopped_by``)
         return "fail-fast" if self.look is None else "look"
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
     def timed_from(self, log_lines: Sequence[str]) -> Trip:
         """This trip with ``fault_time`` read from the job's log, when not known yet (the
-        watcher may see a fault before Ray streamed its line; the driver asks again at the end)."""
+        driver asks again at the end: Ray may stream the line after the watcher saw it)."""
         if self.fault_time is not None:
             return self
         when = None
@@ -114,24 +110,14 @@ class FailFastWatcher:
 
 def read_lines(path: Path) -> list[str]:
     """The log's lines (split on ``\\n``, as sentinel line numbers count), read as untrusted
-    input through ``miles_amd.files``; [] if it cannot or may not be read."""
+    input; [] if it cannot or may not be read."""
     from miles_amd.evidence.job_log import line_blocks
     from miles_amd.files import JOB_LOG, RefusedFile, open_regular
 
-    lines: list[str] = []
-    pending: list[str] = []  # the pieces of a line whose end is not read yet (line_blocks)
     try:
         handle, size = open_regular(path, JOB_LOG)
         with handle:
-            for _first, text in line_blocks(handle, size):
-                parts = text.split("\n")
-                if len(parts) > 1:
-                    lines.append("".join([*pending, parts[0]]))
-                    lines.extend(parts[1:-1])
-                    pending = []
-                pending.append(parts[-1])
+            lines = "".join(text for _first, text in line_blocks(handle, size)).split("\n")
     except (OSError, RefusedFile):
         return []
-    if "".join(pending):
-        lines.append("".join(pending))
-    return lines
+    return lines if lines[-1] else lines[:-1]
