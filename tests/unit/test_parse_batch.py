@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance import harness
-from tests.conformance.checkout import MilesCheckout
+from tests.conformance.harness import MilesCheckout
 from tests.unit.test_parse_probe import stand_in_miles
 
 # A stand-in for miles.utils.arguments: asks for AT_IMPORT while it is imported (as Ray's
