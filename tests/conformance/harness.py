@@ -15,12 +15,12 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from typer.testing import CliRunner
@@ -165,20 +165,8 @@ TRAIN_CASES: dict[str, tuple[list[str], dict[str, str]]] = {
 }
 
 
-@contextmanager
-def exactly_this_environ(env: Mapping[str, str]) -> Iterator[None]:
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def dry_run(argv: list[str], env: Mapping[str, str]) -> dict[str, Any]:
-    with exactly_this_environ(env):
+    with mock.patch.dict(os.environ, env, clear=True):  # nothing of this shell's env
         result = CliRunner().invoke(app, [*argv, "--dry-run", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, f"miles-amd {' '.join(argv)}: {result.output}"
     printed: dict[str, Any] = json.loads(result.stdout)

@@ -1,4 +1,4 @@
-"""The conformance tier's parse batch (``tests/conformance/parse_batch.py`` through
+"""The conformance tier's parse batch (``tests/conformance/child.py batch`` through
 ``harness.parse_batch`` / ``parse_all``), on a stand-in ``miles`` package in a tmp dir.
 
 The real miles is parsed this way in the conformance tier (and checked there against a fresh
