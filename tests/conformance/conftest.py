@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 
-from miles_amd.recipe.ignored_flags import BY_FLAG
-from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
 from tests.conformance import harness
 from tests.conformance.fake_inputs import MODEL_SUBDIR, make_fake_inputs
 
@@ -77,20 +74,3 @@ def parse_run(
 ) -> harness.ParseRun:
     wanted = set().union(*(_jobs_of(item) for item in request.session.items))
     return harness.parse_all(checkout, {name: jobs[name] for name in sorted(wanted)})
-
-
-@pytest.fixture(scope="session")
-def semantics(
-    checkout: harness.MilesCheckout,
-    jobs: dict[str, harness.Job],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, Any]:
-    """``child.py semantics`` on the default job: what miles' own code makes of its argv."""
-    job = jobs["variant:default"]
-    result = tmp_path_factory.mktemp("semantics") / "result.json"
-    flags = sorted({token for token in job.train_argv if token.startswith("--")} | set(BY_FLAG))
-    lora_names = ",".join((*LORA_TARGET_MODULES, "gate_up_proj"))  # gpt-oss's own expert name
-    command = [str(checkout.python), str(harness.CHILD), "semantics", str(result), lora_names]
-    harness.run_child([*command, ",".join(flags), "--", *job.train_argv], job.env, 600)
-    probed: dict[str, Any] = json.loads(Path(result).read_text())
-    return probed

@@ -6,6 +6,7 @@ the bridge/LoRA path or in ``recipe.ignored_flags`` with a claim that still hold
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from miles_amd.recipe.ignored_flags import BRIDGE_BUILDER, BY_FLAG, IGNORED_FLAGS
 from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
 from miles_amd.recipe.settings import Recipe, RecipeError
-from tests.conformance.harness import MilesCheckout
+from tests.conformance.harness import CHILD, Job, MilesCheckout, run_child
 
 pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("semantics")]
 
@@ -35,6 +36,23 @@ NOT_THIS_PATH = {
     "megatron/training/yaml_arguments.py": "Megatron's YAML config path, not used by miles",
 }
 OPTIMIZER_CONFIG = "megatron/core/optimizer/optimizer_config.py"
+
+
+@pytest.fixture(scope="module")
+def semantics(
+    checkout: MilesCheckout,
+    jobs: dict[str, Job],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
+    """``child.py semantics`` on the default job: what miles' own code makes of its argv."""
+    job = jobs["variant:default"]
+    result = tmp_path_factory.mktemp("semantics") / "result.json"
+    flags = sorted({token for token in job.train_argv if token.startswith("--")} | set(BY_FLAG))
+    lora_names = ",".join((*LORA_TARGET_MODULES, "gate_up_proj"))  # gpt-oss's own expert name
+    command = [str(checkout.python), str(CHILD), "semantics", str(result), lora_names]
+    run_child([*command, ",".join(flags), "--", *job.train_argv], job.env, 600)
+    probed: dict[str, Any] = json.loads(result.read_text())
+    return probed
 
 
 def test_the_derived_arithmetic_is_the_recipes(semantics: dict[str, Any]) -> None:

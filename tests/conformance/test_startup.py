@@ -64,6 +64,8 @@ DRIVER_STOP = (
 )
 ERROR_LINE = re.compile(r"^(?:\S+\.)?\w*(?:Error|Exception|Exit)\b.*:|^\S+: error: ")
 BUNDLE = r"bundle\s+(\d+), actual_bundle_index"
+GPUS = Recipe().num_gpus
+ENGINES = GPUS // Recipe().rollout_num_gpus_per_engine
 ENGINE_PORTS = r"Ports for engine (\d+)"
 
 
@@ -74,7 +76,7 @@ def count(pattern: str, log: str) -> int:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    reached: Callable[[str, int, int], bool]  # (log, GPUs, engines)
+    reached: Callable[[str], bool]
     defect: str  # what a stop just before this stage means
 
 
@@ -82,17 +84,17 @@ class Stage:
 STAGES = (
     Stage(
         "parse",
-        lambda log, gpus, _: f"Creating placement group with {gpus} GPUs" in log,
+        lambda log: f"Creating placement group with {GPUS} GPUs" in log,
         "parse_args() or an import refused the argv / env before train() ran",
     ),
     Stage(
         "placement group",
-        lambda log, gpus, _: count(BUNDLE, log) == gpus,
+        lambda log: count(BUNDLE, log) == GPUS,
         "Ray did not place the GPU bundles (the head's --num-gpus, or the job's device env)",
     ),
     Stage(
         "rollout manager",
-        lambda log, *_: (
+        lambda log: (
             re.search(r"rollout_manager\.py:\d+ - import \S+ as generate_rollout", log) is not None
         ),
         "the rollout manager did not start: the data source (--prompt-data, --input-key, "
@@ -100,27 +102,25 @@ STAGES = (
     ),
     Stage(
         "router",
-        lambda log, *_: "Router launched at" in log,
+        lambda log: "Router launched at" in log,
         "miles' router did not start (--sglang-router-* flags, sglang-router)",
     ),
     Stage(
         "engines",
-        lambda log, _, engines: count(ENGINE_PORTS, log) == engines,
+        lambda log: count(ENGINE_PORTS, log) == ENGINES,
         "not all rollout engines (--rollout-num-gpus-per-engine, --num-gpus-per-node)",
     ),
     Stage(
         "engine init",
-        lambda log, *_: (
-            NO_ACCELERATOR in log and all(re.search(f, log) for f in ENGINE_INIT_FRAMES)
-        ),
+        lambda log: NO_ACCELERATOR in log and all(re.search(f, log) for f in ENGINE_INIT_FRAMES),
         "SGLang's engine init failed for another reason than the missing accelerator: miles' "
         "server args (the --sglang-* flags) or SGLang refused them",
     ),
 )
 
 
-def first_missing(log: str, gpus: int, engines: int) -> Stage | None:
-    return next((stage for stage in STAGES if not stage.reached(log, gpus, engines)), None)
+def first_missing(log: str) -> Stage | None:
+    return next((stage for stage in STAGES if not stage.reached(log)), None)
 
 
 def last_error(log: str) -> str:
@@ -217,21 +217,14 @@ class Startup:
     log: str
     log_path: Path
     left: list[int]
-    gpus: int
-    engines: int
 
 
 @pytest.fixture(scope="module")
 def started(checkout: MilesCheckout, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Startup]:
     root = tmp_path_factory.mktemp("startup")
     model_dir, data_dir = make_fake_inputs(root / "inputs")
-    tokenizer = [
-        str(checkout.python),
-        "-c",
-        STAND_IN_TOKENIZER_SCRIPT,
-        str(model_dir / MODEL_SUBDIR),
-    ]
-    run_child(tokenizer, os.environ, 300)
+    tokenizer = (STAND_IN_TOKENIZER_SCRIPT, str(model_dir / MODEL_SUBDIR))
+    run_child([str(checkout.python), "-c", *tokenizer], os.environ, 300)
     recipe = Recipe(
         model_dir=str(model_dir),
         data_dir=str(data_dir),
@@ -251,25 +244,22 @@ def started(checkout: MilesCheckout, tmp_path_factory: pytest.TempPathFactory) -
     finally:
         left = run.stop()
     log = re.sub(r"\x1b\[[0-9;]*m", "", (root / "driver.log").read_text(errors="replace"))
-    gpus = recipe.num_gpus
-    yield Startup(
-        returncode, log, root / "driver.log", left, gpus, gpus // recipe.rollout_num_gpus_per_engine
-    )
+    yield Startup(returncode, log, root / "driver.log", left)
 
 
 def test_startup_stops_exactly_at_sglang_engine_init(started: Startup) -> None:
     assert started.returncode is not None, (
         f"train() did not stop within {DRIVER_TIMEOUT_S:g} s (log: {started.log_path})"
     )
-    missing = first_missing(started.log, started.gpus, started.engines)
+    missing = first_missing(started.log)
     assert missing is None, (
         f"train() stopped before the stage '{missing.name}': {missing.defect}; "
         f"its last error: {last_error(started.log)} (log: {started.log_path})"
     )
     assert started.returncode != 0
     assert re.search(DRIVER_STOP, started.log), last_error(started.log)
-    assert count(BUNDLE, started.log) == started.gpus == 8
-    assert count(r"Actor\(SGLangEngine, ([0-9a-f]+)\)", started.log) == started.engines == 2
+    assert count(BUNDLE, started.log) == GPUS == 8
+    assert count(r"Actor\(SGLangEngine, ([0-9a-f]+)\)", started.log) == ENGINES == 2
     assert count(ENGINE_PORTS, started.log) == 2
     assert started.left == [], f"processes of the start-up smoke still alive: {started.left}"
 
@@ -277,11 +267,11 @@ def test_startup_stops_exactly_at_sglang_engine_init(started: Startup) -> None:
 def test_startup_names_the_stage_of_an_earlier_stop(started: Startup) -> None:
     """The real log cut just before each stage's proof names that stage, or an earlier one the
     cut also removed (the actors log concurrently, so a later line can come first)."""
-    lines, shape = started.log.splitlines(), (started.gpus, started.engines)
+    lines = started.log.splitlines()
     for index, stage in enumerate(STAGES):
-        cut = next(i for i in range(len(lines) + 1) if stage.reached("\n".join(lines[:i]), *shape))
+        cut = next(i for i in range(len(lines) + 1) if stage.reached("\n".join(lines[:i])))
         shorter = "\n".join(lines[: cut - 1])
-        assert not stage.reached(shorter, *shape), stage.name
-        missing = first_missing(shorter, *shape)
-        earlier_cut = [s.name for s in STAGES[:index] if not s.reached(shorter, *shape)]
+        assert not stage.reached(shorter), stage.name
+        missing = first_missing(shorter)
+        earlier_cut = [s.name for s in STAGES[:index] if not s.reached(shorter)]
         assert missing is not None and missing.name == (earlier_cut or [stage.name])[0], stage.name
