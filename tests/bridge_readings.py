@@ -1,6 +1,6 @@
 """Census readings of ``node/bridge_census.py`` that more than one test module needs.
 
-:data:`CPU_MEASURED` is what the CPU harness (``tests/conformance/bridge_harness.py``) wrote on
+:data:`CPU_MEASURED` is what the CPU harness (``tests/conformance/child.py census``) wrote on
 2026-12-01 for the recipe's argv and the gpt-oss-20b config.json: PyPI megatron-bridge 0.3.1,
 the pinned miles and Megatron-LM, experts as ``SequentialMLP`` (no TE: one linear per expert),
 window ``(128, 0)`` (0.3.1 predates NVIDIA-NeMo/Megatron-Bridge#2656).

@@ -1,12 +1,9 @@
-"""Every test's tier, the Ray tests' xdist groups, and the fixtures several modules use.
+"""Every test's tier, the Ray tests' xdist groups, and fixtures several modules use.
 
-A test under ``tests/<tier>/`` gets that tier's marker unless it carries one (the tiers of
-``pytest.ini``); a test with no tier or two stops the session at collection, so ``pytest -m
-<tier>`` over the five tiers selects every test exactly once. Each Ray test joins the xdist
-group of the cluster it uses (:func:`ray_group`), so a group runs in order on one worker while
-other tests fill the rest (pytest < 9.2: pytest-dev/pytest-xdist#1386 ignores groups). The
-conformance options are registered here because ``tests/unit/test_parse_probe.py`` uses them
-too.
+A test under ``tests/<tier>/`` gets that tier's marker unless it carries one; a test with no
+tier or two stops the session at collection, so ``pytest -m <tier>`` over the five tiers
+selects every test once. Each Ray test joins the xdist group of the cluster it uses, so a group
+runs in order on one worker (pytest < 9.2: pytest-dev/pytest-xdist#1386 ignores groups).
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conformance.checkout import add_options
+from tests.conformance.harness import add_options
 
 if TYPE_CHECKING:
     from miles_amd.rules.model import Baseline
@@ -26,21 +23,14 @@ TESTS_DIR = Path(__file__).resolve().parent
 TIERS = ("snapshot", "unit", "rehearsal", "conformance", "mi355x")
 
 
-def directory_tier(path: Path) -> str | None:
-    """``tests/<tier>/...`` -> ``<tier>``; None outside a tier directory."""
-    try:
-        parts = path.resolve().relative_to(TESTS_DIR).parts
-    except ValueError:
-        return None
-    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
-
-
 def tier_problems(items: list[pytest.Item]) -> list[str]:
     """Give each test its directory's tier unless it names one; list those left with 0 or 2+."""
     problems = []
     for item in items:
         tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
-        default = directory_tier(item.path)
+        path = item.path.resolve()
+        parts = path.relative_to(TESTS_DIR).parts if path.is_relative_to(TESTS_DIR) else ()
+        default = parts[0] if len(parts) > 1 and parts[0] in TIERS else None
         if not tiers and default is not None:
             item.add_marker(default)
             tiers = {default}
@@ -50,12 +40,8 @@ def tier_problems(items: list[pytest.Item]) -> list[str]:
 
 
 def ray_group(item: pytest.Item) -> str | None:
-    """The xdist group of a rehearsal test, by the Ray cluster it uses; None for other tiers.
-
-    ``ray``: the session head's tests; ``ray-two-node``: ``test_cluster``'s two-node cluster;
-    ``ray-own-head``: tests whose code starts its own heads. ``no_ray`` rehearsal tests and the
-    conformance real-writer rehearsal (no latency bound) stay ungrouped.
-    """
+    """``ray`` (the session head), ``ray-two-node`` (``test_cluster``'s cluster) or
+    ``ray-own-head`` for a rehearsal test; None for ``no_ray`` ones and other tiers."""
     if item.get_closest_marker("rehearsal") is None or item.get_closest_marker("no_ray"):
         return None
     names = getattr(item, "fixturenames", ())
@@ -69,12 +55,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """SIGINT handled as at a terminal. A shell starts a background job (``cmd &``) with SIGINT
-    ignored, and an ignored signal stays ignored across ``exec``: the Ctrl-C tests, which
-    interrupt this process or send SIGINT to a CLI they start, then saw no KeyboardInterrupt
-    (measured: three failures in a ``.ci/run`` started in the background). A handled signal is
-    reset to the default at ``exec``, so the workers and CLIs started from here get Python's
-    own handler too."""
+    """SIGINT handled as at a terminal: a background job (``cmd &``) starts with it ignored,
+    which survives ``exec`` and hides KeyboardInterrupt from the Ctrl-C tests and their CLIs."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -97,7 +79,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def patched() -> Baseline:
-    """The shipped ``patched`` baseline (jvvnhop9's published evidence and rules)."""
     from miles_amd.baseline.model import load_baseline
 
     return load_baseline("patched")
@@ -105,7 +86,6 @@ def patched() -> Baseline:
 
 @pytest.fixture(scope="session")
 def stock() -> Baseline:
-    """The shipped ``stock`` baseline."""
     from miles_amd.baseline.model import load_baseline
 
     return load_baseline("stock")

@@ -1,11 +1,5 @@
-"""Values more than one test module needs, spelled once: where the repository's inputs are,
-the metric names the gate judges, the embedded example's published numbers, and the
-``job.log`` lines tests plant.
-
-Holds constants only (no helpers, no fixtures: ``tests/conftest.py`` has the shared
-fixtures, ``tests.run_dirs`` writes run dirs, ``tests.cli_runs`` runs the CLI). A value only
-one module uses stays in that module.
-"""
+"""Values more than one test module needs, spelled once (constants only; a value one module
+uses stays in that module)."""
 
 from __future__ import annotations
 

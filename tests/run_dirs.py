@@ -31,11 +31,8 @@ def write_run(
     rollouts: Iterable[int] | None = None,
     job_id: str = "raysubmit_t",
 ) -> Path:
-    """TensorBoard, CI history and job.log by ``MilesRunWriter``, plus the driver's job.json.
-
-    ``values`` maps metric -> per-rollout values; ``rollouts`` lists the steps emitted
-    (default: all of them, in order).
-    """
+    """TensorBoard, CI history and job.log by ``MilesRunWriter`` (``values``: metric ->
+    per-rollout values; ``rollouts``: the steps emitted, default all), plus job.json."""
     run_dir.mkdir(parents=True)
     count = len(next(iter(values.values())))
     with open(run_dir / "job.log", "w", encoding="utf-8") as log:

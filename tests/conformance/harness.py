@@ -1,62 +1,138 @@
-"""Plan a launcher variant with the real CLI, then parse its argv with miles' real parser.
+"""Which miles the conformance tier checks, how a launcher variant is planned with the real CLI,
+and how its ``train.py`` argv is parsed by that miles (docs/conformance.md).
 
-Planning is ``miles-amd train --dry-run --json`` run in-process (typer's ``CliRunner``) with
-``os.environ`` replaced by exactly the variant's environment for the call, so nothing of the
-test machine's shell (a ``WANDB_API_KEY``, a ``RAY_ADDRESS``) changes the plan. The parse
-is ``miles_amd.run.probes_miles.parse_with_miles``: a subprocess of the checkout's python
-running ``miles_parse.py`` on the plan's ``train.py`` argv, in the env the driver submits
-(the launching env's ``PATH``/``HOME``/locale, the plan's device env, the job's runtime
-env with its secrets).
-
-Variants come from the snapshot suite's ``CASES`` (:data:`TRAIN_CASES`: every ``train``
-case, its flags with the dir flags taken out, since the tier supplies its own fake inputs and
-checkout), so a variant added there is checked here too.
-
-A fresh interpreter per parse costs about 13 CPU-s, nearly all imports (torch, sglang,
-Megatron), and a parse cannot share an interpreter with another: ``parse_args`` reads
-``sys.argv`` and ``os.environ``, configures logging, and Megatron keeps global args. So
-:func:`parse_all` imports miles once per import path and forks a child per job
-(``parse_batch.py`` says when a fork is the same as a fresh interpreter, and which jobs it
-sends back to one).
-
-Explained for people in ``docs/conformance.md``.
+The checkout comes from ``--miles-src`` / ``--megatron-src`` / ``--miles-python``, else
+``MILES_AMD_MILES_SRC`` / ``_MEGATRON_SRC`` / ``_MILES_PYTHON``, else ``<repo>/.conformance``;
+with none the tier skips with :data:`HOW_TO_PROVIDE`, a wrong one fails. Planning is ``miles-amd
+train --dry-run --json`` in process with exactly the variant's environment; the parse is
+``parse_with_miles`` in the env the driver submits, or a fork of ``child.py batch`` that imported
+miles once for all jobs on one import path.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-import shlex
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+import pytest
 from typer.testing import CliRunner
 
 from miles_amd.cli.main import app
 from miles_amd.recipe.plan import REDACTED
-from miles_amd.run.probes_miles import (
-    PARSE_TIMEOUT_S,
-    SCRIPT,
-    ParseOutcome,
-    parse_with_miles,
-    read_outcome,
-)
-from tests.conformance.checkout import MilesCheckout
+from miles_amd.run.probes_miles import PARSE_TIMEOUT_S, ParseOutcome, parse_with_miles, read_outcome
 from tests.snapshot.test_dry_run import CASES as SNAPSHOT_CASES
 
-BATCH = Path(__file__).resolve().with_name("parse_batch.py")
-# Fields the test sets itself: the fake inputs, the checkout under test.
-DIR_FIELDS = ("model_dir", "data_dir", "miles_dir", "megatron_dir")
-# Inherited from the test process: what a shell gives any launch. Everything else is the plan's.
-PASSTHROUGH_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL")
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "child.py"
+IMPORT_STUBS = HERE / "import_stubs"
+DEFAULT_DIR = HERE.parents[1] / ".conformance"
+OPTIONS = (
+    ("--miles-src", "MILES_AMD_MILES_SRC", "upstream/miles", "miles checkout (has train.py)"),
+    ("--megatron-src", "MILES_AMD_MEGATRON_SRC", "upstream/Megatron-LM", "Megatron-LM checkout"),
+    ("--miles-python", "MILES_AMD_MILES_PYTHON", "venv/bin/python", "python with miles' deps"),
+)
+HOW_TO_PROVIDE = (
+    "conformance needs a miles checkout, a Megatron-LM checkout and a python with miles' "
+    "dependencies: run `.ci/conformance-env` once (builds .conformance/ from the pinned "
+    "archives), or pass --miles-src DIR --megatron-src DIR --miles-python PYTHON "
+    "(env MILES_AMD_MILES_SRC, MILES_AMD_MEGATRON_SRC, MILES_AMD_MILES_PYTHON; on a node "
+    "/root/miles, /root/Megatron-LM, python3)"
+)
+DIR_FIELDS = ("model_dir", "data_dir", "miles_dir", "megatron_dir")  # the tier sets them
+DIR_FLAGS = ("--model-dir", "--data-dir", "--miles-dir", "--megatron-dir", "--run-dir")
+PASSTHROUGH_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL")  # what a shell gives any launch
 CI_RECORD_ENV = "MILES_CI_GATE_RECORD_DIR"  # miles/utils/arguments.py: RECORD_DIR_ENV
+FORK_TIMEOUT_S = 60.0  # a forked parse takes 2-3 s; one still running is parsed afresh
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conformance", "conformance with the real miles")
+    for flag, env_name, _, what in OPTIONS:
+        group.addoption(flag, default=None, help=f"{what} (env {env_name})")
+
+
+@dataclass(frozen=True)
+class MilesCheckout:
+    miles: Path
+    megatron: Path
+    python: Path
+    needs_import_stubs: bool  # this python lacks triton/torchvision: inert ones go last
+
+    def parse_pythonpath(self, job_pythonpath: str) -> str:
+        extra = [str(IMPORT_STUBS)] if self.needs_import_stubs else []
+        return os.pathsep.join([job_pythonpath, *extra])
+
+
+def given(config: pytest.Config) -> dict[str, str]:
+    values = {}
+    for flag, env_name, default_rel, _ in OPTIONS:
+        value = config.getoption(flag) or os.environ.get(env_name)
+        if not value and (DEFAULT_DIR / default_rel).exists():
+            value = str(DEFAULT_DIR / default_rel)
+        if value:
+            values[flag] = value
+    return values
+
+
+def miles_src(config: pytest.Config) -> Path:
+    """The miles checkout alone (for miles' ``tests/ci``, which needs no interpreter of its own)."""
+    value = given(config).get("--miles-src")
+    if value is None:
+        pytest.skip(HOW_TO_PROVIDE)
+    if not Path(value, "tests", "ci", "metric_history", "gate.py").is_file():
+        pytest.fail(f"conformance: --miles-src {value}: no tests/ci/metric_history there")
+    return Path(value).resolve()
+
+
+def resolve(config: pytest.Config) -> MilesCheckout:
+    values = given(config)
+    if not values:
+        pytest.skip(HOW_TO_PROVIDE)
+    missing = [flag for flag, *_ in OPTIONS if flag not in values]
+    if missing:
+        pytest.fail(f"conformance: {', '.join(missing)} not given; {HOW_TO_PROVIDE}")
+    miles, megatron = Path(values["--miles-src"]), Path(values["--megatron-src"])
+    python = Path(values["--miles-python"])
+    for path, flag, what in (
+        (miles / "miles" / "utils" / "arguments.py", "--miles-src", "a miles checkout"),
+        (megatron / "megatron" / "training" / "arguments.py", "--megatron-src", "Megatron-LM"),
+        (python, "--miles-python", "an interpreter"),
+    ):
+        if not path.exists():
+            pytest.fail(f"conformance: {flag} {values[flag]}: no {path} there; give {what}")
+    probe = subprocess.run(
+        [str(python), "-c", "import triton, torchvision"], capture_output=True, timeout=120
+    )
+    return MilesCheckout(miles.resolve(), megatron.resolve(), python, probe.returncode != 0)
+
+
+def run_child(
+    command: list[str], env: Mapping[str, str], timeout: float, cwd: Path | None = None
+) -> str:
+    """A child's stdout; RuntimeError with its stderr's tail when it exits non-zero."""
+    done = subprocess.run(
+        command,
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[1]} exited {done.returncode}: {done.stderr[-3000:]}")
+    return done.stdout
+
+
+# ---- planning ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -73,24 +149,15 @@ class Job:
         return Job(self.recipe, self.train_argv, env)
 
 
-DIR_FLAGS = ("--model-dir", "--data-dir", "--miles-dir", "--megatron-dir", "--run-dir")
-
-
 def without_dir_flags(args: tuple[str, ...]) -> list[str]:
-    """``args`` without the dir flags and their values (the tier supplies its own dirs)."""
     kept: list[str] = []
-    skip = False
-    for token in args:
-        if skip:
-            skip = False
-        elif token in DIR_FLAGS:
-            skip = True
-        else:
+    for i, token in enumerate(args):
+        if token not in DIR_FLAGS and (i == 0 or args[i - 1] not in DIR_FLAGS):
             kept.append(token)
     return kept
 
 
-# snapshot case -> (train flags without dirs, the case's environment beside PATH)
+# every ``train`` case of the snapshot suite -> (its flags without dirs, its environment)
 TRAIN_CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     case: (without_dir_flags(args[1:]), env)
     for case, (args, env) in SNAPSHOT_CASES.items()
@@ -98,26 +165,19 @@ TRAIN_CASES: dict[str, tuple[list[str], dict[str, str]]] = {
 }
 
 
+def dry_run(argv: list[str], env: Mapping[str, str]) -> dict[str, Any]:
+    with mock.patch.dict(os.environ, env, clear=True):  # nothing of this shell's env
+        result = CliRunner().invoke(app, [*argv, "--dry-run", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, f"miles-amd {' '.join(argv)}: {result.output}"
+    printed: dict[str, Any] = json.loads(result.stdout)
+    return printed
+
+
 def snapshot_recipe(case: str) -> dict[str, Any]:
-    """The recipe the snapshot suite plans for ``case`` (its own dirs, its own environment)."""
+    """The recipe the snapshot suite plans for ``case`` (its own dirs and environment)."""
     args, env = SNAPSHOT_CASES[case]
-    with exactly_this_environ({"PATH": "/usr/bin", **env}):
-        result = CliRunner().invoke(app, [*args, "--dry-run", "--json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    recipe: dict[str, Any] = json.loads(result.stdout)["recipe"]
+    recipe: dict[str, Any] = dry_run(list(args), {"PATH": "/usr/bin", **env})["recipe"]
     return recipe
-
-
-@contextmanager
-def exactly_this_environ(env: Mapping[str, str]) -> Iterator[None]:
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def plan_with_cli(
@@ -128,21 +188,11 @@ def plan_with_cli(
     launch_env: Mapping[str, str],
 ) -> Job:
     """``miles-amd train --dry-run --json`` for the variant, as the job the driver submits."""
-    model_dir, data_dir = inputs
-    argv = [
-        "train", "--dry-run", "--json",
-        "--model-dir", str(model_dir), "--data-dir", str(data_dir),
-        "--miles-dir", str(checkout.miles), "--megatron-dir", str(checkout.megatron),
-        "--run-dir", str(run_dir), *cli_args,
-    ]  # fmt: skip
+    dirs = (*inputs, checkout.miles, checkout.megatron, run_dir)
+    argv = ["train", *(str(x) for pair in zip(DIR_FLAGS, dirs, strict=True) for x in pair)]
+    argv += cli_args
     env = {**{k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}, **launch_env}
-    with exactly_this_environ(env):
-        result = CliRunner().invoke(app, argv, catch_exceptions=False)
-    if result.exit_code != 0:
-        raise AssertionError(
-            f"miles-amd {' '.join(argv)} exited {result.exit_code}: {result.output}"
-        )
-    printed = json.loads(result.stdout)
+    printed = dry_run(argv, env)
     entrypoint: list[str] = printed["job"]["entrypoint"]
     assert entrypoint[:2] == ["python3", f"{checkout.miles}/train.py"], entrypoint[:2]
     job_env = {
@@ -158,24 +208,17 @@ def plan_with_cli(
     return Job(printed["recipe"], entrypoint[2:], parse_env)
 
 
-# A forked parse takes 2-3 s; a child still running after this is parsed afresh instead.
-FORK_TIMEOUT_S = 60.0
+# ---- parsing -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ParseRun:
-    """Every parse of a session: the outcomes by job; for each forked job the env keys it set
+    """Every parse of a session: outcomes by job; for each forked job the env keys it set
     beyond its batch's import env; for each job a batch sent back, why."""
 
     outcomes: dict[str, ParseOutcome]
     forked: dict[str, set[str]]
     sent_back: dict[str, str]
-
-
-def import_env(group: Mapping[str, Job]) -> dict[str, str]:
-    """The keys every job of ``group`` has, with the value all of them give it."""
-    first, *rest = group.values()
-    return {k: v for k, v in first.env.items() if all(job.env.get(k) == v for job in rest)}
 
 
 def parse_fresh(checkout: MilesCheckout, job: Job) -> ParseOutcome:
@@ -184,130 +227,54 @@ def parse_fresh(checkout: MilesCheckout, job: Job) -> ParseOutcome:
 
 
 def parse_batch(checkout: MilesCheckout, group: Mapping[str, Job]) -> ParseRun | None:
-    """``parse_batch.py`` on ``group``: miles imported once, a forked child per job. None
-    when the import failed; a job it sends back is in ``sent_back``, not in the outcomes."""
-    shared = import_env(group)
+    """``child.py batch`` on ``group``, started in the env all its jobs share; None when the
+    import failed. A job it sends back is in ``sent_back``, not in the outcomes."""
+    first, *rest = group.values()
+    shared = {k: v for k, v in first.env.items() if all(j.env.get(k) == v for j in rest)}
     with tempfile.TemporaryDirectory(prefix="miles-parse-batch-") as tmp:
-        files = {name: Path(tmp, str(i)) for i, name in enumerate(group)}
-        spec = {
-            "miles_parse": str(SCRIPT),
-            "stub_gpu_queries": True,
-            "workers": os.cpu_count() or 1,
-            "fork_timeout_s": min(FORK_TIMEOUT_S, PARSE_TIMEOUT_S),
-            "jobs": [
-                {
-                    "argv": job.train_argv,
-                    "env": job.env,
-                    "result": f"{files[name]}.json",
-                    "stderr": f"{files[name]}.stderr",
-                    "status": f"{files[name]}.status",
-                }
-                for name, job in group.items()
-            ],
-        }
+        stems = {name: Path(tmp, str(i)) for i, name in enumerate(group)}
+        jobs = [
+            {"argv": job.train_argv, "env": job.env}
+            | {kind: f"{stems[name]}.{kind}" for kind in ("result", "stderr", "status")}
+            for name, job in group.items()
+        ]
+        spec = {"workers": os.cpu_count() or 1, "fork_timeout_s": FORK_TIMEOUT_S, "jobs": jobs}
         Path(tmp, "spec.json").write_text(json.dumps(spec))
-        done = subprocess.run(
-            [str(checkout.python), str(BATCH), str(Path(tmp, "spec.json"))],
-            env=shared,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=PARSE_TIMEOUT_S + len(group) * FORK_TIMEOUT_S,
-        )
-        if done.returncode != 0:
+        try:
+            command = [str(checkout.python), str(CHILD), "batch", str(Path(tmp, "spec.json"))]
+            run_child(command, shared, PARSE_TIMEOUT_S + len(group) * FORK_TIMEOUT_S)
+        except RuntimeError:
             return None
-        outcomes, forked, sent_back = {}, {}, {}
-        for name, stem in files.items():
+        run = ParseRun({}, {}, {})
+        for name, stem in stems.items():
             status = json.loads(Path(f"{stem}.status").read_text())
             if status["fresh_because"] is not None:
-                sent_back[name] = status["fresh_because"]
+                run.sent_back[name] = status["fresh_because"]
                 continue
             stderr = Path(f"{stem}.stderr").read_text(errors="replace")
-            outcomes[name] = read_outcome(
-                status["returncode"], Path(f"{stem}.json"), stderr, status["seconds"]
+            run.outcomes[name] = read_outcome(
+                status["returncode"], Path(f"{stem}.result"), stderr, status["seconds"]
             )
-            forked[name] = set(group[name].env) - set(shared)
-    return ParseRun(outcomes, forked, sent_back)
+            run.forked[name] = set(group[name].env) - set(shared)
+    return run
 
 
 def parse_all(checkout: MilesCheckout, jobs: Mapping[str, Job]) -> ParseRun:
-    """Every job's parse, GPU queries stubbed. Jobs that share a ``PYTHONPATH`` (the import
-    path miles is found on) are parsed in one batch; a job alone on its path, one the batch
-    sends back, or all of a batch whose import failed, in a fresh interpreter each (one
-    worker per CPU)."""
+    """Every job's parse: one batch per ``PYTHONPATH`` shared by several jobs; a job alone on
+    its path, sent back, or of a batch whose import failed, in a fresh interpreter."""
     groups: dict[str, dict[str, Job]] = {}
     for name, job in jobs.items():
         groups.setdefault(job.env.get("PYTHONPATH", ""), {})[name] = job
-    outcomes: dict[str, ParseOutcome] = {}
-    forked: dict[str, set[str]] = {}
-    sent_back: dict[str, str] = {}
+    run = ParseRun({}, {}, {})
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        alone = [group for group in groups.values() if len(group) == 1]
-        singles = {n: pool.submit(parse_fresh, checkout, j) for g in alone for n, j in g.items()}
-        for group in (group for group in groups.values() if len(group) > 1):
-            batch = parse_batch(checkout, group)
+        fresh = {}
+        for group in sorted(groups.values(), key=len):  # the fresh ones start first
+            batch = parse_batch(checkout, group) if len(group) > 1 else None
             if batch is not None:
-                outcomes.update(batch.outcomes)
-                forked.update(batch.forked)
-                sent_back.update(batch.sent_back)
-            rest = [name for name in group if name not in outcomes]
-            singles.update({n: pool.submit(parse_fresh, checkout, group[n]) for n in rest})
-        outcomes.update({name: future.result() for name, future in singles.items()})
-    return ParseRun(outcomes, forked, sent_back)
-
-
-def expected_values(job: Job) -> dict[str, Any]:
-    """What ``train()`` must receive for this job, derived from the resolved recipe and env."""
-    r = job.recipe
-    same_name = (
-        "lora_rank", "lora_alpha", "lora_dropout", "num_rollout", "rollout_batch_size",
-        "n_samples_per_prompt", "global_batch_size", "rollout_max_response_len", "lr",
-        "tensor_model_parallel_size", "rollout_num_gpus_per_engine",
-        "sglang_mem_fraction_static", "sglang_max_lora_rank", "sglang_lora_backend",
-        "sglang_moe_runner_backend", "sglang_attention_backend",
-        "sglang_lora_use_virtual_experts", "lora_base_cpu_backup", "qkv_format",
-        "use_dynamic_batch_size", "use_wandb",
-    )  # fmt: skip
-    expected: dict[str, Any] = {name: r[name] for name in same_name}
-    expected.update(
-        target_modules=list(r["target_modules"]),  # miles splits the CSV into a list
-        hf_checkpoint=f"{r['model_dir']}/gpt-oss-20b-bf16",
-        prompt_data=f"{r['data_dir']}/dapo-math-17k/dapo-math-17k.jsonl",
-        actor_num_gpus_per_node=r["num_gpus"],
-        num_gpus_per_node=r["num_gpus"],
-        colocate=True,  # the recipe always colocates trainer and rollout
-        use_tensorboard=r["capture_metrics"],  # the dir is TENSORBOARD_DIR, read by the writer
-        ci_enable_metrics_capture=bool(job.env.get(CI_RECORD_ENV)),
-    )
-    if r["use_wandb"]:
-        expected.update(
-            wandb_project=r["wandb_project"],
-            wandb_group=r["wandb_group"],
-            wandb_random_suffix=False,  # --disable-wandb-random-suffix
-        )
-    expected.update(extra_arg_values(r["extra_args"]))
-    return expected
-
-
-def extra_arg_values(extra_args: str) -> dict[str, str]:
-    """``--flag value`` pairs of the extra args, by namespace name, values as written."""
-    tokens = shlex.split(extra_args)
-    return {
-        flag[2:].replace("-", "_"): value
-        for flag, value in itertools.pairwise(tokens)
-        if flag.startswith("--") and not value.startswith("--")
-    }
-
-
-def mismatches(expected: Mapping[str, Any], parsed: Mapping[str, Any]) -> dict[str, Any]:
-    """``{name: (expected, parsed)}`` for every value that differs (extra-arg strings compare
-    with the parsed value's ``str``)."""
-    out = {}
-    for name, want in expected.items():
-        got = parsed.get(name, "<absent>")
-        same = (
-            str(got) == want if isinstance(want, str) and not isinstance(got, str) else got == want
-        )
-        if not same:
-            out[name] = (want, got)
-    return out
+                run.outcomes.update(batch.outcomes)
+                run.forked.update(batch.forked)
+                run.sent_back.update(batch.sent_back)
+            for name in (n for n in group if n not in run.outcomes):
+                fresh[name] = pool.submit(parse_fresh, checkout, group[name])
+        run.outcomes.update({name: future.result() for name, future in fresh.items()})
+    return run

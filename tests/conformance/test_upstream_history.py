@@ -1,14 +1,8 @@
-"""``history --export`` fed to upstream miles' own metric-history code (pinned sources).
-
-The export of a small history (six trusted patched runs, one failed patched run whose logprob
-diff went NaN, a stock run, a run without a recorded variant) is loaded into miles'
-``SQLiteMetricHistoryStore`` and a candidate, written by miles' own capture backend, is gated
-by miles' ``evaluate_gate`` with the exported test file (``upstream_history.py`` runs it all
-in a subprocess with the checkout on ``PYTHONPATH``). :func:`problems` is the acceptance:
-upstream's gate finds the trusted history under the identity the test file registers, and
-upstream's reading of the failed run's record refuses its NaN. Each way the export used to
-be wrong is a case that :func:`problems` (or upstream's merge) must catch.
-"""
+"""``history --export`` fed to upstream miles' own metric-history code (pinned sources): the
+export of a small history (six trusted patched runs, a failed one whose logprob diff went NaN,
+a stock run, a run without a variant) seeds miles' store, and miles' gate judges a candidate
+against it (``child.py history``). Each way the export used to be wrong is a case that
+:func:`problems` or upstream's merge catches (docs/gate-and-statistics.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +10,6 @@ import ast
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,16 +18,12 @@ import pytest
 
 from miles_amd.history.export import TARGET_METRIC_KEYS, export_upstream, upstream_test_path
 from miles_amd.history.store import HistoryRecord, HistoryStore
-from tests.conformance.checkout import miles_src
+from tests.conformance.harness import CHILD, miles_src, run_child
+from tests.constants import KL, LOGPROB, REWARD
 
 pytestmark = pytest.mark.conformance
 
-LOADER = Path(__file__).resolve().parent / "upstream_history.py"
-LOGPROB = "train/train_rollout_logprob_abs_diff"
-REWARD = "rollout/raw_reward"
-KL = "train/train_rollout_kl"
-GRAD = "train/grad_norm"
-MEANS = {LOGPROB: 0.017, REWARD: 0.56, KL: 0.00088, GRAD: 0.21}
+MEANS = {LOGPROB: 0.017, REWARD: 0.56, KL: 0.00088, "train/grad_norm": 0.21}
 STEPS = 5
 TRUSTED = 6
 
@@ -87,17 +76,8 @@ def upstream(miles: Path, export: Path, scale: float = 1.0) -> dict[str, Any]:
     values = export.parent / "candidate.json"
     values.write_text(json.dumps(candidate))
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(miles)}
-    done = subprocess.run(
-        [sys.executable, str(LOADER), upstream_test_path("patched"), str(values)],
-        cwd=export,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"upstream code failed on the export: {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout)
+    command = [sys.executable, str(CHILD), "history", upstream_test_path("patched"), str(values)]
+    result: dict[str, Any] = json.loads(run_child(command, env, 120, cwd=export))
     return result
 
 
@@ -137,17 +117,14 @@ def test_upstream_gate_judges_a_run_against_the_exported_history(miles: Path, ex
     assert failing == {LOGPROB}
 
 
-def rewrite_rows(export: Path, **changes: str) -> None:
+@pytest.mark.parametrize(
+    "changes",  # the old mapping: backend rocm-mi355x, our recipe as test path, variant as suite
+    [{"backend": "rocm-mi355x"}, {"test_path": "gpt_oss_20b_lora", "suite": "patched"}],
+)
+def test_a_wrong_identity_leaves_upstream_without_history(miles, export, changes) -> None:
     index = export / "runs.jsonl"
     rows = [json.loads(line) for line in index.read_text().splitlines()]
     index.write_text("".join(json.dumps({**row, **changes}) + "\n" for row in rows))
-
-
-def test_a_wrong_identity_leaves_upstream_without_history(miles: Path, export: Path) -> None:
-    """The old mapping (backend rocm-mi355x, our recipe as test path, the variant as suite)."""
-    rewrite_rows(export, backend="rocm-mi355x")
-    assert any("found 0 trusted run(s)" in p for p in problems(upstream(miles, export)))
-    rewrite_rows(export, backend="rocm", test_path="gpt_oss_20b_lora", suite="patched")
     assert any("found 0 trusted run(s)" in p for p in problems(upstream(miles, export)))
 
 

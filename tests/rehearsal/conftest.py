@@ -1,19 +1,15 @@
-"""One real Ray head on 127.0.0.1 for the whole rehearsal session, and process checks.
+"""One real Ray head on 127.0.0.1 for the rehearsal, and process checks.
 
-The head is started by the same :class:`~miles_amd.run.ray_head.RayHead` the driver uses
-(loopback, token auth, ports chosen by the tool, private temp dir; declaring 8 GPUs and the
-whole-node resource cluster mode asks for, which a CPU raylet accepts), so it never collides
-with another cluster; tests hand its dashboard URL to the driver as ``RAY_ADDRESS`` and its
-token file as ``RAY_AUTH_TOKEN_PATH``, the external-cluster path. After each test no job
-entrypoint the test started may still be alive.
-
-The head (:class:`SessionHead`) starts when a test first needs it and stops, every process it
-spawned checked gone by pid, after the last test of its xdist group (``tests/conftest.py``):
-an idle head costs CPU. A later test that needs it starts it again.
+The head is the driver's own :class:`~miles_amd.run.ray_head.RayHead` (loopback, token auth,
+free ports, private temp dir; 8 GPUs and the whole-node resource declared), handed to a launch
+as its external cluster (``RAY_ADDRESS``, ``RAY_AUTH_TOKEN_PATH``). It starts when a test first
+needs it and stops, every process checked gone, after the last test of its xdist group (an idle
+head costs CPU). After each test no job entrypoint it started may be alive.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -49,7 +45,6 @@ class SessionHead:
         return self.head
 
     def stop(self) -> None:
-        """Stop the head if it runs, and fail when any of its processes is left."""
         head, self.head = self.head, None
         if head is not None:
             head.stop()
@@ -79,8 +74,7 @@ def ray_head(session_head: SessionHead) -> RayHead:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """After the test's own teardown: stop the session head when the next test does not need
-    it (its group is done on this worker)."""
+    """Stop the session head when the next test does not need it."""
     yield
     holder = item.config.stash.get(SESSION_HEAD, None)
     if holder is not None and uses_session_head(item) and not uses_session_head(nextitem):
@@ -91,25 +85,20 @@ def uses_session_head(item: pytest.Item | None) -> bool:
     return item is not None and "session_head" in getattr(item, "fixturenames", ())
 
 
-def job_processes(head: RayHead) -> list[psutil.Process]:
-    """Job entrypoints (replays, test jobs) running under the session head."""
-    try:
+def no_job_left(head: RayHead, by: str) -> None:
+    """Fail when a job entrypoint (a replay, a test job) under ``head`` outlives 10 s."""
+    with contextlib.suppress(psutil.Error):
         children = psutil.Process(head.owned.pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    found = []
-    for child in children:
-        try:
-            cmdline = " ".join(child.cmdline())
-        except psutil.Error:
-            continue
-        if any(marker in cmdline for marker in JOB_MARKERS):
-            found.append(child)
-    return found
+        jobs = []
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                if any(marker in " ".join(child.cmdline()) for marker in JOB_MARKERS):
+                    jobs.append(child)
+        _gone, alive = psutil.wait_procs(jobs, timeout=10)
+        assert not alive, f"job processes left by {by}: {[p.pid for p in alive]}"
 
 
 def head_env(head: RayHead) -> dict[str, str]:
-    """The environment a launch sees with ``head`` as its external cluster."""
     return {
         **os.environ,
         "RAY_ADDRESS": head.dashboard_url,
@@ -119,23 +108,19 @@ def head_env(head: RayHead) -> dict[str, str]:
 
 @pytest.fixture
 def cluster_env(ray_head: RayHead) -> Iterator[dict[str, str]]:
-    """The environment a launch sees with the session head as its external cluster."""
     yield head_env(ray_head)
-    _gone, alive = psutil.wait_procs(job_processes(ray_head), timeout=10)
-    assert not alive, f"job processes left by the test: {[p.pid for p in alive]}"
+    no_job_left(ray_head, "the test")
 
 
 @pytest.fixture(scope="session")
 def healthy_run(session_head: SessionHead, tmp_path_factory: pytest.TempPathFactory) -> TrainResult:
-    """One healthy replay of the embedded example on the session head, run once for the tests
-    that only read it (its verdict, its report, a baseline recorded from it)."""
+    """One healthy replay of the embedded example, for the tests that only read it."""
     from tests.support.rehearsal import rehearse
 
     root = tmp_path_factory.mktemp("healthy")
-    ray_head = session_head.running()
-    outcome = rehearse(head_env(ray_head), root / "run", state_dir=str(root / "state"))
-    _gone, alive = psutil.wait_procs(job_processes(ray_head), timeout=10)
-    assert not alive, f"job processes left by the healthy run: {[p.pid for p in alive]}"
+    head = session_head.running()
+    outcome = rehearse(head_env(head), root / "run", state_dir=str(root / "state"))
+    no_job_left(head, "the healthy run")
     return outcome
 
 

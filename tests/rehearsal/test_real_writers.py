@@ -1,22 +1,10 @@
-"""The rehearsal with miles' own writers: same verdicts as the imitation, same files and lines.
-
-Each case runs the replay twice through the real driver, watcher and gate on the session's
-Ray head: once with the imitation (``miles_writer``), once with ``--replay-writers real``
-(``real_writers``: miles' tracking backends, logging configuration and metric functions in
-Ray actors named ``RolloutManager`` / ``MegatronTrainRayActor``). The verdict, the failing
-checks and the driver's stop must be the ones the fault's catalogue entry names, for both.
-The parity test compares what the two leave behind on the same values, and fails on any
-difference: the set of event files and CI records, every TensorBoard event but its wall time
-(tag, step, encoding, float32 value), the CI-history text, and every metric line of the job
-log with pids and timestamps masked, per process.
-
-Needs (skips without, saying so): miles' source tree in ``$MILES_AMD_MILES_SRC`` (on a node
-``/root/miles``; here ``.ci/conformance-env`` unpacks the pinned one and ``source
-.conformance/env.sh`` exports it), and in this Python: ``torch==2.13.0`` (the CPU wheel),
-``sglang==0.5.16`` with ``--no-deps`` and what miles' writer modules import through it. The
-conformance env has them: install the project into it and run this file with
-``$MILES_AMD_MILES_PYTHON -m pytest`` (the skip reason gives the commands). ``triton`` and
-``torchvision`` get inert stand-ins (docs/rehearsal.md, "The real writers").
+"""The rehearsal with miles' own writers (``--replay-writers real``: miles' tracking backends,
+logging and metric functions in actors named as miles names them): the same verdicts, failing
+checks and driver stops as the imitation, and the same files and lines on the same values:
+event files and CI records, every TensorBoard event but its wall time, the CI-history text, each
+process's metric lines with pids and stamps masked. Needs miles' source in
+``$MILES_AMD_MILES_SRC`` and torch + sglang in this python (the conformance env's; the skip
+reason gives the commands; docs/rehearsal.md, "The real writers").
 """
 
 from __future__ import annotations
@@ -32,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from miles_amd.app.train import TrainResult
 from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import judge
@@ -56,75 +45,59 @@ pytestmark = [
     ),
 ]
 
-# The fault classes that live in the evidence (and the healthy run).
 EVIDENCE_FAULTS = (
     None, "spike", "nan", "short", "reward-collapse", "truncated-event", "fatal-sentinel",
 )  # fmt: skip
 WATCH_INTERVAL_S = 2.0
-ROLLOUTS = 20
 
 
-def run(cluster_env, run_dir: Path, writers: str, state_dir: str, **kwargs):
-    return rehearse(
-        cluster_env,
-        run_dir,
-        writers=writers,
-        miles_src=MILES_SRC if writers == "real" else None,
-        state_dir=state_dir,
-        timeout_s=240.0,
-        num_rollout=kwargs.pop("num_rollout", ROLLOUTS),
-        **kwargs,
-    )
-
-
-def verdicts(expected: str | None, cluster_env, tmp_path: Path, **kwargs) -> None:
-    outcomes = {}
-    for writers in ("imitation", "real"):
-        outcome = run(
-            cluster_env, tmp_path / writers, writers, str(tmp_path / f"state-{writers}"), **kwargs
+def both(cluster_env, tmp_path: Path, **kwargs) -> dict[str, TrainResult]:
+    """The same replay with each writer, in ``tmp_path/<writers>``."""
+    return {
+        writers: rehearse(
+            cluster_env,
+            tmp_path / writers,
+            writers=writers,
+            miles_src=MILES_SRC if writers == "real" else None,
+            state_dir=str(tmp_path / f"state-{writers}"),
+            timeout_s=240.0,
+            **kwargs,
         )
-        assert expectation_problems(expected, outcome) == [], (writers, outcome)
-        outcomes[writers] = outcome
-    imitation, real = outcomes["imitation"], outcomes["real"]
-    real_run, imitation_run = real.outcome, imitation.outcome
-    assert (real.verdict, real_run.stopped_by) == (imitation.verdict, imitation_run.stopped_by)
-    if imitation_run.stopped_by is None:
-        assert failed_checks(real_run.run_dir) == failed_checks(imitation_run.run_dir)
-    else:
-        real_failed, imitation_failed = failed_on_common_rollouts(
-            real_run.run_dir, imitation_run.run_dir
-        )
-        assert real_failed == imitation_failed
+        for writers in ("imitation", "real")
+    }
 
 
 def failed_on_common_rollouts(*run_dirs: Path) -> list[set[str]]:
-    """Each run's failed checks, judged against ``patched`` on the rollouts all of them wrote.
-
-    A fail-fast stop lands on a different rollout in each run (the watcher's poll phase), and
-    a statistic of a series stopped at rollout 4 need not agree with one stopped at rollout 6
-    (seen in CI: ``logprob_abs_diff.step`` at +3.56 SE over 4 rollouts, +3.22 over 6, limit
-    about 3.3). On the same rollouts the two writers must agree on every check.
-    """
+    """Each run's failed checks, judged against ``patched`` on the rollouts all of them wrote
+    (a fail-fast stop lands on another rollout in each run, by the watcher's poll phase)."""
     runs = [load_run(run_dir) for run_dir in run_dirs]
     last = min(series[-1][0] for run in runs for series in run.series.values() if series)
-    baseline = load_baseline("patched")
     judged = []
     for run in runs:
         common = {m: tuple(p for p in s if p[0] <= last) for m, s in run.series.items()}
-        verdict = judge(dataclasses.replace(run, series=common), baseline)
+        verdict = judge(dataclasses.replace(run, series=common), load_baseline("patched"))
         judged.append({check.name for check in verdict.checks if check.failed})
     return judged
 
 
 @pytest.mark.parametrize("fault", EVIDENCE_FAULTS, ids=lambda f: f or "healthy")
 def test_verdicts_match_with_real_writers(fault, cluster_env, tmp_path) -> None:
+    pacing: dict[str, float] = {"pace_s": 0.1}
     if fault is not None and FAULTS[fault].driver_stop in ("fail-fast", "look"):
-        # The watcher must see the fault (or the look that decides it) while the job runs:
-        # a slower pace, as in test_rehearsal's fail-fast and look tests.
+        # the watcher must see the fault or the deciding look while the job runs
         pacing = {"pace_s": 0.5, "watch_interval_s": WATCH_INTERVAL_S}
+    results = both(cluster_env, tmp_path, fault=fault, at=3, **pacing)
+    for writers, result in results.items():
+        assert expectation_problems(fault, result) == [], (writers, result)
+    real, imitation = results["real"], results["imitation"]
+    stops = (real.outcome.stopped_by, imitation.outcome.stopped_by)
+    assert (real.verdict, stops[0]) == (imitation.verdict, stops[1])
+    dirs = (real.outcome.run_dir, imitation.outcome.run_dir)
+    if stops[1] is None:
+        assert failed_checks(dirs[0]) == failed_checks(dirs[1])
     else:
-        pacing = {"pace_s": 0.1}
-    verdicts(fault, cluster_env, tmp_path, fault=fault, at=3, **pacing)
+        real_failed, imitation_failed = failed_on_common_rollouts(*dirs)
+        assert real_failed == imitation_failed
 
 
 # ---- writer parity ----------------------------------------------------------------------
@@ -175,7 +148,7 @@ _STAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ")
 
 
 def event_records(path: Path) -> list[bytes]:
-    """Every event of the file, serialised with its wall time zeroed (the only free field)."""
+    """Every event of the file, serialised with its wall time (the only free field) zeroed."""
     from tensorboard.compat.proto.event_pb2 import Event
 
     from miles_amd.evidence.tensorboard import read_records
@@ -211,20 +184,10 @@ def log_view(run_dir: Path) -> dict[str, list[str]]:
 
 
 def test_writer_parity_on_the_same_values(cluster_env, tmp_path, rich_source) -> None:
-    dirs = {}
-    for writers in ("imitation", "real"):
-        dirs[writers] = tmp_path / writers
-        outcome = run(
-            cluster_env,
-            dirs[writers],
-            writers,
-            str(tmp_path / f"state-{writers}"),
-            source=rich_source,
-            num_rollout=PARITY_ROLLOUTS,
-            pace_s=0.1,
-        )
-        assert outcome.outcome.status == "SUCCEEDED", (writers, outcome)
-    imitation, real = dirs["imitation"], dirs["real"]
+    results = both(cluster_env, tmp_path, source=rich_source, num_rollout=PARITY_ROLLOUTS)
+    for writers, result in results.items():
+        assert result.outcome.status == "SUCCEEDED", (writers, result)
+    imitation, real = tmp_path / "imitation", tmp_path / "real"
     assert tensorboard_view(real) == tensorboard_view(imitation)
     assert ci_view(real) == ci_view(imitation)
     real_log, imitation_log = log_view(real), log_view(imitation)

@@ -1,4 +1,4 @@
-"""The conformance tier's parse batch (``tests/conformance/parse_batch.py`` through
+"""The conformance tier's parse batch (``tests/conformance/child.py batch`` through
 ``harness.parse_batch`` / ``parse_all``), on a stand-in ``miles`` package in a tmp dir.
 
 The real miles is parsed this way in the conformance tier (and checked there against a fresh
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance import harness
-from tests.conformance.checkout import MilesCheckout
+from tests.conformance.harness import MilesCheckout
 from tests.unit.test_parse_probe import stand_in_miles
 
 # A stand-in for miles.utils.arguments: asks for AT_IMPORT while it is imported (as Ray's

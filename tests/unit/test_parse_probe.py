@@ -31,8 +31,8 @@ from miles_amd.run.probes_miles import (
     probe_miles_argv,
     submitted_job,
 )
-from tests.conformance.checkout import MilesCheckout, resolve
 from tests.conformance.fake_inputs import make_fake_inputs
+from tests.conformance.harness import MilesCheckout, resolve
 
 STAND_IN_PARSER = """
 import argparse, json, os, sys, time

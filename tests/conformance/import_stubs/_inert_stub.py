@@ -1,27 +1,7 @@
-"""Inert stand-ins for packages that are imported at load time but never used by a parse.
-
-Put the directory holding this file on ``PYTHONPATH`` of the parse subprocess only
-(never of a process that runs kernels). Its ``triton/`` and ``torchvision/`` packages
-turn themselves into inert modules with ``make_inert(__name__)``.
-
-Why they exist: ``sglang`` (imported by miles' argument module for SGLang's
-``ServerArgs``) does ``import triton`` and ``from torchvision.io import decode_jpeg`` at
-module load (``sglang/srt/utils/common.py``), and Megatron's ``@jit_fuser``
-(``torch.compile`` at import) makes torch probe triton too. The real packages are
-unusable here: PyPI's torchvision pulls a CUDA torch, triton is 0.9 GB, and neither runs
-on the parse path.
-
-Behaviour, all at attribute level (measured surface: ~70 names such as ``triton.jit``,
-``triton.Config``, ``triton.language.constexpr``, ``triton.runtime.jit.JITFunction``,
-``triton.runtime.driver.active.get_current_target()``, ``torchvision.io.decode_jpeg``,
-``torchvision.transforms.InterpolationMode.BICUBIC``):
-
-- any ``import <pkg>.<sub>`` succeeds and yields another inert module;
-- a Capitalised attribute is a real class (torch does ``isinstance(x, JITFunction)`` and
-  code subclasses ``KernelInterface``); its own attributes are inert values;
-- any other attribute is an inert value; calling it with one callable returns that
-  callable unchanged (``@triton.jit``), otherwise it returns a pass-through decorator
-  (``@triton.autotune(...)``), so kernel *definitions* load and nothing ever runs.
+"""Inert ``triton`` / ``torchvision`` for the parse path of a python without them (sglang imports
+both at load; nothing on the parse path runs them; docs/conformance.md, "Stubs"): any submodule
+imports, a Capitalised attribute is a class, any other an inert value whose call returns its one
+callable argument (``@triton.jit``) or a pass-through decorator (``@triton.autotune(...)``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Inert stand-in for `triton` on the parse path only: see ../_inert_stub.py."""
+"""Inert `triton` for the parse path: ../_inert_stub.py."""
 
 from _inert_stub import make_inert
 
