@@ -1,13 +1,8 @@
 """The ``miles-amd`` command line: its commands, ``--version``, and how the process exits.
 
-Decides which commands exist (``prepare``, ``train``, ``full-train``, ``preflight``: module
-``train``; ``gate``, ``baseline``, ``compare``, ``history``: module ``gate``; ``canary``)
-and the exits every command shares, in one place (:func:`main`): a usage error click finds
-is one ``miles-amd: error:`` line and exit 2; Ctrl-C one line naming the command, exit 130;
-a path longer than the OS allows (``ENAMETOOLONG``) one line naming it, exit 2. Top-level
-imports stay light (no ray, torch, tensorboard or matplotlib).
-
-Explained in ``docs/cli.md``.
+The exits every command shares: a usage error is one ``miles-amd: error:`` line and exit 2;
+Ctrl-C one line naming the command, exit 130; a path longer than the OS allows one line naming
+it, exit 2. Top-level imports stay light. Explained in ``docs/cli.md``.
 """
 
 from __future__ import annotations
