@@ -16,21 +16,12 @@ from pathlib import Path
 import pytest
 
 from miles_amd.recipe.settings import FIELD_FLAGS, Recipe
-from tests.cli_runs import CliRun, run_cli
+from tests.cli_runs import one_error_line, run_cli
 from tests.unit.test_recipe import RECIPE_MD_MODEL_ARGS, RECIPE_MD_TRAIN_ARGS
 
 # heavy libraries, and the reading and judging a command imports only when it runs
 HEAVY = ("ray", "torch", "tensorboard", "matplotlib", "jsonschema", "miles_amd.judge.gate",
          "miles_amd.app.gate", "miles_amd.baseline.model", "miles_amd.evidence.load")  # fmt: skip
-
-
-def one_error_line(done: CliRun, needle: str, *, stdout: str = "") -> str:
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    assert done.stdout.startswith(stdout) and (stdout or done.stdout == "")
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("miles-amd: error: "), done.stderr
-    assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def write_checkpoint(model_dir: Path, *, mxfp4: bool) -> None:
