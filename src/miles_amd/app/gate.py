@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -123,7 +122,7 @@ def gate_run_dir(
     root = run_dir if report_dir is None else None
     write_files(out_dir, contents, root=root)
     if history is not None:
-        lines, section = append(history, verdict, evidence, baseline, environ=os.environ)
+        lines, section = _append(history, verdict, evidence, baseline)
         if section:
             full = markdown + "\n" + section
             try:
@@ -135,33 +134,15 @@ def gate_run_dir(
     return GateResult(verdict, evidence, baseline, files, markdown, lines)
 
 
-def open_history(path: Path) -> Path:
-    """Check the store at ``path`` opens (creating it if new); ``AppError`` if it cannot."""
-    from miles_amd.history.store import HistoryError, HistoryStore
-
-    try:
-        HistoryStore(path).close()
-    except HistoryError as exc:
-        fix = "fix: pass another --history, or --no-history"
-        raise AppError(f"--history {path}: {exc}; {fix}") from None
-    return path
-
-
-def append(
-    path: Path,
-    verdict: Verdict,
-    evidence: RunEvidence,
-    baseline: Baseline,
-    *,
-    environ: Mapping[str, str],
+def _append(
+    path: Path, verdict: Verdict, evidence: RunEvidence, baseline: Baseline
 ) -> tuple[tuple[str, ...], str]:
-    """Append the judged run to the history at ``path``: the lines to print and report.md's
-    drift section ("" when nothing was appended; a store that cannot take it is a line)."""
+    """The lines to print and report.md's drift section ("" when nothing was appended)."""
     from miles_amd.history.drift import drifts, trusted
     from miles_amd.history.entry import appending_verdict, history_record
     from miles_amd.history.render import drift_lines, drift_section
 
-    record = history_record(verdict, evidence, baseline, environ=environ)
+    record = history_record(verdict, evidence, baseline, environ=os.environ)
     try:
         with appending_verdict(path, record) as (run_id, same, k, skipped):
             pass  # committed here
@@ -176,6 +157,18 @@ def append(
         *drift_lines(found, k, count),
     )
     return lines, drift_section(found, k, count, run_id, str(path))
+
+
+def open_history(path: Path) -> Path:
+    """Check the store at ``path`` opens (creating it if new); ``AppError`` if it cannot."""
+    from miles_amd.history.store import HistoryError, HistoryStore
+
+    try:
+        HistoryStore(path).close()
+    except HistoryError as exc:
+        fix = "fix: pass another --history, or --no-history"
+        raise AppError(f"--history {path}: {exc}; {fix}") from None
+    return path
 
 
 class NoMetricsError(ValueError):

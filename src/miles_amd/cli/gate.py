@@ -313,7 +313,14 @@ def record(
     if (run_dir is None) == (from_history is None):
         fail("--run-dir and --from-history: give exactly one; fix: record one run, or a key")
     if from_history is not None:
-        variant = _key_variant(key, variant)
+        parts = (key or "").split("/")  # shape/gpu/variant: --variant must agree with it
+        if key is None or len(parts) != 3 or not all(parts):
+            fail(f"--key {key}: not shape/gpu/variant; fix: e.g. --key 8gpu/mi350x/patched")
+        if parts[2] not in {v.value for v in opts.BaselineVariant}:
+            fail(f"--key {key}: {parts[2]} has no baseline of its own; fix: stock or patched")
+        if variant is not None and variant.value != parts[2]:
+            fail(f"--variant {variant.value} and --key {key} disagree; fix: drop --variant")
+        variant = opts.BaselineVariant(parts[2])
     elif key is not None:
         fail("--key names what --from-history derives; fix: add --from-history, or drop --key")
     if variant is None:
@@ -374,18 +381,6 @@ def record(
         f"{doc['provenance']['run_id']}, {doc['run_shape']['rollouts']} rollouts, {bands} bands "
         f"recomputed{window}); review it with: miles-amd baseline diff {variant.value} {out}"
     )
-
-
-def _key_variant(key: str | None, variant: opts.BaselineVariant | None) -> opts.BaselineVariant:
-    """The variant of ``--key`` (shape/gpu/variant), which ``--variant`` must agree with."""
-    parts = (key or "").split("/")
-    if key is None or len(parts) != 3 or not all(parts):
-        fail(f"--key {key}: not shape/gpu/variant; fix: e.g. --key 8gpu/mi350x/patched")
-    if parts[2] not in {v.value for v in opts.BaselineVariant}:
-        fail(f"--key {key}: {parts[2]} has no baseline of its own; fix: stock or patched")
-    if variant is not None and variant.value != parts[2]:
-        fail(f"--variant {variant.value} and --key {key} disagree; fix: drop --variant")
-    return opts.BaselineVariant(parts[2])
 
 
 def _history_window(path: Path, key: str) -> tuple[Candidate, list[Candidate]]:

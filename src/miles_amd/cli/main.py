@@ -32,16 +32,13 @@ for module in (train, gate, canary):
     module.register(app)
 
 
-def version() -> str:
-    try:
-        return metadata.version("miles-amd")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed; pip install -e .)"
-
-
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"{PROG_NAME} {version()}")
+        try:
+            installed = metadata.version("miles-amd")
+        except metadata.PackageNotFoundError:
+            installed = "unknown (not installed; pip install -e .)"
+        typer.echo(f"{PROG_NAME} {installed}")
         raise typer.Exit()
 
 
@@ -76,23 +73,18 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
                 raise
-            fail(path_too_long(exc))
+            path = str(exc.filename or "")
+            longest = max((len(part.encode()) for part in path.split("/")), default=0)
+            shown = path if len(path) <= 80 else path[:60] + "..." + path[-10:]
+            fail(
+                f"{shown}: the path is longer than this OS allows ({len(path.encode())} bytes, "
+                f"its longest name {longest} bytes; ENAMETOOLONG); fix: name a shorter path"
+            )
         if code == EXIT_INTERRUPTED:  # typer returns Ctrl-C as 130 without standalone mode
             say(interrupted_line(command, args), err=True)
     except typer.Exit as exc:  # fail() above
         code = exc.exit_code
     sys.exit(code if isinstance(code, int) else 0)
-
-
-def path_too_long(exc: OSError) -> str:
-    """The path (its start, when long), its length, its longest name, and the fix."""
-    path = str(exc.filename or "")
-    longest = max((len(part.encode()) for part in path.split("/")), default=0)
-    shown = path if len(path) <= 80 else path[:60] + "..." + path[-10:]
-    return (
-        f"{shown}: the path is longer than this OS allows ({len(path.encode())} bytes, its "
-        f"longest name {longest} bytes; ENAMETOOLONG); fix: name a shorter path"
-    )
 
 
 def interrupted_line(command: object, args: Sequence[str]) -> str:
