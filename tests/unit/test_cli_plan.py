@@ -82,16 +82,6 @@ def test_the_wandb_key_is_printed_redacted() -> None:
         assert "WANDB_API_KEY" in done.stdout and "<redacted>" in done.stdout
 
 
-def test_train_says_when_the_aiter_all_reduce_is_left_to_the_image() -> None:
-    left = run_cli("train", "--dry-run")
-    assert left.stdout.splitlines()[-1].startswith(
-        "aiter variant: not given; SGLANG_USE_AITER_AR (aiter's all-reduce or SGLang's) is "
-        "left to the image"
-    )
-    chosen = run_cli("train", "--dry-run", "--aiter-variant", "stock")
-    assert chosen.returncode == 0 and "SGLANG_USE_AITER_AR (aiter" not in chosen.stdout
-
-
 @pytest.mark.snapshot
 def test_planning_imports_no_heavy_module() -> None:
     code = (

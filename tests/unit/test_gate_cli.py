@@ -64,17 +64,6 @@ def test_the_example_passes_and_says_where_the_report_is(tmp_path: Path) -> None
     assert stock.returncode == 0 and report_of(tmp_path / "s")["baseline"]["run_id"] == "4it2x89i"
 
 
-def test_the_default_report_dir_is_inside_the_run_dir(tmp_path: Path) -> None:
-    run_dir = copy_example(tmp_path)
-    done = run_cli("gate", "--run-dir", str(run_dir), "--baseline", "patched", "--no-history")
-    assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in (run_dir / "report").iterdir()) == [
-        "metrics.png",
-        "report.json",
-        "report.md",
-    ]
-
-
 def fail_job(run_dir: Path) -> None:
     job = json.loads((run_dir / "job.json").read_text())
     (run_dir / "job.json").write_text(json.dumps({**job, "status": "FAILED"}))
