@@ -198,6 +198,14 @@ BAD_INPUT = [
     (["--run-dir", "{ex}", "--baseline", "patched", "--expected-rollouts", "0"],
      "Invalid value for '--expected-rollouts'"),
     (["--run-dir", "{ex}"], "Missing option '--baseline'"),
+    # a mistyped baseline name gets a hint
+    (["--example", "--baseline", "Patched"], "--baseline Patched: no such baseline file "
+     "(baseline names are lower case: --baseline patched); fix: use --baseline stock, "
+     "--baseline patched"),
+    (["--example", "--baseline", "STOCK"], "--baseline STOCK: no such baseline file "
+     "(baseline names are lower case: --baseline stock)"),
+    (["--example", "--baseline", "rccl"], "--baseline rccl: no such baseline file (rccl has no "
+     "baseline of its own: a run of it is gated with --baseline stock"),
 ]  # fmt: skip
 
 
