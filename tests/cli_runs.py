@@ -1,11 +1,6 @@
-"""Run ``miles-amd`` as a user does: in this process, or as a real process where one is needed.
-
-:func:`run_cli` runs the console script's entry (:func:`miles_amd.cli.main.main`) inside
-typer's ``CliRunner`` isolation: the user's exit path, stdout and stderr apart, ``env`` (a
-whole environment, as ``subprocess.run`` takes it) and ``cwd`` in place for the call; an
-unexpected exception reaches the test. :func:`run_cli_process` starts ``python -m
-miles_amd.cli`` for what only a process shows (a closed pipe, a child's environment).
-"""
+"""Run ``miles-amd`` as a user does: in this process (``CliRunner`` isolation around the
+console script's entry, :func:`run_cli`), or as a real process where only one shows it
+(:func:`run_cli_process`: a closed pipe, a child's environment)."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ from miles_amd.cli.main import main
 
 
 def flat(text: str) -> str:
-    """``text`` with every run of whitespace one space: a wrapped line reads as one (the
-    terminal renderers wrap at 100 columns, ``miles_amd.wrap``)."""
+    """``text`` with every run of whitespace one space: a wrapped line reads as one."""
     return " ".join(text.split())
 
 
@@ -33,11 +27,6 @@ class CliRun:
     returncode: int
     stdout: str
     stderr: str
-
-
-def environment_overlay(env: Mapping[str, str]) -> dict[str, str | None]:
-    """``os.environ`` -> ``env`` as the overrides ``CliRunner`` takes (None deletes a key)."""
-    return {key: env.get(key) for key in {*os.environ, *env}}
 
 
 @contextlib.contextmanager
@@ -52,17 +41,16 @@ def working_dir(cwd: Path | None) -> Iterator[None]:  # contextlib.chdir is 3.11
 
 
 def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> CliRun:
-    overlay = environment_overlay(env) if env is not None else None
+    # os.environ -> env as the overrides CliRunner takes (None deletes a key)
+    overlay = None if env is None else {key: env.get(key) for key in {*os.environ, *env}}
     with (
         CliRunner().isolation(env=overlay) as (stdout, stderr, _),
         working_dir(cwd),
     ):
         try:
             main(list(args))
-        except SystemExit as exc:
+        except SystemExit as exc:  # main() always exits
             code = exc.code
-        else:  # pragma: no cover - main() always exits
-            raise AssertionError("miles_amd.cli.main.main returned instead of exiting")
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -71,6 +59,18 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None =
             sys.stderr.flush()
             code = 1
         return CliRun(code or 0, stdout.getvalue().decode(), stderr.getvalue().decode())
+
+
+def one_error_line(done: CliRun, *needles: str, stdout: str = "") -> str:
+    """The one ``miles-amd: error:`` line of an exit 2 holding ``needles``; stdout only
+    ``stdout`` (a prefix; empty: nothing)."""
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stdout.startswith(stdout) and (stdout or done.stdout == ""), done.stdout
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("miles-amd: error: "), done.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
 
 
 def run_cli_process(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runs import run_cli
+from tests.cli_runs import one_error_line, run_cli
 from tests.support.fake_aiter import fake_aiter, header_text
 
 GLOO = """import torch.distributed as dist
@@ -96,10 +96,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
         "--run-dir" if "--run-dir" not in args else "--json",
         *([str(tmp_path / "run")] if "--run-dir" not in args else []),
     )
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("miles-amd: error: "), done.stderr
-    assert message in lines[0]
+    one_error_line(done, message)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
 
 
@@ -113,13 +110,11 @@ def test_the_node_path_without_gpus_names_the_fix(tmp_path: Path) -> None:
 
 def test_aiters_size_variable_at_zero_says_every_size_goes_to_rccl() -> None:
     done = run_cli("canary", "--plan", env={"AITER_CUSTOM_AR_MAX_SIZE": "0"})
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert "AITER_CUSTOM_AR_MAX_SIZE=0 switches aiter's custom all-reduce off" in lines[0]
-    assert (
-        "aiter sends every size to RCCL" in lines[0]
-        and "unset AITER_CUSTOM_AR_MAX_SIZE" in lines[0]
+    one_error_line(
+        done,
+        "AITER_CUSTOM_AR_MAX_SIZE=0 switches aiter's custom all-reduce off",
+        "aiter sends every size to RCCL",
+        "unset AITER_CUSTOM_AR_MAX_SIZE",
     )
 
 

@@ -1,5 +1,5 @@
-"""The CLI's small conveniences: the hint for a mistyped baseline name, and the progress of a
-long read (a real pseudo-terminal). Ctrl-C and shell completion: ``test_cli_interface.py``."""
+"""The progress of a long read (a real pseudo-terminal). The hint for a mistyped baseline
+name: ``test_gate_cli.py``; Ctrl-C and shell completion: ``test_cli_interface.py``."""
 
 from __future__ import annotations
 
@@ -7,25 +7,7 @@ import io
 import os
 import pty
 
-import pytest
-
 from miles_amd.evidence.job_log import Progress
-from tests.cli_runs import run_cli
-
-
-@pytest.mark.parametrize(
-    ("name", "hint"),
-    [
-        ("Patched", "(baseline names are lower case: --baseline patched)"),
-        ("STOCK", "(baseline names are lower case: --baseline stock)"),
-        ("rccl", "(rccl has no baseline of its own: a run of it is gated with --baseline stock"),
-    ],
-)
-def test_a_mistyped_baseline_name_gets_a_hint(name: str, hint: str) -> None:
-    done = run_cli("gate", "--example", "--baseline", name)
-    assert done.returncode == 2
-    assert done.stderr.startswith(f"miles-amd: error: --baseline {name}: no such baseline file")
-    assert hint in done.stderr and "fix: use --baseline stock, --baseline patched" in done.stderr
 
 
 def test_progress_is_shown_on_a_terminal_and_cleared() -> None:

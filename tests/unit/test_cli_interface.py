@@ -21,18 +21,9 @@ import typer
 from miles_amd.cli.main import app
 from miles_amd.exit_codes import EXIT_CODES_HELP
 from miles_amd.history.store import HistoryStore
-from tests.cli_runs import CliRun, run_cli, run_cli_process
+from tests.cli_runs import one_error_line, run_cli, run_cli_process
 from tests.constants import LOGPROB
 from tests.run_dirs import published_values, write_run
-
-
-def one_error_line(done: CliRun, *needles: str) -> str:
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("miles-amd: error: "), done.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def tree(root: Path) -> dict[str, int]:

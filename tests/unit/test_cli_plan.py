@@ -16,21 +16,12 @@ from pathlib import Path
 import pytest
 
 from miles_amd.recipe.settings import FIELD_FLAGS, Recipe
-from tests.cli_runs import CliRun, run_cli
+from tests.cli_runs import one_error_line, run_cli
 from tests.unit.test_recipe import RECIPE_MD_MODEL_ARGS, RECIPE_MD_TRAIN_ARGS
 
 # heavy libraries, and the reading and judging a command imports only when it runs
 HEAVY = ("ray", "torch", "tensorboard", "matplotlib", "jsonschema", "miles_amd.judge.gate",
          "miles_amd.app.gate", "miles_amd.baseline.model", "miles_amd.evidence.load")  # fmt: skip
-
-
-def one_error_line(done: CliRun, needle: str, *, stdout: str = "") -> str:
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    assert done.stdout.startswith(stdout) and (stdout or done.stdout == "")
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("miles-amd: error: "), done.stderr
-    assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def write_checkpoint(model_dir: Path, *, mxfp4: bool) -> None:
@@ -89,16 +80,6 @@ def test_the_wandb_key_is_printed_redacted() -> None:
         assert done.returncode == 0, done.stderr
         assert secret not in done.stdout + done.stderr
         assert "WANDB_API_KEY" in done.stdout and "<redacted>" in done.stdout
-
-
-def test_train_says_when_the_aiter_all_reduce_is_left_to_the_image() -> None:
-    left = run_cli("train", "--dry-run")
-    assert left.stdout.splitlines()[-1].startswith(
-        "aiter variant: not given; SGLANG_USE_AITER_AR (aiter's all-reduce or SGLang's) is "
-        "left to the image"
-    )
-    chosen = run_cli("train", "--dry-run", "--aiter-variant", "stock")
-    assert chosen.returncode == 0 and "SGLANG_USE_AITER_AR (aiter" not in chosen.stdout
 
 
 @pytest.mark.snapshot

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from miles_amd.rules.check import Check
     from miles_amd.rules.model import Baseline
 
-__all__ = ["for_variant", "identity", "load", "watch_rules"]
+__all__ = ["identity", "load", "watch_rules"]
 
 
 def load(spec: str, flag: str) -> Baseline:
@@ -51,13 +51,6 @@ def identity(baseline: Baseline) -> tuple[str, str | None]:
         return digest, baseline_digest(load_baseline(baseline.name))
     except BaselineError:
         return digest, None
-
-
-def for_variant(variant: str) -> str:
-    """The shipped baseline ``variant`` is gated against (rccl: stock's)."""
-    from miles_amd.baseline.keys import template_for
-
-    return template_for(variant)
 
 
 def watch_rules(gate: Baseline | None) -> Callable[[RunEvidence], list[Check]]:

@@ -1,28 +1,18 @@
 """Gate one run dir (read, judge, write its report, append to a named history); compare two.
 
-- The report set (report.json, report.md, metrics.png; compare.json/.md/.png for a
-  comparison) is rendered in memory and written as one set through
-  ``miles_amd.files.write_files`` (no link below the run dir followed; a failed write leaves
-  the previous set); by default into ``<run>/report`` (``<B>/report/compare``).
-- A named history is opened before judging (:func:`open_history`) and the verdict appended
-  only once the set is in place, so a run is in the history only with its report; report.md
-  then gets the append's "Drift across runs" section; a failed append is a line in
-  :attr:`GateResult.history_lines`, not another verdict.
-- The verdict carries the baseline's digest and whether it is the shipped one.
-- ``--baseline auto``: the run's key picks the reviewed baseline, else the variant's template,
-  judged record-only (:func:`choose_baseline`).
-- Two runs are compared only when both have metrics (:class:`NoMetricsError`) and pass the
-  gate's evidence checks (:class:`UntrustedEvidenceError`).
-
-Raises ``OSError`` when a set cannot be written, ``AppError`` for unusable input.
+A report set (report.* or compare.*) is rendered in memory and written whole
+(``files.write_files``), by default into ``<run>/report`` (``<B>/report/compare``). A named
+history is opened before judging and the verdict appended only once its report is in place; a
+failed append is a line, not another verdict. ``--baseline auto``: the run's key picks the
+reviewed baseline, else the variant's template, judged record-only. Two runs are compared
+only when both have metrics and pass the gate's evidence checks. Raises ``OSError`` when a
+set cannot be written, ``AppError`` for unusable input.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,14 +51,6 @@ class GateResult:
     markdown: str  # report.md as written
     history_lines: tuple[str, ...] = field(default=())
 
-    @property
-    def exit_code(self) -> int:
-        return self.verdict.exit_code
-
-
-def report_dir_of(run_dir: Path, given: Path | None = None) -> Path:
-    return given if given is not None else RunDir(run_dir).report
-
 
 def compare_dir_of(b_dir: Path, given: Path | None = None) -> Path:
     return given if given is not None else RunDir(b_dir).compare_report
@@ -106,8 +88,7 @@ def gate_run_dir(
     history: Path | None = None,
     looks: bool = True,
 ) -> GateResult:
-    """Judge ``run_dir`` against ``baseline`` (None: :func:`choose_baseline`) and write the
-    report (module doc); ``looks`` False judges the whole run only (``--no-looks``)."""
+    """Judge ``run_dir`` against ``baseline`` (None: :func:`choose_baseline`); write the set."""
     from miles_amd.app.baselines import identity
     from miles_amd.evidence.load import load_run
     from miles_amd.files import write_files
@@ -131,7 +112,7 @@ def gate_run_dir(
     verdict = replace(verdict, baseline_sha256=digest, shipped_sha256=shipped)
     lines: tuple[str, ...] = ()
     markdown = render_markdown(verdict)
-    out_dir = report_dir_of(run_dir, report_dir)
+    out_dir = report_dir or RunDir(run_dir).report
     files = ReportFiles.in_dir(out_dir)
     contents = {
         files.json.name: render_json(verdict).encode("utf-8"),
@@ -141,7 +122,7 @@ def gate_run_dir(
     root = run_dir if report_dir is None else None
     write_files(out_dir, contents, root=root)
     if history is not None:
-        lines, section = append(history, verdict, evidence, baseline, environ=os.environ)
+        lines, section = _append(history, verdict, evidence, baseline)
         if section:
             full = markdown + "\n" + section
             try:
@@ -153,33 +134,15 @@ def gate_run_dir(
     return GateResult(verdict, evidence, baseline, files, markdown, lines)
 
 
-def open_history(path: Path) -> Path:
-    """Check the store at ``path`` opens (creating it if new); ``AppError`` if it cannot."""
-    from miles_amd.history.store import HistoryError, HistoryStore
-
-    try:
-        HistoryStore(path).close()
-    except HistoryError as exc:
-        fix = "fix: pass another --history, or --no-history"
-        raise AppError(f"--history {path}: {exc}; {fix}") from None
-    return path
-
-
-def append(
-    path: Path,
-    verdict: Verdict,
-    evidence: RunEvidence,
-    baseline: Baseline,
-    *,
-    environ: Mapping[str, str],
+def _append(
+    path: Path, verdict: Verdict, evidence: RunEvidence, baseline: Baseline
 ) -> tuple[tuple[str, ...], str]:
-    """Append the judged run to the history at ``path``: the lines to print and report.md's
-    drift section ("" when nothing was appended; a store that cannot take it is a line)."""
+    """The lines to print and report.md's drift section ("" when nothing was appended)."""
     from miles_amd.history.drift import drifts, trusted
     from miles_amd.history.entry import appending_verdict, history_record
     from miles_amd.history.render import drift_lines, drift_section
 
-    record = history_record(verdict, evidence, baseline, environ=environ)
+    record = history_record(verdict, evidence, baseline, environ=os.environ)
     try:
         with appending_verdict(path, record) as (run_id, same, k, skipped):
             pass  # committed here
@@ -196,24 +159,16 @@ def append(
     return lines, drift_section(found, k, count, run_id, str(path))
 
 
-def example_run_dir() -> Path:
-    """The embedded example's run dir, read as package data (the product imports nothing of
-    the testing package): in the repo a link to ``examples/runs/jvvnhop9``, in a wheel a copy."""
-    from miles_amd.package_data import package_path
+def open_history(path: Path) -> Path:
+    """Check the store at ``path`` opens (creating it if new); ``AppError`` if it cannot."""
+    from miles_amd.history.store import HistoryError, HistoryStore
 
-    return package_path("miles_amd", "testing", "example-run")
-
-
-def inside_installed_package(path: Path) -> bool:
-    """Whether ``path`` (made absolute, links resolved) lies in the ``miles_amd`` package."""
-    import miles_amd
-
-    return Path(path).resolve().is_relative_to(Path(miles_amd.__file__).resolve().parent)
-
-
-def example_report_dir(given: Path | None) -> Path:
-    """``given``, else a new temporary directory (``miles-amd-example-*``)."""
-    return given if given is not None else Path(tempfile.mkdtemp(prefix="miles-amd-example-"))
+    try:
+        HistoryStore(path).close()
+    except HistoryError as exc:
+        fix = "fix: pass another --history, or --no-history"
+        raise AppError(f"--history {path}: {exc}; {fix}") from None
+    return path
 
 
 class NoMetricsError(ValueError):
@@ -242,8 +197,7 @@ class ComparedRuns:
 def compare_run_dirs(
     a_dir: Path, b_dir: Path, baseline: Baseline, *, out_dir: Path | None = None
 ) -> ComparedRuns:
-    """A/B of ``a_dir`` and ``b_dir`` (Δ = B - A) with ``baseline``'s metrics and spike
-    threshold (module doc)."""
+    """A/B of ``a_dir`` and ``b_dir`` (Δ = B - A) with ``baseline``'s metrics and threshold."""
     from miles_amd.evidence.load import load_run
     from miles_amd.files import write_files
     from miles_amd.judge.compare import compare

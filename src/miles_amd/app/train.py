@@ -1,15 +1,10 @@
 """Run a plan and gate what it wrote: the canary first, then the driver, then the gate.
 
-- :func:`run_canary`: the plan's canary step (``miles-amd canary`` as a subprocess), its
-  canary.json judged by the gate's own ``allreduce.canary`` check; the run stops
-  (:class:`CanaryRed`, exit 1) exactly when that check fails (a stock wrong sum reproduces
-  the bug and the run goes on); an unusable canary is an ``AppError`` naming ``--no-canary``.
-  The node-minutes a stop saves are the published runs' duration scaled to the plan.
-- :func:`run_and_gate`: the canary, the driver with the fail-fast watcher's rules, then the
-  gate when a baseline is given; the exit code is the gate's, else the job's; evidence not
-  pulled back from the job's node fails either way.
-- :func:`run_variants`: ``train --variants``: the jobs concurrently, each gated against its
-  variant's baseline.
+The canary's canary.json is judged by the gate's own ``allreduce.canary`` check; the run stops
+(:class:`CanaryRed`, exit 1) exactly when that check fails; an unusable canary is an
+``AppError`` naming ``--no-canary``. The exit code is the gate's, else the job's; evidence not
+pulled back from the job's node fails either way. ``train --variants`` runs the jobs at once,
+each gated against its variant's baseline.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from miles_amd.app import AppError
-from miles_amd.app.baselines import for_variant, load, watch_rules
+from miles_amd.app.baselines import load, watch_rules
 from miles_amd.app.gate import GateResult, gate_run_dir
 from miles_amd.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED
 
@@ -45,10 +40,6 @@ class CanaryRed(RuntimeError):
     check's detail, that the run was not started and the node-minutes that saved."""
 
 
-def saved_minutes(plan: LaunchPlan) -> int:
-    return round(PUBLISHED_RUN_MINUTES * plan.recipe.num_rollout / PUBLISHED_ROLLOUTS)
-
-
 def miles_amd_command(argv: Sequence[str]) -> int:
     """``miles-amd ARGS`` (``argv[0]`` is ``miles-amd``) with this interpreter; its code."""
     return subprocess.run(
@@ -63,8 +54,7 @@ def run_canary(
     command: Command = miles_amd_command,
     echo: Callable[[str], None] = print,
 ) -> Check | None:
-    """The plan's canary step, judged (module doc); None when the plan has none. ``command``
-    runs the step's argv (the real CLI; a test passes the real writer instead)."""
+    """The plan's canary step run by ``command`` and judged; None when the plan has none."""
     from miles_amd.evidence.load import load_run
     from miles_amd.judge.canary import canary_check
     from miles_amd.recipe.plan import CANARY_STEP
@@ -91,10 +81,11 @@ def run_canary(
         )
     check = canary_check(evidence, evidence.variant or plan.aiter_variant, require_env=require_env)
     if check.failed:
+        minutes = round(PUBLISHED_RUN_MINUTES * plan.recipe.num_rollout / PUBLISHED_ROLLOUTS)
         found = "the kernel wrong" if evidence.canary.mismatches else "no evidence for this run"
         raise CanaryRed(
             f"the all-reduce canary found {found}: {check.detail}; the run was not started: "
-            f"about {saved_minutes(plan)} node-minutes saved (the published "
+            f"about {minutes} node-minutes saved (the published "
             f"{PUBLISHED_ROLLOUTS}-rollout runs took about {PUBLISHED_RUN_MINUTES} minutes); "
             f"canary.json is in {plan.run_dir}"
         )
@@ -113,7 +104,7 @@ class TrainResult:
 
     @property
     def exit_code(self) -> int:
-        code = self.gate.exit_code if self.gate is not None else self.outcome.exit_code
+        code = self.gate.verdict.exit_code if self.gate is not None else self.outcome.exit_code
         return max(code, EXIT_FAILED) if self.outcome.pullback_error else code
 
     def summary(self) -> str:
@@ -163,12 +154,12 @@ def run_variants(
     watch_interval_s: float = 10.0,
     echo: Callable[[str], None] = print,
 ) -> dict[str, TrainResult | BaseException]:
-    """Every variant's run, gated; a variant whose driver raised has the exception as its
-    result. Baselines load first (``AppError`` before anything runs)."""
+    """Every variant's run, gated (baselines load first); a raised driver's result is its error."""
+    from miles_amd.baseline.keys import template_for
     from miles_amd.run.driver import RunOutcome
     from miles_amd.run.variants_run import execute_variants
 
-    baselines = {v: load(for_variant(v), "--variants") for v in plans}
+    baselines = {v: load(template_for(v), "--variants") for v in plans}
     outcomes = execute_variants(
         plans,
         {v: watch_rules(b) for v, b in baselines.items()},

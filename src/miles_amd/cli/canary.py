@@ -1,14 +1,9 @@
 """``miles-amd canary``: all-reduce known integers at the rollout shapes and check every bit.
 
-Decides the command's options, their checks, its output and its exit code: ``--plan`` prints
-the plan (``--json``: ``entries``, ``dispatch_source``, ``aiter_fix``); ``--reducer
-FILE:FUNCTION`` runs the CPU harness (gloo), else the node runs the all-reduce of
-``--variant`` / ``--implementation`` with the variant's aiter (``variants.aiter_pythonpath``),
-the positive control's broken build first; ``--run-dir`` gets canary.json. Exit 0 clean, 1 a
+Decides the command's options, their checks, its output and its exit code: 0 clean, 1 a
 mismatch (the line says whether it matches ROCm/aiter#5694's stale read), 2 unusable, with
-nothing written. Heavy imports happen in the ranks (``canary.worker``).
-
-Explained in ``docs/cli.md`` ("The all-reduce canary").
+nothing written. Heavy imports happen in the ranks (``canary.worker``). Explained in
+``docs/cli.md`` ("The all-reduce canary").
 """
 
 from __future__ import annotations
@@ -33,7 +28,6 @@ from miles_amd.exit_codes import EXIT_FAILED
 if TYPE_CHECKING:
     from miles_amd.canary.harness import Setup
     from miles_amd.canary.plan import Plan
-    from miles_amd.records.canary import CanaryRecord
 
 CPU_DETECT_RATE = 0.002
 MIN_DETECT_RATE = 1e-12  # 4.6e12 calls: beyond any canary; below it (subnormals) is refused
@@ -53,8 +47,7 @@ def register(app: typer.Typer) -> None:
 
 
 def check_reducer(target: str) -> str:
-    """``FILE:FUNCTION`` whose file exists and defines the function at top level (read with
-    ``ast``, not run: the ranks run it); the absolute form. Exits 2 otherwise."""
+    """``FILE:FUNCTION`` (absolute) whose file defines the function (read, not run); else exit 2."""
     file_name, sep, func = target.rpartition(":")
     if not sep or not file_name or not func.isidentifier():
         fail(f"--reducer {target}: expected FILE:FUNCTION, e.g. reducers.py:all_reduce")
@@ -80,35 +73,13 @@ def check_reducer(target: str) -> str:
     return f"{path}:{func}"
 
 
-def check_run_dir(run_dir: Path) -> None:
-    """A run dir that exists as a writable directory or can be created; exits 2 otherwise."""
-    if run_dir.exists() and not run_dir.is_dir():
-        fail(f"--run-dir {run_dir}: is a file, not a directory; name a directory")
-    existing = run_dir
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        fail(f"--run-dir {run_dir}: {existing} is not writable; choose a writable directory")
-
-
 def check_detect_rate(value: float | None) -> float | None:
-    """``--detect-rate`` in ``[MIN_DETECT_RATE, 1)``, finite; exits 2 otherwise (where parsed)."""
     if value is not None and not (math.isfinite(value) and MIN_DETECT_RATE <= value < 1.0):
         fail(
             f"--detect-rate {value:g}: must be in [{MIN_DETECT_RATE:g}, 1), e.g. 1.3e-05 "
             "(a smaller rate needs more calls than any canary can make)"
         )
     return value
-
-
-def _tokens(text: str | None) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        values = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        fail(f"--tokens {text}: expected comma-separated token counts, e.g. 29,33")
-    return values
 
 
 def canary(
@@ -194,8 +165,17 @@ def canary(
             f"{recipe.num_gpus} ranks; pass a multiple of {shape.tp} up to {recipe.num_gpus}"
         )
     reducer_path = check_reducer(reducer) if reducer is not None else None
-    if run_dir is not None:
-        check_run_dir(run_dir)
+    if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
+        fail(f"--run-dir {run_dir}: is a file, not a directory; name a directory")
+    existing = run_dir
+    while existing is not None and not existing.exists():
+        existing = existing.parent
+    if existing is not None and not (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
+        fail(f"--run-dir {run_dir}: {existing} is not writable; choose a writable directory")
+    try:
+        sizes = tuple(int(part) for part in tokens.split(",")) if tokens else ()
+    except ValueError:
+        fail(f"--tokens {tokens}: expected comma-separated token counts, e.g. 29,33")
     pythonpath = aiter_pythonpath(variant.value if variant else None, os.environ)
     aiter = read_aiter_fix(pythonpath, sys.executable)
     package, header = aiter.get("package_dir"), aiter.get("header")
@@ -220,7 +200,7 @@ def canary(
             target=CPU if on_cpu else NODE,
             constants=constants,
             groups=world // shape.tp,
-            tokens=_tokens(tokens),
+            tokens=sizes,
         )
     except ValueError as exc:
         fail(f"--tokens {tokens}: {exc}" if tokens else str(exc))
@@ -286,13 +266,6 @@ def _print_plan(plan: Plan, fix: str, json_out: bool) -> None:
         typer.echo(textwrap.fill(line, width=100, subsequent_indent="  ", break_on_hyphens=False))
 
 
-def fault_reading(record: CanaryRecord) -> str:
-    """What the wrong sums look like: #5694's stale read, or another fault."""
-    from miles_amd.canary.kernel import MATCHES, OTHER
-
-    return MATCHES if record.matches_stale_read else OTHER
-
-
 def _power_line(rate: float, calls: int, probability: float) -> str:
     return (
         f"power: a per-call rate >= {rate:.3g} at the exposed sizes is caught with probability "
@@ -303,13 +276,8 @@ def _power_line(rate: float, calls: int, probability: float) -> str:
 def _run(
     plan: Plan, setup: Setup, timeout: float | None, run_dir: Path | None, json_out: bool
 ) -> None:
-    from miles_amd.canary.harness import (
-        NOT_SEEN,
-        HarnessError,
-        run,
-        run_control,
-        write_canary,
-    )
+    from miles_amd.canary.harness import NOT_SEEN, HarnessError, run, run_control, write_canary
+    from miles_amd.canary.kernel import MATCHES, OTHER
 
     on_cpu = setup.device == "cpu"
     if not on_cpu:
@@ -385,9 +353,10 @@ def _run(
                 f"; first at call {first.call} rank {first.rank} element {first.index}: "
                 f"expected {first.expected:g}, seen {first.seen:g}"
             )
+        reading = MATCHES if record.matches_stale_read else OTHER
         typer.echo(
             f"miles-amd: canary: {record.mismatches} wrong all-reduce call(s) of "
-            f"{record.implementation}: {fault_reading(record)}; first at N={bad.tokens} "
+            f"{record.implementation}: {reading}; first at N={bad.tokens} "
             f"({bad.kernel}, {bad.wave_class}){where}",
             err=True,
         )

@@ -1,28 +1,15 @@
 """``miles-amd gate``, ``compare``, ``baseline record|diff`` and ``history``: judge evidence.
 
 Decides these commands' options, output and exit codes (0 pass or done, 1 fail or differ, 2
-unusable input with one line naming the flag and the fix, nothing written):
-
-- ``gate``: the run judged once (``app.gate.gate_run_dir``), report.json/.md/metrics.png to
-  ``--report-dir`` (default ``<run-dir>/report``; never inside the installed package),
-  ``--example`` the embedded run, ``--baseline auto`` the run's key's reviewed baseline
-  (none: record-only); the verdict appended to a history only when one is named
-  (``--history``, else ``$MILES_AMD_HISTORY``; ``--no-history``), opened before judging;
-- ``compare``: a paired A/B of two ``--run-dir`` (Δ = B - A; no pass/fail; 1 when a run's
-  evidence fails the gate's evidence checks);
-- ``baseline record``: a run (or, ``--from-history``, a key's trusted runs) into a baseline
-  file, written whole; ``baseline diff``: exit 0 the same, 1 different (as diff(1));
-- ``history``: read-only listing with drift findings, ``--plot``, ``--export``;
-  ``mark-untrusted`` / ``mark-trusted`` take a run out of the trend and back.
-
-Reading, judging and reporting are imported inside the commands. Explained in
-``docs/cli.md``.
+unusable input with one line naming the flag and the fix, nothing written). Reading, judging
+and reporting are imported inside the commands. Explained in ``docs/cli.md``.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -136,8 +123,11 @@ def gate(
     ] = False,
 ) -> None:
     """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
+    import miles_amd
     from miles_amd.app import gate as app_gate
     from miles_amd.app.baselines import load
+    from miles_amd.package_data import package_path
+    from miles_amd.run_dir import RunDir
 
     rollouts = opts.resolve_alias(
         num_rollouts,
@@ -152,14 +142,16 @@ def gate(
             + "; fix: pass --run-dir DIR, or --example for the embedded run"
         )
     reference = None if baseline == AUTO else load(baseline, "--baseline")
-    run_dir = opts.existing_run_dir(run_dir or app_gate.example_run_dir())
+    # the embedded example is package data: in the repo a link to examples/runs/jvvnhop9
+    example_dir = package_path("miles_amd", "testing", "example-run")
+    run_dir = opts.existing_run_dir(run_dir or example_dir)
     history = opts.named_history(history_file, no_history)
     if history is not None:
         app_gate.open_history(history)
     if example and report_dir is None:
-        report_dir = app_gate.example_report_dir(None)
-    out_dir = app_gate.report_dir_of(run_dir, report_dir)
-    if app_gate.inside_installed_package(out_dir):
+        report_dir = Path(tempfile.mkdtemp(prefix="miles-amd-example-"))
+    out_dir = report_dir or RunDir(run_dir).report
+    if out_dir.resolve().is_relative_to(Path(miles_amd.__file__).resolve().parent):
         flag = "--run-dir" if report_dir is None else "--report-dir"
         fail(
             f"{flag} {run_dir if report_dir is None else report_dir}: the report would go "
@@ -321,7 +313,14 @@ def record(
     if (run_dir is None) == (from_history is None):
         fail("--run-dir and --from-history: give exactly one; fix: record one run, or a key")
     if from_history is not None:
-        variant = _key_variant(key, variant)
+        parts = (key or "").split("/")  # shape/gpu/variant: --variant must agree with it
+        if key is None or len(parts) != 3 or not all(parts):
+            fail(f"--key {key}: not shape/gpu/variant; fix: e.g. --key 8gpu/mi350x/patched")
+        if parts[2] not in {v.value for v in opts.BaselineVariant}:
+            fail(f"--key {key}: {parts[2]} has no baseline of its own; fix: stock or patched")
+        if variant is not None and variant.value != parts[2]:
+            fail(f"--variant {variant.value} and --key {key} disagree; fix: drop --variant")
+        variant = opts.BaselineVariant(parts[2])
     elif key is not None:
         fail("--key names what --from-history derives; fix: add --from-history, or drop --key")
     if variant is None:
@@ -382,18 +381,6 @@ def record(
         f"{doc['provenance']['run_id']}, {doc['run_shape']['rollouts']} rollouts, {bands} bands "
         f"recomputed{window}); review it with: miles-amd baseline diff {variant.value} {out}"
     )
-
-
-def _key_variant(key: str | None, variant: opts.BaselineVariant | None) -> opts.BaselineVariant:
-    """The variant of ``--key`` (shape/gpu/variant), which ``--variant`` must agree with."""
-    parts = (key or "").split("/")
-    if key is None or len(parts) != 3 or not all(parts):
-        fail(f"--key {key}: not shape/gpu/variant; fix: e.g. --key 8gpu/mi350x/patched")
-    if parts[2] not in {v.value for v in opts.BaselineVariant}:
-        fail(f"--key {key}: {parts[2]} has no baseline of its own; fix: stock or patched")
-    if variant is not None and variant.value != parts[2]:
-        fail(f"--variant {variant.value} and --key {key} disagree; fix: drop --variant")
-    return opts.BaselineVariant(parts[2])
 
 
 def _history_window(path: Path, key: str) -> tuple[Candidate, list[Candidate]]:

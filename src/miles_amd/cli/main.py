@@ -1,13 +1,8 @@
 """The ``miles-amd`` command line: its commands, ``--version``, and how the process exits.
 
-Decides which commands exist (``prepare``, ``train``, ``full-train``, ``preflight``: module
-``train``; ``gate``, ``baseline``, ``compare``, ``history``: module ``gate``; ``canary``)
-and the exits every command shares, in one place (:func:`main`): a usage error click finds
-is one ``miles-amd: error:`` line and exit 2; Ctrl-C one line naming the command, exit 130;
-a path longer than the OS allows (``ENAMETOOLONG``) one line naming it, exit 2. Top-level
-imports stay light (no ray, torch, tensorboard or matplotlib).
-
-Explained in ``docs/cli.md``.
+The exits every command shares: a usage error is one ``miles-amd: error:`` line and exit 2;
+Ctrl-C one line naming the command, exit 130; a path longer than the OS allows one line naming
+it, exit 2. Top-level imports stay light. Explained in ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -37,16 +32,13 @@ for module in (train, gate, canary):
     module.register(app)
 
 
-def version() -> str:
-    try:
-        return metadata.version("miles-amd")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed; pip install -e .)"
-
-
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"{PROG_NAME} {version()}")
+        try:
+            installed = metadata.version("miles-amd")
+        except metadata.PackageNotFoundError:
+            installed = "unknown (not installed; pip install -e .)"
+        typer.echo(f"{PROG_NAME} {installed}")
         raise typer.Exit()
 
 
@@ -81,23 +73,18 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:
                 raise
-            fail(path_too_long(exc))
+            path = str(exc.filename or "")
+            longest = max((len(part.encode()) for part in path.split("/")), default=0)
+            shown = path if len(path) <= 80 else path[:60] + "..." + path[-10:]
+            fail(
+                f"{shown}: the path is longer than this OS allows ({len(path.encode())} bytes, "
+                f"its longest name {longest} bytes; ENAMETOOLONG); fix: name a shorter path"
+            )
         if code == EXIT_INTERRUPTED:  # typer returns Ctrl-C as 130 without standalone mode
             say(interrupted_line(command, args), err=True)
     except typer.Exit as exc:  # fail() above
         code = exc.exit_code
     sys.exit(code if isinstance(code, int) else 0)
-
-
-def path_too_long(exc: OSError) -> str:
-    """The path (its start, when long), its length, its longest name, and the fix."""
-    path = str(exc.filename or "")
-    longest = max((len(part.encode()) for part in path.split("/")), default=0)
-    shown = path if len(path) <= 80 else path[:60] + "..." + path[-10:]
-    return (
-        f"{shown}: the path is longer than this OS allows ({len(path.encode())} bytes, its "
-        f"longest name {longest} bytes; ENAMETOOLONG); fix: name a shorter path"
-    )
 
 
 def interrupted_line(command: object, args: Sequence[str]) -> str:

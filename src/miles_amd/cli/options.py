@@ -1,18 +1,10 @@
 """What every ``miles-amd`` command shares: its options, its error line, its output streams.
 
-Decides:
-
-- each shared flag's name, default, help and the check of its value, run while the command
-  line is parsed, so a bad value exits 2 naming the flag before anything starts (counts >= 1
-  and bounded, ``--timeout`` finite, every directory made absolute, a path with a control or
-  invisible character refused); old spellings stay as hidden aliases (:func:`resolve_alias`);
-- the one error line, ``miles-amd: error: <message>`` on stderr (folded, escaped, redacted),
-  and its exit code (:func:`fail`; the codes are ``miles_amd.exit_codes``'), also for the
-  errors that mean the same whichever command meets them (:func:`exit_code_of`);
-- that a closed stdout or stderr (``| head -2``) changes no exit code
-  (:func:`guard_std_streams`: writes to a broken pipe are dropped).
-
-Explained in ``docs/cli.md`` ("Shared options").
+Each shared flag's value is checked while the command line is parsed (exit 2 naming the flag
+before anything starts); old spellings stay hidden aliases. The one error line is
+``miles-amd: error: <message>`` (folded, escaped, redacted) with its exit code, also for the
+errors that mean the same whichever command meets them (:func:`exit_code_of`); a closed stdout
+or stderr changes no exit code. Explained in ``docs/cli.md`` ("Shared options").
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """``miles-amd prepare``, ``preflight``, ``train`` and ``full-train``: plan, check, run.
 
-Decides these commands' options and what is checked before anything runs, in order: flags
-(``--json`` needs ``--dry-run``; a ``--run-dir`` that is a file is refused), the recipe's
-invariants and ``--extra-args`` (``recipe.settings``), ``--gate``'s baseline (loaded once),
-a named history (opened), and for a real run the checkpoint, dataset and miles checkout
-(``recipe.inputs``): each is one line and exit 2 with nothing started. ``full-train`` is
-``prepare`` then ``train``, with exactly ``train``'s options. Running, the canary first and
-gating are ``miles_amd.app.train``'s; ``--variants`` runs one job per aiter variant on a Ray
-cluster, then the A/B comparison against stock, and exits with the worst code.
-``prepare`` runs ``hf download`` (``huggingface_hub>=0.34``: HF_TOKEN from the environment,
-never argv); ``preflight`` writes env.json and exits 1 when a fact is not ok.
-
-Explained in ``docs/cli.md``.
+Decides these commands' options and what is checked before anything runs (flags, the recipe,
+``--gate``'s baseline, a named history, and for a real run the checkpoint, dataset and miles
+checkout): each is one line and exit 2 with nothing started. ``full-train`` is ``prepare``
+then ``train``, with exactly ``train``'s options; ``--variants`` runs one job per aiter
+variant, then the A/B against stock, and exits with the worst code. Explained in
+``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ import subprocess
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -44,9 +38,6 @@ from miles_amd.recipe.settings import Recipe, parse_hardware
 from miles_amd.recipe.shapes import DEFAULT_SHAPE, SHAPES
 from miles_amd.run_dir import RunDir
 from miles_amd.variants import AITER_VARIANTS
-
-if TYPE_CHECKING:
-    from miles_amd.rules.model import Baseline
 
 HF_REQUIREMENT = "huggingface_hub>=0.34"  # the first release whose wheel has the `hf` script
 # said when --aiter-variant is not given (variants.sglang_env sets only SGLANG_USE_AITER then)
@@ -108,14 +99,9 @@ def print_plan(plan: LaunchPlan, as_json: bool) -> None:
     typer.echo(json.dumps(plan.to_dict(), indent=2) if as_json else format_plan(plan))
 
 
-def hf_executable() -> str | None:
-    """``hf`` on ``PATH``, else beside this interpreter (a venv used without activation)."""
-    beside = Path(sys.executable).parent / "hf"
-    return shutil.which("hf") or (str(beside) if beside.is_file() else None)
-
-
 def run_prepare(plan: LaunchPlan) -> None:
-    hf = hf_executable()
+    beside = Path(sys.executable).parent / "hf"  # a venv used without activation
+    hf = shutil.which("hf") or (str(beside) if beside.is_file() else None)
     if hf is None:
         fail(
             "`hf` (the Hugging Face CLI) is not installed; fix: "
@@ -236,7 +222,6 @@ full_train.__signature__ = inspect.signature(train, eval_str=True)  # type: igno
 
 
 def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
-    """Both commands: check everything (module doc), then plan, print or run."""
     opts.check_json_needs_dry_run(o["as_json"], o["dry_run"])
     run_dir, dry_run, as_json = o["run_dir"], o["dry_run"], o["as_json"]
     opts.new_run_dir(run_dir)
@@ -290,7 +275,12 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
     if variant is None:
         say(AITER_LEFT_TO_IMAGE)
     if plan.node_run_dir is None:  # with private node storage these are the node's paths
-        check_inputs(recipe)
+        from miles_amd.recipe.inputs import validate_checkpoint, validate_dataset
+
+        validate_checkpoint(Path(recipe.checkpoint_dir), flag="--model-dir")
+        validate_dataset(Path(recipe.dataset_file), flag="--data-dir")
+        if not Path(recipe.train_script).is_file():
+            fail(f"--miles-dir {recipe.miles_dir}: no train.py there; point it at a miles checkout")
     history = (
         opts.named_history(o["history_file"], o["no_history"]) if reference is not None else None
     )
@@ -298,12 +288,30 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
         from miles_amd.app.gate import open_history
 
         open_history(history)
-    _execute(plan, reference, o["timeout"], o["require_env"], history, run_dir)
+    from miles_amd.app.train import run_and_gate
+
+    try:  # a red canary, bad input or the driver's error: add_command's line and code
+        result = run_and_gate(
+            plan,
+            timeout_s=o["timeout"],
+            gate=reference,
+            require_env=o["require_env"],
+            history=history,
+        )
+    except OSError as exc:
+        report = RunDir(run_dir).report
+        fail(
+            f"{report}: cannot write the report ({exc}); the run dir holds the run",
+            code=EXIT_FAILED,
+        )
+    say(result.summary())
+    for line in result.gate.history_lines if result.gate is not None else ():
+        say(line)
+    raise typer.Exit(result.exit_code)
 
 
 def make_recipe(o: dict[str, Any]) -> Recipe:
-    """The recipe of the options: the hidden ``--num-rollout`` merged in, the shape applied
-    (it fixes ``--num-gpus`` and gives the default ``--num-rollouts``); else exit 2."""
+    """The options' recipe (the shape fixes ``--num-gpus`` and the default rollouts)."""
     rollouts = opts.resolve_alias(
         o["num_rollouts"],
         o["num_rollout"],
@@ -342,47 +350,10 @@ def make_recipe(o: dict[str, Any]) -> Recipe:
     )
 
 
-def check_inputs(recipe: Recipe) -> None:
-    """Before a real run: a BF16, complete checkpoint and a dataset with the right keys."""
-    from miles_amd.recipe.inputs import validate_checkpoint, validate_dataset
-
-    validate_checkpoint(Path(recipe.checkpoint_dir), flag="--model-dir")
-    validate_dataset(Path(recipe.dataset_file), flag="--data-dir")
-    if not Path(recipe.train_script).is_file():
-        fail(f"--miles-dir {recipe.miles_dir}: no train.py there; point it at a miles checkout")
-
-
-def _execute(
-    plan: LaunchPlan,
-    reference: Baseline | None,
-    timeout: float,
-    require_env: bool,
-    history: Path | None,
-    run_dir: Path,
-) -> None:
-    from miles_amd.app.train import run_and_gate
-
-    try:  # a red canary, bad input or the driver's error: add_command's line and code
-        result = run_and_gate(
-            plan, timeout_s=timeout, gate=reference, require_env=require_env, history=history
-        )
-    except OSError as exc:
-        report = RunDir(run_dir).report
-        fail(
-            f"{report}: cannot write the report ({exc}); the run dir holds the run",
-            code=EXIT_FAILED,
-        )
-    say(result.summary())
-    for line in result.gate.history_lines if result.gate is not None else ():
-        say(line)
-    raise typer.Exit(result.exit_code)
-
-
 def _run_variants(
     recipe: Recipe, run_dir: Path, o: dict[str, Any], env: dict[str, str], node_root: str | None
 ) -> None:
-    """``--variants``: one plan per variant under ``run_dir/<variant>``, run and gated, then
-    each other variant compared with stock; exit with the worst code."""
+    """One plan per variant in ``run_dir/<variant>``, run, gated, compared with stock."""
     from miles_amd.run.variants_run import variant_env
 
     value = o["variants"]
