@@ -94,10 +94,15 @@ def pull_throughput(cluster: TwoNodeCluster, root: Path, megabytes: int) -> tupl
     run_dir = RunDir(root / "pull")
     run_dir.root.mkdir(parents=True)
     pull = PullBack(client, job_id, node_dir, run_dir)
+    began = time.perf_counter()
     error = pull.final()
+    seconds = time.perf_counter() - began
     if error:
         raise SystemExit(error)
-    return pull.bytes_in, pull.seconds
+    pulled = sum(f.stat().st_size for f in (run_dir.root / "tensorboard").iterdir())
+    if pulled != size:
+        raise SystemExit(f"pulled {pulled} bytes, the node wrote {size}")
+    return pulled, seconds
 
 
 def main() -> int:

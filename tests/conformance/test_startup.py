@@ -38,8 +38,8 @@ from miles_amd.run.ray_head import (
     OwnedProcess,
     free_ports,
     head_environment,
+    signal_and_wait,
     spawn_logged,
-    wait_gone,
 )
 from tests.conformance.fake_inputs import MODEL_SUBDIR, STAND_IN_TOKENIZER_SCRIPT, make_fake_inputs
 from tests.conformance.harness import CHILD, MilesCheckout, run_child
@@ -153,11 +153,11 @@ class Run:
         if self.driver is not None and self.driver.poll() is None:
             self.driver.terminate()
         self.head_owned.signal(signal.SIGTERM)  # `ray start --block` stops what it spawned
-        wait_gone([self.head_owned], 20.0)
+        signal_and_wait([self.head_owned], None, 20.0)
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for proc in [*self.seen, *self.owned_now()]:
                 proc.signal(sig)
-            wait_gone(list(self.seen), 5.0)
+            signal_and_wait(list(self.seen), None, 5.0)
         for process in (self.driver, self.head):
             if process is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):

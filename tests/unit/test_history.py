@@ -455,7 +455,7 @@ def test_the_append_records_the_verdict_judged_with_the_flags_given(tmp_path: Pa
     assert gate_run_dir(run_dir, stock, report_dir=tmp_path / "r").verdict.verdict == "pass"
     history = tmp_path / "h.sqlite"
     judgment = gate_run_dir(run_dir, stock, require_env=True, history=history)
-    assert judgment.exit_code == 1
+    assert judgment.verdict.exit_code == 1
     lines = judgment.history_lines
     assert lines[0] == f"history: appended as run 1 to {history}"
     with HistoryStore(history) as store:
