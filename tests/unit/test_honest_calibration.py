@@ -1,10 +1,6 @@
-"""The honest calibration's parts: intervals, the honest model, the statistics of issue 19.
-
-Small fixed-seed counts (the big ones are ``benchmarks/bench_calibration.py``'s): the
-intervals against known values, the model against the published data it was fitted to, the
-real ``baseline record`` of a simulated reference, and each new or changed rule firing on
-the regression it is for, through the real gate, and the statistics by hand.
-"""
+"""The rules issue 19 changed, by hand and on simulated runs through the real gate: healthy
+runs pass, each rule fires on the regression it is for (small fixed-seed counts; the big ones
+are ``benchmarks/bench_calibration.py``'s)."""
 
 from __future__ import annotations
 
@@ -21,7 +17,6 @@ from miles_amd.rules.kinds import hamed_rao_factor
 from miles_amd.rules.model import Baseline
 from tests.run_dirs import published_values
 from tests.support import calibrate, honest
-from tests.support.intervals import clopper_pearson, clustered_interval, design_effect
 from tests.support.simulate import KL, LOGPROB, REWARD
 
 
@@ -35,88 +30,11 @@ def model(baselines) -> honest.HonestModel:
     return honest.honest_model(*baselines)
 
 
-def test_clopper_pearson_matches_known_values() -> None:
-    assert clopper_pearson(0, 20)[1] == pytest.approx(1 - 0.025 ** (1 / 20))
-    low, high = clopper_pearson(5, 100)  # the textbook interval
-    assert (low, high) == (pytest.approx(0.01643, abs=1e-5), pytest.approx(0.11283, abs=1e-5))
-    with pytest.raises(ValueError):
-        clopper_pearson(3, 2)
-
-
-def test_clustered_failures_widen_the_interval() -> None:
-    """Five failures in one cluster of five are one event, not five."""
-    spread = [1] * 5 + [0] * 95
-    clumped = [5] + [0] * 99
-    assert design_effect(spread, 5) == 1.0
-    assert design_effect(clumped, 5) == pytest.approx(5.0, rel=0.05)
-    assert clustered_interval(clumped, 5)[2] > clustered_interval(spread, 5)[2] * 2
-
-
-def test_the_skewed_kl_reproduces_the_published_summary(baselines) -> None:
-    kl = baselines[0].summaries[KL]
-    c, mu, sigma = honest.skewed_kl(kl["min"], kl["mean"], kl["max"])
-    assert 0 < c < kl["min"]
-    draws = c + np.exp(mu + sigma * np.random.default_rng(3).standard_normal((4000, 20)))
-    assert draws.mean() == pytest.approx(kl["mean"], rel=0.03)
-    assert np.median(draws.min(axis=1)) == pytest.approx(kl["min"], rel=0.03)
-    assert np.median(draws.max(axis=1)) == pytest.approx(kl["max"], rel=0.1)
-
-
-def test_run_effects_and_autocorrelation_are_what_the_noise_declares(model) -> None:
-    rng = np.random.default_rng(4)
-    noisy = honest.honest_model(
-        model.base and load_baseline("patched"),
-        load_baseline("stock"),
-        honest.Noise(run_logprob=0.2, run_kl=0.0, run_reward=0.0, rho=0.5),
-    )
-    gaps = noisy.runs(noisy.prompts(rng, 20), 2000, "patched", rng)[LOGPROB]
-    logs = np.log(gaps)
-    run_level = logs.mean(axis=1)
-    assert run_level.std() == pytest.approx(0.2, rel=0.15)  # run effect dominates the mean
-    centred = logs - run_level[:, None]
-    lag1 = (centred[:, 1:] * centred[:, :-1]).mean() / (centred**2).mean()
-    assert 0.35 < lag1 < 0.5  # 0.5, less the bias of centring 20 values
-
-
-def test_a_simulated_reference_is_recorded_with_the_real_record_code(model, baselines) -> None:
-    patched = baselines[0]
-    rng = np.random.default_rng(6)
-    prompts = model.prompts(rng, 20)
-    ref = {m: v[0] for m, v in model.runs(prompts, 1, "patched", rng).items()}
-    other = {m: v[0] for m, v in model.runs(prompts, 1, "stock", rng).items()}
-    recorded = calibrate.record(patched, ref, other)
-    assert recorded is not None
-    assert recorded.series[REWARD] == tuple(float(v) for v in ref[REWARD])
-    (mean_rule,) = [r for r in recorded.rules if r.id == "raw_reward.mean"]
-    assert mean_rule.params["derive"]["cover"] == [pytest.approx(float(other[REWARD].mean()))]
-    (paired,) = [r for r in recorded.rules if r.id == "raw_reward.paired"]
-    assert paired.params["pool"] == pytest.approx(float(other[REWARD].mean()))
-    (step,) = [r for r in recorded.rules if r.id == "logprob_abs_diff.step"]
-    assert step.params["pool"] == pytest.approx(float(other[LOGPROB].mean()))
-
-
 def test_healthy_runs_pass_the_gate_against_a_recorded_simulated_reference(
     model, baselines
 ) -> None:
-    tally = calibrate.run_cell(calibrate.Cell(model, baselines[0], 20, 5), 30, 2)
+    tally = calibrate.run_cell(calibrate.Cell(model, baselines[0], 20, 5), 15, 2)
     assert tally.rate <= 0.03, tally.by_check
-
-
-def test_the_bands_without_the_run_effect_fail_healthy_runs(model, baselines) -> None:
-    """Issue 19's finding: bands that ignore run-to-run variation fail ~10% of healthy runs."""
-    from dataclasses import replace
-
-    patched = baselines[0]
-
-    def without(rule):
-        derive = {
-            k: v for k, v in rule.params.get("derive", {}).items() if k not in ("run_sd", "rho")
-        }
-        return replace(rule, params={**rule.params, "derive": derive}) if derive else rule
-
-    rules = tuple(without(r) for r in patched.rules)
-    tally = calibrate.run_cell(calibrate.Cell(model, replace(patched, rules=rules), 20, 5), 30, 2)
-    assert tally.rate > 0.03, tally.by_check
 
 
 @pytest.mark.parametrize(
