@@ -1,8 +1,8 @@
 """The gate's hardware identity: env.json against the baseline's provenance.environment.
 
 env.json is written by the real writer (``miles_amd.run.preflight.write_env_json``, as
-``miles-amd preflight`` does) into copies of the embedded example; the gate runs through the
-CLI and through :func:`miles_amd.judge.gate.judge` on the evidence the real reader loads.
+``miles-amd preflight`` does) into copies of the embedded example, judged by
+:func:`miles_amd.judge.gate.judge` on the evidence the real reader loads.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from miles_amd.baseline.model import load_baseline, parse_baseline
-from miles_amd.cli.main import app
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.environment import Environment, run_environment
 from miles_amd.judge.gate import Check, judge
@@ -56,10 +54,6 @@ def identity(run_dir: Path, baseline=None, **options) -> Check:
     verdict = judge(load_run(run_dir), baseline or load_baseline("patched"), **options)
     (check,) = [c for c in verdict.checks if c.name == "environment.identity"]
     return check
-
-
-def gate(*args: str):
-    return CliRunner().invoke(app, ["gate", *args])
 
 
 def test_env_json_is_read_into_an_identity(tmp_path: Path) -> None:
@@ -128,15 +122,15 @@ def test_the_identity(tmp_path: Path, env, environment, strict, status, named) -
 
 
 @pytest.mark.parametrize(
-    ("node", "options", "exit_code"),
+    ("node", "require_env", "exit_code"),
     [
-        ("example", (), 0),  # no env.json: not measured
-        ("example", ("--require-env",), 1),  # the hardware path names env.json
-        ("mismatched", (), 1),
-        ("matching", ("--require-env",), 0),
+        ("example", False, 0),  # no env.json: not measured
+        ("example", True, 1),  # the hardware path names env.json
+        ("mismatched", False, 1),
+        ("matching", True, 0),  # every piece of the hardware path's evidence: a pass
     ],
 )
-def test_the_cli_gate_exits_by_the_identity(tmp_path: Path, node, options, exit_code) -> None:
+def test_the_gate_exits_by_the_identity(tmp_path: Path, node, require_env, exit_code) -> None:
     if node == "example":
         run_dir = EXAMPLE
     elif node == "mismatched":
@@ -147,16 +141,11 @@ def test_the_cli_gate_exits_by_the_identity(tmp_path: Path, node, options, exit_
             log.write("(SGLangEngine pid=77) [AR] Using AiterCustomAllreduce (AMD default)\n")
             log.write(f'MILES_AMD_AITER_FIX {{"value": "{NODE_FIX}"}}\n')  # the job's own aiter
         canary(run_dir, "aiter", bad=False, variant="patched", aiter_fix=NODE_FIX)  # clean
-    out = tmp_path / "report"
-    args = ("--run-dir", str(run_dir), "--baseline", "patched", "--report-dir", str(out))
-    result = gate(*args, *options)
-    assert result.exit_code == exit_code, result.stdout
-    report = json.loads((out / "report.json").read_text())
-    (check,) = [c for c in report["checks"] if c["name"] == "environment.identity"]
-    assert (check["status"] == "fail") == (exit_code == 1)
+    verdict = judge(load_run(run_dir), load_baseline("patched"), require_env=require_env)
+    assert verdict.exit_code == exit_code, verdict.reason
+    (check,) = [c for c in verdict.checks if c.name == "environment.identity"]
+    assert (check.status == "fail") == (exit_code == 1)
     if exit_code == 1:
-        assert (
-            "environment.identity" in report["reason"] and "environment.identity" in result.stdout
-        )
-    if node == "example" and options:
-        assert "no env.json" in check["detail"]
+        assert "environment.identity" in verdict.reason
+    if node == "example" and require_env:
+        assert "no env.json" in check.detail
