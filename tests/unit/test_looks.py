@@ -22,7 +22,6 @@ from miles_amd.rules.model import BOUNDARIES, Baseline
 from miles_amd.rules.registry import rule_boundaries
 from miles_amd.run.watcher import FailFastWatcher
 from miles_amd.testing.faults import healthy_kl
-from tests.cli_runs import run_cli
 from tests.constants import KL, LOGPROB
 from tests.run_dirs import published_values, write_run
 
@@ -133,21 +132,18 @@ def test_the_watcher_stops_a_doubled_kl_at_the_same_look(tmp_path: Path, patched
     assert FailFastWatcher(healthy, lambda ev: early_failures(ev, patched)).poll() is None
 
 
-def test_gate_reports_the_look_in_every_report(tmp_path: Path, patched: Baseline) -> None:
-    run_dir = write_run(tmp_path / "run", kl_values(0))
-    result = run_cli("gate", "--run-dir", str(run_dir), "--baseline", "patched")
-    assert result.returncode == 1, result.stderr
-    report = json.loads((run_dir / "report" / "report.json").read_text())
+def test_gate_reports_the_look_in_every_report(patched: Baseline) -> None:
+    from miles_amd.report.render import render_markdown, render_text, to_json
+
+    verdict = judge(evidence(kl_values(0)), patched)
+    report = to_json(verdict)
     rollout = report["decided_at_rollout"]
     assert report["looks"] == list(patched.run_shape.looks) and rollout in report["looks"][:-1]
     assert report["decided_by"] == KL_RULE and report["alpha_spent"] > 0
     sentence = f"decided at the look at rollout {rollout} of 20 by {KL_RULE}"
     assert sentence in report["summary"]
-    assert sentence in (run_dir / "report" / "report.md").read_text()
-    assert sentence in result.stdout
-    at_end = run_cli("gate", "--run-dir", str(run_dir), "--baseline", "patched", "--no-looks")
-    assert at_end.returncode == 1
-    report = json.loads((run_dir / "report" / "report.json").read_text())
+    assert sentence in render_markdown(verdict) and sentence in render_text(verdict)
+    report = to_json(judge(evidence(kl_values(0)), patched, looks=False))  # --no-looks
     assert report["looks"] == [] and report["decided_at_rollout"] == 20
     assert report["decided_by"] == KL_RULE and report["alpha_spent"] is None
     # a pass reports none of them: test_history.py reads them back as None

@@ -465,8 +465,6 @@ def _band_reference(rule: Rule, baseline: Baseline) -> str:
 
 
 def _band_valid(rule: Rule, baseline: Baseline) -> Problem | None:
-    """The kind's method, the written band is the derived one, no ``cover`` stretches it
-    beyond COVER_MAX_WIDENING x the derived reach."""
     method = "mean_band" if rule.kind == "mean_within" else "max_band"
     params = BandParams.of(rule)
     derive = params.derive
@@ -978,8 +976,6 @@ def _step_expected(rule: Rule, baseline: Baseline, rollouts: int) -> str:
 
 
 def _step_information(rule: Rule, baseline: Baseline, k: int, n: int) -> float | None:
-    """One over the GLS step's variance on the first ``k`` of ``n`` rollouts; None before
-    the second half has MIN_HALF values."""
     metric = _metric(rule)
     p = StepParams.of(rule)
     c = _split(metric, baseline, n)

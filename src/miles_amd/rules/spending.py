@@ -55,8 +55,6 @@ def floor_fraction(t: float) -> float:
 
 
 def _grid(sd: float, upper: float) -> tuple[list[float], list[float]]:
-    """Jennison & Turnbull's points for a N(0, sd²) density truncated above at ``upper``,
-    with midpoints added, and their Simpson weights."""
     m = _GRID_M
     xs = []
     for i in range(1, 6 * m):
@@ -84,9 +82,6 @@ def _exit(dens: list[float], points: list[float], b: float, sd: float) -> float:
 
 
 def _solve(dens: list[float], points: list[float], sd: float, target: float, guess: float):
-    """The score ``b`` whose exit probability is ``target``: ``scipy.optimize.brentq`` on
-    ``log e(b) - log target`` (the log keeps small targets exact), bracketed below by
-    ``guess - 12·sd`` and above by ``guess`` (the marginal boundary: ``e(guess) <= target``)."""
     from scipy.optimize import brentq
 
     def excess(b: float) -> float:
@@ -149,8 +144,6 @@ def spend_boundaries(
 def _continuation(
     dens: list[float], points: list[float], dt: float, sd_t: float, b: float
 ) -> list[float]:
-    """Weight x density of the score at the new look on its grid below ``b``: the normal
-    ``N(0, t)`` at the first judged look, else the old density convolved with ``N(0, dt)``."""
     new_points, weights = _grid(sd_t, b)
     if not points:
         return [
