@@ -114,7 +114,6 @@ def _job_status(rule: Rule, series: Series, ctx: RuleContext) -> Check:
 
 
 def _stopped_by(job: JobRecord) -> str:
-    """The driver's note on why it stopped the job (job.json ``stopped_by``/``failfast``)."""
     if not job.stopped_by:
         return ""
     if job.look is not None:
@@ -201,7 +200,7 @@ class ThresholdParams(Params):
 
 def _all_below(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     metric = _metric(rule)
-    threshold = ThresholdParams.of(rule).threshold
+    threshold = _threshold(rule)
     above = [(s, v) for s, v in series if v > threshold]
     nan = [(s, v) for s, v in series if math.isnan(v)]
     parts = []
@@ -233,7 +232,7 @@ def _all_below(rule: Rule, series: Series, ctx: RuleContext) -> Check:
 
 def _all_below_valid(rule: Rule, baseline: Baseline) -> Problem | None:
     """Above the reference's max (it passes its own rule), at most THRESHOLD_MAX_RATIO x it."""
-    threshold = ThresholdParams.of(rule).threshold
+    threshold = _threshold(rule)
     top = baseline.reference_max(_metric(rule))
     if top is None or top <= 0:
         return (
@@ -283,11 +282,15 @@ def _multiple_of(rule: Rule, series: Series, ctx: RuleContext) -> Check:
         rule,
         passed(not off),
         f"{len(series) - len(off)}/{len(series)} on grid",
-        f"multiples of {step} (±{p.atol:g})",
+        _grid_text(p),
         detail,
         failing_steps=tuple(s for s, _ in off),
         numbers={"off_grid": len(off)},
     )
+
+
+def _grid_text(p: GridParams) -> str:
+    return f"multiples of {grid(p.quantum)} (±{p.atol:g})"
 
 
 def _multiple_of_valid(rule: Rule, baseline: Baseline) -> Problem | None:
@@ -341,18 +344,12 @@ def _near_zero(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     )
 
 
-def near_zero_atol(baseline: Baseline) -> float:
-    """Half the smallest per-token rate one token makes, rounded down to 4 digits."""
+def _near_zero_valid(rule: Rule, baseline: Baseline) -> Problem | None:
     shape = baseline.run_shape
     one_token = bands.single_token_fraction(shape.samples_per_rollout, shape.max_response_tokens)
-    return bands.round_outward(one_token / 2, up=False)
-
-
-def _near_zero_valid(rule: Rule, baseline: Baseline) -> Problem | None:
-    derived, atol = near_zero_atol(baseline), AtolParams.of(rule).atol
+    derived, atol = bands.round_outward(one_token / 2, up=False), AtolParams.of(rule).atol
     if math.isclose(atol, derived, rel_tol=1e-12):
         return None
-    shape = baseline.run_shape
     return (
         ".atol",
         f"atol {atol:g} is not the derived {derived:g} (half of 1/("
@@ -372,7 +369,6 @@ class FloorParams(Params):
 
 
 def floor_for(rule: Rule, baseline: Baseline, rollouts: int) -> float:
-    """The sd floor of ``rule`` for a run of ``rollouts`` (``bands.binomial_sd_floor``)."""
     mean = bands.spread_of(baseline, _metric(rule)).mean
     samples = baseline.run_shape.samples_per_rollout
     return bands.binomial_sd_floor(mean, samples, rollouts, FloorParams.of(rule).z)
@@ -512,19 +508,16 @@ def _same(a: float | None, b: float | None) -> bool:
 
 
 def _band_rederive(rule: Rule, draft: Baseline, rollouts: int) -> dict[str, Any]:
-    """``baseline record``: the band derived from the recorded run for ``rollouts``."""
     return BandParams(bands.band_for(rule, draft, rollouts), BandParams.of(rule).derive).to_json()
 
 
 def _mean_information(rule: Rule, baseline: Baseline, k: int, n: int) -> float:
-    """One over the variance of a mean of ``k`` rollouts against the reference."""
     derive = BandParams.of(rule).derive
     spread = bands.spread_of(baseline, _metric(rule))
     return 1.0 / bands.mean_half_width(spread, k, 1.0, derive.run_sd, derive.rho) ** 2
 
 
 def _pool_problem(pool: float, baseline: Baseline, metric: str) -> Problem | None:
-    """A ``pool`` that is no cover value of a ``mean_within`` rule on ``metric``, or None."""
     covers = {
         c
         for r in baseline.rules
@@ -610,7 +603,6 @@ def _paired_text(params: PairedParams, z: float) -> str:
 
 
 def _paired_information(rule: Rule, baseline: Baseline, k: int, n: int) -> float:
-    """One over the variance of the difference over the first ``k`` paired rollouts."""
     params = PairedParams.of(rule)
     reference = baseline.series[_metric(rule)]
     k = min(k, len(reference))  # rollouts beyond the reference's pair with nothing
@@ -653,8 +645,7 @@ class TrendParams(_DropNone):
 
 
 def hamed_rao_factor(n: int, rho: float) -> float:
-    """Hamed & Rao's (1998) inflation of the Mann-Kendall ``Var S`` for AR(1) ``rho``, with a
-    Gaussian AR(1)'s rank autocorrelation ``(6/π)·asin(ρ^k/2)`` (1.65 for n 20, rho 0.3)."""
+    """Hamed & Rao's (1998) inflation of Mann-Kendall's ``Var S`` for AR(1) ``rho``."""
     if n < 4 or rho == 0.0:
         return 1.0
     total = math.fsum(
@@ -665,7 +656,7 @@ def hamed_rao_factor(n: int, rho: float) -> float:
 
 
 def mann_kendall_s(values: Sequence[float]) -> int:
-    """Mann-Kendall's ``S``: pairs that rose minus pairs that fell (ties count for neither)."""
+    """Pairs that rose minus pairs that fell."""
     return sum(
         int(later > earlier) - int(later < earlier)
         for i, earlier in enumerate(values)
@@ -674,7 +665,7 @@ def mann_kendall_s(values: Sequence[float]) -> int:
 
 
 def mann_kendall_z(values: list[float]) -> float:
-    """The continuity-corrected, tie-corrected Mann-Kendall Z (0 below 2 values)."""
+    """Continuity- and tie-corrected; 0 below 2 values."""
     n = len(values)
     if n < 2:
         return 0.0
@@ -687,8 +678,7 @@ def mann_kendall_z(values: list[float]) -> float:
 
 
 def theil_sen(steps: list[int], values: list[float]) -> tuple[float, float]:
-    """(slope, intercept): the median pairwise slope and the median of ``v - slope·step``
-    (by hand: ``scipy.stats.theilslopes`` would cost the gate scipy.stats' import)."""
+    """(slope, intercept); by hand: scipy.stats' import would cost the gate 0.4 s."""
     slopes = [
         (values[j] - values[i]) / (steps[j] - steps[i])
         for i in range(len(values))
@@ -731,7 +721,6 @@ def _trend_text(z: float, rho: float | None) -> str:
 
 
 def _trend_information(rule: Rule, baseline: Baseline, k: int, n: int) -> float | None:
-    """``Var S`` of ``k`` values (Hamed-Rao inflated; S has uncorrelated increments)."""
     if k < MIN_VALUES:
         return None
     rho = TrendParams.of(rule).rho or 0.0
@@ -751,8 +740,7 @@ class LogMeanParams(Params):
 def log_mean_z(
     logs: list[float], spread: bands.Spread, *, run_sd: float, rho: float
 ) -> tuple[float, float]:
-    """(z, its standard error) of the mean of ``logs`` against ``spread``, ``sd²`` pooled
-    with the run's own."""
+    """(z, its SE) of the mean of ``logs`` against ``spread``, ``sd²`` pooled with the run's."""
     n = len(logs)
     mean = math.fsum(logs) / n
     residual = math.fsum((v - mean) ** 2 for v in logs)
@@ -853,8 +841,8 @@ class StepParams(_DropNone):
 def reference_level(
     spread: bands.Spread, sd2: float, *, run_sd: float, rho: float, pool: float | None
 ) -> tuple[float, float]:
-    """(level, variance) of the reference level on the log scale against one run's: the
-    reference's log mean, with ``pool`` averaged with the other run's ``ln(pool) - sd²/2``."""
+    """(level, variance) of the log-scale reference level, ``pool`` averaged in as
+    ``ln(pool) - sd²/2``."""
     sampling = sd2 * bands.mean_variance(spread.n, rho)
     if pool is None:
         return spread.mean, sampling + 2 * run_sd**2
@@ -863,7 +851,6 @@ def reference_level(
 
 
 def _whitened(values: list[float], rho: float) -> list[float]:
-    """Prais-Winsten: an AR(1) series with lag-1 ``rho`` to uncorrelated terms."""
     scale = math.sqrt(1.0 - rho * rho)
     return [values[0]] + [(values[t] - rho * values[t - 1]) / scale for t in range(1, len(values))]
 
@@ -875,7 +862,6 @@ def _dot(a: list[float], b: list[float]) -> float:
 def _normal_equations(
     n: int, c: int, sd2: float, v_ref: float, rho: float
 ) -> tuple[float, float, float, list[float], list[float]]:
-    """(a11, a12, a22, whitened ones, whitened step regressor) of the GLS step at ``c``."""
     ones = _whitened([1.0] * n, rho)
     after = _whitened([0.0] * c + [1.0] * (n - c), rho)
     a11 = _dot(ones, ones) / sd2 + 1 / v_ref
@@ -891,9 +877,8 @@ def step_rise_z(
     pool: float | None = None,
     split: int | None = None,
 ) -> tuple[float, float, float]:
-    """(z, head mean, tail mean) of the GLS step of ``run_t = level + step·[t >= split] +
-    AR(1)`` (split default ``N // 2``), the reference level one more observation of
-    ``level``; ``sd`` pooled from the reference and the run's halves."""
+    """(z, head mean, tail mean) of the GLS step at ``split`` (default ``N // 2``), the
+    reference level one more observation of the level (``docs/gate-and-statistics.md``)."""
     n = len(run)
     c = n // 2 if split is None else split
     head = math.fsum(run[:c]) / c
@@ -915,14 +900,12 @@ def step_rise_z(
 
 
 def threshold(alpha: float, n_run: int, n_ref: int, rho: float = 0.0) -> float:
-    """The one-sided t quantile at ``alpha`` with the pooled sd's dof times Bartlett's
-    ``(1 - rho²) / (1 + rho²)``."""
+    """One-sided t quantile at ``alpha``, the pooled dof times ``(1 - rho²) / (1 + rho²)``."""
     dof = max(1, n_ref - 1 + n_run - 2) * (1 - rho * rho) / (1 + rho * rho)
     return bands.t_quantile(1.0 - alpha, max(1.0, dof))
 
 
 def _split(metric: str, baseline: Baseline, rollouts: int) -> int:
-    """The index the second half starts at: the whole run's middle, the same at every look."""
     return len(step_range(metric, baseline, rollouts)) // 2
 
 
@@ -990,125 +973,82 @@ def _step_information(rule: Rule, baseline: Baseline, k: int, n: int) -> float |
 
 
 def _z_rate(rule: Rule) -> float:
-    """A spending kind's fixed-sample rate a side: ``z`` (a band's ``k``) standard errors."""
     return upper_tail(BandParams.of(rule).derive.k if "derive" in rule.params else rule.params["z"])
+
+
+def _sides(sides: int) -> Callable[[Rule, Baseline, int], tuple[float, int]]:
+    return lambda rule, baseline, rollouts: (_z_rate(rule), sides)
 
 
 def _band_spec(name: str, spending: bool) -> KindSpec:
     return KindSpec(
-        name=name,
-        params=BandParams,
-        check=_band,
-        expected=lambda r, b, n: bands.band_for(r, b, n).describe(),
-        reference=_band_reference,
-        validate=_band_valid,
-        needs_spread=True,
-        rederive=_band_rederive,
-        looks="spending" if spending else "at_once",
+        name, BandParams, _band, lambda r, b, n: bands.band_for(r, b, n).describe(),
+        reference=_band_reference, validate=_band_valid, needs_spread=True,
+        rederive=_band_rederive, looks="spending" if spending else "at_once",
         information=_mean_information if spending else None,
-        nominal=(lambda r, b, n: (_z_rate(r), 2)) if spending else None,
-    )
+        nominal=_sides(2) if spending else None,
+    )  # fmt: skip
+
+
+def _threshold(rule: Rule) -> float:
+    return ThresholdParams.of(rule).threshold
 
 
 _SPECS = (
     KindSpec(
-        "job_status",
-        JobStatusParams,
-        _job_status,
-        lambda r, b, n: JobStatusParams.of(r).expected_status,
-        needs_series=False,
+        "job_status", JobStatusParams, _job_status,
+        lambda r, b, n: JobStatusParams.of(r).expected_status, needs_series=False,
     ),
     KindSpec("steps_complete", NoParams, _steps_complete, _steps_expected, looks="at_once"),
     KindSpec("finite", NoParams, _finite, lambda r, b, n: "every value finite", looks="at_once"),
     KindSpec(
-        "all_below",
-        ThresholdParams,
-        _all_below,
-        lambda r, b, n: f"0 values above {ThresholdParams.of(r).threshold:g}",
-        validate=_all_below_valid,
-        summary=lambda r, vs: {
-            "above_spike_threshold": sum(v > ThresholdParams.of(r).threshold for v in vs)
-        },
+        "all_below", ThresholdParams, _all_below,
+        lambda r, b, n: f"0 values above {_threshold(r):g}", validate=_all_below_valid,
+        summary=lambda r, vs: {"above_spike_threshold": sum(v > _threshold(r) for v in vs)},
         looks="at_once",
     ),
     KindSpec(
-        "multiple_of",
-        GridParams,
-        _multiple_of,
-        lambda r, b, n: (
-            f"multiples of {grid(GridParams.of(r).quantum)} (±{GridParams.of(r).atol:g})"
-        ),
-        validate=_multiple_of_valid,
-        looks="at_once",
+        "multiple_of", GridParams, _multiple_of,
+        lambda r, b, n: _grid_text(GridParams.of(r)),
+        validate=_multiple_of_valid, looks="at_once",
     ),
     KindSpec(
-        "near_zero",
-        AtolParams,
-        _near_zero,
-        lambda r, b, n: f"|value| ≤ {AtolParams.of(r).atol:g}",
-        validate=_near_zero_valid,
-        looks="at_once",
+        "near_zero", AtolParams, _near_zero, lambda r, b, n: f"|value| ≤ {AtolParams.of(r).atol:g}",
+        validate=_near_zero_valid, looks="at_once",
     ),
     KindSpec(
-        "sd_at_least",
-        FloorParams,
-        _sd_at_least,
-        lambda rule, baseline, rollouts: f"sd ≥ {floor_for(rule, baseline, rollouts):.4g}",
-        reference=_sd_at_least_reference,
-        validate=_sd_at_least_valid,
+        "sd_at_least", FloorParams, _sd_at_least, lambda r, b, n: f"sd ≥ {floor_for(r, b, n):.4g}",
+        reference=_sd_at_least_reference, validate=_sd_at_least_valid,
         rederive=lambda rule, draft, rollouts: {"floor": floor_for(rule, draft, rollouts)},
     ),
     _band_spec("mean_within", spending=True),
     _band_spec("max_within", spending=False),
     KindSpec(
-        "paired_mean_diff",
-        PairedParams,
-        _paired,
+        "paired_mean_diff", PairedParams, _paired,
         lambda r, b, n: _paired_text(PairedParams.of(r), PairedParams.of(r).z),
         reference=lambda rule, baseline: (
             f"series of {len(baseline.series[_metric(rule)])} rollouts, "
             f"mean {numeric.mean(baseline.series[_metric(rule)]):.6g}"
         ),
-        validate=_paired_valid,
-        reference_series=True,
-        looks="spending",
+        validate=_paired_valid, reference_series=True, looks="spending",
         information=_paired_information,
         nominal=lambda r, b, n: (_z_rate(r), 1 if r.params.get("side") == "lower" else 2),
     ),
     KindSpec(
-        "no_rising_trend",
-        TrendParams,
-        _trend,
+        "no_rising_trend", TrendParams, _trend,
         lambda r, b, n: _trend_text(TrendParams.of(r).z, TrendParams.of(r).rho),
-        looks="spending",
-        information=_trend_information,
-        nominal=lambda r, b, n: (_z_rate(r), 1),
+        looks="spending", information=_trend_information, nominal=_sides(1),
     ),
     KindSpec(
-        "log_mean_within",
-        LogMeanParams,
-        _log_mean,
-        lambda r, b, n: _log_mean_text(LogMeanParams.of(r).z),
-        reference=_log_reference,
-        validate=_log_valid,
-        needs_spread=True,
-        looks="spending",
-        information=_log_mean_information,
-        nominal=lambda r, b, n: (_z_rate(r), 2),
+        "log_mean_within", LogMeanParams, _log_mean,
+        lambda r, b, n: _log_mean_text(LogMeanParams.of(r).z), reference=_log_reference,
+        validate=_log_valid, needs_spread=True, looks="spending",
+        information=_log_mean_information, nominal=_sides(2),
     ),
     KindSpec(
-        "step_rise",
-        StepParams,
-        _step_rise,
-        _step_expected,
-        reference=_log_reference,
-        validate=_log_valid,
-        needs_spread=True,
-        looks="spending",
-        information=_step_information,
+        "step_rise", StepParams, _step_rise, _step_expected, reference=_log_reference,
+        validate=_log_valid, needs_spread=True, looks="spending", information=_step_information,
         nominal=lambda r, b, n: (StepParams.of(r).alpha, 1),
     ),
-)
-KINDS: Mapping[KindName, KindSpec] = {
-    spec.name: spec for spec in sorted(_SPECS, key=lambda s: s.name)
-}
+)  # fmt: skip
+KINDS: Mapping[KindName, KindSpec] = {s.name: s for s in sorted(_SPECS, key=lambda s: s.name)}
