@@ -1,12 +1,10 @@
-"""The A/B premise, judged: did the rollouts' all-reduce run where the variant says, on the aiter
-it names?
+"""The A/B premise: did the rollouts' all-reduce run where the variant says, on the aiter it names?
 
-Decides two built-in checks (ROCm/aiter#5694 fixes aiter's custom all-reduce): ``allreduce.path``
-(SGLang's job-log ``[AR]`` lines and env.json's ``sglang_allreduce`` prediction: stock and
-patched need aiter's route, the rccl control arm SGLang's own) and ``allreduce.fix`` (the
-preflight's, the canary's and the job's aiter fingerprints: against the variant, differing
-sources, or a repeated or unreadable job line fail; patched on ``unknown`` is no evidence).
-Without evidence: ``not_measured``, a failure with ``require_env``. Pure. ``docs/node.md``.
+Decides ``allreduce.path`` (SGLang's job-log ``[AR]`` lines and env.json's ``sglang_allreduce``
+prediction: stock and patched need aiter's route, the rccl control arm SGLang's own) and
+``allreduce.fix`` (the preflight's, canary's and job's aiter fingerprints: against the variant,
+differing sources, or a repeated or unreadable job line fail; patched on ``unknown`` is no
+evidence). Without evidence: ``not_measured``, a failure with ``require_env``. ``docs/node.md``.
 """
 
 from __future__ import annotations

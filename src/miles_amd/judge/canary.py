@@ -1,13 +1,10 @@
 """The all-reduce canary, judged for the run, and a stock run's red that ROCm/aiter#5694 explains.
 
-Decides the built-in ``allreduce.canary`` check from canary.json and the variant: no record,
-or one that is not evidence for this run (:func:`not_evidence`), is ``not_measured`` (a
-failure with ``require_env``); a wrong sum fails, except on a stock run whose canary of its
-rollouts' all-reduce saw only #5694's stale read (:func:`reproduced`): that passes, its spike
-failures are said to be the known bug (:func:`explain_known_bug`), and a red run all of whose
-failures the bug explains is an expected failure (:func:`expected_failure`; the verdict stays
-``fail``). A clean canary whose positive control went uncaught is ``not_measured``. Pure.
-``docs/node.md``.
+Decides ``allreduce.canary``: no canary.json, one that is not evidence for this run, or a clean
+one whose positive control went uncaught is ``not_measured`` (a failure with ``require_env``);
+a wrong sum fails, except on a stock run whose canary saw only #5694's stale read: that passes,
+its spike failures are named the known bug, and a red run all of whose failures the bug
+explains is an expected failure (the verdict stays ``fail``). ``docs/node.md``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """The acceptance gate: one run's evidence and a baseline -> checks -> a verdict.
 
-Decides the checks, in order (evidence, environment, the all-reduce path, the canary, the
-aiter fix each process imported, LoRA on the experts, fatal sentinels, then each baseline
-rule), and the verdict: ``error`` when nothing at all was readable, else ``fail`` when any
-check is ``fail`` or ``error``, else ``pass``; a red stock run that ROCm/aiter#5694 explains
-carries its expected failure (``judge.canary``), a red run the look it was decided at.
-:func:`early_failures` is the watcher's judge of a partial run. Pure: opens no file. Only red
-is decided early. ``docs/cli.md`` ("What the gate judges, in order").
-"""
+Decides the checks, in order (evidence, environment, the all-reduce path, the canary, the aiter
+fix each process imported, LoRA on the experts, fatal sentinels, then each baseline rule), and
+the verdict: ``error`` when nothing was readable, else ``fail`` when any check is ``fail`` or
+``error``, else ``pass``; a red run carries the look it was decided at, and a red stock run that
+ROCm/aiter#5694 explains its expected failure. :func:`early_failures` judges a partial run (only
+red is decided early). ``docs/cli.md`` ("What the gate judges, in order")."""
 
 from __future__ import annotations
 

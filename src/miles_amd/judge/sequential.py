@@ -1,14 +1,11 @@
 """The rules' checks of a run, at its looks, for the gate and the watcher.
 
-Decides the gate's rule checks (:func:`rule_checks`: a ``spending`` rule's first failing
-look is its check), the watcher's (:func:`early_rule_failures`: ``at_once`` rules on what is
-read, ``spending`` rules at each look reached) and when a red run was decided
-(:func:`decision`). A look only fails a run. The rccl control arm is gated against stock's
-baseline with only the rules that take no tolerance from the reference run (a ``rederive`` or
-``reference_series`` kind is ``not_measured``, naming ``miles-amd compare``); a record-only run
-(no reviewed baseline for its key) by :data:`EVIDENCE_KINDS` only. Pure.
-``docs/gate-and-statistics.md`` ("Judging a run at its looks"), ``docs/node.md``.
-"""
+Decides the gate's rule checks (a ``spending`` rule's first failing look is its check), the
+watcher's (``at_once`` rules on what is read, ``spending`` rules at each look reached) and when a
+red run was decided. A look only fails a run. The rccl control arm is judged against stock's
+baseline by the rules that take no tolerance from the reference run (the others
+``not_measured``, naming ``miles-amd compare``); a record-only run by ``EVIDENCE_KINDS`` only.
+``docs/gate-and-statistics.md`` ("Judging a run at its looks"), ``docs/node.md``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Bands: the statistics a tolerance is derived with from the reference's spread.
 
-Decides a rollout's spread (:func:`spread_of`: the series, a published min/max by Tippett's
-``d2``, or a bounded quantity by Bhatia-Davis; :func:`log_spread` on the log scale), a run
-mean's band (:func:`mean_band`) and a run max's bound (:func:`max_band`), edges rounded
-outward to 4 significant digits, the paired effects (:func:`paired_effect`,
-:func:`paired_drop`) and the reward's sd floor (:func:`binomial_sd_floor`), so the shipped
-files and ``baseline record`` derive bands alike. Pure. The formulas:
+Decides a rollout's spread (the series, a published min/max by Tippett's ``d2``, or a bounded
+quantity by Bhatia-Davis; on the log scale too), a run mean's band and a run max's bound (edges
+rounded outward to 4 significant digits), the paired effects and the reward's sd floor, so the
+shipped files and ``baseline record`` derive bands alike. The formulas:
 ``docs/gate-and-statistics.md`` ("How tolerances are derived").
 """
 

@@ -1,12 +1,10 @@
 """Sequential looks: the rollouts at which a run may be decided red, and each rule's boundaries.
 
-Decides a run's looks (:func:`run_looks`: ``run_shape.looks`` below ``N``, then ``N``;
-:func:`looks_problem` refuses looks that are not increasing rollouts ending at
-``run_shape.rollouts``), a ``spending`` rule's boundary at each look (:func:`rule_boundaries`:
-the information fraction from the reference alone, the z bound spending the kind's
-fixed-sample rate) and whether stored ``boundaries`` are the derived ones
-(:func:`boundaries_problem`). Pure. ``docs/gate-and-statistics.md`` ("The looks and each
-rule's boundaries").
+Decides a run's looks (``run_shape.looks`` below ``N``, then ``N``; increasing, ending at
+``run_shape.rollouts``), a ``spending`` rule's boundary at each look (the information fraction
+from the reference alone, the z bound spending the kind's fixed-sample rate) and whether stored
+``boundaries`` are the derived ones. ``docs/gate-and-statistics.md`` ("The looks and each rule's
+boundaries").
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Alpha spending over looks: how much of a rule's false-alarm rate each look may use.
 
-Decides the spending function (:func:`spent`, Kim and DeMets' ``α·t^ρ`` with :data:`RHO`
-3.5) and the upper z boundaries that spend it (:func:`boundaries`) under the canonical joint
-distribution, by Armitage, McPherson and Rowe's recursive integration on Jennison and
-Turnbull's grid, the root by ``scipy.optimize.brentq`` on the log of the exit probability
-(exact at small alpha). A look below :data:`MIN_SPEND` judges nothing; fractions are floored
-to :data:`FRACTION_DIGITS` decimals. Pure. ``docs/gate-and-statistics.md`` ("Spending over
-looks").
+Decides the spending function (Kim and DeMets' ``α·t^ρ``, ``RHO`` 3.5) and the upper z
+boundaries that spend it under the canonical joint distribution (Armitage, McPherson and Rowe's
+recursive integration on Jennison and Turnbull's grid, the root by ``scipy.optimize.brentq`` on
+the log of the exit probability: exact at small alpha). A look below ``MIN_SPEND`` judges
+nothing. ``docs/gate-and-statistics.md`` ("Spending over looks").
 """
 
 from __future__ import annotations
