@@ -40,7 +40,7 @@ metrics = st.sampled_from(REQUIRED)
 steps = st.integers(min_value=0, max_value=19)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     name=baselines,
     metric=metrics,
@@ -77,7 +77,7 @@ def test_the_undamaged_run_passes_and_a_missing_required_metric_never_does(name,
     assert judge(run(series), baseline).verdict == "fail"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(step=steps, value=st.floats(min_value=0.1500001, max_value=1e6))
 def test_any_spike_fails_and_is_named(step: int, value: float) -> None:
     baseline = BASELINES["patched"]
@@ -89,7 +89,7 @@ def test_any_spike_fails_and_is_named(step: int, value: float) -> None:
     assert f"rollout {step} (" in spikes.detail
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     name=baselines,
     metric=metrics,
