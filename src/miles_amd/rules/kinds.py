@@ -177,14 +177,15 @@ def _finite(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     bad = [(s, v) for s, v in series if not math.isfinite(v)]
     shown = [f"{ctx.where(metric, s)}: {fmt(v)}" for s, v in bad]
     detail = f"non-finite {metric} at {listed(shown)}" if bad else "every value finite"
+    observed = f"{len(bad)} non-finite of {len(series)}"
+    return _pointwise(rule, bad, observed, "every value finite", detail, {"non_finite": len(bad)})
+
+
+def _pointwise(rule: Rule, bad: list, observed, expected: str, detail: str, numbers) -> Check:
+    """A check that fails at each point in ``bad``."""
+    failing = tuple(s for s, _ in bad)
     return rule_check(
-        rule,
-        passed(not bad),
-        f"{len(bad)} non-finite of {len(series)}",
-        "every value finite",
-        detail,
-        failing_steps=tuple(s for s, _ in bad),
-        numbers={"non_finite": len(bad)},
+        rule, passed(not bad), observed, expected, detail, failing_steps=failing, numbers=numbers
     )
 
 
@@ -214,20 +215,10 @@ def _all_below(rule: Rule, series: Series, ctx: RuleContext) -> Check:
         parts.append(
             f"0 spikes above {threshold:g}; max {fmt(top[1])} at {ctx.where(metric, top[0])}"
         )
-    finite = [v for _, v in series if math.isfinite(v)]
-    return rule_check(
-        rule,
-        passed(not above and not nan),
-        len(above),
-        f"0 values above {threshold:g}",
-        "; ".join(parts),
-        failing_steps=tuple(s for s, _ in above + nan),
-        numbers={
-            "spikes": len(above),
-            "max": max(finite, default=math.nan),
-            "threshold": threshold,
-        },
-    )
+    top_finite = max((v for _, v in series if math.isfinite(v)), default=math.nan)
+    numbers = {"spikes": len(above), "max": top_finite, "threshold": threshold}
+    expected = f"0 values above {threshold:g}"
+    return _pointwise(rule, above + nan, len(above), expected, "; ".join(parts), numbers)
 
 
 def _all_below_valid(rule: Rule, baseline: Baseline) -> Problem | None:
@@ -278,15 +269,8 @@ def _multiple_of(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     if off:
         shown = [f"{ctx.where(metric, s)}: {fmt(v)} = {fmt(v / p.quantum)}·{step}" for s, v in off]
         detail = f"{len(off)} value(s) off the {step} grid: {listed(shown)}"
-    return rule_check(
-        rule,
-        passed(not off),
-        f"{len(series) - len(off)}/{len(series)} on grid",
-        _grid_text(p),
-        detail,
-        failing_steps=tuple(s for s, _ in off),
-        numbers={"off_grid": len(off)},
-    )
+    observed = f"{len(series) - len(off)}/{len(series)} on grid"
+    return _pointwise(rule, off, observed, _grid_text(p), detail, {"off_grid": len(off)})
 
 
 def _grid_text(p: GridParams) -> str:
@@ -333,15 +317,8 @@ def _near_zero(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     if bad:
         shown = [f"{ctx.where(metric, s)} ({fmt(v)})" for s, v in bad]
         detail = f"{len(bad)} value(s) beyond ±{atol:g}: {listed(shown)}"
-    return rule_check(
-        rule,
-        passed(not bad),
-        worst,
-        f"|value| ≤ {atol:g}",
-        detail,
-        failing_steps=tuple(s for s, _ in bad),
-        numbers={"max_abs": worst, "atol": atol},
-    )
+    numbers = {"max_abs": worst, "atol": atol}
+    return _pointwise(rule, bad, worst, f"|value| ≤ {atol:g}", detail, numbers)
 
 
 def _near_zero_valid(rule: Rule, baseline: Baseline) -> Problem | None:
