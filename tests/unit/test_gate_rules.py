@@ -117,8 +117,7 @@ def valued(**changes: dict[int, float]) -> Callable[[Baseline], RunEvidence]:
 Expected = dict[str, tuple[str, str, tuple[int, ...] | None]]
 CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
     "the published run": (
-        lambda b: evidence(published_values()),
-        "pass",
+        lambda b: evidence(published_values()), "pass",
         {
             "job.status": ("pass", "", None),
             "raw_reward.paired": ("pass", "", None),
@@ -129,151 +128,110 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
         },
     ),
     "a failed job": (
-        lambda b: evidence(published_values(), job=FAILED_JOB),
-        "fail",
+        lambda b: evidence(published_values(), job=FAILED_JOB), "fail",
         {"job.status": ("fail", "Job entrypoint command failed", None)},
     ),
     "a job whose full log was lost": (  # a fatal line may be missing: no pass
-        lambda b: evidence(published_values(), job=PARTIAL_LOG),
-        "fail",
+        lambda b: evidence(published_values(), job=PARTIAL_LOG), "fail",
         {"job.status": ("fail", "job.log is partial: the final log could not be fetched", None)},
     ),
     "no job.json": (
-        lambda b: evidence(published_values(), job=None),
-        "pass",
+        lambda b: evidence(published_values(), job=None), "pass",
         {"job.status": ("not_measured", "not measured", None)},
     ),
     "an unreadable job.json": (
-        lambda b: evidence(published_values(), job=None, problems=(BROKEN_JOB,)),
-        "fail",
+        lambda b: evidence(published_values(), job=None, problems=(BROKEN_JOB,)), "fail",
         {"job.status": ("error", "job.json unreadable", None)},
     ),
     "job.json alone": (
-        lambda b: evidence({}, job=JobRecord("raysubmit_1", "FAILED")),
-        "fail",
+        lambda b: evidence({}, job=JobRecord("raysubmit_1", "FAILED")), "fail",
         {"job.status": ("fail", "", None)},
     ),
     "a missing step": (
-        without_step,
-        "fail",
-        {"logprob_abs_diff.steps": ("fail", "missing train/step 7", None)},
+        without_step, "fail", {"logprob_abs_diff.steps": ("fail", "missing train/step 7", None)}
     ),
     "a duplicated and an unexpected step": (
-        with_extra_steps,
-        "fail",
+        with_extra_steps, "fail",
         {"raw_reward.steps": ("fail", "duplicated 4 (2x); unexpected 20", (4, 20))},
     ),
     "a required metric absent": (
-        lambda b: evidence(without_clipfrac(b)),
-        "fail",
-        {
-            f"pg_clipfrac.{rule}": ("fail", "not measured", None)
-            for rule in ("steps", "finite", "near_zero")
-        },
+        lambda b: evidence(without_clipfrac(b)), "fail",
+        {f"pg_clipfrac.{r}": ("fail", "not measured", None)
+         for r in ("steps", "finite", "near_zero")},
     ),
     "an optional metric measured one step short": (
-        lambda b: evidence(with_series(b, KL, [8.8e-4] * 19)),
-        "fail",
+        lambda b: evidence(with_series(b, KL, [8.8e-4] * 19)), "fail",
         {"train_rollout_kl.mean": ("pass", "", None), "train_rollout_kl.steps": ("fail", "", None)},
     ),
     "a finite optional grad norm": (
-        lambda b: evidence({**published_values(), **grad_norm(None)}),
-        "pass",
+        lambda b: evidence({**published_values(), **grad_norm(None)}), "pass",
         {"grad_norm.finite": ("pass", "", None)},
     ),
     "a NaN optional grad norm": (
-        lambda b: evidence({**published_values(), **grad_norm(5)}),
-        "fail",
+        lambda b: evidence({**published_values(), **grad_norm(5)}), "fail",
         {"grad_norm.finite": ("fail", "", (5,))},
     ),
     "two spikes": (
-        lambda b: evidence(with_values(b, logprob={3: 0.21, 12: 0.4})),
-        "fail",
-        {
-            "logprob_abs_diff.spikes": (
-                "fail",
-                "2 spike(s) above 0.15: rollout 3 (0.21), rollout 12 (0.4)",
-                (3, 12),
-            )
-        },
+        lambda b: evidence(with_values(b, logprob={3: 0.21, 12: 0.4})), "fail",
+        {"logprob_abs_diff.spikes": (
+            "fail", "2 spike(s) above 0.15: rollout 3 (0.21), rollout 12 (0.4)", (3, 12)
+        )},
     ),
     "a value at the threshold": (  # no spike, but far above the spread
-        lambda b: evidence(with_values(b, logprob={3: 0.15})),
-        "fail",
+        lambda b: evidence(with_values(b, logprob={3: 0.15})), "fail",
         {
             "logprob_abs_diff.spikes": ("pass", "0 spikes above 0.15", None),
             "logprob_abs_diff.max": ("fail", "", (3,)),
         },
     ),
     "a collapsed logprob gap": (
-        lambda b: evidence(with_series(b, LOGPROB, [0.0] * 20)),
-        "fail",
+        lambda b: evidence(with_series(b, LOGPROB, [0.0] * 20)), "fail",
         {"logprob_abs_diff.mean": ("fail", "outside", None)},
     ),
     "a max above its bound, no spike": (
-        lambda b: evidence(with_values(b, logprob={9: 0.03})),
-        "fail",
+        lambda b: evidence(with_values(b, logprob={9: 0.03})), "fail",
         {"logprob_abs_diff.max": ("fail", "", (9,)), "logprob_abs_diff.spikes": ("pass", "", None)},
     ),
     "a low reward": (
-        lambda b: evidence(with_series(b, REWARD, [0.25] * 20)),
-        "fail",
+        lambda b: evidence(with_series(b, REWARD, [0.25] * 20)), "fail",
         {"raw_reward.mean": ("fail", "mean 0.25 outside", None)},
     ),
-    "summary-banded metrics inside": (
-        lambda b: evidence(
-            {
-                **published_values(),
-                KL: [8.8e-4] * 20,
-                RESPONSE: [2900.0] * 20,
-                TRUNCATED: [0.4] * 20,
-            }
-        ),
-        "pass",
-        {
-            "train_rollout_kl.mean": ("pass", "", None),
-            "response_len.mean": ("pass", "", None),
-            "truncated_ratio.mean": ("pass", "", None),
-        },
-    ),
-    "summary-banded metrics outside": (
-        lambda b: evidence(
-            {**published_values(), KL: [5e-3] * 20, RESPONSE: [4000.0] * 20, TRUNCATED: [0.95] * 20}
-        ),
-        "fail",
-        {
-            "train_rollout_kl.mean": ("fail", "", None),
-            "response_len.mean": ("fail", "", None),
-            "truncated_ratio.mean": ("fail", "", None),
-        },
-    ),
+    **{
+        f"summary-banded metrics {where}": (
+            lambda b, kl=kl, length=length, truncated=truncated: evidence(
+                {**published_values(), KL: [kl] * 20, RESPONSE: [length] * 20,
+                 TRUNCATED: [truncated] * 20}
+            ),
+            verdict,
+            {f"{name}.mean": (verdict, "", None)
+             for name in ("train_rollout_kl", "response_len", "truncated_ratio")},
+        )
+        for where, kl, length, truncated, verdict in (
+            ("inside", 8.8e-4, 2900.0, 0.4, "pass"), ("outside", 5e-3, 4000.0, 0.95, "fail")
+        )
+    },
     "a reward off the 1/64 grid": (
-        lambda b: evidence(with_values(b, reward={4: 0.6})),
-        "fail",
+        lambda b: evidence(with_values(b, reward={4: 0.6})), "fail",
         {"raw_reward.batch_fingerprint": ("fail", "rollout 4: 0.6 = 38.4·1/64", (4,))},
     ),
     "the published 4-decimal rewards": (  # 0.6094 is not 39/64: 5 of 20 on the grid
-        lambda b: evidence(with_series(b, REWARD, list(b.series[REWARD]))),
-        "fail",
+        lambda b: evidence(with_series(b, REWARD, list(b.series[REWARD]))), "fail",
         {"raw_reward.batch_fingerprint": ("fail", "15 value(s) off the 1/64 grid", None)},
     ),
     "clipfrac float noise": (
-        lambda b: evidence(with_values(b, clipfrac={2: 1e-7})),
-        "pass",
+        lambda b: evidence(with_values(b, clipfrac={2: 1e-7})), "pass",
         {"pg_clipfrac.near_zero": ("pass", "every |value| ≤", None)},
     ),
     **{
         f"a clipfrac of {bad:g}": (
-            valued(clipfrac={2: bad}),
-            "fail",
+            valued(clipfrac={2: bad}), "fail",
             {"pg_clipfrac.near_zero": ("fail", "1 value(s) beyond", (2,))},
         )
         for bad in (0.01, -0.001, 4e-6)
     },
     **{
         f"a reward of {bad}": (  # the statistics over it cannot pass either
-            valued(reward={11: bad}),
-            "fail",
+            valued(reward={11: bad}), "fail",
             {
                 "raw_reward.finite": ("fail", "non-finite rollout/raw_reward at rollout 11", (11,)),
                 "raw_reward.mean": ("fail", "mean undefined", (11,)),
@@ -284,15 +242,10 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
         for bad in (math.nan, math.inf, -math.inf)
     },
     "a truncated source": (
-        lambda b: evidence(published_values(), problems=(TRUNCATED_EVENTS,)),
-        "fail",
-        {
-            "evidence.readable": (
-                "fail",
-                "tensorboard: runs/x/tensorboard/ev: offset 120: truncated record",
-                None,
-            )
-        },
+        lambda b: evidence(published_values(), problems=(TRUNCATED_EVENTS,)), "fail",
+        {"evidence.readable": (
+            "fail", "tensorboard: runs/x/tensorboard/ev: offset 120: truncated record", None
+        )},
     ),
     "two sources disagreeing": (
         lambda b: evidence(
@@ -300,46 +253,29 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
             conflicts=(Conflict(LOGPROB, 3, {"tensorboard": 0.0172, "job_log": 0.9}),),
         ),
         "fail",
-        {
-            "evidence.consistent": (
-                "fail",
-                f"{LOGPROB} at step 3: job_log=0.9, tensorboard=0.0172",
-                None,
-            )
-        },
+        {"evidence.consistent": (
+            "fail", f"{LOGPROB} at step 3: job_log=0.9, tensorboard=0.0172", None
+        )},
     ),
     "nothing readable": (
-        lambda b: evidence({}, job=None, problems=(NO_SOURCE,)),
-        "error",
+        lambda b: evidence({}, job=None, problems=(NO_SOURCE,)), "error",
         {"logprob_abs_diff.steps": ("fail", "not measured", None)},
     ),
     "a fatal and a known sentinel": (  # a known one is listed, never judged
-        lambda b: evidence(published_values(), sentinels=(FATAL, KNOWN)),
-        "fail",
-        {
-            "sentinel.hip_memory_access_fault": (
-                "fail",
-                "3x in job.log, first at line 812: Memory access fault",
-                None,
-            )
-        },
+        lambda b: evidence(published_values(), sentinels=(FATAL, KNOWN)), "fail",
+        {"sentinel.hip_memory_access_fault": (
+            "fail", "3x in job.log, first at line 812: Memory access fault", None
+        )},
     ),
     "a known sentinel": (lambda b: evidence(published_values(), sentinels=(KNOWN,)), "pass", {}),
     "paired noise within the binomial spread": (
-        lambda b: evidence(
-            with_series(
-                b,
-                REWARD,
-                [
-                    v + (1 / 64 if i % 2 else -1 / 64)
-                    for i, v in enumerate(published_values()[REWARD])
-                ],
-            )
-        ),
+        lambda b: evidence(with_series(b, REWARD, [
+            v + (1 / 64 if i % 2 else -1 / 64) for i, v in enumerate(published_values()[REWARD])
+        ])),
         "pass",
         {"raw_reward.paired": ("pass", "over 20 rollouts paired with jvvnhop9", None)},
     ),
-}
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES)
