@@ -88,3 +88,16 @@ def test_the_loader_re_derives_the_sd_floor(patched: Baseline, tmp_path: Path) -
     rule["floor"] = 0.09
     with pytest.raises(BaselineError, match=r"\$\.rules\[\d+\]\.floor: floor 0\.09 is not the"):
         parse_baseline(json.dumps(raw), path="edited.json")
+
+
+def test_the_benchmark_refuses_looks_that_do_not_end_at_20(monkeypatch, capsys) -> None:
+    """``--looks`` (choosing looks on a tuning seed set): bad looks are exit 2 naming the flag."""
+    from benchmarks.bench_calibration import main
+
+    monkeypatch.setattr("sys.argv", ["bench_calibration.py", "--looks", "6,12,10,20"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert "argument --looks: '6,12,10,20': give increasing rollouts ending at 20" in err
+    assert out == ""
