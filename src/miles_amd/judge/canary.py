@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from miles_amd.evidence.types import CanaryRecord, EnvRecord, RunEvidence
-from miles_amd.rules.check import BuiltinCheck, Check, Status, listed
+from miles_amd.rules.check import BuiltinCheck, Check, listed
 from miles_amd.variants import AITER_FIX, AITER_VARIANTS, rollout_implementation
 
 NAME = "allreduce.canary"
@@ -55,9 +55,7 @@ def canary_check(evidence: RunEvidence, variant: str | None, *, require_env: boo
             f"{variant or 'VARIANT'} --run-dir RUN` on the node (`miles-amd train` runs it "
             "before the job unless --no-canary)"
         )
-        return _check(
-            "fail" if require_env else "not_measured", None, expected, detail, require_env
-        )
+        return _check.absent(None, expected, detail, require_env)
     foreign = not_evidence(record, variant, evidence.env)
     if not record.clean:
         if stock and not foreign and record.matches_stale_read:
@@ -70,8 +68,7 @@ def canary_check(evidence: RunEvidence, variant: str | None, *, require_env: boo
         return _check("fail", record.mismatches, expected, detail, True)
     if foreign:
         detail = f"not evidence for this run: {'; '.join(foreign)} (it was clean: {_power(record)})"
-        status: Status = "fail" if require_env else "not_measured"
-        return _check(status, 0, expected, detail, require_env)
+        return _check.absent(0, expected, detail, require_env)
     control = record.control
     if control is not None and not control.caught:
         detail = (
@@ -79,8 +76,7 @@ def canary_check(evidence: RunEvidence, variant: str | None, *, require_env: boo
             f"control {control.implementation} made {control.calls} calls and none was wrong, "
             f"so a clean result says nothing (it was clean: {_power(record)})"
         )
-        status = "fail" if require_env else "not_measured"
-        return _check(status, 0, expected, detail, require_env)
+        return _check.absent(0, expected, detail, require_env)
     detail = f"clean: {_power(record)}; " + (
         "no positive control ran, so whether the canary can see this race here is not shown"
         if control is None

@@ -116,7 +116,6 @@ def environment_check(
     if control_arm:
         reference = replace(reference, aiter_variant=None)
     expected = reference.describe()
-    absent: Status = "fail" if require_env else "not_measured"
     unknown = [name for name in HARDWARE if getattr(reference, name) is None]
     if require_env and unknown:
         detail = (
@@ -132,7 +131,7 @@ def environment_check(
             "not measured: no env.json in the run dir; run `miles-amd preflight --run-dir RUN "
             "--aiter-variant stock|patched` before the run"
         )
-        return _check(absent, None, expected, detail, require_env)
+        return _check.absent(None, expected, detail, require_env)
     unbelievable = evidence.env.problems
     vouches = require_env or len(unknown) < len(HARDWARE)  # env.json stands for hardware
     if unbelievable and vouches:
@@ -143,7 +142,7 @@ def environment_check(
     recorded = sum(getattr(reference, f.name) is not None for f in fields(Environment))
     if not mismatched and len(unrecorded) == recorded:
         detail = f"not measured: env.json records none of {', '.join(unrecorded)}"
-        return _check(absent, run.describe(), expected, detail, require_env)
+        return _check.absent(run.describe(), expected, detail, require_env)
     parts = [f"mismatch: {'; '.join(mismatched)}"] if mismatched else []
     if unrecorded:
         parts.append(f"env.json does not record {', '.join(unrecorded)}")

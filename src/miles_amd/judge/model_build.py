@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from miles_amd.evidence.types import EnvRecord, RunEvidence
-from miles_amd.rules.check import BuiltinCheck, Check, Status
+from miles_amd.rules.check import BuiltinCheck, Check
 
 _RATIONALE = (
     "a LoRA target that maps to no expert layer trains no adapter and the run still looks "
@@ -31,17 +31,16 @@ def _fact(env: EnvRecord, name: str) -> tuple[str, str, str]:
 
 def model_build_check(evidence: RunEvidence, *, require_env: bool) -> Check:
     """``model.lora_experts`` of ``evidence``; see the module doc."""
-    absent: Status = "fail" if require_env else "not_measured"
     if evidence.env is None:
         detail = f"not measured: no env.json in the run dir; {_HOW}"
-        return _check(absent, None, EXPECTED, detail, require_env)
+        return _check.absent(None, EXPECTED, detail, require_env)
     facts = evidence.env
     status, value, message = _fact(facts, "lora_experts")
     count = _COUNT.match(value)
     if count is None:
         said = value or "no lora_experts fact (a preflight older than the deep probe)"
         detail = f"not measured: env.json's lora_experts: {said}; {_HOW}"
-        return _check(absent, None, EXPECTED, detail, require_env)
+        return _check.absent(None, EXPECTED, detail, require_env)
     observed = int(count.group(1))
     router = _fact(facts, "router_dtype")[1] or "not recorded"
     tracked = " (known, tracked: not a failure)" if _ROUTER_ISSUE in router else ""

@@ -60,15 +60,13 @@ class BuiltinCheck:
         required: bool,
     ) -> Check:
         return Check(
-            name=self.name,
-            kind=self.kind,
-            metric=None,
-            required=required,
-            status=status,
-            observed=observed,
-            expected=expected,
-            detail=detail,
-            rationale=self.rationale,
+            self.name, self.kind, None, required, status, observed, expected, detail, self.rationale
+        )
+
+    def absent(self, observed, expected: str, detail: str, require_env: bool) -> Check:
+        """Evidence the run lacks: ``not_measured``, a failure with ``require_env``."""
+        return self(
+            "fail" if require_env else "not_measured", observed, expected, detail, require_env
         )
 
 
@@ -147,17 +145,9 @@ def passed(ok: bool) -> Status:
 def rule_check(rule: Rule, status: Status, observed, expected: str, detail: str, **extra) -> Check:
     """A :class:`Check` named, kinded and explained by ``rule``."""
     return Check(
-        name=rule.id,
-        kind=rule.kind,
-        metric=rule.metric,
-        required=rule.required,
-        status=status,
-        observed=observed,
-        expected=expected,
-        detail=detail,
-        rationale=rule.rationale,
-        **extra,
-    )
+        rule.id, rule.kind, rule.metric, rule.required, status, observed, expected, detail,
+        rule.rationale, **extra,
+    )  # fmt: skip
 
 
 def non_finite_failure(
