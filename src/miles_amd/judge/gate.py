@@ -183,7 +183,7 @@ def judge(
         raise ValueError(f"expected_rollouts must be >= 1, got {rollouts}")
     declared = run_looks(baseline.run_shape, rollouts) if looks else None
     ctx = RuleContext(evidence, baseline, rollouts, require_env=require_env, looks=declared)
-    variant = evidence.variant
+    variant, key = evidence.variant, record_only.key if record_only else None
     control = variant == CONTROL_ARM
     checks = [
         *evidence_checks(evidence),
@@ -199,7 +199,7 @@ def judge(
         fix_check(evidence, variant, require_env=require_env),
         model_build_check(evidence, require_env=require_env),
         *sentinel_checks(evidence.sentinels),
-        *rule_checks(ctx, control=control, record_only=record_only.key if record_only else None),
+        *rule_checks(ctx, control=control, record_only=key),
     ]
     checks = explain_known_bug(checks, evidence, variant)
     if not (evidence.series or evidence.sentinels or evidence.job or evidence.canary):
@@ -210,7 +210,7 @@ def judge(
         verdict = "pass"
     return Verdict(
         verdict=verdict,
-        reason=_reason(verdict, checks, evidence, record_only.key if record_only else None),
+        reason=_reason(verdict, checks, evidence, key),
         run_dir=evidence.run_dir,
         baseline_name=baseline.name,
         baseline_path=baseline.path,
@@ -223,7 +223,7 @@ def judge(
         conflicts=tuple(evidence.conflicts),
         looks=declared or (),
         decision=decision(checks, evidence, baseline, rollouts) if verdict == "fail" else None,
-        record_only=record_only.key if record_only else None,
+        record_only=key,
         expected_failure=expected_failure(checks, evidence, variant) if verdict == "fail" else None,
     )
 

@@ -87,10 +87,6 @@ class RuleContext:
     look: int | None = None
     limit: float | None = None
 
-    def expected_steps(self, metric: str) -> range:
-        """The steps of ``metric`` judged: the whole run's, or the look's first rollouts."""
-        return step_range(metric, self.baseline, self.rollouts if self.look is None else self.look)
-
     def where(self, metric: str, step: int) -> str:
         """Name a point by its rollout: ``rollout 3`` (and its train step when they differ)."""
         per_rollout = self.baseline.run_shape.train_steps_per_rollout

@@ -136,7 +136,7 @@ def _stopped_by(job: JobRecord) -> str:
 
 def _steps_complete(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     metric = _metric(rule)
-    wanted = ctx.expected_steps(metric)
+    wanted = step_range(metric, ctx.baseline, ctx.rollouts if ctx.look is None else ctx.look)
     counts = Counter(step for step, _ in series)
     missing = [s for s in wanted if s not in counts]
     duplicated = sorted(s for s, c in counts.items() if c > 1)

@@ -38,11 +38,6 @@ class Boundary:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-    def describe(self) -> str:
-        return (
-            f"look at rollout {self.rollout}: bound {self.z:g} SE, α spent {self.alpha_spent:.3g}"
-        )
-
 
 def run_looks(shape: RunShape, rollouts: int) -> tuple[int, ...]:
     """The looks of a run of ``rollouts``: the declared ones below it, then ``rollouts``."""
