@@ -29,7 +29,7 @@ def model(patched: Baseline) -> simulate.NoiseModel:
 
 
 def test_healthy_runs_pass_the_whole_gate(model: simulate.NoiseModel, patched: Baseline) -> None:
-    out = simulate.gate_outcome(model, patched, runs=300, rollouts=20, seed=11)
+    out = simulate.gate_outcome(model, patched, runs=150, rollouts=20, seed=11)
     assert out.rate <= 0.01, out.by_check
     assert not {"logprob_abs_diff.trend", "raw_reward.spread"} & set(out.by_check)
 

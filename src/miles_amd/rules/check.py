@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from miles_amd.rules.model import Baseline, Rule
 
 Status = Literal["pass", "fail", "not_measured", "error"]
+Observed = float | int | str | None
 # A refused baseline tolerance: (JSON path below the rule, what is wrong, the fix).
 Problem = tuple[str, str, str]
 
@@ -29,7 +30,7 @@ class Check:
     metric: str | None
     required: bool
     status: Status
-    observed: float | int | str | None
+    observed: Observed
     expected: str
     detail: str
     rationale: str = ""
@@ -54,7 +55,7 @@ class BuiltinCheck:
     def __call__(
         self,
         status: Status,
-        observed: float | int | str | None,
+        observed: Observed,
         expected: str,
         detail: str,
         required: bool,
@@ -63,7 +64,7 @@ class BuiltinCheck:
             self.name, self.kind, None, required, status, observed, expected, detail, self.rationale
         )
 
-    def absent(self, observed, expected: str, detail: str, require_env: bool) -> Check:
+    def absent(self, observed: Observed, expected: str, detail: str, require_env: bool) -> Check:
         """Evidence the run lacks: ``not_measured``, a failure with ``require_env``."""
         return self(
             "fail" if require_env else "not_measured", observed, expected, detail, require_env

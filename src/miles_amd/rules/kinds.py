@@ -23,6 +23,7 @@ from miles_amd.rules import bands
 from miles_amd.rules.bands import BandParams, log_spread
 from miles_amd.rules.check import (
     Check,
+    Observed,
     Problem,
     RuleContext,
     Status,
@@ -181,7 +182,14 @@ def _finite(rule: Rule, series: Series, ctx: RuleContext) -> Check:
     return _pointwise(rule, bad, observed, "every value finite", detail, {"non_finite": len(bad)})
 
 
-def _pointwise(rule: Rule, bad: list, observed, expected: str, detail: str, numbers) -> Check:
+def _pointwise(
+    rule: Rule,
+    bad: list[tuple[int, float]],
+    observed: Observed,
+    expected: str,
+    detail: str,
+    numbers: dict[str, float],
+) -> Check:
     """A check that fails at each point in ``bad``."""
     failing = tuple(s for s, _ in bad)
     return rule_check(
