@@ -29,6 +29,7 @@ from miles_amd.run.probes_miles import (
     miles_argv_fact,
     parse_with_miles,
     probe_miles_argv,
+    read_outcome,
     submitted_job,
 )
 from tests.conformance.fake_inputs import make_fake_inputs
@@ -212,3 +213,13 @@ def test_real_miles_with_a_dropped_flag_rejects_it(checkout: MilesCheckout, tmp_
     assert fact.status == "wrong"
     refusal = "rejects the argv train would submit: unrecognized arguments: --lora-base-cpu-backup;"
     assert refusal in fact.message
+
+
+@pytest.mark.parametrize("written", ['{"ok": true, "args": {"num_rollout"', "[1, 2]", "\xff"])
+def test_a_cut_or_foreign_result_file_is_a_named_outcome(tmp_path: Path, written: str) -> None:
+    """A parse child killed mid-write leaves a truncated result.json: named, never raised."""
+    result = tmp_path / "result.json"
+    result.write_bytes(written.encode("latin-1"))
+    outcome = read_outcome(0, result, "", 0.5)
+    assert not outcome.ok and outcome.args is None
+    assert outcome.message.startswith(f"{result}: ") and "\n" not in outcome.message

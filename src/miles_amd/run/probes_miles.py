@@ -117,7 +117,14 @@ def parse_with_miles(
 
 
 def read_outcome(returncode: int, result: Path, stderr: str, seconds: float) -> ParseOutcome:
-    payload = json.loads(result.read_text()) if result.is_file() else {}
+    """What the child wrote to ``result`` (untrusted: a child killed mid-write cuts it)."""
+    try:
+        payload = json.loads(result.read_text(encoding="utf-8")) if result.is_file() else {}
+        if not isinstance(payload, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError included
+        why = f"{result}: the parse child's answer is unreadable ({one_line(exc)}); rerun it"
+        return ParseOutcome(returncode, None, why, stderr, seconds)
     args = payload.get("args") if returncode == 0 and payload.get("ok") else None
     message = "" if args is not None else _one_line(returncode, payload, stderr)
     return ParseOutcome(returncode, args, message, stderr, seconds)
