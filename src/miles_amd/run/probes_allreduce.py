@@ -1,6 +1,6 @@
 """The A/B premise on the node: the job's SGLang aiter env, aiter's build, SGLang's route.
 
-Where each value comes from: ``docs/node.md`` ("The preflight's all-reduce probes").
+``docs/node.md`` ("The preflight's all-reduce probes").
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def job_pythonpath(config: PreflightConfig, launch_env: Mapping[str, str]) -> st
 
 @lru_cache(maxsize=8)
 def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
-    """What the child finds, or ``{"error": ...}`` when it cannot run or answer."""
+    """What :data:`CHILD` finds, or ``{"error": ...}``."""
     env = {**os.environ, "PYTHONPATH": pythonpath}
     reading, why = child_json([python, "-c", CHILD], env, CHILD_TIMEOUT_S, "reading")
     return {"error": why} if reading is None else reading
@@ -127,8 +127,8 @@ def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, obj
 
 @lru_cache(maxsize=8)
 def read_aiter_fix(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
-    """``miles_amd.aiter_fix``'s fingerprint from a child ``python`` with ``pythonpath``;
-    ``{"value": "unknown: ..."}`` when the child cannot run or answer."""
+    """``miles_amd.aiter_fix``'s fingerprint from a child ``python`` with ``pythonpath``, or
+    ``{"value": "unknown: ..."}``."""
     from miles_amd import aiter_fix
 
     script = Path(aiter_fix.__file__).read_text(encoding="utf-8")
