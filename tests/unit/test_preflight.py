@@ -35,6 +35,7 @@ from miles_amd.run.preflight import (
 )
 from miles_amd.run.probes import (
     aiter_fact,
+    git_commit,
     judge_gpus,
     parse_amd_smi_static,
     parse_rocm_smi_product,
@@ -296,30 +297,15 @@ def test_packages_in_a_checkout_are_found_with_version_and_commit(tmp_path: Path
     assert endpoint["status"] == "ok"
     assert str(site / "sglang" / "srt" / "entrypoints" / "http_server.py") in endpoint["value"]
     assert facts["probe_aiter"] == asdict(Fact("aiter", "ok", f"amd-aiter 0.1.5 @ {commit[:12]}"))
-
-
-def test_site_packages_have_no_commit_and_pypi_aiter_is_flagged(tmp_path: Path) -> None:
-    repo = tmp_path / "project"
-    site = repo / "venv" / "lib" / "python3.11" / "site-packages"
-    fake_sglang(site, OTHER_ROUTES_SOURCE)
-    write_dist_info(site, "sglang", "0.5.4", "sglang")
-    (site / "aiter").mkdir(parents=True)
-    (site / "aiter" / "__init__.py").write_text('"""Async iterator helpers."""\n')
-    write_dist_info(site, "aiter", "0.13.0", "aiter")
-    git_checkout(repo)
-    facts = probes_in_subprocess(
-        site, tmp_path, "probe_sglang", "probe_sglang_lora_endpoint", "probe_aiter"
-    )
-    assert facts["probe_sglang"]["value"] == "sglang 0.5.4"
-    assert facts["probe_sglang_lora_endpoint"]["status"] == "wrong"
-    aiter = facts["probe_aiter"]
-    assert aiter["status"] == "wrong"
-    assert "async-iterator" in aiter["message"] and "pip uninstall aiter" in aiter["message"]
+    venv = repo / "venv" / "lib" / "python3.11" / "site-packages"
+    venv.mkdir(parents=True)
+    assert git_commit(venv) is None  # an installed package's dir: no commit of the checkout
 
 
 def test_aiter_fact_and_variant_rules(tmp_path: Path) -> None:
     assert aiter_fact(None, []).status == "missing"
-    assert aiter_fact(tmp_path, ["aiter"]).status == "wrong"
+    pypi = aiter_fact(tmp_path, ["aiter"])
+    assert pypi.status == "wrong" and "pip uninstall aiter" in pypi.message
     assert aiter_fact(tmp_path, ["amd-aiter", "aiter"]).status == "wrong"  # clobbered by PyPI
     assert aiter_fact(tmp_path, []).status == "wrong"  # no metadata, not AMD's layout
     (tmp_path / "jit").mkdir()

@@ -133,7 +133,7 @@ def _one_line(returncode: int, payload: Mapping[str, Any], stderr: str) -> str:
     return lines[-1] if lines else f"exit {returncode} with nothing on stderr"
 
 
-def miles_argv_fact(
+def probe_miles_argv(
     config: PreflightConfig,
     *,
     base_env: Mapping[str, str] | None = None,
@@ -165,10 +165,6 @@ def miles_argv_fact(
         "miles)"
     )
     return Fact(name, "wrong", where, why)
-
-
-def probe_miles_argv(config: PreflightConfig) -> Fact:
-    return miles_argv_fact(config)
 
 
 CENSUS = Path(__file__).parents[1] / "node" / "bridge_census.py"

@@ -158,6 +158,20 @@ def free_ports(count: int) -> list[int]:
         return [int(sock.getsockname()[1]) for sock in socks]
 
 
+def head_environment(
+    env: Mapping[str, str], temp_dir: Path, token_path: Path, ports: Mapping[str, int]
+) -> dict[str, str]:
+    """``env`` plus loopback only, token auth, the metrics ports and TMPDIR."""
+    return {
+        **{k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"},
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token_path),
+        "TMPDIR": str(temp_dir),
+        **{name: str(ports[name]) for name in PORT_ENV_VARS},
+    }
+
+
 def ray_executable() -> str:
     sibling = Path(sys.executable).parent / "ray"
     return str(sibling) if sibling.exists() else (shutil.which("ray") or "ray")
@@ -200,14 +214,7 @@ class RayHead(ProcessTree):
         argv = [ray_executable(), *base_argv[1:], "--block", "--temp-dir", str(ray_temp)]
         argv += [str(x) for option in PORT_OPTIONS for x in (option, ports[option])]
         argv += WORKER_PORTS
-        head_env = {  # loopback only, token auth, the metrics ports, TMPDIR
-            **{k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"},
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": str(temp_dir / TOKEN_FILE),
-            "TMPDIR": str(temp_dir),
-            **{name: str(ports[name]) for name in PORT_ENV_VARS},
-        }
+        head_env = head_environment(env, temp_dir, temp_dir / TOKEN_FILE, ports)
         try:
             process, owned = spawn_logged(argv, head_env, log_path)
         except BaseException:
