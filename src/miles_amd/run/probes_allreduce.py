@@ -192,36 +192,26 @@ def aiter_commit_fact(reading: Mapping[str, object], git_commit: str | None) -> 
     listed = reading.get("dists")
     dists = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
     for dist in dists:
-        commit = _direct_url_commit(dist.get("direct_url"))
-        if commit:
+        try:
+            commit = str(json.loads(str(dist.get("direct_url")))["vcs_info"]["commit_id"])
+        except (ValueError, TypeError, KeyError):  # no direct_url.json, not JSON, no vcs_info
+            continue
+        if _HEX.match(commit):
             return Fact(name, "ok", f"{commit} (amd-aiter direct_url.json vcs_info)")
     looked.append("no amd-aiter direct_url.json with vcs_info")
     version_py = reading.get("version_py")
     if isinstance(version_py, str):
-        if match := _SCM_LOCAL.search(_quoted_version(version_py)):
+        quoted = re.search(r"""__version__\s*=\s*['"]([^'"]+)['"]""", version_py)
+        version = quoted.group(1) if quoted else ""
+        if match := _SCM_LOCAL.search(version):
             return Fact(name, "ok", f"{match.group(1)} (aiter/_version.py, setuptools-scm +g)")
-        looked.append(f"aiter/_version.py says {_quoted_version(version_py) or '?'!r}")
+        looked.append(f"aiter/_version.py says {version or '?'!r}")
     for dist in dists:
         version = str(dist.get("version") or "")
         if match := _SCM_LOCAL.search(version):
             return Fact(name, "ok", f"{match.group(1)} (amd-aiter {version}, setuptools-scm +g)")
         looked.append(f"amd-aiter {version} has no +g<sha> (a tagged release build)")
     return Fact(name, "ok", "unknown: " + "; ".join(looked))
-
-
-def _direct_url_commit(text: object) -> str | None:
-    try:
-        data = json.loads(text) if isinstance(text, str) else None
-    except json.JSONDecodeError:
-        return None
-    vcs = data.get("vcs_info") if isinstance(data, dict) else None
-    commit = str(vcs.get("commit_id") or "") if isinstance(vcs, dict) else ""
-    return commit if _HEX.match(commit) else None
-
-
-def _quoted_version(version_py: str) -> str:
-    match = re.search(r"""__version__\s*=\s*['"]([^'"]+)['"]""", version_py)
-    return match.group(1) if match else ""
 
 
 def probe_sglang_allreduce(config: PreflightConfig) -> Fact:

@@ -118,19 +118,13 @@ def read_outcome(returncode: int, result: Path, stderr: str, seconds: float) -> 
         why = f"{result}: the parse child's answer is unreadable ({one_line(exc)}); rerun it"
         return ParseOutcome(returncode, None, why, stderr, seconds)
     args = payload.get("args") if returncode == 0 and payload.get("ok") else None
-    message = "" if args is not None else _one_line(returncode, payload, stderr)
+    message = ""  # else argparse's error line, the validator's exception, stderr's last line
+    if args is None:
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        refusals = [m["message"] for line in lines if (m := _ARGPARSE_ERROR.match(line))]
+        last = lines[-1] if lines else f"exit {returncode} with nothing on stderr"
+        message = refusals[-1] if refusals else str(payload.get("error") or "") or last
     return ParseOutcome(returncode, args, message, stderr, seconds)
-
-
-def _one_line(returncode: int, payload: Mapping[str, Any], stderr: str) -> str:
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for line in reversed(lines):
-        match = _ARGPARSE_ERROR.match(line)
-        if match:
-            return match["message"]
-    if payload.get("error"):
-        return str(payload["error"])
-    return lines[-1] if lines else f"exit {returncode} with nothing on stderr"
 
 
 def probe_miles_argv(
