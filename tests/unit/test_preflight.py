@@ -53,10 +53,6 @@ from tests.cli_runs import CliRun, flat, run_cli
 from tests.unit.test_inputs import DAPO_RECORD, write_checkpoint
 
 SRC = Path(miles_amd.__file__).resolve().parents[1]
-GPU_TOOLS_HERE = (
-    bool(find_spec("torch") or shutil.which("amd-smi") or shutil.which("rocm-smi"))
-    or Path("/dev/kfd").exists()
-)
 NO_TORCH = find_spec("torch") is None
 needs_no_torch = pytest.mark.skipif(not NO_TORCH, reason="a real torch answers the GPU probe first")
 
@@ -178,9 +174,7 @@ def fake_sglang(site: Path, http_server_source: str | None) -> Path:
 def test_facts_in_probe_order_and_a_crashing_probe_is_a_wrong_fact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    facts = run_preflight(config_for(tmp_path))
-    names = [p.__name__.removeprefix("probe_") for p in PROBES]
-    assert [f.name for f in facts] == names
+    names = [p.__name__.removeprefix("probe_") for p in PROBES]  # every probe's run: the CLI's
     after = names.index("dataset") + 1  # miles' parse, then what its model build shows
     assert names[after : after + 4] == [
         "miles_argv",
@@ -188,13 +182,6 @@ def test_facts_in_probe_order_and_a_crashing_probe_is_a_wrong_fact(
         "router_dtype",
         "attention_window",
     ]
-    assert all(f.status in ("ok", "missing", "wrong") for f in facts)
-    assert all(f.message for f in facts if f.status != "ok")
-    if not GPU_TOOLS_HERE:  # this GPU-less machine's answer
-        by_name = {f.name: f for f in facts}
-        assert by_name["gpus"].status == by_name["torch"].status == "missing"
-        assert "no AMD GPU visible" in by_name["gpus"].message
-        assert not preflight_ok(facts)
 
     def probe_broken(config: PreflightConfig) -> Fact:
         raise OSError("device busy")
@@ -479,8 +466,13 @@ def test_a_machine_that_is_not_a_node_says_so_first_and_records_every_fact(
     assert (data["ok"], data["aiter_variant"]) == (False, "patched")
     assert data["config"]["model_dir"] == str(tmp_path / "models")
     assert data["config"]["expected_gpus"] == 8
-    recorded = {f["name"]: f for f in data["facts"]}  # every fact as probed
-    assert recorded["gpus"]["status"] == "missing"
+    recorded = {f["name"]: f for f in data["facts"]}  # every fact as probed, in PROBES order
+    assert list(recorded) == [p.__name__.removeprefix("probe_") for p in PROBES]
+    assert all(f["message"] for f in recorded.values() if f["status"] != "ok")
+    assert (
+        recorded["gpus"]["status"] == "missing"
+        and "no AMD GPU visible" in recorded["gpus"]["message"]
+    )
     assert recorded["checkpoint"]["status"] == recorded["dataset"]["status"] == "ok"
 
     verbose = preflight_cli("--run-dir", str(run_dir), "--verbose", cwd=tmp_path)
