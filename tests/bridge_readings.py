@@ -1,14 +1,9 @@
 """Census readings of ``node/bridge_census.py`` that more than one test module needs.
 
-:data:`CPU_MEASURED` is what the CPU harness (``tests/conformance/child.py census``) wrote on
-2026-12-01 for the recipe's argv and the gpt-oss-20b config.json: PyPI megatron-bridge 0.3.1,
-the pinned miles and Megatron-LM, experts as ``SequentialMLP`` (no TE: one linear per expert),
-window ``(128, 0)`` (0.3.1 predates NVIDIA-NeMo/Megatron-Bridge#2656).
-
-:data:`NODE_EXPECTED` is the shape a node should give, read in the sources, not measured:
-radixark/Megatron-Bridge's gpt-oss provider (``gpt_oss_bridge.py`` at 1187a604) turns on
-grouped GEMM (TE's grouped linears: one per expert projection per layer, LoRA shared across
-the layer's experts) and sets the window to ``sliding_window - 1``.
+:data:`CPU_MEASURED`: the CPU harness's reading (PyPI megatron-bridge 0.3.1: experts as
+``SequentialMLP``, window ``(128, 0)``). :data:`NODE_EXPECTED`: the shape a node should give,
+read in radixark/Megatron-Bridge's gpt-oss provider (grouped GEMM, window ``sliding_window - 1``);
+``docs/node.md`` ("The trainer's model").
 """
 
 from __future__ import annotations
@@ -33,7 +28,6 @@ def reading(
     other: int = 0,
     bridge: str = "megatron.bridge 0.3.1 at /venv/site-packages/megatron/bridge",
 ) -> dict[str, Any]:
-    """A census of the recipe's model with these numbers (odd layers windowed)."""
     return {
         "ok": True,
         "lora": {
@@ -77,8 +71,7 @@ UNKNOWN = {
 
 
 def node_model_facts() -> list[Fact]:
-    """The deep probe's three env.json facts of a node, by the preflight's real fact functions
-    (what ``model.lora_experts`` needs to pass)."""
+    """The deep probe's three env.json facts of a node, by the preflight's fact functions."""
     recipe = Recipe()
     return [
         lora_experts_fact(NODE_EXPECTED, recipe.target_modules),

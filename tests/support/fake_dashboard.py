@@ -1,10 +1,8 @@
 """A Ray dashboard that misbehaves on purpose: a real HTTP server in a thread.
 
-It answers the routes the driver calls (the version, the State API's node list, submit,
-status, stop, logs) as Ray 2.60's dashboard does (one node with the whole-node resource and
-8 GPUs; a job RUNNING forever), except the routes a test names, which hang, answer an HTTP
-status of its choosing, junk, or JSON of the wrong shape. It records every request
-(method, path, body) so a test can count stops or look for a secret sent.
+It answers the driver's routes as Ray 2.60's does (one whole node of 8 GPUs; a job RUNNING
+forever) except those a test names, which hang, trickle, or answer a status, junk or JSON of the
+wrong shape; every request is recorded so a test can count stops.
 """
 
 from __future__ import annotations
@@ -24,8 +22,6 @@ ROUTES = ("version", "nodes", "submit", "status", "stop", "logs")
 
 @dataclass(frozen=True)
 class Reply:
-    """What a route answers: ``hang`` holds the request open until the server stops."""
-
     code: int = 200
     body: bytes = b""
     hang: bool = False
@@ -124,7 +120,6 @@ def _handler(fake: FakeDashboard) -> type[BaseHTTPRequestHandler]:
 
 @contextmanager
 def fake_dashboard(replies: dict[str, Reply] | None = None) -> Iterator[FakeDashboard]:
-    """A :class:`FakeDashboard` serving on a free loopback port for the block."""
     fake = FakeDashboard(replies=dict(replies or {}))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
     server.daemon_threads = True

@@ -1,13 +1,9 @@
-"""A two-node Ray cluster on one CPU machine, for the cluster rehearsal; stopped by pid.
+"""A two-node Ray cluster on one CPU machine for the cluster rehearsal, stopped by pid.
 
-A head and a second raylet joined to it, each in its own private 0700 temp dir (its
-``TMPDIR`` and its ``MILES_AMD_NODE_ROOT``, so a job's ``${MILES_AMD_NODE_ROOT}/...`` evidence
-dir is one only that node writes, as without shared storage), each declaring the fake node
-resource and ``--num-gpus 8``. Both share Ray's ``--temp-dir`` (a joined node's agent serves
-job logs from the head's temp-dir path, Ray 2.60: ``docs/cluster.md``). Not loopback-only
-(``ray start --address`` refuses with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``); token auth on,
-every port chosen here. Each ``ray start --block`` is a ``run.ray_head.ProcessTree``: stopped
-by pid (never ``ray stop``); :meth:`LocalNode.kill` is the node-loss fault.
+A head and a joined raylet, each with a private 0700 temp dir as its ``TMPDIR`` and
+``MILES_AMD_NODE_ROOT`` (evidence only that node writes) and the fake node resource with 8 GPUs;
+they share Ray's ``--temp-dir`` (``docs/cluster.md``). Token auth, every port chosen here; each
+``ray start --block`` is a ``ProcessTree`` stopped by pid; :meth:`LocalNode.kill` is node loss.
 """
 
 from __future__ import annotations
@@ -48,22 +44,16 @@ WORKER_NODE_PORTS = tuple(
 
 @dataclass(kw_only=True)
 class LocalNode(ProcessTree):
-    """One ``ray start --block`` we spawned, its temp dir and the processes under it;
-    :meth:`~miles_amd.run.ray_head.ProcessTree.kill` is the node dying."""
-
     name: str
     temp_dir: Path
 
     @property
     def node_root(self) -> Path:
-        """What ``${MILES_AMD_NODE_ROOT}`` expands to on this node."""
         return self.temp_dir / "node_root"
 
 
 @dataclass
 class TwoNodeCluster:
-    """The head, the joined node, the shared token; :meth:`stop` on every exit path."""
-
     nodes: list[LocalNode]
     dashboard_url: str
     gcs_address: str
@@ -75,7 +65,6 @@ class TwoNodeCluster:
         return self.token_dir / "auth_token"
 
     def client_env(self, env: Mapping[str, str]) -> dict[str, str]:
-        """A client's environment with this cluster as its ``RAY_ADDRESS``."""
         return {
             **env,
             "RAY_ADDRESS": self.dashboard_url,
@@ -126,7 +115,6 @@ def _node_env(base: Mapping[str, str], temp_dir: Path, token_path: Path) -> dict
 def start_cluster(
     env: Mapping[str, str], *, second_node_gpus: int = 8, timeout_s: float = 120.0
 ) -> TwoNodeCluster:
-    """A head and a joined node, both with the fake node resource unless ``gpus`` is 0."""
     token_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT))
     token = secrets.token_hex(32)
     atomic_write_text(token_dir / "auth_token", token, mode=0o600)
@@ -159,7 +147,6 @@ def start_cluster(
 
 
 def _wait_nodes(cluster: TwoNodeCluster, count: int, timeout_s: float) -> None:
-    """Until the dashboard lists ``count`` alive nodes (``/nodes?view=summary``)."""
     deadline = time.monotonic() + timeout_s
     headers = auth_headers(cluster.token)
     while time.monotonic() < deadline:

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from miles_amd.recipe.plan import NODE_RESOURCE, build_train_plan
-from miles_amd.recipe.settings import Recipe
-from miles_amd.run.variants_run import PATCHED_DIR_VAR, VariantsError, variant_env
+from miles_amd.recipe.plan import NODE_RESOURCE
+from miles_amd.run.variants_run import PATCHED_DIR_VAR
 from tests.cli_runs import run_cli
 
 pytestmark = pytest.mark.unit
@@ -66,18 +65,3 @@ def test_variants_bad_input_exits_2(args: list[str], extra_env: dict, needle: st
     done = run_cli("train", "--dry-run", *args, env={**env_without_cluster(), **extra_env})
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert needle in done.stderr and len(done.stderr.strip().splitlines()) == 1
-
-
-def test_the_patched_jobs_plan_puts_its_build_on_pythonpath() -> None:
-    env = {"PYTHONPATH": "/a", PATCHED_DIR_VAR: "/p"}
-    jobs = {
-        v: build_train_plan(Recipe(), variant_env(env, v), aiter_variant=v).job
-        for v in ("patched", "stock")
-    }
-    paths = {v: job.env_vars["PYTHONPATH"] for v, job in jobs.items() if job is not None}
-    assert paths == {
-        "patched": "/root/miles:/root/Megatron-LM:/p:/a",
-        "stock": "/root/miles:/root/Megatron-LM:/a",
-    }
-    with pytest.raises(VariantsError):
-        variant_env({}, "patched")

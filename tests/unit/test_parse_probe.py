@@ -26,9 +26,9 @@ from miles_amd.recipe.plan import build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.probes import PreflightConfig
 from miles_amd.run.probes_miles import (
-    miles_argv_fact,
     parse_with_miles,
     probe_miles_argv,
+    read_outcome,
     submitted_job,
 )
 from tests.conformance.fake_inputs import make_fake_inputs
@@ -131,24 +131,21 @@ def test_the_preflight_parses_the_exact_argv_and_env_without_gpu_stubs(
             "unrecognized arguments: --x",
         ),
         ({}, ["--num-rollout", "0"], 1, None, "AssertionError: num_rollout must be > 0, got 0"),
-        ({"STAND_IN_SLEEP": "60"}, [], None, None, "the parse did not finish within 1 s"),
-    ],
+    ],  # a wedged parse: test_a_wedged_parse_is_wrong_...
 )
 def test_the_parsers_answer_or_its_one_line(
     tmp_path: Path,
     extra_env: dict[str, str],
     argv: list[str],
-    returncode: int | None,
+    returncode: int,
     args: dict | None,
     message: str,
 ) -> None:
     miles = stand_in_miles(tmp_path / "miles")
     env = {"PYTHONPATH": str(miles), "STAND_IN_RECORD": str(tmp_path / "r.json"), **extra_env}
-    outcome = parse_with_miles(
-        argv, env, python=sys.executable, timeout=1 if "STAND_IN_SLEEP" in extra_env else 60
-    )
+    outcome = parse_with_miles(argv, env, python=sys.executable, timeout=60)
     assert (outcome.returncode, outcome.args, outcome.message) == (returncode, args, message)
-    assert outcome.ok == (returncode == 0) and outcome.seconds < 30
+    assert outcome.ok == (returncode == 0)
 
 
 def test_a_wedged_parse_is_wrong_and_no_checkout_or_python_is_missing(tmp_path: Path) -> None:
@@ -158,15 +155,15 @@ def test_a_wedged_parse_is_wrong_and_no_checkout_or_python_is_missing(tmp_path: 
         "STAND_IN_RECORD": str(tmp_path / "r.json"),
         "STAND_IN_SLEEP": "60",
     }
-    fact = miles_argv_fact(config_for(tmp_path, miles), base_env=env, timeout=1)
+    fact = probe_miles_argv(config_for(tmp_path, miles), base_env=env, timeout=1)
     assert fact.status == "wrong"
     assert fact.message.startswith("the parse did not finish within 1 s: importing miles hangs")
-    fact = miles_argv_fact(config_for(tmp_path, tmp_path / "nowhere"), base_env={"PATH": ""})
+    fact = probe_miles_argv(config_for(tmp_path, tmp_path / "nowhere"), base_env={"PATH": ""})
     assert (fact.status, fact.message) == (
         "missing",
         f"no {tmp_path}/nowhere/train.py; point --miles-dir at a miles checkout",
     )
-    fact = miles_argv_fact(config_for(tmp_path, miles), base_env={"PATH": str(tmp_path)})
+    fact = probe_miles_argv(config_for(tmp_path, miles), base_env={"PATH": str(tmp_path)})
     assert (fact.status, fact.message) == (
         "missing",
         "no `python3` on the job's PATH to run train.py",
@@ -192,7 +189,7 @@ def _real_env(checkout: MilesCheckout, tmp_path: Path) -> dict[str, str]:
 @pytest.mark.conformance
 def test_real_miles_accepts_the_preflight_argv(checkout: MilesCheckout, tmp_path: Path) -> None:
     config = config_for(tmp_path, checkout.miles, checkout.megatron)
-    fact = miles_argv_fact(config, base_env=_real_env(checkout, tmp_path), gpu_stubs=True)
+    fact = probe_miles_argv(config, base_env=_real_env(checkout, tmp_path), gpu_stubs=True)
     assert fact.status == "ok", fact.message
     count, _, where = fact.value.partition(" args parsed by ")
     assert int(count) > 1000 and where.endswith(f"python3 {checkout.miles}/train.py")
@@ -208,7 +205,17 @@ def test_real_miles_with_a_dropped_flag_rejects_it(checkout: MilesCheckout, tmp_
     assert source.count('"--lora-base-cpu-backup",') == 1
     arguments.write_text(source.replace('"--lora-base-cpu-backup",', '"--lora-base-cpu-keep",'))
     config = config_for(tmp_path, drifted, checkout.megatron)
-    fact = miles_argv_fact(config, base_env=_real_env(checkout, tmp_path), gpu_stubs=True)
+    fact = probe_miles_argv(config, base_env=_real_env(checkout, tmp_path), gpu_stubs=True)
     assert fact.status == "wrong"
     refusal = "rejects the argv train would submit: unrecognized arguments: --lora-base-cpu-backup;"
     assert refusal in fact.message
+
+
+@pytest.mark.parametrize("written", ['{"ok": true, "args": {"num_rollout"', "[1, 2]", "\xff"])
+def test_a_cut_or_foreign_result_file_is_a_named_outcome(tmp_path: Path, written: str) -> None:
+    """A parse child killed mid-write leaves a truncated result.json: named, never raised."""
+    result = tmp_path / "result.json"
+    result.write_bytes(written.encode("latin-1"))
+    outcome = read_outcome(0, result, "", 0.5)
+    assert not outcome.ok and outcome.args is None
+    assert outcome.message.startswith(f"{result}: ") and "\n" not in outcome.message

@@ -35,6 +35,7 @@ from miles_amd.run.preflight import (
 )
 from miles_amd.run.probes import (
     aiter_fact,
+    git_commit,
     judge_gpus,
     parse_amd_smi_static,
     parse_rocm_smi_product,
@@ -52,10 +53,6 @@ from tests.cli_runs import CliRun, flat, run_cli
 from tests.unit.test_inputs import DAPO_RECORD, write_checkpoint
 
 SRC = Path(miles_amd.__file__).resolve().parents[1]
-GPU_TOOLS_HERE = (
-    bool(find_spec("torch") or shutil.which("amd-smi") or shutil.which("rocm-smi"))
-    or Path("/dev/kfd").exists()
-)
 NO_TORCH = find_spec("torch") is None
 needs_no_torch = pytest.mark.skipif(not NO_TORCH, reason="a real torch answers the GPU probe first")
 
@@ -177,9 +174,7 @@ def fake_sglang(site: Path, http_server_source: str | None) -> Path:
 def test_facts_in_probe_order_and_a_crashing_probe_is_a_wrong_fact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    facts = run_preflight(config_for(tmp_path))
-    names = [p.__name__.removeprefix("probe_") for p in PROBES]
-    assert [f.name for f in facts] == names
+    names = [p.__name__.removeprefix("probe_") for p in PROBES]  # every probe's run: the CLI's
     after = names.index("dataset") + 1  # miles' parse, then what its model build shows
     assert names[after : after + 4] == [
         "miles_argv",
@@ -187,13 +182,6 @@ def test_facts_in_probe_order_and_a_crashing_probe_is_a_wrong_fact(
         "router_dtype",
         "attention_window",
     ]
-    assert all(f.status in ("ok", "missing", "wrong") for f in facts)
-    assert all(f.message for f in facts if f.status != "ok")
-    if not GPU_TOOLS_HERE:  # this GPU-less machine's answer
-        by_name = {f.name: f for f in facts}
-        assert by_name["gpus"].status == by_name["torch"].status == "missing"
-        assert "no AMD GPU visible" in by_name["gpus"].message
-        assert not preflight_ok(facts)
 
     def probe_broken(config: PreflightConfig) -> Fact:
         raise OSError("device busy")
@@ -296,30 +284,15 @@ def test_packages_in_a_checkout_are_found_with_version_and_commit(tmp_path: Path
     assert endpoint["status"] == "ok"
     assert str(site / "sglang" / "srt" / "entrypoints" / "http_server.py") in endpoint["value"]
     assert facts["probe_aiter"] == asdict(Fact("aiter", "ok", f"amd-aiter 0.1.5 @ {commit[:12]}"))
-
-
-def test_site_packages_have_no_commit_and_pypi_aiter_is_flagged(tmp_path: Path) -> None:
-    repo = tmp_path / "project"
-    site = repo / "venv" / "lib" / "python3.11" / "site-packages"
-    fake_sglang(site, OTHER_ROUTES_SOURCE)
-    write_dist_info(site, "sglang", "0.5.4", "sglang")
-    (site / "aiter").mkdir(parents=True)
-    (site / "aiter" / "__init__.py").write_text('"""Async iterator helpers."""\n')
-    write_dist_info(site, "aiter", "0.13.0", "aiter")
-    git_checkout(repo)
-    facts = probes_in_subprocess(
-        site, tmp_path, "probe_sglang", "probe_sglang_lora_endpoint", "probe_aiter"
-    )
-    assert facts["probe_sglang"]["value"] == "sglang 0.5.4"
-    assert facts["probe_sglang_lora_endpoint"]["status"] == "wrong"
-    aiter = facts["probe_aiter"]
-    assert aiter["status"] == "wrong"
-    assert "async-iterator" in aiter["message"] and "pip uninstall aiter" in aiter["message"]
+    venv = repo / "venv" / "lib" / "python3.11" / "site-packages"
+    venv.mkdir(parents=True)
+    assert git_commit(venv) is None  # an installed package's dir: no commit of the checkout
 
 
 def test_aiter_fact_and_variant_rules(tmp_path: Path) -> None:
     assert aiter_fact(None, []).status == "missing"
-    assert aiter_fact(tmp_path, ["aiter"]).status == "wrong"
+    pypi = aiter_fact(tmp_path, ["aiter"])
+    assert pypi.status == "wrong" and "pip uninstall aiter" in pypi.message
     assert aiter_fact(tmp_path, ["amd-aiter", "aiter"]).status == "wrong"  # clobbered by PyPI
     assert aiter_fact(tmp_path, []).status == "wrong"  # no metadata, not AMD's layout
     (tmp_path / "jit").mkdir()
@@ -493,8 +466,13 @@ def test_a_machine_that_is_not_a_node_says_so_first_and_records_every_fact(
     assert (data["ok"], data["aiter_variant"]) == (False, "patched")
     assert data["config"]["model_dir"] == str(tmp_path / "models")
     assert data["config"]["expected_gpus"] == 8
-    recorded = {f["name"]: f for f in data["facts"]}  # every fact as probed
-    assert recorded["gpus"]["status"] == "missing"
+    recorded = {f["name"]: f for f in data["facts"]}  # every fact as probed, in PROBES order
+    assert list(recorded) == [p.__name__.removeprefix("probe_") for p in PROBES]
+    assert all(f["message"] for f in recorded.values() if f["status"] != "ok")
+    assert (
+        recorded["gpus"]["status"] == "missing"
+        and "no AMD GPU visible" in recorded["gpus"]["message"]
+    )
     assert recorded["checkpoint"]["status"] == recorded["dataset"]["status"] == "ok"
 
     verbose = preflight_cli("--run-dir", str(run_dir), "--verbose", cwd=tmp_path)

@@ -1,9 +1,8 @@
-"""Build the trainer's LoRA model the way miles does, on the meta device, and describe it as JSON.
+"""Build the trainer's LoRA model the way miles does, on the meta device; describe it as JSON.
 
-Stdlib-only, run by path with the interpreter that will run ``train.py``
-(``python bridge_census.py --result FILE -- <the tokens after train.py>``). Exit 0 built, 1 a
-build or import failed (``{"ok": false, "stage", "error"}``), 64 bad usage. Explained in
-``docs/node.md`` ("The trainer's model").
+Stdlib-only, run by path with the job's interpreter (:data:`USAGE`). Exit 0 built, 1 a build or
+import failed (``{"ok": false, "stage", "error"}``), 64 bad usage. ``docs/node.md`` ("The
+trainer's model").
 """
 
 from __future__ import annotations
@@ -20,8 +19,10 @@ USAGE = "usage: bridge_census.py --result FILE -- <train.py args>"
 NAMES_KEPT = 4  # example module names per group in the result
 
 
-def _single_process_group(provider: Any) -> None:
-    """A gloo world of one and Megatron's parallel state with every size 1."""
+def _meta_model(provider: Any, *_: Any, **__: Any) -> list[Any]:
+    """``provide_distributed_model``'s stand-in: in a gloo world of one with every parallel size
+    1, the decoder on meta, then the pre-wrap hooks (miles' LoRA), as ``get_model`` runs them."""
+    import torch
     import torch.distributed as dist
     from megatron.core import parallel_state
     from megatron.core.process_groups_config import ProcessGroupCollection
@@ -45,14 +46,6 @@ def _single_process_group(provider: Any) -> None:
     provider.sequence_parallel = False
     provider.virtual_pipeline_model_parallel_size = None
     provider._pg_collection = ProcessGroupCollection.use_mpu_process_groups()
-
-
-def _meta_model(provider: Any, *_: Any, **__: Any) -> list[Any]:
-    """``provide_distributed_model``'s stand-in: the decoder on meta, then the pre-wrap hooks
-    (miles' LoRA), as Megatron-Bridge's ``get_model`` runs them before DDP."""
-    import torch
-
-    _single_process_group(provider)
     provider.init_model_with_meta_device = True
     provider.perform_initialization = False
     with torch.device("meta"):
@@ -67,8 +60,7 @@ _BUILT: dict[str, Any] = {}
 
 
 def build_meta_model(args: Any) -> tuple[Any, list[Any]]:
-    """miles' ``_setup_lora_model_via_bridge(args)`` on :func:`_meta_model`: the provider and
-    the LoRA-wrapped model chunks."""
+    """miles' ``_setup_lora_model_via_bridge(args)`` on :func:`_meta_model`: provider, chunks."""
     from megatron.bridge.models.model_provider import ModelProviderMixin
     from miles.backends.megatron_utils.bridge_lora_helpers import _setup_lora_model_via_bridge
 
@@ -85,9 +77,16 @@ DTYPE_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32
 
 
 def census(provider: Any, chunks: list[Any]) -> dict[str, Any]:
-    """What the built model holds (module doc, step 3); JSON-ready."""
+    import megatron.bridge
     from megatron.bridge.peft.utils import is_expert_linear
     from megatron.core.transformer.utils import is_layer_window_attention
+
+    try:
+        from importlib.metadata import version
+
+        release = version("megatron-bridge")
+    except Exception:
+        release = "no distribution metadata"
 
     wrapped_expert: list[str] = []
     wrapped_other: list[str] = []
@@ -142,24 +141,12 @@ def census(provider: Any, chunks: list[Any]) -> dict[str, Any]:
         },
         "moe_grouped_gemm": bool(getattr(provider, "moe_grouped_gemm", False)),
         "num_moe_experts": getattr(provider, "num_moe_experts", None),
-        "bridge": _bridge_origin(),
+        "bridge": f"megatron.bridge {release} at {os.path.dirname(megatron.bridge.__file__)}",
     }
 
 
 def _listed(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
-
-
-def _bridge_origin() -> str:
-    import megatron.bridge
-
-    try:
-        from importlib.metadata import version
-
-        release = version("megatron-bridge")
-    except Exception:
-        release = "no distribution metadata"
-    return f"megatron.bridge {release} at {os.path.dirname(megatron.bridge.__file__)}"
 
 
 def _write(path: str, payload: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """Run miles' own ``parse_args()`` on a ``train.py`` argv and write what it decided as JSON.
 
-Stdlib-only, run by path with the interpreter that will run ``train.py`` (:data:`USAGE`). Exit
-0 parsed, 2 refused by argparse, 1 by a validator or import, 64 bad usage. The GPU stubs act on
-CPU only. ``docs/conformance.md`` ("How the argv is parsed").
+Stdlib-only, run by path with the job's interpreter (:data:`USAGE`). Exit 0 parsed, 2 refused by
+argparse, 1 by a validator or import, 64 bad usage. The GPU stubs act on CPU only.
+``docs/conformance.md`` ("How the argv is parsed").
 """
 
 from __future__ import annotations
@@ -20,23 +20,16 @@ GFX950_CAPABILITY = (9, 5)
 USAGE = "usage: miles_parse.py --result FILE [--stub-gpu-queries] -- <train.py args>"
 
 
-def _capability(device: Any = None) -> tuple[int, int]:
-    return GFX950_CAPABILITY
-
-
-def _properties(device: Any = None) -> SimpleNamespace:
-    major, minor = GFX950_CAPABILITY
-    return SimpleNamespace(major=major, minor=minor, name="MI355X (stub)", gcnArchName="gfx950")
-
-
 def stub_gpu_queries() -> bool:
-    """Stub the two device queries when torch sees no GPU; returns whether it did."""
+    """Stub the two device queries when torch sees no GPU; whether it did."""
     import torch
 
     if torch.cuda.is_available():
         return False
-    torch.cuda.get_device_capability = _capability
-    torch.cuda.get_device_properties = _properties
+    major, minor = GFX950_CAPABILITY
+    props = SimpleNamespace(major=major, minor=minor, name="MI355X (stub)", gcnArchName="gfx950")
+    torch.cuda.get_device_capability = lambda device=None: GFX950_CAPABILITY
+    torch.cuda.get_device_properties = lambda device=None: props  # type: ignore
     return True
 
 
@@ -70,13 +63,12 @@ def main(tokens: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 64
     result = own[1]
-
     sys.argv = ["train.py", *train_argv]
     try:
         stubbed = stub_gpu_queries() if stub else False
-        from miles.utils.arguments import parse_args  # train.py: `args = parse_args()`
+        from miles.utils.arguments import parse_args  # as train.py
 
-        args = parse_args()  # argparse leaves with SystemExit(2) on its own
+        args = parse_args()  # argparse exits 2 on its own
     except Exception as exc:
         traceback.print_exc()
         error = " ".join(f"{type(exc).__name__}: {exc}".split())

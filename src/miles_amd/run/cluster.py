@@ -1,7 +1,6 @@
-"""Cluster mode: does an existing Ray cluster have the whole MI355X nodes a run needs?
-
-Read from the State API before anything is submitted; a shortfall is one line naming every
-node and what it lacks. Explained in ``docs/cluster.md``.
+"""Cluster mode: does a Ray cluster have the whole MI355X nodes a run needs (State API, before
+anything is submitted)? A shortfall is one line naming every node and what it lacks.
+``docs/cluster.md``.
 """
 
 from __future__ import annotations
@@ -17,20 +16,17 @@ NODES_PATH = "/api/v0/nodes?limit=10000&detail=1"
 
 
 class ClusterError(RuntimeError):
-    """The cluster cannot run the job (no suitable node, unreadable node list); bad input."""
+    """The cluster cannot run the job; bad input."""
 
 
 @dataclass(frozen=True)
 class Node:
-    """One node as the State API lists it."""
-
     node_id: str
     ip: str
     alive: bool
     resources: Mapping[str, float]
 
     def shortfall(self, gpus: int) -> str | None:
-        """Why this node cannot hold the job, or ``None`` when it can."""
         if not self.alive:
             return "not alive"
         missing = [f"no {NODE_RESOURCE}"] if self.resources.get(NODE_RESOURCE, 0) < 1 else []
@@ -40,7 +36,6 @@ class Node:
 
 
 def parse_nodes(payload: Mapping[str, object]) -> list[Node]:
-    """The State API's answer as :class:`Node` s; ``ClusterError`` when it has no node list."""
     try:
         rows = payload["data"]["result"]["result"]  # type: ignore[index]
         return [
@@ -57,7 +52,6 @@ def parse_nodes(payload: Mapping[str, object]) -> list[Node]:
 
 
 def list_nodes(address: str, headers: Mapping[str, str]) -> list[Node]:
-    """The cluster's nodes through the dashboard at ``address`` (the Jobs API address)."""
     try:
         answer = get_json(address, NODES_PATH, headers, timeout_s=read_timeout_s())
     except DashboardAuthError as exc:
@@ -70,7 +64,6 @@ def list_nodes(address: str, headers: Mapping[str, str]) -> list[Node]:
 
 
 def suitable_nodes(nodes: Sequence[Node], *, gpus: int, count: int, address: str) -> list[Node]:
-    """The nodes that can each hold one job; ``ClusterError`` naming the gap when too few."""
     fit = [node for node in nodes if node.shortfall(gpus) is None]
     if len(fit) >= count:
         return fit

@@ -1,6 +1,5 @@
-"""HTTP to a Ray dashboard: its URL, the token header, timeouts, and 401/403 named.
+"""HTTP to a Ray dashboard: every request bounded, every failure one redacted line, 401/403 named.
 
-Every request is bounded and every failure is one :class:`DashboardError` line, redacted.
 ``docs/ray-head-and-secrets.md`` ("How the tool talks to a dashboard").
 """
 
@@ -17,7 +16,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,8 +34,6 @@ class DashboardError(RuntimeError):
 
 
 class DashboardAuthError(DashboardError):
-    """HTTP 401 (no token sent) or 403 (the token sent is wrong)."""
-
     def __init__(self, address: str, status: int) -> None:
         why = "the token sent is wrong" if status == 403 else "no token sent"
         super().__init__(
@@ -50,7 +47,6 @@ def auth_headers(token: str) -> dict[str, str]:
 
 
 def token_headers(token_path: str | None) -> dict[str, str]:
-    """:func:`auth_headers` of the token in ``token_path`` (``RAY_AUTH_TOKEN_PATH``), if any."""
     if token_path is None:
         return {}
     try:
@@ -86,7 +82,7 @@ def get_json(
 
 
 def _credentials_apart(url: str) -> tuple[str, dict[str, str]]:
-    """``url`` without ``user:password@`` and the Basic header they make (as ``requests``)."""
+    """``url`` without ``user:password@``, and the Basic header they make (as ``requests``)."""
     parts = urllib.parse.urlsplit(url)
     if parts.username is None:
         return url, {}
@@ -97,7 +93,6 @@ def _credentials_apart(url: str) -> tuple[str, dict[str, str]]:
 
 
 def read_timeout_s(environ: Mapping[str, str] | None = None) -> float:
-    """The read timeout of one request: ``$MILES_AMD_RAY_HTTP_TIMEOUT`` or the default."""
     given = (os.environ if environ is None else environ).get(TIMEOUT_VAR, "").strip()
     if not given:
         return DEFAULT_TIMEOUT_S
@@ -109,15 +104,14 @@ def read_timeout_s(environ: Mapping[str, str] | None = None) -> float:
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
-    """``exc`` as one short line, redacted (before it is cut)."""
+    """``exc`` as one short line, redacted before it is cut."""
     text = redact(" ".join(str(exc).split())) or type(exc).__name__
     text = text[:limit] + "..." if len(text) > limit else text
     return f"{type(exc).__name__}: {text}"
 
 
 def within(seconds: float, call: Callable[[], T], what: str = "the request") -> T:
-    """``call()``'s value (or its exception) if it ends within ``seconds``, else
-    ``TimeoutError``; the call goes on in a daemon thread."""
+    """``call()``'s value or exception if it ends within ``seconds``, else ``TimeoutError``."""
     done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 
     def run() -> None:
@@ -137,8 +131,8 @@ def within(seconds: float, call: Callable[[], T], what: str = "the request") -> 
 
 
 class JobsClient:
-    """Ray's Jobs API client, each call bounded and each failure a :class:`DashboardError`;
-    ``deadline`` (``time.monotonic()``), when set, caps every request's read timeout."""
+    """Ray's ``JobSubmissionClient`` with each call bounded and each failure a
+    :class:`DashboardError`; ``deadline`` (monotonic), when set, caps every read timeout."""
 
     def __init__(self, client: Any, address: str, read_timeout: float) -> None:
         self.client, self.address, self.read_timeout = client, address, read_timeout
@@ -154,33 +148,23 @@ class JobsClient:
                 )
         return min(CONNECT_TIMEOUT_S, read), read
 
-    def _call(self, what: str, call: Callable[[], T]) -> T:
-        connect, read = self.timeout()
-        try:
-            return within(connect + read + 1.0, call, what)
-        except DashboardError:
-            raise
-        except Exception as exc:
-            raise DashboardError(f"{self.address}: {what}: {one_line(exc)}") from None
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        """The client's method ``name``, bounded (a log tail is an async stream: as it is)."""
+        method = getattr(self.client, name)
+        if name == "tail_job_logs":
+            return method
 
-    def submit_job(self, **kwargs: Any) -> str:
-        return self._call("submit", lambda: str(self.client.submit_job(**kwargs)))
+        def bounded(*args: Any, **kwargs: Any) -> Any:
+            what = " ".join((name, *map(str, args)))
+            connect, read = self.timeout()
+            try:
+                return within(connect + read + 1.0, lambda: method(*args, **kwargs), what)
+            except DashboardError:
+                raise
+            except Exception as exc:
+                raise DashboardError(f"{self.address}: {what}: {one_line(exc)}") from None
 
-    def get_job_status(self, job_id: str) -> Any:
-        return self._call(f"status of {job_id}", lambda: self.client.get_job_status(job_id))
-
-    def get_job_info(self, job_id: str) -> Any:
-        return self._call(f"info of {job_id}", lambda: self.client.get_job_info(job_id))
-
-    def stop_job(self, job_id: str) -> bool:
-        return self._call(f"stop {job_id}", lambda: bool(self.client.stop_job(job_id)))
-
-    def get_job_logs(self, job_id: str) -> str:
-        return self._call(f"log of {job_id}", lambda: str(self.client.get_job_logs(job_id)))
-
-    def tail_job_logs(self, job_id: str) -> AsyncIterator[str]:
-        tail: AsyncIterator[str] = self.client.tail_job_logs(job_id)
-        return tail
+        return bounded
 
 
 def jobs_client(address: str, headers: Mapping[str, str]) -> JobsClient:

@@ -1,8 +1,8 @@
-"""Execute a launch plan as a Ray job, follow it to its end, leave a complete run dir behind.
+"""Run a launch plan as a Ray job, follow it to its end, leave a complete run dir; no judging.
 
-It runs and records; it does not judge. On every exit path a job still running is stopped and
-the head this call started is stopped by pid; a failure before submission removes what was laid
-out and is bad input (exit 2). Steps: ``docs/cli.md`` ("How a run is executed").
+On every exit path a running job is stopped and a head this call started is stopped by pid; a
+failure before submission removes what was laid out (exit 2). ``docs/cli.md`` ("How a run is
+executed").
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ Echo = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Follow:
-    """How a running job is followed: overall timeout, watcher interval, where to report."""
-
     timeout_s: float
     interval_s: float
     echo: Echo
@@ -52,14 +50,10 @@ class Follow:
 
 
 class Watcher(Protocol):
-    """What following a job needs of a fail-fast watcher (local, or pulling from a node)."""
-
     def poll(self) -> Trip | None: ...
 
 
 class RayJob:
-    """A submitted job: followed to its end, stopped if lost, its end state written."""
-
     def __init__(self, client: Any, job_id: str, run_dir: RunDir) -> None:
         self.client, self.job_id, self.run_dir = client, job_id, run_dir
         self.stopped_by: str | None = None
@@ -99,8 +93,6 @@ class RayJob:
             elif now >= next_watch:
                 self.trip = watcher.poll()
                 self.stopped_by = self.trip.reason if self.trip is not None else None
-                # the interval is a pause after a poll: a cluster poll's pull is a Ray job
-                # of seconds, so polls are never back to back
                 next_watch = time.monotonic() + follow.interval_s
             if self.stopped_by:
                 self.stop_requested_at = time.time()
@@ -121,7 +113,6 @@ class RayJob:
             time.sleep(0.2)
 
     def _stop_if_running(self) -> None:
-        """Stop a job still running (or of unknown state), unless a stop was already sent."""
         if self.stop_sent:
             return
         try:
@@ -133,8 +124,7 @@ class RayJob:
                 self._stop_and_wait()
 
     def write_final(self) -> JobRecord:
-        """The authoritative job.log and job.json, each written atomically; the trip, timed
-        (a lost node's log: the streamed one, and ``final_log_error`` says why)."""
+        """job.log (a lost node's: the streamed one, ``final_log_error`` says why) and job.json."""
         log, lost = self._final_log()
         atomic_write_text(self.run_dir.job_log, log)
         info = self.client.get_job_info(self.job_id)
@@ -178,8 +168,7 @@ class RayJob:
 
 
 def _stream_log(client: Any, job_id: str, path: Path) -> Callable[[], None]:
-    """Append the job's log to ``path`` as Ray streams it, in a daemon thread; the call
-    returned ends it (waiting 1 s at most: the final log is fetched anyway)."""
+    """Append the job's log to ``path`` as Ray streams it; the call returned ends that."""
     closed = threading.Event()
 
     async def pump() -> None:
@@ -208,8 +197,7 @@ EVIDENCE_DIR_VARS = ("TENSORBOARD_DIR", "MILES_CI_GATE_RECORD_DIR")
 
 
 class DriverError(RuntimeError):
-    """The run could not be driven (no Ray head, submit refused, ...); the message redacted;
-    ``exit_code`` 2 when nothing was submitted, else 1."""
+    """The run could not be driven; redacted; ``exit_code`` 2 when nothing was submitted."""
 
     def __init__(
         self, message: str, exit_code: int = EXIT_FAILED, *, secrets: Iterable[str] = ()
@@ -262,9 +250,8 @@ def execute(
     echo: Echo = print,
     cancel: threading.Event | None = None,
 ) -> RunOutcome:
-    """Run ``plan`` to the end and write the run dir (module doc). ``watch`` maps the evidence
-    read so far to the hard failures that stop the job; ``cancel``, set from another thread,
-    stops the job as Ctrl-C would."""
+    """``watch`` maps the evidence so far to the hard failures that stop the job; ``cancel``,
+    set from another thread, stops it as Ctrl-C would."""
     from miles_amd.escape import terminal
 
     if plan.job is None or plan.run_dir is None:
@@ -282,7 +269,8 @@ def execute(
     with _unsubmitted_undone(laid_out) as submitted, _cluster(plan, run_dir, state_file) as cluster:
         job_id, client = f"miles-amd-{uuid.uuid4().hex[:12]}", None
         try:
-            ready = _client(cluster.address, cluster.headers)  # a bad token is named first
+            with _bad_input():  # a bad token is named first
+                ready = jobs_client(cluster.address, cluster.headers)
             if spec.entrypoint_resources:  # cluster mode: a whole node for the job
                 from miles_amd.run.cluster import check_cluster
 
@@ -322,8 +310,6 @@ def execute(
 
 
 class PullingWatcher:
-    """The fail-fast watcher on evidence pulled from the job's node just before."""
-
     def __init__(self, watcher: FailFastWatcher, pull: PullBack) -> None:
         self.watcher, self.pull = watcher, pull
 
@@ -333,7 +319,7 @@ class PullingWatcher:
 
 
 def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> list[Path]:
-    """Refuse old evidence; lay out the run dir; what it created, outermost first."""
+    """Refuse old evidence, lay out the run dir; what it created, outermost first."""
     stale = [path.name for path in run_dir.evidence if path.exists()]
     if stale:
         raise DriverError(
@@ -358,8 +344,7 @@ def _prepare_run_dir(plan: LaunchPlan, spec: JobSpec, run_dir: RunDir) -> list[P
 
 @contextlib.contextmanager
 def _unsubmitted_undone(laid_out: list[Path]) -> Iterator[threading.Event]:
-    """On an exception before the yielded event is set (nothing submitted): remove
-    ``laid_out`` (files, then the directories it made, if empty)."""
+    """On an exception before the yielded event is set (nothing submitted): remove ``laid_out``."""
     submitted = threading.Event()
     try:
         yield submitted
@@ -375,8 +360,6 @@ def _unsubmitted_undone(laid_out: list[Path]) -> Iterator[threading.Event]:
 
 @dataclass(frozen=True)
 class Cluster:
-    """Where the job goes: the Jobs API address, its auth headers, the head we started."""
-
     address: str
     headers: dict[str, str]
     head: RayHead | None = None
@@ -431,8 +414,7 @@ def _submit(
 
 
 def _interrupted_before_follow(client: Any, job_id: str, run_dir: RunDir) -> JobRecord:
-    """Ctrl-C (or ``cancel``) before the job was followed: stop it if a submission may have
-    reached Ray, and write its ``job.json``."""
+    """Stop a job whose submission may have reached Ray, and write its ``job.json``."""
     submitted = False
     if client is not None:
         with contextlib.suppress(Exception):  # not found: the submission never arrived
@@ -449,11 +431,6 @@ def _interrupted_before_follow(client: Any, job_id: str, run_dir: RunDir) -> Job
     )
     atomic_write_text(run_dir.job_json, record.to_json())
     return record
-
-
-def _client(address: str, headers: dict[str, str]) -> Any:
-    with _bad_input():
-        return jobs_client(address, headers)
 
 
 @contextlib.contextmanager

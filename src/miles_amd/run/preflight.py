@@ -1,7 +1,6 @@
-"""Environment preflight: is this node, image and set of inputs fit to run the recipe?
+"""Preflight: are this node, image and inputs fit to run the recipe (every fact ``ok``)?
 
-Decides which probes make up the preflight (:data:`PROBES`), when it passes (every fact ``ok``),
-what ``env.json`` holds, and how the facts read (pure). Explained in ``docs/node.md``.
+Which probes (:data:`PROBES`), what ``env.json`` holds, how the facts read. ``docs/node.md``.
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ PROBES: tuple[Probe, ...] = (
 
 
 def run_preflight(config: PreflightConfig) -> list[Fact]:
-    """Every probe's fact, in :data:`PROBES` order, redacted; a crashing probe's is ``wrong``."""
+    """Every probe's fact in order, redacted; a crashing probe's is ``wrong``."""
     facts = []
     for probe in PROBES:
         try:
@@ -79,8 +78,8 @@ def failing_facts(facts: Iterable[Fact]) -> list[Fact]:
 
 
 def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object]) -> Path:
-    """Write ``env.json`` atomically: ``facts``, ``ok``, ``aiter_variant`` (one of
-    ``AITER_VARIANTS`` or null), ``written_at`` (UTC, ISO 8601) and ``extra``'s keys."""
+    """``env.json``, atomically: ``facts``, ``ok``, ``aiter_variant`` (or null), ``written_at``
+    (UTC, ISO 8601) and ``extra``'s keys."""
     clash = sorted(_RESERVED_ENV_KEYS & extra.keys())
     if clash:
         raise ValueError(f"env.json extra keys {clash} would overwrite the preflight's own")
@@ -99,7 +98,7 @@ def write_env_json(facts: Sequence[Fact], run_dir: Path, extra: dict[str, object
 
 NOT_A_NODE = "this is not an AMD GPU node"
 
-# fact -> the facts its probe needs (see the module doc)
+# fact -> the facts its probe needs
 NEEDS: Mapping[str, tuple[str, ...]] = {
     "gpu_model": ("gpus",),
     "sglang_lora_endpoint": ("sglang",),
@@ -189,5 +188,4 @@ def table(rows: Sequence[Shown], *, verbose: bool = False) -> str:
 
 
 def as_json(rows: Sequence[Shown]) -> list[dict[str, object]]:
-    """Each fact as probed, with what the table shows for it."""
     return [{**asdict(r.fact), "shown": r.status, "needs": list(r.needs)} for r in rows]

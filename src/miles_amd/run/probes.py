@@ -1,7 +1,6 @@
-"""The preflight's probes of the node, its software stack and its inputs, and what a probe is.
+"""The preflight's probes: ``probe_<name>(config) -> Fact``, reading the node, changing nothing.
 
-A probe is ``def probe_<name>(config: PreflightConfig) -> Fact``; it changes nothing on the
-machine. Where each value comes from: ``docs/node.md`` ("How the preflight reads the node").
+Where each value comes from: ``docs/node.md`` ("How the preflight reads the node").
 """
 
 from __future__ import annotations
@@ -66,13 +65,11 @@ class PreflightConfig:
         )
 
     def as_dict(self) -> dict[str, object]:
-        """JSON-ready, paths as strings (for ``env.json``)."""
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
 
 
 def find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
-    """``importlib.util.find_spec``, None when a parent package is absent."""
-    try:
+    try:  # a parent package absent raises
         return importlib.util.find_spec(module)
     except (ImportError, ValueError):
         return None
@@ -88,8 +85,8 @@ RESULT = "{result}"  # in a child's argv: the path of the file it writes its ans
 def child_json(
     argv: Sequence[str], env: Mapping[str, str], timeout_s: float, what: str, marker: str = ""
 ) -> tuple[dict[str, Any] | None, str]:
-    """Run ``argv`` from ``/``: the JSON object it wrote to :data:`RESULT` (when named), else
-    on its last stdout line starting with ``marker``; else None and one line why."""
+    """The JSON object ``argv`` (run from ``/``) wrote to :data:`RESULT` when named, else on its
+    last stdout line starting with ``marker``; else None and one line why."""
     with tempfile.TemporaryDirectory(prefix="miles-amd-child-") as tmp:
         result = Path(tmp) / "result.json"
         command = [str(result) if arg == RESULT else arg for arg in argv]
@@ -121,8 +118,13 @@ def child_json(
 
 
 def probe_gpus(config: PreflightConfig) -> Fact:
-    """GPU count and arch, from the ROCm torch, else ``amd-smi``, else ``rocm-smi``."""
-    reading = _gpus_from_torch()
+    reading = None  # (source, archs): the ROCm torch, else amd-smi, else rocm-smi
+    if find_spec("torch") is not None:
+        import torch
+
+        if getattr(torch.version, "hip", None) and torch.cuda.is_available():
+            props = map(torch.cuda.get_device_properties, range(torch.cuda.device_count()))
+            reading = "torch", [_arch(p.gcnArchName) for p in props]
     for tool, parse in (
         (["amd-smi", "static", "--asic", "--json"], parse_amd_smi_static),
         (["rocm-smi", "--showproductname", "--json"], parse_rocm_smi_product),
@@ -130,7 +132,7 @@ def probe_gpus(config: PreflightConfig) -> Fact:
         output = None if reading else run_tool(tool)
         archs = None if output is None else parse(output)
         reading = reading or (None if archs is None else (tool[0], archs))
-    if reading is None:
+    if not reading:
         why = (
             "no AMD GPU visible: no ROCm torch with devices and neither amd-smi nor rocm-smi "
             f"answered; run on an {config.expected_gpus}x {config.expected_arch} node "
@@ -142,7 +144,6 @@ def probe_gpus(config: PreflightConfig) -> Fact:
 
 
 def probe_gpu_model(config: PreflightConfig, runner: Runner = run_tool) -> Fact:
-    """The GPU model the ROCm tools name (the baselines' key); two, or none, are missing."""
     try:
         return Fact("gpu_model", "ok", detect_hardware(runner).value)
     except HardwareDetectionError as exc:
@@ -171,19 +172,7 @@ def _arch(name: object) -> str:
     return str(name).split(":", 1)[0].strip().lower()
 
 
-def _gpus_from_torch() -> tuple[str, list[str]] | None:
-    if find_spec("torch") is None:
-        return None
-    import torch
-
-    if not getattr(torch.version, "hip", None) or not torch.cuda.is_available():
-        return None
-    count = torch.cuda.device_count()
-    return "torch", [_arch(torch.cuda.get_device_properties(i).gcnArchName) for i in range(count)]
-
-
 def parse_amd_smi_static(text: str) -> list[str] | None:
-    """Archs of the GPU records in ``amd-smi static --asic --json``; None if not JSON."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -201,7 +190,6 @@ def parse_amd_smi_static(text: str) -> list[str] | None:
 
 
 def parse_rocm_smi_product(text: str) -> list[str] | None:
-    """Archs of the ``cardN`` entries of ``rocm-smi --showproductname --json``."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -218,7 +206,6 @@ def parse_rocm_smi_product(text: str) -> list[str] | None:
 
 
 def probe_rocm(config: PreflightConfig) -> Fact:
-    """The ROCm release, from ``<rocm_root>/.info/version`` or ``amd-smi version``."""
     info = config.rocm_root / ".info" / "version"
     version: str | None
     try:
@@ -233,14 +220,13 @@ def probe_rocm(config: PreflightConfig) -> Fact:
         )
         return Fact("rocm", "missing", "", why)
     value = f"{version} ({source})"
-    if _major_minor(version) != _major_minor(config.expected_rocm):
+    major_minor = [
+        [int(n) for n in re.findall(r"\d+", v)[:2]] for v in (version, config.expected_rocm)
+    ]
+    if major_minor[0] != major_minor[1]:
         why = f"the recipe's baselines were measured on ROCm {config.expected_rocm}; use {IMAGE}"
         return Fact("rocm", "wrong", value, why)
     return Fact("rocm", "ok", value)
-
-
-def _major_minor(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
 
 
 def probe_torch(config: PreflightConfig) -> Fact:
@@ -298,31 +284,26 @@ def probe_megatron_bridge(config: PreflightConfig) -> Fact:
 
 
 def probe_megatron_lm(config: PreflightConfig) -> Fact:
-    name = "megatron_lm"
-    root = config.megatron_dir
+    name, root = "megatron_lm", config.megatron_dir
     if not root.is_dir():
         return Fact(name, "missing", "", f"no Megatron-LM checkout at {root}; pass --megatron-dir")
     core = root / "megatron" / "core"
     if not (core / "__init__.py").is_file():
         why = f"{root} has no megatron/core/__init__.py; point --megatron-dir at Megatron-LM"
         return Fact(name, "wrong", str(root), why)
-    version = _megatron_core_version(core / "package_info.py") or "unknown version"
-    return Fact(name, "ok", _with_commit(f"megatron.core {version}", git_commit(root)))
-
-
-def _megatron_core_version(package_info: Path) -> str | None:
     try:
-        text = package_info.read_text(encoding="utf-8")
+        text = (core / "package_info.py").read_text(encoding="utf-8")
     except OSError:
-        return None
+        text = ""
     parts = {
         key: m.group(1)
         for key in ("MAJOR", "MINOR", "PATCH", "PRE_RELEASE")
         if (m := re.search(rf"^{key}\s*=\s*['\"]?([\w.]*)['\"]?", text, re.MULTILINE))
     }
-    if not {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
-        return None
-    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
+    version = "unknown version"
+    if {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
+        version = "{MAJOR}.{MINOR}.{PATCH}".format(**parts) + parts.get("PRE_RELEASE", "")
+    return Fact(name, "ok", _with_commit(f"megatron.core {version}", git_commit(root)))
 
 
 def probe_miles(config: PreflightConfig) -> Fact:
@@ -341,7 +322,6 @@ def probe_aiter(config: PreflightConfig) -> Fact:
 
 
 def aiter_fact(package_dir: Path | None, distributions: Sequence[str]) -> Fact:
-    """Judge the ``aiter`` module by the distributions that provide it."""
     name = "aiter"
     if package_dir is None:
         return Fact(name, "missing", "", f"AMD's aiter (amd-aiter) is not importable; use {IMAGE}")
@@ -402,7 +382,6 @@ def _distribution_version(distribution: str) -> str | None:
 
 
 def git_commit(directory: Path) -> str | None:
-    """HEAD of the checkout holding ``directory``; None outside one or in site-packages."""
     if {"site-packages", "dist-packages"} & set(directory.parts):
         return None
     output = run_tool(["git", "-C", str(directory), "rev-parse", "HEAD"])
@@ -415,14 +394,14 @@ def _with_commit(label: str, commit: str | None) -> str:
 
 
 def probe_checkpoint(config: PreflightConfig) -> Fact:
-    return _input_fact("checkpoint", config.checkpoint_dir, validate_checkpoint)
+    return input_fact("checkpoint", config.checkpoint_dir, validate_checkpoint)
 
 
 def probe_dataset(config: PreflightConfig) -> Fact:
-    return _input_fact("dataset", config.dataset_file, validate_dataset)
+    return input_fact("dataset", config.dataset_file, validate_dataset)
 
 
-def _input_fact(name: str, path: Path, validate: Callable[[Path], None]) -> Fact:
+def input_fact(name: str, path: Path, validate: Callable[[Path], None]) -> Fact:
     try:
         validate(path)
     except InputError as exc:

@@ -1,6 +1,6 @@
 """The A/B premise on the node: the job's SGLang aiter env, aiter's build, SGLang's route.
 
-Where each value comes from: ``docs/node.md`` ("The preflight's all-reduce probes").
+``docs/node.md`` ("The preflight's all-reduce probes").
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def job_pythonpath(config: PreflightConfig, launch_env: Mapping[str, str]) -> st
 
 @lru_cache(maxsize=8)
 def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
-    """What the child finds, or ``{"error": ...}`` when it cannot run or answer."""
+    """What :data:`CHILD` finds, or ``{"error": ...}``."""
     env = {**os.environ, "PYTHONPATH": pythonpath}
     reading, why = child_json([python, "-c", CHILD], env, CHILD_TIMEOUT_S, "reading")
     return {"error": why} if reading is None else reading
@@ -127,8 +127,8 @@ def read_job_aiter(pythonpath: str, python: str = "python3") -> Mapping[str, obj
 
 @lru_cache(maxsize=8)
 def read_aiter_fix(pythonpath: str, python: str = "python3") -> Mapping[str, object]:
-    """``miles_amd.aiter_fix``'s fingerprint from a child ``python`` with ``pythonpath``;
-    ``{"value": "unknown: ..."}`` when the child cannot run or answer."""
+    """``miles_amd.aiter_fix``'s fingerprint from a child ``python`` with ``pythonpath``, or
+    ``{"value": "unknown: ..."}``."""
     from miles_amd import aiter_fix
 
     script = Path(aiter_fix.__file__).read_text(encoding="utf-8")
@@ -192,36 +192,26 @@ def aiter_commit_fact(reading: Mapping[str, object], git_commit: str | None) -> 
     listed = reading.get("dists")
     dists = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
     for dist in dists:
-        commit = _direct_url_commit(dist.get("direct_url"))
-        if commit:
+        try:
+            commit = str(json.loads(str(dist.get("direct_url")))["vcs_info"]["commit_id"])
+        except (ValueError, TypeError, KeyError):  # no direct_url.json, not JSON, no vcs_info
+            continue
+        if _HEX.match(commit):
             return Fact(name, "ok", f"{commit} (amd-aiter direct_url.json vcs_info)")
     looked.append("no amd-aiter direct_url.json with vcs_info")
     version_py = reading.get("version_py")
     if isinstance(version_py, str):
-        if match := _SCM_LOCAL.search(_quoted_version(version_py)):
+        quoted = re.search(r"""__version__\s*=\s*['"]([^'"]+)['"]""", version_py)
+        version = quoted.group(1) if quoted else ""
+        if match := _SCM_LOCAL.search(version):
             return Fact(name, "ok", f"{match.group(1)} (aiter/_version.py, setuptools-scm +g)")
-        looked.append(f"aiter/_version.py says {_quoted_version(version_py) or '?'!r}")
+        looked.append(f"aiter/_version.py says {version or '?'!r}")
     for dist in dists:
         version = str(dist.get("version") or "")
         if match := _SCM_LOCAL.search(version):
             return Fact(name, "ok", f"{match.group(1)} (amd-aiter {version}, setuptools-scm +g)")
         looked.append(f"amd-aiter {version} has no +g<sha> (a tagged release build)")
     return Fact(name, "ok", "unknown: " + "; ".join(looked))
-
-
-def _direct_url_commit(text: object) -> str | None:
-    try:
-        data = json.loads(text) if isinstance(text, str) else None
-    except json.JSONDecodeError:
-        return None
-    vcs = data.get("vcs_info") if isinstance(data, dict) else None
-    commit = str(vcs.get("commit_id") or "") if isinstance(vcs, dict) else ""
-    return commit if _HEX.match(commit) else None
-
-
-def _quoted_version(version_py: str) -> str:
-    match = re.search(r"""__version__\s*=\s*['"]([^'"]+)['"]""", version_py)
-    return match.group(1) if match else ""
 
 
 def probe_sglang_allreduce(config: PreflightConfig) -> Fact:

@@ -1,7 +1,5 @@
-"""The probes that run miles' own code on the job's argv: its parser and its model build.
-
-:func:`submitted_job` is the exact ``train.py`` argv and env the driver would give the Ray job.
-Explained in ``docs/node.md`` ("The trainer's model (the deep probe)").
+"""The probes that run miles' own code on the job's exact argv and env: its parser, its model
+build. ``docs/node.md`` ("The trainer's model (the deep probe)").
 """
 
 from __future__ import annotations
@@ -32,8 +30,6 @@ _ARGPARSE_ERROR = re.compile(r"^\S+: error: (?P<message>.+)$")
 
 @dataclass(frozen=True)
 class ParseOutcome:
-    """What the parser said. ``args`` is the parsed namespace when ``ok``."""
-
     returncode: int | None  # None: killed at the time limit
     args: dict[str, Any] | None
     message: str  # the parser's one line when not ok; "" when ok
@@ -47,8 +43,6 @@ class ParseOutcome:
 
 @dataclass(frozen=True)
 class SubmittedJob:
-    """The interpreter token, ``train.py`` path, argv after it and env of the Ray job."""
-
     python: str
     train_script: str
     train_argv: list[str]
@@ -56,7 +50,7 @@ class SubmittedJob:
 
 
 def submitted_job(plan: LaunchPlan, base_env: Mapping[str, str]) -> SubmittedJob:
-    """What the driver submits for ``plan`` from ``base_env`` (``env`` holds secrets)."""
+    """What the driver submits for ``plan`` (``env`` holds secrets)."""
     if plan.job is None:
         raise ValueError("the plan has no job; build it with build_train_plan")
     entrypoint = list(plan.job.entrypoint)
@@ -71,7 +65,6 @@ def submitted_job(plan: LaunchPlan, base_env: Mapping[str, str]) -> SubmittedJob
 def _job_python(
     config: PreflightConfig, base_env: Mapping[str, str] | None
 ) -> tuple[SubmittedJob, str | None]:
-    """The job ``train`` would submit, and its ``python3`` on the job's ``PATH`` (or None)."""
     env = dict(os.environ if base_env is None else base_env)
     job = submitted_job(build_train_plan(config.recipe(), env, run_dir=str(config.run_dir)), env)
     return job, shutil.which(job.python, path=job.env.get("PATH"))
@@ -85,7 +78,6 @@ def parse_with_miles(
     gpu_stubs: bool = False,
     timeout: float = PARSE_TIMEOUT_S,
 ) -> ParseOutcome:
-    """Run miles' ``parse_args()`` on ``train_argv`` with ``python`` in ``env``."""
     with tempfile.TemporaryDirectory(prefix="miles-parse-") as tmp:
         result = Path(tmp) / "result.json"
         command = [str(python), str(SCRIPT), "--result", str(result)]
@@ -117,25 +109,25 @@ def parse_with_miles(
 
 
 def read_outcome(returncode: int, result: Path, stderr: str, seconds: float) -> ParseOutcome:
-    payload = json.loads(result.read_text()) if result.is_file() else {}
+    """What the child wrote to ``result`` (untrusted: a child killed mid-write cuts it)."""
+    try:
+        payload = json.loads(result.read_text(encoding="utf-8")) if result.is_file() else {}
+        if not isinstance(payload, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError included
+        why = f"{result}: the parse child's answer is unreadable ({one_line(exc)}); rerun it"
+        return ParseOutcome(returncode, None, why, stderr, seconds)
     args = payload.get("args") if returncode == 0 and payload.get("ok") else None
-    message = "" if args is not None else _one_line(returncode, payload, stderr)
+    message = ""  # else argparse's error line, the validator's exception, stderr's last line
+    if args is None:
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        refusals = [m["message"] for line in lines if (m := _ARGPARSE_ERROR.match(line))]
+        last = lines[-1] if lines else f"exit {returncode} with nothing on stderr"
+        message = refusals[-1] if refusals else str(payload.get("error") or "") or last
     return ParseOutcome(returncode, args, message, stderr, seconds)
 
 
-def _one_line(returncode: int, payload: Mapping[str, Any], stderr: str) -> str:
-    """argparse's ``error:`` line, the validator's exception, or the last line on stderr."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for line in reversed(lines):
-        match = _ARGPARSE_ERROR.match(line)
-        if match:
-            return match["message"]
-    if payload.get("error"):
-        return str(payload["error"])
-    return lines[-1] if lines else f"exit {returncode} with nothing on stderr"
-
-
-def miles_argv_fact(
+def probe_miles_argv(
     config: PreflightConfig,
     *,
     base_env: Mapping[str, str] | None = None,
@@ -167,10 +159,6 @@ def miles_argv_fact(
         "miles)"
     )
     return Fact(name, "wrong", where, why)
-
-
-def probe_miles_argv(config: PreflightConfig) -> Fact:
-    return miles_argv_fact(config)
 
 
 CENSUS = Path(__file__).parents[1] / "node" / "bridge_census.py"
@@ -260,7 +248,6 @@ def router_dtype_fact(reading: Reading, argv: Sequence[str]) -> Fact:
 
 
 def attention_window_fact(reading: Reading, hf_config: Mapping[str, object] | str) -> Fact:
-    """The built layers' windows against config.json (or why it could not be read)."""
     name = "attention_window"
     if isinstance(hf_config, str):
         return Fact(name, "wrong", "", hf_config)
@@ -307,7 +294,7 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def read_hf_config(checkpoint_dir: Path) -> Mapping[str, object] | str:
-    """config.json as a mapping, or the one-line reason it cannot be read (naming the file)."""
+    """config.json, or the one-line reason it cannot be read."""
     path = checkpoint_dir / "config.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -1,7 +1,6 @@
-"""Bring a cluster job's evidence from its node into the local run dir, verified.
-
-Every frame the node sends is untrusted and checked; a failed final pull empties the evidence
-dirs and records why. Explained in ``docs/cluster.md`` ("How the pull-back works").
+"""Bring a cluster job's evidence from its node into the local run dir, every frame checked; a
+failed final pull empties the evidence dirs and records why. ``docs/cluster.md`` ("How the
+pull-back works").
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
 class PullError(RuntimeError):
-    """The evidence could not be brought back intact; the message names why."""
+    """The evidence could not be brought back intact."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +52,8 @@ class Frame:
 
 
 def parse_frames(log: str) -> list[Frame]:
-    """The frames of a pull job's log; :class:`PullError` for an error, a cut transfer or a
-    malformed or oversized frame."""
+    """The frames of a pull job's log; :class:`PullError` for an error, a cut transfer, a
+    malformed or an oversized frame."""
     frames: list[Frame] = []
     end: dict[str, Any] | None = None
     for number, line in enumerate(log.splitlines(), start=1):
@@ -113,7 +112,7 @@ def safe_relpath(path: str) -> Path:
 
 
 def apply_frame(root: Path, frame: Frame) -> None:
-    """Write ``held bytes[:offset] + frame bytes`` atomically and verify size and sha256."""
+    """Write ``held[:offset] + frame.data`` atomically, size and sha256 verified."""
     rel = safe_relpath(frame.path)
     target = root / rel
     held: bytes | None = None
@@ -142,7 +141,7 @@ def apply_frame(root: Path, frame: Frame) -> None:
 
 @dataclass
 class PullBack:
-    """Pulls one job's node-local evidence dir into ``run_dir`` through the Jobs API."""
+    """Pulls one job's node-local evidence dir into ``run_dir`` through Ray jobs."""
 
     client: Any  # ray.job_submission.JobSubmissionClient
     job_id: str
@@ -153,7 +152,6 @@ class PullBack:
     held: dict[str, tuple[int, str]] = field(default_factory=dict)  # path: size, sha256
 
     def pull(self, timeout_s: float = 120.0) -> list[Frame]:
-        """One incremental pull; :class:`PullError` names why it failed."""
         node_id = self.node_id or self._job_node()
         request = {"node_id": node_id, "root": self.node_dir, "subdirs": list(SUBDIRS)}
         frames = parse_frames(self._run_pull_job({**request, "offsets": self.held}, timeout_s))
@@ -174,7 +172,7 @@ class PullBack:
             self.pull()
 
     def final(self) -> str | None:
-        """The complete, verified pull at the end; the failure's reason, or ``None``."""
+        """The complete, verified pull at the end: why it failed, or ``None``."""
         try:
             frames = self.pull()
             if not frames:

@@ -1,6 +1,6 @@
-"""A Ray head this tool starts, owns, and stops: private to its user, stopped by process id.
+"""A Ray head this tool starts, owns and stops: private to its user, stopped by process id.
 
-Explained in ``docs/ray-head-and-secrets.md``.
+``docs/ray-head-and-secrets.md``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class OwnedProcess:
     create_time: float
 
     def alive(self, sig: int | None = None) -> bool:
-        """Whether it runs (not a zombie); ``sig`` is sent to it when it does."""
+        """Whether it runs (not a zombie); ``sig`` is sent to it if so."""
         import psutil
 
         try:
@@ -49,8 +49,7 @@ class OwnedProcess:
 
 
 def signal_and_wait(procs: list[OwnedProcess], sig: int | None, timeout_s: float) -> None:
-    """Send ``sig`` (if any) to each of ``procs``, then wait until none is alive or
-    ``timeout_s`` passed."""
+    """Send ``sig`` (if any) to each, then wait up to ``timeout_s`` until none is alive."""
     for proc in procs:
         proc.alive(sig)
     deadline = time.monotonic() + timeout_s
@@ -61,7 +60,6 @@ def signal_and_wait(procs: list[OwnedProcess], sig: int | None, timeout_s: float
 def spawn_logged(
     argv: list[str], env: dict[str, str], log_path: Path
 ) -> tuple[subprocess.Popen[bytes], OwnedProcess]:
-    """Start ``argv`` in its own session, output to ``log_path``."""
     import psutil
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +77,7 @@ def spawn_logged(
 
 @dataclass
 class ProcessTree:
-    """A spawned root process, its log, and every descendant recorded so far."""
+    """A spawned root process, its log and every descendant recorded so far."""
 
     process: subprocess.Popen[bytes]
     owned: OwnedProcess
@@ -111,7 +109,7 @@ class ProcessTree:
             self.process.wait(timeout=5)
 
     def kill(self) -> None:
-        """SIGKILL the root and every process under it at once (a machine dying)."""
+        """SIGKILL the whole tree at once (a machine dying)."""
         self.record_descendants()
         signal_and_wait(self.members(), signal.SIGKILL, 10.0)
 
@@ -148,11 +146,11 @@ TOKEN_FILE = "auth_token"
 
 
 class RayHeadError(RuntimeError):
-    """The head could not be started; the message carries the tail of its output."""
+    """The head could not be started; the message ends with its output's tail."""
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports free now (all held open until all are picked)."""
+    """``count`` distinct loopback ports free now (each held open until all are picked)."""
     with contextlib.ExitStack() as stack:
         socks = [stack.enter_context(socket.socket()) for _ in range(count)]
         for sock in socks:
@@ -259,7 +257,7 @@ class RayHead(ProcessTree):
 
 
 def write_state(state_file: Path, head: RayHead) -> None:
-    """What :func:`clear_leftovers` needs (no token: it stays in the temp dir)."""
+    """What :func:`clear_leftovers` needs; no token."""
     state = {
         "pid": head.owned.pid,
         "create_time": head.owned.create_time,
@@ -271,7 +269,7 @@ def write_state(state_file: Path, head: RayHead) -> None:
 
 
 def clear_leftovers(state_file: Path) -> list[int]:
-    """Stop the processes an earlier run recorded (pid and create time); the pids alive."""
+    """Stop the processes an earlier run recorded (pid and create time); the pids found alive."""
     if not state_file.exists():
         return []
     try:

@@ -27,7 +27,6 @@ class VariantsError(ValueError):
 
 
 def variant_env(env: Mapping[str, str], variant: str) -> dict[str, str]:
-    """The launch env of one variant; the patched one must name its aiter build."""
     if variant == "patched" and not env.get(PATCHED_DIR_VAR):
         raise VariantsError(
             f"{PATCHED_DIR_VAR} is not set: the patched variant needs the dir of its aiter "
@@ -45,10 +44,18 @@ def execute_variants(
     state_dir: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> dict[str, RunOutcome | BaseException]:
-    """Run every plan concurrently, each watched by ``watches[variant]``; a variant whose
-    driver raised has its exception as its result. Before anything is submitted:
-    ``ClusterError`` without a node per plan, ``DashboardError`` for an unreachable cluster."""
-    _check_nodes(plans)
+    """Run every plan at once, each watched by ``watches[variant]``; a raised driver's
+    exception is its result. Before anything is submitted: ``ClusterError`` without a node per
+    plan, ``DashboardError`` for an unreachable cluster."""
+    from miles_amd.run.cluster import check_cluster
+    from miles_amd.run.dashboard import jobs_client, token_headers
+
+    first = next(iter(plans.values()))
+    if first.ray_address is None:
+        raise VariantsError("--variants needs a Ray cluster (--ray-address): one node each")
+    headers = token_headers(first.ray_auth_token_path)
+    jobs_client(first.ray_address, headers)  # a missing/wrong token is named first
+    check_cluster(first.ray_address, headers, gpus=first.recipe.num_gpus, count=len(plans))
     tasks = {
         variant: functools.partial(
             execute,
@@ -57,22 +64,21 @@ def execute_variants(
             watch=watches[variant],
             watch_interval_s=watch_interval_s,
             state_dir=state_dir,
-            echo=_prefixed(echo, f"[{variant}] "),
+            echo=functools.partial(_prefixed, echo, f"[{variant}] "),
         )
         for variant, plan in plans.items()
     }
     return run_each(tasks)
 
 
-def _prefixed(echo: Callable[[str], None], prefix: str) -> Callable[[str], None]:
-    return lambda line: echo(prefix + line)
+def _prefixed(echo: Callable[[str], None], prefix: str, line: str) -> None:
+    echo(prefix + line)
 
 
 def run_each(tasks: Mapping[str, Callable[..., T]]) -> dict[str, T | BaseException]:
-    """Run every task in its own thread with one shared ``cancel=`` event; a task that raised
-    has its exception as its result. Ctrl-C sets ``cancel``, waits for every task, re-raises.
-    The waits are on events, not ``Thread.join``: on Python 3.11 a Ctrl-C interrupting
-    ``join`` marks the thread ended while it runs (cpython#90882)."""
+    """Every task in its own thread with one shared ``cancel=`` event; a raised exception is
+    its task's result. Ctrl-C sets ``cancel``, waits for every task, re-raises. Waits are on
+    events: a Ctrl-C in ``Thread.join`` marks the thread ended while it runs (cpython#90882)."""
     cancel = threading.Event()
     results: dict[str, T | BaseException] = {}
     ended = {name: threading.Event() for name in tasks}
@@ -97,15 +103,3 @@ def run_each(tasks: Mapping[str, Callable[..., T]]) -> dict[str, T | BaseExcepti
             event.wait()
         raise
     return results
-
-
-def _check_nodes(plans: Mapping[str, LaunchPlan]) -> None:
-    from miles_amd.run.cluster import check_cluster
-    from miles_amd.run.dashboard import jobs_client, token_headers
-
-    first = next(iter(plans.values()))
-    if first.ray_address is None:
-        raise VariantsError("--variants needs a Ray cluster (--ray-address): one node each")
-    headers = token_headers(first.ray_auth_token_path)
-    jobs_client(first.ray_address, headers)  # a missing/wrong token is named first
-    check_cluster(first.ray_address, headers, gpus=first.recipe.num_gpus, count=len(plans))

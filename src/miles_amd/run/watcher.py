@@ -1,9 +1,7 @@
-"""Fail-fast while a run is going: read the growing evidence, trip at the first failure.
+"""Fail-fast: when a running job is already lost (what counts as lost is the gate's).
 
-Decides *when* a running job is already lost; *what* counts as lost is the gate's
-(``judge.gate.early_failures``) applied to a partial run. A trip at a look stops the job as
-``look``, any other as ``fail-fast``. The moment a fault appeared is the job's own clock (the
-stamp miles prints on that rollout's or the sentinel's log line, local time); the driver's stop
+A trip at a look stops the job as ``look``, any other as ``fail-fast``. A fault appeared at the
+job's own clock (the stamp on that rollout's or the sentinel's log line, local time); the stop
 time minus it is the fail-fast latency.
 """
 
@@ -28,8 +26,6 @@ METRIC_LINE = re.compile(r" - (?:step|rollout|perf) (\d+): \{")
 
 @dataclass(frozen=True)
 class Trip:
-    """The first hard failure seen: which rule, at which step, when it appeared and was seen."""
-
     rule: str
     detail: str
     step: int | None
@@ -44,8 +40,7 @@ class Trip:
         return "fail-fast" if self.look is None else "look"
 
     def timed_from(self, log_lines: Sequence[str]) -> Trip:
-        """This trip with ``fault_time`` read from the job's log, when not known yet (the
-        driver asks again at the end: Ray may stream the line after the watcher saw it)."""
+        """With ``fault_time`` read from the log when not known yet."""
         if self.fault_time is not None:
             return self
         when = None
@@ -57,7 +52,6 @@ class Trip:
 
 
 def line_time(line: str) -> float | None:
-    """The epoch time of a log line's ``[asctime.msecs ]`` stamp, or None."""
     match = LOG_TIME.search(line)
     if not match:
         return None
@@ -66,7 +60,6 @@ def line_time(line: str) -> float | None:
 
 
 def first_metric_line_time(log_lines: Sequence[str], step: int) -> float | None:
-    """When the first metric line (step/rollout/perf) of ``step`` was printed."""
     for line in log_lines:
         match = METRIC_LINE.search(line)
         if match and int(match.group(1)) == step:
@@ -75,8 +68,7 @@ def first_metric_line_time(log_lines: Sequence[str], step: int) -> float | None:
 
 
 class FailFastWatcher:
-    """Polls a run dir; ``judge`` maps partial evidence to the checks it already fails (the
-    first one trips it, once)."""
+    """``judge`` maps partial evidence to the checks it fails; the first trips it, once."""
 
     def __init__(self, run_dir: Path, judge: Callable[[RunEvidence], Sequence[Any]]) -> None:
         self.run_dir, self.judge = run_dir, judge
@@ -109,8 +101,7 @@ class FailFastWatcher:
 
 
 def read_lines(path: Path) -> list[str]:
-    """The log's lines (split on ``\\n``, as sentinel line numbers count), read as untrusted
-    input; [] if it cannot or may not be read."""
+    """The log's lines split on ``\\n`` (as sentinel line numbers count); [] if unreadable."""
     from miles_amd.evidence.job_log import line_blocks
     from miles_amd.files import JOB_LOG, RefusedFile, open_regular
 
