@@ -57,8 +57,8 @@ def passed_then_failing(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     return run_dir, report_set(run_dir)
 
 
-# 3000: no file fits; 60000: report.json and report.md fit, metrics.png does not; None: all fit
-@pytest.mark.parametrize("limit", [3000, 60_000, None])
+# 60000: report.json and report.md fit, metrics.png does not; None: all fit
+@pytest.mark.parametrize("limit", [60_000, None])
 def test_a_report_set_is_all_new_or_all_old(
     passed_then_failing: tuple, limit: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
