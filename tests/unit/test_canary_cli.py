@@ -1,5 +1,6 @@
 """``miles-amd canary`` in this process: the plan form, and bad input as one line, exit 2,
-nothing written. No rank starts here (``test_canary_harness.py`` runs them)."""
+nothing written. No rank starts here (``test_canary_harness.py`` runs them); the node path
+without a GPU: ``test_train_canary.py``."""
 
 from __future__ import annotations
 
@@ -98,14 +99,6 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
     )
     one_error_line(done, message)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
-
-
-def test_the_node_path_without_gpus_names_the_fix(tmp_path: Path) -> None:
-    """This machine has no GPU (and may have no torch): exit 2 before any rank starts."""
-    done = run_cli("canary", "--variant", "patched", "--run-dir", str(tmp_path / "run"))
-    assert done.returncode == 2, done.stderr
-    assert "no GPU visible" in done.stderr or "torch does not import" in done.stderr
-    assert not (tmp_path / "run").exists()
 
 
 def test_aiters_size_variable_at_zero_says_every_size_goes_to_rccl() -> None:

@@ -1,9 +1,6 @@
 """The CI interface is exact: exit codes are the verdict, and no command has a side effect
-nobody asked for.
-
-In-process (``tests.cli_runs.run_cli``: the console script's entry), except where the process
-is the subject: a closed pipe (its reading end closed before the process starts, as under
-``| head -0``), Ctrl-C (a real SIGINT), and the installed console script.
+nobody asked for. In-process, except where the process is the subject: a closed pipe (its
+reading end closed before the process starts), Ctrl-C (a real SIGINT), the console script.
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ import typer
 from miles_amd.cli.main import app
 from miles_amd.exit_codes import EXIT_CODES_HELP
 from miles_amd.history.store import HistoryStore
-from tests.cli_runs import one_error_line, run_cli, run_cli_process
-from tests.constants import LOGPROB
+from tests.cli_runs import one_error_line, run_cli
 from tests.run_dirs import published_values, write_run
 
 
@@ -32,54 +28,38 @@ def tree(root: Path) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A passing and a failing run dir, a history, a dir that is no run dir, a file."""
+    """A passing run dir, a history, a dir that is no run dir, a file."""
     root = tmp_path_factory.mktemp("runs")
-    good = published_values()
-    history = root / "history.sqlite"
-    with HistoryStore(history):
+    with HistoryStore(root / "history.sqlite"):
         pass
     (root / "plain").mkdir()
     (root / "plain" / "notes.txt").write_text("not a run\n")
     (root / "a-file").write_text("x\n")
-    return {
-        "pass": write_run(root / "pass", good),
-        "fail": write_run(root / "fail", {**good, LOGPROB: [*good[LOGPROB][:-1], 0.9]}),
-        "history": history,
-        "plain": root / "plain",
-        "file": root / "a-file",
-        "out": root / "out",
-    }
+    run = write_run(root / "pass", published_values())
+    return {"pass": run, "history": root / "history.sqlite", "plain": root / "plain",
+            "file": root / "a-file"}  # fmt: skip
 
 
 def gate(run_dir: Path, *more: str) -> list[str]:
     return ["gate", "--run-dir", str(run_dir), "--baseline", "patched", *more]
 
 
-# (argv, exit code, stderr closed too): click's help, the plan, a FAIL's JSON, an input error
+# (argv, exit code, stderr closed too): click's help, a document and exit 1, a usage error
 CLOSED_PIPE = {
-    "help": (lambda r: ["--help"], 0, False),
-    "train": (lambda r: ["train", "--dry-run", "--json"], 0, False),
-    "history": (lambda r: ["history", "--history", str(r["history"])], 0, False),
-    "gate-fail": (
-        lambda r: gate(
-            r["fail"], "--report-dir", str(r["out"] / "gf"), "--no-history", "--format=json"
-        ),
-        1,
-        True,
-    ),
-    "gate-bad": (lambda r: gate(r["plain"]), 2, True),
-    "usage": (lambda r: ["prepare", "--json"], 2, True),
+    "help": (["--help"], 0, False),
+    "diff": (["baseline", "diff", "stock", "patched"], 1, True),
+    "usage": (["prepare", "--json"], 2, True),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CLOSED_PIPE))
-def test_a_closed_stdout_or_stderr_changes_no_exit_code(runs: dict[str, Path], case: str) -> None:
+def test_a_closed_stdout_or_stderr_changes_no_exit_code(case: str) -> None:
     argv, code, both = CLOSED_PIPE[case]
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first byte
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "miles_amd.cli", *argv(runs)],
+            [sys.executable, "-m", "miles_amd.cli", *argv],
             stdout=write_end,
             stderr=write_end if both else subprocess.PIPE,
             text=True,
@@ -94,14 +74,10 @@ def test_a_closed_stdout_or_stderr_changes_no_exit_code(runs: dict[str, Path], c
 
 
 def test_the_console_script_and_ctrl_c(tmp_path: Path) -> None:
-    """The installed ``miles-amd`` script and ``python -m``: the entry a user starts; a real
-    SIGINT is one line naming the command, exit 130."""
+    """The installed ``miles-amd`` script; a real SIGINT is one line naming the command."""
     script = Path(sys.executable).parent / "miles-amd"
     done = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout == f"miles-amd {version('miles-amd')}\n"
-    bad = run_cli_process("train", "--hardware")
-    assert bad.returncode == 2 and bad.stdout == "", bad.stderr
-    assert bad.stderr.startswith("miles-amd: error: ") and len(bad.stderr.splitlines()) == 1
     code = (
         "import os, signal, threading\n"
         "from miles_amd.cli.main import main\n"
@@ -149,11 +125,11 @@ def test_every_help_lists_the_exit_codes_and_names_each_placeholders_type() -> N
         assert "<str>" not in helps[command] and "<int range>" not in helps[command]
     # the hidden old spellings parse (test_cli_plan.py) but are not shown
     assert "--num-rollout " not in helps["train"] and "--expected-rollouts" not in helps["gate"]
-    assert run_cli("--version").stdout == f"miles-amd {version('miles-amd')}\n"
 
 
-@pytest.mark.parametrize("command", ["gate", "compare", "baseline record"])
-@pytest.mark.parametrize("kind", ["plain", "file", "missing"])
+@pytest.mark.parametrize(
+    ("command", "kind"), [("gate", "plain"), ("compare", "file"), ("baseline record", "missing")]
+)
 def test_a_dir_that_is_no_run_dir_is_one_line_and_nothing_written(
     runs: dict[str, Path], tmp_path: Path, command: str, kind: str
 ) -> None:
@@ -188,17 +164,15 @@ def test_gate_appends_only_to_a_named_history(
     assert [p for p in home.rglob("*") if p.suffix == ".sqlite"] == []  # (matplotlib caches)
     assert not (home / "data").exists() and not (home / ".local").exists()
     named = tmp_path / "h.sqlite"
-    done = run_cli(*args, str(tmp_path / "r2"), "--history", str(named))
-    assert f"history: appended as run 1 to {named}" in done.stdout
     env = {**os.environ, "MILES_AMD_HISTORY": str(named)}
-    from_env = run_cli(*args, str(tmp_path / "r3"), env=env)
-    assert f"history: appended as run 2 to {named}" in from_env.stdout
-    ignored = run_cli(*args, str(tmp_path / "r4"), "--no-history", env=env)
+    from_env = run_cli(*args, str(tmp_path / "r2"), env=env)
+    assert f"history: appended as run 1 to {named}" in from_env.stdout
+    ignored = run_cli(*args, str(tmp_path / "r3"), "--no-history", env=env)
     assert ignored.returncode == 0 and "history:" not in ignored.stdout + ignored.stderr
     before = named.read_bytes()
     listed = run_cli("history", "--history", str(named), "--format", "json")
     assert listed.returncode == 0, listed.stderr
-    assert [r["verdict"] for r in json.loads(listed.stdout)["runs"]] == ["pass", "pass"]
+    assert [r["verdict"] for r in json.loads(listed.stdout)["runs"]] == ["pass"]
     assert named.read_bytes() == before  # listing is read-only
 
 

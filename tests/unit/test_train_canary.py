@@ -5,8 +5,6 @@ step's command is the real ``miles-amd canary`` where a CPU can run it, else the
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from miles_amd.recipe.plan import CANARY_STEP, LaunchPlan, build_train_plan
 from miles_amd.recipe.settings import Recipe
 from miles_amd.run.driver import DriverError
 from miles_amd.run_dir import RunDir
+from tests.cli_runs import run_cli
 from tests.constants import SHIPPED
 from tests.unit.test_canary_record import OTHER, STALE
 from tests.unit.test_cli_plan import inputs
@@ -127,31 +126,22 @@ def test_an_unusable_or_silent_canary_is_bad_input_naming_no_canary(tmp_path) ->
         run_canary(plan_for(tmp_path / "b", "patched"), command=lambda argv: 0, echo=lambda _: None)
 
 
-def test_train_on_a_cpu_runs_the_real_canary_and_exits_2_before_the_job(tmp_path) -> None:
-    """``miles-amd train --aiter-variant patched`` for real: the input checks pass, the real
-    ``miles-amd canary`` finds no GPU (exit 2, its line), train exits 2 naming --no-canary,
-    and nothing of the job exists."""
-    import subprocess
-
+def test_train_on_a_cpu_runs_the_real_canary_and_exits_2_before_the_job(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``train --aiter-variant patched`` with valid inputs: the real ``miles-amd canary``
+    process finds no GPU (exit 2, its line), train exits 2 naming --no-canary, no job."""
     given = inputs(tmp_path)
     (tmp_path / "miles" / "train.py").write_text("raise SystemExit('never run')\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MILES_AMD_HISTORY")}
-    command = [
-        sys.executable, "-m", "miles_amd.cli", "train", "--aiter-variant", "patched", *given,
-        "--run-dir", str(tmp_path / "run"),
-    ]  # fmt: skip
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        env={**env, "HOME": str(tmp_path)},
-        timeout=300,
+    for name in ("RAY_ADDRESS", "MILES_AMD_HISTORY"):
+        monkeypatch.delenv(name, raising=False)
+    done = run_cli(
+        "train", "--aiter-variant", "patched", *given, "--run-dir", str(tmp_path / "run")
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "canary: miles-amd canary --variant patched --run-dir" in done.stdout
-    errors = done.stderr.strip().splitlines()
-    assert "torch" in errors[0]  # no GPU visible to torch, or no torch at all
-    assert "--no-canary" in errors[-1]
+    assert "--no-canary" in done.stderr
+    assert "torch" in capfd.readouterr().err  # the canary's line: no GPU for torch, or no torch
     assert not (tmp_path / "run" / "job.log").exists()
     assert not (tmp_path / "run" / "plan.json").exists()
 

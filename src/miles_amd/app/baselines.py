@@ -1,9 +1,7 @@
-"""Which baseline judges what: by name or path, per variant, and for the fail-fast watcher.
+"""Which baseline judges what: by name or path, and for the fail-fast watcher.
 
-A shipped baseline must also carry the recipe's required rules and pinned evidence
-(``baseline.shipped.check_shipped``); the rccl control arm is gated against stock's,
-baseline-free (``judge.sequential``); an ungated run is watched with the patched baseline's
-reference-free rules and no looks.
+A shipped baseline must also carry the recipe's required rules and pinned evidence; an
+ungated run is watched with the patched baseline's reference-free rules and no looks.
 """
 
 from __future__ import annotations
@@ -39,8 +37,7 @@ def load(spec: str, flag: str) -> Baseline:
 
 
 def identity(baseline: Baseline) -> tuple[str, str | None]:
-    """``baseline``'s digest and the shipped one of its name's (None: none, or it does not
-    load; in CI the shipped ones are the base branch's, ``$MILES_AMD_BASELINES_DIR``)."""
+    """``baseline``'s digest and the shipped one of its name's (None: none, or unloadable)."""
     from miles_amd.baseline.model import SHIPPED, BaselineError, load_baseline
     from miles_amd.baseline.shipped import baseline_digest
 
@@ -54,7 +51,6 @@ def identity(baseline: Baseline) -> tuple[str, str | None]:
 
 
 def watch_rules(gate: Baseline | None) -> Callable[[RunEvidence], list[Check]]:
-    """The watcher's judge of partial evidence: the gate's rules at the looks reached."""
     from miles_amd.judge.gate import early_failures
 
     if gate is not None:

@@ -1,12 +1,10 @@
 """Gate one run dir (read, judge, write its report, append to a named history); compare two.
 
-A report set (report.* or compare.*) is rendered in memory and written whole
-(``files.write_files``), by default into ``<run>/report`` (``<B>/report/compare``). A named
-history is opened before judging and the verdict appended only once its report is in place; a
-failed append is a line, not another verdict. ``--baseline auto``: the run's key picks the
-reviewed baseline, else the variant's template, judged record-only. Two runs are compared
-only when both have metrics and pass the gate's evidence checks. Raises ``OSError`` when a
-set cannot be written, ``AppError`` for unusable input.
+A report set (report.* or compare.*) is written whole, by default into ``<run>/report``
+(``<B>/report/compare``). The verdict is appended to a named history only once its report is
+in place; a failed append is a line, not another verdict. ``--baseline auto``: the run's key
+picks the reviewed baseline, else the variant's template, judged record-only. Two runs are
+compared only when both have metrics and pass the gate's evidence checks.
 """
 
 from __future__ import annotations
@@ -29,8 +27,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ReportFiles:
-    """A written set: the JSON, the markdown and the figure."""
-
     json: Path
     markdown: Path
     plot: Path
@@ -42,8 +38,6 @@ class ReportFiles:
 
 @dataclass(frozen=True)
 class GateResult:
-    """One run judged against one baseline, its report as written, the history's lines."""
-
     verdict: Verdict
     evidence: RunEvidence
     baseline: Baseline
@@ -57,8 +51,7 @@ def compare_dir_of(b_dir: Path, given: Path | None = None) -> Path:
 
 
 def choose_baseline(evidence: RunEvidence) -> tuple[Baseline, RecordOnly | None]:
-    """The baseline of the run's key, or the template and the record-only key; an
-    ``AppError`` when the run does not record its key (``--baseline auto``)."""
+    """The baseline of the run's key, or the template and the record-only key."""
     from miles_amd.app.baselines import load
     from miles_amd.baseline.keys import RunKeyError, reviewed_path, run_key, template_for
     from miles_amd.baseline.model import BaselineError
@@ -160,7 +153,7 @@ def _append(
 
 
 def open_history(path: Path) -> Path:
-    """Check the store at ``path`` opens (creating it if new); ``AppError`` if it cannot."""
+    """Check the store at ``path`` opens (creating it if new)."""
     from miles_amd.history.store import HistoryError, HistoryStore
 
     try:
@@ -172,8 +165,6 @@ def open_history(path: Path) -> Path:
 
 
 class NoMetricsError(ValueError):
-    """A run dir to compare holds no metric; ``problem``: the source problems that explain it."""
-
     def __init__(self, run_dir: Path, problem: str | None = None) -> None:
         why = f": {problem}" if problem else ""
         super().__init__(f"{run_dir}: no metric read (tensorboard/, ci_history/, job.log){why}")
@@ -181,8 +172,6 @@ class NoMetricsError(ValueError):
 
 
 class UntrustedEvidenceError(ValueError):
-    """A run dir to compare fails the gate's evidence checks."""
-
     def __init__(self, run_dir: Path, check: str, detail: str) -> None:
         super().__init__(f"{run_dir}: {check} fails ({detail})")
         self.run_dir = run_dir

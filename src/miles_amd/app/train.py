@@ -1,10 +1,9 @@
 """Run a plan and gate what it wrote: the canary first, then the driver, then the gate.
 
-The canary's canary.json is judged by the gate's own ``allreduce.canary`` check; the run stops
-(:class:`CanaryRed`, exit 1) exactly when that check fails; an unusable canary is an
-``AppError`` naming ``--no-canary``. The exit code is the gate's, else the job's; evidence not
-pulled back from the job's node fails either way. ``train --variants`` runs the jobs at once,
-each gated against its variant's baseline.
+The run stops (:class:`CanaryRed`, exit 1) exactly when the gate's ``allreduce.canary`` check
+fails on the canary's canary.json; an unusable canary is an ``AppError`` naming
+``--no-canary``. The exit code is the gate's, else the job's; evidence not pulled back from the
+job's node fails either way. ``--variants`` gates each job against its variant's baseline.
 """
 
 from __future__ import annotations
@@ -36,15 +35,11 @@ Command = Callable[[Sequence[str]], int]
 
 
 class CanaryRed(RuntimeError):
-    """The canary found the all-reduce the run would use wrong; ``str()`` is one line: the
-    check's detail, that the run was not started and the node-minutes that saved."""
+    """The canary found the run's all-reduce wrong; ``str()`` is one line."""
 
 
-def miles_amd_command(argv: Sequence[str]) -> int:
-    """``miles-amd ARGS`` (``argv[0]`` is ``miles-amd``) with this interpreter; its code."""
-    return subprocess.run(
-        [sys.executable, "-m", "miles_amd.cli", *argv[1:]], check=False
-    ).returncode
+def miles_amd_command(argv: Sequence[str]) -> int:  # argv[0] is miles-amd
+    return subprocess.run([sys.executable, "-m", "miles_amd.cli", *argv[1:]]).returncode
 
 
 def run_canary(
@@ -54,7 +49,7 @@ def run_canary(
     command: Command = miles_amd_command,
     echo: Callable[[str], None] = print,
 ) -> Check | None:
-    """The plan's canary step run by ``command`` and judged; None when the plan has none."""
+    """The plan's canary step run and judged; None when the plan has none."""
     from miles_amd.evidence.load import load_run
     from miles_amd.judge.canary import canary_check
     from miles_amd.recipe.plan import CANARY_STEP
@@ -129,7 +124,6 @@ def run_and_gate(
     echo: Callable[[str], None] = print,
     canary_command: Command = miles_amd_command,
 ) -> TrainResult:
-    """The canary, ``plan``, then the gate against ``gate`` if given (module doc)."""
     from miles_amd.run.driver import execute
 
     run_canary(plan, require_env=require_env, command=canary_command, echo=echo)
@@ -150,24 +144,16 @@ def run_variants(
     *,
     timeout_s: float,
     require_env: bool = False,
-    state_dir: str | None = None,
-    watch_interval_s: float = 10.0,
     echo: Callable[[str], None] = print,
 ) -> dict[str, TrainResult | BaseException]:
-    """Every variant's run, gated (baselines load first); a raised driver's result is its error."""
+    """Every variant's run, gated; a raised driver's result is its error."""
     from miles_amd.baseline.keys import template_for
     from miles_amd.run.driver import RunOutcome
     from miles_amd.run.variants_run import execute_variants
 
     baselines = {v: load(template_for(v), "--variants") for v in plans}
-    outcomes = execute_variants(
-        plans,
-        {v: watch_rules(b) for v, b in baselines.items()},
-        timeout_s=timeout_s,
-        state_dir=state_dir,
-        watch_interval_s=watch_interval_s,
-        echo=echo,
-    )
+    watches = {v: watch_rules(b) for v, b in baselines.items()}
+    outcomes = execute_variants(plans, watches, timeout_s=timeout_s, echo=echo)
     results: dict[str, TrainResult | BaseException] = {}
     for variant, outcome in outcomes.items():
         if not isinstance(outcome, RunOutcome):
@@ -182,18 +168,12 @@ def run_variants(
 
 
 def _gate(
-    outcome: RunOutcome,
-    plan: LaunchPlan,
-    gate: Baseline | None,
-    require_env: bool,
+    outcome: RunOutcome, plan: LaunchPlan, gate: Baseline | None, require_env: bool,
     history: Path | None,
-) -> GateResult | None:
+) -> GateResult | None:  # fmt: skip
     if gate is None:
         return None
     return gate_run_dir(
-        outcome.run_dir,
-        gate,
-        expected_rollouts=plan.recipe.num_rollout,
-        require_env=require_env,
-        history=history,
-    )
+        outcome.run_dir, gate, expected_rollouts=plan.recipe.num_rollout,
+        require_env=require_env, history=history,
+    )  # fmt: skip

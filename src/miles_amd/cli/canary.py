@@ -1,9 +1,7 @@
 """``miles-amd canary``: all-reduce known integers at the rollout shapes and check every bit.
 
-Decides the command's options, their checks, its output and its exit code: 0 clean, 1 a
-mismatch (the line says whether it matches ROCm/aiter#5694's stale read), 2 unusable, with
-nothing written. Heavy imports happen in the ranks (``canary.worker``). Explained in
-``docs/cli.md`` ("The all-reduce canary").
+Exit 0 clean, 1 a mismatch (the line says whether it matches ROCm/aiter#5694's stale read),
+2 unusable, with nothing written. Heavy imports happen in the ranks (``canary.worker``).
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ def register(app: typer.Typer) -> None:
 
 
 def check_reducer(target: str) -> str:
-    """``FILE:FUNCTION`` (absolute) whose file defines the function (read, not run); else exit 2."""
+    """``FILE:FUNCTION`` (absolute) whose file defines the function (read, not run)."""
     file_name, sep, func = target.rpartition(":")
     if not sep or not file_name or not func.isidentifier():
         fail(f"--reducer {target}: expected FILE:FUNCTION, e.g. reducers.py:all_reduce")
@@ -62,9 +60,7 @@ def check_reducer(target: str) -> str:
         )
     except (SyntaxError, ValueError) as exc:
         fail(f"--reducer {target}: {path} is not valid Python ({exc}); fix the file")
-    defined = {
-        node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
     if func not in defined:
         fail(
             f"--reducer {target}: {path} defines no top-level function {func}; "
@@ -87,43 +83,21 @@ def canary(
     json_out: Annotated[bool, opt("--json", "Print JSON (the plan, or the record).")] = False,
     reducer: Annotated[
         str | None,
-        opt(
-            "--reducer",
-            "CPU harness: FUNCTION(tensor, group) -> tensor from FILE reduces (test seam).",
-            "FILE:FUNCTION",
-        ),
+        opt("--reducer", "CPU harness: FUNCTION(tensor, group) reduces.", "FILE:FUNCTION"),
     ] = None,
-    variant: Annotated[
-        AiterVariant | None,
-        opt("--variant", "The aiter variant whose rollouts' all-reduce is tested."),
-    ] = None,
+    variant: Annotated[AiterVariant | None, opt("--variant", "Whose all-reduce.")] = None,
     implementation: Annotated[
-        ImplementationChoice | None,
-        opt("--implementation", "Override the variant's all-reduce (rccl: the reference)."),
+        ImplementationChoice | None, opt("--implementation", "Override the variant's.")
     ] = None,
-    world_size: Annotated[
-        int | None,
-        opt(
-            "--world-size",
-            "Ranks: a multiple of the rollout TP size (CPU default 4, node 8).",
-            min=1,
-        ),
-    ] = None,
+    world_size: Annotated[int | None, opt("--world-size", "Ranks (CPU 4, node 8).", min=1)] = None,
     detect_rate: Annotated[
         float | None,
-        opt(
-            "--detect-rate",
-            "Per-call rate to catch at 99% (node: the rate the spikes imply; CPU 0.002).",
-            callback=check_detect_rate,
-        ),
+        opt("--detect-rate", "Per-call rate caught at 99%.", callback=check_detect_rate),
     ] = None,
-    tokens: Annotated[
-        str | None, opt("--tokens", "Only these sizes (comma-separated token counts).")
-    ] = None,
+    tokens: Annotated[str | None, opt("--tokens", "Only these token counts (a,b,...).")] = None,
     repeats: Annotated[int, opt("--repeats", "Run the plan R times.", min=1, max=MAX_REPEATS)] = 1,
     timeout: Annotated[
-        float | None,
-        opt("--timeout", "Seconds before hung ranks are killed (default: from the plan).", min=1.0),
+        float | None, opt("--timeout", "Seconds before hung ranks are killed.", min=1.0)
     ] = None,
     run_dir: Annotated[Path | None, opt("--run-dir", "Write canary.json here.")] = None,
 ) -> None:
@@ -131,6 +105,7 @@ def canary(
 
     Exit 1 on a mismatch (a red canary proves the kernel wrong; a clean one bounds its rate).
     """
+    from miles_amd.canary.harness import Setup
     from miles_amd.canary.kernel import CAR_MAX_SIZE_ENV, installed_constants
     from miles_amd.canary.plan import (
         CPU,
@@ -150,14 +125,20 @@ def canary(
     on_cpu = reducer is not None
     if on_cpu and implementation is not None:
         fail("--reducer and --implementation exclude each other; the reducer is the implementation")
-    rate = detect_rate if detect_rate is not None else CPU_DETECT_RATE if on_cpu else implied_rate()
+    if detect_rate is not None:
+        rate, source = detect_rate, "given: --detect-rate"
+    elif on_cpu:
+        rate, source = CPU_DETECT_RATE, "CPU harness default"
+    else:
+        rate = implied_rate()
+        source = (
+            f"implied: a spike in {SPIKE_RATE_PER_RUN:.0%} of stock runs over "
+            f"{exposed_calls_per_run()} exposed calls per run (docs/node.md, Statistics)"
+        )
     label = (
-        "reducer"
-        if on_cpu
-        else implementation.value
-        if implementation
+        "reducer" if on_cpu else implementation.value if implementation
         else rollout_implementation(variant.value if variant else "stock")
-    )
+    )  # fmt: skip
     world = world_size or (CPU_WORLD_SIZE if on_cpu else recipe.num_gpus)
     if world % shape.tp or world > recipe.num_gpus:
         fail(
@@ -178,8 +159,7 @@ def canary(
         fail(f"--tokens {tokens}: expected comma-separated token counts, e.g. 29,33")
     pythonpath = aiter_pythonpath(variant.value if variant else None, os.environ)
     aiter = read_aiter_fix(pythonpath, sys.executable)
-    package, header = aiter.get("package_dir"), aiter.get("header")
-    fix = str(aiter["value"])
+    package, header, fix = aiter.get("package_dir"), aiter.get("header"), str(aiter["value"])
     constants = installed_constants(
         os.environ,
         package if isinstance(package, str) else None,
@@ -194,31 +174,14 @@ def canary(
         )
     try:
         plan = build_plan(
-            shape,
-            label,
-            rate,
-            target=CPU if on_cpu else NODE,
-            constants=constants,
-            groups=world // shape.tp,
-            tokens=sizes,
-        )
+            shape, label, rate, target=CPU if on_cpu else NODE, constants=constants,
+            groups=world // shape.tp, tokens=sizes,
+        )  # fmt: skip
     except ValueError as exc:
         fail(f"--tokens {tokens}: {exc}" if tokens else str(exc))
     if plan_only:
         _print_plan(plan, fix, json_out)
         return
-    source = (
-        "given: --detect-rate"
-        if detect_rate is not None
-        else "CPU harness default"
-        if on_cpu
-        else (
-            f"implied: a spike in {SPIKE_RATE_PER_RUN:.0%} of stock runs over "
-            f"{exposed_calls_per_run()} exposed calls per run (docs/node.md, Statistics)"
-        )
-    )
-    from miles_amd.canary.harness import Setup
-
     setup = Setup(
         world_size=world,
         device="cpu" if on_cpu else "cuda",
@@ -235,11 +198,8 @@ def canary(
 
 def _print_plan(plan: Plan, fix: str, json_out: bool) -> None:
     if json_out:
-        document = {
-            "dispatch_source": plan.constants.source,
-            "aiter_fix": fix,
-            "entries": [e.as_dict() for e in plan.entries],
-        }
+        entries = [e.as_dict() for e in plan.entries]
+        document = {"dispatch_source": plan.constants.source, "aiter_fix": fix, "entries": entries}
         typer.echo(json.dumps(document, indent=2))
         return
     arms = [arm for arm, _ in plan.entries[0].arms]
@@ -282,20 +242,15 @@ def _run(
     on_cpu = setup.device == "cpu"
     if not on_cpu:
         from miles_amd.canary.node import node_facts, unusable
+        from miles_amd.canary.plan import build_plan
 
         facts = node_facts(setup.pythonpath or "")
         if facts.wave_size and facts.wave_size != plan.wave_size:
-            from miles_amd.canary.plan import build_plan
-
             plan = build_plan(
-                plan.shape,
-                setup.implementation,
-                plan.detect_rate,
-                constants=plan.constants,
-                groups=plan.groups,
-                tokens=tuple(e.tokens for e in plan.entries),
+                plan.shape, setup.implementation, plan.detect_rate, constants=plan.constants,
+                groups=plan.groups, tokens=tuple(e.tokens for e in plan.entries),
                 wave_size=facts.wave_size,
-            )
+            )  # fmt: skip
         problem = unusable(facts, setup.implementation, plan.shape.tp)
         if problem:
             fail(problem)
@@ -307,13 +262,9 @@ def _run(
         setup = dataclasses.replace(
             setup, aiter_version=facts.aiter_version, aiter_commit=facts.aiter_commit
         )
-    bound = timeout or (
-        120.0 + 10.0 * plan.estimated_seconds * setup.repeats
-        if on_cpu
-        else 600.0 + 3.0 * plan.estimated_seconds * setup.repeats
-    )
-    try:
-        # On the node the positive control's broken build runs first (run_control).
+    per_run = plan.estimated_seconds * setup.repeats
+    bound = timeout or (120.0 + 10.0 * per_run if on_cpu else 600.0 + 3.0 * per_run)
+    try:  # on the node the positive control's broken build runs first
         checked = None if on_cpu else run_control(plan, setup, bound)
         record = run(plan, dataclasses.replace(setup, control=checked), bound)
     except HarnessError as exc:
@@ -333,19 +284,15 @@ def _run(
                 f"N={r.tokens:<6} {r.kernel:>6} {r.wave_class:>13} calls={r.calls:<9} "
                 f"mismatches={r.mismatches:<6} blocks={r.blocks_with_mismatch}/{r.blocks} {lat}"
             )
-        typer.echo(
-            _power_line(
-                record.power.detect_rate, record.power.exposed_calls, record.power.probability
-            )
-        )
+        power = record.power
+        typer.echo(_power_line(power.detect_rate, power.exposed_calls, power.probability))
         if written is not None:
             say(f"wrote {written}")
     if record.control is not None and not record.control.caught and record.clean:
         typer.echo(f"miles-amd: canary: the control was not caught: {NOT_SEEN}", err=True)
     bad = record.first_bad()
     if bad is not None:
-        first = bad.first_mismatch
-        where = ""
+        first, where = bad.first_mismatch, ""
         if first is not None and first.returned is not None:
             where = f"; first at call {first.call} rank {first.rank}: returned {first.returned}"
         elif first is not None:

@@ -1,8 +1,7 @@
 """``miles-amd gate``, ``compare``, ``baseline record|diff`` and ``history``: judge evidence.
 
-Decides these commands' options, output and exit codes (0 pass or done, 1 fail or differ, 2
-unusable input with one line naming the flag and the fix, nothing written). Reading, judging
-and reporting are imported inside the commands. Explained in ``docs/cli.md``.
+Exit 0 pass or done, 1 fail or differ, 2 unusable input (one line naming the flag and the fix,
+nothing written). Reading, judging and reporting are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ import os
 import sqlite3
 import tempfile
 from datetime import datetime, timezone
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,31 +17,19 @@ import typer
 
 from miles_amd import escape
 from miles_amd.cli import options as opts
-from miles_amd.cli.options import fail, opt, say
+from miles_amd.cli.options import INT, MAX_ROLLOUTS, PATH, OutputFormat, fail, opt, say
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_FAILED
 
 if TYPE_CHECKING:
     from miles_amd.app.gate import ReportFiles
     from miles_amd.baseline.record import Candidate
+    from miles_amd.history.store import HistoryStore
 
 AUTO = "auto"  # --baseline auto: the run's key picks it (miles_amd.baseline.keys)
 MAX_RUN_ID = 2**63 - 1  # SQLite's INTEGER PRIMARY KEY is a signed 64-bit rowid
-BaselineArg = Annotated[
-    str,
-    typer.Argument(metavar=opts.BASELINE_METAVAR, help="stock, patched, or a baseline file path."),
-]
-RunIdArg = Annotated[
-    int,
-    typer.Argument(
-        metavar="ID", min=1, max=MAX_RUN_ID, help="The run's id in the history (1 to 2**63-1)."
-    ),
-]
-
-
-class DiffFormat(str, Enum):
-    text = "text"
-    markdown = "markdown"
-    json = "json"
+BaselineArg = Annotated[str, typer.Argument(metavar=opts.BASELINE_METAVAR)]
+RunIdArg = Annotated[int, typer.Argument(metavar="ID", min=1, max=MAX_RUN_ID)]
+RunDirArg = Annotated[Path | None, opt("--run-dir", None, PATH)]
 
 
 def register(app: typer.Typer) -> None:
@@ -60,89 +46,50 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="history")
 
 
-def _written(what: str, files: ReportFiles, output_format: opts.OutputFormat) -> None:
-    """Where the files went, last (stderr when stdout carries a JSON or markdown document)."""
+def _written(what: str, files: ReportFiles, output_format: OutputFormat) -> None:
     also = f"(also {files.json.name}, {files.plot.name})"
-    say(f"{what} written to {files.markdown} {also}", err=output_format.value != "text")
+    say(f"{what} written to {files.markdown} {also}", err=output_format is not OutputFormat.text)
 
 
 def gate(
     baseline: Annotated[
-        str,
-        opt(
-            "--baseline",
-            "auto (the reviewed baseline of the run's shape, GPU model and variant; "
-            "none reviewed: record-only), stock, patched (8gpu MI355X), or a baseline file.",
-            "<auto|stock|patched|path>",
-        ),
+        str, opt("--baseline", "auto: the run's reviewed one.", "<auto|stock|patched|path>")
     ],
-    run_dir: Annotated[
-        Path | None,
-        opt("--run-dir", "Run directory: tensorboard/, ci_history/, job.log, job.json.", opts.PATH),
-    ] = None,
-    example: Annotated[
-        bool,
-        opt(
-            "--example",
-            "Gate the embedded example run (jvvnhop9, shipped in the package) instead "
-            "of --run-dir; its report goes to --report-dir or a new temporary dir.",
-        ),
-    ] = False,
+    run_dir: RunDirArg = None,
+    example: Annotated[bool, opt("--example", "Gate the embedded example run.")] = False,
     report_dir: Annotated[
-        Path | None,
-        opt(
-            "--report-dir",
-            "Where the report goes (default: RUN_DIR/report; with --example a new temporary dir).",
-            opts.PATH,
-        ),
+        Path | None, opt("--report-dir", "Default RUN_DIR/report (--example: a temp dir).", PATH)
     ] = None,
-    output_format: opts.FormatOpt = opts.OutputFormat.text,
+    output_format: opts.FormatOpt = OutputFormat.text,
     num_rollouts: Annotated[
-        int | None,
-        opt(
-            "--num-rollouts",
-            "Rollouts the run must have (default: the baseline's, 20).",
-            opts.INT,
-            min=1,
-            max=opts.MAX_ROLLOUTS,
-        ),
+        int | None, opt("--num-rollouts", "Default: the baseline's.", INT, min=1, max=MAX_ROLLOUTS)
     ] = None,
     expected_rollouts: Annotated[
-        int | None, opt("--expected-rollouts", min=1, max=opts.MAX_ROLLOUTS, hidden=True)
+        int | None, opt("--expected-rollouts", min=1, max=MAX_ROLLOUTS, hidden=True)
     ] = None,
     require_env: opts.RequireEnvOpt = False,
     history_file: opts.HistoryOpt = None,
     no_history: opts.NoHistoryOpt = False,
-    no_looks: Annotated[
-        bool,
-        opt(
-            "--no-looks",
-            "Judge the whole run only, each rule at its fixed-sample tolerance "
-            "(default: also at the baseline's looks: rollouts 6 to 16 in the shipped ones).",
-        ),
-    ] = False,
+    no_looks: Annotated[bool, opt("--no-looks", "Judge the whole run only.")] = False,
 ) -> None:
     """Judge a run dir against a baseline; exit 0 pass, 1 fail, 2 unusable input."""
     import miles_amd
     from miles_amd.app import gate as app_gate
     from miles_amd.app.baselines import load
     from miles_amd.package_data import package_path
+    from miles_amd.report.render import render
     from miles_amd.run_dir import RunDir
 
     rollouts = opts.resolve_alias(
-        num_rollouts,
-        expected_rollouts,
-        default=None,
+        num_rollouts, expected_rollouts, default=None,
         names=("--num-rollouts", "--expected-rollouts"),
-    )
+    )  # fmt: skip
     if example == (run_dir is not None):
         fail(
-            "--run-dir and --example: "
-            + ("give one, not both" if example else "neither given")
-            + "; fix: pass --run-dir DIR, or --example for the embedded run"
+            f"--run-dir and --example: {'give one, not both' if example else 'neither given'}; "
+            "fix: pass --run-dir DIR, or --example for the embedded run"
         )
     reference = None if baseline == AUTO else load(baseline, "--baseline")
-    # the embedded example is package data: in the repo a link to examples/runs/jvvnhop9
     example_dir = package_path("miles_amd", "testing", "example-run")
     run_dir = opts.existing_run_dir(run_dir or example_dir)
     history = opts.named_history(history_file, no_history)
@@ -160,151 +107,88 @@ def gate(
         )
     try:
         result = app_gate.gate_run_dir(
-            run_dir,
-            reference,
-            expected_rollouts=rollouts,
-            report_dir=report_dir,
-            require_env=require_env,
-            history=history,
-            looks=not no_looks,
-        )
+            run_dir, reference, expected_rollouts=rollouts, report_dir=report_dir,
+            require_env=require_env, history=history, looks=not no_looks,
+        )  # fmt: skip
     except OSError as exc:
         fail(f"--report-dir {out_dir}: cannot write the report ({exc}); choose a writable dir")
-    from miles_amd.report.render import render
-
-    verdict, to_err = result.verdict, output_format is not opts.OutputFormat.text
+    verdict, to_err = result.verdict, output_format is not OutputFormat.text
     if verdict.record_only:
         say(
             f"no reviewed baseline for {verdict.record_only}: recorded, not judged (the "
             "statistical rules); every evidence check judged",
             err=to_err,
         )
-    if output_format is opts.OutputFormat.markdown:
-        typer.echo(result.markdown, nl=False)
-    else:
-        typer.echo(render(verdict, output_format.value), nl=False)
+    markdown = output_format is OutputFormat.markdown
+    typer.echo(result.markdown if markdown else render(verdict, output_format.value), nl=False)
     for line in result.history_lines:
         say(line, err=to_err)
     _written("report", result.files, output_format)
     if verdict.verdict == "error":
         fail(
-            f"--run-dir {run_dir}: {verdict.reason}; "
-            f"point it at a run directory with tensorboard/, ci_history/, job.log or job.json "
-            f"(report: {result.files.json})",
+            f"--run-dir {run_dir}: {verdict.reason}; point it at a run directory with "
+            f"tensorboard/, ci_history/, job.log or job.json (report: {result.files.json})",
             code=verdict.exit_code,
         )
     raise typer.Exit(verdict.exit_code)
 
 
 def compare(
-    run_dirs: Annotated[
-        list[Path],
-        opt("--run-dir", "Give it twice: run A (e.g. stock), then run B (patched).", opts.PATH),
-    ],
+    run_dirs: Annotated[list[Path], opt("--run-dir", "Twice: run A, then run B.", PATH)],
     baseline: Annotated[
-        str,
-        opt(
-            "--baseline",
-            "Whose metrics and spike threshold: stock, patched or a path.",
-            opts.BASELINE_METAVAR,
-        ),
+        str, opt("--baseline", "Its metrics and spike threshold.", opts.BASELINE_METAVAR)
     ] = "patched",
-    out_dir: Annotated[
-        Path | None, opt("--out-dir", "Where compare.* go (default: B/report/compare).", opts.PATH)
-    ] = None,
-    output_format: opts.FormatOpt = opts.OutputFormat.text,
+    out_dir: Annotated[Path | None, opt("--out-dir", "Default B/report/compare.", PATH)] = None,
+    output_format: opts.FormatOpt = OutputFormat.text,
 ) -> None:
     """Paired A/B of two runs: differences with 95% CIs, spike counts, what N can detect."""
     if len(run_dirs) != 2:
         fail(f"--run-dir: given {len(run_dirs)} time(s); give it exactly twice (run A, then run B)")
     for run_dir in run_dirs:
         opts.existing_run_dir(run_dir)
+    from miles_amd.app import gate as app_gate
     from miles_amd.app.baselines import load
-    from miles_amd.app.gate import (
-        NoMetricsError,
-        UntrustedEvidenceError,
-        compare_dir_of,
-        compare_run_dirs,
-    )
     from miles_amd.report.compare_report import render
 
     reference = load(baseline, "--baseline")
     try:
-        compared = compare_run_dirs(run_dirs[0], run_dirs[1], reference, out_dir=out_dir)
-    except NoMetricsError as exc:
+        compared = app_gate.compare_run_dirs(run_dirs[0], run_dirs[1], reference, out_dir=out_dir)
+    except app_gate.NoMetricsError as exc:
         fail(f"--run-dir {exc}; point it at a finished run")
-    except UntrustedEvidenceError as exc:
+    except app_gate.UntrustedEvidenceError as exc:
         fix = f"`miles-amd gate --run-dir {exc.run_dir}` names every problem"
         fail(f"--run-dir {exc}; its evidence cannot be compared; fix: {fix}", code=EXIT_FAILED)
     except OSError as exc:
-        target = compare_dir_of(run_dirs[1], out_dir)
+        target = app_gate.compare_dir_of(run_dirs[1], out_dir)
         fail(f"--out-dir {target}: cannot write ({exc}); choose a writable directory")
     typer.echo(render(compared.comparison, output_format.value), nl=False)
     _written("comparison", compared.files, output_format)
 
 
 def record(
-    out: Annotated[Path, opt("--out", "The baseline JSON file to write.", opts.PATH)],
+    out: Annotated[Path, opt("--out", "The baseline JSON file to write.", PATH)],
     num_rollouts: Annotated[
-        int | None,
-        opt(
-            "--num-rollouts",
-            "Rollouts the run had (default: the template's, 20).",
-            opts.INT,
-            min=2,
-            max=opts.MAX_ROLLOUTS,
-        ),
+        int | None, opt("--num-rollouts", "Default: the template's.", INT, min=2, max=MAX_ROLLOUTS)
     ] = None,
     allow_no_preflight: Annotated[
-        bool,
-        opt(
-            "--allow-no-preflight",
-            "Record a run without a passing preflight (no GPUs: the example, a rehearsal); "
-            "the provenance says so.",
-        ),
+        bool, opt("--allow-no-preflight", "Without a passing preflight (said in provenance).")
     ] = False,
     force: Annotated[bool, opt("--force", "Replace an existing --out.")] = False,
     name: Annotated[
-        str | None,
-        opt(
-            "--name",
-            "The baseline's name (default: the variant); --out must be <name>.json.",
-            "<name>",
-        ),
+        str | None, opt("--name", "Default: the variant; --out is <name>.json.", "<name>")
     ] = None,
-    run_dir: Annotated[
-        Path | None,
-        opt("--run-dir", "A finished run: tensorboard/, ci_history/, job.*, env.json.", opts.PATH),
-    ] = None,
+    run_dir: RunDirArg = None,
     variant: Annotated[
         opts.BaselineVariant | None,
-        opt(
-            "--variant",
-            "The run's aiter: stock, or patched (#5694); with --from-history, the key's.",
-            "<" + "|".join(v.value for v in opts.BaselineVariant) + ">",
-        ),
+        opt("--variant", None, "<" + "|".join(v.value for v in opts.BaselineVariant) + ">"),
     ] = None,
     from_history: Annotated[
-        Path | None,
-        opt(
-            "--from-history",
-            "Instead of --run-dir: derive the baseline of --key from the trusted runs "
-            "this history kept of it (at least 3; the median run is the reference).",
-            opts.PATH,
-        ),
+        Path | None, opt("--from-history", "Derive --key's baseline from this history.", PATH)
     ] = None,
-    key: Annotated[
-        str | None,
-        opt(
-            "--key",
-            "With --from-history: the key, e.g. 8gpu/mi350x/patched (what `gate "
-            "--baseline auto` named record-only).",
-            "<shape/gpu/variant>",
-        ),
-    ] = None,
+    key: Annotated[str | None, opt("--key", "With --from-history.", "<shape/gpu/variant>")] = None,
 ) -> None:
     """Record a baseline from a run that passed preflight and finished all rollouts, or
-    (--from-history) from the trusted runs of a record-only key."""
+    (--from-history) from the trusted runs (at least 3) of a record-only key."""
     exists = f"--out {out}: already exists; fix: pass --force to replace it, or another --out"
     if out.is_dir():
         fail(f"--out {out}: is a directory; fix: name the baseline JSON file to write")
@@ -329,8 +213,8 @@ def record(
         opts.existing_run_dir(run_dir)
     baseline_name = name if name is not None else variant.value
 
-    from miles_amd.baseline.model import SCHEMA_PATH, BaselineError, load_baseline
-    from miles_amd.baseline.record import baseline_json_text, record_baseline
+    from miles_amd.baseline.model import SCHEMA_PATH, BaselineError, load_baseline, parse_baseline
+    from miles_amd.baseline.record import baseline_json_text, check_window, record_baseline
     from miles_amd.evidence.load import load_run
     from miles_amd.files import atomic_write_text
 
@@ -358,9 +242,6 @@ def record(
         schema_ref=os.path.relpath(SCHEMA_PATH, out.resolve().parent),
     )
     if others:
-        from miles_amd.baseline.model import parse_baseline
-        from miles_amd.baseline.record import check_window
-
         check_window(parse_baseline(baseline_json_text(doc), path=str(out)), others, key or "")
     if out.stem != baseline_name:  # the loader refuses a file not named after its baseline
         fail(
@@ -384,8 +265,8 @@ def record(
 
 
 def _history_window(path: Path, key: str) -> tuple[Candidate, list[Candidate]]:
-    """The reference run of ``key`` in the history and the other trusted runs; the runs
-    that do not count are named, exit 2 when too few (``baseline.record``)."""
+    """The reference run of ``key`` in the history and the other trusted runs (exit 2 when
+    too few; those that do not count are named)."""
     from miles_amd.baseline.keys import RunKeyError, run_key
     from miles_amd.baseline.record import Candidate, pick_reference
     from miles_amd.evidence.load import load_run
@@ -420,17 +301,15 @@ def diff(
     old: BaselineArg,
     new: BaselineArg,
     output_format: Annotated[
-        DiffFormat,
-        opt("--format", "text, markdown for a PR comment, or json.", "<text|markdown|json>"),
-    ] = DiffFormat.text,
+        OutputFormat, opt("--format", "markdown: for a PR comment.", "<text|markdown|json>")
+    ] = OutputFormat.text,
 ) -> None:
     """Print what a reviewer must look at between two baselines; exit 0 when they are the
     same, 1 when they differ (as diff(1)), 2 when either does not load."""
     from miles_amd.app.baselines import load
     from miles_amd.baseline.diff import diff_baselines, render_diff
 
-    loaded = [load(spec, label) for label, spec in (("OLD", old), ("NEW", new))]
-    found = diff_baselines(*loaded)
+    found = diff_baselines(load(old, "OLD"), load(new, "NEW"))
     typer.echo(render_diff(found, output_format.value), nl=False)
     raise typer.Exit(1 if found.differs else 0)
 
@@ -472,83 +351,68 @@ def history(
     ctx: typer.Context,
     history_file: opts.HistoryOpt = None,
     variant: Annotated[
-        opts.AiterVariant | None, opt("--variant", "Only this aiter variant.", opts.VARIANT_METAVAR)
+        opts.AiterVariant | None, opt("--variant", None, opts.VARIANT_METAVAR)
     ] = None,
-    baseline: Annotated[
-        str | None, opt("--baseline", "Only runs judged against this baseline.", "<name>")
-    ] = None,
-    limit: Annotated[int | None, opt("--limit", "Only the newest N runs.", opts.INT, min=1)] = None,
-    output_format: opts.FormatOpt = opts.OutputFormat.text,
-    plot: Annotated[Path | None, opt("--plot", "Write the trend PNG here.", opts.PATH)] = None,
-    export: Annotated[
-        Path | None,
-        opt("--export", "Write upstream metric-history JSONL into this directory.", opts.PATH),
-    ] = None,
+    baseline: Annotated[str | None, opt("--baseline", "Judged against it.", "<name>")] = None,
+    limit: Annotated[int | None, opt("--limit", "The newest N runs.", INT, min=1)] = None,
+    output_format: opts.FormatOpt = OutputFormat.text,
+    plot: Annotated[Path | None, opt("--plot", "Write the trend PNG here.", PATH)] = None,
+    export: Annotated[Path | None, opt("--export", "Upstream metric-history JSONL.", PATH)] = None,
 ) -> None:
     """List past gate verdicts with drift findings; plot trends; export for upstream miles."""
     from miles_amd.files import atomic_write_bytes
     from miles_amd.history import render
     from miles_amd.history.drift import by_identity
-    from miles_amd.history.export import export_upstream
     from miles_amd.history.store import HistoryError, HistoryStore
     from miles_amd.report.plot import trend_png
 
     if ctx.invoked_subcommand is not None:
         return
     path = _history_path(
-        history_file,
-        "run `miles-amd gate --history {path}` first, or point --history at the store",
+        history_file, "run `miles-amd gate --history {path}` first, or point --history at the store"
     )
-    try:
-        store = HistoryStore(path, read_only=True)
-    except HistoryError as exc:
-        fail(f"--history {path}: {exc}")
     written = []
-    with store:
-        try:
+    try:
+        with HistoryStore(path, read_only=True) as store:
             read = store.read_runs(
                 variant=variant.value if variant else None, baseline=baseline, limit=limit
             )
-        except HistoryError as exc:
-            fail(f"--history {path}: {exc}")
-        runs = read.runs
-        for line in read.skipped:  # a corrupt row is named and skipped, the rest listed
-            typer.echo(escape.terminal(line), err=True)
-        checked = by_identity(runs)
-        if plot is not None:
-            found = [d for group in checked for d in group.found]
-            try:
-                atomic_write_bytes(plot, trend_png(runs, found))
-            except OSError as exc:
-                fail(f"--plot {plot}: cannot write ({exc}); choose a writable path")
-            written.append(f"trend plot written to {plot}")
-        if export is not None:
-            try:
-                done = export_upstream(store, export)
-            except FileExistsError as exc:
-                fail(
-                    f"--export: {exc}; nothing was changed; fix: name a new or empty dir, or "
-                    "an earlier export"
-                )
-            except OSError as exc:
-                fail(f"--export {export}: cannot write ({exc}); choose a writable path")
-            except (sqlite3.DatabaseError, ValueError) as exc:
-                fail(f"--history {path}: --export cannot use the stored values ({exc})")
-            left_out = (
-                f"; {done.without_variant} run(s) without a recorded aiter variant left out "
-                "(no upstream identity)"
-                if done.without_variant
-                else ""
-            )
-            written.append(
-                f"exported {done.runs} run(s) to {export} (runs.jsonl, records/, "
-                f"{', '.join(done.test_files) or 'no test file'}){left_out}"
-            )
-    text = {
-        "text": render.render_text,
-        "markdown": render.render_markdown,
-        "json": render.to_json,
-    }[output_format.value](runs, checked)
-    typer.echo(text, nl=False)
+            for line in read.skipped:  # a corrupt row is named and skipped, the rest listed
+                typer.echo(escape.terminal(line), err=True)
+            checked = by_identity(read.runs)
+            if plot is not None:
+                found = [d for group in checked for d in group.found]
+                try:
+                    atomic_write_bytes(plot, trend_png(read.runs, found))
+                except OSError as exc:
+                    fail(f"--plot {plot}: cannot write ({exc}); choose a writable path")
+                written.append(f"trend plot written to {plot}")
+            if export is not None:
+                written.append(_export(store, export, path))
+    except HistoryError as exc:
+        fail(f"--history {path}: {exc}")
+    show = {"text": render.render_text, "markdown": render.render_markdown, "json": render.to_json}
+    typer.echo(show[output_format.value](read.runs, checked), nl=False)
     for line in written:
-        say(line, err=output_format is not opts.OutputFormat.text)
+        say(line, err=output_format is not OutputFormat.text)
+
+
+def _export(store: HistoryStore, export: Path, path: Path) -> str:
+    from miles_amd.history.export import export_upstream
+
+    try:
+        done = export_upstream(store, export)
+    except FileExistsError as exc:
+        fail(
+            f"--export: {exc}; nothing was changed; fix: name a new or empty dir, or an earlier one"
+        )
+    except OSError as exc:
+        fail(f"--export {export}: cannot write ({exc}); choose a writable path")
+    except (sqlite3.DatabaseError, ValueError) as exc:
+        fail(f"--history {path}: --export cannot use the stored values ({exc})")
+    left_out = (
+        f"; {done.without_variant} run(s) without a recorded aiter variant left out "
+        "(no upstream identity)" if done.without_variant else ""
+    )  # fmt: skip
+    tests = ", ".join(done.test_files) or "no test file"
+    return f"exported {done.runs} run(s) to {export} (runs.jsonl, records/, {tests}){left_out}"

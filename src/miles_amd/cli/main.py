@@ -1,8 +1,7 @@
 """The ``miles-amd`` command line: its commands, ``--version``, and how the process exits.
 
-The exits every command shares: a usage error is one ``miles-amd: error:`` line and exit 2;
-Ctrl-C one line naming the command, exit 130; a path longer than the OS allows one line naming
-it, exit 2. Top-level imports stay light. Explained in ``docs/cli.md``.
+A usage error is one ``miles-amd: error:`` line and exit 2; Ctrl-C one line naming the
+command, exit 130; a path longer than the OS allows one line naming it, exit 2.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from miles_amd.cli import canary, gate, train
-from miles_amd.cli.options import fail, guard_std_streams, new_app, say
+from miles_amd.cli.options import fail, guard_std_streams, new_app, opt, say
 from miles_amd.exit_codes import EXIT_CODES_HELP, EXIT_INTERRUPTED
 
 PROG_NAME = "miles-amd"
@@ -45,17 +44,13 @@ def _print_version(value: bool) -> None:
 @app.callback(help=APP_HELP, epilog=EXIT_CODES_HELP)
 def _root(
     show_version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_print_version, is_eager=True, help="Print the version; exit."
-        ),
+        bool, opt("--version", "Print the version.", callback=_print_version, is_eager=True)
     ] = False,
 ) -> None:
     pass  # only --version; the commands do the work
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Run the CLI on ``argv`` (default: ``sys.argv[1:]``) and exit with its code."""
     guard_std_streams()
     command = typer.main.get_command(app)
     args = sys.argv[1:] if argv is None else list(argv)
@@ -100,7 +95,6 @@ def interrupted_line(command: object, args: Sequence[str]) -> str:
 
 
 def _usage_message(exc: Exception) -> str:
-    """click's message without the converting library's prefix, and the help to read."""
     message = exc.format_message()  # type: ignore[attr-defined]
     for prefix in PYDANTIC_PREFIXES:
         message = message.replace(prefix, "")

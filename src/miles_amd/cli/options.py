@@ -1,10 +1,9 @@
 """What every ``miles-amd`` command shares: its options, its error line, its output streams.
 
-Each shared flag's value is checked while the command line is parsed (exit 2 naming the flag
-before anything starts); old spellings stay hidden aliases. The one error line is
-``miles-amd: error: <message>`` (folded, escaped, redacted) with its exit code, also for the
-errors that mean the same whichever command meets them (:func:`exit_code_of`); a closed stdout
-or stderr changes no exit code. Explained in ``docs/cli.md`` ("Shared options").
+A shared flag's value is checked while the command line is parsed (exit 2 naming the flag);
+old spellings are hidden aliases. The one error line is ``miles-amd: error: <message>``
+(folded, escaped, redacted), also for the errors every command maps the same
+(:func:`exit_code_of`); a closed stdout or stderr changes no exit code.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import sys
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -35,33 +34,26 @@ DEFAULT_HARDWARE = settings.Recipe.hardware.value
 DEFAULT_NUM_GPUS = settings.Recipe.num_gpus
 DEFAULT_NUM_ROLLOUTS = settings.Recipe.num_rollout
 DEFAULT_TIMEOUT_S = 5400.0  # the published 20-rollout runs took about 66 minutes
-# Past these a run is no verdict anyone waits for, an unbounded count exhausts the gate's
-# bands' memory and a timeout past time_t overflows the driver's waits.
+# past these an unbounded count exhausts the bands' memory, a timeout overflows time_t waits
 MAX_ROLLOUTS = 100_000
 MAX_GPUS = max(settings.GPUS_PER_NODE.values())  # the recipe runs on one node
 MAX_TIMEOUT_S = 30 * 24 * 3600.0  # 30 days
 HISTORY_ENV = "MILES_AMD_HISTORY"
-T = TypeVar("T", int, int | None)
 BASELINE_METAVAR = "<stock|patched|path>"
-INT = "<int>"
-PATH = "<path>"
-
-
-def error_line(message: str) -> str:
-    """``message`` as the one stderr line (escaped: ``miles_amd.escape``; redacted)."""
-    from miles_amd.escape import terminal
-    from miles_amd.redact import redact
-
-    return ERROR_PREFIX + terminal(redact(" ".join(message.split())))
-
-
-# Bad input whichever command meets it (matched by class name: the modules that define these
-# are imported only by the commands that raise them); CanaryRed is a red canary, exit 1, and a
-# DriverError carries its own code.
+INT, PATH = "<int>", "<path>"
+# Bad input whichever command meets it, matched by class name (their modules are imported only
+# by the commands that raise them); CanaryRed is exit 1, a DriverError carries its own code.
 BAD_INPUT_ERRORS = frozenset(
     {"AppError", "ClusterError", "DashboardError", "HardwareDetectionError", "InputError",
      "RecipeError", "RecordError", "VariantsError"}
 )  # fmt: skip
+
+
+def error_line(message: str) -> str:
+    from miles_amd.escape import terminal
+    from miles_amd.redact import redact
+
+    return ERROR_PREFIX + terminal(redact(" ".join(message.split())))
 
 
 def exit_code_of(exc: BaseException) -> int | None:
@@ -91,14 +83,13 @@ def add_command(app: typer.Typer, name: str, command: Callable[..., None]) -> No
 
 
 def say(line: str, *, err: bool = False) -> None:
-    """Print ``line`` (it may hold a foreign string) escaped, as one line."""
+    """Print ``line`` (it may hold a foreign string) escaped."""
     from miles_amd.escape import terminal
 
     typer.echo(terminal(line), err=err)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print :func:`error_line` of ``message`` on stderr and exit with ``code``."""
     typer.echo(error_line(message), err=True)
     raise typer.Exit(code)
 
@@ -150,8 +141,6 @@ def guard_std_streams() -> None:
 
 
 class OutputFormat(str, Enum):
-    """What a report-printing command writes to stdout."""
-
     text = "text"
     json = "json"
     markdown = "markdown"
@@ -160,8 +149,7 @@ class OutputFormat(str, Enum):
 AiterVariant = Enum(  # type: ignore[misc]
     "AiterVariant", {name: name for name in AITER_VARIANTS}, type=str
 )
-# the rccl control arm has no baseline of its own
-BaselineVariant = Enum(  # type: ignore[misc]
+BaselineVariant = Enum(  # type: ignore[misc]  # the rccl control arm has no baseline
     "BaselineVariant", {name: name for name in BASELINE_VARIANTS}, type=str
 )
 VARIANT_METAVAR = "<" + "|".join(AITER_VARIANTS) + ">"
@@ -179,8 +167,8 @@ def new_app(help_text: str, *, completion: bool = False) -> typer.Typer:
 
 
 def absolute_path(param: typer.CallbackParam, value: Path) -> Path:
-    """``value`` made absolute, ``..`` folded, links kept; a control or format character
-    (it would reach the job's argv) is refused."""
+    """``value`` made absolute (links kept); a control character (it would reach the job's
+    argv) is refused."""
     from miles_amd.escape import unsafe_chars
 
     unsafe = unsafe_chars(str(value))
@@ -218,22 +206,19 @@ def existing_run_dir(path: Path, flag: str = "--run-dir") -> Path:
 
 
 def new_run_dir(path: Path) -> None:
-    """A run dir may be absent (the run creates it); a file exits 2."""
     if path.exists() and not path.is_dir():
         fail(f"--run-dir {path}: is a file, not a directory; fix: name a directory for the run")
 
 
 def named_history(given: Path | None, no_history: bool = False) -> Path | None:
-    """The history to append to: ``--history``, else ``$MILES_AMD_HISTORY``, else none."""
-    if no_history:
-        return None
+    """``--history``, else ``$MILES_AMD_HISTORY``, else none."""
     from_env = os.environ.get(HISTORY_ENV)
-    return given if given is not None else Path(from_env) if from_env else None
+    return None if no_history else given or (Path(from_env) if from_env else None)
 
 
-def resolve_alias(value: T, alias: T | None, *, default: T, names: tuple[str, str]) -> T:
-    """A flag given as ``names[0]`` or its hidden old spelling ``names[1]`` (which wins, unless
-    both are set to different values: exit 2)."""
+def resolve_alias(value: Any, alias: Any, *, default: Any, names: tuple[str, str]) -> Any:
+    """A flag given as ``names[0]`` or its hidden old spelling (which wins; both set and
+    different: exit 2)."""
     if alias is None:
         return value
     if value != default and value != alias:
@@ -247,7 +232,6 @@ def check_json_needs_dry_run(as_json: bool, dry_run: bool) -> None:
 
 
 def opt(flag: str, help_text: str | None = None, metavar: str | None = None, **kw: Any) -> Any:
-    """One option's declaration: its flag, help and placeholder (``typer.Option``'s rest)."""
     return typer.Option(flag, help=help_text, metavar=metavar, **kw)
 
 
@@ -256,144 +240,51 @@ def _dir(field: str, help_text: str) -> Any:
 
 
 FLAG = settings.FIELD_FLAGS  # a recipe option's flag is its Recipe field's (Setting.cli)
-HardwareOpt = Annotated[
-    str,
-    opt(
-        FLAG["hardware"], "MI355X, MI350X, or auto (detect from the GPUs).", "<MI355X|MI350X|auto>"
-    ),
-]
-NumGpusOpt = Annotated[
-    int, opt(FLAG["num_gpus"], f"GPUs on the node (1 to {MAX_GPUS}).", INT, min=1, max=MAX_GPUS)
-]
+HardwareOpt = Annotated[str, opt(FLAG["hardware"], "auto: detect.", "<MI355X|MI350X|auto>")]
+NumGpusOpt = Annotated[int, opt(FLAG["num_gpus"], "GPUs on the node.", INT, min=1, max=MAX_GPUS)]
 GpusAliasOpt = Annotated[int | None, opt("--gpus", min=1, max=MAX_GPUS, hidden=True)]
 ModelDirOpt = Annotated[Path, _dir("model_dir", "Holds gpt-oss-20b-bf16/.")]
 DataDirOpt = Annotated[Path, _dir("data_dir", "Holds dapo-math-17k/dapo-math-17k.jsonl.")]
 MilesDirOpt = Annotated[Path, _dir("miles_dir", "miles checkout (train.py).")]
 MegatronDirOpt = Annotated[Path, _dir("megatron_dir", "Megatron-LM checkout.")]
 RunDirOpt = Annotated[
-    Path,
-    opt(
-        "--run-dir",
-        "The run's directory: preflight writes env.json here, train its evidence "
-        "(job.log, job.json, tensorboard/, ci_history/, report/). Use the same dir for both.",
-        callback=absolute_path,
-    ),
+    Path, opt("--run-dir", "The run's evidence; preflight and train share it.", PATH,
+              callback=absolute_path)
+]  # fmt: skip
+RolloutsOpt = Annotated[
+    int, opt(FLAG["num_rollout"], "Rollouts (optimizer steps).", INT, min=1, max=MAX_ROLLOUTS)
 ]
-NumRolloutsOpt = Annotated[
-    int,
-    opt(
-        FLAG["num_rollout"],
-        f"Rollouts (= optimizer steps, 1 to {MAX_ROLLOUTS}).",
-        INT,
-        min=1,
-        max=MAX_ROLLOUTS,
-    ),
-]
-NumRolloutAliasOpt = Annotated[
-    int | None, opt("--num-rollout", min=1, max=MAX_ROLLOUTS, hidden=True)
-]
+RolloutAliasOpt = Annotated[int | None, opt("--num-rollout", min=1, max=MAX_ROLLOUTS, hidden=True)]
 ExtraArgsOpt = Annotated[
-    str,
-    opt(
-        FLAG["extra_args"],
-        "Extra train args, appended last (shell-split). Credentials (--wandb-key, "
-        "--hf-token, --*-api-key, --*-token) are refused: use WANDB_API_KEY / HF_TOKEN.",
-        "<args>",
-    ),
+    str, opt(FLAG["extra_args"], "Extra train args, last; no credentials.", "<args>")
 ]
-OverridePinnedOpt = Annotated[
-    bool, opt(FLAG["override_pinned"], "Let --extra-args replace pinned flags.")
-]
-GateOpt = Annotated[
-    str | None,
-    opt(
-        "--gate",
-        "After the run, gate it against this baseline: stock, patched, or a baseline "
-        "JSON file (checked before anything runs).",
-        BASELINE_METAVAR,
-    ),
-]
+OverridePinnedOpt = Annotated[bool, opt(FLAG["override_pinned"], "--extra-args may replace.")]
+GateOpt = Annotated[str | None, opt("--gate", "Gate the run against it.", BASELINE_METAVAR)]
 TimeoutOpt = Annotated[
-    float,
-    opt(
-        "--timeout",
-        "Overall timeout of the job, seconds (finite, > 0); stopping it and writing "
-        "its end take at most 60 s more.",
-        "<seconds>",
-        callback=finite_positive_seconds,
-    ),
-]
-RequireEnvOpt = Annotated[
-    bool,
-    opt(
-        "--require-env",
-        "Fail a run dir without env.json or job.json (the hardware path: the mi355x "
-        "test and CI); without it the environment check is not measured there.",
-    ),
-]
+    float, opt("--timeout", "Of the job (+60 s to stop it).", "<seconds>",
+               callback=finite_positive_seconds)
+]  # fmt: skip
+RequireEnvOpt = Annotated[bool, opt("--require-env", "Fail without env.json or job.json.")]
 RayAddressOpt = Annotated[
-    str | None,
-    opt(
-        "--ray-address",
-        "Run on this existing Ray cluster (its Jobs API, e.g. http://head:8265; "
-        "overrides RAY_ADDRESS): the job takes one whole node with miles_amd_mi355x_node "
-        "and 8 GPUs, its evidence is pulled back (docs/cluster.md).",
-        "<url>",
-    ),
+    str | None, opt("--ray-address", "An existing cluster's Jobs API (docs/cluster.md).", "<url>")
 ]
-NodeRootOpt = Annotated[
-    str,
-    opt(
-        "--node-root",
-        "Cluster mode: the dir on the job's node under which it writes its evidence, "
-        "pulled back into --run-dir (may use ${VAR} of the node's environment).",
-        PATH,
-    ),
-]
-SharedFsOpt = Annotated[
-    bool,
-    opt(
-        "--shared-fs",
-        "Cluster mode: the job's node sees --run-dir at the same path (shared "
-        "storage); it writes the evidence there and nothing is pulled back.",
-    ),
-]
+NodeRootOpt = Annotated[str, opt("--node-root", "Cluster: where the node writes.", PATH)]
+SharedFsOpt = Annotated[bool, opt("--shared-fs", "Cluster: the node sees --run-dir.")]
 VariantsOpt = Annotated[
     str | None,
     opt(
         "--variants",
-        "Cluster mode: run these aiter variants at once, one node each (e.g. "
-        "stock,patched), each in --run-dir/<variant> gated against its baseline (rccl: the "
-        "stock baseline's baseline-free checks), then the A/B comparison (patched or rccl "
-        "against stock). The patched job gets AITER_PATCHED_DIR on its PYTHONPATH.",
+        "Cluster: one job per variant, then A/B.",
         "<stock,patched|stock,rccl>",
     ),
 ]
 DryRunOpt = Annotated[bool, opt("--dry-run", "Print the plan; run nothing.")]
-JsonOpt = Annotated[bool, opt("--json", "With --dry-run (only): print the plan as JSON.")]
-FormatOpt = Annotated[
-    OutputFormat, opt("--format", "What to print to stdout.", "<text|json|markdown>")
-]
+JsonOpt = Annotated[bool, opt("--json", "With --dry-run: the plan as JSON.")]
+FormatOpt = Annotated[OutputFormat, opt("--format", None, "<text|json|markdown>")]
 HistoryOpt = Annotated[
-    Path | None,
-    opt(
-        "--history",
-        f"The run history (SQLite; default ${HISTORY_ENV}; none when neither is set).",
-        PATH,
-    ),
+    Path | None, opt("--history", f"The run history (default ${HISTORY_ENV}).", PATH)
 ]
-NoHistoryOpt = Annotated[
-    bool,
-    opt("--no-history", f"Do not append the verdict to a history (not even ${HISTORY_ENV})."),
-]
+NoHistoryOpt = Annotated[bool, opt("--no-history", f"Ignore --history and ${HISTORY_ENV}.")]
 AiterVariantOpt = Annotated[
-    AiterVariant | None,
-    opt(
-        "--aiter-variant",
-        "The run's aiter: stock, patched (ROCm/aiter#5694), or rccl (the control arm: "
-        "aiter as installed, SGLANG_USE_AITER_AR=0, SGLang's own all-reduce). Sets the job's "
-        "SGLANG_USE_AITER / SGLANG_USE_AITER_AR; patched puts AITER_PATCHED_DIR, when set, "
-        "first on the PYTHONPATH of the canary and the job.",
-        VARIANT_METAVAR,
-    ),
+    AiterVariant | None, opt("--aiter-variant", "The run's aiter (docs/cli.md).", VARIANT_METAVAR)
 ]

@@ -1,11 +1,9 @@
 """``miles-amd prepare``, ``preflight``, ``train`` and ``full-train``: plan, check, run.
 
-Decides these commands' options and what is checked before anything runs (flags, the recipe,
-``--gate``'s baseline, a named history, and for a real run the checkpoint, dataset and miles
-checkout): each is one line and exit 2 with nothing started. ``full-train`` is ``prepare``
-then ``train``, with exactly ``train``'s options; ``--variants`` runs one job per aiter
-variant, then the A/B against stock, and exits with the worst code. Explained in
-``docs/cli.md``.
+Every check (flags, the recipe, ``--gate``'s baseline, a named history, and for a real run the
+checkpoint, dataset and miles checkout) is one line and exit 2 before anything starts.
+``full-train`` is ``prepare`` then ``train`` with ``train``'s options; ``--variants`` runs one
+job per aiter variant, then the A/B against stock, and exits with the worst code.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import subprocess
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -40,29 +38,14 @@ from miles_amd.run_dir import RunDir
 from miles_amd.variants import AITER_VARIANTS
 
 HF_REQUIREMENT = "huggingface_hub>=0.34"  # the first release whose wheel has the `hf` script
-# said when --aiter-variant is not given (variants.sglang_env sets only SGLANG_USE_AITER then)
 AITER_LEFT_TO_IMAGE = (
     "aiter variant: not given; SGLANG_USE_AITER_AR (aiter's all-reduce or SGLang's) is left to "
     "the image; --aiter-variant stock|patched|rccl sets it and records the run's variant"
 )
 ShapeOpt = Annotated[
-    str,
-    opt(
-        "--shape",
-        "The recipe's shape: 8gpu (one node, 20 rollouts) or 4gpu (one TP-4 rollout "
-        "engine beside the TP-4 trainer, 2 rollouts: the per-PR smoke). Sets --num-gpus and "
-        'the default --num-rollouts (docs/cli.md, "Recipe shapes").',
-        "<" + "|".join(SHAPES) + ">",
-    ),
+    str, opt("--shape", "Sets --num-gpus and the rollouts (docs/cli.md).", "<8gpu|4gpu>")
 ]
-NoCanaryOpt = Annotated[
-    bool,
-    opt(
-        "--no-canary",
-        "Skip the all-reduce canary that runs before the job with --aiter-variant "
-        "(miles-amd canary; it needs the node's GPUs).",
-    ),
-]
+NoCanaryOpt = Annotated[bool, opt("--no-canary", "Skip the canary before the job.")]
 
 
 class PreflightFormat(str, Enum):
@@ -124,11 +107,9 @@ def preflight(
     aiter_variant: opts.AiterVariantOpt = None,
     num_gpus: opts.NumGpusOpt = opts.DEFAULT_NUM_GPUS,
     gpus: opts.GpusAliasOpt = None,
-    verbose: Annotated[
-        bool, opt("--verbose", "Every fact's value and message in full (wide).")
-    ] = False,
+    verbose: Annotated[bool, opt("--verbose", "Every fact in full (wide).")] = False,
     output_format: Annotated[
-        PreflightFormat, opt("--format", "What to print to stdout.", "<text|json>")
+        PreflightFormat, opt("--format", None, "<text|json>")
     ] = PreflightFormat.text,
 ) -> None:
     """Check GPUs, ROCm, packages, checkouts, inputs and disk; write env.json to --run-dir.
@@ -156,11 +137,8 @@ def preflight(
     if not as_json:
         typer.echo(view.verdict_line(rows))
         typer.echo(view.table(rows, verbose=verbose))
-    extra: dict[str, object] = {
-        "config": config.as_dict(),
-        "host": socket.gethostname(),
-        "python": platform.python_version(),
-    }
+    extra: dict[str, object] = {"config": config.as_dict(), "host": socket.gethostname(),
+             "python": platform.python_version()}  # fmt: skip
     try:
         path = view.write_env_json(facts, run_dir, extra)
     except OSError as exc:
@@ -189,8 +167,8 @@ def train(
     data_dir: opts.DataDirOpt = opts.DEFAULT_DATA_DIR,
     miles_dir: opts.MilesDirOpt = opts.DEFAULT_MILES_DIR,
     megatron_dir: opts.MegatronDirOpt = opts.DEFAULT_MEGATRON_DIR,
-    num_rollouts: opts.NumRolloutsOpt = opts.DEFAULT_NUM_ROLLOUTS,
-    num_rollout: opts.NumRolloutAliasOpt = None,
+    num_rollouts: opts.RolloutsOpt = opts.DEFAULT_NUM_ROLLOUTS,
+    num_rollout: opts.RolloutAliasOpt = None,
     extra_args: opts.ExtraArgsOpt = "",
     override_pinned: opts.OverridePinnedOpt = False,
     run_dir: opts.RunDirOpt = opts.DEFAULT_RUN_DIR,
@@ -222,16 +200,13 @@ full_train.__signature__ = inspect.signature(train, eval_str=True)  # type: igno
 
 
 def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
-    opts.check_json_needs_dry_run(o["as_json"], o["dry_run"])
     run_dir, dry_run, as_json = o["run_dir"], o["dry_run"], o["as_json"]
+    opts.check_json_needs_dry_run(as_json, dry_run)
     opts.new_run_dir(run_dir)
     recipe = make_recipe(o)
-    if o["gate"] is not None:
-        from miles_amd.app.baselines import load
+    from miles_amd.app.baselines import load
 
-        reference = load(o["gate"], "--gate")
-    else:
-        reference = None
+    reference = load(o["gate"], "--gate") if o["gate"] is not None else None
     env = dict(os.environ)
     if o["ray_address"]:
         env["RAY_ADDRESS"] = o["ray_address"]
@@ -245,7 +220,6 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
         if variant is not None:
             fail("--variants sets each job's aiter variant; drop --aiter-variant")
         _run_variants(recipe, run_dir, o, env, node_root)
-        return
     plan = build_train_plan(
         recipe,
         env,
@@ -258,10 +232,8 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
         prepare_plan = build_prepare_plan(recipe)
         if dry_run and as_json:
             merged = plan.to_dict()
-            steps = merged["steps"]
-            assert isinstance(steps, list)
-            merged["steps"] = [s.to_dict() for s in prepare_plan.steps] + steps
-            typer.echo(json.dumps(merged, indent=2))
+            steps = [s.to_dict() for s in prepare_plan.steps] + cast(list, merged["steps"])
+            typer.echo(json.dumps({**merged, "steps": steps}, indent=2))
             return
         if dry_run:
             typer.echo(format_plan(prepare_plan))
@@ -269,11 +241,10 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
             run_prepare(prepare_plan)
     if dry_run:
         print_plan(plan, as_json)
-        if variant is None and not as_json:
-            say(AITER_LEFT_TO_IMAGE)
-        return
-    if variant is None:
+    if variant is None and not as_json:
         say(AITER_LEFT_TO_IMAGE)
+    if dry_run:
+        return
     if plan.node_run_dir is None:  # with private node storage these are the node's paths
         from miles_amd.recipe.inputs import validate_checkpoint, validate_dataset
 
@@ -281,9 +252,7 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
         validate_dataset(Path(recipe.dataset_file), flag="--data-dir")
         if not Path(recipe.train_script).is_file():
             fail(f"--miles-dir {recipe.miles_dir}: no train.py there; point it at a miles checkout")
-    history = (
-        opts.named_history(o["history_file"], o["no_history"]) if reference is not None else None
-    )
+    history = opts.named_history(o["history_file"], o["no_history"]) if reference else None
     if history is not None:
         from miles_amd.app.gate import open_history
 
@@ -292,18 +261,12 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
 
     try:  # a red canary, bad input or the driver's error: add_command's line and code
         result = run_and_gate(
-            plan,
-            timeout_s=o["timeout"],
-            gate=reference,
-            require_env=o["require_env"],
+            plan, timeout_s=o["timeout"], gate=reference, require_env=o["require_env"],
             history=history,
-        )
+        )  # fmt: skip
     except OSError as exc:
         report = RunDir(run_dir).report
-        fail(
-            f"{report}: cannot write the report ({exc}); the run dir holds the run",
-            code=EXIT_FAILED,
-        )
+        fail(f"{report}: cannot write the report ({exc}); the run dir holds the run", EXIT_FAILED)
     say(result.summary())
     for line in result.gate.history_lines if result.gate is not None else ():
         say(line)
@@ -313,11 +276,9 @@ def _run(o: dict[str, Any], *, then_prepare: bool) -> None:
 def make_recipe(o: dict[str, Any]) -> Recipe:
     """The options' recipe (the shape fixes ``--num-gpus`` and the default rollouts)."""
     rollouts = opts.resolve_alias(
-        o["num_rollouts"],
-        o["num_rollout"],
-        default=opts.DEFAULT_NUM_ROLLOUTS,
+        o["num_rollouts"], o["num_rollout"], default=opts.DEFAULT_NUM_ROLLOUTS,
         names=("--num-rollouts", "--num-rollout"),
-    )
+    )  # fmt: skip
     num_gpus = o["num_gpus"]
     shape = SHAPES.get(o["shape"])
     if shape is None:
@@ -364,21 +325,16 @@ def _run_variants(
         fail("--variants needs a Ray cluster: pass --ray-address (one whole node per variant)")
     root = RunDir(run_dir)
     plans = {
-        v: build_train_plan(
-            recipe,
-            variant_env(env, v),
-            run_dir=str(root.variant(v).root),
-            node_root=node_root,
-            aiter_variant=v,
-        )
+        v: build_train_plan(recipe, variant_env(env, v), run_dir=str(root.variant(v).root),
+                            node_root=node_root, aiter_variant=v)
         for v in names
-    }
+    }  # fmt: skip
     if o["dry_run"]:
         if o["as_json"]:
             typer.echo(json.dumps({v: p.to_dict() for v, p in plans.items()}, indent=2))
         else:
             typer.echo("\n\n".join(f"# variant {v}\n{format_plan(p)}" for v, p in plans.items()))
-        return
+        raise typer.Exit(0)
     from miles_amd.app.gate import NoMetricsError, compare_run_dirs
     from miles_amd.app.train import TrainResult, run_variants
     from miles_amd.report.compare_report import render
@@ -402,10 +358,11 @@ def _run_variants(
             compared = compare_run_dirs(
                 root.variant("stock").root, root.variant(other).root, b.gate.baseline
             )
-        except (NoMetricsError, OSError) as exc:
-            what = f"compare --run-dir {exc}; no comparison"
-            if not isinstance(exc, NoMetricsError):
-                what = f"compare: cannot write the comparison ({exc})"
+        except NoMetricsError as exc:
+            typer.echo(opts.error_line(f"compare --run-dir {exc}; no comparison"), err=True)
+            raise typer.Exit(max(code, EXIT_BAD_INPUT)) from None
+        except OSError as exc:
+            what = f"compare: cannot write the comparison ({exc})"
             typer.echo(opts.error_line(what), err=True)
             raise typer.Exit(max(code, EXIT_BAD_INPUT)) from None
         typer.echo(render(compared.comparison, "text"), nl=False)
