@@ -1,12 +1,7 @@
-"""miles_amd.files on a real file system.
-
-- Writing: link-safe set writes, whole or nothing, cleanup of a killed writer's temp files
-  only; the two bugs of the second writer it replaced (``compare`` followed a ``report`` link
-  out of the run dir; a FIFO plan.json hung ``gate --history``) through the CLI.
-- Reading a run dir as untrusted input: only regular files inside it, each within its cap.
-  Every special file is real (FIFOs, sockets, device nodes made with ``mknod`` when the test
-  runs as root, sparse files past a cap); nothing is mocked. A FIFO must never hang a reader,
-  so every test here has a timeout.
+"""miles_amd.files on a real file system: link-safe whole writes, a killed writer's temp files
+cleaned, and a run dir's files read as untrusted input (only regular files inside it, each within
+its cap). Every special file is real (FIFOs, sockets, devices when root); a FIFO must never hang
+a reader, so every test has a timeout. A write cut by a full disk: test_whole_writes.py.
 """
 
 from __future__ import annotations
@@ -82,30 +77,6 @@ def test_a_link_anywhere_below_the_root_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsafeDir, match="symbolic link"):
         write_files(root / "report" / "compare", {"x.md": b"x"}, root=root)
     assert list(outside.iterdir()) == []
-
-
-def test_a_failed_write_keeps_the_previous_set(tmp_path: Path) -> None:
-    """A file-size limit (EFBIG, as a full disk is ENOSPC) hits the second file of the set:
-    the first keeps its old bytes, no temp file stays."""
-    out = tmp_path / "out"
-    write_files(out, {"report.json": b"old", "metrics.png": b"old"})
-    code = (
-        "import resource, signal, sys\n"
-        "from pathlib import Path\n"
-        "from miles_amd.files import write_files\n"
-        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
-        "try:\n"
-        "    write_files(Path(sys.argv[1]), {'report.json': b'new', 'metrics.png': b'x' * 9000})\n"
-        "except OSError as exc:\n"
-        "    print(exc.errno)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(out)], capture_output=True, text=True, check=True
-    )
-    assert done.stdout.strip() == "27"  # EFBIG
-    assert (out / "report.json").read_bytes() == b"old"
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.png", "report.json"]
 
 
 def dead_pid() -> int:

@@ -1,16 +1,6 @@
-"""Issue 26 items 4 and 5: foreign text is never printed raw, and a secret others echo is
-never printed or stored.
-
-- ``miles_amd.escape``: whatever the text, what :func:`terminal` and :func:`markdown` return
-  holds no control (``Cc``), format (``Cf``: bidi overrides and marks, zero-width), surrogate
-  or separator character and no newline (a property over all of Unicode).
-- ``train --dry-run`` refuses a path option holding such a character (exit 2, one line,
-  nothing created) and prints a plan whose every line is one line of the plan.
-- ``gate`` and ``history`` on a run dir whose name and job message hold them: every line on
-  stdout and stderr and every line of report.md is free of them.
-- ``miles_amd.redact``: a secret is gone from a text in every spelling it lists; through the
-  real parse probe (a child that echoes the key on stderr) and the real job follower
-  (a dashboard whose job message echoes it into job.json).
+"""Foreign text is never printed raw (``miles_amd.escape``: no control, format, surrogate or
+separator character, no newline), and a secret others echo (a probe's child, a dashboard's job
+message, a log line, a URL's credentials) is never printed or stored (``miles_amd.redact``).
 """
 
 from __future__ import annotations

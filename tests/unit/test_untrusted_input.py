@@ -1,11 +1,7 @@
-"""Hostile input, one attack class a case, each asserting its named outcome (issues 17 and 26).
-
-A run dir (the embedded example copied, then altered) is judged in-process as the gate judges
-it: ``load_run``, ``judge`` and the report's renderings (:func:`judged`), with the verdict's
-exit code (0 pass, 1 fail, 2 unusable input); no figure is drawn. The CLI (typer's CliRunner)
-runs where its own contract is the subject: the one error line, the report's write, the
-history, and metrics.png of values near the float limit. The history store runs on a real
-SQLite file, the pull-back's frame parser and node reader on real files.
+"""Hostile input, one attack class a case, each asserting its named outcome: a reader's refusal
+called on the reader, one gate run (in-process, ``judged``: no figure) per kind of input; the
+CLI where its own contract is the subject (the one error line, the history, metrics.png near
+the float limit); the history on a real SQLite file, the pull-back on real files.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ from miles_amd.node import pullback_node
 from miles_amd.recipe.settings import Recipe, RecipeError
 from miles_amd.records.env import EnvRecord
 from miles_amd.records.job import JOB_STATES, STOP_REASONS, JobRecord
-from miles_amd.report.render import render_json, render_markdown, render_text
+from miles_amd.report.render import render_json
 from miles_amd.rules.model import Baseline
 from miles_amd.run.preflight import Fact, write_env_json
 from miles_amd.run.pullback import END, FRAME, PullError, apply_frame, parse_frames
@@ -49,7 +45,6 @@ pytestmark = pytest.mark.unit
 
 PATCHED = REPO / "baselines" / "gpt_oss_20b_lora" / "8gpu" / "mi355x" / "patched.json"
 SECRET = "s3cr3t-value"
-CHEAP = settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def gate(run_dir: Path, baseline: Path | str = "patched", *extra: str):
@@ -141,20 +136,11 @@ def test_the_gate_refuses_a_hostile_baseline_in_one_line_exit_2(tmp_path: Path) 
 # ---------------------------------------------------------------------------- run dir JSON
 
 
-def append_log(run_dir: Path, text: str) -> None:
-    with (run_dir / "job.log").open("a", encoding="utf-8") as log:
-        log.write(f"(Trainer pid=1) [2026-01-01 00:00:00] {text}\n")
-
-
 def write_record(run_dir: Path, line: str) -> None:
     (run_dir / "ci_history" / "9-x.jsonl").write_text(line + "\n")
 
 
 RUN_DIR_CASES: dict[str, tuple[Callable[[Path], object], str]] = {
-    "a sign bomb in a metric line (was a MemoryError)": (
-        lambda d: append_log(d, "train.py:9 - step 3: {'x': " + "-" * 300_000 + "1}"),
-        "sign characters is no number's repr",
-    ),
     # the CI history's duplicate keys and wide integers: test_evidence_ci_history's table
     "deeply nested CI-history record": (
         lambda d: write_record(d, "[" * 100_000 + "]" * 100_000),
@@ -220,17 +206,6 @@ def rewrite_ci_history(run_dir: Path, value_at: Callable[[int], float]) -> None:
 
 
 NEAR_LIMIT = [1.7e308, -1.7e308, 1.79e308, -1.79e308, 1e300, 0.5, 0.0]
-
-
-@CHEAP
-@given(values=st.lists(st.sampled_from(NEAR_LIMIT), min_size=20, max_size=20))
-def test_values_near_the_float_limit_are_judged(values: list[float], patched: Baseline) -> None:
-    with tempfile.TemporaryDirectory() as scratch:
-        run_dir = example(Path(scratch))
-        rewrite_ci_history(run_dir, lambda i: values[i % len(values)])
-        code, report = judged(run_dir, patched)
-        assert code == 1  # no reference value is near the limit
-        assert report["verdict"] == "fail"
 
 
 def test_values_near_the_float_limit_are_drawn(tmp_path: Path) -> None:
@@ -406,25 +381,6 @@ def test_a_failed_env_fact_fails_the_environment_check(tmp_path: Path, patched: 
     assert identity["status"] == "fail" and "'disk' is wrong" in identity["detail"]
 
 
-# ---------------------------------------------------------------------------- sinks
-
-
-def test_markup_and_escape_sequences_from_the_run_dir_are_inert(
-    tmp_path: Path, patched: Baseline
-) -> None:
-    run_dir = example(tmp_path)
-    payload = "<img src=x onerror=alert(1)> [x](http://evil) `code` | \x1b]0;owned\x07\x1b[2J"
-    job = {"job_id": "j", "status": "FAILED", "message": payload}
-    (run_dir / "job.json").write_text(json.dumps(job))
-    verdict = judge(load_run(run_dir), patched)
-    assert verdict.exit_code == 1
-    text, markdown = render_text(verdict), render_markdown(verdict)
-    assert "\x1b" not in text + markdown and "\x07" not in text + markdown
-    assert "\\x1b]0;owned\\x07" in text  # shown escaped, not dropped
-    assert "<img" not in markdown and "&lt;img" in markdown
-    assert "](http://evil)" not in markdown.replace("\\]", "")  # no link: brackets escaped
-
-
 # ---------------------------------------------------------------------------- extra args
 
 
@@ -562,7 +518,6 @@ FRAME_CASES = {
     "bad base64": frame_line("ci_history/1.jsonl", b"x", data="!!"),
     "a duplicate key": FRAME + '{"path": "ci_history/a", "path": "tensorboard/b"}',
     "over the gate's cap": frame_line("ci_history/1.jsonl", b"x", size=1 << 40),
-    "a path outside": frame_line("../etc/passwd", b"x"),
     "an offset past the size": frame_line("ci_history/1.jsonl", b"x", offset=5),
     "an end marker that is no object": GOOD + "\n" + END + "7",
 }
