@@ -45,13 +45,11 @@ def terminal(text: object) -> str:
 
 
 def markdown(text: object) -> str:
-    """``text`` as inert inline markdown: see the module doc."""
     safe = terminal(" ".join(str(text).split()))
     safe = "".join(_HTML.get(char, char) for char in safe)
     return _MARKDOWN.sub(r"\\\1", safe)
 
 
 def markdown_code(text: object) -> str:
-    """``text`` as an inline code span (see the module doc)."""
     safe = terminal(" ".join(str(text).split()))
     return markdown(text) if "`" in safe or not safe else f"`{safe}`"

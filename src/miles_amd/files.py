@@ -1,13 +1,7 @@
 """Files written whole or not at all, and a run dir's files read as untrusted input; neither
-through a link.
-
-:func:`write_files` renames a set of flushed temps into place (``os.replace``) under the
-directory's ``flock``, every directory below ``root`` opened ``O_NOFOLLOW`` (else
-:class:`UnsafeDir`); a temp is removed by another writer only when it is a dead writer's
-(:func:`abandoned`). :func:`open_regular` and :func:`regular_files` read a regular file only,
-inside ``root``, no link below it followed, at most its :class:`Limit`; a refusal is a
-:class:`RefusedFile` naming the file and the reason. Why each rule: ``docs/cli.md`` ("How the
-gate reads a run dir").
+through a link. A set is written as flushed temps renamed into place (``os.replace``) under the
+directory's ``flock``; a reader gets a regular file only, inside ``root``, no link below it
+followed, at most its :class:`Limit`, else a :class:`RefusedFile`. Why: ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, NoReturn
@@ -32,38 +26,19 @@ _MIB = 1 << 20
 
 @dataclass(frozen=True)
 class Limit:
-    """The largest file of one kind a reader accepts, and why that size."""
+    """The largest file of one kind a reader accepts (why each size: ``docs/cli.md``)."""
 
     kind: str
     cap: int  # bytes
-    why: str
 
 
-EVENT_FILE = Limit(
-    "event file",
-    256 * _MIB,
-    "read whole, so memory is a few times this: ~5 million scalars at 54 bytes each, 30x "
-    "the 8 MB of event files a 1000-rollout x 150-tag run writes (benchmarks/bench_gate.py)",
-)
-RECORD_FILE = Limit(
-    "CI-history record file",
-    64 * _MIB,
-    "read whole; miles rewrites it on every log call and it holds the 5 captured keys: "
-    "108 kB for 1000 rollouts",
-)
-JOB_LOG = Limit(
-    "job log",
-    8 << 30,
-    "streamed in bounded memory, so the cap bounds time only: 10-12 s of CPU per GiB "
-    "(benchmarks/bench_log.py), ~1.5 min at the cap; 8x a 1000-rollout log as estimated "
-    "from SGLang's decode-batch logging (~0.5 GiB, not measured on a node)",
-)
-JOB_JSON = Limit("job.json", _MIB, "the driver writes a few hundred bytes")
-ENV_JSON = Limit("env.json", _MIB, "the preflight writes a few kilobytes")
-PLAN_JSON = Limit("plan.json", _MIB, "the driver writes a few kilobytes")
-CANARY_JSON = Limit(
-    "canary.json", _MIB, "miles-amd canary writes ~40 kB for the node plan's 58 sizes, all red"
-)
+EVENT_FILE = Limit("event file", 256 * _MIB)
+RECORD_FILE = Limit("CI-history record file", 64 * _MIB)
+JOB_LOG = Limit("job log", 8 << 30)
+JOB_JSON = Limit("job.json", _MIB)
+ENV_JSON = Limit("env.json", _MIB)
+PLAN_JSON = Limit("plan.json", _MIB)
+CANARY_JSON = Limit("canary.json", _MIB)
 
 
 class UnsafeDir(OSError):
@@ -73,8 +48,8 @@ class UnsafeDir(OSError):
 def atomic_write_bytes(
     path: Path, data: bytes | str, *, replace: bool = True, mode: int = 0o644
 ) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` whole or not at all, parent dirs created;
-    ``replace=False``: ``FileExistsError`` when ``path`` exists (``os.link``, atomic)."""
+    """``data`` (text as UTF-8) to ``path`` whole, parents made; ``replace=False``: atomic
+    ``FileExistsError`` when ``path`` exists."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     write_files(path.parent, {path.name: raw}, root=path.parent, replace=replace, mode=mode)
 
@@ -90,24 +65,9 @@ def write_files(
     replace: bool = True,
     mode: int = 0o644,
 ) -> None:
-    """Write the set ``files`` (``name: bytes``) into ``out_dir``, created when absent;
-    ``root`` (default ``out_dir``'s parent) is trusted, a link or file below it ``UnsafeDir``."""
-    with staged_files(out_dir, files, root=root, replace=replace, mode=mode) as commit:
-        commit()
-
-
-@contextlib.contextmanager
-def staged_files(
-    out_dir: Path,
-    files: Mapping[str, bytes],
-    *,
-    root: Path | None = None,
-    replace: bool = True,
-    mode: int = 0o644,
-) -> Iterator[Callable[[], None]]:
-    """:func:`write_files` in two steps: the set's temp files are written on entry, the
-    function given renames them into place under the directory's lock (one set at a time);
-    leaving the block removes the temps not committed."""
+    """Write the set ``files`` (``name: bytes``) into ``out_dir``, created when absent: temps
+    first, renamed into place under the directory's lock; ``root`` (default ``out_dir``'s
+    parent) is trusted, a link or file below it ``UnsafeDir``."""
     base = root if root is not None else out_dir.parent
     parts = out_dir.relative_to(base).parts if out_dir != base else ()
     if any(part in ("", ".", "..") for part in parts):
@@ -125,12 +85,16 @@ def staged_files(
             f"through a link or over a file: remove it, or write {out_dir.name} elsewhere"
         ) from None
     temps: dict[str, tuple[str, int]] = {}  # name: (its temp, the temp's held fd)
-
-    def commit() -> None:
+    try:
+        for name, data in files.items():
+            for entry in os.listdir(fd):  # the temps of ``name`` a killed writer left
+                if abandoned(fd, entry, f".{name}", ".tmp"):
+                    _unlink(fd, entry)
+            temps[name] = _write_temp(fd, name, data, mode)
         hold(fd, wait=True)
         try:
             for name, (tmp, held) in list(temps.items()):
-                if not replace:  # FileExistsError if it exists; the temp goes on exit
+                if not replace:  # FileExistsError if it exists; the temp goes below
                     os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
                     continue
                 os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
@@ -139,14 +103,6 @@ def staged_files(
         finally:
             with contextlib.suppress(OSError):  # no flock on this file system: nothing held
                 fcntl.flock(fd, fcntl.LOCK_UN)
-
-    try:
-        for name, data in files.items():
-            for entry in os.listdir(fd):  # the temps of ``name`` a killed writer left
-                if abandoned(fd, entry, f".{name}", ".tmp"):
-                    _unlink(fd, entry)
-            temps[name] = _write_temp(fd, name, data, mode)
-        yield commit
     finally:
         for tmp, held in temps.values():
             _unlink(fd, tmp)
@@ -199,7 +155,6 @@ def _running(pid: int) -> bool:
 
 
 def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> tuple[str, int]:
-    """``data`` in a new temp of ``name``, flushed; returns it and its fd, locked (:func:`hold`)."""
     tmp = owned_name(f".{name}", ".tmp")
     fd = os.open(tmp, _TMP_FLAGS, mode, dir_fd=dir_fd)
     try:
@@ -267,8 +222,8 @@ def open_regular(
         os.close(fd)
         raise RefusedFile(
             str(Path(base, *parts)),
-            f"is {size:,} bytes, over the {limit.kind} cap of {limit.cap:,} bytes "
-            f"({limit.why}); this is not a file the run wrote",
+            f"is {size:,} bytes, over the {limit.kind} cap of {limit.cap:,} bytes; this is not "
+            "a file the run wrote",
         )
     return os.fdopen(fd, "rb"), size
 
@@ -325,7 +280,6 @@ def regular_files(
 def _split(
     path: str | os.PathLike[str], root: str | os.PathLike[str] | None
 ) -> tuple[Path, tuple[str, ...]]:
-    """``(root, components of path below root)``; ValueError if path is not below root."""
     target = Path(path)
     base = target.parent if root is None else Path(root)
     parts = target.relative_to(base).parts
@@ -335,15 +289,12 @@ def _split(
 
 
 class _Blocked(Exception):
-    """A part of a path that is a link or not a directory: its depth and ``lstat``."""
-
     def __init__(self, depth: int, info: os.stat_result) -> None:
         self.depth, self.info = depth, info
 
 
 def _open_dir(base: Path, parts: tuple[str, ...], *, create: bool = False) -> int:
-    """A descriptor of ``base/parts...``: ``base`` as named (a link followed), each part
-    opened ``O_NOFOLLOW`` relative to its parent (``create``: made when absent)."""
+    """``base`` as named (a link followed), then each part ``O_NOFOLLOW`` below its parent."""
     fd = os.open(base, _DIR_FLAGS)
     for depth, name in enumerate(parts, start=1):
         try:
@@ -364,7 +315,6 @@ def _open_dir(base: Path, parts: tuple[str, ...], *, create: bool = False) -> in
 
 
 def _open_run_dir(base: Path, parts: tuple[str, ...]) -> int:
-    """:func:`_open_dir` for reading a run dir: a link or special file on the way is refused."""
     try:
         return _open_dir(base, parts)
     except _Blocked as blocked:

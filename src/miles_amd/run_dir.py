@@ -9,8 +9,6 @@ from pathlib import Path
 
 
 class _Under:
-    """A run dir's attribute: the path ``name`` under its root."""
-
     def __init__(self, name: str) -> None:
         self.name = name
 
@@ -42,14 +40,12 @@ class RunDir:
 
     @property
     def markers(self) -> tuple[Path, ...]:
-        """What any run leaves, even one that failed at once (the driver writes job.log and
-        plan.json before submitting; the preflight writes env.json; the canary, which can
-        stop a run before the driver, writes canary.json)."""
+        """What any run leaves, even one that failed at once (job.log, plan.json, env.json or
+        canary.json come before the job)."""
         return (*self.evidence, self.env_json, self.plan_json, self.canary_json)
 
     @property
     def is_run_dir(self) -> bool:
-        """A directory holding at least one of :attr:`markers`."""
         return self.root.is_dir() and any(p.exists() for p in self.markers)
 
     @property

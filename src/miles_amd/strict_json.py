@@ -25,8 +25,7 @@ class StrictJsonError(ValueError):
     """A document :func:`loads` refuses; ``where`` is its JSON path (``$`` for the whole)."""
 
     def __init__(self, where: str, reason: str) -> None:
-        self.where = where
-        self.reason = reason
+        self.where, self.reason = where, reason
         super().__init__(f"{where}: {reason}")
 
 
@@ -100,7 +99,6 @@ def json_path(where: str, key: str | int) -> str:
 
 
 def _check(value: Any, max_depth: int) -> None:
-    """Raise for the first refused value, in document order, naming its JSON path."""
     stack: list[tuple[Any, str, int]] = [(value, "$", 0)]
     while stack:
         item, where, depth = stack.pop()

@@ -12,7 +12,6 @@ WIDTH = 100
 
 
 def wrapped(line: str, indent: str = "    ", width: int = WIDTH) -> list[str]:
-    """``line`` as lines of at most ``width`` columns (module doc)."""
     if len(line) <= width:
         return [line]
     lead = line[: len(line) - len(line.lstrip(" "))]

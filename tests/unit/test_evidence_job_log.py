@@ -103,14 +103,14 @@ def test_metrics_and_sentinels_come_from_one_pass_with_their_line_numbers(tmp_pa
 
 @pytest.mark.timeout(300)
 def test_reading_a_large_log_does_not_hold_it_in_memory(tmp_path: Path) -> None:
-    """Peak RSS while ``load_run`` reads a 96 MiB log grows by a few MiB, not by the log (a
+    """Peak RSS while ``load_run`` reads a 64 MiB log grows by a few MiB, not by the log (a
     child process of its own, so the peak is this read's)."""
     run = tmp_path / "run"
     run.mkdir()
     filler = "(SGLangEngine pid=77) [2026-05-28 10:00:00 TP0] Decode batch. #running-req: 64\n"
     chunk = filler * (CHUNK // len(filler))
     with open(run / "job.log", "w", encoding="utf-8") as log:
-        for step in range(96):
+        for step in range(64):
             log.write(chunk + PREFIX + f"step {step}: {{'train/loss': 0.25}}\n")
     code = textwrap.dedent(
         f"""
@@ -119,7 +119,7 @@ def test_reading_a_large_log_does_not_hold_it_in_memory(tmp_path: Path) -> None:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         evidence = load_run({str(run)!r})
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        assert evidence.problems == () and len(evidence.series["train/loss"]) == 96
+        assert evidence.problems == () and len(evidence.series["train/loss"]) == 64
         print((after - before) * 1024)
         """
     )

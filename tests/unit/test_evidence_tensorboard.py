@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import (
     DATA_CLASS_SCALAR,
@@ -163,19 +162,6 @@ def test_both_scalar_encodings_across_subdirectories_sorted_stably_with_duplicat
     assert loss[0][1] == float(np.float32(0.1)) and loss[1][1] == 0.0 and math.isnan(loss[2][1])
     assert loss[3][1] == -math.inf and loss[4][1] == float(np.float32(1e-30))
     assert all(type(step) is int and type(value) is float for step, value in loss)
-
-
-def test_agrees_with_event_accumulator_on_an_intact_run(tmp_path: Path) -> None:
-    write_events(tmp_path, [simple(f"train/m{i % 3}", i, i / 7) for i in range(30)])
-    accumulator = event_accumulator.EventAccumulator(
-        str(tmp_path), size_guidance={event_accumulator.SCALARS: 0}
-    )
-    accumulator.Reload()
-    expected = {
-        tag: tuple((e.step, e.value) for e in accumulator.Scalars(tag))
-        for tag in accumulator.Tags()[event_accumulator.SCALARS]
-    }
-    assert read_tensorboard_dir(tmp_path) == expected
 
 
 def test_only_scalars_are_series_and_metadata_given_once_covers_later_values(

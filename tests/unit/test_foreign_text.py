@@ -1,16 +1,6 @@
-"""Issue 26 items 4 and 5: foreign text is never printed raw, and a secret others echo is
-never printed or stored.
-
-- ``miles_amd.escape``: whatever the text, what :func:`terminal` and :func:`markdown` return
-  holds no control (``Cc``), format (``Cf``: bidi overrides and marks, zero-width), surrogate
-  or separator character and no newline (a property over all of Unicode).
-- ``train --dry-run`` refuses a path option holding such a character (exit 2, one line,
-  nothing created) and prints a plan whose every line is one line of the plan.
-- ``gate`` and ``history`` on a run dir whose name and job message hold them: every line on
-  stdout and stderr and every line of report.md is free of them.
-- ``miles_amd.redact``: a secret is gone from a text in every spelling it lists; through the
-  real parse probe (a child that echoes the key on stderr) and the real job follower
-  (a dashboard whose job message echoes it into job.json).
+"""Foreign text is never printed raw (``miles_amd.escape``: no control, format, surrogate or
+separator character, no newline), and a secret others echo (a probe's child, a dashboard's job
+message, a log line, a URL's credentials) is never printed or stored (``miles_amd.redact``).
 """
 
 from __future__ import annotations
@@ -24,7 +14,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from miles_amd import escape
@@ -43,11 +33,6 @@ pytestmark = pytest.mark.unit
 UNSAFE = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 HOSTILE = ["\n", "\r", "\x1b[31m", "\u202e", "\u2067", "\u200b", "\u200f", "\u2060", "\u061c",
            "\ufeff", "\u2028", "\x85", "\u00ad"]  # fmt: skip
-hostile_text = st.lists(
-    st.sampled_from(HOSTILE) | st.text(alphabet="ab/.- ", min_size=1, max_size=3),
-    min_size=1,
-    max_size=6,
-).map("".join)
 
 
 def raw_chars(text: str) -> list[str]:
@@ -62,13 +47,18 @@ def test_the_escapers_leave_no_control_format_or_separator_character(text: str) 
         assert raw_chars(shown) == []
 
 
-@settings(max_examples=3, deadline=None)
-@given(bad=hostile_text.filter(lambda t: any(h in t for h in HOSTILE)))
-@pytest.mark.parametrize("flag", ["--model-dir", "--run-dir", "--data-dir", "--miles-dir"])
+@pytest.mark.parametrize(
+    ("flag", "bad"),
+    [
+        ("--model-dir", "a\nb"),
+        ("--run-dir", "\x1b[31m"),
+        ("--data-dir", "\u202e"),
+        ("--miles-dir", "\u200b"),
+    ],
+)
 def test_train_refuses_a_path_with_a_control_or_format_character(flag: str, bad: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        path = f"{tmp}/x{bad}"
-        done = run_cli("train", "--dry-run", flag, path)
+        done = run_cli("train", "--dry-run", flag, f"{tmp}/x{bad}")
         assert sorted(os.listdir(tmp)) == []
     assert done.returncode == 2, done.stdout
     lines = done.stderr.strip().splitlines()
@@ -161,7 +151,9 @@ def test_a_fatal_log_line_echoing_the_key_is_redacted_in_the_report_and_job_json
     """A fatal sentinel's line is quoted in the gate's reports and in the watcher's trip,
     which job.json keeps: neither carries the key the line held."""
     from miles_amd.app.baselines import load, watch_rules
-    from miles_amd.app.gate import gate_run_dir
+    from miles_amd.evidence.load import load_run
+    from miles_amd.judge.gate import judge
+    from miles_amd.report.render import render_json, render_markdown, render_text
 
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
     run = tmp_path / "run"
@@ -171,9 +163,9 @@ def test_a_fatal_log_line_echoing_the_key_is_redacted_in_the_report_and_job_json
             "ERROR Current LoRA backend does not support LoRA on MoE layers "
             f"(env WANDB_API_KEY={SECRET}, key {SECRET})\n"
         )
-    result = gate_run_dir(run, load("patched", "--baseline"))
-    assert "sentinel.sglang_lora_skips_moe" in {c.name for c in result.verdict.checks if c.failed}
-    reports = "".join(p.read_text(errors="replace") for p in (run / "report").glob("report.*"))
+    verdict = judge(load_run(run), load("patched", "--baseline"))
+    assert "sentinel.sglang_lora_skips_moe" in {c.name for c in verdict.checks if c.failed}
+    reports = render_json(verdict) + render_markdown(verdict) + render_text(verdict)
     assert "does not support LoRA on MoE" in reports and REDACTED in reports
     assert SECRET not in reports
     trip = FailFastWatcher(run, watch_rules(None)).poll()
@@ -200,21 +192,18 @@ def test_a_submission_to_a_url_with_credentials_prints_none_of_them(tmp_path: Pa
     assert set(fake.authorizations) == {basic}  # ours and Ray's client's requests alike
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(notes=hostile_text, fmt=st.sampled_from(["text", "markdown"]))
-def test_baseline_diff_shows_a_reviewed_files_text_escaped(notes: str, fmt: str) -> None:
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_baseline_diff_shows_a_reviewed_files_text_escaped(fmt: str, tmp_path: Path) -> None:
     """A baseline under review (a pull request's) is foreign: its provenance notes reach the
     terminal and the job summary without a raw control, bidi or zero-width character."""
-    shipped = SHIPPED / "patched.json"
-    doc = json.loads(shipped.read_text())
-    doc["provenance"]["notes"] = f"{notes} <b>| `x`"
-    with tempfile.TemporaryDirectory() as tmp:
-        review = Path(tmp) / "patched.json"
-        review.write_text(json.dumps(doc))
-        done = run_cli("baseline", "diff", "patched", str(review), "--format", fmt)
-    assert done.returncode in (0, 1, 2), done.stderr
+    doc = json.loads((SHIPPED / "patched.json").read_text())
+    doc["provenance"]["notes"] = "".join(HOSTILE) + " <b>| `x`"
+    review = tmp_path / "patched.json"
+    review.write_text(json.dumps(doc))
+    done = run_cli("baseline", "diff", "patched", str(review), "--format", fmt)
+    assert done.returncode == 1, done.stderr
     assert raw_chars(done.stdout + done.stderr) == []
-    if fmt == "markdown" and done.returncode == 1:
+    if fmt == "markdown":
         notes_rows = [line for line in done.stdout.splitlines() if "`provenance.notes`" in line]
         assert len(notes_rows) == 1 and "<b>" not in notes_rows[0], done.stdout
 

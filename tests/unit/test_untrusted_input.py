@@ -1,11 +1,7 @@
-"""Hostile input, one attack class a case, each asserting its named outcome (issues 17 and 26).
-
-A run dir (the embedded example copied, then altered) is judged in-process as the gate judges
-it: ``load_run``, ``judge`` and the report's renderings (:func:`judged`), with the verdict's
-exit code (0 pass, 1 fail, 2 unusable input); no figure is drawn. The CLI (typer's CliRunner)
-runs where its own contract is the subject: the one error line, the report's write, the
-history, and metrics.png of values near the float limit. The history store runs on a real
-SQLite file, the pull-back's frame parser and node reader on real files.
+"""Hostile input, one attack class a case, each asserting its named outcome: a reader's refusal
+called on the reader, one gate run (in-process, ``judged``: no figure) per kind of input; the
+CLI where its own contract is the subject (the one error line, the history, metrics.png near
+the float limit); the history on a real SQLite file, the pull-back on real files.
 """
 
 from __future__ import annotations
@@ -28,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from miles_amd.baseline.model import BaselineError, load_baseline
 from miles_amd.cli.main import app
 from miles_amd.evidence.ci_history import MAX_POINTS, MAX_RECORD_FILES
 from miles_amd.evidence.load import load_run
@@ -35,8 +32,9 @@ from miles_amd.history.store import HistoryRecord, HistoryStore
 from miles_amd.judge.gate import judge
 from miles_amd.node import pullback_node
 from miles_amd.recipe.settings import Recipe, RecipeError
+from miles_amd.records.env import EnvRecord
 from miles_amd.records.job import JOB_STATES, STOP_REASONS, JobRecord
-from miles_amd.report.render import render_json, render_markdown, render_text
+from miles_amd.report.render import render_json
 from miles_amd.rules.model import Baseline
 from miles_amd.run.preflight import Fact, write_env_json
 from miles_amd.run.pullback import END, FRAME, PullError, apply_frame, parse_frames
@@ -47,7 +45,6 @@ pytestmark = pytest.mark.unit
 
 PATCHED = REPO / "baselines" / "gpt_oss_20b_lora" / "8gpu" / "mi355x" / "patched.json"
 SECRET = "s3cr3t-value"
-CHEAP = settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def gate(run_dir: Path, baseline: Path | str = "patched", *extra: str):
@@ -115,25 +112,28 @@ BASELINE_CASES = {
 
 
 @pytest.mark.parametrize("case", BASELINE_CASES)
-def test_a_hostile_baseline_is_one_line_exit_2_naming_file_and_path(
-    tmp_path: Path, case: str
-) -> None:
+def test_a_hostile_baseline_is_refused_naming_file_and_path(tmp_path: Path, case: str) -> None:
     old, new, named = BASELINE_CASES[case]
     bad = baseline_with(tmp_path, old, new)
+    with pytest.raises(BaselineError) as refused:
+        load_baseline(bad)
+    assert (
+        str(bad) in str(refused.value) and named in str(refused.value) and "$" in str(refused.value)
+    )
+
+
+def test_the_gate_refuses_a_hostile_baseline_in_one_line_exit_2(tmp_path: Path) -> None:
+    bad = baseline_with(
+        tmp_path, *BASELINE_CASES["duplicate key replacing a reviewed threshold"][:2]
+    )
     run_dir = example(tmp_path)
     result = gate(run_dir, bad)
     assert result.exit_code == 2
-    line = one_error_line(result)
-    assert str(bad) in line and named in line and "$" in line
+    assert "duplicate key 'threshold'" in one_error_line(result)
     assert not (run_dir / "report").exists()
 
 
 # ---------------------------------------------------------------------------- run dir JSON
-
-
-def append_log(run_dir: Path, text: str) -> None:
-    with (run_dir / "job.log").open("a", encoding="utf-8") as log:
-        log.write(f"(Trainer pid=1) [2026-01-01 00:00:00] {text}\n")
 
 
 def write_record(run_dir: Path, line: str) -> None:
@@ -141,10 +141,6 @@ def write_record(run_dir: Path, line: str) -> None:
 
 
 RUN_DIR_CASES: dict[str, tuple[Callable[[Path], object], str]] = {
-    "a sign bomb in a metric line (was a MemoryError)": (
-        lambda d: append_log(d, "train.py:9 - step 3: {'x': " + "-" * 300_000 + "1}"),
-        "sign characters is no number's repr",
-    ),
     # the CI history's duplicate keys and wide integers: test_evidence_ci_history's table
     "deeply nested CI-history record": (
         lambda d: write_record(d, "[" * 100_000 + "]" * 100_000),
@@ -166,31 +162,30 @@ RUN_DIR_CASES: dict[str, tuple[Callable[[Path], object], str]] = {
 
 
 @pytest.mark.parametrize("case", RUN_DIR_CASES)
-def test_hostile_run_dir_json_fails_the_gate_naming_the_path(
-    tmp_path: Path, case: str, patched: Baseline
-) -> None:
+def test_hostile_run_dir_json_is_a_problem_naming_the_path(tmp_path: Path, case: str) -> None:
     alter, named = RUN_DIR_CASES[case]
     run_dir = example(tmp_path)
     alter(run_dir)
+    assert named in " ".join(str(p) for p in load_run(run_dir).problems)
+
+
+def test_a_hostile_record_fails_the_gate(tmp_path: Path, patched: Baseline) -> None:
+    run_dir = example(tmp_path)
+    RUN_DIR_CASES["duplicate key in job.json"][0](run_dir)
     code, report = judged(run_dir, patched)
-    assert code == 1
-    assert named in problems(report)
+    assert code == 1 and "duplicate key 'status'" in problems(report)
 
 
 # ---------------------------------------------------------------------------- job.log
 
 
-def test_a_fatal_line_after_megabytes_of_carriage_returns_is_seen(
-    tmp_path: Path, patched: Baseline
-) -> None:
+def test_a_fatal_line_after_megabytes_of_carriage_returns_is_seen(tmp_path: Path) -> None:
     run_dir = example(tmp_path)
     progress = "Loading safetensors: 10%|#    |\r" * 60_000  # ~2 MiB on one line
     with (run_dir / "job.log").open("a") as log:
         log.write(progress + "Fatal Python error: Segmentation fault\r more progress\n")
-    code, report = judged(run_dir, patched)
-    assert code == 1
-    hits = {hit["name"]: hit for hit in report["sentinels"]}
-    assert hits["python_fatal_error"]["first_text"].startswith("Fatal Python error")
+    hits = {hit.name: hit for hit in load_run(run_dir).sentinels}
+    assert hits["python_fatal_error"].first_text.startswith("Fatal Python error")
 
 
 # ---------------------------------------------------------------------------- CI history
@@ -213,17 +208,6 @@ def rewrite_ci_history(run_dir: Path, value_at: Callable[[int], float]) -> None:
 NEAR_LIMIT = [1.7e308, -1.7e308, 1.79e308, -1.79e308, 1e300, 0.5, 0.0]
 
 
-@CHEAP
-@given(values=st.lists(st.sampled_from(NEAR_LIMIT), min_size=20, max_size=20))
-def test_values_near_the_float_limit_are_judged(values: list[float], patched: Baseline) -> None:
-    with tempfile.TemporaryDirectory() as scratch:
-        run_dir = example(Path(scratch))
-        rewrite_ci_history(run_dir, lambda i: values[i % len(values)])
-        code, report = judged(run_dir, patched)
-        assert code == 1  # no reference value is near the limit
-        assert report["verdict"] == "fail"
-
-
 def test_values_near_the_float_limit_are_drawn(tmp_path: Path) -> None:
     """The figure is the subject: +-1.7e308 was a numpy LinAlgError in metrics.png's axis
     transform; now the gate exits 1 and draws it."""
@@ -244,33 +228,27 @@ def test_a_record_of_millions_of_points_is_refused_in_bounded_memory(tmp_path: P
     (run_dir / "ci_history" / "9-big.jsonl").write_text(record)
     assert (run_dir / "ci_history" / "9-big.jsonl").stat().st_size > 30 << 20
     probe = (
-        "import json, pathlib, sys\n"
-        "from miles_amd.baseline.model import load_baseline\n"
-        "from tests.unit.test_untrusted_input import judged\n"
-        "code, report = judged(pathlib.Path(sys.argv[1]), load_baseline('patched'))\n"
+        "import pathlib, sys\n"
+        "from miles_amd.evidence.load import load_run\n"
+        "print(*load_run(pathlib.Path(sys.argv[1])).problems)\n"
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
-        "print(json.dumps(report['evidence']['problems']))\n"
         "print('peak', hwm.split()[1])\n"
-        "sys.exit(code)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe, str(run_dir)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
+        capture_output=True, text=True, timeout=120, cwd=REPO, check=True,
     )  # fmt: skip
-    assert result.returncode == 1, result.stderr
-    assert "Traceback" not in result.stderr
     peak_kib = int(result.stdout.rsplit("peak", 1)[1])
     assert peak_kib < 300 * 1024, peak_kib
     assert f"more points than the {MAX_POINTS:,} a ci_history/ may hold" in result.stdout
 
 
-def test_too_many_record_files_is_a_named_problem(tmp_path: Path, patched: Baseline) -> None:
+def test_too_many_record_files_is_a_named_problem(tmp_path: Path) -> None:
     run_dir = example(tmp_path)
     for index in range(MAX_RECORD_FILES + 1):
         (run_dir / "ci_history" / f"{index}-x.jsonl").write_text("")
-    code, report = judged(run_dir, patched)
-    assert code == 2  # refused input: the gate cannot judge
-    assert f"holds more than {MAX_RECORD_FILES} such files" in problems(report)
+    shown = " ".join(str(p) for p in load_run(run_dir).problems)
+    assert f"holds more than {MAX_RECORD_FILES} such files" in shown
 
 
 # ---------------------------------------------------------------------------- job.json
@@ -290,28 +268,17 @@ def write_job(run_dir: Path, **changes: object) -> None:
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({}, None),
         ({"driver_exit_code": 137}, "driver exit code 137"),
         (
-            {"stopped_by": "fail-fast", "failfast": {"rule": "logprob_abs_diff.spikes"}},
+            {"stopped_by": "fail-fast", "failfast": {"rule": "x"}},
             "stopped by the driver (fail-fast)",
         ),
         ({"failfast": {"rule": "x"}}, "a fail-fast trip is recorded"),
     ],
 )
-def test_a_succeeded_record_that_contradicts_itself_fails(
-    tmp_path: Path, changes: dict, reason: str | None, patched: Baseline
-) -> None:
-    run_dir = example(tmp_path)
-    write_job(run_dir, **changes)
-    code, report = judged(run_dir, patched)
-    check = job_check(report)
-    if reason is None:  # the example's own job.json
-        assert (code, check["status"]) == (0, "pass")
-        return
-    assert code == 1
-    assert check["status"] == "fail"
-    assert f"job.json contradicts itself: status SUCCEEDED but {reason}" in check["detail"]
+def test_a_succeeded_record_that_contradicts_itself_says_why(changes: dict, reason: str) -> None:
+    record = JobRecord.from_dict({"job_id": "j", "status": "SUCCEEDED", **changes})
+    assert record.contradiction == f"status SUCCEEDED but {reason}"
 
 
 def test_require_env_fails_a_run_dir_without_job_json_naming_it_and_the_fix(
@@ -399,35 +366,19 @@ ENV_CASES: dict[str, tuple[list[dict], dict[str, object], str]] = {
 
 
 @pytest.mark.parametrize("case", ENV_CASES)
-def test_contradictory_or_failed_env_facts_fail_the_environment_check(
-    tmp_path: Path, case: str, patched: Baseline
-) -> None:
+def test_contradictory_or_failed_env_facts_are_problems(case: str) -> None:
     facts, top, named = ENV_CASES[case]
+    doc: dict[str, object] = {"facts": facts, "ok": all(f["status"] == "ok" for f in facts), **top}
+    assert named in " ".join(EnvRecord.from_dict(doc).problems)
+
+
+def test_a_failed_env_fact_fails_the_environment_check(tmp_path: Path, patched: Baseline) -> None:
     run_dir = example(tmp_path)
-    env_json(run_dir, facts, **top)
+    env_json(run_dir, [*GOOD_FACTS, fact("disk", "1 GiB", "wrong")])
     code, report = judged(run_dir, patched)
     (identity,) = [c for c in report["checks"] if c["name"] == "environment.identity"]
     assert code == 1
-    assert identity["status"] == "fail" and named in identity["detail"]
-
-
-# ---------------------------------------------------------------------------- sinks
-
-
-def test_markup_and_escape_sequences_from_the_run_dir_are_inert(
-    tmp_path: Path, patched: Baseline
-) -> None:
-    run_dir = example(tmp_path)
-    payload = "<img src=x onerror=alert(1)> [x](http://evil) `code` | \x1b]0;owned\x07\x1b[2J"
-    job = {"job_id": "j", "status": "FAILED", "message": payload}
-    (run_dir / "job.json").write_text(json.dumps(job))
-    verdict = judge(load_run(run_dir), patched)
-    assert verdict.exit_code == 1
-    text, markdown = render_text(verdict), render_markdown(verdict)
-    assert "\x1b" not in text + markdown and "\x07" not in text + markdown
-    assert "\\x1b]0;owned\\x07" in text  # shown escaped, not dropped
-    assert "<img" not in markdown and "&lt;img" in markdown
-    assert "](http://evil)" not in markdown.replace("\\]", "")  # no link: brackets escaped
+    assert identity["status"] == "fail" and "'disk' is wrong" in identity["detail"]
 
 
 # ---------------------------------------------------------------------------- extra args
@@ -502,55 +453,45 @@ def test_a_gate_whose_history_cannot_take_the_verdict_keeps_the_verdict(tmp_path
     assert "NOT appended" in result.output and "Traceback" not in result.output
 
 
-HOSTILE = st.text(
-    alphabet=st.sampled_from([*"ab|`*_<>[]()#\n\r\t\\", "\u202e", "\u200b", "\u2067"]),
-    min_size=1,
-    max_size=24,
-)
+HOSTILE = "ab|`*_<>[]()#\n\r\t\\\u202e\u200b\u2067"
 
 
 def unescaped_pipes(line: str) -> int:
     return len(re.findall(r"(?<!\\)\|", line))
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(variant=HOSTILE, aiter=HOSTILE, image=HOSTILE)
-def test_hostile_env_text_keeps_the_history_table_one_row_a_run(
-    variant: str, aiter: str, image: str
-) -> None:
-    """env.json's aiter variant and facts, and the image, however hostile, leave ``history
-    --format markdown``'s table one row a run."""
-    with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch)
-        run_dir = example(root)
-        history = root / "history.sqlite"
-        facts = [Fact("aiter", "ok", aiter), Fact("aiter_variant", "ok", variant)]
-        write_env_json(facts, run_dir, {"host": "node-1"})
-        env_doc = json.loads((run_dir / "env.json").read_text())
-        env_doc["aiter_variant"] = variant
-        (run_dir / "env.json").write_text(json.dumps(env_doc))
-        runner = CliRunner()
-        result = runner.invoke(
-            app,
-            ["gate", "--run-dir", str(run_dir), "--baseline", "patched", "--history", str(history)],
-            env={"MILES_AMD_IMAGE": image},
-        )
-        assert result.exit_code in (0, 1, 2), result.output
-        assert "Traceback" not in result.output
-        listing = runner.invoke(app, ["history", "--history", str(history), "--format", "markdown"])
-        assert listing.exit_code in (0, 1, 2), listing.output
-        assert "Traceback" not in listing.output
-        lines = listing.stdout.splitlines()
-        start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-        end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), None)
-        table = lines[start:end]  # the runs table: header, rule, one row a gated run
-        assert set(table[1]) <= set("|-"), table
-        assert len(table) == 3, table
-        width = unescaped_pipes(table[0])
-        assert all(unescaped_pipes(line) == width for line in table), table
-        assert all(line.endswith("|") for line in table), table
-        assert variant not in AITER_VARIANTS  # HOSTILE cannot spell one
-        assert "variant-unrecorded" in listing.stdout  # EnvRecord refused it, not stored
+def test_hostile_env_text_keeps_the_history_table_one_row_a_run(tmp_path: Path) -> None:
+    """env.json's aiter variant and facts, and the image, every markdown and control character
+    in each, leave ``history --format markdown``'s table one row a run."""
+    run_dir = example(tmp_path)
+    history = tmp_path / "history.sqlite"
+    facts = [Fact("aiter", "ok", HOSTILE), Fact("aiter_variant", "ok", HOSTILE)]
+    write_env_json(facts, run_dir, {"host": "node-1"})
+    env_doc = json.loads((run_dir / "env.json").read_text())
+    env_doc["aiter_variant"] = HOSTILE
+    (run_dir / "env.json").write_text(json.dumps(env_doc))
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        ["gate", "--run-dir", str(run_dir), "--baseline", "patched", "--history", str(history)],
+        env={"MILES_AMD_IMAGE": HOSTILE},
+    )
+    assert result.exit_code in (0, 1, 2), result.output
+    assert "Traceback" not in result.output
+    listing = runner.invoke(app, ["history", "--history", str(history), "--format", "markdown"])
+    assert listing.exit_code in (0, 1, 2), listing.output
+    assert "Traceback" not in listing.output
+    lines = listing.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), None)
+    table = lines[start:end]  # the runs table: header, rule, one row a gated run
+    assert set(table[1]) <= set("|-"), table
+    assert len(table) == 3, table
+    width = unescaped_pipes(table[0])
+    assert all(unescaped_pipes(line) == width for line in table), table
+    assert all(line.endswith("|") for line in table), table
+    assert HOSTILE not in AITER_VARIANTS
+    assert "variant-unrecorded" in listing.stdout  # EnvRecord refused it, not stored
 
 
 # ---------------------------------------------------------------------------- pull-back
@@ -577,7 +518,6 @@ FRAME_CASES = {
     "bad base64": frame_line("ci_history/1.jsonl", b"x", data="!!"),
     "a duplicate key": FRAME + '{"path": "ci_history/a", "path": "tensorboard/b"}',
     "over the gate's cap": frame_line("ci_history/1.jsonl", b"x", size=1 << 40),
-    "a path outside": frame_line("../etc/passwd", b"x"),
     "an offset past the size": frame_line("ci_history/1.jsonl", b"x", offset=5),
     "an end marker that is no object": GOOD + "\n" + END + "7",
 }

@@ -63,12 +63,10 @@ class Progress:
         self.label, self.total = label, total
         self.stream = stream if stream is not None else sys.stderr
         try:
-            tty = self.stream.isatty()
+            self.on = self.stream.isatty() and total >= MIN_BYTES
         except (AttributeError, ValueError):  # a closed or replaced stream
-            tty = False
-        self.on = tty and total >= MIN_BYTES
-        self.last = 0.0
-        self.width = 0
+            self.on = False
+        self.last, self.width = 0.0, 0
 
     def update(self, done: int) -> None:
         now = time.monotonic()
@@ -80,7 +78,6 @@ class Progress:
         self.width = len(text)
 
     def close(self) -> None:
-        """Clear the line (nothing was written when the progress was off)."""
         if self.on and self.width:
             self._write("\r" + " " * self.width + "\r")
             self.width = 0

@@ -1,13 +1,9 @@
-"""A run directory read into one :class:`~miles_amd.evidence.types.RunEvidence`.
-
-A source or record that fails to read is a :class:`~miles_amd.evidence.types.SourceProblem`
-naming file and offset or line, and the others still count; an empty metric source, or none,
-is a problem too. A run dir holding a file ``miles_amd.files`` refuses is not read at all (its
-evidence is only the problems: the gate exits 2). ``live=True`` is the watcher's view of a run
-being written. One series per metric across sources: the first of :data:`PREFERENCE` carrying
-it; a value of another source agreeing with none of its values at that step beyond float32
-noise (:func:`values_agree`) is a conflict, the gate's to judge. Explained in ``docs/cli.md``
-("How the gate reads a run dir", "One series per metric").
+"""A run directory read into one :class:`~miles_amd.evidence.types.RunEvidence`: a source or
+record that fails to read is a :class:`~miles_amd.evidence.types.SourceProblem` naming file and
+offset or line (the others still count); an empty metric source, or none, is a problem too; a
+run dir holding a file ``miles_amd.files`` refuses is not read at all (the gate exits 2). One
+series per metric: the first of :data:`PREFERENCE` carrying it; another source's value agreeing
+with none at that step beyond float32 noise is a conflict. ``docs/cli.md`` explains.
 """
 
 from __future__ import annotations
@@ -57,7 +53,7 @@ REFUSED = "refused (untrusted input): "
 
 
 class _EmptySource(Exception):
-    """A present metric source that holds no points (a problem unless the run is live)."""
+    pass
 
 
 def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvidence:
@@ -103,23 +99,28 @@ def load_run(run_dir: str | os.PathLike[str], *, live: bool = False) -> RunEvide
 
         return read_dir
 
-    read_tensorboard = metric_dir(
-        read_tensorboard_dir,
-        find_event_files,
-        "no event files (is TENSORBOARD_DIR set and --use-tensorboard on?)",
-        "the event files hold no scalar summaries",
-    )
-    read_ci_history = metric_dir(
-        read_ci_history_dir,
-        find_record_files,
-        "no *.jsonl records (was MILES_CI_GATE_RECORD_DIR set in the job's env?)",
-        "the records hold no points",
-    )
-
     per_source: dict[SourceName, SeriesMap] = {}
     readers: tuple[tuple[SourceName, Path, Callable[[Path], SeriesMap]], ...] = (
-        ("tensorboard", layout.tensorboard, read_tensorboard),
-        ("ci_history", layout.ci_history, read_ci_history),
+        (
+            "tensorboard",
+            layout.tensorboard,
+            metric_dir(
+                read_tensorboard_dir,
+                find_event_files,
+                "no event files (is TENSORBOARD_DIR set and --use-tensorboard on?)",
+                "the event files hold no scalar summaries",
+            ),
+        ),
+        (
+            "ci_history",
+            layout.ci_history,
+            metric_dir(
+                read_ci_history_dir,
+                find_record_files,
+                "no *.jsonl records (was MILES_CI_GATE_RECORD_DIR set in the job's env?)",
+                "the records hold no points",
+            ),
+        ),
         ("job_log", layout.job_log, read_log),
     )
     present = [(s, p, r) for s, p, r in readers if os.path.lexists(p)]
@@ -216,7 +217,6 @@ def merge_sources(
 
 
 def _conflicts(metric: str, carriers: list[tuple[SourceName, Series]]) -> list[Conflict]:
-    """The steps where the carriers of one metric disagree (carriers in preference order)."""
     if all(_provably_agree(carriers[0][1], other) for _, other in carriers[1:]):
         return []
     by_step: dict[int, dict[str, list[float]]] = {}
@@ -239,8 +239,7 @@ def _conflicts(metric: str, carriers: list[tuple[SourceName, Series]]) -> list[C
 
 
 def _provably_agree(preferred: Series, other: Series) -> bool:
-    """A fast sufficient test that two series agree (False: look closer): the same steps and
-    bit-identical finite float32 roundings (``docs/cli.md``, memory facts)."""
+    """Fast and sufficient (False: look closer): same steps, bit-equal finite float32s."""
     if preferred == other:
         return True
     count = len(preferred)
@@ -262,5 +261,4 @@ def _provably_agree(preferred: Series, other: Series) -> bool:
 
 
 def _packed(series: Series) -> memoryview[float]:
-    """``step0, value0, step1, value1, ...`` as contiguous float64s."""
     return memoryview(struct.pack(f"<{2 * len(series)}d", *chain.from_iterable(series))).cast("d")

@@ -214,7 +214,6 @@ class SentinelScan:
         self._found: dict[str, list] = {}  # name -> [count, first line number, first text]
 
     def feed(self, first_line: int, text: str) -> None:
-        """Scan ``text``, lines joined by ``\\n``, whose first line is line ``first_line``."""
         for sentinel in SENTINELS:
             starts = _needle_lines(text, sentinel.needles)
             line_number, counted_to = first_line, 0
@@ -249,8 +248,7 @@ class SentinelScan:
 
 
 def _needle_lines(text: str, needles: tuple[str, ...]) -> list[int]:
-    """The start offsets of the segments (lines, or parts between ``\\r``) of ``text`` holding
-    any of ``needles``, in order."""
+    """Start offsets, in order, of the segments (``\\n`` or ``\\r`` ended) holding a needle."""
     starts: set[int] = set()
     for needle in needles:
         at = text.find(needle)
@@ -266,7 +264,6 @@ def _needle_lines(text: str, needles: tuple[str, ...]) -> list[int]:
 
 
 def _segment_end(text: str, at: int) -> int:
-    """Where the segment holding offset ``at`` ends: the next ``\\n`` or ``\\r``, or the end."""
     newline = text.find("\n", at)
     line_end = len(text) if newline < 0 else newline
     cr = text.find("\r", at, line_end)

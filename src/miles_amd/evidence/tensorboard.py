@@ -122,14 +122,12 @@ def _decode(
     points: defaultdict[str, Columns],
     scalar_tags: dict[str, bool],
 ) -> None:
-    """Add the scalars of an event file's records to ``points`` (equal steps share one int)."""
     steps: dict[int, int] = {}
     for offset, payload in records:
         try:
             event = event_pb2.Event.FromString(payload)
         except DecodeError as error:
-            reason = f"payload is not a TensorBoard Event ({error}); corrupt event file, re-copy"
-            reason += " it or rerun"
+            reason = f"payload is not a TensorBoard Event ({error}); {_CORRUPT}"
             raise EventFileError(path, offset, reason) from None
         step = steps.setdefault(event.step, event.step)
         for value in event.summary.value:
@@ -149,7 +147,6 @@ def _decode(
 
 
 def _is_scalar_tag(value: summary_pb2.Summary.Value, scalar_tags: dict[str, bool]) -> bool:
-    """Whether a tensor value is a scalar, from its metadata or its tag's earlier metadata."""
     if value.HasField("metadata"):
         plugin = value.metadata.plugin_data.plugin_name
         data_class = value.metadata.data_class
