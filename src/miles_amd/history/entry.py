@@ -1,12 +1,8 @@
-"""What a judged run becomes in the history, and the append of it.
-
-:func:`history_record` (pure): the run's identity comes from the run itself, never from the
-baseline that judged it (``recipe_digest`` plan.json's, ``variant`` and ``aiter_commit``
-the run's, null when unrecorded); ``image`` ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA``;
-the series of the baseline's gated metrics, every point; ``run_key`` (job id and evidence
-digest) so a run gated again counts once; ``decided_at_rollout``/``decided_by`` a red run's
-decision. :func:`appending_verdict` appends in a transaction committed when its block ends and
-yields the runs of the new run's identity with their drift threshold.
+"""What a judged run becomes in the history, and the append of it. Its identity comes from
+the run, never the baseline that judged it (``recipe_digest`` plan.json's, ``variant`` and
+``aiter_commit`` the run's, null when unrecorded); ``image`` ``$MILES_AMD_IMAGE``, ``commit``
+``$GITHUB_SHA``; every point of the gated metrics; ``run_key`` (job id and evidence digest) so a
+run gated again counts once; a red run's decision.
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ def history_record(
     environ: Mapping[str, str],
     now: datetime | None = None,
 ) -> HistoryRecord:
-    """The record of one judged run; see the module doc."""
     env, plan = evidence.env, evidence.plan
     metrics = gated_metrics(baseline)
     return HistoryRecord(
@@ -63,8 +58,7 @@ def history_record(
 
 
 def _text(path: str) -> str:
-    """``path`` as UTF-8 text: a name's undecodable bytes (surrogate escapes, which SQLite
-    cannot store) as ``\\xNN``."""
+    """``path`` as UTF-8 text, undecodable bytes (SQLite cannot store them) as ``\\xNN``."""
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
@@ -83,9 +77,8 @@ def run_key(evidence: RunEvidence) -> str:
 def appending_verdict(
     path: Path, record: HistoryRecord
 ) -> Iterator[tuple[int, list[StoredRun], int, list[str]]]:
-    """Append ``record`` to the store at ``path``, committed when the block ends (module doc);
-    yields its id, the runs of its identity (oldest first, the new one last), the drift
-    threshold for them and a line per stored row that could not be read (skipped)."""
+    """Append ``record``, committed when the block ends; yields its id, the runs of its
+    identity (oldest first), their drift threshold and the rows skipped as unreadable."""
     identity = Identity(record.recipe, record.recipe_digest, record.variant, record.aiter_commit)
     with HistoryStore(path) as store, store.appending(record) as run_id:
         read = store.read_runs(variant=record.variant)

@@ -28,9 +28,7 @@ from miles_amd.wrap import fit
 Format = Literal["text", "json", "markdown"]
 
 
-# a difference below this fraction of the metric's magnitude is shown as 0: TensorBoard's
-# values are float32 (about 7 significant digits), so a mean of differences of equal runs
-# comes out as -9e-11 on a mean of 0.017, a rounding, not a difference
+# a difference below this fraction of the metric's magnitude is shown as 0 (float32 rounding)
 PRECISION = 1e-6
 
 
@@ -39,7 +37,6 @@ def _g(value: float) -> str:
 
 
 def at_precision(value: float, d: MetricDiff) -> str:
-    """``value`` (a difference or a CI bound of ``d``) signed, 0 below the data's precision."""
     scale = max(abs(d.mean_a), abs(d.mean_b))
     if math.isfinite(value) and abs(value) < PRECISION * scale:
         return "0"
