@@ -45,30 +45,19 @@ def upstream_test_path(variant: str) -> str:
     return f"{TEST_DIR}/test_gpt_oss_20b_lora_{variant}.py"
 
 
-def record_path(run_id: int) -> str:
-    if not isinstance(run_id, int) or isinstance(run_id, bool) or run_id < 1:
-        raise ValueError(f"run id {run_id!r:.40} is not a positive integer")
-    return f"records/run-{run_id}/history-{run_id}.jsonl"
-
-
-def encode_value(value: float) -> float | str:
-    if math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
-
-
-def record_text(series: dict[str, list[tuple[int, float]]]) -> str:
-    lines = [
+def _record_text(series: dict[str, list[tuple[int, float]]]) -> str:
+    """One run's capture record: a line per captured key, in upstream's key order, a
+    non-finite value as capture's marker (``ci_history._encode_value``)."""
+    markers = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+    return "".join(
         json.dumps(
-            {"metric": key, "series": [[step, encode_value(v)] for step, v in series[key]]},
+            {"metric": key, "series": [[s, v if math.isfinite(v) else markers[str(v)]]
+                                       for s, v in series[key]]},
             allow_nan=False,
-        )
+        ) + "\n"
         for key in TARGET_METRIC_KEYS
         if series.get(key)
-    ]
-    return "".join(line + "\n" for line in lines)
+    )  # fmt: skip
 
 
 def upstream_test_file(variant: str, metrics: Sequence[str]) -> str:
@@ -89,7 +78,8 @@ def upstream_test_file(variant: str, metrics: Sequence[str]) -> str:
     )
 
 
-def index_row(run: StoredRun, record_dir: str) -> dict[str, object]:
+def _index_row(run: StoredRun, record_dir: str) -> dict[str, object]:
+    """Upstream's ``runs`` columns, then where the record is and our own fields."""
     assert run.variant is not None
     return {
         "test_path": upstream_test_path(run.variant),
@@ -147,11 +137,13 @@ def _build(store: HistoryStore, root: Path) -> Export:
             skipped += 1
             continue
         series = store.series(run.run_id)
-        record = record_path(run.run_id)
-        _write(root, record, record_text(series))
+        if not isinstance(run.run_id, int) or isinstance(run.run_id, bool) or run.run_id < 1:
+            raise ValueError(f"run id {run.run_id!r:.40} is not a positive integer")
+        record = f"records/run-{run.run_id}/history-{run.run_id}.jsonl"
+        _write(root, record, _record_text(series))
         seen = metrics_by_variant.setdefault(run.variant, set())
         seen.update(k for k in TARGET_METRIC_KEYS if series.get(k))
-        rows.append(index_row(run, str(PurePosixPath(record).parent)))
+        rows.append(_index_row(run, str(PurePosixPath(record).parent)))
     for variant, seen in sorted(metrics_by_variant.items()):
         metrics = [k for k in TARGET_METRIC_KEYS if k in seen]
         _write(root, upstream_test_path(variant), upstream_test_file(variant, metrics))

@@ -291,45 +291,39 @@ class HistoryStore:
         sql += " ORDER BY run_id DESC" + (f" LIMIT {int(limit)}" if limit else "")
         try:
             ids = sorted(int(row[0]) for row in self._db.execute(sql, args).fetchall())
-        except sqlite3.DatabaseError:
-            ids = self._every_id()
+        except sqlite3.DatabaseError:  # try each id alone
+            try:
+                top = self._db.execute("SELECT max(run_id) FROM runs").fetchone()[0]
+            except sqlite3.DatabaseError as exc:
+                raise HistoryError(f"{self.path}: the runs table cannot be read ({exc})") from exc
+            ids = list(range(1, int(top or 0) + 1))
         runs: list[StoredRun] = []
         skipped: list[str] = []
         for run_id in ids:
             try:
                 row = self._db.execute(
-                    f"SELECT run_id, {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
                 ).fetchone()
-                run = None if row is None else self._stored(row)
+                if row is None:
+                    continue
+                summaries = {
+                    metric: _summary(metric, figures)
+                    for metric, *figures in self._db.execute(
+                        f"SELECT metric, {_SUMMARY_COLUMNS} FROM summaries WHERE run_id = ?",
+                        (run_id,),
+                    )
+                }
+                sql = "SELECT 1 FROM untrusted_marks WHERE run_id = ?"
+                marked = self._db.execute(sql, (run_id,)).fetchone() is not None
+                run = StoredRun(**_from_row(row), run_id=run_id, summaries=summaries,
+                                marked_untrusted=marked)  # fmt: skip
             except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
                 reason = " ".join(str(exc).split())
                 skipped.append(f"history: run {run_id} of {self.path} skipped: {reason}")
                 continue
-            if run is None or variant not in (None, run.variant):
-                continue
-            if baseline in (None, run.baseline):
+            if variant in (None, run.variant) and baseline in (None, run.baseline):
                 runs.append(run)
         return HistoryRead(runs[-limit:] if limit else runs, skipped)
-
-    def _every_id(self) -> list[int]:
-        try:
-            row = self._db.execute("SELECT max(run_id) FROM runs").fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise HistoryError(f"{self.path}: the runs table cannot be read ({exc})") from exc
-        return list(range(1, int(row[0] or 0) + 1))
-
-    def _stored(self, row: Sequence[Any]) -> StoredRun:
-        run_id, *columns = row
-        summaries = {
-            metric: _summary(metric, figures)
-            for metric, *figures in self._db.execute(
-                f"SELECT metric, {_SUMMARY_COLUMNS} FROM summaries WHERE run_id = ?", (run_id,)
-            )
-        }
-        sql = "SELECT 1 FROM untrusted_marks WHERE run_id = ?"
-        marked = self._db.execute(sql, (run_id,)).fetchone() is not None
-        return StoredRun(**_from_row(columns), run_id=run_id, summaries=summaries,
-                         marked_untrusted=marked)  # fmt: skip
 
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
         found: dict[str, list[tuple[int, float]]] = {}
