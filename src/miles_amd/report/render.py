@@ -37,23 +37,19 @@ def _judged(verdict: Verdict) -> list[Check]:
     return [c for c in ordered_checks(verdict) if c.status != "not_measured"]
 
 
-def _grouped(names: list[str]) -> str:
-    """``a.x, a.y, b.z`` -> ``a (x, y); b (z)``."""
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        head, _, tail = name.partition(".")
-        groups.setdefault(head, []).append(tail)
-    return "; ".join(
-        f"{head} ({', '.join(tails)})" if any(tails) else head for head, tails in groups.items()
-    )
-
-
 def not_measured_reasons(verdict: Verdict) -> list[tuple[str, str]]:
-    """(the checks, why) per distinct reason (``detail``) of the checks not measured."""
-    by_reason: dict[str, list[str]] = {}
+    """(the checks, why) per distinct reason (``detail``) of the checks not measured, the
+    checks grouped as ``a (x, y); b (z)``."""
+    by_reason: dict[str, dict[str, list[str]]] = {}
     for check in (c for c in verdict.checks if c.status == "not_measured"):
-        by_reason.setdefault(check.detail or "no reason given", []).append(check.name)
-    return [(_grouped(names), reason) for reason, names in by_reason.items()]
+        head, _, tail = check.name.partition(".")
+        by_reason.setdefault(check.detail or "no reason given", {}).setdefault(head, []).append(
+            tail
+        )
+    return [
+        ("; ".join(f"{h} ({', '.join(t)})" if any(t) else h for h, t in groups.items()), reason)
+        for reason, groups in by_reason.items()
+    ]
 
 
 def verdict_sentence(verdict: Verdict) -> str:
