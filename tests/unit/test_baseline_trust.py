@@ -255,7 +255,7 @@ def mutate(doc: dict[str, Any], data: st.DataObject) -> dict[str, Any]:
     return doc
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_changed_shipped_baseline_never_judges(data: st.DataObject) -> None:
     """Any one change to a shipped file (a rule dropped or made optional, a reference value,

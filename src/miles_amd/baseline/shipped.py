@@ -101,10 +101,6 @@ def shipped_problems(baseline: Baseline) -> Iterator[tuple[str, str, str]]:
                 f"the recipe requires the {kind} rule on {metric} and it is optional",
                 "set required to true",
             )
-    yield from _evidence_problems(baseline)
-
-
-def _evidence_problems(baseline: Baseline) -> Iterator[tuple[str, str, str]]:
     found = evidence_digest(baseline)
     carried = baseline.provenance.get(_DIGEST_FIELD)
     where = f"$.provenance.{_DIGEST_FIELD}"

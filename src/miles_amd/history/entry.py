@@ -22,10 +22,6 @@ from miles_amd.judge.gate import Verdict
 from miles_amd.rules.model import Baseline
 
 
-def gated_metrics(baseline: Baseline) -> list[str]:
-    return list(dict.fromkeys(r.metric for r in baseline.rules if r.metric is not None))
-
-
 def history_record(
     verdict: Verdict,
     evidence: RunEvidence,
@@ -35,7 +31,8 @@ def history_record(
     now: datetime | None = None,
 ) -> HistoryRecord:
     env, plan = evidence.env, evidence.plan
-    metrics = gated_metrics(baseline)
+    metrics = dict.fromkeys(r.metric for r in baseline.rules if r.metric is not None)
+    run_dir = str(Path(verdict.run_dir).resolve())  # undecodable bytes (SQLite refuses) as \\xNN
     return HistoryRecord(
         created_at=(now or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
         recipe=RECIPE_DIR,
@@ -45,7 +42,7 @@ def history_record(
         baseline=baseline.name,
         image=environ.get("MILES_AMD_IMAGE") or None,
         commit_sha=environ.get("GITHUB_SHA") or None,
-        run_dir=_text(str(Path(verdict.run_dir).resolve())),
+        run_dir=run_dir.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"),
         verdict=verdict.verdict,
         reason=verdict.reason,
         rollouts=verdict.expected_rollouts,
@@ -55,11 +52,6 @@ def history_record(
         decided_at_rollout=verdict.decision.rollout if verdict.decision else None,
         decided_by=verdict.decision.check if verdict.decision else None,
     )
-
-
-def _text(path: str) -> str:
-    """``path`` as UTF-8 text, undecodable bytes (SQLite cannot store them) as ``\\xNN``."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def run_key(evidence: RunEvidence) -> str:
