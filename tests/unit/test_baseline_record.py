@@ -17,13 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from miles_amd.app.gate import gate_run_dir
 from miles_amd.baseline.diff import diff_baselines, render_markdown
 from miles_amd.baseline.model import load_baseline
 from miles_amd.baseline.record import RecordError, record_baseline
-from miles_amd.cli.main import app
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import judge
 from miles_amd.rules import bands
@@ -108,18 +105,13 @@ def record_main(*args: str) -> CliRun:
     return run_cli("baseline", "record", *args)
 
 
-def cli(*args: str):
-    return CliRunner().invoke(app, ["baseline", *args])
-
-
-def record_cli(run_dir: Path, out: Path, *extra: str, variant: str = "patched"):
-    return cli("record", "--run-dir", str(run_dir), "--variant", variant, "--out", str(out), *extra)
+def record_cli(run_dir: Path, out: Path, *extra: str, variant: str = "patched") -> CliRun:
+    return record_main("--run-dir", str(run_dir), "--variant", variant, "--out", str(out), *extra)
 
 
 def assert_refused(result, out: Path, *phrases: str) -> None:
     """Exit 2, one line on stderr with every phrase and a fix, nothing written next to out."""
-    code = result.returncode if hasattr(result, "returncode") else result.exit_code
-    assert code == 2, (result.stdout, result.stderr)
+    assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("miles-amd: error: ") and "fix:" in lines[0], lines[0]
@@ -184,9 +176,24 @@ def test_a_complete_run_with_passing_preflight_records_and_round_trips(tmp_path:
         assert band_of(raw, rule["id"]) != band_of(template, rule["id"]), rule["id"]
 
     # round trip: the gate passes the run against the recorded baseline
-    verdict = gate_run_dir(run_dir, recorded, report_dir=tmp_path / "report").verdict
+    verdict = judge(evidence, recorded, require_env=True)
     assert verdict.verdict == "pass", verdict.reason
     assert {c.name for c in verdict.checks if c.status == "not_measured"} == set()
+    # the identity the gate compares later runs with is env.json's, read as the gate reads it
+    assert recorded.provenance["environment"] == {
+        "gpu_arch": "gfx950", "gpu_count": 8, "rocm": "7.2", "aiter_variant": "patched",
+        "aiter_version": "amd-aiter 0.1.5 (commit 1a2b3c4)",
+        "aiter_commit": None,  # this env.json has no aiter_commit fact
+    }  # fmt: skip
+    # a run with another aiter build is not judged by this reference
+    other = copy_example(tmp_path / "other")
+    facts = [Fact("gpus", "ok", "8x gfx950 (torch)"), Fact("aiter_variant", "ok", "patched"),
+             Fact("rocm", "ok", "7.2.0-43 (/opt/rocm/.info/version)"),
+             Fact("aiter", "ok", "amd-aiter 0.1.6 (commit 9f8e7d6)")]  # fmt: skip
+    write_env_json(facts, other, {})
+    verdict = judge(load_run(other), recorded)
+    assert verdict.verdict == "fail"
+    assert "environment.identity" in verdict.reason
 
 
 def test_the_rules_are_the_shipped_ones(tmp_path: Path) -> None:
@@ -195,7 +202,7 @@ def test_the_rules_are_the_shipped_ones(tmp_path: Path) -> None:
         write_env(run_dir, variant=variant)
         out = tmp_path / f"{variant}.json"
         result = record_cli(run_dir, out, variant=variant)
-        assert result.exit_code == 0, result.stderr
+        assert result.returncode == 0, result.stderr
         template = json.loads((SHIPPED / f"{variant}.json").read_text())
         recorded = json.loads(out.read_text())
         assert recorded["run_shape"] == template["run_shape"]
@@ -244,34 +251,6 @@ def test_the_example_records_with_allow_no_preflight_and_round_trips(tmp_path: P
     # the example holds the published series: its bands are the shipped ones
     diff = diff_baselines(patched, recorded)
     assert [r.rule_id for r in diff.rules if "tolerance" in r.aspects] == []
-
-
-def test_the_example_with_a_passing_preflight_needs_no_flag(tmp_path: Path) -> None:
-    run_dir = copy_example(tmp_path)
-    write_env(run_dir)
-    write_ar_line(run_dir)
-    canary(run_dir, "aiter", bad=False, variant="patched", aiter_fix=NODE_FIX)  # clean
-    out = tmp_path / "patched.json"
-    result = record_cli(run_dir, out)
-    assert result.exit_code == 0, result.stderr
-    recorded = load_baseline(out)
-    assert recorded.provenance["hardware"] == "8x gfx950 (torch)"
-    # the identity the gate compares later runs with is env.json's, read as the gate reads it
-    assert recorded.provenance["environment"] == {
-        "gpu_arch": "gfx950", "gpu_count": 8, "rocm": "7.2", "aiter_variant": "patched",
-        "aiter_version": "amd-aiter 0.1.5 (commit 1a2b3c4)",
-        "aiter_commit": None,  # this env.json has no aiter_commit fact
-    }  # fmt: skip
-    assert judge(load_run(run_dir), recorded, require_env=True).verdict == "pass"
-    # a run with another aiter build is not judged by this reference
-    other = copy_example(tmp_path / "other")
-    facts = [Fact("gpus", "ok", "8x gfx950 (torch)"), Fact("aiter_variant", "ok", "patched"),
-             Fact("rocm", "ok", "7.2.0-43 (/opt/rocm/.info/version)"),
-             Fact("aiter", "ok", "amd-aiter 0.1.6 (commit 9f8e7d6)")]  # fmt: skip
-    write_env_json(facts, other, {})
-    verdict = judge(load_run(other), recorded)
-    assert verdict.verdict == "fail"
-    assert "environment.identity" in verdict.reason
 
 
 def corrupt_event_file(run_dir: Path) -> str:
@@ -374,7 +353,7 @@ def test_a_short_run_records_with_its_count_and_a_failed_preflight_when_allowed(
     write_env(run_dir, ok=False)
     out = tmp_path / "patched.json"
     result = record_cli(run_dir, out, "--num-rollouts", "15", "--allow-no-preflight")
-    assert result.exit_code == 0, result.stderr
+    assert result.returncode == 0, result.stderr
     recorded = load_baseline(out)
     assert recorded.run_shape.rollouts == 15 and len(recorded.series[LOGPROB]) == 15
     spread = bands.series_spread([v for _, v in load_run(run_dir).series[LOGPROB]])
@@ -397,9 +376,9 @@ def test_a_known_log_signature_is_noted_and_an_existing_out_kept_unless_forced(
     out = tmp_path / "patched.json"
     out.write_text("keep me")
     result = record_cli(run_dir, out)
-    assert result.exit_code == 2 and "--out" in result.stderr and "--force" in result.stderr
+    assert result.returncode == 2 and "--out" in result.stderr and "--force" in result.stderr
     assert out.read_text() == "keep me"
-    assert record_cli(run_dir, out, "--force").exit_code == 0
+    assert record_cli(run_dir, out, "--force").returncode == 0
     recorded = load_baseline(out)
     assert recorded.run_id == JOB_ID
     assert "known log signatures: megatron_moe_router_not_fp32 x8" in recorded.provenance["notes"]
@@ -427,7 +406,7 @@ def test_diff_marks_every_changed_band(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "run", shifted_values())
     write_env(run_dir)
     out = tmp_path / "patched.json"
-    assert record_cli(run_dir, out).exit_code == 0
+    assert record_cli(run_dir, out).returncode == 0
     result = diff_main("patched", str(out))
     assert result.returncode == 1, result.stderr  # they differ (as diff(1))
     old, new = json.loads((SHIPPED / "patched.json").read_text()), json.loads(out.read_text())
@@ -480,11 +459,11 @@ def test_diff_of_the_shipped_baselines_lists_added_removed_and_same() -> None:
         {"field": "provenance.run_id", "before": "4it2x89i", "after": "jvvnhop9", "changed": True}
     ]
 
-    same = cli("diff", "patched", str(SHIPPED / "patched.json"))
-    assert same.exit_code == 0  # the same: exit 0, as diff(1)
+    same = diff_main("patched", str(SHIPPED / "patched.json"))
+    assert same.returncode == 0  # the same: exit 0, as diff(1)
     assert "0 tolerance(s) changed, 0 row(s) changed, 0 added, 0 removed" in same.stdout
     assert not [line for line in same.stdout.splitlines() if line.startswith("*")]
-    as_json = json.loads(cli("diff", "patched", "patched", "--format", "json").stdout)
+    as_json = json.loads(diff_main("patched", "patched", "--format", "json").stdout)
     assert as_json["differs"] is False and {r["change"] for r in as_json["rules"]} == {"same"}
 
 
@@ -506,7 +485,7 @@ def test_an_unlogged_metric_whose_band_only_a_series_can_give_is_refused(tmp_pat
     run_dir = write_run(tmp_path / "shifted", shifted_values())
     write_env(run_dir)
     template_path = tmp_path / "patched.json"
-    assert record_cli(run_dir, template_path).exit_code == 0
+    assert record_cli(run_dir, template_path).returncode == 0
     raw = json.loads(template_path.read_text())
     del raw["evidence"]["summaries"][KL]
     template_path.write_text(json.dumps(raw))

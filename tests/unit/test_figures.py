@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import replace
 
 import pytest
 from PIL import Image
 
 from miles_amd.baseline.model import Baseline
 from miles_amd.evidence.types import JobRecord, RunEvidence
+from miles_amd.history.drift import Drift
 from miles_amd.history.store import StoredRun, summarize
 from miles_amd.judge.compare import compare
 from miles_amd.judge.gate import judge
 from miles_amd.report import plot
-from tests.constants import CLIPFRAC, LOGPROB, REWARD
+from tests.constants import CLIPFRAC, KL, LOGPROB, REWARD
 
 
 def evidence(values: dict[str, list[float]], run_dir: str = "runs/r") -> RunEvidence:
@@ -134,3 +136,61 @@ def test_a_non_finite_value_decided_at_a_look_still_draws(patched: Baseline, ste
     verdict = judge(run, patched)
     assert verdict.verdict == "fail"
     assert len(plot.metrics_figure(verdict, run, patched).axes) == 3
+
+
+def panel(figure, metric: str):
+    (ax,) = [ax for ax in figure.axes if ax.get_title() == metric]
+    return ax
+
+
+def test_metrics_png_draws_each_rules_hint_and_the_failing_points(patched: Baseline) -> None:
+    values = published(patched)
+    values[LOGPROB][6] = 0.42  # a spike
+    values[REWARD][9] = math.nan
+    run = evidence(values)
+    figure = plot.metrics_figure(judge(run, patched), run, patched)
+    logprob = panel(figure, LOGPROB)
+    gids = {artist.get_gid() for artist in logprob.get_children()}
+    assert {"threshold", "max", "band:logprob_abs_diff.mean", "failing"} <= gids
+    (threshold,) = [line for line in logprob.lines if line.get_gid() == "threshold"]
+    assert list(threshold.get_ydata()) == [0.15, 0.15]
+    (crosses,) = [line for line in logprob.lines if line.get_gid() == "failing"]
+    assert list(crosses.get_xdata()) == [6] and list(crosses.get_ydata()) == [0.42]
+    reward = panel(figure, REWARD)
+    labels = [t.get_text() for t in reward.texts if not str(t.get_gid()).startswith("band-")]
+    assert labels == ["nan"]  # the non-finite point, labelled
+    assert "baseline jvvnhop9 (published)" in reward.get_legend_handles_labels()[1]
+    # no empty panel for an unmeasured metric: one footer line names them
+    assert [ax.get_title() for ax in figure.axes] == [LOGPROB, REWARD, CLIPFRAC]
+    assert "train/train_rollout_kl" in figure._supxlabel.get_text()
+
+    run = evidence(published(patched))  # a far threshold is named in the legend, not drawn
+    figure = plot.metrics_figure(judge(run, patched), run, patched)
+    logprob = panel(figure, LOGPROB)
+    assert logprob.get_ylim()[1] < 0.05
+    (note,) = [line for line in logprob.lines if line.get_gid() == "threshold"]
+    assert note.get_label() == "spike threshold 0.15: off scale, 7.2x this run's max"
+    for ax in figure.axes:
+        assert not [line for line in ax.lines if line.get_gid() == "failing"]
+        assert ax.title.get_color() == "black"
+
+    values = published(patched)
+    values[KL] = [1.8e-3] * 20  # about twice the published level
+    run = evidence(values)
+    kl = panel(plot.metrics_figure(judge(run, patched), run, patched), KL)
+    assert [a for a in kl.get_children() if a.get_gid() == "band:train_rollout_kl.mean"]
+    labels = kl.get_legend_handles_labels()[1]
+    assert "band for the geometric mean (train_rollout_kl.mean)" in labels
+    assert "run geometric mean" in labels
+
+
+def test_stored_figures_at_the_edge_of_the_float_range_are_drawn() -> None:
+    """Summaries another tool wrote at ±1.7e308 (sd 1e308) are drawn within the axis range,
+    and a drifting metric's title is red."""
+    runs = [stored(i, {LOGPROB: [0.017, 0.018]}) for i in (1, 2, 3)]
+    for run, mean in zip(runs, (1.7e308, -1.7e308, 1.7e308), strict=True):
+        run.summaries[LOGPROB] = replace(run.summaries[LOGPROB], mean=mean, sd=1e308)
+    drift = Drift(LOGPROB, "up", 66, 54, (0.0, 1.0), (1, 3))
+    figure = plot.trend_figure(runs, [drift])
+    assert plot.png_bytes(figure).startswith(b"\x89PNG")
+    assert panel(figure, f"{LOGPROB}  (drift)").title.get_color() == "tab:red"

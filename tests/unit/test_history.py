@@ -297,19 +297,24 @@ def gate(run_dir: Path, history: Path, *extra: str, env=None):
                    str(report), "--history", str(history), *extra, env=env)  # fmt: skip
 
 
-def test_gate_appends_and_history_lists_a_run_gated_again_once(tmp_path: Path) -> None:
+def append(history: Path, run_dir: Path, environ: dict[str, str] | None = None):
+    """Judge ``run_dir`` against patched and append the verdict as the gate does."""
+    from miles_amd.baseline.model import load_baseline
+    from miles_amd.evidence.load import load_run
+    from miles_amd.history.entry import history_record
+    from miles_amd.judge.gate import judge
+
+    patched, evidence = load_baseline("patched"), load_run(run_dir)
+    verdict = judge(evidence, patched, expected_rollouts=20)
+    with HistoryStore(history) as store:
+        store.append(history_record(verdict, evidence, patched, environ=environ or {}))
+    return verdict
+
+
+def test_a_run_appended_again_is_listed_once_with_the_runs_identity(tmp_path: Path) -> None:
     history = tmp_path / "history.sqlite"
-    example = tmp_path / "example"
-    example.symlink_to(EXAMPLE)
-    env = {**os.environ, "GITHUB_SHA": "0123456789abcdef", "MILES_AMD_IMAGE": "rocm/img:tag"}
-    result = gate(example, history, env=env)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[-3] == f"history: appended as run 1 to {history}"
-    assert lines[-2].startswith("drift: not checked yet (1 trusted run(s) of this recipe")
-    assert lines[-1].startswith("report written to ")
-    report_md = (tmp_path / "example-report" / "report.md").read_text()
-    assert "### Drift across runs" in report_md and f"run 1 to the history `{history}`" in report_md
+    env = {"GITHUB_SHA": "0123456789abcdef", "MILES_AMD_IMAGE": "rocm/img:tag"}
+    assert append(history, EXAMPLE, env).verdict == "pass"
     listed = run_cli("history", "--history", str(history), "--format", "json")
     assert listed.returncode == 0, listed.stderr
     (run,) = json.loads(listed.stdout)["runs"]
@@ -318,87 +323,61 @@ def test_gate_appends_and_history_lists_a_run_gated_again_once(tmp_path: Path) -
         "pass", None, "0123456789abcdef", "rocm/img:tag"
     )  # fmt: skip
     assert run["summaries"][LOGPROB]["mean"] == pytest.approx(0.016975, rel=1e-6)
-    off = gate(example, history, "--no-history")
-    assert off.returncode == 0 and "history:" not in off.stdout
     # the same run gated twice more counts once; another run (other values) is another key
     for _ in range(2):
-        assert gate(example, history).returncode == 0
+        append(history, EXAMPLE)
     again = run_cli("history", "--history", str(history))
     assert again.stdout.startswith("3 run(s), oldest first")
     assert "drift: not checked yet (1 trusted run(s)" in again.stdout, again.stdout
     with HistoryStore(history) as store:
-        keys = {r.run_key for r in store.runs()}
-    (key,) = keys
+        (key,) = {r.run_key for r in store.runs()}
     assert key is not None and key.startswith("jvvnhop9:")
-    gate(write_run(tmp_path / "other", {LOGPROB: [0.017] * 20, REWARD: [0.5] * 20}), history)
+    append(history, write_run(tmp_path / "other", {LOGPROB: [0.017] * 20, REWARD: [0.5] * 20}))
     with HistoryStore(history) as store:
         assert len({r.run_key for r in store.runs()}) == 2
 
 
 def test_the_history_keeps_the_rollout_a_red_run_was_decided_at(tmp_path: Path) -> None:
     """A KL doubled from the start is decided at a look (issue 27): the row says which
-    rollout and which check, as report.json does; a pass keeps nulls."""
+    rollout and which check, as the verdict does; a pass keeps nulls."""
     from miles_amd.testing.faults import healthy_kl
 
-    history = tmp_path / "history.sqlite"
+    history, verdicts = tmp_path / "history.sqlite", []
     for name, factor in (("red", 2.0), ("ok", 1.0)):
         values = published_values()
         kl = healthy_kl(tuple(enumerate(values[LOGPROB])))
         values[KL] = [factor * v for _, v in kl]
-        gate(write_run(tmp_path / name, values, job_id=f"raysubmit_{name}"), history)
-    report = json.loads((tmp_path / "red-report" / "report.json").read_text())
-    assert report["decided_by"] == "train_rollout_kl.mean" and report["decided_at_rollout"] < 20
+        verdicts.append(append(history, write_run(tmp_path / name, values, job_id=name)))
+    decision = verdicts[0].decision
+    assert decision is not None and decision.check == "train_rollout_kl.mean"
+    assert decision.rollout < 20
     with HistoryStore(history, read_only=True) as store:
         red, ok = store.runs()
-    assert (red.decided_at_rollout, red.decided_by) == (
-        report["decided_at_rollout"],
-        report["decided_by"],
-    )
+    assert (red.decided_at_rollout, red.decided_by) == (decision.rollout, decision.check)
     assert (ok.verdict, ok.decided_at_rollout, ok.decided_by) == ("pass", None, None)
 
 
 def test_a_slow_drift_inside_the_bands_is_flagged_across_runs(tmp_path: Path) -> None:
-    """Twelve runs, each in band, the logprob gap a little higher each time: a drift; the
-    twelfth is gated through the CLI, the first eleven appended as the gate would."""
-    from miles_amd.baseline.model import load_baseline
-    from miles_amd.evidence.load import load_run
-    from miles_amd.history.entry import history_record
-    from miles_amd.judge.gate import judge
-
+    """Twelve runs, each in band, the logprob gap a little higher each time: a drift; marking
+    one untrusted leaves 11 trusted runs, not enough for the trend test."""
     history = tmp_path / "history.sqlite"
-    patched = load_baseline("patched")
     base = [0.0165, 0.0175] * 10
-    dirs = []
     for index in range(12):
         values = {
             LOGPROB: [v + 0.0001 * index for v in base],
             REWARD: [0.5, 0.5625, 0.625, 0.4375] * 5,
             CLIPFRAC: [0.0] * 20,
         }
-        dirs.append(write_run(tmp_path / f"run{index}", values))
-    with HistoryStore(history) as store:
-        for run_dir in dirs[:11]:
-            evidence = load_run(run_dir)
-            verdict = judge(evidence, patched, expected_rollouts=20)
-            assert verdict.verdict == "pass", verdict.reason
-            store.append(history_record(verdict, evidence, patched, environ={}))
-    result = gate(dirs[11], history)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"DRIFT: {LOGPROB} trends up over the last 12 trusted runs" in result.stdout
-    report_md = (tmp_path / "run11-report" / "report.md").read_text()
-    assert f"- DRIFT: {LOGPROB} trends up over the last 12 trusted runs" in report_md
+        verdict = append(history, write_run(tmp_path / f"run{index}", values))
+        assert verdict.verdict == "pass", verdict.reason
+    listed = run_cli("history", "--history", str(history))
+    assert f"DRIFT: {LOGPROB} trends up over the last 12 trusted runs" in listed.stdout
     marked = run_cli("history", "mark-untrusted", "3", "--history", str(history))
     assert marked.returncode == 0 and "run 3 marked untrusted" in marked.stdout, marked.stderr
-    plot = tmp_path / "trend.png"
-    listed = run_cli(
-        "history", "--history", str(history), "--plot", str(plot),
-        "--export", str(tmp_path / "export"),
-    )  # fmt: skip
+    listed = run_cli("history", "--history", str(history), "--export", str(tmp_path / "export"))
     assert listed.returncode == 0, listed.stderr
     assert "PASS UNTRUSTED" in listed.stdout
-    # 11 trusted now: not enough for the trend test, and the listing says so
     assert "drift: not checked yet (11 trusted run(s)" in listed.stdout
-    assert plot.read_bytes().startswith(b"\x89PNG")
     assert "exported 0 run(s)" in listed.stdout and "12 run(s) without a recorded aiter" in (
         listed.stdout
     )
@@ -444,6 +423,8 @@ def test_the_append_records_the_verdict_judged_with_the_flags_given(tmp_path: Pa
     env.json fails with --require-env, and the history says fail, not a re-judged pass."""
     from miles_amd.app.gate import gate_run_dir
     from miles_amd.baseline.model import load_baseline
+    from miles_amd.evidence.load import load_run
+    from miles_amd.judge.gate import judge
 
     values = {
         LOGPROB: [0.0165, 0.0175] * 10,
@@ -452,7 +433,7 @@ def test_the_append_records_the_verdict_judged_with_the_flags_given(tmp_path: Pa
     }
     run_dir = write_run(tmp_path / "run", values)
     stock = load_baseline("stock")
-    assert gate_run_dir(run_dir, stock, report_dir=tmp_path / "r").verdict.verdict == "pass"
+    assert judge(load_run(run_dir), stock).verdict == "pass"
     history = tmp_path / "h.sqlite"
     judgment = gate_run_dir(run_dir, stock, require_env=True, history=history)
     assert judgment.verdict.exit_code == 1
@@ -507,28 +488,19 @@ def test_the_listing_has_aligned_columns_and_each_identitys_drift_lines(tmp_path
     assert "[stock@9f8e d1g3st] drift: not checked yet (2 trusted run(s)" in text
 
 
-def test_stored_extreme_or_negative_figures_plot_or_are_named_and_skipped(
-    tmp_path: Path,
-) -> None:
-    """Summaries at the edge of the float range (another tool wrote them) are drawn within
-    the axis' range; an sd < 0 (once a ValueError out of the error bars) is a row named and
-    skipped where it is read."""
+def test_a_stored_negative_sd_is_a_row_named_and_skipped(tmp_path: Path) -> None:
+    """Another tool's sd < 0 (once a ValueError out of the error bars) is named where read."""
     history = tmp_path / "h.sqlite"
     with HistoryStore(history) as store:
-        for mean in (0.017, 0.018, 0.019):
+        for mean in (0.017, 0.018):
             store.append(record(mean))
     with sqlite3.connect(history) as db:
-        db.execute("UPDATE summaries SET mean = 1.7e308, min = -1.7e308, max = 1.7e308, sd = 1e308")
-        db.execute("UPDATE summaries SET mean = -1.7e308 WHERE run_id = 2")
-    plot = tmp_path / "trend.png"
-    done = run_cli("history", "--history", str(history), "--plot", str(plot))
-    assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert plot.read_bytes().startswith(b"\x89PNG")
-    with sqlite3.connect(history) as db:
         db.execute("UPDATE summaries SET sd = -1 WHERE run_id = 1")
-    done = run_cli("history", "--history", str(history), "--plot", str(plot))
-    assert done.returncode == 0, done.stderr
-    assert "run 1 of" in done.stderr and "sd >= 0" in done.stderr
+    with HistoryStore(history) as store:
+        read = store.read_runs()
+    assert [r.run_id for r in read.runs] == [2]
+    (line,) = read.skipped
+    assert line.startswith(f"history: run 1 of {history} skipped") and "sd >= 0" in line
 
 
 @pytest.mark.parametrize("step", [1e30, "abc", None])
@@ -555,10 +527,7 @@ def test_a_run_dir_whose_name_is_not_utf8_enters_the_history(tmp_path: Path) -> 
     the name is stored with its undecodable bytes as \\xNN."""
     odd = Path(os.fsdecode(bytes(tmp_path) + b"/run-\xff"))
     shutil.copytree(EXAMPLE, odd, ignore=shutil.ignore_patterns("report"))
-    history = tmp_path / "h.sqlite"
-    done = gate(odd, history)
-    assert done.returncode == 0, done.stderr
-    assert "appended as run 1" in done.stdout
-    listed = run_cli("history", "--history", str(history), "--format", "json")
-    (run,) = json.loads(listed.stdout)["runs"]
-    assert run["run_dir"].endswith("/run-\\xff")
+    append(tmp_path / "h.sqlite", odd)
+    with HistoryStore(tmp_path / "h.sqlite") as store:
+        (run,) = store.runs()
+    assert run.run_dir.endswith("/run-\\xff")

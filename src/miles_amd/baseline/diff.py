@@ -1,24 +1,20 @@
 """Diff two baselines for review (``miles-amd baseline diff``): per rule, its tolerance (the
 gate's ``expected`` sentence) and reference before and after, which of kind, required flag,
 tolerance and reference changed, rules added or removed, and every name, provenance and
-run-shape field. :attr:`BaselineDiff.differs` is the exit code. A baseline under review is
-foreign text: escaped for its sink (``miles_amd.escape``).
+run-shape field; :attr:`BaselineDiff.differs` is the exit code. Foreign text is escaped.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Literal
 
 from miles_amd import escape
 from miles_amd.rules.model import Baseline, Rule
 from miles_amd.rules.registry import KINDS, expected_text
 from miles_amd.wrap import fit
 
-Aspect = Literal["kind", "required", "tolerance", "reference"]
-RowChange = Literal["same", "changed", "added", "removed"]
-_ASPECTS: tuple[Aspect, ...] = ("kind", "required", "tolerance", "reference")
+_ASPECTS = ("kind", "required", "tolerance", "reference")
 _SHAPE_FIELDS = (
     *("rollouts", "train_steps_per_rollout", "samples_per_rollout", "prompts_per_rollout"),
     "max_response_tokens",
@@ -27,8 +23,6 @@ _SHAPE_FIELDS = (
 
 @dataclass(frozen=True)
 class RuleView:
-    """One rule as a reviewer reads it."""
-
     kind: str
     metric: str | None
     required: bool
@@ -44,20 +38,18 @@ class RuleRow:
 
     @property
     def view(self) -> RuleView:
-        """The rule as it is now (as it was, when removed)."""
         view = self.after or self.before
         assert view is not None
         return view
 
     @property
-    def aspects(self) -> tuple[Aspect, ...]:
-        """What changed between before and after (empty for added/removed/same rows)."""
+    def aspects(self) -> tuple[str, ...]:
         if self.before is None or self.after is None:
             return ()
         return tuple(a for a in _ASPECTS if getattr(self.before, a) != getattr(self.after, a))
 
     @property
-    def change(self) -> RowChange:
+    def change(self) -> str:
         if self.before is None:
             return "added"
         if self.after is None:
@@ -83,12 +75,11 @@ class BaselineDiff:
     rules: tuple[RuleRow, ...]
     fields: tuple[FieldRow, ...]
 
-    def rows(self, change: RowChange) -> tuple[RuleRow, ...]:
-        return tuple(r for r in self.rules if r.change == change)
+    def count(self, change: str) -> int:
+        return sum(r.change == change for r in self.rules)
 
     @property
     def differs(self) -> bool:
-        """Any rule added, removed or changed, or any field (name, provenance, run shape)."""
         return any(r.change != "same" for r in self.rules) or any(f.changed for f in self.fields)
 
 
@@ -113,8 +104,7 @@ def _field_values(baseline: Baseline) -> dict[str, str]:
 
 def diff_baselines(old: Baseline, new: Baseline) -> BaselineDiff:
     """Rule by rule and field by field, ``old`` against ``new`` (old's order, added last)."""
-    old_rules = {r.id: r for r in old.rules}
-    new_rules = {r.id: r for r in new.rules}
+    old_rules, new_rules = {r.id: r for r in old.rules}, {r.id: r for r in new.rules}
     rows = tuple(
         RuleRow(rule_id, _view(old_rules.get(rule_id), old), _view(new_rules.get(rule_id), new))
         for rule_id in dict.fromkeys([*old_rules, *new_rules])
@@ -133,12 +123,12 @@ def _counts(diff: BaselineDiff) -> str:
     return (
         f"{sum(r.before is not None for r in diff.rules)} rules before, "
         f"{sum(r.after is not None for r in diff.rules)} after: {tolerance} tolerance(s) "
-        f"changed, {len(diff.rows('changed'))} row(s) changed, {len(diff.rows('added'))} "
-        f"added, {len(diff.rows('removed'))} removed"
+        f"changed, {diff.count('changed')} row(s) changed, {diff.count('added')} "
+        f"added, {diff.count('removed')} removed"
     )
 
 
-def _aspect(view: RuleView, aspect: Aspect) -> str:
+def _aspect(view: RuleView, aspect: str) -> str:
     if aspect == "required":
         return "required" if view.required else "optional"
     return str(getattr(view, aspect))
@@ -151,37 +141,31 @@ def _pair(before: str | None, after: str | None) -> str:
 
 
 def render_text(diff: BaselineDiff) -> str:
-    """The diff for a terminal: '*' marks a change; an unchanged rule is one line, a changed
-    one shows each changed aspect before -> after."""
-    lines = [
-        f"baseline diff: {diff.old} -> {diff.new}",
-        _counts(diff) + " ('*' marks a change)",
-        "",
-        "rules:",
-    ]
+    """'*' marks a change; an unchanged rule is one line, a changed one each changed aspect."""
+    lines = [f"baseline diff: {diff.old} -> {diff.new}", _counts(diff) + " ('*' marks a change)"]
+    lines += ["", "rules:"]
     for row in diff.rules:
-        view = row.view
-        head = f"{row.rule_id} [{view.kind}, {'required' if view.required else 'optional'}]"
+        view, before, after = row.view, row.before, row.after
+        head = f"{row.rule_id} [{view.kind}, {_aspect(view, 'required')}]"
         head += f" {view.metric}" if view.metric else ""
-        if row.change == "same":
-            lines.append(f"  {head}: {view.tolerance} (unchanged)")
-            continue
-        if row.change in ("added", "removed"):
+        if before is None or after is None:
             lines.append(f"* {head} RULE {row.change.upper()}")
             lines += [f"    tolerance: {view.tolerance}", f"    reference: {view.reference}"]
-            continue
-        assert row.before is not None and row.after is not None
-        lines.append(f"* {head} CHANGED: {', '.join(row.aspects)}")
-        for aspect in ("kind", "required"):
-            if aspect in row.aspects:
-                before, after = _aspect(row.before, aspect), _aspect(row.after, aspect)
-                lines.append(f"    {aspect}: {before} -> {after}")
-        lines.append(f"    tolerance: {_pair(row.before.tolerance, row.after.tolerance)}")
-        lines.append(f"    reference: {_pair(row.before.reference, row.after.reference)}")
+        elif not row.aspects:
+            lines.append(f"  {head}: {view.tolerance} (unchanged)")
+        else:
+            lines.append(f"* {head} CHANGED: {', '.join(row.aspects)}")
+            lines += [
+                f"    {a}: {_aspect(before, a)} -> {_aspect(after, a)}"
+                for a in ("kind", "required")
+                if a in row.aspects
+            ]
+            lines += [
+                f"    {a}: {_pair(_aspect(before, a), _aspect(after, a))}" for a in _ASPECTS[2:]
+            ]
     lines += ["", "provenance and run shape:"]
-    for field_row in diff.fields:
-        mark = "*" if field_row.changed else " "
-        lines.append(f"{mark} {field_row.field}: {_pair(field_row.before, field_row.after)}")
+    for f in diff.fields:
+        lines.append(f"{'*' if f.changed else ' '} {f.field}: {_pair(f.before, f.after)}")
     return fit((escape.terminal(line) for line in lines), indent="      ")
 
 
@@ -191,8 +175,9 @@ def _cell(text: str | None) -> str:
 
 def render_markdown(diff: BaselineDiff) -> str:
     """The diff as a PR comment: one table of rules, one of provenance and run shape."""
+    code = escape.markdown_code
     lines = [
-        f"### Baseline diff: {escape.markdown_code(diff.old)} → {escape.markdown_code(diff.new)}",
+        f"### Baseline diff: {code(diff.old)} → {code(diff.new)}",
         "",
         _counts(diff) + ".",
         "",
@@ -201,36 +186,29 @@ def render_markdown(diff: BaselineDiff) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in diff.rules:
-        mark = "" if row.change == "same" else "**\\***"
         before, after = row.before, row.after
-        change = {"same": "", "added": "**added**", "removed": "**removed**"}.get(row.change, "")
+        change = "" if row.change in ("same", "changed") else f"**{row.change}**"
         if before is not None and after is not None and row.aspects:
             change = "**changed**: " + ", ".join(
-                f"{a} ({_aspect(before, a)} → {_aspect(after, a)})"
-                if a in ("kind", "required")
-                else a
+                f"{a} ({_aspect(before, a)} → {_aspect(after, a)})" if a in _ASPECTS[:2] else a
                 for a in row.aspects
             )
+        cells = [getattr(v, a) if v else None for a in _ASPECTS[2:] for v in (before, after)]
+        mark = "" if row.change == "same" else "**\\***"
         lines.append(
-            f"| {mark} | {escape.markdown_code(row.rule_id)} "
-            f"| {escape.markdown_code(row.view.metric or '-')} | {change} "
-            f"| {_cell(before.tolerance if before else None)} "
-            f"| {_cell(after.tolerance if after else None)} "
-            f"| {_cell(before.reference if before else None)} "
-            f"| {_cell(after.reference if after else None)} |"
+            f"| {mark} | {code(row.rule_id)} "
+            f"| {code(row.view.metric or '-')} | {change} | "
+            + " | ".join(_cell(c) for c in cells)
+            + " |"
         )
     lines += ["", "| | field | before | after |", "|---|---|---|---|"]
-    for field_row in diff.fields:
-        mark = "**\\***" if field_row.changed else ""
-        lines.append(
-            f"| {mark} | {escape.markdown_code(field_row.field)} | {_cell(field_row.before)} "
-            f"| {_cell(field_row.after)} |"
-        )
+    for f in diff.fields:
+        mark = "**\\***" if f.changed else ""
+        lines.append(f"| {mark} | {code(f.field)} | {_cell(f.before)} | {_cell(f.after)} |")
     return "\n".join(lines) + "\n"
 
 
 def to_json(diff: BaselineDiff) -> dict[str, object]:
-    """The diff as data: each rule's change, aspects and views, each field before -> after."""
     return {
         "old": diff.old,
         "new": diff.new,
@@ -245,10 +223,7 @@ def to_json(diff: BaselineDiff) -> dict[str, object]:
             }
             for r in diff.rules
         ],
-        "fields": [
-            {"field": f.field, "before": f.before, "after": f.after, "changed": f.changed}
-            for f in diff.fields
-        ],
+        "fields": [{**asdict(f), "changed": f.changed} for f in diff.fields],
     }
 
 

@@ -1,12 +1,8 @@
-"""Which reviewed baseline judges a run: the key (recipe shape, GPU model, aiter variant).
-
-:func:`run_key` reads a run's key from what it recorded (shape from plan.json's GPU count,
-else env.json's; model from env.json's ``gpu_model``; the variant), a missing piece a
-:class:`RunKeyError` naming it; :func:`reviewed_path` is the key's reviewed baseline or None
-(record-only: evidence checks judge, statistical rules are recorded); :func:`template_for`
-the baseline whose rules judge a record-only run (the rccl control arm takes stock's). A
-baseline of one GPU model never judges another. Explained in ``docs/ci.md`` ("Baselines per
-shape and GPU").
+"""Which reviewed baseline judges a run: its key (shape from plan.json's GPU count, else
+env.json's; env.json's ``gpu_model``; the aiter variant), a missing piece a
+:class:`RunKeyError`. A key without a reviewed baseline is record-only, judged by its
+template's (the rccl control arm: stock's) baseline-free checks; a baseline of one GPU model
+never judges another (``docs/ci.md``).
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ class RunKeyError(ValueError):
 
 @dataclass(frozen=True)
 class BaselineKey:
-    """A reviewed baseline's key; ``str()`` is its path below the recipe's dir."""
+    """``str()`` is the key's path below the recipe's dir."""
 
     shape: str
     gpu: str
@@ -40,7 +36,6 @@ class BaselineKey:
 
 
 def run_key(evidence: RunEvidence) -> BaselineKey:
-    """The key of the run ``evidence`` was read from (module doc)."""
     where = evidence.run_dir
     gpus = evidence.plan.recipe.get("num_gpus") if evidence.plan is not None else None
     if gpus is None and evidence.env is not None:
@@ -67,11 +62,9 @@ def run_key(evidence: RunEvidence) -> BaselineKey:
 
 
 def reviewed_path(key: BaselineKey) -> Path | None:
-    """The reviewed baseline file of ``key``; None when there is none (record-only)."""
     path = baselines_root() / RECIPE_DIR / f"{key}.json"
     return path if path.is_file() else None
 
 
 def template_for(variant: str) -> str:
-    """The shipped baseline whose rules judge ``variant`` when its key has none (module doc)."""
     return variant if variant in BASELINE_VARIANTS else "stock"

@@ -1,15 +1,10 @@
-"""Baseline files: find, parse and validate them, each error one line
-``<file>: <JSON path>: <what is wrong>; fix: <what to do>``.
-
-Valid, checked in order: strict JSON (``miles_amd.strict_json``) matching
-``baseline.schema.json`` (the best-matching error, its innermost field); unique rule ids, a
-``finite`` and a ``steps_complete`` rule per metric, a required ``steps_complete``; series and
-``run_shape`` that are the recipe's, looks ending at ``rollouts``; each rule's tolerance
-derived as its kind declares or in its sane range (``rules.registry.validate_rule``); a file
-named ``<name>.json``. Shipped baselines lie under ``$MILES_AMD_BASELINES_DIR`` or the package
-data, one per key ``<shape>/<gpu>/<variant>.json``; ``stock`` and ``patched`` name the
-reference key's (8gpu, MI355X). Explained in ``docs/cli.md`` ("What makes a baseline file
-valid").
+"""Baseline files: find, parse and validate them, each error one line ``<file>: <JSON path>:
+<what is wrong>; fix: <what to do>``. Checked in order: strict JSON matching
+``baseline.schema.json`` (its innermost best-matching error); unique rule ids, a ``finite`` and
+a ``steps_complete`` rule per metric, a required ``steps_complete``; series and ``run_shape``
+the recipe's, looks ending at ``rollouts``; each rule's tolerance (``rules.registry``); a file
+named ``<name>.json``. Shipped ones: ``<shape>/<gpu>/<variant>.json`` under
+``$MILES_AMD_BASELINES_DIR`` or the package data (``docs/cli.md``).
 """
 
 from __future__ import annotations
@@ -43,8 +38,7 @@ class UnknownBaselineError(BaselineError):
 
 
 def baselines_root() -> Path:
-    """The ``baselines/`` root: ``$MILES_AMD_BASELINES_DIR``, else the shipped package data;
-    :class:`UnknownBaselineError` naming the variable when it cannot be followed (a loop)."""
+    """``$MILES_AMD_BASELINES_DIR``, else the shipped package data."""
     override = os.environ.get(BASELINES_DIR_ENV)
     if not override:
         return package_path("miles_amd.baseline", "shipped-baselines")
@@ -59,8 +53,7 @@ def baselines_root() -> Path:
 
 
 def resolve_baseline_path(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> Path:
-    """``stock``/``patched`` -> the shipped file; anything else is a path to a baseline file.
-    An :class:`UnknownBaselineError` starts with ``flag`` (the option ``spec`` came with)."""
+    """``stock``/``patched`` -> the shipped file; anything else a path; errors name ``flag``."""
     text = os.fspath(spec)
     if text in SHIPPED:
         path = baselines_root() / RECIPE_DIR / REFERENCE_DIR / f"{text}.json"
@@ -82,8 +75,7 @@ def resolve_baseline_path(spec: str | os.PathLike[str], *, flag: str = "--baseli
 
 
 def _name_hint(text: str, prefix: str) -> str:
-    """What a mistyped name meant: a shipped name in another case, or a variant without a
-    baseline of its own (the rccl control arm: gated with stock's baseline-free checks)."""
+    """What a mistyped name meant: a shipped name's case, or a variant without a baseline."""
     if text.lower() in SHIPPED:
         return f" (baseline names are lower case: {prefix}{text.lower()})"
     if text.lower() in AITER_VARIANTS:
@@ -95,8 +87,7 @@ def _name_hint(text: str, prefix: str) -> str:
 
 
 def load_baseline(spec: str | os.PathLike[str], *, flag: str = "--baseline") -> Baseline:
-    """Load and validate ``stock``, ``patched`` or a baseline file path (module doc); ``flag``
-    names the option ``spec`` came from in the error of an unknown name or path."""
+    """Load and validate ``stock``, ``patched`` or a baseline file path (module doc)."""
     path = resolve_baseline_path(spec, flag=flag)
     try:
         text = path.read_text(encoding="utf-8")
@@ -156,7 +147,6 @@ _SCHEMA_FIXES = {
 
 
 def _check_schema(raw: object, path: str) -> None:
-    """Raise the best-matching schema error as one line: file, JSON path, message, fix."""
     import jsonschema
 
     errors = list(_validator().iter_errors(raw))
@@ -175,12 +165,10 @@ def _check_schema(raw: object, path: str) -> None:
     raise BaselineError(f"{path}: {error.json_path}: {message}; fix: {fix}")
 
 
-# A refusal: (JSON path, what is wrong, the fix).
-_Problem = tuple[str, str, str]
+_Problem = tuple[str, str, str]  # (JSON path, what is wrong, the fix)
 
 
 def _problems(baseline: Baseline) -> Iterator[_Problem]:
-    """Checks 2 to 5 of the module doc, in that order."""
     n = baseline.run_shape.rollouts
     for metric, values in baseline.series.items():
         if len(values) != n:
@@ -225,7 +213,6 @@ def _problems(baseline: Baseline) -> Iterator[_Problem]:
 
 
 def recipe_shape() -> dict[str, int]:
-    """The batch shape of the recipe the baselines judge (``Recipe``'s defaults)."""
     from miles_amd.recipe.settings import Recipe
 
     recipe = Recipe()
@@ -239,7 +226,6 @@ def recipe_shape() -> dict[str, int]:
 
 
 def _missing_guards(baseline: Baseline) -> Iterator[_Problem]:
-    """Every gated metric has a finite and a steps_complete rule, required when any is."""
     for metric in sorted({r.metric for r in baseline.rules if r.metric is not None}):
         on_metric = [r for r in baseline.rules if r.metric == metric]
         needs_required = any(r.required for r in on_metric)

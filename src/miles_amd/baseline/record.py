@@ -1,9 +1,8 @@
 """Record a baseline from a run: when a run may become one (else :class:`RecordError`, one line
 naming the file or flag and the fix), and what the new file holds: the template's rules with
 each band and spending boundary re-derived from the run, its series, summaries and provenance.
-``--from-history``: the median of at least :data:`MIN_TRUSTED_RUNS` trusted runs of a key is the
-reference, and every other must pass it. Explained in ``docs/cli.md`` ("What a recorded
-baseline holds", "The commands").
+``--from-history``: the median of :data:`MIN_TRUSTED_RUNS` or more trusted runs of a key is the
+reference, and every other must pass it. Explained in ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from miles_amd import numeric, variants
 from miles_amd.baseline.model import BaselineError, parse_baseline
@@ -34,10 +33,16 @@ NAME_PATTERN = re.compile(r"^[a-z0-9_.-]+$")
 MIN_TRUSTED_RUNS = 3
 PRIMARY = "train/train_rollout_logprob_abs_diff"
 _LIST_LIMIT = 8
+_ALLOW = "or pass --allow-no-preflight to record anyway (noted in the provenance)"
+_LOG_IT = "record a run that logs it (--use-tensorboard, MILES_CI_GATE_RECORD_DIR)"
 
 
 class RecordError(ValueError):
     """A run that cannot become a baseline; ``str()`` is one line naming the file/flag and fix."""
+
+
+def _refuse(where: object, what: str, fix: str) -> NoReturn:
+    raise RecordError(f"{where}: {what}; fix: {fix}")
 
 
 def _steps_text(steps: Sequence[int]) -> str:
@@ -56,143 +61,99 @@ def _steps_text(steps: Sequence[int]) -> str:
     return shown + (f", ... ({len(items) - _LIST_LIMIT} more)" if len(items) > _LIST_LIMIT else "")
 
 
-def check_sources(evidence: RunEvidence) -> None:
-    run = evidence.run_dir
+def _check_run(evidence: RunEvidence, variant: str, allow_no_preflight: bool) -> str:
+    """Refuse a run whose sources, job, preflight or log cannot vouch for a reference; returns
+    the preflight outcome for the provenance notes."""
+    run, files = evidence.run_dir, RunDir(Path(evidence.run_dir))
     if evidence.problems:
-        first = evidence.problems[0]
-        raise RecordError(
-            f"{first.path}: unreadable evidence ({first.source}: {first.detail}; "
-            f"{len(evidence.problems)} problem(s) in {run}); fix: record a run whose files are "
-            "intact (a corrupt or truncated source cannot vouch for a reference)"
-        )
+        p = evidence.problems[0]
+        what = f"unreadable evidence ({p.source}: {p.detail}; {len(evidence.problems)} problem(s)"
+        _refuse(p.path, f"{what} in {run})", "record a run whose files are intact (a corrupt "
+                "or truncated source cannot vouch for a reference)")  # fmt: skip
     if evidence.conflicts:
-        conflict = evidence.conflicts[0]
-        values = ", ".join(f"{src}={v!r}" for src, v in sorted(conflict.values.items()))
-        raise RecordError(
-            f"--run-dir {run}: its sources disagree on {conflict.metric} at step {conflict.step} "
-            f"({values}; {len(evidence.conflicts)} conflict(s)); fix: record a run whose "
-            "TensorBoard, CI history and job.log agree"
-        )
-
-
-def check_job(evidence: RunEvidence) -> str:
-    """The run id; refuses a missing job.json or a job that did not succeed."""
-    where = RunDir(Path(evidence.run_dir)).job_json
-    job = evidence.job
+        c = evidence.conflicts[0]
+        values = ", ".join(f"{src}={v!r}" for src, v in sorted(c.values.items()))
+        _refuse(f"--run-dir {run}", f"its sources disagree on {c.metric} at step {c.step} "
+                f"({values}; {len(evidence.conflicts)} conflict(s))",
+                "record a run whose TensorBoard, CI history and job.log agree")  # fmt: skip
+    job, env = evidence.job, evidence.env
     if job is None:
-        raise RecordError(
-            f"{where}: missing, so the run's end state is unknown; fix: record a run "
-            "the driver finished (miles-amd train writes job.json)"
-        )
+        _refuse(files.job_json, "missing, so the run's end state is unknown",
+                "record a run the driver finished (miles-amd train writes job.json)")  # fmt: skip
     if job.status != "SUCCEEDED":
         why = f", stopped by {job.stopped_by}" if job.stopped_by else ""
-        raise RecordError(
-            f"{where}: the Ray job {job.job_id} ended {job.status}{why}, not SUCCEEDED; "
-            "fix: record a run that finished all its rollouts"
-        )
-    return job.job_id
-
-
-def check_preflight(evidence: RunEvidence, variant: str, allow_no_preflight: bool) -> str:
-    """The preflight outcome for ``provenance.notes``; refuses what the flags do not allow."""
-    where = RunDir(Path(evidence.run_dir)).env_json
-    env = evidence.env
-    allow = "or pass --allow-no-preflight to record anyway (noted in the provenance)"
+        _refuse(files.job_json, f"the Ray job {job.job_id} ended {job.status}{why}, not "
+                "SUCCEEDED", "record a run that finished all its rollouts")  # fmt: skip
     if env is None:
         if not allow_no_preflight:
-            raise RecordError(
-                f"{where}: missing, so preflight did not run for this run; fix: run "
-                f"`miles-amd preflight --run-dir {evidence.run_dir} --aiter-variant {variant}` "
-                f"before the run, {allow}"
-            )
-        return "not run (no env.json; recorded with --allow-no-preflight)"
-    if not env.ok:
+            _refuse(files.env_json, "missing, so preflight did not run for this run",
+                    f"run `miles-amd preflight --run-dir {run} --aiter-variant {variant}` "
+                    f"before the run, {_ALLOW}")  # fmt: skip
+        preflight = "not run (no env.json; recorded with --allow-no-preflight)"
+    elif not env.ok:
         failing = [f"{fact.name} {fact.status}" for fact in env.failed]
         facts = ", ".join(failing) or "; ".join(env.problems) or '"ok" is not true'
         if not allow_no_preflight:
-            raise RecordError(
-                f"{where}: preflight did not pass ({facts}); fix: record a run whose "
-                f"preflight passed, {allow}"
-            )
-        return f"failed: {facts} (recorded with --allow-no-preflight)"
-    recorded = env.aiter_variant
-    if recorded is not None and recorded != variant:
-        raise RecordError(
-            f"--variant {variant}: env.json records aiter_variant {recorded!r} for this run; "
-            f"fix: pass --variant {recorded}"
-        )
-    written = env.written_at
-    return "passed" + (f" (env.json written_at {written})" if written else "")
-
-
-def check_sentinels(evidence: RunEvidence) -> None:
+            _refuse(files.env_json, f"preflight did not pass ({facts})",
+                    f"record a run whose preflight passed, {_ALLOW}")  # fmt: skip
+        preflight = f"failed: {facts} (recorded with --allow-no-preflight)"
+    elif env.aiter_variant is not None and env.aiter_variant != variant:
+        _refuse(f"--variant {variant}", f"env.json records aiter_variant {env.aiter_variant!r} "
+                "for this run", f"pass --variant {env.aiter_variant}")  # fmt: skip
+    else:
+        written = f" (env.json written_at {env.written_at})" if env.written_at else ""
+        preflight = "passed" + written
     fatal = [hit for hit in evidence.sentinels if hit.severity == "fatal"]
     if fatal:
-        hit, log = fatal[0], RunDir(Path(evidence.run_dir)).job_log
-        raise RecordError(
-            f"{log}: fatal log signature {hit.name} ({hit.count}x, first at line "
-            f"{hit.first_line}); fix: record a run whose log has no fatal signature"
-        )
+        _refuse(files.job_log, f"fatal log signature {fatal[0].name} ({fatal[0].count}x, first "
+                f"at line {fatal[0].first_line})", "record a run whose log has no fatal "
+                "signature")  # fmt: skip
+    return preflight
 
 
-def _check_absent(metric: str, template: Baseline, run: str) -> None:
-    """A metric the run did not log is allowed only when no rule needs the run's values:
-    its rules are optional, and a band rule's spread can come from the template's summary."""
-    rules = [r for r in template.rules if r.metric == metric]
-    where = f"--run-dir {run}: no {metric} in any source (TensorBoard, CI history, job.log)"
-    fix = "fix: record a run that logs it (--use-tensorboard, MILES_CI_GATE_RECORD_DIR)"
-    required = [r.id for r in rules if r.required]
-    if required:
-        raise RecordError(f"{where}, and the {template.name} rule {required[0]} requires it; {fix}")
-    uncarried = [
-        r.id
-        for r in rules
-        if KINDS[r.kind].reference_series
-        or (KINDS[r.kind].needs_spread and metric not in template.summaries)
-    ]
-    if uncarried:
-        raise RecordError(
-            f"{where}, and the {template.name} rule {uncarried[0]} needs the run's own series "
-            f"(the template has no summary to carry over); {fix}"
-        )
-
-
-def recorded_series(
+def _recorded_series(
     evidence: RunEvidence, template: Baseline, rollouts: int
 ) -> dict[str, tuple[float, ...]]:
-    """Every ruled metric the run logged, as a complete finite per-rollout series."""
-    run = evidence.run_dir
-    metrics = [r.metric for r in template.rules if r.metric is not None]
+    """Every ruled metric the run logged, as a complete finite per-rollout series; an unlogged
+    one only when no rule needs the run's values (optional, or a summary to carry over)."""
+    run = f"--run-dir {evidence.run_dir}"
     recorded: dict[str, tuple[float, ...]] = {}
-    for metric in dict.fromkeys(metrics):
+    for metric in dict.fromkeys(r.metric for r in template.rules if r.metric is not None):
         points = evidence.series.get(metric, ())
         if not points:
-            _check_absent(metric, template, run)
+            rules = [r for r in template.rules if r.metric == metric]
+            where = f"{run}: no {metric} in any source (TensorBoard, CI history, job.log)"
+            if required := [r.id for r in rules if r.required]:
+                rule = f"the {template.name} rule {required[0]}"
+                raise RecordError(f"{where}, and {rule} requires it; fix: {_LOG_IT}")
+            if uncarried := [
+                r.id for r in rules if KINDS[r.kind].reference_series
+                or (KINDS[r.kind].needs_spread and metric not in template.summaries)
+            ]:  # fmt: skip
+                raise RecordError(
+                    f"{where}, and the {template.name} rule {uncarried[0]} needs the run's own "
+                    f"series (the template has no summary to carry over); fix: {_LOG_IT}"
+                )
             continue
         counts = Counter(step for step, _ in points)
-        missing = [s for s in range(rollouts) if s not in counts]
-        duplicated = [s for s, c in counts.items() if c > 1]
-        unexpected = [s for s in counts if not 0 <= s < rollouts]
-        if missing or duplicated or unexpected:
-            found = [
-                f"{what} {_steps_text(steps)}"
-                for what, steps in (("missing steps", missing), ("duplicated steps", duplicated),
-                                    (f"steps outside 0..{rollouts - 1}:", unexpected))
-                if steps
-            ]  # fmt: skip
-            raise RecordError(
-                f"--run-dir {run}: {metric} is not one value at each step 0..{rollouts - 1} "
-                f"({'; '.join(found)}; the run logged {len(counts)} step(s)); fix: record a "
-                "run that finished all rollouts, or pass --num-rollouts with the count the run "
-                "was launched with"
+        found = [
+            f"{what} {_steps_text(steps)}"
+            for what, steps in (
+                ("missing steps", [s for s in range(rollouts) if s not in counts]),
+                ("duplicated steps", [s for s, c in counts.items() if c > 1]),
+                (f"steps outside 0..{rollouts - 1}:", [s for s in counts if not 0 <= s < rollouts]),
             )
-        bad = [(s, v) for s, v in points if not math.isfinite(v)]
-        if bad:
-            raise RecordError(
-                f"--run-dir {run}: {metric} is {bad[0][1]!r} at step {bad[0][0]} "
-                f"({len(bad)} non-finite value(s)); fix: a run with non-finite values "
-                "diverged and cannot be a reference; record a healthy run"
-            )
+            if steps
+        ]
+        if found:
+            _refuse(run, f"{metric} is not one value at each step 0..{rollouts - 1} "
+                    f"({'; '.join(found)}; the run logged {len(counts)} step(s))",
+                    "record a run that finished all rollouts, or pass --num-rollouts with the "
+                    "count the run was launched with")  # fmt: skip
+        if bad := [(s, v) for s, v in points if not math.isfinite(v)]:
+            _refuse(run, f"{metric} is {bad[0][1]!r} at step {bad[0][0]} ({len(bad)} non-finite "
+                    "value(s))", "a run with non-finite values diverged and cannot be a "
+                    "reference; record a healthy run")  # fmt: skip
         by_step = dict(points)
         recorded[metric] = tuple(by_step[s] for s in range(rollouts))
     return recorded
@@ -207,7 +168,12 @@ def _dump(value: Any, level: int, in_list: bool = False) -> str:
     """Containers one item a line, except a list of scalars and, in a list, a mapping of
     numbers only (a look's boundary)."""
     pad, end = "  " * (level + 1), "  " * level
-    flat = in_list and isinstance(value, Mapping) and value and _numbers_only(value)
+    flat = (
+        in_list
+        and isinstance(value, Mapping)
+        and value
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
+    )
     if isinstance(value, Mapping) and value and not flat:
         items = [f"{pad}{json.dumps(k)}: {_dump(v, level + 1)}" for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + end + "}"
@@ -217,14 +183,8 @@ def _dump(value: Any, level: int, in_list: bool = False) -> str:
     return json.dumps(dict(value) if flat else value, ensure_ascii=False, allow_nan=False)
 
 
-def _numbers_only(value: Mapping[str, Any]) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
-
-
 @dataclass(frozen=True)
 class _Recording:
-    """What one recording is about: the run, its template, and the flags it was asked with."""
-
     evidence: RunEvidence
     template: Baseline
     variant: str
@@ -271,8 +231,7 @@ def _fact_text(env: EnvRecord | None, name: str) -> str:
         return f"unrecorded (env.json has no {name} fact)"
     if fact.status == "ok" and fact.value:
         return fact.value
-    value = fact.value
-    return f"unrecorded (preflight {name}: {fact.status}{', ' + value if value else ''})"
+    return f"unrecorded (preflight {name}: {fact.status}{', ' + fact.value if fact.value else ''})"
 
 
 def _notes(rec: _Recording, recorded, carried: Sequence[str], preflight: str) -> str:
@@ -301,8 +260,7 @@ def _notes(rec: _Recording, recorded, carried: Sequence[str], preflight: str) ->
 
 
 def _provenance(rec: _Recording, recorded, carried, preflight: str, source: str) -> dict:
-    """The run's identity; an environment only from a preflight that passed (the readings of
-    one that failed cannot vouch for hardware; the gate fails such an env.json)."""
+    """The run's identity; an environment only from a preflight that passed."""
     job, env, variant = rec.evidence.job, rec.evidence.env, rec.variant
     assert job is not None
     aiter = f"{variants.describe(variant)}; declared by --variant, no passing preflight"
@@ -335,9 +293,7 @@ def _provenance(rec: _Recording, recorded, carried, preflight: str, source: str)
 
 
 def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
-    """The template's rule with the params its kind re-derives from the recorded run; a run
-    whose values the derivation cannot take (a reward of -1 has no binomial spread) is a
-    :class:`RecordError` naming the rule and the metric."""
+    """The template's rule with the params its kind re-derives from the recorded run."""
     kind = KINDS[rule.kind]
     params = dict(rule.params)
     try:
@@ -345,7 +301,7 @@ def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
             params.update(kind.rederive(rule, draft, rec.rollouts))
         looks = draft.run_shape.looks
         bounds = rule_boundaries(replace(rule, params=params), draft, rec.rollouts, looks)
-        if bounds:  # a spending rule: its bound at each look, from the recorded run
+        if bounds:
             params[BOUNDARIES] = [b.to_json() for b in bounds]
         derivation = rule.derivation
         if kind.params is BandParams and rule.metric is not None and rule.metric in draft.series:
@@ -361,33 +317,13 @@ def _recorded_rule(rule: Rule, draft: Baseline, rec: _Recording) -> Rule:
                 derive.method, origin, spread.n, derive.k, cover, derive.run_sd, derive.rho
             )
     except (ArithmeticError, ValueError, KeyError) as exc:
-        raise RecordError(
-            f"--run-dir {rec.evidence.run_dir}: rule {rule.id} cannot be derived from its "
-            f"{rule.metric or 'values'} ({' '.join(str(exc).split()) or type(exc).__name__}); "
-            "fix: record a healthy run of the recipe (its values in their usual range)"
-        ) from None
+        _refuse(
+            f"--run-dir {rec.evidence.run_dir}",
+            f"rule {rule.id} cannot be derived from its {rule.metric or 'values'} "
+            f"({' '.join(str(exc).split()) or type(exc).__name__})",
+            "record a healthy run of the recipe (its values in their usual range)",
+        )
     return replace(rule, params=params, derivation=derivation)
-
-
-def _check_request(template: Baseline, variant: str, name: str, rollouts: int) -> None:
-    if variant not in variants.BASELINE_VARIANTS:
-        choices = ", ".join(variants.BASELINE_VARIANTS)
-        raise RecordError(f"--variant {variant}: unknown; fix: use one of {choices}")
-    if not NAME_PATTERN.match(name):
-        raise RecordError(
-            f"--name {name!r}: a baseline name is lower case letters, digits, '_', '.', '-'; "
-            "fix: pass --name with such a name (default: the variant)"
-        )
-    if rollouts < 2:
-        raise RecordError(
-            f"--num-rollouts {rollouts}: a spread needs 2 rollouts; fix: pass 2 or more"
-        )
-    if template.run_shape.train_steps_per_rollout != 1:
-        raise RecordError(
-            f"{template.path}: run_shape.train_steps_per_rollout is "
-            f"{template.run_shape.train_steps_per_rollout}; recording supports one train step "
-            "per rollout (the recipe's); fix: use a template with one step per rollout"
-        )
 
 
 def record_baseline(
@@ -401,19 +337,26 @@ def record_baseline(
     allow_no_preflight: bool = False,
     schema_ref: str | None = None,
 ) -> dict[str, Any]:
-    """The baseline JSON object recorded from ``evidence``, or :class:`RecordError`.
-
-    ``template`` is the shipped baseline of ``variant`` (its rules are kept); ``rollouts``
-    defaults to the template's; ``schema_ref`` becomes ``$schema`` when given. The result is
-    checked with the loader (``parse_baseline``) and the gate (the run must pass it).
-    """
+    """The baseline JSON object recorded from ``evidence`` with ``template``'s rules (the
+    shipped baseline of ``variant``), or :class:`RecordError`; the run must pass the result
+    and the loader accept it. ``schema_ref`` becomes ``$schema`` when given."""
     n = template.run_shape.rollouts if rollouts is None else rollouts
-    _check_request(template, variant, name, n)
-    check_sources(evidence)
-    run_id = check_job(evidence)
-    preflight = check_preflight(evidence, variant, allow_no_preflight)
-    check_sentinels(evidence)
-    recorded = recorded_series(evidence, template, n)
+    if variant not in variants.BASELINE_VARIANTS:
+        _refuse(f"--variant {variant}", "unknown",
+                f"use one of {', '.join(variants.BASELINE_VARIANTS)}")  # fmt: skip
+    if not NAME_PATTERN.match(name):
+        _refuse(f"--name {name!r}", "a baseline name is lower case letters, digits, '_', '.', "
+                "'-'", "pass --name with such a name (default: the variant)")  # fmt: skip
+    if n < 2:
+        _refuse(f"--num-rollouts {n}", "a spread needs 2 rollouts", "pass 2 or more")
+    if (steps := template.run_shape.train_steps_per_rollout) != 1:
+        _refuse(template.path, f"run_shape.train_steps_per_rollout is {steps}; recording "
+                "supports one train step per rollout (the recipe's)",
+                "use a template with one step per rollout")  # fmt: skip
+    preflight = _check_run(evidence, variant, allow_no_preflight)
+    assert evidence.job is not None
+    run_id = evidence.job.job_id
+    recorded = _recorded_series(evidence, template, n)
     rec = _Recording(evidence, template, variant, n, run_id, recorded_at)
 
     summaries, carried = _summaries(rec, recorded)
@@ -438,35 +381,26 @@ def record_baseline(
     draft = replace(draft, provenance={**draft.provenance, **digest})
     recorded_rules = tuple(_recorded_rule(rule, draft, rec) for rule in template.rules)
     document = replace(draft, rules=recorded_rules, schema_ref=schema_ref)
-    _check_round_trip(document, evidence, n)
-    return document.to_json()
-
-
-def _check_round_trip(document: Baseline, evidence: RunEvidence, rollouts: int) -> None:
-    """The run must pass the document (judged first: a broken run is refused as what it is),
-    and the loader must accept its text (a rule the judge cannot evaluate is left to it)."""
-    where = f"<recorded {document.name}>"
+    # judged first (a broken run is refused as what it is); a rule the judge cannot evaluate
+    # is left to the loader
+    run = f"--run-dir {evidence.run_dir}"
     try:
-        verdict = judge(evidence, document, expected_rollouts=rollouts)
+        verdict = judge(evidence, document, expected_rollouts=n)
     except (KeyError, ValueError):
         verdict = None
     if verdict is not None and verdict.verdict != "pass":
         failed = [f"{c.name} ({c.detail})" for c in verdict.failures]
-        shown = "; ".join(failed[:3]) + (
-            f"; ... ({len(failed) - 3} more)" if len(failed) > 3 else ""
-        )
-        raise RecordError(
-            f"--run-dir {evidence.run_dir}: the run fails the rules of its own recorded baseline: "
-            f"{shown}; fix: record a run that passes the {document.name} rules (a spike, an "
-            "off-grid reward or a clipped token is a broken run, not a reference)"
-        )
+        more = f"; ... ({len(failed) - 3} more)" if len(failed) > 3 else ""
+        _refuse(run, "the run fails the rules of its own recorded baseline: "
+                f"{'; '.join(failed[:3])}{more}", f"record a run that passes the {name} rules "
+                "(a spike, an off-grid reward or a clipped token is a broken run, not a "
+                "reference)")  # fmt: skip
     try:
-        parse_baseline(baseline_json_text(document.to_json()), path=where)
+        parse_baseline(baseline_json_text(document.to_json()), path=f"<recorded {name}>")
     except BaselineError as exc:
-        raise RecordError(
-            f"--run-dir {evidence.run_dir}: the recorded baseline does not load ({exc}); "
-            "fix: record a run the baseline's rules can be derived from"
-        ) from exc
+        _refuse(run, f"the recorded baseline does not load ({exc})",
+                "record a run the baseline's rules can be derived from")  # fmt: skip
+    return document.to_json()
 
 
 @dataclass(frozen=True)
@@ -489,11 +423,10 @@ def pick_reference(
     than :data:`MIN_TRUSTED_RUNS` (``passed_over``: why other runs did not count)."""
     if len(candidates) < MIN_TRUSTED_RUNS:
         why = f" ({'; '.join(passed_over)})" if passed_over else ""
-        raise RecordError(
-            f"--from-history: {len(candidates)} trusted run(s) of {key}{why}; a baseline needs "
-            f"{MIN_TRUSTED_RUNS} (the median one is the reference, the others must pass it); "
-            "fix: gate more runs of this key with --baseline auto into the history"
-        )
+        fix = "gate more runs of this key with --baseline auto into the history"
+        _refuse("--from-history", f"{len(candidates)} trusted run(s) of {key}{why}; a baseline "
+                f"needs {MIN_TRUSTED_RUNS} (the median one is the reference, the others must "
+                "pass it)", fix)  # fmt: skip
     ordered = sorted(candidates, key=lambda c: (_level(c), c.run_id))
     reference = ordered[(len(ordered) - 1) // 2]
     return reference, [c for c in ordered if c is not reference]
@@ -501,14 +434,11 @@ def pick_reference(
 
 def check_window(recorded: Baseline, others: Sequence[Candidate], key: str) -> None:
     """Every other trusted run passes the recorded baseline, else ``RecordError``."""
-    rollouts = recorded.run_shape.rollouts
     for other in others:
-        verdict = judge(other.evidence, recorded, expected_rollouts=rollouts)
+        verdict = judge(other.evidence, recorded, expected_rollouts=recorded.run_shape.rollouts)
         if verdict.verdict != "pass":
             failed = ", ".join(c.name for c in verdict.failures) or verdict.reason
-            raise RecordError(
-                f"--from-history: run {other.run_id} ({other.evidence.run_dir}), a trusted run "
-                f"of {key}, fails the baseline recorded from the median run: {failed}; fix: "
-                "mark it untrusted (miles-amd history mark-untrusted ID) if it is not a healthy "
-                "run, or wait for more runs"
-            )
+            _refuse("--from-history", f"run {other.run_id} ({other.evidence.run_dir}), a trusted "
+                    f"run of {key}, fails the baseline recorded from the median run: {failed}",
+                    "mark it untrusted (miles-amd history mark-untrusted ID) if it is not a "
+                    "healthy run, or wait for more runs")  # fmt: skip

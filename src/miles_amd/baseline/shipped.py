@@ -1,11 +1,8 @@
-"""What a shipped baseline must carry, and the digests that tie it to its published run.
-
-:data:`REQUIRED_RULES` are the ``(kind, metric)`` rules each shipped baseline must hold as
-required; :func:`evidence_digest` (sha256 of the evidence as canonical JSON) must equal
-``provenance.evidence_sha256`` and, for a seed run, :data:`PUBLISHED_EVIDENCE`;
-:func:`check_shipped` applies both to a baseline loaded by a shipped name or from the shipped
-directory; :func:`baseline_digest` is what the gate prints and report.json records. Changing
-a list or a pinned digest is a reviewed change (``docs/ci.md``, "Which baselines judge").
+"""What a shipped baseline must carry (:data:`REQUIRED_RULES`, required) and the digests that
+tie it to its published run: :func:`evidence_digest` (sha256 of the evidence as canonical JSON)
+must equal ``provenance.evidence_sha256`` and, for a seed run, :data:`PUBLISHED_EVIDENCE`.
+Changing a list or a pinned digest is a reviewed change (``docs/ci.md``). CI copies this file
+by path (.github/workflows/amd-pr.yml).
 """
 
 from __future__ import annotations
@@ -45,8 +42,6 @@ PUBLISHED_EVIDENCE: Mapping[str, str] = {
 }
 
 _DIGEST_FIELD = "evidence_sha256"
-# A refusal: (JSON path, what is wrong, the fix).
-_Problem = tuple[str, str, str]
 
 
 def _sha256(document: Any) -> str:
@@ -57,20 +52,18 @@ def _sha256(document: Any) -> str:
 
 
 def evidence_digest(baseline: Baseline) -> str:
-    """sha256 of ``baseline``'s reference evidence (``docs/ci.md``, "Which baselines judge")."""
     return _sha256(baseline.to_json()["evidence"])
 
 
 def baseline_digest(baseline: Baseline) -> str:
-    """sha256 of the whole baseline, ``$schema`` aside (``docs/ci.md``)."""
+    """sha256 of the whole baseline, ``$schema`` aside."""
     document = baseline.to_json()
     document.pop("$schema", None)
     return _sha256(document)
 
 
 def check_shipped(spec: str | os.PathLike[str], baseline: Baseline) -> None:
-    """``BaselineError`` (one line: file, JSON path, what, fix) for the first of
-    :func:`shipped_problems` when ``spec`` is a shipped name or a file under their directory."""
+    """The first :func:`shipped_problems` as ``BaselineError`` when ``spec`` is shipped."""
     shipped_dir = (baselines_root() / RECIPE_DIR).resolve()
     if os.fspath(spec) not in SHIPPED and not Path(baseline.path).resolve().is_relative_to(
         shipped_dir
@@ -82,7 +75,7 @@ def check_shipped(spec: str | os.PathLike[str], baseline: Baseline) -> None:
         raise BaselineError(f"{baseline.path}: {where}: {what}; fix: {fix}")
 
 
-def shipped_problems(baseline: Baseline) -> Iterator[_Problem]:
+def shipped_problems(baseline: Baseline) -> Iterator[tuple[str, str, str]]:
     """Why ``baseline`` cannot be a shipped one: its required rules, then its evidence."""
     required = REQUIRED_RULES.get(baseline.name)
     if required is None:
@@ -108,10 +101,6 @@ def shipped_problems(baseline: Baseline) -> Iterator[_Problem]:
                 f"the recipe requires the {kind} rule on {metric} and it is optional",
                 "set required to true",
             )
-    yield from _evidence_problems(baseline)
-
-
-def _evidence_problems(baseline: Baseline) -> Iterator[_Problem]:
     found = evidence_digest(baseline)
     carried = baseline.provenance.get(_DIGEST_FIELD)
     where = f"$.provenance.{_DIGEST_FIELD}"

@@ -1,11 +1,7 @@
-"""Cross-run drift: a Mann-Kendall trend test over the last trusted runs of one identity.
-
-The runs (:func:`trusted`): gate passes not marked untrusted, a run gated again counting once,
-the last :data:`WINDOW`; the statistic: Mann-Kendall's ``S`` over their run means per metric;
-the threshold on ``|S|`` (:func:`threshold`): the smallest whose chance of ever flagging a
-healthy :data:`LIFE_RUNS`-run history (:data:`LIFE_RATE`), times the metrics, is at most
-:data:`LIFE_ALPHA`. Measured error and power: ``docs/gate-and-statistics.md`` ("The drift
-check").
+"""Cross-run drift: Mann-Kendall's ``S`` over the run means of the last :data:`WINDOW` trusted
+runs of one identity, per metric; flagged at ``|S| >=`` :func:`threshold`, the smallest whose
+chance of ever flagging a healthy :data:`LIFE_RUNS`-run history (:data:`LIFE_RATE`) times the
+metrics is at most :data:`LIFE_ALPHA`. Error and power: ``docs/gate-and-statistics.md``.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ LIFE_RATE: dict[int, float] = {
 
 
 def threshold(metrics: int, alpha: float = LIFE_ALPHA) -> int:
-    """The smallest tabled ``|S|`` with ``metrics · LIFE_RATE <= alpha`` (the largest tabled
-    one when none is small enough)."""
+    """The smallest tabled ``|S|`` with ``metrics · LIFE_RATE <= alpha`` (else the largest)."""
     fitting = [c for c, rate in LIFE_RATE.items() if max(metrics, 1) * rate <= alpha]
     return min(fitting) if fitting else max(LIFE_RATE)
 
@@ -58,8 +53,7 @@ class Drift:
 
 
 def trusted(runs: Sequence[StoredRun]) -> list[StoredRun]:
-    """The runs that feed the trend: gate passes not marked untrusted, one per run (the
-    same run gated again, same ``run_key``, counts once: its latest gate, in its place)."""
+    """Gate passes not marked untrusted; a run gated again (same ``run_key``) counts once."""
     kept = [r for r in runs if r.trusted]
     latest = {r.run_key: r.run_id for r in kept if r.run_key is not None}
     return [r for r in kept if r.run_key is None or latest[r.run_key] == r.run_id]
@@ -67,8 +61,6 @@ def trusted(runs: Sequence[StoredRun]) -> list[StoredRun]:
 
 @dataclass(frozen=True)
 class IdentityDrift:
-    """One identity's drift check: its trusted runs, its own threshold, what it found."""
-
     label: str
     trusted: int
     cutoff: int
@@ -76,8 +68,7 @@ class IdentityDrift:
 
 
 def by_identity(runs: Sequence[StoredRun]) -> list[IdentityDrift]:
-    """The drift check of each identity among ``runs`` (first seen first), each with the
-    threshold for the metrics its own runs hold (their baseline's gated metrics)."""
+    """The drift check of each identity among ``runs`` (first seen first), own threshold each."""
     checked = []
     for identity in dict.fromkeys(r.identity for r in runs):
         group = [r for r in runs if r.identity == identity]
@@ -88,7 +79,6 @@ def by_identity(runs: Sequence[StoredRun]) -> list[IdentityDrift]:
 
 
 def metric_count(runs: Sequence[StoredRun]) -> int:
-    """How many metrics the drift check tests over ``runs`` (the Bonferroni count)."""
     return len({m for run in trusted(runs) for m in run.summaries})
 
 

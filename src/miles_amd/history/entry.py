@@ -1,12 +1,8 @@
-"""What a judged run becomes in the history, and the append of it.
-
-:func:`history_record` (pure): the run's identity comes from the run itself, never from the
-baseline that judged it (``recipe_digest`` plan.json's, ``variant`` and ``aiter_commit``
-the run's, null when unrecorded); ``image`` ``$MILES_AMD_IMAGE``, ``commit`` ``$GITHUB_SHA``;
-the series of the baseline's gated metrics, every point; ``run_key`` (job id and evidence
-digest) so a run gated again counts once; ``decided_at_rollout``/``decided_by`` a red run's
-decision. :func:`appending_verdict` appends in a transaction committed when its block ends and
-yields the runs of the new run's identity with their drift threshold.
+"""What a judged run becomes in the history, and the append of it. Its identity comes from
+the run, never the baseline that judged it (``recipe_digest`` plan.json's, ``variant`` and
+``aiter_commit`` the run's, null when unrecorded); ``image`` ``$MILES_AMD_IMAGE``, ``commit``
+``$GITHUB_SHA``; every point of the gated metrics; ``run_key`` (job id and evidence digest) so a
+run gated again counts once; a red run's decision.
 """
 
 from __future__ import annotations
@@ -26,10 +22,6 @@ from miles_amd.judge.gate import Verdict
 from miles_amd.rules.model import Baseline
 
 
-def gated_metrics(baseline: Baseline) -> list[str]:
-    return list(dict.fromkeys(r.metric for r in baseline.rules if r.metric is not None))
-
-
 def history_record(
     verdict: Verdict,
     evidence: RunEvidence,
@@ -38,9 +30,9 @@ def history_record(
     environ: Mapping[str, str],
     now: datetime | None = None,
 ) -> HistoryRecord:
-    """The record of one judged run; see the module doc."""
     env, plan = evidence.env, evidence.plan
-    metrics = gated_metrics(baseline)
+    metrics = dict.fromkeys(r.metric for r in baseline.rules if r.metric is not None)
+    run_dir = str(Path(verdict.run_dir).resolve())  # undecodable bytes (SQLite refuses) as \\xNN
     return HistoryRecord(
         created_at=(now or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
         recipe=RECIPE_DIR,
@@ -50,7 +42,7 @@ def history_record(
         baseline=baseline.name,
         image=environ.get("MILES_AMD_IMAGE") or None,
         commit_sha=environ.get("GITHUB_SHA") or None,
-        run_dir=_text(str(Path(verdict.run_dir).resolve())),
+        run_dir=run_dir.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"),
         verdict=verdict.verdict,
         reason=verdict.reason,
         rollouts=verdict.expected_rollouts,
@@ -60,12 +52,6 @@ def history_record(
         decided_at_rollout=verdict.decision.rollout if verdict.decision else None,
         decided_by=verdict.decision.check if verdict.decision else None,
     )
-
-
-def _text(path: str) -> str:
-    """``path`` as UTF-8 text: a name's undecodable bytes (surrogate escapes, which SQLite
-    cannot store) as ``\\xNN``."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def run_key(evidence: RunEvidence) -> str:
@@ -83,9 +69,8 @@ def run_key(evidence: RunEvidence) -> str:
 def appending_verdict(
     path: Path, record: HistoryRecord
 ) -> Iterator[tuple[int, list[StoredRun], int, list[str]]]:
-    """Append ``record`` to the store at ``path``, committed when the block ends (module doc);
-    yields its id, the runs of its identity (oldest first, the new one last), the drift
-    threshold for them and a line per stored row that could not be read (skipped)."""
+    """Append ``record``, committed when the block ends; yields its id, the runs of its
+    identity (oldest first), their drift threshold and the rows skipped as unreadable."""
     identity = Identity(record.recipe, record.recipe_digest, record.variant, record.aiter_commit)
     with HistoryStore(path) as store, store.appending(record) as run_id:
         read = store.read_runs(variant=record.variant)

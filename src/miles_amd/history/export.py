@@ -40,44 +40,27 @@ STAGING_SUFFIX = ".staging"  # the dir an export is built in, beside its destina
 
 
 def upstream_test_path(variant: str) -> str:
-    """The upstream test file (repo-relative) whose identity the runs of ``variant`` carry;
-    ``ValueError`` for a variant that is not one of :data:`AITER_VARIANTS`."""
     if variant not in AITER_VARIANTS:
         raise ValueError(f"aiter variant {variant!r:.40} is not one of {', '.join(AITER_VARIANTS)}")
     return f"{TEST_DIR}/test_gpt_oss_20b_lora_{variant}.py"
 
 
-def record_path(run_id: int) -> str:
-    """A run's record (repo-relative); ``ValueError`` for an id that is not a positive int."""
-    if not isinstance(run_id, int) or isinstance(run_id, bool) or run_id < 1:
-        raise ValueError(f"run id {run_id!r:.40} is not a positive integer")
-    return f"records/run-{run_id}/history-{run_id}.jsonl"
-
-
-def encode_value(value: float) -> float | str:
-    """A value as upstream's capture writes it (``ci_history._encode_value``)."""
-    if math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
-
-
-def record_text(series: dict[str, list[tuple[int, float]]]) -> str:
-    """One run's capture record: a line per captured key, in upstream's key order."""
-    lines = [
+def _record_text(series: dict[str, list[tuple[int, float]]]) -> str:
+    """One run's capture record: a line per captured key, in upstream's key order, a
+    non-finite value as capture's marker (``ci_history._encode_value``)."""
+    markers = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+    return "".join(
         json.dumps(
-            {"metric": key, "series": [[step, encode_value(v)] for step, v in series[key]]},
+            {"metric": key, "series": [[s, v if math.isfinite(v) else markers[str(v)]]
+                                       for s, v in series[key]]},
             allow_nan=False,
-        )
+        ) + "\n"
         for key in TARGET_METRIC_KEYS
         if series.get(key)
-    ]
-    return "".join(line + "\n" for line in lines)
+    )  # fmt: skip
 
 
 def upstream_test_file(variant: str, metrics: Sequence[str]) -> str:
-    """The upstream test file that registers the identity and gates ``metrics``."""
     upstream_test_path(variant)  # a known variant, or ValueError
     unknown = [m for m in metrics if m not in TARGET_METRIC_KEYS]
     if unknown:
@@ -95,8 +78,8 @@ def upstream_test_file(variant: str, metrics: Sequence[str]) -> str:
     )
 
 
-def index_row(run: StoredRun, record_dir: str) -> dict[str, object]:
-    """Upstream's ``runs`` columns for ``run`` (variant recorded), then where its record is."""
+def _index_row(run: StoredRun, record_dir: str) -> dict[str, object]:
+    """Upstream's ``runs`` columns, then where the record is and our own fields."""
     assert run.variant is not None
     return {
         "test_path": upstream_test_path(run.variant),
@@ -118,17 +101,13 @@ def index_row(run: StoredRun, record_dir: str) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class Export:
-    """What an export wrote: runs exported, runs left out (no recorded variant), test files."""
-
     runs: int
     without_variant: int
     test_files: tuple[str, ...]
 
 
 def inside(root: Path, relative: str) -> Path:
-    """``root / relative``, the one guard of every write the export makes: ``relative`` is
-    made of plain names (no ``..``, no absolute part, no link below ``root``); else
-    ``ValueError``."""
+    """``root / relative`` when made of plain names (no ``..``, absolute part or link)."""
     parts = PurePosixPath(relative).parts
     if (
         not parts
@@ -158,11 +137,13 @@ def _build(store: HistoryStore, root: Path) -> Export:
             skipped += 1
             continue
         series = store.series(run.run_id)
-        record = record_path(run.run_id)
-        _write(root, record, record_text(series))
+        if not isinstance(run.run_id, int) or isinstance(run.run_id, bool) or run.run_id < 1:
+            raise ValueError(f"run id {run.run_id!r:.40} is not a positive integer")
+        record = f"records/run-{run.run_id}/history-{run.run_id}.jsonl"
+        _write(root, record, _record_text(series))
         seen = metrics_by_variant.setdefault(run.variant, set())
         seen.update(k for k in TARGET_METRIC_KEYS if series.get(k))
-        rows.append(index_row(run, str(PurePosixPath(record).parent)))
+        rows.append(_index_row(run, str(PurePosixPath(record).parent)))
     for variant, seen in sorted(metrics_by_variant.items()):
         metrics = [k for k in TARGET_METRIC_KEYS if k in seen]
         _write(root, upstream_test_path(variant), upstream_test_file(variant, metrics))
@@ -172,8 +153,7 @@ def _build(store: HistoryStore, root: Path) -> Export:
 
 
 def earlier_export(out_dir: Path) -> str | None:
-    """Why ``out_dir`` (an existing dir) is not an earlier export, None when it is one: it
-    holds only regular files an export writes, in its layout, and no link."""
+    """Why ``out_dir`` is not an earlier export (only files an export writes, no link)."""
     tests = "|".join(re.escape(upstream_test_path(v)) for v in AITER_VARIANTS)
     files = re.compile(rf"{re.escape(INDEX)}|records/run-([1-9][0-9]*)/history-\1\.jsonl|{tests}")
     for top, dirs, names in os.walk(out_dir, onerror=_raise):
@@ -194,9 +174,8 @@ def _raise(error: OSError) -> None:
 
 
 def export_upstream(store: HistoryStore, out_dir: Path) -> Export:
-    """Write the export into ``out_dir`` whole or not at all (built beside it, then renamed):
-    absent, empty, or an earlier export (:func:`earlier_export`), which is replaced; anything
-    else is ``FileExistsError`` naming what is in the way, and is left as it was."""
+    """Write the export whole into ``out_dir`` (absent, empty or an earlier export), else
+    ``FileExistsError`` naming what is in the way."""
     out_dir = Path(os.path.abspath(out_dir))  # "." names its parent's entry, not itself
     if out_dir.is_symlink():
         raise FileExistsError(

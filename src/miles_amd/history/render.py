@@ -1,10 +1,7 @@
-"""``miles-amd history``'s text: the run list and the drift findings.
-
-Decides how stored runs read (text, JSON, markdown): a header row, then one row a run, oldest
-first, with the verdict, the baseline that judged it, its identity, which run it was
-(``run_key``) and the run means of the gated metrics; then each identity's drift lines, with
-its own trusted-run count and threshold. Stored strings are escaped for their sink
-(``miles_amd.escape``). The trend figure is ``miles_amd.report.plot``'s.
+"""``miles-amd history``'s listing (text, JSON, markdown): one row a run, oldest first, with
+its verdict, the baseline that judged it, its identity, ``run_key`` and the run means of the
+shown metrics; then each identity's drift lines with its own trusted-run count and threshold.
+Stored strings are escaped for their sink.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ SHOWN = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward")
 
 
 def _row(run: StoredRun) -> list[str]:
-    """One run's cells; a pass marked untrusted (out of the trend) reads ``PASS UNTRUSTED``."""
     untrusted = run.verdict == "pass" and run.marked_untrusted
     means = (run.summaries.get(m) for m in SHOWN)
     return [
@@ -42,8 +38,6 @@ HEADERS = ("id", "gated at", "verdict", "baseline", "identity", "run (job:eviden
 
 
 def render_text(runs: Sequence[StoredRun], checked: Sequence[IdentityDrift]) -> str:
-    """The listing: a header row, one aligned row a run (oldest first), then each
-    identity's drift lines."""
     if not runs:
         return "no run in the history\n"
     header = [*HEADERS, *(f"mean {m.rsplit('/', 1)[-1]}" for m in SHOWN), "run dir"]
@@ -59,7 +53,6 @@ def render_text(runs: Sequence[StoredRun], checked: Sequence[IdentityDrift]) -> 
 
 
 def identity_drift_lines(checked: Sequence[IdentityDrift]) -> list[str]:
-    """Each identity's drift lines, with its trusted count and its own threshold."""
     lines = []
     for group in checked:
         prefix = f"[{group.label}] " if len(checked) > 1 else ""
@@ -68,7 +61,6 @@ def identity_drift_lines(checked: Sequence[IdentityDrift]) -> list[str]:
 
 
 def drift_lines(found: Sequence[Drift], cutoff: int, trusted: int | None = None) -> list[str]:
-    """The drift findings as lines; ``trusted``: how many trusted runs the identity has."""
     if trusted is not None and trusted < WINDOW:
         return [
             f"drift: not checked yet ({trusted} trusted run(s) of this recipe and aiter build; "
@@ -85,7 +77,6 @@ SPARKS = "▁▂▃▄▅▆▇█"
 
 
 def sparkline(values: Sequence[float]) -> str:
-    """``values`` as one character each, lowest ▁ to highest █ (flat: all ▄)."""
     low, high = min(values), max(values)
     if high == low:
         return SPARKS[3] * len(values)
@@ -94,8 +85,7 @@ def sparkline(values: Sequence[float]) -> str:
 
 
 def trend_table(runs: Sequence[StoredRun]) -> list[str]:
-    """The trend plot of the job summary (markdown has no image of a file): one sparkline
-    of the run means per metric and identity, oldest run first."""
+    """One sparkline of the run means per metric and identity (markdown shows no PNG)."""
     lines = [
         "| metric | variant/baseline | run mean, oldest → newest | last | min | max |",
         "|---|---|---|---|---|---|",
@@ -178,17 +168,6 @@ def to_json(runs: Sequence[StoredRun], checked: Sequence[IdentityDrift]) -> str:
 
 def drift_section(found: Sequence[Drift], cutoff: int, trusted: int, run_id: int, path: str) -> str:
     """The markdown the gate adds to report.md after appending the run to the history."""
-    lines = [
-        "### Drift across runs",
-        "",
-        f"Appended as run {run_id} to the history {escape.markdown_code(path)}.",
-    ]
-    return (
-        "\n".join(
-            [
-                *lines,
-                *(f"- {_md(line)}" for line in drift_lines(found, cutoff, trusted)),
-            ]
-        )
-        + "\n"
-    )
+    lines = [f"- {_md(line)}" for line in drift_lines(found, cutoff, trusted)]
+    where = f"Appended as run {run_id} to the history {escape.markdown_code(path)}."
+    return "\n".join(["### Drift across runs", "", where, *lines]) + "\n"

@@ -30,8 +30,6 @@ class HistoryError(ValueError):
 
 @dataclass(frozen=True)
 class Summary:
-    """The ``summaries`` columns of one metric of one run (after ``run_id`` and ``metric``)."""
-
     n: int
     mean: float
     sd: float | None
@@ -40,7 +38,6 @@ class Summary:
 
 
 def summarize(values: Sequence[float]) -> Summary | None:
-    """The summary of the finite ``values`` (None when there is none)."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return None
@@ -51,15 +48,12 @@ def summarize(values: Sequence[float]) -> Summary | None:
 
 @dataclass(frozen=True)
 class Identity:
-    """The runs whose means may be compared: one recipe, one aiter build."""
-
     recipe: str
     recipe_digest: str | None
     variant: str | None
     aiter_commit: str | None
 
     def label(self) -> str:
-        """``variant@commit digest``; a run that did not record its variant says so."""
         commit = f"@{self.aiter_commit}" if self.aiter_commit else ""
         digest = f" {self.recipe_digest}" if self.recipe_digest else ""
         return f"{self.variant or 'variant-unrecorded'}{commit}{digest}"
@@ -67,7 +61,7 @@ class Identity:
 
 @dataclass(frozen=True)
 class RunRow:
-    """The ``runs`` columns after ``run_id``, in table order; types checked when read back."""
+    """The ``runs`` columns after ``run_id``, in table order."""
 
     created_at: str  # ISO-8601, UTC
     recipe: str
@@ -90,34 +84,26 @@ class RunRow:
 
 @dataclass(frozen=True)
 class HistoryRecord(RunRow):
-    """One judged run as the store keeps it: its row and its per-rollout series."""
-
     series: Mapping[str, Sequence[tuple[int, float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class StoredRun(RunRow):
-    """A run read back: its row, its id and its per-metric summaries."""
-
     run_id: int
     summaries: Mapping[str, Summary]
     marked_untrusted: bool = False
 
     @property
     def trusted(self) -> bool:
-        """A gate pass not marked untrusted: what the drift trend and the export trust."""
         return self.verdict == "pass" and not self.marked_untrusted
 
     @property
     def identity(self) -> Identity:
-        """What the run was (from the run itself): never the baseline it was judged by."""
         return Identity(self.recipe, self.recipe_digest, self.variant, self.aiter_commit)
 
 
 @dataclass(frozen=True)
 class HistoryRead:
-    """The runs read back, and one line per row that could not be read (skipped)."""
-
     runs: list[StoredRun]
     skipped: list[str]
 
@@ -163,7 +149,6 @@ CREATE INDEX IF NOT EXISTS runs_identity_idx ON runs (recipe, variant, aiter_com
 
 
 def _from_row(row: Sequence[Any]) -> dict[str, Any]:
-    """A stored row's fields, each checked against its type; ``ValueError`` naming the column."""
     found = {}
     for f, value in zip(_RUN_FIELDS, row, strict=True):
         if f.name == "failed_checks":
@@ -185,8 +170,7 @@ def _from_row(row: Sequence[Any]) -> dict[str, Any]:
 
 
 def _summary(metric: object, figures: Sequence[Any]) -> Summary:
-    """A stored summary, checked: a metric name, n > 0, finite numbers, sd >= 0 (or null);
-    mean is not checked against min/max (a float mean may lie an ulp outside them)."""
+    # mean is not checked against min/max (a float mean may lie an ulp outside them)
     n, mean, sd, low, high = figures
     numbers = (mean, low, high) if sd is None else (mean, sd, low, high)
     if (
@@ -199,8 +183,6 @@ def _summary(metric: object, figures: Sequence[Any]) -> Summary:
 
 
 class HistoryStore:
-    """The SQLite file at ``path``, created when absent unless ``read_only``."""
-
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
         try:
@@ -249,14 +231,12 @@ class HistoryStore:
         self.close()
 
     def append(self, record: HistoryRecord) -> int:
-        """Add one run (one transaction); its ``run_id``."""
         with self.appending(record) as run_id:
             return run_id
 
     @contextlib.contextmanager
     def appending(self, record: HistoryRecord) -> Iterator[int]:
-        """Add one run in a transaction committed when the block ends (rolled back when it
-        raises); yields its ``run_id``."""
+        """Add one run in a transaction committed when the block ends; yields its ``run_id``."""
         with self._db:
             marks = ", ".join("?" * len(_RUN_FIELDS))
             values = (getattr(record, f.name) for f in _RUN_FIELDS)  # failed_checks as JSON:
@@ -282,7 +262,6 @@ class HistoryStore:
             yield run_id
 
     def mark(self, run_id: int, *, untrusted: bool, now: str) -> bool:
-        """Mark run ``run_id`` untrusted (or trusted again); True when that changed anything."""
         with self._db:
             if not self._db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
                 raise HistoryError(f"{self.path}: no run {run_id} in the history")
@@ -296,7 +275,6 @@ class HistoryStore:
     def runs(
         self, *, variant: str | None = None, baseline: str | None = None, limit: int | None = None
     ) -> list[StoredRun]:
-        """The readable runs of :meth:`read_runs` (its ``skipped`` lines are dropped)."""
         return self.read_runs(variant=variant, baseline=baseline, limit=limit).runs
 
     def read_runs(
@@ -313,49 +291,41 @@ class HistoryStore:
         sql += " ORDER BY run_id DESC" + (f" LIMIT {int(limit)}" if limit else "")
         try:
             ids = sorted(int(row[0]) for row in self._db.execute(sql, args).fetchall())
-        except sqlite3.DatabaseError:
-            ids = self._every_id()
+        except sqlite3.DatabaseError:  # try each id alone
+            try:
+                top = self._db.execute("SELECT max(run_id) FROM runs").fetchone()[0]
+            except sqlite3.DatabaseError as exc:
+                raise HistoryError(f"{self.path}: the runs table cannot be read ({exc})") from exc
+            ids = list(range(1, int(top or 0) + 1))
         runs: list[StoredRun] = []
         skipped: list[str] = []
         for run_id in ids:
             try:
                 row = self._db.execute(
-                    f"SELECT run_id, {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)
                 ).fetchone()
-                run = None if row is None else self._stored(row)
+                if row is None:
+                    continue
+                summaries = {
+                    metric: _summary(metric, figures)
+                    for metric, *figures in self._db.execute(
+                        f"SELECT metric, {_SUMMARY_COLUMNS} FROM summaries WHERE run_id = ?",
+                        (run_id,),
+                    )
+                }
+                sql = "SELECT 1 FROM untrusted_marks WHERE run_id = ?"
+                marked = self._db.execute(sql, (run_id,)).fetchone() is not None
+                run = StoredRun(**_from_row(row), run_id=run_id, summaries=summaries,
+                                marked_untrusted=marked)  # fmt: skip
             except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
                 reason = " ".join(str(exc).split())
                 skipped.append(f"history: run {run_id} of {self.path} skipped: {reason}")
                 continue
-            if run is None or variant not in (None, run.variant):
-                continue
-            if baseline in (None, run.baseline):
+            if variant in (None, run.variant) and baseline in (None, run.baseline):
                 runs.append(run)
         return HistoryRead(runs[-limit:] if limit else runs, skipped)
 
-    def _every_id(self) -> list[int]:
-        try:
-            row = self._db.execute("SELECT max(run_id) FROM runs").fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise HistoryError(f"{self.path}: the runs table cannot be read ({exc})") from exc
-        return list(range(1, int(row[0] or 0) + 1))
-
-    def _stored(self, row: Sequence[Any]) -> StoredRun:
-        run_id, *columns = row
-        summaries = {
-            metric: _summary(metric, figures)
-            for metric, *figures in self._db.execute(
-                f"SELECT metric, {_SUMMARY_COLUMNS} FROM summaries WHERE run_id = ?", (run_id,)
-            )
-        }
-        sql = "SELECT 1 FROM untrusted_marks WHERE run_id = ?"
-        marked = self._db.execute(sql, (run_id,)).fetchone() is not None
-        return StoredRun(**_from_row(columns), run_id=run_id, summaries=summaries,
-                         marked_untrusted=marked)  # fmt: skip
-
     def series(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
-        """One run's stored points per metric in step order (markers as NaN/±inf); a point
-        that is not an integer step and a number is ``ValueError`` naming the run."""
         found: dict[str, list[tuple[int, float]]] = {}
         for metric, step, value, nonfinite in self._db.execute(
             "SELECT metric, step, value, t FROM ("
@@ -376,7 +346,6 @@ class HistoryStore:
 
 
 def _point(step: object, value: object, *, marker: bool) -> float | None:
-    """The stored value as a number (a marker as NaN/±inf); None when the point is not one."""
     if not isinstance(step, int) or isinstance(step, bool):
         return None
     if marker:

@@ -28,9 +28,7 @@ from miles_amd.wrap import fit
 Format = Literal["text", "json", "markdown"]
 
 
-# a difference below this fraction of the metric's magnitude is shown as 0: TensorBoard's
-# values are float32 (about 7 significant digits), so a mean of differences of equal runs
-# comes out as -9e-11 on a mean of 0.017, a rounding, not a difference
+# a difference below this fraction of the metric's magnitude is shown as 0 (float32 rounding)
 PRECISION = 1e-6
 
 
@@ -39,7 +37,6 @@ def _g(value: float) -> str:
 
 
 def at_precision(value: float, d: MetricDiff) -> str:
-    """``value`` (a difference or a CI bound of ``d``) signed, 0 below the data's precision."""
     scale = max(abs(d.mean_a), abs(d.mean_b))
     if math.isfinite(value) and abs(value) < PRECISION * scale:
         return "0"
@@ -70,18 +67,15 @@ def diff_sentence(d: MetricDiff) -> str:
 
 def spike_sentences(comparison: Comparison) -> list[str]:
     lines = []
+    more = f"more than {MAX_SEARCH_ROLLOUTS}"
+    needed = ", ".join(f"{r:.0%}: {rollouts_for_power(r) or more}" for r in SPIKE_RATES)
     for s in comparison.spikes:
+        powers = ", ".join(f"{rate:.0%}: {s.power(rate):.0%}" for rate in SPIKE_RATES)
         line = (
             f"{s.metric} above {s.threshold:g}: A {s.count_a}/{s.n_a}, B {s.count_b}/{s.n_b} "
             f"rollouts (one-sided Fisher's exact p = {s.p_value:.3g} that B spikes less often "
-            "than A)"
-        )
-        powers = ", ".join(f"{rate:.0%}: {s.power(rate):.0%}" for rate in SPIKE_RATES)
-        more = f"more than {MAX_SEARCH_ROLLOUTS}"
-        needed = ", ".join(f"{r:.0%}: {rollouts_for_power(r) or more}" for r in SPIKE_RATES)
-        line += (
-            f"; power of this test if A spikes at a per-rollout rate of {powers} (B never); "
-            f"rollouts each run needs for 95% power at {needed}"
+            f"than A); power of this test if A spikes at a per-rollout rate of {powers} (B "
+            f"never); rollouts each run needs for 95% power at {needed}"
         )
         if s.p_value > ALPHA and s.power(SPIKE_RATES[-1]) < SPIKE_POWER:
             line += (
@@ -89,14 +83,11 @@ def spike_sentences(comparison: Comparison) -> list[str]:
                 f"{s.n_a} vs {s.n_b} rollouts are too few"
             )
         for name, count, n in (("A", s.count_a, s.n_a), ("B", s.count_b, s.n_b)):
-            line += (
-                ""
-                if count
-                else (
+            if not count:
+                line += (
                     f"; {name} with 0 spikes in {n} rollouts rules out a spike rate above "
                     f"{rate_ruled_out(n):.1%} per rollout (95%)"
                 )
-            )
         lines.append(line)
     return lines
 

@@ -1,20 +1,9 @@
-"""Every PNG we draw: metrics.png, compare.png and the history's trend plot.
-
-One panel a metric on a grid of at most two columns (an odd last panel spans its row), the
-title one literal line (foreign text escaped, ``$`` not mathtext, cut at :data:`TITLE_LIMIT`,
-its font made smaller when wider than the figure), each legend under its panel, a note in a
-panel whose series is flat or has no finite value. Values beyond ±:data:`DRAW_LIMIT` are
-drawn at the bound (matplotlib's transform overflows).
-
-- metrics.png: per metric a baseline rule names and the run measured (the footer lists the
-  unmeasured), the run's series, the baseline's published one, each rule kind's hint
-  (:data:`HINTS`), the failing points, and for a run decided red early the rollout it was
-  decided at;
-- compare.png: A and B over the rollouts, Δ = B - A and its CI in the title;
-- the trend plot: each identity's run means ± 1 SE across runs, a failed gate as a red cross,
-  a drifting metric's title red.
-
-matplotlib is imported lazily and drawn on the Agg canvas; the PNG's bytes are returned.
+"""Every PNG we draw: metrics.png (per gated metric the run's series, the published one, each
+rule kind's hint, the failing points, the rollout a red run was decided at), compare.png (A and
+B, Δ and its CI in the title) and the history's trend plot (run means ± 1 SE, a failed gate a
+red cross). One panel a metric, at most two columns; the title one literal line (foreign text
+escaped, cut at :data:`TITLE_LIMIT`); a note in a flat or all-non-finite panel; values beyond
+±:data:`DRAW_LIMIT` drawn at the bound. matplotlib is imported lazily (Agg canvas).
 """
 
 from __future__ import annotations
@@ -45,7 +34,7 @@ LEGEND_DROP = 2.2 * TICK_SIZE + 1.5 * LABEL_SIZE  # points: the tick labels and 
 DRAW_LIMIT = 1e300
 THRESHOLD_NEAR = 1.5  # a spike threshold is drawn as a line when within 1.5x the run's max
 
-# What each gated metric is, with its unit (log-probabilities are natural logs: nats).
+# each gated metric's unit (log-probabilities are natural logs: nats)
 Y_LABELS = {
     "train/train_rollout_logprob_abs_diff": "|logprob train - rollout|\n(nats/token)",
     "rollout/raw_reward": "reward\n(fraction of 64 samples)",
@@ -58,7 +47,6 @@ Y_LABELS = {
 
 
 def new_figure(panels: int, title: str, colour: str = "black") -> tuple[Any, list[Any]]:
-    """A figure on the Agg canvas titled in one line, and its ``panels`` axes (at least one)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -83,7 +71,6 @@ def new_figure(panels: int, title: str, colour: str = "black") -> tuple[Any, lis
 
 
 def one_line(text: str, limit: int = TITLE_LIMIT) -> str:
-    """``text`` as one literal line of at most ``limit`` characters (foreign text escaped)."""
     flat = terminal(" ".join(text.split()))
     if len(flat) > limit:
         flat = flat[: limit - 1].rstrip() + "…"
@@ -95,7 +82,6 @@ def _literal_lines(text: str) -> str:
 
 
 def style_panel(ax: Any, title: str, xlabel: str, ylabel: str, title_colour: str) -> None:
-    """Title, axis labels, integer x ticks, tick sizes and a light grid."""
     from matplotlib.ticker import MaxNLocator
 
     ax.set_title(_literal_lines(title), fontsize=PANEL_TITLE_SIZE, color=title_colour)
@@ -108,7 +94,6 @@ def style_panel(ax: Any, title: str, xlabel: str, ylabel: str, title_colour: str
 
 
 def finish_panel(ax: Any, values: Sequence[float], noun: str = "values") -> None:
-    """The panel's note (:func:`series_note`) and its legend under the x label."""
     from matplotlib.transforms import offset_copy
 
     note = series_note(values, noun)
@@ -123,7 +108,7 @@ def finish_panel(ax: Any, values: Sequence[float], noun: str = "values") -> None
 
 
 def series_note(values: Sequence[float], noun: str = "values") -> str | None:
-    """Why a panel's ``values`` do not read as a line: flat, or none finite; None when they do."""
+    """Why ``values`` do not read as a line (flat, or none finite); None when they do."""
     finite = [v for v in values if math.isfinite(v)]
     if values and not finite:
         return f"no finite value: all {len(values)} {noun} are NaN or inf"
@@ -134,7 +119,6 @@ def series_note(values: Sequence[float], noun: str = "values") -> str | None:
 
 
 def draw_note(ax: Any, text: str, *, alone: bool = False) -> None:
-    """``text`` boxed mid-panel (gid ``note``); ``alone``: nothing else to show (axes hidden)."""
     if alone:
         ax.set_axis_off()
     box = {"boxstyle": "round", "facecolor": "white", "edgecolor": "0.6", "alpha": 0.9}
@@ -145,7 +129,7 @@ def draw_note(ax: Any, text: str, *, alone: bool = False) -> None:
 
 
 def png_bytes(figure: Any) -> bytes:
-    """Drawn once and the pixels encoded (``savefig`` draws twice under a layout engine)."""
+    # drawn once and the pixels encoded (savefig draws twice under a layout engine)
     import io
 
     import numpy as np
@@ -158,16 +142,11 @@ def png_bytes(figure: Any) -> bytes:
 
 
 def drawable_value(value: float) -> float:
-    """``value`` within +-:data:`DRAW_LIMIT` when finite (the figure only)."""
     return max(-DRAW_LIMIT, min(DRAW_LIMIT, value)) if math.isfinite(value) else value
 
 
-# The rule hints: (axes, check, the run's finite values); nothing without the figures needed.
-
-
 def threshold(ax: Any, check: Check, finite: list[float]) -> None:
-    """A line when the data reach near it, else named in the legend (a line far above would
-    squeeze the data)."""
+    """A line when the data reach near it, else named in the legend."""
     limit = check.numbers.get("threshold")
     if limit is None:
         return
@@ -181,7 +160,6 @@ def threshold(ax: Any, check: Check, finite: list[float]) -> None:
 
 
 def mean_band(ax: Any, check: Check, finite: list[float], what: str = "mean") -> None:
-    """The band bounds the run's mean: an interval right of the series, the mean a diamond."""
     low, high = check.numbers.get("low"), check.numbers.get("high")
     x = ax.dataLim.x1 + 1.5 if ax.has_data() else 0.0  # right of the series (and other bands)
     if low is not None and high is not None:
@@ -223,7 +201,6 @@ def trend(ax: Any, check: Check, finite: list[float]) -> None:
 
 
 def step(ax: Any, check: Check, finite: list[float]) -> None:
-    """``step_rise``: the two halves' geometric means as segments (red when it failed)."""
     n = check.numbers
     if "split_step" not in n:  # too few values to split
         return
@@ -246,7 +223,6 @@ HINTS: Mapping[KindName, Callable[[Any, Check, list[float]], None]] = {
 
 
 def metrics_figure(verdict: Verdict, evidence: RunEvidence, baseline: Baseline) -> Any:
-    """The metrics figure (a matplotlib ``Figure`` on the Agg canvas), one panel a metric."""
     gated = list(dict.fromkeys(r.metric for r in baseline.rules if r.metric is not None))
     measured = [m for m in gated if evidence.series.get(m)]
     unmeasured = [m for m in gated if m not in measured]
@@ -278,8 +254,6 @@ def _draw_panel(
     ax: Any, metric: str, checks: list[Check], series: Series, baseline: Baseline,
     decided: int | None,
 ) -> None:  # fmt: skip
-    """The run's series, the published one, each rule's hint, the failing points (a
-    non-finite one as a labelled triangle at the top) and the rollout a red run was decided."""
     colour = "tab:red" if any(c.failed for c in checks) else "black"
     style_panel(ax, metric, axis(metric), Y_LABELS.get(metric, metric), colour)
     if any(math.isfinite(v) for _, v in series):  # a non-finite value is a gap in the line
@@ -320,7 +294,6 @@ def metrics_png(verdict: Verdict, evidence: RunEvidence, baseline: Baseline) -> 
 
 
 def compare_figure(c: Comparison, a: RunEvidence, b: RunEvidence) -> Any:
-    """One panel per paired metric: A and B over the rollouts; Δ and its CI in the title."""
     from miles_amd.report.compare_report import at_precision
 
     title = f"B {c.run_b} vs A {c.run_a}: Δ = B - A, paired by rollout"
@@ -356,7 +329,6 @@ def compare_png(c: Comparison, a: RunEvidence, b: RunEvidence) -> bytes:
 
 
 def trend_figure(runs: Sequence[StoredRun], found: Sequence[Drift]) -> Any:
-    """The history's run means per metric across runs, one panel a metric."""
     metrics = sorted({m for r in runs for m in r.summaries})
     drifted = {d.metric for d in found}
     title = f"run history: {len(runs)} run(s); mean per run ± 1 SE"

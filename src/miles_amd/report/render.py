@@ -1,11 +1,7 @@
-"""The gate's verdict as text: report.json, report.md and the terminal output.
-
-report.json (:data:`SCHEMA_VERSION`, ``report.schema.json``): the verdict, reason, summary,
-when a red run was decided, one row per check, sentinel hits and evidence; report.md and the
-terminal text: the verdict first, then failed, passed and not-measured checks, sentinel hits
-and evidence (text wrapped to 100 columns). A red stock run ROCm/aiter#5694 explains says so.
-Pure; strings from the run dir are escaped for their sink (``miles_amd.escape``). Explained in
-``docs/cli.md`` ("The report").
+"""The gate's verdict as report.json, report.md and terminal text: the verdict first, then
+failed, passed and not-measured checks, sentinel hits and evidence (text wrapped to 100
+columns); a red stock run ROCm/aiter#5694 explains says so. Pure; strings from the run dir are
+escaped for their sink. Explained in ``docs/cli.md`` ("The report").
 """
 
 from __future__ import annotations
@@ -22,10 +18,7 @@ from miles_amd.rules.check import listed
 from miles_amd.wrap import fit
 
 Format = Literal["text", "json", "markdown"]
-# report.json's shape: report.schema.json beside this module (package data) holds it, and
-# tests/unit/test_report.py holds the gate's output to it
-SCHEMA_VERSION = 3  # 2: the sequential looks (looks, decided_at_rollout, decided_by, alpha_spent);
-# 3: expected_failure (a red stock run ROCm/aiter#5694 explains)
+SCHEMA_VERSION = 3  # report.json's shape (report.schema.json, generated from report.schema)
 SCHEMA_PATH = Path(__file__).resolve().parent / "report.schema.json"
 
 _cell = escape.markdown
@@ -37,7 +30,6 @@ _HIT_FIELDS = ("name", "severity", "count", "first_line", "first_text", "referen
 
 
 def ordered_checks(verdict: Verdict) -> list[Check]:
-    """Failures first (fail, error), then passes, then not measured; stable within."""
     return sorted(verdict.checks, key=lambda c: _STATUS_ORDER[c.status])
 
 
@@ -45,28 +37,22 @@ def _judged(verdict: Verdict) -> list[Check]:
     return [c for c in ordered_checks(verdict) if c.status != "not_measured"]
 
 
-def _grouped(names: list[str]) -> str:
-    """``a.x, a.y, b.z`` -> ``a (x, y); b (z)``."""
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        head, _, tail = name.partition(".")
-        groups.setdefault(head, []).append(tail)
-    return "; ".join(
-        f"{head} ({', '.join(tails)})" if any(tails) else head for head, tails in groups.items()
-    )
-
-
 def not_measured_reasons(verdict: Verdict) -> list[tuple[str, str]]:
-    """(the checks, why) per distinct reason of the checks not measured, in check order:
-    the reason is the check's ``detail`` (what the run lacked)."""
-    by_reason: dict[str, list[str]] = {}
+    """(the checks, why) per distinct reason (``detail``) of the checks not measured, the
+    checks grouped as ``a (x, y); b (z)``."""
+    by_reason: dict[str, dict[str, list[str]]] = {}
     for check in (c for c in verdict.checks if c.status == "not_measured"):
-        by_reason.setdefault(check.detail or "no reason given", []).append(check.name)
-    return [(_grouped(names), reason) for reason, names in by_reason.items()]
+        head, _, tail = check.name.partition(".")
+        by_reason.setdefault(check.detail or "no reason given", {}).setdefault(head, []).append(
+            tail
+        )
+    return [
+        ("; ".join(f"{h} ({', '.join(t)})" if any(t) else h for h, t in groups.items()), reason)
+        for reason, groups in by_reason.items()
+    ]
 
 
 def verdict_sentence(verdict: Verdict) -> str:
-    """The verdict in one plain-English sentence (the first line a reader sees)."""
     against = f"baseline {verdict.baseline_name} ({verdict.baseline_run_id})"
     measured = [c for c in verdict.checks if c.status != "not_measured"]
     if verdict.verdict == "error":
@@ -86,8 +72,7 @@ def verdict_sentence(verdict: Verdict) -> str:
 
 
 def decision_text(verdict: Verdict) -> str:
-    """When a red run was decided (``Verdict.decision``): at a look, at a failing value, or
-    at its end; "" for a pass."""
+    """When a red run was decided: at a look, at a failing value, or at its end; "" for a pass."""
     decided = verdict.decision
     if decided is None:
         return ""
@@ -107,7 +92,6 @@ def _json_number(value: object) -> object:
 
 
 def to_json(verdict: Verdict) -> dict[str, object]:
-    """The report as a JSON-ready dict (strict JSON, ``docs/cli.md``: "The report")."""
     counts = {status: 0 for status in _STATUS_ORDER}
     for check in verdict.checks:
         counts[check.status] += 1
@@ -180,13 +164,11 @@ def _observed(check: Check) -> str:
 
 
 def verdict_label(verdict: Verdict) -> str:
-    """``PASS``, ``FAIL``, ``ERROR``, or ``FAIL (expected: ROCm/aiter#5694 reproduced)``."""
     expected = f" (expected: {REPRODUCED})" if verdict.expected_failure is not None else ""
     return verdict.verdict.upper() + expected
 
 
 def baseline_identity(verdict: Verdict) -> str:
-    """The digest of the baseline judged with and whether it is the shipped one of its name."""
     if verdict.baseline_sha256 is None:
         return "baseline digest: not computed"
     name = verdict.baseline_name
@@ -200,7 +182,6 @@ def baseline_identity(verdict: Verdict) -> str:
 
 
 def render_text(verdict: Verdict) -> str:
-    """Plain text for the terminal, in the order of the markdown report."""
     lines = [
         f"miles-amd gate: {verdict_label(verdict)} - run {verdict.run_dir} against baseline "
         f"{verdict.baseline_name} ({verdict.baseline_run_id}), "
@@ -238,7 +219,6 @@ def render_text(verdict: Verdict) -> str:
 
 
 def render_markdown(verdict: Verdict) -> str:
-    """A reviewer's page: the verdict sentence, failures, passes, not measured, hits, evidence."""
     lines = [
         f"**miles-amd gate: {verdict_label(verdict)}** - {_cell(verdict_sentence(verdict))}",
         "",
