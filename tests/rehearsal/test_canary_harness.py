@@ -23,7 +23,7 @@ import jsonschema
 import pytest
 from scipy.stats import beta
 
-from miles_amd.canary.harness import schema_path
+from miles_amd.canary import harness
 from miles_amd.canary.plan import ARMS
 from miles_amd.records.canary import CanaryRecord
 from tests.support.fake_aiter import fake_aiter
@@ -81,7 +81,10 @@ def test_gloo_all_reduce_is_clean_and_the_record_is_valid(
     assert done.returncode == 0, done.stderr
     text = (run_dir / "canary.json").read_text(encoding="utf-8")
     assert json.loads(done.stdout) == json.loads(text)
-    jsonschema.validate(json.loads(text), json.loads(schema_path().read_text(encoding="utf-8")))
+    jsonschema.validate(
+        json.loads(text),
+        json.loads(Path(harness.__file__).with_name("canary.schema.json").read_text()),
+    )
     record = CanaryRecord.from_json(text)
     assert record.clean and record.implementation == "reducer" and record.backend == "gloo"
     assert [r.tokens for r in record.results] == [e["tokens"] for e in record.plan]

@@ -7,13 +7,14 @@ import math
 import pytest
 
 from miles_amd.canary import plan as power
-from miles_amd.canary.harness import control_plan, tasks
+from miles_amd.canary.harness import tasks
 from miles_amd.canary.kernel import dispatch, wave_class
 from miles_amd.canary.plan import (
     ARMS,
     CPU,
     CPU_MAX_TOKENS,
     build_plan,
+    control_plan,
     recipe_shape,
     sglang_decode_sizes,
 )

@@ -18,14 +18,14 @@ import jsonschema
 import pytest
 
 from miles_amd.canary import harness, worker
-from miles_amd.canary.harness import Setup, merge, run, schema_path, write_canary
-from miles_amd.canary.plan import ARMS, CPU, build_plan, recipe_shape
+from miles_amd.canary.harness import Setup, merge, run, write_canary
+from miles_amd.canary.plan import ARMS, CPU, build_plan, control_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
 from miles_amd.records.canary import CanaryRecord, ControlRecord, Mismatch
 from miles_amd.records.model import parse
 from miles_amd.run_dir import RunDir
 
-SCHEMA = json.loads(schema_path().read_text(encoding="utf-8"))
+SCHEMA = json.loads(Path(harness.__file__).with_name("canary.schema.json").read_text())
 PLAN = build_plan(recipe_shape(Recipe()), "reducer", 0.5, target=CPU, tokens=(28, 127))
 # A wrong element of N=127 where ROCm/aiter#5694's stale read puts one: group rank 2, in rank 3's
 # segment (pack 3·11430 + 1152 + 70: block 9's lane 70, the upper wave), off by one input step.
@@ -194,11 +194,11 @@ def test_a_wrong_or_contradictory_record_is_refused_with_its_reason(edit, messag
 
 def test_the_control_plan_keeps_suspect_sizes_and_its_result_places_the_first_element() -> None:
     plan = build_plan(recipe_shape(Recipe()), "aiter", 1e-6)
-    got = harness.control_plan(plan, calls=7)
+    got = control_plan(plan, calls=7)
     suspect = [e.tokens for e in plan.entries if e.affected or e.exposed]
     assert [e.tokens for e in got.entries] == suspect
     assert len(suspect) < len(plan.entries)  # decode sizes and uniform controls left out
-    assert all(e.arms == ((harness.CONTROL_ARM, 7),) for e in got.entries)
+    assert all(e.arms == ((ARMS[0], 7),) for e in got.entries)
     assert {e.implementation for e in got.entries} == {"control-broken"}
     # STALE at N=127, bf16, TP 4: rank 2 read rank 3's segment, block 9's lane 70, one step off.
     caught = harness.control_result(faulty_record(), 2880, 4, 2)
@@ -255,7 +255,7 @@ def test_both_builds_on_cuda_broken_caught_correct_clean() -> None:
     import torch
 
     share = torch.cuda.device_count() < 4
-    plan = harness.control_plan(build_plan(recipe_shape(Recipe()), "aiter", 1e-6), calls=50)
+    plan = control_plan(build_plan(recipe_shape(Recipe()), "aiter", 1e-6), calls=50)
     plan = dataclasses.replace(plan, entries=plan.entries[:3])
     for build in ("control-broken", "control"):
         setup = Setup(4, "cuda", build, collective="gloo" if share else None)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from miles_amd.recipe.shapes import SHAPES, shape_of
+from miles_amd.recipe.settings import SHAPES, shape_of
 from miles_amd.run.preflight import PreflightConfig
 from miles_amd.run.probes import probe_gpu_model
 from tests.cli_runs import run_cli

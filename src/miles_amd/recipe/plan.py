@@ -29,9 +29,8 @@ RUNTIME_ENV_SECRETS = ("WANDB_API_KEY",)  # sent to a RAY_ADDRESS cluster's job
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 RAY_HEAD_STATE_FILE = "ray_head.json"
 CANARY_STEP = "canary"
-# Cluster mode (``miles_amd.run.cluster``): the custom node resource an operator declares on
-# every whole 8-GPU MI355X node (``ray start --resources '{"miles_amd_mi355x_node": 1}'``);
-# a job asks for all of it, so one job holds one node. Evidence goes to a node-local dir.
+# Cluster mode (docs/cluster.md): the resource an operator declares on every whole node; a job
+# asks for all of it, so one job holds one node. Evidence goes to a node-local dir.
 NODE_RESOURCE = "miles_amd_mi355x_node"
 NODE_ROOT_VAR = "MILES_AMD_NODE_ROOT"
 DEFAULT_NODE_ROOT = "/tmp/miles_amd_runs"
@@ -56,19 +55,15 @@ class JobSpec:
     entrypoint: tuple[str, ...]
     env_vars: Mapping[str, str]
     secret_env_vars: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # cluster mode: Ray's entrypoint_resources, the whole node (``{NODE_RESOURCE: 1}``)
-    entrypoint_resources: Mapping[str, float] = field(default_factory=dict)
-    # run ``miles_amd.aiter_fix`` with this Python first, inside the job (its runtime env and
-    # PYTHONPATH): one ``MILES_AMD_AITER_FIX`` line in job.log, the aiter the job imports
-    aiter_fix_python: str | None = None
+    entrypoint_resources: Mapping[str, float] = field(default_factory=dict)  # cluster mode
+    aiter_fix_python: str | None = None  # runs miles_amd.aiter_fix first, inside the job
 
     def aiter_fix_argv(self, script: str = AITER_FIX_SHOWN) -> tuple[str, ...]:
-        """The fingerprint's argv (``script``: the source; by default a printable stand-in)."""
+        """The fingerprint's argv (``script``: the source, or a printable stand-in)."""
         return (self.aiter_fix_python, "-c", script) if self.aiter_fix_python else ()
 
     def command(self) -> str:
-        """The shell command Ray runs: the aiter fingerprint (its source compressed on one line),
-        then ``exec`` the entrypoint."""
+        """The aiter fingerprint (its source compressed on one line), then ``exec`` the job."""
         main = shlex.join(self.entrypoint)
         if not self.aiter_fix_python:
             return main
@@ -108,9 +103,7 @@ class LaunchPlan:
     ray_auth_token_path: str | None = None  # the RAY_ADDRESS cluster's token file, if given
     node_run_dir: str | None = None  # cluster mode: where the job writes evidence on its node
     inherited_secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # which aiter each process imports (variants.aiter_pythonpath): "from", then the
-    # PYTHONPATH of the preflight's probes, the canary and the job
-    aiter: Mapping[str, str] = field(default_factory=dict)
+    aiter: Mapping[str, str] = field(default_factory=dict)  # aiter_imports
 
     def head_env(self) -> dict[str, str]:
         """What the tool's own head adds to the launching env, secrets included. Never print."""
@@ -154,8 +147,8 @@ def job_env_vars(
     run_dir: str | None,
     aiter_variant: str | None = None,
 ) -> dict[str, str]:
-    """RECIPE.md's runtime env, the variant's SGLang aiter switches and ``PYTHONPATH``
-    (``miles_amd.variants``), and where the evidence lands when the job's ``run_dir`` is given."""
+    """RECIPE.md's runtime env, the variant's SGLang switches and ``PYTHONPATH``, and where the
+    evidence lands."""
     pythonpath = variants.aiter_pythonpath(
         aiter_variant, env, recipe.miles_dir, recipe.megatron_dir
     )
@@ -176,8 +169,7 @@ def job_env_vars(
 
 
 def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
-    """``ray start`` for a head on the master address, its dashboard on loopback only (the
-    driver's ``RayHead`` adds what makes it private)."""
+    """``ray start`` for a head, its dashboard on loopback only (``RayHead`` adds the rest)."""
     return (
         *("ray", "start", "--head", "--node-ip-address", master_addr),
         *("--num-gpus", str(num_gpus), "--disable-usage-stats", "--dashboard-host", "127.0.0.1"),
@@ -185,8 +177,7 @@ def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
 
 
 def node_run_dir(node_root: str, run_dir: str, run_id: str | None) -> str:
-    """Cluster mode: the job's evidence dir on its node, ``<node root>/<run name>[-<id>]``;
-    ``node_root`` may be ``${VAR}``, which Ray and the pull-back expand on the node."""
+    """Cluster mode: ``<node root>/<run name>[-<id>]``; the root may be ``${VAR}``."""
     name = run_dir.rstrip("/").rsplit("/", 1)[-1] or "run"
     return f"{node_root.rstrip('/')}/{name}-{run_id}" if run_id else f"{node_root}/{name}"
 
@@ -204,9 +195,8 @@ def build_train_plan(
     aiter_variant: str | None = None,
     canary: bool = False,
 ) -> LaunchPlan:
-    """The plan for ``train`` (``docs/cli.md``, "The launch plan"); ``env`` is passed in so
-    planning stays pure; ``entrypoint_prefix`` replaces ``python3 <miles>/train.py`` (the
-    rehearsal's replay); an unknown ``aiter_variant`` is a ``KeyError``."""
+    """``docs/cli.md`` ("The launch plan"); ``entrypoint_prefix`` replaces ``python3
+    <miles>/train.py`` (the rehearsal's replay); an unknown ``aiter_variant`` is a KeyError."""
     if run_dir is not None and not recipe.capture_metrics:
         recipe = replace(recipe, capture_metrics=True)
     if env.get("WANDB_API_KEY") and not recipe.use_wandb:
@@ -243,7 +233,7 @@ def build_train_plan(
 
 
 def aiter_imports(variant: str | None, env: Mapping[str, str], job_path: str) -> dict[str, str]:
-    """Where each process of the run imports aiter from (``variants.aiter_pythonpath``)."""
+    """Where each process of the run imports aiter from."""
     return {
         "from": variants.aiter_origin(variant, env),
         "preflight": job_path,
@@ -253,7 +243,6 @@ def aiter_imports(variant: str | None, env: Mapping[str, str], job_path: str) ->
 
 
 def canary_step(variant: str, run_dir: str) -> Step:
-    """``miles-amd canary`` of ``variant``'s rollout all-reduce into ``run_dir``."""
     return Step(
         CANARY_STEP,
         f"all-reduce canary of the {variant} rollouts' all-reduce on this machine's GPUs, "
@@ -304,7 +293,7 @@ def _train_steps(
 
 
 def build_prepare_plan(recipe: Recipe) -> LaunchPlan:
-    """The plan for ``prepare``: download the BF16 checkpoint and the dataset with ``hf``."""
+    """``prepare``: download the BF16 checkpoint and the dataset with ``hf``."""
     checkpoint = ("hf", "download", CHECKPOINT_REPO, "--local-dir", recipe.checkpoint_dir)
     dataset_dir = f"{recipe.data_dir}/{DATASET_DIR_NAME}"
     dataset = ("hf", "download", "--repo-type", "dataset", DATASET_REPO, "--local-dir", dataset_dir)
@@ -321,7 +310,7 @@ def build_prepare_plan(recipe: Recipe) -> LaunchPlan:
 
 
 def format_plan(plan: LaunchPlan) -> str:
-    """The plan as a reviewer reads it, each line shown by ``miles_amd.escape.terminal``."""
+    """The plan as a reviewer reads it, each line through ``escape.terminal``."""
     from miles_amd.escape import terminal
 
     lines = [
