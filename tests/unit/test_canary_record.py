@@ -1,7 +1,6 @@
-"""``canary.json`` (``records.canary``, ``canary.harness``): the merge of the ranks' results,
-strict reading, the shipped schema, the atomic write into a run dir, and the positive control's
-plan, fingerprint and record (``canary.harness.run_control``). Pure: no torch, no ranks; the
-control's kernel on a CUDA GPU only (skipped without one), its hipify in the rehearsal tier."""
+"""``canary.json``: the merge of the ranks' results, strict reading, the shipped schema, the
+atomic write, and the positive control's plan, fingerprint and record. No ranks; the control's
+kernel on a CUDA GPU only, its hipify in the rehearsal tier."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from miles_amd.canary import harness, worker
+from miles_amd.canary import harness
 from miles_amd.canary.harness import Setup, merge, run, write_canary
 from miles_amd.canary.plan import ARMS, CPU, build_plan, control_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
@@ -155,13 +154,9 @@ CONTROL = {"implementation": "control-broken", "calls": 5, "caught": True, "fing
 REFUSED = [
     (_put("schema_version", 1), '"schema_version" must be one of 2', True),
     (_put("implementation", "nccl"), '"implementation" must be one of', True),
-    (_put("variant", "fixed"), '"variant" must be one of', True),
     (_put("results.1.calls", "14"), '"results[1].calls" must be an integer', True),
-    (_put("results.1.mismatches_kept.0.index", -1), "results[1].mismatches_kept[0].index", True),
     (_put("results.0.mismatches", _DROP), '"results[0].mismatches" must be present', True),
-    (_put("plan.0.role", "warmup"), '"plan[0].role" must be one of', True),
     (_put("power.detect_rate", 1.0), '"power.detect_rate" must be < 1', True),
-    (_put("start_time", True), '"start_time" must be a finite number', True),
     (_put("control", {"calls": 3}), '"control.implementation" must be present', True),
     (_zero_calls, "no calls were made", False),
     (_no_suspect_size, "no size of the suspect class", False),
@@ -227,15 +222,6 @@ def test_the_harness_imports_no_torch() -> None:
     code += "print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
-
-
-def test_the_control_kernel_is_plain_cuda_runtime_for_hipify() -> None:
-    code = re.sub(r"//[^\n]*", "", worker.KERNEL_SOURCE.read_text(encoding="utf-8"))
-    assert not re.search(r"\basm\b|cuda_bf16|cuda_fp16|__shfl|cooperative_groups", code)
-    for call in ("cudaIpcGetMemHandle", "cudaIpcOpenMemHandle", "cudaIpcCloseMemHandle"):
-        assert call in code
-    assert code.count("#ifdef MILES_AMD_CONTROL_BROKEN") == 1  # the one switch of the builds
-    assert "if (!broken)" in code  # ... which only drops end_sync's wait
 
 
 def _cuda() -> bool:

@@ -43,7 +43,7 @@ class NodeFacts:
 
 
 def probe_gpus(python: str = sys.executable) -> dict[str, object]:
-    """The GPU probe child's answer; ``{"error": ...}`` when it cannot run or answer."""
+    """The probe child's answer; ``{"error": ...}`` when it cannot run or answer."""
     try:
         done = subprocess.run(
             [python, "-c", GPU_PROBE],
@@ -62,7 +62,7 @@ def probe_gpus(python: str = sys.executable) -> dict[str, object]:
 
 
 def node_facts(pythonpath: str) -> NodeFacts:
-    """What :func:`unusable` needs (module doc), aiter read with ``pythonpath``."""
+    """What :func:`unusable` needs, aiter read with ``pythonpath``."""
     from miles_amd.run.probes import git_commit
     from miles_amd.run.probes_allreduce import aiter_commit_fact, read_job_aiter
 

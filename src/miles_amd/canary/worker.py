@@ -37,9 +37,8 @@ def result_path(spec_path: Path, rank: int) -> Path:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
+    path.with_suffix(".tmp").write_text(json.dumps(data), encoding="utf-8")
+    os.replace(path.with_suffix(".tmp"), path)
 
 
 def _store(spec: dict[str, Any], spec_path: Path, rank: int, timeout: timedelta) -> Any:
