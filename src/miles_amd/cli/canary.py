@@ -281,7 +281,7 @@ def _run(
 
     on_cpu = setup.device == "cpu"
     if not on_cpu:
-        from miles_amd.canary.node import node_facts, unusable
+        from miles_amd.canary.harness import node_facts, unusable
 
         facts = node_facts(setup.pythonpath or "")
         if facts.wave_size and facts.wave_size != plan.wave_size:
