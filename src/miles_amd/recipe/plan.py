@@ -211,12 +211,49 @@ def build_train_plan(
         on_node = node_run_dir(node_root, run_dir, run_id or uuid.uuid4().hex[:8])
     job_vars = job_env_vars(recipe, env, master_addr, on_node or run_dir, aiter_variant)
     resources = {NODE_RESOURCE: 1.0} if ray_address else {}
-    steps = _train_steps(
-        recipe, entrypoint, ray_address, token_path, state_dir, master_addr, bool(on_node)
+    cleanup = Step(
+        "cleanup",
+        "stop the Ray head and job this tool recorded in "
+        f"{state_dir}/{RAY_HEAD_STATE_FILE} (its own leftovers only)",
     )
+    token = " (token from RAY_AUTH_TOKEN_PATH)" if token_path else ""
+    submit = Step(
+        "submit",
+        f"submit the job to {ray_address or 'the local head'}{token} and follow its log",
+        entrypoint,
+    )
+    steps: tuple[Step, ...]
+    if ray_address is None:
+        head = Step(
+            "ray-start",
+            "start a private local Ray head: loopback only, a fresh auth token, every port "
+            "chosen by the tool (device env set first)",
+            ray_start_argv(recipe.num_gpus, master_addr),
+        )
+        steps = (cleanup, head, submit)
+    else:
+        check = Step(
+            "check-cluster",
+            f"refuse to submit unless an alive node has {NODE_RESOURCE} >= 1 and "
+            f"GPU >= {recipe.num_gpus} (the whole node the job asks for)",
+        )
+        pull = Step(
+            "pull-back",
+            "bring the job's TensorBoard and CI-history files from its node into the run "
+            "dir, during the run and completely at the end (sizes and sha256 verified)",
+        )
+        steps = (cleanup, check, submit, *((pull,) if on_node else ()))
     if canary and aiter_variant and run_dir and not ray_address:
-        steps = (canary_step(aiter_variant, run_dir), *steps)
+        canary_step = Step(
+            CANARY_STEP,
+            f"all-reduce canary of the {aiter_variant} rollouts' all-reduce on this machine's "
+            "GPUs, before the job; a wrong sum stops patched and rccl here, stock goes on (it "
+            f"reproduces {variants.AITER_FIX}); --no-canary skips it",
+            ("miles-amd", "canary", "--variant", aiter_variant, "--run-dir", run_dir),
+        )
+        steps = (canary_step, *steps)
     job = JobSpec(entrypoint, job_vars, secrets if ray_address else {}, resources, entrypoint[0])
+    job_path = job_vars["PYTHONPATH"]
     return LaunchPlan(
         recipe=recipe,
         steps=steps,
@@ -228,68 +265,13 @@ def build_train_plan(
         ray_auth_token_path=token_path,
         node_run_dir=on_node,
         inherited_secrets={} if ray_address else secrets,
-        aiter=aiter_imports(aiter_variant, env, job_vars["PYTHONPATH"]),
+        aiter={  # where each process imports aiter from
+            "from": variants.aiter_origin(aiter_variant, env),
+            "preflight": job_path,
+            "canary": variants.aiter_pythonpath(aiter_variant, env),
+            "job": job_path,
+        },
     )
-
-
-def aiter_imports(variant: str | None, env: Mapping[str, str], job_path: str) -> dict[str, str]:
-    """Where each process of the run imports aiter from."""
-    return {
-        "from": variants.aiter_origin(variant, env),
-        "preflight": job_path,
-        "canary": variants.aiter_pythonpath(variant, env),
-        "job": job_path,
-    }
-
-
-def canary_step(variant: str, run_dir: str) -> Step:
-    return Step(
-        CANARY_STEP,
-        f"all-reduce canary of the {variant} rollouts' all-reduce on this machine's GPUs, "
-        "before the job; a wrong sum stops patched and rccl here, stock goes on (it "
-        f"reproduces {variants.AITER_FIX}); --no-canary skips it",
-        ("miles-amd", "canary", "--variant", variant, "--run-dir", run_dir),
-    )
-
-
-def _train_steps(
-    recipe: Recipe,
-    entrypoint: tuple[str, ...],
-    ray_address: str | None,
-    token_path: str | None,
-    state_dir: str,
-    master_addr: str,
-    pull_back: bool,
-) -> tuple[Step, ...]:
-    cleanup = Step(
-        "cleanup",
-        "stop the Ray head and job this tool recorded in "
-        f"{state_dir}/{RAY_HEAD_STATE_FILE} (its own leftovers only)",
-    )
-    target = ray_address or "the local head"
-    token = " (token from RAY_AUTH_TOKEN_PATH)" if token_path else ""
-    submit = Step("submit", f"submit the job to {target}{token} and follow its log", entrypoint)
-    if ray_address is not None:
-        check = Step(
-            "check-cluster",
-            f"refuse to submit unless an alive node has {NODE_RESOURCE} >= 1 and "
-            f"GPU >= {recipe.num_gpus} (the whole node the job asks for)",
-        )
-        if not pull_back:
-            return (cleanup, check, submit)
-        pull = Step(
-            "pull-back",
-            "bring the job's TensorBoard and CI-history files from its node into the run "
-            "dir, during the run and completely at the end (sizes and sha256 verified)",
-        )
-        return (cleanup, check, submit, pull)
-    head = Step(
-        "ray-start",
-        "start a private local Ray head: loopback only, a fresh auth token, every port "
-        "chosen by the tool (device env set first)",
-        ray_start_argv(recipe.num_gpus, master_addr),
-    )
-    return (cleanup, head, submit)
 
 
 def build_prepare_plan(recipe: Recipe) -> LaunchPlan:
