@@ -208,15 +208,14 @@ CPU_LATENCY = LatencyModel(
 class Target:
     """Where a plan runs: its time model, its largest size and the controls' share."""
 
-    name: str
     latency: LatencyModel
     max_tokens: int | None
     control_share: float
     min_control_calls: int
 
 
-NODE = Target("node", NODE_LATENCY, None, CONTROL_SHARE, MIN_CONTROL_CALLS)
-CPU = Target("cpu", CPU_LATENCY, CPU_MAX_TOKENS, 0.02, 4)
+NODE = Target(NODE_LATENCY, None, CONTROL_SHARE, MIN_CONTROL_CALLS)
+CPU = Target(CPU_LATENCY, CPU_MAX_TOKENS, 0.02, 4)
 
 
 @dataclass(frozen=True)
