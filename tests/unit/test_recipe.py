@@ -1,5 +1,5 @@
-"""The recipe's settings and invariants; its argv itself is the dry-run snapshots'
-(``tests/snapshot``: the default, W&B, extra-args and override cases)."""
+"""The recipe's settings and invariants; its argv itself is RECIPE.md's (below, held by
+``test_cli_plan``) and the dry-run snapshots' (default, W&B, extra-args, override)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,44 @@ from miles_amd.recipe.settings import (
     parse_hardware,
     secret_flags_in,
 )
+
+# Transcribed from RECIPE.md ("Model arguments" and "Train arguments of the default recipe"); the
+# dry-run holds the argv to it (tests/unit/test_cli_plan.py), the snapshots to every case.
+RECIPE_MD_MODEL_ARGS = """
+--num-layers 24 --hidden-size 2880 --ffn-hidden-size 2880 --num-attention-heads 64
+--group-query-attention --num-query-groups 8 --kv-channels 64
+--use-rotary-position-embeddings --rotary-percent 1.0 --rotary-base 150000
+--max-position-embeddings 131072 --normalization RMSNorm --norm-epsilon 1e-5 --swiglu
+--untie-embeddings-and-output-weights --vocab-size 201088 --softmax-type learnable
+--window-size 128,0 --window-attn-skip-freq 2 --no-masked-softmax-fusion --no-rope-fusion
+--num-experts 32 --moe-router-topk 4 --moe-aux-loss-coeff 0.0
+--moe-token-dispatcher-type alltoall --moe-router-dtype fp32 --moe-grouped-gemm
+"""
+RECIPE_MD_TRAIN_ARGS = """
+--hf-checkpoint /root/models/gpt-oss-20b-bf16 --megatron-to-hf-mode bridge
+--lora-rank 32 --lora-alpha 32 --lora-dropout 0.0
+--target-modules gate_proj,up_proj,down_proj --no-sglang-lora-use-virtual-experts
+--lora-base-cpu-backup
+--prompt-data /root/datasets/dapo-math-17k/dapo-math-17k.jsonl --input-key prompt
+--label-key label --apply-chat-template --rollout-shuffle --balance-data --rm-type math
+--num-rollout 20 --rollout-batch-size 8 --n-samples-per-prompt 8
+--rollout-max-response-len 4096 --rollout-temperature 1 --global-batch-size 64
+--optimizer adam --lr 1e-05 --lr-decay-style constant --weight-decay 0.1
+--adam-beta1 0.9 --adam-beta2 0.98
+--advantage-estimator grpo --entropy-coef 0.00 --eps-clip 0.2 --eps-clip-high 0.28
+--tensor-model-parallel-size 4 --sequence-parallel
+--pipeline-model-parallel-size 1 --context-parallel-size 1
+--expert-model-parallel-size 1 --expert-tensor-parallel-size 1
+--recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+--micro-batch-size 1 --max-tokens-per-gpu 4096
+--rollout-num-gpus-per-engine 4 --sglang-mem-fraction-static 0.2
+--sglang-dtype bfloat16 --sglang-decode-log-interval 1000 --sglang-max-lora-rank 32
+--sglang-lora-backend triton --sglang-moe-runner-backend triton
+--sglang-attention-backend triton
+--train-backend megatron --attention-dropout 0.0 --hidden-dropout 0.0
+--qkv-format bshd --attention-backend unfused --actor-num-nodes 1
+--actor-num-gpus-per-node 8 --num-gpus-per-node 8 --colocate
+"""
 
 
 @pytest.mark.parametrize(
