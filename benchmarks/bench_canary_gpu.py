@@ -31,16 +31,8 @@ from typing import Any
 
 from bench_canary import EXACT  # type: ignore[import-not-found]  # run as a script beside it
 
-from miles_amd.canary.harness import (
-    CONTROL_ARM,
-    CONTROL_CALLS,
-    HarnessError,
-    Setup,
-    control_fingerprint,
-    control_result,
-    run,
-)
-from miles_amd.canary.plan import Plan, build_plan, recipe_shape
+from miles_amd.canary.harness import HarnessError, Setup, control_fingerprint, control_result, run
+from miles_amd.canary.plan import ARMS, CONTROL_CALLS, Plan, build_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
 
 TIMEOUT_S = 240.0
@@ -49,7 +41,7 @@ TIMEOUT_S = 240.0
 def _plan(tokens: list[int], implementation: str, calls: int) -> Plan:
     plan = build_plan(recipe_shape(Recipe()), "aiter", 0.5, tokens=tokens)
     entries = tuple(
-        dataclasses.replace(e, arms=((CONTROL_ARM, calls),), implementation=implementation)
+        dataclasses.replace(e, arms=((ARMS[0], calls),), implementation=implementation)
         for e in plan.entries
     )
     return dataclasses.replace(plan, entries=entries)

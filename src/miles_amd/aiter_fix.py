@@ -27,12 +27,12 @@ MAX_HEADER_BYTES = 16 * 1024 * 1024
 
 
 def squeeze(text: str) -> str:
-    """``text`` without line continuations and whitespace (clang-format cannot move it)."""
+    """Without line continuations and whitespace (clang-format cannot move them)."""
     return re.sub(r"\s+", "", text.replace("\\\n", "\n"))
 
 
 def stage1(squeezed: str) -> tuple[str, str] | None:
-    """(the kernel's template head, its text up to stage 1's ``end_sync``); None without it."""
+    """(the kernel's template head, its text up to stage 1's ``end_sync``)."""
     at = squeezed.find(KERNEL)
     if at < 0:
         return None
@@ -43,7 +43,7 @@ def stage1(squeezed: str) -> tuple[str, str] | None:
 
 
 def classify(text: str) -> tuple[str, str]:
-    """(verdict, why) of a ``custom_all_reduce.cuh`` text (module doc)."""
+    """(verdict, why) of a ``custom_all_reduce.cuh`` text."""
     squeezed = squeeze(text)
     found = stage1(squeezed)
     if found is None:
@@ -66,8 +66,7 @@ def classify(text: str) -> tuple[str, str]:
 
 
 def locate() -> tuple[str | None, str | None, str]:
-    """(package dir, header path, why) of the aiter this Python would import; the paths are
-    None where absent and ``why`` says what was looked at."""
+    """(package dir, header path, why) of the aiter this Python would import."""
     try:
         spec = importlib.util.find_spec("aiter")
     except (ImportError, ValueError) as exc:
@@ -85,20 +84,19 @@ def locate() -> tuple[str | None, str | None, str]:
 
 
 def value(verdict: str, why: str, header: str | None = None, data: bytes = b"") -> str:
-    """The recorded value (module doc)."""
     if header is None:
         return f"{verdict}: {why}"
     return f"{verdict}: {header} sha256:{hashlib.sha256(data).hexdigest()[:12]} ({why})"
 
 
 def source_of(recorded: str) -> str | None:
-    """The file a recorded value names (header and digest), None for an ``unknown`` without."""
+    """The header and digest a recorded value names, if any."""
     match = re.match(r"^(?:fixed|not fixed|unknown): (/\S.*? sha256:[0-9a-f]{12})", recorded)
     return match.group(1) if match else None
 
 
 def verdict_of(recorded: str) -> str:
-    """The verdict a recorded value starts with; ``unknown`` for anything else."""
+    """The verdict a recorded value starts with, else ``unknown``."""
     for verdict in (NOT_FIXED, FIXED, UNKNOWN):
         if recorded.startswith(verdict + ":"):
             return verdict
@@ -106,7 +104,7 @@ def verdict_of(recorded: str) -> str:
 
 
 def read_header(header: str) -> tuple[bytes | None, str]:
-    """The header's bytes (at most :data:`MAX_HEADER_BYTES`), or an OSError's text."""
+    """(the header's bytes, at most :data:`MAX_HEADER_BYTES`, or None, why)."""
     try:
         with open(header, "rb") as f:
             data = f.read(MAX_HEADER_BYTES + 1)
@@ -118,7 +116,7 @@ def read_header(header: str) -> tuple[bytes | None, str]:
 
 
 def fingerprint() -> dict[str, str | None]:
-    """This Python's aiter, judged: a dict of ``value``, ``package_dir`` and ``header``."""
+    """This Python's aiter, judged: ``value``, ``package_dir`` and ``header``."""
     package, header, why = locate()
     if header is None:
         return {"value": value(UNKNOWN, why), "package_dir": package, "header": None}

@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from miles_amd.recipe.secret_flags import secret_flags_in
+from miles_amd.recipe.settings import secret_flags_in
 
 REDACTED = "<redacted>"
 SECRET_VARS = ("WANDB_API_KEY", "HF_TOKEN", "RAY_AUTH_TOKEN")

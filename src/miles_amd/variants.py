@@ -21,7 +21,7 @@ _DESCRIPTIONS: dict[str, str] = {
 
 
 def describe(variant: str) -> str:
-    """One line for reports and recorded provenance; ``KeyError`` for an unknown name."""
+    """One line for reports; ``KeyError`` for an unknown name."""
     return _DESCRIPTIONS[variant]
 
 
@@ -31,7 +31,7 @@ def aiter_allreduce_expected(variant: str | None) -> bool:
 
 
 def sglang_env(variant: str | None) -> dict[str, str]:
-    """The SGLang aiter switches the job's runtime env sets for ``variant`` (see module doc)."""
+    """The SGLang aiter switches of the job's runtime env."""
     env = {"SGLANG_USE_AITER": "1"}
     if variant is not None:
         if variant not in AITER_VARIANTS:
@@ -45,21 +45,19 @@ IMPLEMENTATIONS: tuple[Implementation, ...] = get_args(Implementation)
 
 
 def rollout_implementation(variant: str) -> Implementation:
-    """The all-reduce the rollouts of ``variant`` use; ``KeyError`` for an unknown variant."""
+    """The rollouts' all-reduce; ``KeyError`` for an unknown variant."""
     if variant not in AITER_VARIANTS:
         raise KeyError(variant)
     return "aiter" if aiter_allreduce_expected(variant) else "sglang"
 
 
 def aiter_dir(variant: str | None, env: Mapping[str, str]) -> str | None:
-    """The dir of the patched build a ``patched`` run imports aiter from (``AITER_PATCHED_DIR``);
-    None otherwise: the processes import site-packages' aiter."""
+    """``AITER_PATCHED_DIR`` for a ``patched`` run; None: site-packages' aiter."""
     return (env.get(PATCHED_DIR_VAR) or None) if variant == "patched" else None
 
 
 def aiter_pythonpath(variant: str | None, env: Mapping[str, str], *first: str) -> str:
-    """The ``PYTHONPATH`` of a ``variant`` process (module doc): ``first`` (the job's miles and
-    Megatron checkouts, which hold no aiter), :func:`aiter_dir`, then ``env``'s own."""
+    """``first`` (checkouts that hold no aiter), :func:`aiter_dir`, then ``env``'s own."""
     parts = (*first, aiter_dir(variant, env) or "", env.get("PYTHONPATH", ""))
     return ":".join(p for p in parts if p)
 

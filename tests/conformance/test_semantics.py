@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from miles_amd.recipe.ignored_flags import BRIDGE_BUILDER, BY_FLAG, IGNORED_FLAGS
-from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
-from miles_amd.recipe.settings import Recipe, RecipeError
+from miles_amd.recipe.settings import LORA_TARGET_MODULES, Recipe, RecipeError
 from tests.conformance.harness import CHILD, Job, MilesCheckout, run_child
 
 pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("semantics")]

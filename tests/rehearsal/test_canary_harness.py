@@ -23,12 +23,13 @@ import jsonschema
 import pytest
 from scipy.stats import beta
 
-from miles_amd.canary.harness import schema_path
+from miles_amd.canary import harness
 from miles_amd.canary.plan import ARMS
 from miles_amd.records.canary import CanaryRecord
 from tests.support.fake_aiter import fake_aiter
 
 REDUCERS = Path(__file__).parents[1] / "support" / "canary_reducers.py"
+SCHEMA = json.loads(Path(harness.__file__).with_name("canary.schema.json").read_text())
 pytestmark = pytest.mark.no_ray  # starts no Ray: joins no Ray xdist group
 
 
@@ -73,17 +74,25 @@ def canary(python: str, func: str, args: str, **env: str) -> subprocess.Complete
     )
 
 
-def test_gloo_all_reduce_is_clean_and_the_record_is_valid(
+def test_a_clean_all_reduce_is_a_valid_record_whose_ranks_see_the_aiter_the_rule_chooses(
     torch_python: str, tmp_path: Path
 ) -> None:
+    """gloo's all-reduce in ranks that each check they find the patched checkout (on no
+    PYTHONPATH of the command's own, only AITER_PATCHED_DIR), as do the fingerprint and the
+    constants."""
+    entry, header = fake_aiter(tmp_path / "aiter", fixed=True, layout="checkout")
     run_dir = tmp_path / "run"
-    done = canary(torch_python, "gloo", f"--detect-rate 0.02 --json --run-dir {run_dir}")
+    args = f"--variant patched --detect-rate 0.02 --json --run-dir {run_dir}"
+    env = {"AITER_PATCHED_DIR": str(entry), "PYTHONPATH": ""}
+    done = canary(torch_python, "sees_aiter", args, **env)
     assert done.returncode == 0, done.stderr
     text = (run_dir / "canary.json").read_text(encoding="utf-8")
     assert json.loads(done.stdout) == json.loads(text)
-    jsonschema.validate(json.loads(text), json.loads(schema_path().read_text(encoding="utf-8")))
+    jsonschema.validate(json.loads(text), SCHEMA)
     record = CanaryRecord.from_json(text)
     assert record.clean and record.implementation == "reducer" and record.backend == "gloo"
+    assert record.aiter_fix is not None and record.aiter_fix.startswith(f"fixed: {header} sha256:")
+    assert record.dispatch_source.startswith(f"installed {header}, ")
     assert [r.tokens for r in record.results] == [e["tokens"] for e in record.plan]
     assert all(
         r.calls >= e["calls"] and r.latency_us
@@ -194,22 +203,6 @@ def test_a_result_of_another_shape_is_a_mismatch_not_a_broadcast(torch_python: s
     one, big = record.results
     assert one.mismatches == 0 and big.mismatches == big.calls  # N=1 has the right shape
     assert big.wrong_elements == 4 * big.calls * 127 * 2880  # every element of every rank
-
-
-def test_the_canary_its_ranks_and_its_record_see_the_aiter_the_rule_chooses(
-    torch_python: str, tmp_path: Path
-) -> None:
-    """``--variant patched`` with AITER_PATCHED_DIR: the fingerprint, the constants and every
-    rank see the patched checkout (it is on no PYTHONPATH of the command's own)."""
-    entry, header = fake_aiter(tmp_path / "aiter", fixed=True, layout="checkout")
-    run_dir = tmp_path / "run"
-    args = f"--variant patched --tokens 64,127 --detect-rate 0.2 --run-dir {run_dir}"
-    env = {"AITER_PATCHED_DIR": str(entry), "PYTHONPATH": ""}
-    done = canary(torch_python, "sees_aiter", args, **env)
-    assert done.returncode == 0, done.stderr
-    record = CanaryRecord.from_json((run_dir / "canary.json").read_text(encoding="utf-8"))
-    assert record.aiter_fix is not None and record.aiter_fix.startswith(f"fixed: {header} sha256:")
-    assert record.dispatch_source.startswith(f"installed {header}, ")
 
 
 HIPIFY = """

@@ -53,7 +53,7 @@ CASES: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "aiter_patched_dir": (("train", "--aiter-variant", "patched"), {PATCHED: PATCHED_DIR}),
     "aiter_stock_patched_dir": (("train", "--aiter-variant", "stock"), {PATCHED: PATCHED_DIR}),
     "aiter_rccl": (("train", "--aiter-variant", "rccl"), {}),
-    # the per-PR smoke's shape (recipe.shapes): one TP-4 engine beside the TP-4 trainer
+    # the per-PR smoke's shape (recipe.settings.SHAPES): one TP-4 engine beside the TP-4 trainer
     "shape_4gpu": (("train", "--shape", "4gpu", "--aiter-variant", "patched"), {}),
 }
 

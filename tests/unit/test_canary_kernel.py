@@ -24,7 +24,7 @@ from miles_amd.canary.kernel import (
     trip_counts,
     uses_custom_ar,
 )
-from tests.support.fake_aiter import fake_aiter, header_text, sections
+from tests.support.fake_aiter import header_text, sections
 
 FIXTURE = Path(__file__).parent / "data" / "aiter_dispatch_e4048607.txt"
 HIDDEN_BF16 = 2880 * 2  # bytes per token of the rollout all-reduce
@@ -88,27 +88,16 @@ def test_the_reader_refuses_a_kernel_of_another_shape_or_one_aiter_cannot_launch
         kernel.parse_constants(header_text(fixed=fixed), "x = 1\n", "edited")
 
 
-def test_installed_constants_name_their_source_or_fall_back_to_the_pinned_commit_with_why(
-    tmp_path: Path,
-) -> None:
-    entry, cuh = fake_aiter(tmp_path / "ok", fixed=True, layout="checkout")
-    used = kernel.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
-    assert used.stage1_whole_tiles and used.source.startswith(f"installed {cuh}, ")
-    assert used.source.endswith("(aiter_fix fixed: (its value))")
-    bad = header_text(fixed=True).replace("#define THREAD_NUM 512", "#define THREAD_NUM 0")
-    entry, cuh = fake_aiter(tmp_path / "bad", fixed=True, layout="wheel", header=bad)
-    refused = kernel.installed_constants({}, str(entry / "aiter"), str(cuh), "fixed: (its value)")
-    assert refused.thread_num == PINNED.thread_num
-    assert f"(pinned: {cuh} refused: #define THREAD_NUM is 0" in refused.source
-    plain = kernel.installed_constants({}, None, None, "unknown: no module aiter")
-    assert plain.car_max_size == PINNED.car_max_size
-    assert plain.source.endswith("(pinned: no aiter on the python path)"), plain.source
-    # AITER_CUSTOM_AR_MAX_SIZE as aiter's _resolve_car_max_size reads it
+def test_aiter_custom_ar_max_size_is_read_as_aiter_reads_it() -> None:
+    """Where the constants come from (installed header, or the pinned commit and why):
+    tests/unit/test_canary_cli.py."""
     for value, size in (("1048576", 1 << 20), ("0", 0), ("-5", 7), ("lots", 7), (str(2 << 30), 7)):
         assert kernel.car_max_size(7, {"AITER_CUSTOM_AR_MAX_SIZE": value}) == size
-    sized = kernel.installed_constants({"AITER_CUSTOM_AR_MAX_SIZE": "1048576"}, None, None, "x")
-    assert sized.car_max_size == 1 << 20 and sized.source.endswith(
-        "AITER_CUSTOM_AR_MAX_SIZE=1048576"
+    env = ("AITER_CUSTOM_AR_MAX_SIZE", "1048576")
+    sized = kernel.installed_constants(dict([env]), None, None, "x")
+    assert sized.car_max_size == 1 << 20
+    assert sized.source.endswith(
+        "(pinned: no aiter on the python path); AITER_CUSTOM_AR_MAX_SIZE=1048576"
     )
 
 

@@ -1,7 +1,6 @@
-"""``canary.json`` (``records.canary``, ``canary.harness``): the merge of the ranks' results,
-strict reading, the shipped schema, the atomic write into a run dir, and the positive control's
-plan, fingerprint and record (``canary.harness.run_control``). Pure: no torch, no ranks; the
-control's kernel on a CUDA GPU only (skipped without one), its hipify in the rehearsal tier."""
+"""``canary.json``: the merge of the ranks' results, strict reading, the shipped schema, the
+atomic write, and the positive control's plan, fingerprint and record. No ranks; the control's
+kernel on a CUDA GPU only, its hipify in the rehearsal tier."""
 
 from __future__ import annotations
 
@@ -17,15 +16,15 @@ from typing import Any
 import jsonschema
 import pytest
 
-from miles_amd.canary import harness, worker
-from miles_amd.canary.harness import Setup, merge, run, schema_path, write_canary
-from miles_amd.canary.plan import ARMS, CPU, build_plan, recipe_shape
+from miles_amd.canary import harness
+from miles_amd.canary.harness import Setup, merge, run, write_canary
+from miles_amd.canary.plan import ARMS, CPU, build_plan, control_plan, recipe_shape
 from miles_amd.recipe.settings import Recipe
 from miles_amd.records.canary import CanaryRecord, ControlRecord, Mismatch
 from miles_amd.records.model import parse
 from miles_amd.run_dir import RunDir
 
-SCHEMA = json.loads(schema_path().read_text(encoding="utf-8"))
+SCHEMA = json.loads(Path(harness.__file__).with_name("canary.schema.json").read_text())
 PLAN = build_plan(recipe_shape(Recipe()), "reducer", 0.5, target=CPU, tokens=(28, 127))
 # A wrong element of N=127 where ROCm/aiter#5694's stale read puts one: group rank 2, in rank 3's
 # segment (pack 3·11430 + 1152 + 70: block 9's lane 70, the upper wave), off by one input step.
@@ -155,13 +154,9 @@ CONTROL = {"implementation": "control-broken", "calls": 5, "caught": True, "fing
 REFUSED = [
     (_put("schema_version", 1), '"schema_version" must be one of 2', True),
     (_put("implementation", "nccl"), '"implementation" must be one of', True),
-    (_put("variant", "fixed"), '"variant" must be one of', True),
     (_put("results.1.calls", "14"), '"results[1].calls" must be an integer', True),
-    (_put("results.1.mismatches_kept.0.index", -1), "results[1].mismatches_kept[0].index", True),
     (_put("results.0.mismatches", _DROP), '"results[0].mismatches" must be present', True),
-    (_put("plan.0.role", "warmup"), '"plan[0].role" must be one of', True),
     (_put("power.detect_rate", 1.0), '"power.detect_rate" must be < 1', True),
-    (_put("start_time", True), '"start_time" must be a finite number', True),
     (_put("control", {"calls": 3}), '"control.implementation" must be present', True),
     (_zero_calls, "no calls were made", False),
     (_no_suspect_size, "no size of the suspect class", False),
@@ -194,11 +189,11 @@ def test_a_wrong_or_contradictory_record_is_refused_with_its_reason(edit, messag
 
 def test_the_control_plan_keeps_suspect_sizes_and_its_result_places_the_first_element() -> None:
     plan = build_plan(recipe_shape(Recipe()), "aiter", 1e-6)
-    got = harness.control_plan(plan, calls=7)
+    got = control_plan(plan, calls=7)
     suspect = [e.tokens for e in plan.entries if e.affected or e.exposed]
     assert [e.tokens for e in got.entries] == suspect
     assert len(suspect) < len(plan.entries)  # decode sizes and uniform controls left out
-    assert all(e.arms == ((harness.CONTROL_ARM, 7),) for e in got.entries)
+    assert all(e.arms == ((ARMS[0], 7),) for e in got.entries)
     assert {e.implementation for e in got.entries} == {"control-broken"}
     # STALE at N=127, bf16, TP 4: rank 2 read rank 3's segment, block 9's lane 70, one step off.
     caught = harness.control_result(faulty_record(), 2880, 4, 2)
@@ -229,15 +224,6 @@ def test_the_harness_imports_no_torch() -> None:
     assert done.stdout.strip() == "False"
 
 
-def test_the_control_kernel_is_plain_cuda_runtime_for_hipify() -> None:
-    code = re.sub(r"//[^\n]*", "", worker.KERNEL_SOURCE.read_text(encoding="utf-8"))
-    assert not re.search(r"\basm\b|cuda_bf16|cuda_fp16|__shfl|cooperative_groups", code)
-    for call in ("cudaIpcGetMemHandle", "cudaIpcOpenMemHandle", "cudaIpcCloseMemHandle"):
-        assert call in code
-    assert code.count("#ifdef MILES_AMD_CONTROL_BROKEN") == 1  # the one switch of the builds
-    assert "if (!broken)" in code  # ... which only drops end_sync's wait
-
-
 def _cuda() -> bool:
     if importlib.util.find_spec("torch") is None:
         return False
@@ -255,7 +241,7 @@ def test_both_builds_on_cuda_broken_caught_correct_clean() -> None:
     import torch
 
     share = torch.cuda.device_count() < 4
-    plan = harness.control_plan(build_plan(recipe_shape(Recipe()), "aiter", 1e-6), calls=50)
+    plan = control_plan(build_plan(recipe_shape(Recipe()), "aiter", 1e-6), calls=50)
     plan = dataclasses.replace(plan, entries=plan.entries[:3])
     for build in ("control-broken", "control"):
         setup = Setup(4, "cuda", build, collective="gloo" if share else None)

@@ -206,9 +206,8 @@ def test_the_errors_every_command_maps_are_named_by_their_classes() -> None:
     from miles_amd.app.train import CanaryRed
     from miles_amd.baseline.record import RecordError
     from miles_amd.cli.options import exit_code_of
-    from miles_amd.recipe.hardware import HardwareDetectionError
     from miles_amd.recipe.inputs import InputError
-    from miles_amd.recipe.settings import RecipeError
+    from miles_amd.recipe.settings import HardwareDetectionError, RecipeError
     from miles_amd.run.cluster import ClusterError
     from miles_amd.run.dashboard import DashboardError
     from miles_amd.run.driver import DriverError

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from miles_amd.recipe.hardware import HardwareDetectionError, detect_hardware, run_tool
-from miles_amd.recipe.settings import Hardware
+from miles_amd.recipe.settings import Hardware, HardwareDetectionError, detect_hardware, run_tool
 
 AMD_SMI_TEXT = "GPU: 0\n    ASIC:\n        MARKET_NAME: AMD Instinct MI355X\n" * 8
 ROCM_SMI_TEXT = "GPU[0]\t\t: Card Series: \t\tAMD Instinct MI350X\n"

@@ -1,4 +1,4 @@
-"""The recipe's declared shapes: ``train --shape`` plans them, and a run's shape reads back."""
+"""The recipe's declared shapes: ``train --shape`` plans them, a run's shape reads back."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from miles_amd.recipe.shapes import SHAPES, shape_of
+from miles_amd.recipe.settings import SHAPES, shape_of
 from miles_amd.run.preflight import PreflightConfig
 from miles_amd.run.probes import probe_gpu_model
 from tests.cli_runs import run_cli
@@ -14,19 +14,11 @@ from tests.cli_runs import run_cli
 pytestmark = pytest.mark.unit
 
 
-def planned(*args: str) -> dict:
-    done = run_cli("train", "--dry-run", "--json", *args)
+def test_a_shape_sets_defaults_its_flags_override() -> None:
+    """The 4gpu recipe itself: the ``shape_4gpu`` dry-run snapshot."""
+    done = run_cli("train", "--dry-run", "--json", "--shape", "4gpu", "--num-rollouts", "3")
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)["recipe"]
-
-
-def test_the_4gpu_shape_is_one_tp4_engine_beside_the_tp4_trainer_for_2_rollouts() -> None:
-    recipe, default = planned("--shape", "4gpu"), planned()
-    assert (recipe["num_gpus"], recipe["num_rollout"]) == (4, 2)
-    assert recipe["tensor_model_parallel_size"] == recipe["rollout_num_gpus_per_engine"] == 4
-    changed = {k for k in recipe if recipe[k] != default[k]}
-    assert changed == {"num_gpus", "num_rollout"}  # the recipe otherwise unchanged
-    assert planned("--shape", "4gpu", "--num-rollouts", "3")["num_rollout"] == 3
+    assert json.loads(done.stdout)["recipe"]["num_rollout"] == 3
 
 
 @pytest.mark.parametrize(

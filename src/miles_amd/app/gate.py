@@ -57,7 +57,7 @@ def choose_baseline(evidence: RunEvidence) -> tuple[Baseline, RecordOnly | None]
     from miles_amd.baseline.model import BaselineError
     from miles_amd.judge.environment import Environment
     from miles_amd.judge.gate import RecordOnly
-    from miles_amd.recipe.shapes import SHAPES
+    from miles_amd.recipe.settings import SHAPES
 
     try:
         key = run_key(evidence)

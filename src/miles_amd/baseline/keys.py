@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from miles_amd.baseline.model import RECIPE_DIR, baselines_root
-from miles_amd.recipe.shapes import shape_of
+from miles_amd.recipe.settings import shape_of
 from miles_amd.variants import BASELINE_VARIANTS
 
 if TYPE_CHECKING:

@@ -1,8 +1,7 @@
-"""aiter's custom all-reduce as the canary models it (ROCm/aiter e4048607,
-``csrc/include/custom_all_reduce.cuh``): the kernel and grid a size gets, each lane's stage-1
-trip count, the wave reading of the barriers, the dispatch constants (pinned, or read from the
-installed aiter within :data:`BOUNDS`) and whether a wrong element fits ROCm/aiter#5694's stale
-read. ``docs/node.md`` ("The dispatch model", "The hardware reading", "The fingerprint").
+"""aiter's custom all-reduce as the canary models it (ROCm/aiter e4048607): the kernel and
+grid a size gets, each lane's stage-1 trip count, the wave reading of the barriers, the dispatch
+constants (pinned, or read from the installed aiter) and whether a wrong element fits
+ROCm/aiter#5694's stale read. ``docs/node.md`` ("The dispatch model", "The hardware reading").
 """
 
 from __future__ import annotations
@@ -30,9 +29,7 @@ class DispatchConstants:
     one_stage_limits: tuple[tuple[int, int], ...]  # (world size <=, bytes <) pairs, in order
     car_max_size: int  # Python side: custom AR for bytes <= this (AITER_CUSTOM_AR_MAX_SIZE)
     source: str
-    # ROCm/aiter#5694's kernel: stage 1 runs whole tiles, the tail apart (miles_amd.aiter_fix);
-    # the suspect sizes are the same, they take its has_tail instantiation
-    stage1_whole_tiles: bool = False
+    stage1_whole_tiles: bool = False  # ROCm/aiter#5694's kernel (same suspect sizes)
 
 
 AITER_REPO = "ROCm/aiter"
@@ -50,7 +47,7 @@ PINNED = DispatchConstants(
 
 @dataclass(frozen=True)
 class Dispatch:
-    """What the dispatch launches for one all-reduce, and its stage-1 trip counts."""
+    """What the dispatch launches for one all-reduce."""
 
     kernel: Kernel
     naive: bool
@@ -63,17 +60,17 @@ class Dispatch:
 
     @property
     def affected(self) -> bool:
-        """The suspect class: non-naive 2-stage whose block's lanes loop unequally often."""
+        """The lane model's suspect class: a 2-stage block whose lanes loop unequally often."""
         return self.kernel == "2stage" and not self.naive and not self.uniform_trip_count
 
 
 def uses_custom_ar(nbytes: int, constants: DispatchConstants = PINNED) -> bool:
-    """aiter's ``_fits_custom_ar_size`` with default env: 16-byte multiple, <= max size."""
+    """aiter's ``_fits_custom_ar_size``."""
     return nbytes > 0 and nbytes % PACK_BYTES == 0 and nbytes <= constants.car_max_size
 
 
 def one_stage(nbytes: int, world_size: int, constants: DispatchConstants = PINNED) -> bool:
-    """The size test of the full-peer-links branch (``docs/node.md``, the dispatch model)."""
+    """The size test of the full-peer-links branch."""
     return any(world_size <= ws and nbytes < limit for ws, limit in constants.one_stage_limits)
 
 
@@ -84,8 +81,7 @@ def dispatch(
     full_peer_links: bool = True,
     constants: DispatchConstants = PINNED,
 ) -> Dispatch:
-    """The kernel and grid for an all-reduce of ``nbytes`` (``docs/node.md``); ValueError for a size
-    the launcher refuses (not a multiple of 16 bytes) or a world size it does not support."""
+    """ValueError for a size the launcher refuses or a world size it does not support."""
     if world_size not in (2, 4, 6, 8):
         raise ValueError(f"world size {world_size}: aiter supports 2, 4, 6, 8")
     if dtype_size not in (2, 4) or nbytes <= 0 or nbytes % PACK_BYTES:
@@ -111,16 +107,15 @@ def dispatch(
 
 
 def trip_counts(span: int, stride: int, first_tid: int, lanes: int) -> list[int]:
-    """Stage-1 trip count of each lane ``first_tid .. first_tid + lanes - 1`` over ``span``
-    packs (``ceil((span - tid) / stride)``, 0 past the span): the check the tests run."""
+    """Stage-1 trip count (``ceil((span - tid) / stride)``) of lanes ``first_tid`` on."""
     return [max(0, -(-(span - tid) // stride)) for tid in range(first_tid, first_tid + lanes)]
 
 
 def early_waves(
     d: Dispatch, span: int, threads: int, wave: int = CDNA_WAVE
 ) -> tuple[int, dict[int, bool]]:
-    """For a rank's stage-1 ``span``: the first tid of the one block whose lanes loop unequally
-    often, and its early waves (wave index -> whether it still has a stage-2 read)."""
+    """The first tid of the block of ``span`` whose lanes loop unequally often, and its early
+    waves (wave index -> whether it still has a stage-2 read)."""
     tnum = d.threads_per_gpu
     largest = d.part + d.packs % (threads // tnum)
     first = (span % d.stride) // tnum * tnum
@@ -135,8 +130,7 @@ def early_waves(
 
 
 def wave_class(d: Dispatch, world_size: int, wave: int = CDNA_WAVE) -> WaveClass:
-    """The size's class when barriers count waves of ``wave`` lanes (``docs/node.md``, "The
-    hardware reading"); ``exposed``: a stale read (a wrong sum) is possible."""
+    """The size's class when barriers count waves; ``exposed``: a stale read is possible."""
     if d.kernel != "2stage" or d.naive:
         return "not-2stage"
     if d.uniform_trip_count:
@@ -159,8 +153,8 @@ _MAX_BLOCKS = re.compile(r"constexpr\s+int\s+kMaxBlocks\s*=\s*(\d+)\s*;")
 _NEW_BRANCH = re.compile(r"use new version of allreduce kernel(.*?)#define KL", re.S)
 _LIMIT = re.compile(r"world_size_\s*<=\s*(\d+)\s*&&\s*bytes\s*<\s*(\d+)\s*\*\s*(\d+)")
 _CAR_MAX = re.compile(r"^_DEFAULT_CAR_MAX_SIZE\s*=\s*(\d+)\s*\*\s*(\d+)", re.M)
-# What aiter can launch: lanes for every world size up to HIP's 1024 threads a block, a grid
-# its Signal arrays can index, 1-stage limits within the registered pool.
+# What aiter can launch: up to HIP's 1024 threads a block, a grid its Signal arrays can index,
+# limits within the registered pool.
 BOUNDS = {
     "#define THREAD_NUM": (8, 1024),
     "constexpr int kMaxBlocks": (1, 4096),
@@ -180,7 +174,7 @@ _SHAPE_MARKERS = (
 
 
 def parse_constants(cuh: str, py: str, source: str) -> DispatchConstants:
-    """The constants in the two texts (module doc); ValueError naming what is missing or absurd."""
+    """ValueError naming what is missing or absurd."""
     thread_num = _bounded("#define THREAD_NUM", _one(_THREAD_NUM, cuh, "#define THREAD_NUM"))
     if thread_num % 8:
         raise ValueError(f"#define THREAD_NUM {thread_num}: not a multiple of 8 lanes")
@@ -234,7 +228,7 @@ def _one(pattern: re.Pattern[str], text: str, what: str) -> int:
 
 
 def car_max_size(default: int, env: Mapping[str, str]) -> int:
-    """aiter's ``_resolve_car_max_size`` (ROCm/aiter e4048607, ``custom_all_reduce.py``)."""
+    """aiter's ``_resolve_car_max_size``."""
     raw = env.get(CAR_MAX_SIZE_ENV, "").strip()
     if not raw:
         return default
@@ -250,18 +244,19 @@ def car_max_size(default: int, env: Mapping[str, str]) -> int:
 def installed_constants(
     env: Mapping[str, str], package_dir: str | None, header: str | None, fix: str
 ) -> DispatchConstants:
-    """The constants of the aiter at ``package_dir`` (None: no aiter) from ``header``, the
-    ``custom_all_reduce.cuh`` its fingerprint ``fix`` read (``aiter_fix``), else the pinned
-    commit's, with why (module doc)."""
+    """The constants of the aiter at ``package_dir`` from ``header``, the header its
+    fingerprint ``fix`` read, else the pinned commit's with why."""
     if package_dir is None or header is None:
         where = "no aiter on the python path" if package_dir is None else fix
         base = replace(PINNED, source=f"{PINNED.source} (pinned: {where})")
     else:
-        py = Path(package_dir, "dist", "device_communicators", "custom_all_reduce.py")
+        py = str(Path(package_dir, "dist", "device_communicators", "custom_all_reduce.py"))
         try:
-            base = parse_constants(
-                _text(Path(header)), _text(py), f"installed {header}, {py} (aiter_fix {fix})"
-            )
+            (cuh, why), (pys, py_why) = aiter_fix.read_header(header), aiter_fix.read_header(py)
+            if cuh is None or pys is None:
+                raise OSError(why or py_why)
+            cuh_text, py_text = (b.decode("utf-8", errors="replace") for b in (cuh, pys))
+            base = parse_constants(cuh_text, py_text, f"installed {header}, {py} (aiter_fix {fix})")
         except (OSError, ValueError) as exc:
             base = replace(PINNED, source=f"{PINNED.source} (pinned: {header} refused: {exc})")
     limit = car_max_size(base.car_max_size, env)
@@ -271,21 +266,13 @@ def installed_constants(
     return replace(base, car_max_size=limit, source=source)
 
 
-def _text(path: Path) -> str:
-    """A source file's text, at most ``aiter_fix.MAX_HEADER_BYTES``; OSError otherwise."""
-    data, why = aiter_fix.read_header(str(path))
-    if data is None:
-        raise OSError(why)
-    return data.decode("utf-8", errors="replace")
-
-
 MATCHES = "matches ROCm/aiter#5694's stale read"
 OTHER = "another fault"
 
 
 @dataclass(frozen=True)
 class Layout:
-    """What places an element in the kernel: the size, the group and the hardware."""
+    """What places an element in the kernel."""
 
     tokens: int
     hidden: int
@@ -298,8 +285,8 @@ class Layout:
 def matches(
     layout: Layout, rank: int, index: int | None, expected: float | None, seen: float | None
 ) -> bool:
-    """Whether the wrong element ``index`` (of the ``(N, hidden)`` result on group rank
-    ``rank``) fits the stale-read fingerprint (module doc)."""
+    """Whether wrong element ``index`` on group rank ``rank`` fits the stale-read fingerprint
+    (``docs/node.md``, "The fingerprint")."""
     if index is None or expected is None or seen is None:
         return False
     step = expected - seen

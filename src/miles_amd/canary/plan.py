@@ -1,8 +1,6 @@
-"""The canary's plan, purely from the recipe and the dispatch constants: the all-reduce sizes
-(decode as SGLang pads them, exposed prefill sizes, matched controls), the calls that catch a
-per-call rate with 99% confidence spread over the rollout conditions, and their estimated time.
-A clean canary bounds the rate; it does not show the kernel race-free. ``docs/node.md`` ("How
-the plan is built", "Statistics").
+"""The canary's plan, purely from the recipe and the dispatch constants: the all-reduce sizes,
+the calls that catch a per-call rate with 99% confidence spread over the rollout conditions,
+and their estimated time. ``docs/node.md`` ("How the plan is built", "Statistics").
 """
 
 from __future__ import annotations
@@ -26,16 +24,22 @@ from miles_amd.recipe.settings import Recipe
 CONFIDENCE = 0.99
 CONTROL_SHARE = 0.1
 MIN_CONTROL_CALLS = 10
-# The rollouts' exposed calls per run (docs/node.md, "Statistics"): 20 rollouts x 2 engines x at
-# most 4 prefill forwards per engine and rollout x 49 all-reduces per forward (24 layers x 2 and
-# the vocab-parallel embedding) x 1/2 (the share of prefill sizes >= 114 whose 90·N mod 128 is in
-# 1..64); and the spike rate per stock run the A/B must be able to explain.
-ROLLOUTS_PER_RUN = 20
-ENGINES = 2
-PREFILL_FORWARDS = 4
-ALL_REDUCES_PER_FORWARD = 49
+# The rollouts' exposed calls per run and the spike rate per stock run (docs/node.md,
+# "Statistics"): rollouts x engines x prefill forwards x all-reduces per forward x exposed share.
+ROLLOUTS_PER_RUN, ENGINES, PREFILL_FORWARDS, ALL_REDUCES_PER_FORWARD = 20, 2, 4, 49
 EXPOSED_SHARE = 0.5
 SPIKE_RATE_PER_RUN = 0.05
+SGLANG_DEFAULT_CHUNKED_PREFILL = 16384  # sglang 0.5.16 server_args.py, gpu_mem >= 160 GiB
+DTYPE_SIZES = {"bfloat16": 2, "float16": 2, "float32": 4}
+UNIFORM_STEP = 64  # 90·N packs per rank is a multiple of 128 lanes iff N % 64 == 0 (TP 4)
+CPU_MAX_TOKENS = 128
+ARMS = ("back_to_back", "gemm", "skew", "spread")  # docs/node.md, "Rollout conditions"
+# sglang 0.5.16 custom_all_reduce.py: _MAX_CAR_SIZE on HIP
+SGLANG_MAX_BYTES = 2 * 8192 * 1024
+# the gemm arm's (N, hidden) x (hidden, hidden) at an assumed 300 TFLOP/s; the skew arm's delay
+GEMM_FLOPS = 300e12
+SKEW_S = 20e-6
+CONTROL_CALLS = 200  # the positive control's calls per suspect size at most
 
 
 def _check_rate(p: float) -> None:
@@ -44,38 +48,31 @@ def _check_rate(p: float) -> None:
 
 
 def exposed_calls_per_run() -> int:
-    """The rollouts' exposed all-reduce calls in one run (the constants above)."""
-    return round(
-        ROLLOUTS_PER_RUN * ENGINES * PREFILL_FORWARDS * ALL_REDUCES_PER_FORWARD * EXPOSED_SHARE
-    )
+    calls = ROLLOUTS_PER_RUN * ENGINES * PREFILL_FORWARDS * ALL_REDUCES_PER_FORWARD
+    return round(calls * EXPOSED_SHARE)
 
 
 def implied_rate(spike_rate: float = SPIKE_RATE_PER_RUN, exposed: int | None = None) -> float:
-    """The least per-call rate at which ``exposed`` calls per run hold a wrong sum in a fraction
-    ``spike_rate`` of runs: ``-ln(1 - s) / E`` (module doc)."""
+    """The least per-call rate that spikes a fraction ``spike_rate`` of runs: -ln(1 - s) / E."""
     _check_rate(spike_rate)
-    calls = exposed_calls_per_run() if exposed is None else exposed
-    return -math.log1p(-spike_rate) / calls
+    return -math.log1p(-spike_rate) / (exposed_calls_per_run() if exposed is None else exposed)
 
 
 def calls_needed(p: float, confidence: float = CONFIDENCE) -> int:
-    """``ceil(ln(1 - confidence) / ln(1 - p))`` (module doc)."""
     _check_rate(p)
     _check_rate(confidence)
     return math.ceil(math.log1p(-confidence) / math.log1p(-p))
 
 
 def detection_probability(p: float, calls: int) -> float:
-    """``1 - (1 - p)^calls``: the chance ``calls`` affected calls show a rate-``p`` fault."""
+    """``1 - (1 - p)^calls``."""
     _check_rate(p)
     return -math.expm1(calls * math.log1p(-p))
 
 
 def rate_upper_bound(calls: int, confidence: float = CONFIDENCE) -> float | None:
-    """The largest per-call rate that ``calls`` clean calls do not exclude; None for 0 calls."""
-    if calls <= 0:
-        return None
-    return -math.expm1(math.log1p(-confidence) / calls)
+    """The largest per-call rate ``calls`` clean calls do not exclude; None for 0 calls."""
+    return -math.expm1(math.log1p(-confidence) / calls) if calls > 0 else None
 
 
 def allocate(
@@ -85,7 +82,7 @@ def allocate(
     control_share: float = CONTROL_SHARE,
     min_control_calls: int = MIN_CONTROL_CALLS,
 ) -> list[int]:
-    """Calls per entry (module doc: equal time per affected size, a share for controls)."""
+    """Calls per entry: equal time per affected size, ``control_share`` of it per control."""
     if len(seconds_per_call) != len(affected) or any(t <= 0 for t in seconds_per_call):
         raise ValueError("one positive time per entry is needed")
     rates = [1.0 / t for t, hit in zip(seconds_per_call, affected, strict=True) if hit]
@@ -98,17 +95,6 @@ def allocate(
         else max(min_control_calls, math.ceil(control_share * share / t))
         for t, hit in zip(seconds_per_call, affected, strict=True)
     ]
-
-
-SGLANG_DEFAULT_CHUNKED_PREFILL = 16384  # sglang 0.5.16 server_args.py, gpu_mem >= 160 GiB
-DTYPE_SIZES = {"bfloat16": 2, "float16": 2, "float32": 4}
-UNIFORM_STEP = 64  # 90·N packs per rank is a multiple of 128 lanes iff N % 64 == 0 (TP 4)
-CPU_MAX_TOKENS = 128
-# The rollout conditions (docs/node.md, "Rollout conditions"), each an arm with its own calls.
-ARMS = ("back_to_back", "gemm", "skew", "spread")
-# SGLang's own CustomAllreduce takes inputs up to _MAX_CAR_SIZE = 2 * 8192 * 1024 bytes on HIP
-# (sglang 0.5.16, python/sglang/srt/distributed/device_communicators/custom_all_reduce.py).
-SGLANG_MAX_BYTES = 2 * 8192 * 1024
 
 
 @dataclass(frozen=True)
@@ -130,23 +116,17 @@ class RecipeShape:
         return tokens * self.hidden * self.dtype_size
 
 
-def _flag(argv: list[str], flag: str) -> str | None:
-    """The value after the last ``flag`` (or ``flag=value``) in ``argv``."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
 def recipe_shape(recipe: Recipe) -> RecipeShape:
-    """The shape (``docs/node.md``, "How the plan is built") from ``recipe``'s fields and argv."""
-    argv = recipe.argv()
-    hidden = _flag(argv, "--hidden-size")
-    dtype = _flag(argv, "--sglang-dtype")
-    chunk = _flag(argv, "--sglang-chunked-prefill-size")
+    """``docs/node.md`` ("How the plan is built"): from the fields and the last value of each
+    flag in the argv."""
+    argv, flags = recipe.argv(), {}
+    for i, arg in enumerate(argv):
+        if "=" in arg and arg.startswith("--"):
+            flag, value = arg.split("=", 1)
+            flags[flag] = value
+        elif i + 1 < len(argv):
+            flags[arg] = argv[i + 1]
+    hidden, dtype = flags.get("--hidden-size"), flags.get("--sglang-dtype")
     if hidden is None or dtype not in DTYPE_SIZES:
         raise ValueError(f"the recipe's argv has no usable --hidden-size/--sglang-dtype ({dtype})")
     tp = recipe.rollout_num_gpus_per_engine
@@ -157,27 +137,23 @@ def recipe_shape(recipe: Recipe) -> RecipeShape:
         tp=tp,
         engines=engines,
         requests_per_engine=recipe.rollout_batch_size * recipe.n_samples_per_prompt // engines,
-        chunked_prefill_size=int(chunk) if chunk is not None else SGLANG_DEFAULT_CHUNKED_PREFILL,
+        chunked_prefill_size=int(
+            flags.get("--sglang-chunked-prefill-size", SGLANG_DEFAULT_CHUNKED_PREFILL)
+        ),
     )
 
 
 def sglang_decode_sizes(requests: int) -> list[int]:
-    """The batch sizes SGLang's decode replays for up to ``requests`` requests: its CUDA-graph
-    capture list (sglang ``server_args._generate_cuda_graph_batch_sizes``, no speculative
-    decoding) up to the first size that holds ``requests`` (a batch pads up to it)."""
+    """SGLang's CUDA-graph batch sizes (``server_args._generate_cuda_graph_batch_sizes``) up to
+    the first that holds ``requests``."""
     ladder = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, 4097, 32)]
-    sizes = []
-    for bs in ladder:
-        sizes.append(bs)
-        if bs >= requests:
-            break
-    return sizes
+    return [bs for bs in ladder if bs < requests] + [bs for bs in ladder if bs >= requests][:1]
 
 
 @dataclass(frozen=True)
 class LatencyModel:
-    """Estimated seconds per call: kernel ``base_s + bytes / bytes_per_s`` plus the harness's
-    own cost at ``N`` tokens (linear between the measured points), and where they come from."""
+    """Seconds per call: kernel ``base_s + bytes / bytes_per_s`` plus the harness's own cost at
+    ``N`` tokens (linear between measured points), and where they come from."""
 
     base_s: float
     bytes_per_s: float
@@ -197,23 +173,19 @@ class LatencyModel:
         return self.base_s + nbytes / self.bytes_per_s + self.harness_s(tokens)
 
 
-# The harness's whole blocks (inputs, calls, check) per call with the current worker: 4 ranks of
-# canary.worker sharing one H200 over gloo, bf16, hidden 2880, a reducer that makes the exact sum
-# locally (docs/node.md, "What a GPU run showed"). The 4 ranks time-share the GPU, so from
-# N = 4095 (device-bound) the figures overstate a node with a GPU a rank by up to 4x.
-H200_HARNESS_US = (
-    (1, 90.0),
-    (32, 81.0),
-    (127, 86.0),
-    (255, 108.0),
-    (1023, 237.0),
-    (4095, 858.0),
-    (11650, 2361.0),
-)
 NODE_LATENCY = LatencyModel(
     base_s=12e-6,
     bytes_per_s=75e9,
-    harness_us=H200_HARNESS_US,
+    # whole blocks per call, 4 ranks of canary.worker on one H200 (docs/node.md, "Statistics")
+    harness_us=(
+        (1, 90.0),
+        (32, 81.0),
+        (127, 86.0),
+        (255, 108.0),
+        (1023, 237.0),
+        (4095, 858.0),
+        (11650, 2361.0),
+    ),
     source=(
         "kernel: published, not measured here (sgl-project/sglang#6619, ROCm/FlyDSL#326): "
         "12 us + bytes / 75 GB/s; harness: whole blocks measured with the current worker on one "
@@ -236,15 +208,14 @@ CPU_LATENCY = LatencyModel(
 class Target:
     """Where a plan runs: its time model, its largest size and the controls' share."""
 
-    name: str
     latency: LatencyModel
     max_tokens: int | None
     control_share: float
     min_control_calls: int
 
 
-NODE = Target("node", NODE_LATENCY, None, CONTROL_SHARE, MIN_CONTROL_CALLS)
-CPU = Target("cpu", CPU_LATENCY, CPU_MAX_TOKENS, 0.02, 4)
+NODE = Target(NODE_LATENCY, None, CONTROL_SHARE, MIN_CONTROL_CALLS)
+CPU = Target(CPU_LATENCY, CPU_MAX_TOKENS, 0.02, 4)
 
 
 @dataclass(frozen=True)
@@ -277,8 +248,6 @@ class PlanEntry:
 
 @dataclass(frozen=True)
 class Plan:
-    """The entries, the power they buy, and the time they are estimated to take."""
-
     shape: RecipeShape
     constants: DispatchConstants
     entries: tuple[PlanEntry, ...]
@@ -297,7 +266,7 @@ class Plan:
 
     @property
     def estimated_seconds(self) -> float:
-        """Estimated time of all calls, the TP groups running side by side."""
+        """All calls with their arms' work, the TP groups side by side."""
         hidden = self.shape.hidden
         total = sum(
             e.calls * self.latency.seconds(e.bytes, e.tokens)
@@ -308,51 +277,33 @@ class Plan:
         return total / self.groups
 
 
-# The gemm arm's layer-shaped matmul, (N, hidden) x (hidden, hidden), at an assumed 300 TFLOP/s
-# bf16, and the skew arm's delay of one rank per call (docs/node.md, "Rollout conditions").
-GEMM_FLOPS = 300e12
-SKEW_S = 20e-6
-
-
 def token_sizes(
     shape: RecipeShape, constants: DispatchConstants, top: int, wave: int = CDNA_WAVE
 ) -> list[int]:
-    """Decode as SGLang pads it, exposed prefill sizes and matched controls (``docs/node.md``,
-    "How the plan is built"), ascending, deduplicated."""
+    """Decode as SGLang pads it, exposed prefill sizes and matched controls, ascending
+    (``docs/node.md``, "How the plan is built")."""
     decode = [n for n in sglang_decode_sizes(shape.requests_per_engine) if n <= top]
-    powers = []
-    m = UNIFORM_STEP
-    while m <= top:
-        powers.append(m)
-        m *= 2
-    candidates = {top} | {p + d for p in powers for d in (-1, 1)} | set(powers)
+    powers = [UNIFORM_STEP << k for k in range(top.bit_length()) if UNIFORM_STEP << k <= top]
+    candidates = {top} | {p + d for p in powers for d in (-1, 0, 1)}
+    low = shape.requests_per_engine
 
     def cls(n: int) -> str:
-        d = dispatch(shape.nbytes(n), shape.tp, shape.dtype_size, True, constants)
-        return wave_class(d, shape.tp, wave)
+        return wave_class(dispatch(shape.nbytes(n), shape.tp, shape.dtype_size, True, constants),
+                          shape.tp, wave)  # fmt: skip
 
     def find(start: int, step: int, wanted: str) -> int | None:
-        n = start
-        while shape.requests_per_engine < n <= top:
-            if cls(n) == wanted:
-                return n
-            n += step
-        return None
+        span = range(start, low if step < 0 else top + 1, step) if low < start <= top else ()
+        return next((n for n in span if cls(n) == wanted), None)
 
-    first_exposed = find(shape.requests_per_engine + 1, 1, "exposed")
+    first_exposed = find(low + 1, 1, "exposed")
     picks = [
         first_exposed,
         find(top // 2, 1, "exposed"),
-        find(shape.requests_per_engine + 1, 1, "early-no-read"),
+        find(low + 1, 1, "early-no-read"),
         find((first_exposed or top + 1) - 1, -1, "early-no-read"),
     ]
     candidates |= {n for n in picks if n is not None}
-    kept = {
-        n
-        for n in candidates
-        if shape.requests_per_engine < n <= top
-        and cls(n) in ("exposed", "early-no-read", "waves-agree", "uniform")
-    }
+    kept = {n for n in candidates if low < n <= top and cls(n) != "not-2stage"}
     return sorted(set(decode) | kept)
 
 
@@ -368,9 +319,8 @@ def build_plan(
     wave_size: int = CDNA_WAVE,
     arms: Sequence[str] = ARMS,
 ) -> Plan:
-    """The plan (``docs/node.md``, "How the plan is built"); ``tokens`` keeps only those sizes.
-    ValueError for a detect rate outside (0, 1), a size outside the plan's range, or no size
-    where a stale read is possible."""
+    """The plan; ``tokens`` keeps only those sizes. ValueError for a rate outside (0, 1), a
+    size outside the plan's range, or no size where a stale read is possible."""
     needed = calls_needed(detect_rate)
     if wave_size < 1:
         raise ValueError(f"wave size {wave_size}: must be a positive lane count")
@@ -394,9 +344,8 @@ def build_plan(
             f"none of the sizes {sizes} is in the suspect class (a {wave_size}-lane wave that "
             "leaves stage 1 early and still reads peer data)"
         )
-    latency = target.latency
     calls = allocate(
-        [latency.seconds(shape.nbytes(n), n) for n in sizes],
+        [target.latency.seconds(shape.nbytes(n), n) for n in sizes],
         [w == "exposed" for w in waves],
         needed,
         target.control_share,
@@ -420,4 +369,17 @@ def build_plan(
         )
         for n, d, w, c in zip(sizes, shapes, waves, calls, strict=True)
     )
-    return Plan(shape, constants, entries, detect_rate, latency, max(1, groups), wave_size)
+    return Plan(shape, constants, entries, detect_rate, target.latency, max(1, groups), wave_size)
+
+
+def control_plan(plan: Plan, calls: int = CONTROL_CALLS) -> Plan:
+    """The broken build's plan: ``plan``'s suspect sizes (either model), at most ``calls``
+    back-to-back calls each."""
+    entries = tuple(
+        dataclasses.replace(
+            e, arms=((ARMS[0], min(e.calls, calls)),), implementation="control-broken"
+        )
+        for e in plan.entries
+        if e.affected or e.exposed
+    )
+    return dataclasses.replace(plan, entries=entries)

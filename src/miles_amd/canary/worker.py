@@ -28,13 +28,8 @@ KERNEL_SOURCE = Path(__file__).with_name("control_kernel.cu")
 
 
 def a_value(rank: int, index: Any) -> Any:
-    """``a(r, i)`` of the module doc, of an int or a tensor of indices."""
+    """A rank's input ``a(r, i)`` (``docs/node.md``, "How a rank checks")."""
     return (5 * index + 3 * rank) % A_MOD - A_OFFSET
-
-
-def b_value(call: int) -> int:
-    """``b(c)`` of the module doc."""
-    return call % PHASES - B_OFFSET
 
 
 def result_path(spec_path: Path, rank: int) -> Path:
@@ -42,24 +37,8 @@ def result_path(spec_path: Path, rank: int) -> Path:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def load_reducer(target: str) -> Callable[[Any, Any], Any]:
-    """``FILE:FUNCTION`` loaded from its file (the seam); ValueError when it cannot be."""
-    file_name, _, func_name = target.rpartition(":")
-    path = Path(file_name)
-    spec = importlib.util.spec_from_file_location(f"_canary_reducer_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"{file_name}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise ValueError(f"{file_name} defines no function {func_name}")
-    return func
+    path.with_suffix(".tmp").write_text(json.dumps(data), encoding="utf-8")
+    os.replace(path.with_suffix(".tmp"), path)
 
 
 def _store(spec: dict[str, Any], spec_path: Path, rank: int, timeout: timedelta) -> Any:
@@ -86,8 +65,16 @@ def _reducer(
     import torch.distributed as dist
 
     kind = spec["implementation"]
-    if kind == "reducer":
-        func = load_reducer(spec["reducer"])
+    if kind == "reducer":  # FILE:FUNCTION, the CPU seam
+        file_name, _, func_name = spec["reducer"].rpartition(":")
+        where = importlib.util.spec_from_file_location("_canary_reducer", file_name)
+        if where is None or where.loader is None:
+            raise ValueError(f"{file_name}: not a Python file")
+        module = importlib.util.module_from_spec(where)
+        where.loader.exec_module(module)
+        func = getattr(module, func_name, None)
+        if not callable(func):
+            raise ValueError(f"{file_name} defines no function {func_name}")
         return lambda t: func(t, dev_group)
     if kind == "rccl":
 
@@ -114,7 +101,7 @@ def _reducer(
 
 
 def run(spec: dict[str, Any], spec_path: Path, rank: int) -> dict[str, Any]:
-    """This rank's share of the plan (module doc); raises on any failure."""
+    """This rank's share of the plan; raises on any failure."""
     import torch
     import torch.distributed as dist
 
@@ -163,7 +150,7 @@ def run(spec: dict[str, Any], spec_path: Path, rank: int) -> dict[str, Any]:
 
 
 class _Rank:
-    """One rank's inputs per size (built once), its arms' extra work and its checker."""
+    """One rank's inputs per size, its arms' extra work and its checker."""
 
     def __init__(self, spec: dict[str, Any], r: int, device: Any, cpu_group: Any, gpu: bool):
         import torch
@@ -177,7 +164,7 @@ class _Rank:
         self.weight = torch.ones((spec["hidden"], width), dtype=self.dtype, device=device) / width
 
     def base(self, tokens: int) -> tuple[Any, Any]:
-        """``a(r, i)`` of this rank and ``sum_r a(r, i)`` for ``tokens``, built once."""
+        """``a(r, i)`` of this rank and ``sum_r a(r, i)``, one size at a time in memory."""
         import torch
 
         if tokens not in self.inputs:
@@ -187,11 +174,10 @@ class _Rank:
             sum_a = torch.zeros((tokens, hidden), dtype=torch.float32, device=self.device)
             for k in range(tp):
                 sum_a += a_value(k, index)
-            self.inputs = {tokens: (a, sum_a)}  # one size at a time in memory
+            self.inputs = {tokens: (a, sum_a)}
         return self.inputs[tokens]
 
     def before_call(self, arm: str, call: int, x: Any) -> None:
-        """The arm's work before a call: a layer-shaped GEMM, or this rank delayed."""
         import torch
 
         if arm == "gemm":
@@ -222,7 +208,8 @@ class _Rank:
             first = out["next_call"]
             out["next_call"] += count
             phases = torch.tensor(
-                [float(b_value(c)) for c in range(first, first + count)], device=self.device
+                [float(c % PHASES - B_OFFSET) for c in range(first, first + count)],
+                device=self.device,
             ).view(-1, 1, 1)
             inputs = (a.unsqueeze(0) + phases.to(self.dtype)).to(self.dtype)
             expected = (sum_a.unsqueeze(0) + tp * phases).to(self.dtype)
@@ -255,8 +242,7 @@ class _Rank:
         arm: str,
         out: dict[str, Any],
     ) -> Any:
-        """Per-call flags (int32, on the CPU) of this rank's block; wrong elements counted and
-        the first ``keep`` kept. Shape and dtype are compared before any value."""
+        """Per-call flags (int32, CPU) of the block; shape and dtype compared before values."""
         import torch
 
         keep = self.spec["keep"]
@@ -297,8 +283,7 @@ class _Rank:
 def control_reducer(
     implementation: str, spec: dict[str, Any], cpu_group: Any
 ) -> Callable[[Any], Any]:
-    """``implementation``'s all-reduce for this rank of ``cpu_group``: its build compiled
-    (cached by torch per name), its buffers' IPC handles exchanged."""
+    """The control build's all-reduce: compiled (cached by torch), IPC handles exchanged."""
     import torch
     import torch.distributed as dist
     from torch.utils import cpp_extension

@@ -241,7 +241,7 @@ def _run(
 
     on_cpu = setup.device == "cpu"
     if not on_cpu:
-        from miles_amd.canary.node import node_facts, unusable
+        from miles_amd.canary.harness import node_facts, unusable
         from miles_amd.canary.plan import build_plan
 
         facts = node_facts(setup.pythonpath or "")

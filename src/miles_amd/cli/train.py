@@ -32,8 +32,7 @@ from miles_amd.recipe.plan import (
     build_train_plan,
     format_plan,
 )
-from miles_amd.recipe.settings import Recipe, parse_hardware
-from miles_amd.recipe.shapes import DEFAULT_SHAPE, SHAPES
+from miles_amd.recipe.settings import DEFAULT_SHAPE, SHAPES, Recipe, parse_hardware
 from miles_amd.run_dir import RunDir
 from miles_amd.variants import AITER_VARIANTS
 
@@ -293,7 +292,7 @@ def make_recipe(o: dict[str, Any]) -> Recipe:
         if rollouts == opts.DEFAULT_NUM_ROLLOUTS:
             rollouts = shape.num_rollouts
     if o["hardware"].lower() == "auto":
-        from miles_amd.recipe.hardware import detect_hardware
+        from miles_amd.recipe.settings import detect_hardware
 
         hardware = detect_hardware()
     else:

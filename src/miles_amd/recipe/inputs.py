@@ -1,13 +1,13 @@
 """Whether the recipe's two input files are the ones it needs: a complete BF16 gpt-oss-20b
-checkpoint (not MXFP4, every safetensors shard present and as long as its header says) and a
-dataset whose first record holds the prompt and label keys (miles names a later bad record
-itself). Each failure is one :class:`InputError` line naming the path, the flag and the fix.
-``docs/conformance.md`` ("The recipe's input files").
+checkpoint (not MXFP4, every shard present and as long as its header says) and a dataset whose
+first record holds the prompt and label keys. Each failure is one :class:`InputError` line
+naming the path, the flag and the fix. ``docs/conformance.md`` ("The recipe's input files").
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from miles_amd import strict_json
@@ -24,14 +24,11 @@ class InputError(ValueError):
     """An input file is missing or unusable; the message is one line with the fix."""
 
 
-class _Fail:
-    """Builds the :class:`InputError` of one input: its flag and its fix."""
+Fail = Callable[[Path, str], InputError]
 
-    def __init__(self, flag: str, fix: str) -> None:
-        self.flag, self.fix = flag, fix
 
-    def __call__(self, path: Path, problem: str) -> InputError:
-        return InputError(f"{self.flag}: {path}: {problem}; {self.fix}")
+def _fail(flag: str, fix: str) -> Fail:
+    return lambda path, problem: InputError(f"{flag}: {path}: {problem}; {fix}")
 
 
 def _names(items: list[str]) -> str:
@@ -45,9 +42,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def validate_checkpoint(path: Path, *, flag: str = "--model-dir") -> None:
-    """Raise :class:`InputError` unless ``path`` (``<model_dir>/gpt-oss-20b-bf16``) is a
-    complete BF16 gpt-oss-20b checkpoint; ``flag`` is the option it came from."""
-    fail = _Fail(
+    """InputError unless ``path`` is a complete BF16 gpt-oss-20b checkpoint."""
+    fail = _fail(
         flag, f"run `miles-amd prepare` or `hf download {CHECKPOINT_REPO} --local-dir {path}`"
     )
     if not path.is_dir():
@@ -95,7 +91,7 @@ def validate_checkpoint(path: Path, *, flag: str = "--model-dir") -> None:
             )
 
 
-def _json_object(file: Path, fail: _Fail) -> dict:
+def _json_object(file: Path, fail: Fail) -> dict:
     if not file.is_file():
         raise fail(file, "is missing")
     try:
@@ -107,7 +103,7 @@ def _json_object(file: Path, fail: _Fail) -> dict:
     return data
 
 
-def _tensor_names(file: Path, fail: _Fail) -> set[str]:
+def _tensor_names(file: Path, fail: Fail) -> set[str]:
     """The tensor names of a safetensors file whose length its header accounts for."""
     try:
         size = file.stat().st_size
@@ -135,10 +131,9 @@ def _tensor_names(file: Path, fail: _Fail) -> set[str]:
 def validate_dataset(
     path: Path, *, input_key: str = "prompt", label_key: str = "label", flag: str = "--data-dir"
 ) -> None:
-    """Raise :class:`InputError` unless ``path``'s first non-empty line is a JSON object with
-    both ``input_key`` and ``label_key``."""
+    """InputError unless the first non-empty line is a JSON object with both keys."""
     repo = f"--repo-type dataset {DATASET_REPO} --local-dir {path.parent}"
-    fail = _Fail(flag, f"fetch it with `hf download {repo}`")
+    fail = _fail(flag, f"fetch it with `hf download {repo}`")
     if not path.is_file():
         raise fail(path, "is not a file" if path.exists() else "dataset file does not exist")
     try:

@@ -29,9 +29,8 @@ RUNTIME_ENV_SECRETS = ("WANDB_API_KEY",)  # sent to a RAY_ADDRESS cluster's job
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 RAY_HEAD_STATE_FILE = "ray_head.json"
 CANARY_STEP = "canary"
-# Cluster mode (``miles_amd.run.cluster``): the custom node resource an operator declares on
-# every whole 8-GPU MI355X node (``ray start --resources '{"miles_amd_mi355x_node": 1}'``);
-# a job asks for all of it, so one job holds one node. Evidence goes to a node-local dir.
+# Cluster mode (docs/cluster.md): the resource an operator declares on every whole node; a job
+# asks for all of it, so one job holds one node. Evidence goes to a node-local dir.
 NODE_RESOURCE = "miles_amd_mi355x_node"
 NODE_ROOT_VAR = "MILES_AMD_NODE_ROOT"
 DEFAULT_NODE_ROOT = "/tmp/miles_amd_runs"
@@ -56,19 +55,15 @@ class JobSpec:
     entrypoint: tuple[str, ...]
     env_vars: Mapping[str, str]
     secret_env_vars: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # cluster mode: Ray's entrypoint_resources, the whole node (``{NODE_RESOURCE: 1}``)
-    entrypoint_resources: Mapping[str, float] = field(default_factory=dict)
-    # run ``miles_amd.aiter_fix`` with this Python first, inside the job (its runtime env and
-    # PYTHONPATH): one ``MILES_AMD_AITER_FIX`` line in job.log, the aiter the job imports
-    aiter_fix_python: str | None = None
+    entrypoint_resources: Mapping[str, float] = field(default_factory=dict)  # cluster mode
+    aiter_fix_python: str | None = None  # runs miles_amd.aiter_fix first, inside the job
 
     def aiter_fix_argv(self, script: str = AITER_FIX_SHOWN) -> tuple[str, ...]:
-        """The fingerprint's argv (``script``: the source; by default a printable stand-in)."""
+        """The fingerprint's argv (``script``: the source, or a printable stand-in)."""
         return (self.aiter_fix_python, "-c", script) if self.aiter_fix_python else ()
 
     def command(self) -> str:
-        """The shell command Ray runs: the aiter fingerprint (its source compressed on one line),
-        then ``exec`` the entrypoint."""
+        """The aiter fingerprint (its source compressed on one line), then ``exec`` the job."""
         main = shlex.join(self.entrypoint)
         if not self.aiter_fix_python:
             return main
@@ -108,9 +103,7 @@ class LaunchPlan:
     ray_auth_token_path: str | None = None  # the RAY_ADDRESS cluster's token file, if given
     node_run_dir: str | None = None  # cluster mode: where the job writes evidence on its node
     inherited_secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # which aiter each process imports (variants.aiter_pythonpath): "from", then the
-    # PYTHONPATH of the preflight's probes, the canary and the job
-    aiter: Mapping[str, str] = field(default_factory=dict)
+    aiter: Mapping[str, str] = field(default_factory=dict)  # aiter_imports
 
     def head_env(self) -> dict[str, str]:
         """What the tool's own head adds to the launching env, secrets included. Never print."""
@@ -154,8 +147,8 @@ def job_env_vars(
     run_dir: str | None,
     aiter_variant: str | None = None,
 ) -> dict[str, str]:
-    """RECIPE.md's runtime env, the variant's SGLang aiter switches and ``PYTHONPATH``
-    (``miles_amd.variants``), and where the evidence lands when the job's ``run_dir`` is given."""
+    """RECIPE.md's runtime env, the variant's SGLang switches and ``PYTHONPATH``, and where the
+    evidence lands."""
     pythonpath = variants.aiter_pythonpath(
         aiter_variant, env, recipe.miles_dir, recipe.megatron_dir
     )
@@ -176,8 +169,7 @@ def job_env_vars(
 
 
 def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
-    """``ray start`` for a head on the master address, its dashboard on loopback only (the
-    driver's ``RayHead`` adds what makes it private)."""
+    """``ray start`` for a head, its dashboard on loopback only (``RayHead`` adds the rest)."""
     return (
         *("ray", "start", "--head", "--node-ip-address", master_addr),
         *("--num-gpus", str(num_gpus), "--disable-usage-stats", "--dashboard-host", "127.0.0.1"),
@@ -185,8 +177,7 @@ def ray_start_argv(num_gpus: int, master_addr: str) -> tuple[str, ...]:
 
 
 def node_run_dir(node_root: str, run_dir: str, run_id: str | None) -> str:
-    """Cluster mode: the job's evidence dir on its node, ``<node root>/<run name>[-<id>]``;
-    ``node_root`` may be ``${VAR}``, which Ray and the pull-back expand on the node."""
+    """Cluster mode: ``<node root>/<run name>[-<id>]``; the root may be ``${VAR}``."""
     name = run_dir.rstrip("/").rsplit("/", 1)[-1] or "run"
     return f"{node_root.rstrip('/')}/{name}-{run_id}" if run_id else f"{node_root}/{name}"
 
@@ -204,9 +195,8 @@ def build_train_plan(
     aiter_variant: str | None = None,
     canary: bool = False,
 ) -> LaunchPlan:
-    """The plan for ``train`` (``docs/cli.md``, "The launch plan"); ``env`` is passed in so
-    planning stays pure; ``entrypoint_prefix`` replaces ``python3 <miles>/train.py`` (the
-    rehearsal's replay); an unknown ``aiter_variant`` is a ``KeyError``."""
+    """``docs/cli.md`` ("The launch plan"); ``entrypoint_prefix`` replaces ``python3
+    <miles>/train.py`` (the rehearsal's replay); an unknown ``aiter_variant`` is a KeyError."""
     if run_dir is not None and not recipe.capture_metrics:
         recipe = replace(recipe, capture_metrics=True)
     if env.get("WANDB_API_KEY") and not recipe.use_wandb:
@@ -221,12 +211,49 @@ def build_train_plan(
         on_node = node_run_dir(node_root, run_dir, run_id or uuid.uuid4().hex[:8])
     job_vars = job_env_vars(recipe, env, master_addr, on_node or run_dir, aiter_variant)
     resources = {NODE_RESOURCE: 1.0} if ray_address else {}
-    steps = _train_steps(
-        recipe, entrypoint, ray_address, token_path, state_dir, master_addr, bool(on_node)
+    cleanup = Step(
+        "cleanup",
+        "stop the Ray head and job this tool recorded in "
+        f"{state_dir}/{RAY_HEAD_STATE_FILE} (its own leftovers only)",
     )
+    token = " (token from RAY_AUTH_TOKEN_PATH)" if token_path else ""
+    submit = Step(
+        "submit",
+        f"submit the job to {ray_address or 'the local head'}{token} and follow its log",
+        entrypoint,
+    )
+    steps: tuple[Step, ...]
+    if ray_address is None:
+        head = Step(
+            "ray-start",
+            "start a private local Ray head: loopback only, a fresh auth token, every port "
+            "chosen by the tool (device env set first)",
+            ray_start_argv(recipe.num_gpus, master_addr),
+        )
+        steps = (cleanup, head, submit)
+    else:
+        check = Step(
+            "check-cluster",
+            f"refuse to submit unless an alive node has {NODE_RESOURCE} >= 1 and "
+            f"GPU >= {recipe.num_gpus} (the whole node the job asks for)",
+        )
+        pull = Step(
+            "pull-back",
+            "bring the job's TensorBoard and CI-history files from its node into the run "
+            "dir, during the run and completely at the end (sizes and sha256 verified)",
+        )
+        steps = (cleanup, check, submit, *((pull,) if on_node else ()))
     if canary and aiter_variant and run_dir and not ray_address:
-        steps = (canary_step(aiter_variant, run_dir), *steps)
+        canary_step = Step(
+            CANARY_STEP,
+            f"all-reduce canary of the {aiter_variant} rollouts' all-reduce on this machine's "
+            "GPUs, before the job; a wrong sum stops patched and rccl here, stock goes on (it "
+            f"reproduces {variants.AITER_FIX}); --no-canary skips it",
+            ("miles-amd", "canary", "--variant", aiter_variant, "--run-dir", run_dir),
+        )
+        steps = (canary_step, *steps)
     job = JobSpec(entrypoint, job_vars, secrets if ray_address else {}, resources, entrypoint[0])
+    job_path = job_vars["PYTHONPATH"]
     return LaunchPlan(
         recipe=recipe,
         steps=steps,
@@ -238,73 +265,17 @@ def build_train_plan(
         ray_auth_token_path=token_path,
         node_run_dir=on_node,
         inherited_secrets={} if ray_address else secrets,
-        aiter=aiter_imports(aiter_variant, env, job_vars["PYTHONPATH"]),
+        aiter={  # where each process imports aiter from
+            "from": variants.aiter_origin(aiter_variant, env),
+            "preflight": job_path,
+            "canary": variants.aiter_pythonpath(aiter_variant, env),
+            "job": job_path,
+        },
     )
-
-
-def aiter_imports(variant: str | None, env: Mapping[str, str], job_path: str) -> dict[str, str]:
-    """Where each process of the run imports aiter from (``variants.aiter_pythonpath``)."""
-    return {
-        "from": variants.aiter_origin(variant, env),
-        "preflight": job_path,
-        "canary": variants.aiter_pythonpath(variant, env),
-        "job": job_path,
-    }
-
-
-def canary_step(variant: str, run_dir: str) -> Step:
-    """``miles-amd canary`` of ``variant``'s rollout all-reduce into ``run_dir``."""
-    return Step(
-        CANARY_STEP,
-        f"all-reduce canary of the {variant} rollouts' all-reduce on this machine's GPUs, "
-        "before the job; a wrong sum stops patched and rccl here, stock goes on (it "
-        f"reproduces {variants.AITER_FIX}); --no-canary skips it",
-        ("miles-amd", "canary", "--variant", variant, "--run-dir", run_dir),
-    )
-
-
-def _train_steps(
-    recipe: Recipe,
-    entrypoint: tuple[str, ...],
-    ray_address: str | None,
-    token_path: str | None,
-    state_dir: str,
-    master_addr: str,
-    pull_back: bool,
-) -> tuple[Step, ...]:
-    cleanup = Step(
-        "cleanup",
-        "stop the Ray head and job this tool recorded in "
-        f"{state_dir}/{RAY_HEAD_STATE_FILE} (its own leftovers only)",
-    )
-    target = ray_address or "the local head"
-    token = " (token from RAY_AUTH_TOKEN_PATH)" if token_path else ""
-    submit = Step("submit", f"submit the job to {target}{token} and follow its log", entrypoint)
-    if ray_address is not None:
-        check = Step(
-            "check-cluster",
-            f"refuse to submit unless an alive node has {NODE_RESOURCE} >= 1 and "
-            f"GPU >= {recipe.num_gpus} (the whole node the job asks for)",
-        )
-        if not pull_back:
-            return (cleanup, check, submit)
-        pull = Step(
-            "pull-back",
-            "bring the job's TensorBoard and CI-history files from its node into the run "
-            "dir, during the run and completely at the end (sizes and sha256 verified)",
-        )
-        return (cleanup, check, submit, pull)
-    head = Step(
-        "ray-start",
-        "start a private local Ray head: loopback only, a fresh auth token, every port "
-        "chosen by the tool (device env set first)",
-        ray_start_argv(recipe.num_gpus, master_addr),
-    )
-    return (cleanup, head, submit)
 
 
 def build_prepare_plan(recipe: Recipe) -> LaunchPlan:
-    """The plan for ``prepare``: download the BF16 checkpoint and the dataset with ``hf``."""
+    """``prepare``: download the BF16 checkpoint and the dataset with ``hf``."""
     checkpoint = ("hf", "download", CHECKPOINT_REPO, "--local-dir", recipe.checkpoint_dir)
     dataset_dir = f"{recipe.data_dir}/{DATASET_DIR_NAME}"
     dataset = ("hf", "download", "--repo-type", "dataset", DATASET_REPO, "--local-dir", dataset_dir)
@@ -321,7 +292,7 @@ def build_prepare_plan(recipe: Recipe) -> LaunchPlan:
 
 
 def format_plan(plan: LaunchPlan) -> str:
-    """The plan as a reviewer reads it, each line shown by ``miles_amd.escape.terminal``."""
+    """The plan as a reviewer reads it, each line through ``escape.terminal``."""
     from miles_amd.escape import terminal
 
     lines = [

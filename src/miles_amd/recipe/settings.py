@@ -1,19 +1,20 @@
-"""The gpt-oss-20b MoE LoRA GRPO recipe as a typed, validated value: its settings, their
-invariants (each error naming its CLI flag) and the exact model and train argv in RECIPE.md's
-order; each field declares its :class:`Setting`. ``docs/cli.md`` ("The recipe's invariants and
+"""The gpt-oss-20b MoE LoRA GRPO recipe as a typed, validated value: its settings (each field
+declares its :class:`Setting`), their invariants (each error naming its CLI flag), the exact
+model and train argv in RECIPE.md's order, the LoRA targets and credential flags it refuses,
+its declared shapes and ``--hardware auto``. ``docs/cli.md`` ("The recipe's invariants and
 settings").
 """
 
 from __future__ import annotations
 
+import re
 import shlex
-from collections.abc import Sequence
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, TypeVar
-
-from miles_amd.recipe.lora_targets import extra_target_modules, unmapped_targets_message
-from miles_amd.recipe.secret_flags import secret_flags_in
 
 Arg = tuple[str, tuple[str, ...]]  # a flag and its values, e.g. ("--lora-rank", ("32",))
 T = TypeVar("T")
@@ -214,40 +215,33 @@ def _check_invariants(r: Recipe) -> None:
     for name in _POSITIVE:
         if getattr(r, name) < 1:
             raise RecipeError(f"{flag_of(name)} must be >= 1, got {getattr(r, name)}")
-    if r.num_gpus > GPUS_PER_NODE[r.hardware]:
-        raise RecipeError(
-            f"--num-gpus {r.num_gpus}: one {r.hardware.value} node has "
-            f"{GPUS_PER_NODE[r.hardware]} GPUs and this recipe runs on one node"
-        )
-    if r.rollout_batch_size * r.n_samples_per_prompt != r.global_batch_size:
-        raise RecipeError(
-            "batch shape: rollout_batch_size x n_samples_per_prompt must equal "
-            f"global_batch_size (one optimizer step per rollout), got {r.rollout_batch_size} x "
-            f"{r.n_samples_per_prompt} != {r.global_batch_size}"
-        )
-    for name, tp in (
+    node = GPUS_PER_NODE[r.hardware]
+    tps = (
         ("tensor_model_parallel_size (trainer TP)", r.tensor_model_parallel_size),
         ("rollout_num_gpus_per_engine (rollout engine TP)", r.rollout_num_gpus_per_engine),
-    ):
-        if r.num_gpus % tp:
-            raise RecipeError(
-                f"--num-gpus {r.num_gpus}: not divisible by {name} {tp}; pass a multiple of {tp}"
-            )
-    if r.lora_rank != r.sglang_max_lora_rank:
-        raise RecipeError(
-            f"lora_rank {r.lora_rank} != sglang_max_lora_rank {r.sglang_max_lora_rank}: "
-            "miles ignores --sglang-max-lora-rank and gives SGLang max_lora_rank = --lora-rank "
-            f"({r.lora_rank}); set both to the same rank so the argv says what runs"
-        )
-    if r.use_dynamic_batch_size and r.qkv_format == "bshd":
-        raise RecipeError(
-            "use_dynamic_batch_size with qkv_format bshd: sink attention needs BSHD in "
-            "Transformer Engine, which precludes --use-dynamic-batch-size"
-        )
-    if not 0.0 < r.sglang_mem_fraction_static < 1.0:
-        raise RecipeError(
-            f"sglang_mem_fraction_static must be in (0, 1), got {r.sglang_mem_fraction_static}"
-        )
+    )
+    rules = [
+        (r.num_gpus > node, f"--num-gpus {r.num_gpus}: one {r.hardware.value} node has {node} "
+         "GPUs and this recipe runs on one node"),
+        (r.rollout_batch_size * r.n_samples_per_prompt != r.global_batch_size,
+         "batch shape: rollout_batch_size x n_samples_per_prompt must equal global_batch_size "
+         f"(one optimizer step per rollout), got {r.rollout_batch_size} x "
+         f"{r.n_samples_per_prompt} != {r.global_batch_size}"),
+        *((r.num_gpus % tp != 0, f"--num-gpus {r.num_gpus}: not divisible by {name} {tp}; "
+           f"pass a multiple of {tp}") for name, tp in tps),
+        (r.lora_rank != r.sglang_max_lora_rank,
+         f"lora_rank {r.lora_rank} != sglang_max_lora_rank {r.sglang_max_lora_rank}: miles "
+         "ignores --sglang-max-lora-rank and gives SGLang max_lora_rank = --lora-rank "
+         f"({r.lora_rank}); set both to the same rank so the argv says what runs"),
+        (r.use_dynamic_batch_size and r.qkv_format == "bshd",
+         "use_dynamic_batch_size with qkv_format bshd: sink attention needs BSHD in Transformer "
+         "Engine, which precludes --use-dynamic-batch-size"),
+        (not 0.0 < r.sglang_mem_fraction_static < 1.0, "sglang_mem_fraction_static must be in "
+         f"(0, 1), got {r.sglang_mem_fraction_static}"),
+    ]  # fmt: skip
+    for broken, why in rules:
+        if broken:
+            raise RecipeError(why)
 
 
 def _flags_in(argv: Sequence[str]) -> set[str]:
@@ -339,3 +333,134 @@ def _expand(r: Recipe, template: Sequence[str]) -> list[str]:
 
 def _train_args(r: Recipe) -> list[Arg]:
     return _args(_expand(r, _TRAIN_ARGS))
+
+
+# The LoRA target names that reach a layer of gpt-oss in the pinned miles (31f1ca961,
+# ``lora_utils.convert_target_modules_to_megatron``: any other name trains no adapter).
+PINNED_MILES = "31f1ca961"
+_QKV, _PROJ, _FC1, _FC2 = "linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"
+LORA_TARGET_MODULES: dict[str, str] = {
+    **{"q_proj": _QKV, "k_proj": _QKV, "v_proj": _QKV, "o_proj": _PROJ},
+    **{"gate_proj": _FC1, "up_proj": _FC1, "down_proj": _FC2},
+    **{name: name for name in (_QKV, _PROJ, _FC1, _FC2)},
+}
+
+
+def unmapped_targets_message(source: str, names: Sequence[str]) -> str | None:
+    """The one-line refusal for the names miles would not map, or None when all map."""
+    unknown = [name for name in names if name not in LORA_TARGET_MODULES]
+    if not unknown:
+        return None
+    return (
+        f"{source}: LoRA target {', '.join(unknown)} is not a name miles {PINNED_MILES} (the "
+        "pinned miles) maps to a Megatron layer, so there it would match nothing and train no "
+        f"adapter; use names from {', '.join(LORA_TARGET_MODULES)} (gpt-oss's gate_up_proj is "
+        "gate_proj,up_proj); with a newer miles that maps it, pass it in --extra-args with "
+        "--override-pinned and let the node's preflight (fact lora_experts) decide"
+    )
+
+
+def extra_target_modules(extra: Sequence[str]) -> list[str]:
+    """The names of ``--target-modules`` in extra args (``X`` or ``=X`` form), else []."""
+    names: list[str] = []
+    for i, token in enumerate(extra):
+        if token.startswith("--target-modules="):
+            names += token.split("=", 1)[1].split(",")
+        elif token == "--target-modules" and i + 1 < len(extra):
+            names += extra[i + 1].split(",")
+    return [name.strip() for name in names]
+
+
+# Credential flags in every spelling argparse accepts (``docs/ray-head-and-secrets.md``,
+# "Credential flags in --extra-args"): any case, ``_`` for ``-``, ``=value``, an abbreviation
+# that reaches the last word.
+SECRET_FLAGS = frozenset({"--wandb-key", "--wandb-api-key", "--api-key", "--hf-token"})
+_SECRET_FLAG_PATTERN = re.compile(
+    r"^--[a-z0-9-]*-(?:(api-key|token|secret|password|passwd|credentials?)|api-ke?)$"
+)
+_NON_SECRET_TOKEN_FLAGS = frozenset(
+    f"--fim-{part}-token" for part in ("eod", "middle", "pad", "prefix", "suffix")
+)
+_ABBREVIATIONS = frozenset(
+    flag[:end] for flag in SECRET_FLAGS for end in range(flag.rindex("-") + 2, len(flag) + 1)
+)
+
+
+def secret_flags_in(argv: Sequence[str]) -> list[str]:
+    """The flags of ``argv`` (as written, ``=value`` dropped) that carry a credential."""
+    found = set()
+    for token in argv:
+        if not token.startswith("--") or len(token) < 3:
+            continue
+        name = token.split("=", 1)[0].lower().replace("_", "-")
+        if name not in _NON_SECRET_TOKEN_FLAGS and (
+            name in _ABBREVIATIONS or _SECRET_FLAG_PATTERN.match(name)
+        ):
+            found.add(token.split("=", 1)[0])
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One declared shape of the recipe (``--shape``; ``docs/cli.md``, "Recipe shapes")."""
+
+    name: str
+    num_gpus: int
+    num_rollouts: int
+    what: str
+
+
+SHAPES: dict[str, Shape] = {
+    shape.name: shape
+    for shape in (
+        Shape("8gpu", 8, 20, "one node: two TP-4 rollout engines beside the TP-4 trainer"),
+        Shape("4gpu", 4, 2, "half a node: one TP-4 rollout engine beside the TP-4 trainer"),
+    )
+}
+DEFAULT_SHAPE = "8gpu"
+
+
+def shape_of(num_gpus: object) -> str:
+    """The shape a run on ``num_gpus`` GPUs is (``<n>gpu`` for an undeclared one)."""
+    return next((s.name for s in SHAPES.values() if s.num_gpus == num_gpus), f"{num_gpus}gpu")
+
+
+# ``--hardware auto``: the product every GPU reports, from amd-smi or rocm-smi.
+PRODUCT_PATTERN = re.compile(r"MI35([05])X", re.IGNORECASE)
+PROBE_COMMANDS = (("amd-smi", "static", "--asic"), ("rocm-smi", "--showproductname"))
+Runner = Callable[[Sequence[str]], str | None]
+
+
+class HardwareDetectionError(RuntimeError):
+    """``--hardware auto`` could not tell the node's product."""
+
+
+def run_tool(argv: Sequence[str]) -> str | None:
+    """Output of a ROCm tool, or None when it is not installed or fails."""
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def detect_hardware(runner: Runner = run_tool) -> Hardware:
+    """The one product every GPU of this node reports; HardwareDetectionError otherwise."""
+    tried = []
+    for argv in PROBE_COMMANDS:
+        output = runner(argv)
+        tried.append(argv[0])
+        found = {Hardware(f"MI35{m.group(1)}X") for m in PRODUCT_PATTERN.finditer(output or "")}
+        if len(found) == 1:
+            return found.pop()
+        if len(found) > 1:
+            names = ", ".join(sorted(h.value for h in found))
+            raise HardwareDetectionError(
+                f"--hardware auto: this node mixes {names}; pass --hardware explicitly"
+            )
+    raise HardwareDetectionError(
+        f"--hardware auto: no MI355X/MI350X GPU found (asked {', '.join(tried)}); "
+        "run on an AMD Instinct node or pass --hardware MI355X|MI350X"
+    )

@@ -1,12 +1,7 @@
-"""``canary.json``: what a canary run tested, with what power, and what it found.
-
-:class:`CanaryRecord`: frozen dataclasses whose hints carry each field's constraints, read
-strictly by ``records.model`` (its JSON Schema, ``canary/canary.schema.json``, is generated
-from them). Beyond types the fields must agree (each class's ``_check``):
-calls made, an exposed size run, counts that add up, a fingerprint following the kept
-mismatches, power bought and recomputed, a control whose ``caught`` follows its mismatched
-calls. A record that buys no power is not evidence. Fields: docs/node.md ("What canary.json
-holds").
+"""``canary.json``: what a canary run tested, with what power, and what it found. Frozen
+dataclasses read strictly by ``records.model`` (the shipped schema is generated from them); each
+class's ``_check`` refuses fields that disagree, since a record that buys no power, or whose
+counts contradict each other, is not evidence. Fields: docs/node.md ("What canary.json holds").
 """
 
 from __future__ import annotations
@@ -25,18 +20,21 @@ from miles_amd.variants import AiterVariant, Implementation
 
 SCHEMA_VERSION = 2
 STALE_READ = "stale-read"
-# the size's class when barriers count waves (canary.kernel.wave_class)
 WaveClass = Literal["exposed", "early-no-read", "waves-agree", "uniform", "not-2stage"]
 Count = Annotated[int, Ge(0)]
 Positive = Annotated[int, Ge(1)]
 Rate = Annotated[float, Gt(0), Lt(1)]
+_COUNTS = ("calls", "mismatches", "blocks", "blocks_with_mismatch")
+
+
+def _first(*rules: tuple[bool, str]) -> str | None:
+    return next((why for broken, why in rules if broken), None)
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    """One wrong element kept (or a call whose result had another shape or dtype: ``returned``
-    says what came back, and ``index``/``expected``/``seen`` are null); ``matches``: it fits
-    the fingerprint of ROCm/aiter#5694's stale read (``canary.kernel``)."""
+    """One wrong element kept, or a call that returned another shape or dtype (``returned``);
+    ``matches``: it fits ROCm/aiter#5694's stale-read fingerprint."""
 
     repeat: Count
     call: Count
@@ -46,9 +44,7 @@ class Mismatch:
     expected: float | None
     seen: float | None
     returned: str | None
-    """Another shape or dtype returned."""
     matches: bool
-    """Fits ROCm/aiter#5694's stale-read fingerprint."""
 
     __get_pydantic_core_schema__ = checked
     __pydantic_config__ = CONFIG
@@ -60,13 +56,13 @@ class Mismatch:
 
 
 def fingerprint_of(kept: tuple[Mismatch, ...]) -> str | None:
-    """A size's fingerprint: none without a kept mismatch, stale-read when all match."""
+    """None without a kept mismatch, stale-read when all match, else other."""
     return None if not kept else STALE_READ if all(m.matches for m in kept) else "other"
 
 
 @dataclass(frozen=True)
 class ArmResult:
-    """One rollout condition's share of a size: calls, calls wrong, blocks and blocks with one."""
+    """One rollout condition's share of a size."""
 
     arm: str
     calls: Count
@@ -91,16 +87,15 @@ class SizeResult:
     """Calls wrong on at least one rank."""
     wrong_elements: Count
     blocks: Count
-    """Blocks of back-to-back calls, summed over groups."""
     blocks_with_mismatch: Count
     arms: tuple[ArmResult, ...]
     mismatches_kept: tuple[Mismatch, ...]
     """The first wrong elements (at most 16 per size), earliest first."""
     fingerprint: Annotated[str, As(Literal["stale-read", "other"])] | None
     latency_us: float | None
-    """Seconds per call of the calls alone (block-timed), in us."""
+    """The calls alone (block-timed), us per call."""
     cost_us: float | None
-    """Seconds per call of whole blocks: inputs, calls, check, flags; in us."""
+    """Whole blocks (inputs, calls, check), us per call."""
     rate_upper_99: float | None
     block_rate_upper_99: float | None
 
@@ -112,50 +107,32 @@ class SizeResult:
         return self.mismatches_kept[0] if self.mismatches_kept else None
 
     def _check(self) -> str | None:
-        """Why this size's fields disagree with each other; None when they agree."""
-        if self.exposed != (self.wave_class == "exposed"):
-            return f'"exposed" {self.exposed} disagrees with "wave_class" {self.wave_class}'
-        if self.mismatches > self.calls:
-            return f"{self.mismatches} mismatches exceed its {self.calls} calls"
-        if (self.wrong_elements > 0) != (self.mismatches > 0):
-            return (
-                f"{self.wrong_elements} wrong elements recorded with {self.mismatches} "
-                "mismatched calls: a wrong call has wrong elements and only a wrong call has"
-            )
-        if bool(self.mismatches_kept) != (self.mismatches > 0):
-            return (
-                f"{len(self.mismatches_kept)} mismatches kept with {self.mismatches} mismatched "
-                "calls"
-            )
-        if self.blocks_with_mismatch > self.blocks or (self.blocks_with_mismatch > 0) != (
-            self.mismatches > 0
-        ):
-            return (
-                f"{self.blocks_with_mismatch} blocks with a mismatch of {self.blocks} blocks "
-                f"disagree with {self.mismatches} mismatched calls"
-            )
-        if self.calls and not self.blocks:
-            return f"{self.calls} calls in no block"
-        sums = (
-            sum(a.calls for a in self.arms),
-            sum(a.mismatches for a in self.arms),
-            sum(a.blocks for a in self.arms),
-            sum(a.blocks_with_mismatch for a in self.arms),
-        )
-        if sums != (self.calls, self.mismatches, self.blocks, self.blocks_with_mismatch):
-            return "its arms do not add up to its calls, mismatches and blocks"
-        if any(a.mismatches > a.calls or a.blocks_with_mismatch > a.blocks for a in self.arms):
-            return "an arm has more mismatches than calls or blocks with one than blocks"
+        bad, arms, hits = self.mismatches, self.arms, self.blocks_with_mismatch
+        counts = (self.calls, bad, self.blocks, hits)
         want = fingerprint_of(self.mismatches_kept)
-        if self.fingerprint != want:
-            return f'"fingerprint" {self.fingerprint} disagrees with its kept mismatches ({want})'
-        return None
+        return _first(
+            (self.exposed != (self.wave_class == "exposed"), f'"exposed" {self.exposed} '
+             f'disagrees with "wave_class" {self.wave_class}'),
+            (bad > self.calls, f"{bad} mismatches exceed its {self.calls} calls"),
+            ((self.wrong_elements > 0) != (bad > 0),
+             f"{self.wrong_elements} wrong elements recorded with {bad} mismatched calls"),
+            (bool(self.mismatches_kept) != (bad > 0),
+             f"{len(self.mismatches_kept)} mismatches kept with {bad} mismatched calls"),
+            (hits > self.blocks or (hits > 0) != (bad > 0), f"{hits} blocks with a mismatch of "
+             f"{self.blocks} blocks disagree with {bad} mismatched calls"),
+            (self.calls > 0 and not self.blocks, f"{self.calls} calls in no block"),
+            (counts != tuple(sum(getattr(a, k) for a in arms) for k in _COUNTS),
+             "its arms do not add up to its calls, mismatches and blocks"),
+            (any(a.mismatches > a.calls or a.blocks_with_mismatch > a.blocks for a in arms),
+             "an arm has more mismatches than calls or blocks with one than blocks"),
+            (self.fingerprint != want,
+             f'"fingerprint" {self.fingerprint} disagrees with its kept mismatches ({want})'),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class PowerRecord:
-    """The budget as power: a per-call rate >= ``detect_rate`` at the exposed sizes is caught
-    with ``probability``; ``rate_source`` says where the rate comes from."""
+    """A per-call rate >= ``detect_rate`` at the exposed sizes is caught with ``probability``."""
 
     detect_rate: Rate
     rate_source: str
@@ -170,21 +147,19 @@ class PowerRecord:
     __pydantic_config__ = CONFIG
 
     def _check(self) -> str | None:
-        if self.exposed_calls == 0:
-            return '"exposed_calls" is 0: a canary that buys no power is not evidence'
         bought = -math.expm1(self.exposed_calls * math.log1p(-self.detect_rate))
-        if abs(bought - self.probability) > 1e-9:
-            return (
-                f'"probability" {self.probability!r} is not what {self.exposed_calls} exposed '
-                f"calls buy at rate {self.detect_rate:g} ({bought:.6f})"
-            )
-        return None
+        return _first(
+            (self.exposed_calls == 0,
+             '"exposed_calls" is 0: a canary that buys no power is not evidence'),
+            (abs(bought - self.probability) > 1e-9,
+             f'"probability" {self.probability!r} is not what {self.exposed_calls} exposed '
+             f"calls buy at rate {self.detect_rate:g} ({bought:.6f})"),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class ControlRecord:
-    """The positive control: a deliberately broken all-reduce the canary must catch; null when
-    none ran."""
+    """The positive control: a deliberately broken all-reduce the canary must catch."""
 
     implementation: str
     calls: Positive
@@ -196,16 +171,16 @@ class ControlRecord:
     __pydantic_config__ = CONFIG
 
     def _check(self) -> str | None:
-        if self.mismatched_calls > self.calls:
-            return f'"mismatched_calls" {self.mismatched_calls} exceeds its {self.calls} calls'
-        if self.caught != (self.mismatched_calls > 0):
-            return f'"caught" {self.caught} disagrees with {self.mismatched_calls} mismatched calls'
-        return None
+        bad = self.mismatched_calls
+        return _first(
+            (bad > self.calls, f'"mismatched_calls" {bad} exceeds its {self.calls} calls'),
+            (self.caught != (bad > 0),
+             f'"caught" {self.caught} disagrees with {bad} mismatched calls'),
+        )  # fmt: skip
 
 
 class PlanEntry(TypedDict):
-    """One size of the canary's plan, as ``canary.plan`` wrote it: ``exposed`` when a stale
-    read is possible (``wave_class`` exposed), ``arms`` the calls per rollout condition."""
+    """One size of the canary's plan (``canary.plan``)."""
 
     tokens: Positive
     bytes: Positive
@@ -239,18 +214,15 @@ class CanaryRecord:
 
     schema_version: Annotated[int, As(Literal[2])]
     implementation: Annotated[str, As(Implementation)]
-    """The all-reduce tested (miles_amd.variants.IMPLEMENTATIONS)."""
     reducer: str | None
     """FILE:FUNCTION of the CPU test seam; null otherwise."""
     variant: Annotated[str, As(AiterVariant)] | None
-    """The aiter variant the run is for; null on CPU."""
     aiter_version: str | None
     aiter_commit: str | None
     dispatch_source: str
     """Where the dispatch thresholds were read (installed source or the pinned commit)."""
     shape: Annotated[dict[str, Any], As(Shape)]
     wave_size: Positive
-    """Lanes a barrier counts as one wave (64 on CDNA)."""
     plan: tuple[Annotated[dict[str, Any], As(PlanEntry)], ...]
     results: tuple[SizeResult, ...]
     power: PowerRecord
@@ -265,15 +237,13 @@ class CanaryRecord:
     tensor_dtype: str
     control: ControlRecord | None
     aiter_fix: str | None = None
-    """Whether the aiter the ranks import holds ROCm/aiter#5694's fix (miles_amd.aiter_fix):
-    fixed, not fixed or unknown, with its header."""
+    """Whether the ranks' aiter holds ROCm/aiter#5694's fix (miles_amd.aiter_fix)."""
 
     __get_pydantic_core_schema__ = checked
     __pydantic_config__ = CONFIG
 
     @property
     def mismatches(self) -> int:
-        """Calls with a wrong result, over every size."""
         return sum(r.mismatches for r in self.results)
 
     @property
@@ -287,7 +257,7 @@ class CanaryRecord:
         return bool(bad) and all(r.fingerprint == STALE_READ for r in bad)
 
     def first_bad(self) -> SizeResult | None:
-        """The smallest size that had a mismatch; None when clean."""
+        """The smallest size that had a mismatch."""
         return next((r for r in self.results if r.mismatches), None)
 
     def to_json(self) -> str:
@@ -295,7 +265,7 @@ class CanaryRecord:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> CanaryRecord:
-        """Parse ``canary.json``'s text; ``ValueError`` for bad JSON or a bad field."""
+        """``ValueError`` for bad JSON or a bad field."""
         return cls.from_dict(json_object(text))
 
     @classmethod
@@ -303,28 +273,16 @@ class CanaryRecord:
         return parse(cls, data)
 
     def _check(self) -> str | None:
-        """Why the record as a whole is not evidence; None when its fields agree."""
-        if self.repeats_with_mismatch > self.repeats:
-            return (
-                f'"repeats_with_mismatch" {self.repeats_with_mismatch} exceeds "repeats" '
-                f"{self.repeats}"
-            )
-        if not any(r.calls for r in self.results):
-            return '"results": no calls were made; a canary without calls is not evidence'
-        if not any(r.exposed and r.calls for r in self.results):
-            return (
-                '"results": no size of the suspect class (wave_class "exposed") was run; '
-                "such a canary cannot see ROCm/aiter#5694's race"
-            )
         exposed = sum(r.calls for r in self.results if r.exposed)
-        if self.power.exposed_calls > exposed:
-            return (
-                f'"power.exposed_calls" {self.power.exposed_calls} exceeds the {exposed} calls '
-                "the exposed sizes made"
-            )
-        if (self.repeats_with_mismatch > 0) != (self.mismatches > 0):
-            return (
-                f'"repeats_with_mismatch" {self.repeats_with_mismatch} disagrees with '
-                f"{self.mismatches} mismatched calls"
-            )
-        return None
+        rwm, power = self.repeats_with_mismatch, self.power
+        return _first(
+            (rwm > self.repeats, f'"repeats_with_mismatch" {rwm} exceeds "repeats" {self.repeats}'),
+            (not any(r.calls for r in self.results),
+             '"results": no calls were made; a canary without calls is not evidence'),
+            (not exposed, '"results": no size of the suspect class (wave_class "exposed") was '
+             "run; such a canary cannot see ROCm/aiter#5694's race"),
+            (power.exposed_calls > exposed, f'"power.exposed_calls" {power.exposed_calls} '
+             f"exceeds the {exposed} calls the exposed sizes made"),
+            ((rwm > 0) != (self.mismatches > 0),
+             f'"repeats_with_mismatch" {rwm} disagrees with {self.mismatches} mismatched calls'),
+        )  # fmt: skip

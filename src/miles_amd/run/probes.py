@@ -18,9 +18,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from miles_amd.recipe.hardware import HardwareDetectionError, Runner, detect_hardware, run_tool
 from miles_amd.recipe.inputs import InputError, validate_checkpoint, validate_dataset
-from miles_amd.recipe.settings import CHECKPOINT_NAME, DATASET_DIR_NAME, DATASET_FILE_NAME
+from miles_amd.recipe.settings import (
+    CHECKPOINT_NAME,
+    DATASET_DIR_NAME,
+    DATASET_FILE_NAME,
+    HardwareDetectionError,
+    Runner,
+    detect_hardware,
+    run_tool,
+)
 from miles_amd.records.env import Fact
 from miles_amd.variants import AITER_VARIANTS
 

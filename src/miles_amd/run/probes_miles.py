@@ -18,8 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from miles_amd.recipe.lora_targets import LORA_TARGET_MODULES
 from miles_amd.recipe.plan import LaunchPlan, build_train_plan
+from miles_amd.recipe.settings import LORA_TARGET_MODULES
 from miles_amd.records.env import Fact
 from miles_amd.run.probes import RESULT, PreflightConfig, child_json, one_line
 
