@@ -1,10 +1,7 @@
-"""The replay's real-writer mode: miles' own code writes the evidence, in Ray actors named as miles.
-
-The driver and actors named ``RolloutManager`` and ``MegatronTrainRayActor`` (so Ray prefixes
-their lines as in a real job) run miles' logger, tracking backends and metric functions on
-the replayed values; a statement miles' code cannot feed is replayed from its source line,
-found in the miles tree by its text (moved text fails loudly, naming the file). Stubs only
-what CPU cannot provide. docs/rehearsal.md ("The real writers") lists each function and stub.
+"""The replay's real writers: miles' own logger, tracking backends and metric functions write
+the replayed values, in Ray actors named as miles' (so Ray prefixes their lines as in a real
+job); a statement they cannot feed is replayed from its source line, found by its text.
+docs/rehearsal.md ("The real writers") lists each function and each CPU stub.
 """
 
 from __future__ import annotations
@@ -47,7 +44,8 @@ class MilesSourceError(ValueError):
 
 
 class _Inert(types.ModuleType):
-    """Any attribute, call, item or base class of it is inert; a decorator returns its function."""
+    """Inert ``triton`` / ``torchvision`` (import-time references only); a decorator returns
+    its function."""
 
     def __init__(self, name: str = "inert") -> None:
         super().__init__(name)
@@ -70,8 +68,6 @@ class _Inert(types.ModuleType):
 
 
 class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Inert ``triton`` / ``torchvision`` modules, for import-time references only."""
-
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         if name.split(".")[0] in _STAND_INS:
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
@@ -85,7 +81,6 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def use_miles(miles_src: str) -> None:
-    """Put ``miles_src`` first on ``sys.path``; stand-ins for absent triton/torchvision."""
     if miles_src not in sys.path:
         sys.path.insert(0, miles_src)
     absent = any(importlib.util.find_spec(name) is None for name in _STAND_INS)
@@ -94,22 +89,15 @@ def use_miles(miles_src: str) -> None:
 
 
 def miles_args(*, use_tensorboard: bool, ci_history: bool) -> Namespace:
-    """The parsed args the writer functions read (the rollout metrics' step: the rollout id)."""
     return Namespace(
-        use_tensorboard=use_tensorboard,
-        tb_project_name=None,
-        tb_experiment_name=None,
-        ci_enable_metrics_capture=ci_history,
-        save_debug_event_data=None,
-        wandb_always_use_train_step=False,
-        mfu_peak_tflops=None,
-        sglang_router_ip="127.0.0.1",
-        sglang_router_port=0,
-    )
+        use_tensorboard=use_tensorboard, tb_project_name=None, tb_experiment_name=None,
+        ci_enable_metrics_capture=ci_history, save_debug_event_data=None,
+        wandb_always_use_train_step=False, mfu_peak_tflops=None,
+        sglang_router_ip="127.0.0.1", sglang_router_port=0,
+    )  # fmt: skip
 
 
 def source_line(miles_src: str, relative: str, text: str) -> int:
-    """The 1-based line of ``text`` in ``miles_src/relative``; ``MilesSourceError`` if absent."""
     path = Path(miles_src) / relative
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if text in line:
@@ -118,7 +106,6 @@ def source_line(miles_src: str, relative: str, text: str) -> int:
 
 
 def log_at(miles_src: str, site: tuple[str, str], message: str) -> None:
-    """Log ``message`` as the statement at ``site`` does: its logger, file and line."""
     import logging
 
     name, text = site
@@ -141,8 +128,6 @@ def _flush_tensorboard() -> None:
 
 
 class _MilesProcess:
-    """Shared set-up of a miles process: path, logger identity, tracking."""
-
     def __init__(self, miles_src: str, args: Namespace, identity: str) -> None:
         use_miles(miles_src)
         from miles.utils.audit_utils import process_identity as pi
@@ -165,8 +150,6 @@ class _MilesProcess:
 
 
 class RolloutManager(_MilesProcess):
-    """miles' RolloutManager process: its ``perf k:`` message and rollout-step tracking."""
-
     def __init__(self, miles_src: str, args: Namespace) -> None:
         super().__init__(miles_src, args, "rollout_manager")
 
@@ -181,7 +164,7 @@ class RolloutManager(_MilesProcess):
 
 
 class MegatronTrainRayActor(_MilesProcess):
-    """miles' trainer rank 0 (cell 0): rollout, step and perf messages, with the stubs above."""
+    """miles' trainer rank 0, its parallel state and gather stubbed to one rank."""
 
     def __init__(self, miles_src: str, args: Namespace) -> None:
         super().__init__(miles_src, args, "trainer")
@@ -235,15 +218,12 @@ class MegatronTrainRayActor(_MilesProcess):
 
 
 class SGLangEngine(_MilesProcess):
-    """Only prints: the SGLang engine's forwarded lines (fault sentinels)."""
-
-    def __init__(self) -> None:  # no miles code runs in it
+    def __init__(self) -> None:  # only prints (fault sentinels); no miles code runs in it
         pass
 
 
 class RealRunWriter:
-    """The replay's writer backed by miles' code in Ray actors (the imitation's interface); a
-    ``None`` dir turns that backend off (miles reads the dirs from the environment)."""
+    """The imitation's interface over miles' code in Ray actors; a ``None`` dir: that off."""
 
     def __init__(
         self, miles_src: Path, tensorboard_dir: Path | None, ci_history_dir: Path | None
@@ -252,8 +232,7 @@ class RealRunWriter:
 
         self._src = str(miles_src)
         args = miles_args(
-            use_tensorboard=tensorboard_dir is not None,
-            ci_history=ci_history_dir is not None,
+            use_tensorboard=tensorboard_dir is not None, ci_history=bool(ci_history_dir)
         )
         self._tensorboard_dir = tensorboard_dir
         use_miles(self._src)
@@ -266,31 +245,24 @@ class RealRunWriter:
         # Join the job's cluster, never start one: a local ray.init() writes ~/.ray/auth_token,
         # which turns on token auth for every later Ray head of this user on the machine.
         ray.init(address="auto", log_to_driver=True)
-        options = {"num_cpus": 0}
         self._ray = ray
         # Actor handles are Any: Ray's stubs cannot type methods called through .remote().
-        self._manager: Any = ray.remote(RolloutManager).options(**options).remote(self._src, args)
-        self._trainer: Any = (
-            ray.remote(MegatronTrainRayActor).options(**options).remote(self._src, args)
-        )
-        self._sglang: Any = ray.remote(SGLangEngine).options(**options).remote()
-        actors: list[Any] = [self._manager, self._trainer, self._sglang]
+        actors: list[Any] = [
+            ray.remote(cls).options(num_cpus=0).remote(*given)
+            for cls, given in ((RolloutManager, (self._src, args)),
+                               (MegatronTrainRayActor, (self._src, args)), (SGLangEngine, ()))
+        ]  # fmt: skip
+        self._manager, self._trainer, self._sglang = actors
         manager_pid, trainer_pid, sglang_pid = ray.get([a.pid.remote() for a in actors])
-        self._pids = ActorPids((trainer_pid,), manager_pid, sglang_pid)
+        self.pids = ActorPids((trainer_pid,), manager_pid, sglang_pid)
         self.event_file: Path | None = None
 
-    @property
-    def pids(self) -> ActorPids:
-        return self._pids
-
     def print_line(self, line: str) -> None:
-        """A line of the driver process (the job's entrypoint), through miles' logger."""
         import logging
 
         logging.getLogger("miles_amd.replay").info(line)
 
     def print_actor_line(self, actor: str, body: str, rank: int = 0) -> None:
-        """``body`` printed by the actor process (Ray adds its prefix); one trainer rank runs."""
         target = {SGLANG_ACTOR: self._sglang, TRAINER_ACTOR: self._trainer}[actor]
         self._ray.get(target.print_line.remote(body))
 
@@ -301,7 +273,6 @@ class RealRunWriter:
         self._ray.get(self._trainer.log_rollout.remote(rollout, groups))
 
     def close(self) -> None:
-        """Let Ray forward the actors' last lines, end them, then the driver's finish_tracking."""
         from miles.utils.tracking_utils.tracking import finish_tracking
 
         time.sleep(1.5)  # Ray's log monitor forwards worker lines about once a second
@@ -309,7 +280,7 @@ class RealRunWriter:
             self._ray.kill(actor)
         finish_tracking()
         if self._tensorboard_dir is not None:
-            marker = f".{self._pids.trainers[0]}."
+            marker = f".{self.pids.trainers[0]}."
             found = [p for p in self._tensorboard_dir.iterdir() if marker in p.name]
             self.event_file = found[0] if len(found) == 1 else None
         self._ray.shutdown()
