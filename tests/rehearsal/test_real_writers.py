@@ -1,10 +1,7 @@
-"""The rehearsal with miles' own writers (``--replay-writers real``: miles' tracking backends,
-logging and metric functions in actors named as miles names them): the same verdicts, failing
-checks and driver stops as the imitation, and the same files and lines on the same values:
-event files and CI records, every TensorBoard event but its wall time, the CI-history text, each
-process's metric lines with pids and stamps masked. Needs miles' source in
-``$MILES_AMD_MILES_SRC`` and torch + sglang in this python (the conformance env's; the skip
-reason gives the commands; docs/rehearsal.md, "The real writers").
+"""The rehearsal with miles' own writers (``--replay-writers real``): the same verdicts, failing
+checks and driver stops as the imitation, and on the same values the same event files (wall
+time aside), CI-history text and metric lines (pids and stamps masked). Needs miles' source in
+``$MILES_AMD_MILES_SRC`` and torch + sglang here (docs/rehearsal.md, "The real writers").
 """
 
 from __future__ import annotations
@@ -52,7 +49,6 @@ WATCH_INTERVAL_S = 2.0
 
 
 def both(cluster_env, tmp_path: Path, **kwargs) -> dict[str, TrainResult]:
-    """The same replay with each writer, in ``tmp_path/<writers>``."""
     return {
         writers: rehearse(
             cluster_env,
@@ -68,8 +64,7 @@ def both(cluster_env, tmp_path: Path, **kwargs) -> dict[str, TrainResult]:
 
 
 def failed_on_common_rollouts(*run_dirs: Path) -> list[set[str]]:
-    """Each run's failed checks, judged against ``patched`` on the rollouts all of them wrote
-    (a fail-fast stop lands on another rollout in each run, by the watcher's poll phase)."""
+    """Each run's failed checks on the rollouts all of them wrote (fail-fast stops differ)."""
     runs = [load_run(run_dir) for run_dir in run_dirs]
     last = min(series[-1][0] for run in runs for series in run.series.values() if series)
     judged = []
@@ -106,7 +101,6 @@ PARITY_ROLLOUTS = 3
 
 
 def rich_metrics(k: int) -> dict[str, float]:
-    """Every message kind: the rollout manager's perf, the trainer's rollout/step/perf, TB-only."""
     return {
         "perf/rollout_time": 180.25 + k,
         "perf/tokens_per_gpu_per_sec": 512.5 + k,
@@ -148,7 +142,7 @@ _STAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ")
 
 
 def event_records(path: Path) -> list[bytes]:
-    """Every event of the file, serialised with its wall time (the only free field) zeroed."""
+    """Every event serialised, its wall time (the only free field) zeroed."""
     from tensorboard.compat.proto.event_pb2 import Event
 
     from miles_amd.evidence.tensorboard import read_records
@@ -174,7 +168,6 @@ def ci_view(run_dir: Path) -> list[str]:
 
 
 def log_view(run_dir: Path) -> dict[str, list[str]]:
-    """Metric lines per process (its Ray prefix), pids and timestamps masked, in order."""
     per_process: dict[str, list[str]] = defaultdict(list)
     for line in (run_dir / "job.log").read_text().splitlines():
         if _METRIC.search(line):

@@ -1,12 +1,6 @@
-"""The CI lanes' own facts, the ones no linter holds.
-
-``.ci/lint`` checks every workflow against GitHub's schema (check-jsonschema) and zizmor's
-audits. Here: the lanes' runners, GPU counts and check names (docs/ci.md); the CPU job runs
-``.ci/lint`` and the suite; each GPU job's cap is above its steps' timeouts, it judges with
-the base branch's baselines, mounts caches read-only, is not privileged, kills no process by
-name and uploads its evidence always; fork code never reaches a GPU runner; the patched aiter is an
-exact commit; every ``uses:`` is the commit ``.github/action-pins.json`` verified; shellcheck
-passes every ``run:`` script; CODEOWNERS covers what needs a maintainer's review.
+"""The CI lanes' facts no linter holds (``.ci/lint`` runs the workflow schema and zizmor):
+runners, GPU counts, check names, caps, the base branch's baselines, no fork code on a GPU
+runner, the verified action pins, shellcheck on every ``run:``, CODEOWNERS (docs/ci.md).
 """
 
 from __future__ import annotations
@@ -69,7 +63,6 @@ def load(name: str) -> dict[str, Any]:
 
 
 def runner_default(runs_on: str) -> list[str]:
-    """The JSON default of ``${{ fromJSON(vars.X || '<labels>') }}``."""
     match = re.fullmatch(r"\$\{\{ fromJSON\(vars\.\w+ \|\| '(\[.*\])'\) \}\}", runs_on)
     assert match, runs_on
     return json.loads(match.group(1))
