@@ -3,7 +3,7 @@
     python child.py batch SPEC.json         # many parses, miles imported once, a fork per job
     python child.py semantics RESULT LORA_NAMES RECIPE_FLAGS -- <train.py args>
     python child.py train <miles>/train.py <train.py args>    # train.py as __main__
-    python child.py census CENSUS_SCRIPT RESULT -- <train.py args>      # the census python
+    python child.py census CENSUS_SCRIPT RESULT [TARGETS...] -- <train.py args>  # census python
     python child.py history TEST_PATH CANDIDATE_JSON      # cwd: a history export; miles' tests/ci
 
 ``batch``, ``semantics`` and ``train`` stub the GPU queries first (``node/miles_parse.py``); a
@@ -362,12 +362,18 @@ def install_stand_ins() -> None:
     AutoBridge.to_megatron_provider = to_megatron_provider
 
 
-def census(train_argv: list[str], script: str, result: str) -> int:
+def census(train_argv: list[str], script: str, result: str, *targets: str) -> int:
+    """The census of the argv, then of it with each other ``--target-modules``, in one import."""
     install_stand_ins()
     module = load("bridge_census", script)
-    provider, chunks = module.build_meta_model(bridge_namespace(train_argv))
-    reading = {"ok": True, **module.census(provider, chunks)}
-    Path(result).write_text(json.dumps(reading, sort_keys=True), encoding="utf-8")
+    readings = {}
+    for target in ("", *targets):
+        argv = list(train_argv)
+        if target:
+            argv[argv.index("--target-modules") + 1] = target
+        provider, chunks = module.build_meta_model(bridge_namespace(argv))
+        readings[target] = {"ok": True, "argv": argv, **module.census(provider, chunks)}
+    Path(result).write_text(json.dumps(readings, sort_keys=True), encoding="utf-8")
     return 0
 
 

@@ -6,9 +6,6 @@ docs/rehearsal.md ("The real writers") lists each function and each CPU stub.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
 import sys
 import time
@@ -26,7 +23,6 @@ from miles_amd.testing.miles_writer import (
 )
 
 CPU_MEMORY_KEY = "perf/cpu_memory_after_offload_train_gb"
-_STAND_INS = ("triton", "torchvision")
 # (module whose logger and file it is, the statement's text) of the replayed statements
 _PERF_SITE = ("miles.ray.rollout.metrics", 'logger.info(f"perf {rollout_id}: {log_dict}")')
 _MODEL_STEP_SITE = (
@@ -43,49 +39,9 @@ class MilesSourceError(ValueError):
     """The miles tree logs a metric elsewhere; the message names the file."""
 
 
-class _Inert(types.ModuleType):
-    """Inert ``triton`` / ``torchvision`` (import-time references only); a decorator returns
-    its function."""
-
-    def __init__(self, name: str = "inert") -> None:
-        super().__init__(name)
-        self.__path__ = []
-        self.__version__ = "0.0.0+miles-amd-stand-in"
-
-    def __getattr__(self, name: str) -> _Inert:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else _Inert()
-
-    def __getitem__(self, _key: Any) -> _Inert:
-        return _Inert()
-
-    def __mro_entries__(self, _bases: tuple) -> tuple[type, ...]:
-        return (object,)
-
-
-class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name.split(".")[0] in _STAND_INS:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        return _Inert(spec.name)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
-
-
 def use_miles(miles_src: str) -> None:
     if miles_src not in sys.path:
         sys.path.insert(0, miles_src)
-    absent = any(importlib.util.find_spec(name) is None for name in _STAND_INS)
-    if absent and not any(isinstance(f, _StandInFinder) for f in sys.meta_path):
-        sys.meta_path.append(_StandInFinder())
 
 
 def miles_args(*, use_tensorboard: bool, ci_history: bool) -> Namespace:
