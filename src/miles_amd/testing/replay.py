@@ -8,6 +8,7 @@ docs/rehearsal.md ("The replay").
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import sys
@@ -39,11 +40,7 @@ from miles_amd.testing.miles_writer import (
 )
 
 # What every baseline rules on without an "optional"; the embedded example has exactly these.
-REQUIRED_KEYS: tuple[str, ...] = (
-    "train/train_rollout_logprob_abs_diff",
-    "rollout/raw_reward",
-    "train/pg_clipfrac",
-)
+REQUIRED_KEYS = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward", "train/pg_clipfrac")
 TENSORBOARD_ENV = "TENSORBOARD_DIR"
 CI_HISTORY_ENV = "MILES_CI_GATE_RECORD_DIR"
 MILES_SRC_ENV = "MILES_AMD_MILES_SRC"
@@ -103,38 +100,28 @@ def recipe_from_argv(argv: Sequence[str]) -> Recipe:
     return Recipe(**fields)  # type: ignore[arg-type]
 
 
-def argv_difference(expected: Sequence[str], given: Sequence[str]) -> str | None:
-    """The first difference of two argvs, worded by flag; ``None`` if equal."""
-    want, got = split_flags(expected), split_flags(given)
-    want_flags, got_flags = {f for f, _ in want}, {f for f, _ in got}
-    for index in range(max(len(want), len(got))):
-        w = want[index] if index < len(want) else None
-        g = got[index] if index < len(got) else None
-        if w == g:
-            continue
-        if g is not None and g[0] not in want_flags:
-            return f"{g[0]}: not a flag of the recipe; the replay takes the recipe's argv only"
-        if w is not None and w[0] not in got_flags:
-            return f"{w[0]}: missing; the recipe passes {' '.join((w[0], *w[1]))}"
-        assert w is not None and g is not None
-        if w[0] == g[0]:
-            return (
-                f"{' '.join((g[0], *g[1]))}: the recipe passes {' '.join((w[0], *w[1]))} "
-                "(only recipe options change argv values)"
-            )
-        return f"{g[0]}: out of the recipe's order (the recipe passes {w[0]} here)"
-    return None
-
-
 def check_argv(argv: Sequence[str]) -> Recipe:
-    """The recipe of ``argv`` if ``argv`` is exactly its ``argv()``."""
+    """The recipe of ``argv`` if ``argv`` is exactly its ``argv()``; else the first difference."""
     try:
         recipe = recipe_from_argv(argv)
     except RecipeError as exc:
         raise ReplayRefused(f"the recipe rejects this argv: {exc}") from None
-    difference = argv_difference(recipe.argv(), argv)
-    if difference is not None:
-        raise ReplayRefused(difference)
+    want, got = split_flags(recipe.argv()), split_flags(argv)
+    want_flags, got_flags = {f for f, _ in want}, {f for f, _ in got}
+    for w, g in itertools.zip_longest(want, got):
+        if w == g:
+            continue
+        if g is not None and g[0] not in want_flags:
+            raise ReplayRefused(f"{g[0]}: not a flag of the recipe; the replay takes its argv only")
+        if w is not None and w[0] not in got_flags:
+            raise ReplayRefused(f"{w[0]}: missing; the recipe passes {' '.join((w[0], *w[1]))}")
+        assert w is not None and g is not None
+        if w[0] != g[0]:
+            raise ReplayRefused(f"{g[0]}: out of the recipe's order (it passes {w[0]} here)")
+        raise ReplayRefused(
+            f"{' '.join((g[0], *g[1]))}: the recipe passes {' '.join((w[0], *w[1]))} "
+            "(only recipe options change argv values)"
+        )
     return recipe
 
 
