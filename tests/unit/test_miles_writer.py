@@ -8,11 +8,11 @@ import json
 import math
 import re
 import shutil
+import struct
 import tempfile
 import time
 from pathlib import Path
 
-import numpy
 import pytest
 
 from miles_amd.evidence.ci_history import read_ci_history_dir
@@ -51,7 +51,7 @@ ROLLOUTS = [
 
 
 def f32(value: float) -> float:
-    return float(numpy.float32(value))
+    return struct.unpack("<f", struct.pack("<f", value))[0]
 
 
 def write_run(tmp_path: Path, rollouts: list[dict[str, float]]) -> tuple[str, MilesRunWriter]:
