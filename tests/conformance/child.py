@@ -3,13 +3,12 @@
     python child.py batch SPEC.json         # many parses, miles imported once, a fork per job
     python child.py semantics RESULT LORA_NAMES RECIPE_FLAGS -- <train.py args>
     python child.py train <miles>/train.py <train.py args>    # train.py as __main__
-    python child.py census CENSUS_SCRIPT RESULT -- <train.py args>      # the census python
+    python child.py census CENSUS_SCRIPT RESULT [TARGETS...] -- <train.py args>  # census python
     python child.py history TEST_PATH CANDIDATE_JSON      # cwd: a history export; miles' tests/ci
 
-``batch``, ``semantics`` and ``train`` apply the GPU-query stubs of ``node/miles_parse.py`` first.
-A ``batch`` job that sets a key the import asked for and did not find, or whose fork does not
-exit in time, gets ``fresh_because`` in its status and is parsed fresh by the caller. ``census``
-stands in for what has no CPU build only. docs/conformance.md says what each proves.
+``batch``, ``semantics`` and ``train`` stub the GPU queries first (``node/miles_parse.py``); a
+``batch`` job whose env the import read, or whose fork hangs, is sent back to be parsed fresh.
+docs/conformance.md says what each proves.
 """
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ def load_miles_parse() -> Any:
 
 @contextmanager
 def absent_keys_asked() -> Iterator[set[str]]:
-    """The env keys asked for by name (``get``, ``in``, ``[]``) and not found in the block."""
+    """The env keys asked for and not found in the block."""
     environ_type = type(os.environ)
     lookup = environ_type.__getitem__
     asked: set[str] = set()
@@ -78,7 +77,7 @@ def absent_keys_asked() -> Iterator[set[str]]:
 
 
 def run_forked(miles_parse: Any, job: dict[str, Any]) -> int:
-    """In the forked child: exactly the job's env, fds 1 and 2 to its stderr file, the parse."""
+    """In the fork: the job's env only, fds 1 and 2 to its stderr file, the parse."""
     os.environ.clear()
     os.environ.update(job["env"])
     out = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -151,7 +150,7 @@ def batch(spec_file: str) -> int:
 
 
 def function_paths(args: Any) -> dict[str, str]:
-    """Every set ``args.<x>_path`` miles hands to ``load_(rollout_)function``, loaded."""
+    """Every set ``args.<x>_path`` miles loads as a function, loaded."""
     import miles
     from miles.utils.misc import load_function
 
@@ -172,11 +171,7 @@ def function_paths(args: Any) -> dict[str, str]:
 
 
 def semantics(train_argv: list[str], result: str, lora_names: str, recipe_flags: str) -> int:
-    """miles' parse, then: option -> dest; world/DP size, rollout engines (as
-    start_rollout_servers counts them) and optimizer steps per rollout (get_data_iterator's
-    formula); function paths; the math reward; the LoRA target mapping (a class named as
-    create_lora_instance names it); engine 0's server args, their "not supported" log lines
-    and whether SGLang's ServerArgs accepts them; which recipe ``sglang_*`` dests reach them."""
+    """What miles' and SGLang's code make of the parsed argv (docs/conformance.md)."""
     miles_parse = load_miles_parse()
     parsers: list[argparse.ArgumentParser] = []
     original = argparse.ArgumentParser.parse_known_args
@@ -270,8 +265,7 @@ def semantics(train_argv: list[str], result: str, lora_names: str, recipe_flags:
 
 
 def train(train_script: str, train_argv: list[str]) -> int:
-    """``python3 <miles>/train.py <argv>``, the stubs living in this driver process only (Ray's
-    workers get the real CPU torch, so SGLang's engine finds no accelerator)."""
+    """``python3 <miles>/train.py <argv>``, stubbed in this driver process only."""
     load_miles_parse()
     sys.argv = [train_script, *train_argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(train_script)))  # as `python train.py`
@@ -290,7 +284,6 @@ STR_FLAGS = ("hf-checkpoint", "recompute-granularity", "recompute-method", "opti
 
 
 def bridge_namespace(tokens: list[str]) -> argparse.Namespace:
-    """The fields miles' bridge LoRA setup reads, as miles' parser leaves them."""
     from megatron.core.transformer.enums import AttnBackend
 
     def value(flag: str) -> str | None:
@@ -330,9 +323,8 @@ class AnyAttribute(types.ModuleType):
 
 
 def install_stand_ins() -> None:
-    """An empty transformer_engine (no CPU build; Megatron-LM, imported first, takes its local
-    layers), the provider's local spec without grouped GEMM or TE fusion on CPU init, and the
-    two device queries; the real packages where present."""
+    """Stand-ins for what has no CPU build: transformer_engine, grouped GEMM, TE fusion, two
+    device queries; the real packages where present."""
     import megatron.core.transformer.attention as attention  # TE-less, before the fake
     import torch
 
@@ -370,12 +362,18 @@ def install_stand_ins() -> None:
     AutoBridge.to_megatron_provider = to_megatron_provider
 
 
-def census(train_argv: list[str], script: str, result: str) -> int:
+def census(train_argv: list[str], script: str, result: str, *targets: str) -> int:
+    """The census of the argv, then of it with each other ``--target-modules``, in one import."""
     install_stand_ins()
     module = load("bridge_census", script)
-    provider, chunks = module.build_meta_model(bridge_namespace(train_argv))
-    reading = {"ok": True, **module.census(provider, chunks)}
-    Path(result).write_text(json.dumps(reading, sort_keys=True), encoding="utf-8")
+    readings = {}
+    for target in ("", *targets):
+        argv = list(train_argv)
+        if target:
+            argv[argv.index("--target-modules") + 1] = target
+        provider, chunks = module.build_meta_model(bridge_namespace(argv))
+        readings[target] = {"ok": True, "argv": argv, **module.census(provider, chunks)}
+    Path(result).write_text(json.dumps(readings, sort_keys=True), encoding="utf-8")
     return 0
 
 
@@ -383,9 +381,8 @@ def census(train_argv: list[str], script: str, result: str) -> int:
 
 
 def history(test_path: str, candidate_json: str) -> int:
-    """Each ``runs.jsonl`` row's record merged by upstream and judged alone (its ``errors``),
-    then written to miles' store as ``ci_utils.run_gate_hook`` writes it; the candidate logged
-    by miles' ``CiHistoryBackend``, merged and gated against that store."""
+    """Each exported run merged, judged alone and stored as upstream's ``run_gate_hook`` does;
+    the candidate logged by ``CiHistoryBackend`` and gated against that store."""
     from miles.utils.tracking_utils.ci_history import RECORD_DIR_ENV, CiHistoryBackend
 
     from tests.ci.ci_register import ut_parse_one_file

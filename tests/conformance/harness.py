@@ -1,12 +1,6 @@
-"""Which miles the conformance tier checks, how a launcher variant is planned with the real CLI,
-and how its ``train.py`` argv is parsed by that miles (docs/conformance.md).
-
-The checkout comes from ``--miles-src`` / ``--megatron-src`` / ``--miles-python``, else
-``MILES_AMD_MILES_SRC`` / ``_MEGATRON_SRC`` / ``_MILES_PYTHON``, else ``<repo>/.conformance``;
-with none the tier skips with :data:`HOW_TO_PROVIDE`, a wrong one fails. Planning is ``miles-amd
-train --dry-run --json`` in process with exactly the variant's environment; the parse is
-``parse_with_miles`` in the env the driver submits, or a fork of ``child.py batch`` that imported
-miles once for all jobs on one import path.
+"""Which miles the conformance tier checks (options, env, else ``.conformance/``; none: skip),
+each variant planned by ``miles-amd train --dry-run --json`` in process, and its argv parsed by
+that miles: fresh, or forked by ``child.py batch`` after one import (docs/conformance.md).
 """
 
 from __future__ import annotations
@@ -83,7 +77,7 @@ def given(config: pytest.Config) -> dict[str, str]:
 
 
 def miles_src(config: pytest.Config) -> Path:
-    """The miles checkout alone (for miles' ``tests/ci``, which needs no interpreter of its own)."""
+    """The miles checkout alone (miles' ``tests/ci`` needs no interpreter of its own)."""
     value = given(config).get("--miles-src")
     if value is None:
         pytest.skip(HOW_TO_PROVIDE)
@@ -117,7 +111,6 @@ def resolve(config: pytest.Config) -> MilesCheckout:
 def run_child(
     command: list[str], env: Mapping[str, str], timeout: float, cwd: Path | None = None
 ) -> str:
-    """A child's stdout; RuntimeError with its stderr's tail when it exits non-zero."""
     done = subprocess.run(
         command,
         env=dict(env),
@@ -137,8 +130,6 @@ def run_child(
 
 @dataclass(frozen=True)
 class Job:
-    """One planned job: the resolved recipe, the ``train.py`` argv and the parse env."""
-
     recipe: dict[str, Any]
     train_argv: list[str]
     env: dict[str, str]
@@ -187,7 +178,6 @@ def plan_with_cli(
     cli_args: list[str],
     launch_env: Mapping[str, str],
 ) -> Job:
-    """``miles-amd train --dry-run --json`` for the variant, as the job the driver submits."""
     dirs = (*inputs, checkout.miles, checkout.megatron, run_dir)
     argv = ["train", *(str(x) for pair in zip(DIR_FLAGS, dirs, strict=True) for x in pair)]
     argv += cli_args
@@ -213,8 +203,7 @@ def plan_with_cli(
 
 @dataclass(frozen=True)
 class ParseRun:
-    """Every parse of a session: outcomes by job; for each forked job the env keys it set
-    beyond its batch's import env; for each job a batch sent back, why."""
+    """Outcomes by job; each forked job's env keys beyond its batch's; why a job was sent back."""
 
     outcomes: dict[str, ParseOutcome]
     forked: dict[str, set[str]]
@@ -222,13 +211,11 @@ class ParseRun:
 
 
 def parse_fresh(checkout: MilesCheckout, job: Job) -> ParseOutcome:
-    """``job``'s parse in a fresh interpreter, as the preflight's probe runs it on a node."""
     return parse_with_miles(job.train_argv, job.env, python=checkout.python, gpu_stubs=True)
 
 
 def parse_batch(checkout: MilesCheckout, group: Mapping[str, Job]) -> ParseRun | None:
-    """``child.py batch`` on ``group``, started in the env all its jobs share; None when the
-    import failed. A job it sends back is in ``sent_back``, not in the outcomes."""
+    """``child.py batch`` in the env ``group`` shares; None when the import failed."""
     first, *rest = group.values()
     shared = {k: v for k, v in first.env.items() if all(j.env.get(k) == v for j in rest)}
     with tempfile.TemporaryDirectory(prefix="miles-parse-batch-") as tmp:
@@ -260,8 +247,7 @@ def parse_batch(checkout: MilesCheckout, group: Mapping[str, Job]) -> ParseRun |
 
 
 def parse_all(checkout: MilesCheckout, jobs: Mapping[str, Job]) -> ParseRun:
-    """Every job's parse: one batch per ``PYTHONPATH`` shared by several jobs; a job alone on
-    its path, sent back, or of a batch whose import failed, in a fresh interpreter."""
+    """One batch per ``PYTHONPATH`` several jobs share; any other job parsed fresh."""
     groups: dict[str, dict[str, Job]] = {}
     for name, job in jobs.items():
         groups.setdefault(job.env.get("PYTHONPATH", ""), {})[name] = job

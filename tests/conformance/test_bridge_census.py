@@ -33,29 +33,33 @@ HOW = (
 )
 
 
-def _census(config: pytest.Config, root: Path, targets: str | None = None) -> dict[str, Any]:
-    python, values = os.environ.get(BRIDGE_PYTHON), given(config)
+@pytest.fixture(scope="module")
+def censuses(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """The recipe's census (key ``""``) and the ``gate_up_proj`` control's, in one child."""
+    python, values = os.environ.get(BRIDGE_PYTHON), given(request.config)
     sources = [values.get("--miles-src"), values.get("--megatron-src")]
     if not python or not all(sources):
         pytest.skip(HOW)
+    root = tmp_path_factory.mktemp("census")
     model_dir, data_dir = make_fake_inputs(root / "inputs")
     miles, megatron = (str(Path(s).resolve()) for s in sources if s)
     argv = Recipe(
         model_dir=str(model_dir), data_dir=str(data_dir), miles_dir=miles, megatron_dir=megatron
     ).argv()
-    if targets is not None:
-        argv[argv.index("--target-modules") + 1] = targets
     no_triton = subprocess.run([python, "-c", "import triton"], capture_output=True).returncode
     path = [miles, megatron] + ([str(IMPORT_STUBS)] if no_triton else [])
     result = root / "census.json"
-    command = [python, str(CHILD), "census", str(CENSUS), str(result), "--", *argv]
-    run_child(command, {**os.environ, "PYTHONPATH": os.pathsep.join(path)}, 600.0)
-    return {"argv": argv, **json.loads(result.read_text())}
+    command = [python, str(CHILD), "census", str(CENSUS), str(result), "gate_up_proj", "--"]
+    run_child([*command, *argv], {**os.environ, "PYTHONPATH": os.pathsep.join(path)}, 900.0)
+    readings: dict[str, Any] = json.loads(result.read_text())
+    return readings
 
 
 @pytest.fixture(scope="module")
-def recipe_census(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    return _census(request.config, tmp_path_factory.mktemp("recipe"))
+def recipe_census(censuses: dict[str, Any]) -> dict[str, Any]:
+    return censuses[""]
 
 
 def test_every_expert_linear_of_every_layer_gets_an_adapter(recipe_census) -> None:
@@ -85,8 +89,8 @@ def test_windowed_layers_are_config_json_sliding_layers(recipe_census) -> None:
     assert attention_window_fact(recipe_census, GPT_OSS_20B_BF16_CONFIG).status == "ok"
 
 
-def test_gate_up_proj_builds_a_model_without_expert_adapters(request, tmp_path) -> None:
-    gate_up = _census(request.config, tmp_path, targets="gate_up_proj")
+def test_gate_up_proj_builds_a_model_without_expert_adapters(censuses) -> None:
+    gate_up = censuses["gate_up_proj"]
     lora = gate_up["lora"]
     assert (lora["expert"], lora["other"]) == (0, 0)
     assert lora["bare_expert"] == {"linear_fc1": 768, "linear_fc2": 768}

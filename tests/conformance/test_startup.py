@@ -1,11 +1,7 @@
-"""Start-up smoke: miles' real ``train()`` runs the recipe on CPU up to SGLang's engine init.
-
-The job ``build_train_plan`` plans (default recipe, fake checkpoint with a stand-in tokenizer)
-runs as ``child.py train`` under the plan's own ``ray start`` step, made private (0700 temp dir,
-free ports, token auth, loopback, no dashboard), driver env as Ray's job supervisor composes it
-(``job_supervisor.py``). It must stop in ``ServerArgs`` -> ``get_device`` ("No accelerator"); an
-earlier stop names the stage, what it depends on and the driver's last error. Every process
-carrying the head's private ``TMPDIR`` is stopped by pid (docs/conformance.md, "Start-up smoke").
+"""Start-up smoke: miles' real ``train()`` runs the planned recipe on CPU under the plan's own
+``ray start`` (made private) and must stop exactly at SGLang's engine init ("No accelerator");
+an earlier stop names its stage and the driver's last error. Every process carrying the head's
+private ``TMPDIR`` is stopped by pid (docs/conformance.md, "Start-up smoke").
 """
 
 from __future__ import annotations
@@ -168,8 +164,7 @@ class Run:
 
 
 def start(plan: LaunchPlan, checkout: MilesCheckout, logs: Path) -> Run:
-    """The plan's ``ray start`` step, private; then ``train.py`` as the job supervisor starts
-    it (head env, the runtime env's vars, ``RAY_ADDRESS``, the runtime env for ``ray.init``)."""
+    """The plan's ``ray start``, private; ``train.py`` in the env Ray's job supervisor gives."""
     assert plan.job is not None
     (ray_start,) = [step for step in plan.steps if step.name == "ray-start"]
     names = (*PORT_OPTIONS, *PORT_ENV_VARS)
@@ -265,8 +260,7 @@ def test_startup_stops_exactly_at_sglang_engine_init(started: Startup) -> None:
 
 
 def test_startup_names_the_stage_of_an_earlier_stop(started: Startup) -> None:
-    """The real log cut just before each stage's proof names that stage, or an earlier one the
-    cut also removed (the actors log concurrently, so a later line can come first)."""
+    """The log cut before each stage's proof names that stage (or an earlier one it also cut)."""
     lines = started.log.splitlines()
     for index, stage in enumerate(STAGES):
         cut = next(i for i in range(len(lines) + 1) if stage.reached("\n".join(lines[:i])))

@@ -1,9 +1,5 @@
-"""Options of the hardware tests, resolved once, and the preflight, run once per run dir.
-
-The run dir is ``<run-root>/<aiter variant>``; :func:`preflighted` clears an earlier run's
-output from it, runs the preflight and writes env.json there once a session. The node tests
-are one xdist group (root ``conftest.py``), so one worker holds the session and the preflight
-test and the acceptance run never write the same env.json at once.
+"""The hardware tests' options, and the preflight, run once a session into
+``<run-root>/<aiter variant>`` (cleared first; one xdist group, so one env.json writer).
 """
 
 from __future__ import annotations

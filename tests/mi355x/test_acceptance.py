@@ -1,16 +1,7 @@
-"""The acceptance run on an 8x MI355X node: preflight, the canary, the recipe for real, the gate.
-
-``pytest -m mi355x --runslow --aiter-variant stock|patched|rccl`` runs the variant this image
-has (there is no default; CI runs each in its own leg). The preflight runs once into the run
-dir (``conftest.preflighted``); the run is the recipe as ``miles-amd train --aiter-variant V``
-launches it: the all-reduce canary of the variant first (``miles-amd canary``; a patched or
-rccl red stops before the long run and fails the test with its line, ``app.train.CanaryRed``),
-then the same driver the CPU rehearsal proves, judged against the reviewed baseline of the
-node's key (8-GPU shape, the GPU model preflight read, the variant: ``baseline.keys``; a key
-without one fails up front, naming it) with the gate's ``allreduce.canary`` included. On
-failure the assertion carries the report's failing rows and the path to ``report.md``. A stock
-run the reproduced ROCm/aiter#5694 explains (``judge.canary``) is xfail, naming the canary's
-evidence: the A/B's control, not a gate.
+"""The acceptance run on an 8x MI355X node (``pytest -m mi355x --runslow --aiter-variant V``):
+preflight, the variant's canary, the recipe as ``miles-amd train`` launches it, judged against
+the reviewed baseline of the node's key; a stock run ROCm/aiter#5694 explains is xfail
+(docs/node.md).
 """
 
 from __future__ import annotations

@@ -25,10 +25,8 @@ def test_node_shows_eight_gfx950_gpus_through_rocm_torch() -> None:
 
 
 def test_the_image_builds_the_recipe_with_an_adapter_on_every_expert(node, tmp_path) -> None:
-    """The deep probe on the node: miles' own bridge LoRA setup with the image's Megatron-Bridge
-    and TE, on the meta device. With TE's grouped GEMM gpt-oss-20b has one grouped linear per
-    expert projection per layer (24 x 2 = 48), the routers get no fp32 (miles#3263) and the
-    windowed layers are config.json's sliding ones."""
+    """The deep probe with the image's Bridge and TE: one grouped linear per expert projection
+    per layer (24 x 2 = 48), no fp32 router (miles#3263), config.json's sliding windows."""
     from miles_amd.run.probes import PreflightConfig
     from miles_amd.run.probes_miles import (
         attention_window_fact,

@@ -1,10 +1,6 @@
-"""One real Ray head on 127.0.0.1 for the rehearsal, and process checks.
-
-The head is the driver's own :class:`~miles_amd.run.ray_head.RayHead` (loopback, token auth,
-free ports, private temp dir; 8 GPUs and the whole-node resource declared), handed to a launch
-as its external cluster (``RAY_ADDRESS``, ``RAY_AUTH_TOKEN_PATH``). It starts when a test first
-needs it and stops, every process checked gone, after the last test of its xdist group (an idle
-head costs CPU). After each test no job entrypoint it started may be alive.
+"""One real Ray head on 127.0.0.1 (the driver's own ``RayHead``) for the rehearsal, started
+when a test first needs it and stopped, every process checked gone, after the last test of its
+xdist group; after each test no job entrypoint it started may be alive.
 """
 
 from __future__ import annotations
@@ -27,8 +23,6 @@ JOB_MARKERS = ("miles_amd.testing.replay", "miles_amd_rehearsal_job")
 
 
 class SessionHead:
-    """The session's Ray head: started by :meth:`running`, stopped by :meth:`stop`."""
-
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.head: RayHead | None = None
@@ -74,7 +68,6 @@ def ray_head(session_head: SessionHead) -> RayHead:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Stop the session head when the next test does not need it."""
     yield
     holder = item.config.stash.get(SESSION_HEAD, None)
     if holder is not None and uses_session_head(item) and not uses_session_head(nextitem):
@@ -86,7 +79,6 @@ def uses_session_head(item: pytest.Item | None) -> bool:
 
 
 def no_job_left(head: RayHead, by: str) -> None:
-    """Fail when a job entrypoint (a replay, a test job) under ``head`` outlives 10 s."""
     with contextlib.suppress(psutil.Error):
         children = psutil.Process(head.owned.pid).children(recursive=True)
         jobs = []
@@ -114,7 +106,6 @@ def cluster_env(ray_head: RayHead) -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="session")
 def healthy_run(session_head: SessionHead, tmp_path_factory: pytest.TempPathFactory) -> TrainResult:
-    """One healthy replay of the embedded example, for the tests that only read it."""
     from tests.support.rehearsal import rehearse
 
     root = tmp_path_factory.mktemp("healthy")

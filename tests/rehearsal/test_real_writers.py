@@ -1,22 +1,22 @@
-"""The rehearsal with miles' own writers (``--replay-writers real``: miles' tracking backends,
-logging and metric functions in actors named as miles names them): the same verdicts, failing
-checks and driver stops as the imitation, and the same files and lines on the same values:
-event files and CI records, every TensorBoard event but its wall time, the CI-history text, each
-process's metric lines with pids and stamps masked. Needs miles' source in
-``$MILES_AMD_MILES_SRC`` and torch + sglang in this python (the conformance env's; the skip
-reason gives the commands; docs/rehearsal.md, "The real writers").
+"""The rehearsal with miles' own writers (``--replay-writers real``): the same verdicts, failing
+checks and driver stops as the imitation, and on the same values the same event files (wall
+time aside), CI-history text and metric lines (pids and stamps masked). Needs miles' source in
+``$MILES_AMD_MILES_SRC`` and torch + sglang here (docs/rehearsal.md, "The real writers").
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
 import math
 import os
 import re
+import shutil
 from collections import defaultdict
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -24,10 +24,11 @@ from miles_amd.app.train import TrainResult
 from miles_amd.baseline.model import load_baseline
 from miles_amd.evidence.load import load_run
 from miles_amd.judge.gate import judge
+from miles_amd.recipe.settings import Recipe
 from miles_amd.testing.faults import FAULTS
 from miles_amd.testing.miles_writer import ActorPids, MilesRunWriter
-from miles_amd.testing.replay import MILES_SRC_ENV
-from tests.support.rehearsal import expectation_problems, failed_checks, rehearse
+from miles_amd.testing.replay import MILES_SRC_ENV, main
+from tests.support.rehearsal import EXAMPLE_RUN, expectation_problems, rehearse
 
 MILES_SRC = os.environ.get(MILES_SRC_ENV, "")
 _MISSING = [name for name in ("torch", "sglang") if importlib.util.find_spec(name) is None]
@@ -49,27 +50,39 @@ EVIDENCE_FAULTS = (
     None, "spike", "nan", "short", "reward-collapse", "truncated-event", "fatal-sentinel",
 )  # fmt: skip
 WATCH_INTERVAL_S = 2.0
+IMPORTS = Path(__file__).resolve().parents[1] / "conformance" / "import_stubs"  # inert triton
 
 
-def both(cluster_env, tmp_path: Path, **kwargs) -> dict[str, TrainResult]:
-    """The same replay with each writer, in ``tmp_path/<writers>``."""
-    return {
-        writers: rehearse(
-            cluster_env,
-            tmp_path / writers,
-            writers=writers,
-            miles_src=MILES_SRC if writers == "real" else None,
-            state_dir=str(tmp_path / f"state-{writers}"),
-            timeout_s=240.0,
-            **kwargs,
-        )
-        for writers in ("imitation", "real")
-    }
+def real_run(cluster_env, tmp_path: Path, **kwargs) -> TrainResult:
+    """A replay through the driver, watcher and gate with miles' writers."""
+    env = dict(cluster_env)
+    if importlib.util.find_spec("triton") is None:  # sglang imports triton and torchvision
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(IMPORTS)]))
+    return rehearse(
+        env, tmp_path / "real", writers="real", miles_src=MILES_SRC,
+        state_dir=str(tmp_path / "state"), timeout_s=240.0, **kwargs,
+    )  # fmt: skip
+
+
+def imitation_of(real: Path, source: Path, rollouts: int, *options: str) -> Path:
+    """The same replay with the imitation writer, in process (no Ray: the writer is the subject),
+    beside ``real`` with its job.json."""
+    run_dir = real.with_name("imitation")
+    argv = ["--replay-source", str(source), "--replay-pace", "0", *options]
+    dirs = {"TENSORBOARD_DIR": "tensorboard", "MILES_CI_GATE_RECORD_DIR": "ci_history"}
+    run_dir.mkdir()
+    with (
+        mock.patch.dict(os.environ, {k: str(run_dir / v) for k, v in dirs.items()}),
+        (run_dir / "job.log").open("w") as log,
+        contextlib.redirect_stdout(log),
+    ):
+        assert main([*argv, *Recipe(num_rollout=rollouts, capture_metrics=True).argv()]) == 0
+    shutil.copy(real / "job.json", run_dir / "job.json")
+    return run_dir
 
 
 def failed_on_common_rollouts(*run_dirs: Path) -> list[set[str]]:
-    """Each run's failed checks, judged against ``patched`` on the rollouts all of them wrote
-    (a fail-fast stop lands on another rollout in each run, by the watcher's poll phase)."""
+    """Each run's failed checks on the rollouts all of them wrote (fail-fast stops differ)."""
     runs = [load_run(run_dir) for run_dir in run_dirs]
     last = min(series[-1][0] for run in runs for series in run.series.values() if series)
     judged = []
@@ -82,22 +95,18 @@ def failed_on_common_rollouts(*run_dirs: Path) -> list[set[str]]:
 
 @pytest.mark.parametrize("fault", EVIDENCE_FAULTS, ids=lambda f: f or "healthy")
 def test_verdicts_match_with_real_writers(fault, cluster_env, tmp_path) -> None:
+    """The real run ends as ``FAULTS`` says (as the imitation's does in test_rehearsal), and
+    fails the same checks as the imitation's files on the rollouts both wrote."""
     pacing: dict[str, float] = {"pace_s": 0.1}
     if fault is not None and FAULTS[fault].driver_stop in ("fail-fast", "look"):
         # the watcher must see the fault or the deciding look while the job runs
         pacing = {"pace_s": 0.5, "watch_interval_s": WATCH_INTERVAL_S}
-    results = both(cluster_env, tmp_path, fault=fault, at=3, **pacing)
-    for writers, result in results.items():
-        assert expectation_problems(fault, result) == [], (writers, result)
-    real, imitation = results["real"], results["imitation"]
-    stops = (real.outcome.stopped_by, imitation.outcome.stopped_by)
-    assert (real.verdict, stops[0]) == (imitation.verdict, stops[1])
-    dirs = (real.outcome.run_dir, imitation.outcome.run_dir)
-    if stops[1] is None:
-        assert failed_checks(dirs[0]) == failed_checks(dirs[1])
-    else:
-        real_failed, imitation_failed = failed_on_common_rollouts(*dirs)
-        assert real_failed == imitation_failed
+    result = real_run(cluster_env, tmp_path, fault=fault, at=3, **pacing)
+    assert expectation_problems(fault, result) == [], result
+    options = ("--replay-fault", fault, "--replay-fault-at", "3") if fault else ()
+    imitation = imitation_of(result.outcome.run_dir, EXAMPLE_RUN, 20, *options)
+    real_failed, imitation_failed = failed_on_common_rollouts(result.outcome.run_dir, imitation)
+    assert real_failed == imitation_failed
 
 
 # ---- writer parity ----------------------------------------------------------------------
@@ -106,7 +115,6 @@ PARITY_ROLLOUTS = 3
 
 
 def rich_metrics(k: int) -> dict[str, float]:
-    """Every message kind: the rollout manager's perf, the trainer's rollout/step/perf, TB-only."""
     return {
         "perf/rollout_time": 180.25 + k,
         "perf/tokens_per_gpu_per_sec": 512.5 + k,
@@ -148,7 +156,7 @@ _STAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ")
 
 
 def event_records(path: Path) -> list[bytes]:
-    """Every event of the file, serialised with its wall time (the only free field) zeroed."""
+    """Every event serialised, its wall time (the only free field) zeroed."""
     from tensorboard.compat.proto.event_pb2 import Event
 
     from miles_amd.evidence.tensorboard import read_records
@@ -174,7 +182,6 @@ def ci_view(run_dir: Path) -> list[str]:
 
 
 def log_view(run_dir: Path) -> dict[str, list[str]]:
-    """Metric lines per process (its Ray prefix), pids and timestamps masked, in order."""
     per_process: dict[str, list[str]] = defaultdict(list)
     for line in (run_dir / "job.log").read_text().splitlines():
         if _METRIC.search(line):
@@ -184,10 +191,10 @@ def log_view(run_dir: Path) -> dict[str, list[str]]:
 
 
 def test_writer_parity_on_the_same_values(cluster_env, tmp_path, rich_source) -> None:
-    results = both(cluster_env, tmp_path, source=rich_source, num_rollout=PARITY_ROLLOUTS)
-    for writers, result in results.items():
-        assert result.outcome.status == "SUCCEEDED", (writers, result)
-    imitation, real = tmp_path / "imitation", tmp_path / "real"
+    result = real_run(cluster_env, tmp_path, source=rich_source, num_rollout=PARITY_ROLLOUTS)
+    assert result.outcome.status == "SUCCEEDED", result
+    real = result.outcome.run_dir
+    imitation = imitation_of(real, rich_source, PARITY_ROLLOUTS)
     assert tensorboard_view(real) == tensorboard_view(imitation)
     assert ci_view(real) == ci_view(imitation)
     real_log, imitation_log = log_view(real), log_view(imitation)

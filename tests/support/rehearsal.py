@@ -1,7 +1,6 @@
-"""The CPU rehearsal: the recipe's own plan (``build_train_plan``) with ``train.py`` replaced by
-``python -m miles_amd.testing.replay`` (which checks the argv is the recipe's), through the real
-driver, watcher, sentinels and gate; and :func:`expectation_problems`, the rule the rehearsal
-tests and ``benchmarks/bench_rehearsal.py`` apply (docs/rehearsal.md)."""
+"""The CPU rehearsal: the recipe's plan with ``train.py`` replaced by the replay, through the
+real driver, watcher and gate; and :func:`expectation_problems`, the rule the rehearsal tests
+and ``benchmarks/bench_rehearsal.py`` apply (docs/rehearsal.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ def replay_prefix(
     writers: str = "imitation",
     miles_src: str | None = None,
 ) -> tuple[str, ...]:
-    """The entrypoint that replaces ``python3 <miles>/train.py`` (``writers="real"``: miles'
-    own writer code in ``miles_src`` writes the evidence)."""
+    """The entrypoint that replaces ``python3 <miles>/train.py``."""
     prefix: tuple[str, ...] = (sys.executable, "-m", "miles_amd.testing.replay")
     prefix += ("--replay-source", str(source))
     prefix += ("--replay-pace", str(pace_s))
@@ -60,8 +58,7 @@ def rehearse(
     miles_src: str | None = None,
     aiter_variant: str | None = None,
 ) -> TrainResult:
-    """One replayed run gated against ``patched``; ``env`` may name a Ray cluster;
-    ``aiter_variant`` labels the job as ``train --aiter-variant`` does (no canary)."""
+    """One replayed run gated against ``patched``; ``env`` may name a Ray cluster."""
     prefix = replay_prefix(
         source, pace_s=pace_s, fault=fault, at=at, writers=writers, miles_src=miles_src
     )
@@ -88,9 +85,7 @@ def failed_checks(run_dir: Path) -> set[str]:
 
 
 def expectation_problems(fault: str | None, result: TrainResult) -> list[str]:
-    """Why ``result`` is not what ``fault`` (its ``FAULTS`` entry) must produce; empty when it is:
-    a healthy replay or a harmless fault must PASS, any other must not, with its gate checks
-    failed and its driver stop."""
+    """Why ``result`` is not what ``fault``'s ``FAULTS`` entry (or health) must produce."""
     expected = FAULTS[fault] if fault is not None else None
     if expected is None or not expected.fails_run:
         if result.verdict != "pass":
@@ -110,7 +105,6 @@ def expectation_problems(fault: str | None, result: TrainResult) -> list[str]:
 
 
 def alive_pids(pids: list[int]) -> list[int]:
-    """The pids still running (a zombie or a process gone while looked at is not)."""
     import psutil
 
     alive = []

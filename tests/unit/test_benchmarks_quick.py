@@ -1,5 +1,5 @@
-"""The benchmark runner (``benchmarks/run_quick.py``): every script registered and run by CI,
-each with a quick mode, and what the runner counts as a pass, on real child processes."""
+"""The benchmark runner (``benchmarks/run_quick.py``): every script registered with a quick
+mode, and what it counts as a pass (the figures line; a real child's exit and last line)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from benchmarks.run_quick import BENCHMARKS, HERE, figures_problem, run_benchmark
-
-REPO = HERE.parent
 
 
 def declares_quick(script: Path) -> bool:
@@ -33,12 +31,6 @@ def test_every_benchmark_is_registered_and_has_a_quick_mode_unless_a_skip_says_w
         assert declares_quick(HERE / name) == (skip_reason is None), (
             f"{name}: a --quick option and a skip reason in run_quick.BENCHMARKS go together"
         )
-
-
-def test_ci_runs_the_runner() -> None:
-    lines = (REPO / ".ci" / "run").read_text().splitlines()
-    checks = [line.split() for line in lines if line.startswith("check ")]
-    assert ["check", "benchmarks", "python", "benchmarks/run_quick.py"] in checks, checks
 
 
 @pytest.mark.parametrize(
@@ -71,9 +63,6 @@ def script(tmp_path: Path, body: str) -> Path:
         ("assert sys.argv[1:] == ['--quick']\nprint('setting up')\nprint('a=1 b=2.5')\n", None),
         ("print('a=1')\nsys.exit(1)\n", "exit 1"),
         ("print('a=1')\nprint('finished')\n", "'finished' is not key=value"),
-        ("pass\n", "the last line is empty (no figures printed)"),
-        ("print('a=nan')\n", "figure a is nan"),
-        ("raise SystemExit('bad input')\n", "exit 1"),
     ],
 )
 def test_a_script_passes_only_on_exit_0_with_figures(

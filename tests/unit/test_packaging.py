@@ -1,10 +1,6 @@
-"""The built wheel holds its data and runs the main job from a clean venv, away from the repo.
-
-The wheel is built from a copy of the source tree (so the test leaves no ``build/`` behind)
-with this environment's setuptools (``--no-build-isolation``: no network), installed with
-``--no-deps`` into a fresh venv; that venv gets its third-party packages from this
-environment through a ``.pth`` file, which ``site`` appends after the venv's own
-site-packages, so ``miles_amd`` resolves to the wheel (checked) and never to ``src/``.
+"""The wheel, built offline from a copy of the tree and installed into a fresh venv (this
+environment's packages behind a ``.pth``, so ``miles_amd`` is the wheel's, checked), holds its
+data and gates its example away from the repo.
 """
 
 from __future__ import annotations
@@ -46,7 +42,6 @@ def run(
 
 
 def copy_source_tree(dest: Path) -> Path:
-    """What a build needs; the package's data links stay links to the copied top-level dirs."""
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copytree(REPO / "src", dest / "src", symlinks=True, ignore=skip)
     shutil.copytree(REPO / "baselines", dest / "baselines")

@@ -1,10 +1,6 @@
-"""The replay's fault catalogue: one entry per failure the gate and the watcher must catch.
-
-Decides, as data (:data:`FAULTS`) and pure functions, what each fault does to a replayed run
-(:func:`plan_fault`, :func:`transform_series`, the sentinel lines, where a truncated event
-file is cut) and which checks and driver stop it must produce. A fault that cannot fire
-within ``--num-rollout`` is refused: it would make a rehearsal that tests nothing. Value
-faults change only the series they name. Performs no I/O; docs/rehearsal.md lists the faults.
+"""The replay's fault catalogue: what each fault does to a replayed run and which checks and
+driver stop it must produce. A fault that cannot fire within ``--num-rollout`` is refused (it
+would test nothing); value faults change only the series they name. No I/O.
 """
 
 from __future__ import annotations
@@ -20,8 +16,8 @@ from miles_amd.testing.miles_writer import format_log_time
 ABS_DIFF = "train/train_rollout_logprob_abs_diff"
 RAW_REWARD = "rollout/raw_reward"
 KL = "train/train_rollout_kl"
-# jvvnhop9's published mean of train/train_rollout_kl (the shipped patched.json): the level
-# of the healthy KL made for a source without one (the embedded example)
+# jvvnhop9's published mean of train/train_rollout_kl: the level of a KL made for a source
+# without one (the embedded example)
 PUBLISHED_KL_MEAN = 8.79e-4
 SPIKE_VALUE = 0.5  # a spike is train_rollout_logprob_abs_diff > 0.15 (RECIPE.md)
 WRONG_BATCH_SAMPLES = 48  # rewards as fractions of 48 samples instead of the recipe's 64
@@ -42,8 +38,7 @@ class FaultError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    """The gate's checks that must fail, how the driver must end the job (``fail-fast``,
-    ``look``, ``timeout`` or None: by itself), whether the run fails, whether ``at`` is used."""
+    """The checks that must fail; the driver's stop (fail-fast, look, timeout, None)."""
 
     gate_checks: tuple[str, ...] = ()
     driver_stop: str | None = None
@@ -69,8 +64,7 @@ FAULTS: dict[str, Fault] = {
 
 @dataclass(frozen=True)
 class FaultPlan:
-    """What the replay does: emit rollouts ``0..emit_rollouts-1`` unless it crashes before
-    rollout ``crash_before`` or hangs after ``hang_after``."""
+    """Emit rollouts ``0..emit_rollouts-1`` unless it crashes before or hangs after one."""
 
     emit_rollouts: int
     crash_before: int | None = None
@@ -103,8 +97,7 @@ def plan_fault(kind: str | None, at: int, num_rollout: int) -> FaultPlan:
 
 
 def off_batch_reward(value: float) -> float:
-    """``n/48`` within 1/48 of ``value``, no multiple of 1/64 (``3 | n`` moves ``n`` by one,
-    down from 48); a NaN stays NaN."""
+    """``n/48`` within 1/48 of ``value`` and no multiple of 1/64; a NaN stays NaN."""
     if math.isnan(value):
         return value
     n = min(WRONG_BATCH_SAMPLES, max(0, round(value * WRONG_BATCH_SAMPLES)))
@@ -114,8 +107,7 @@ def off_batch_reward(value: float) -> float:
 
 
 def healthy_kl(gap: Series) -> Series:
-    """A healthy KL for a source without one: :data:`PUBLISHED_KL_MEAN` x (each rollout's
-    logprob gap / the mean gap)² (a KL is about half the mean squared logprob difference)."""
+    """:data:`PUBLISHED_KL_MEAN` x (each rollout's logprob gap / the mean gap)² (KL ~ gap²/2)."""
     finite = [v for _, v in gap if math.isfinite(v)]
     mean = math.fsum(finite) / len(finite) if finite else math.nan
     return tuple((s, PUBLISHED_KL_MEAN * (v / mean) ** 2) for s, v in gap)
@@ -132,8 +124,8 @@ _VALUE_FAULTS: dict[str, tuple[str, Callable[[int, float, int], float]]] = {
 
 
 def transform_series(kind: str | None, at: int, series: Mapping[str, Series]) -> SeriesMap:
-    """A new map: ``series`` with the fault's value changes (``kl-doubled`` doubles the
-    source's KL, or :func:`healthy_kl`); ``FaultError`` if the series it reads is missing."""
+    """``series`` with the fault's value changes (``kl-doubled`` doubles the source's KL, or
+    :func:`healthy_kl`); ``FaultError`` if the series it reads is missing."""
     out: SeriesMap = dict(series)
     if kind not in _VALUE_FAULTS:
         return out
@@ -148,24 +140,16 @@ def transform_series(kind: str | None, at: int, series: Mapping[str, Series]) ->
 
 
 def fatal_sentinel_body(epoch_seconds: float) -> str:
-    """SGLang's MoE-LoRA warning as its logger prints it (seconds, no milliseconds)."""
+    """SGLang's MoE-LoRA warning as its logger prints it (whole seconds)."""
     return f"[{format_log_time(epoch_seconds)[1:20]} TP0] {FATAL_SENTINEL_TEXT}"
 
 
-_LENGTH = struct.Struct("<Q")
-_FRAME_OVERHEAD = 8 + 4 + 4  # length, CRC of the length, CRC of the data
-
-
 def final_record_cut(data: bytes) -> int:
-    """The byte offset in the middle of the final TFRecord of an event file (only lengths are
-    walked); ``ValueError`` if there is none or ``data`` ends off a record boundary."""
-    offset = 0
-    last_start: int | None = None
-    while offset < len(data):
-        if offset + _LENGTH.size > len(data):
-            raise ValueError(f"event data ends inside a record header at byte {offset}")
-        (length,) = _LENGTH.unpack_from(data, offset)
-        last_start, offset = offset, offset + _FRAME_OVERHEAD + length
+    """An offset inside the final TFRecord of event ``data``; ``ValueError`` if none ends it."""
+    offset, last_start = 0, None
+    while offset + 8 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        last_start, offset = offset, offset + 16 + length  # length, its CRC, data, its CRC
     if last_start is None or offset != len(data):
         raise ValueError("event data has no complete final record")
     return last_start + (offset - last_start) // 2

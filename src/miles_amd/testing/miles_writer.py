@@ -1,9 +1,6 @@
-"""Writes a run's metrics in miles' three output formats, one rollout at a time (the imitation).
-
-Job-log lines behind Ray's actor prefix, one TensorBoard event file per miles process, the
-trainer's CI-history snapshot: what miles leaves behind, without torch or miles. Decides the
-form only, never which values are written. ``tests/rehearsal/test_real_writers.py`` compares
-it with miles' own code (``real_writers``); docs/rehearsal.md gives miles' sources.
+"""miles' three output formats, written one rollout at a time without torch or miles (the
+imitation): job-log lines behind Ray's actor prefix, one TensorBoard event file per miles
+process, the trainer's CI-history snapshot. The form only, never the values.
 """
 
 from __future__ import annotations
@@ -24,12 +21,9 @@ LogKind = Literal["perf", "rollout", "step", "trainer_perf", "tb_only"]
 # miles' CiHistoryBackend.TARGET_METRIC_KEYS, in its order (newer miles adds two multi-turn
 # TITO rates this single-turn recipe never logs).
 CI_CAPTURED_KEYS: tuple[str, ...] = (
-    "train/grad_norm",
-    "train/ppo_kl",
-    "train/train_rollout_logprob_abs_diff",
-    "train/train_rollout_kl",
-    "rollout/raw_reward",
-)
+    "train/grad_norm", "train/ppo_kl", "train/train_rollout_logprob_abs_diff",
+    "train/train_rollout_kl", "rollout/raw_reward",
+)  # fmt: skip
 STEP_KEYS: tuple[str, ...] = ("train/step", "rollout/step")  # the step, never a scalar
 # Logged by the trainer's log_cpu_memory with tracking.log only: TensorBoard, never the log.
 TENSORBOARD_ONLY_KEYS: tuple[str, ...] = ("perf/cpu_memory_after_offload_train_gb",)
@@ -37,17 +31,12 @@ TENSORBOARD_ONLY_KEYS: tuple[str, ...] = ("perf/cpu_memory_after_offload_train_g
 TRAINER_ACTOR = "MegatronTrainRayActor"
 ROLLOUT_ACTOR = "RolloutManager"
 SGLANG_ACTOR = "SGLangEngine"
-RAY_PREFIX_COLOUR = ("\x1b[36m", "\x1b[0m")  # colorama CYAN ... RESET_ALL, also in a file
 
 _ROLLOUT_MANAGER_KEYS = (
-    "rollout/response_len/",
-    "rollout/truncated_ratio",
-    "rollout/repetition_frac",
-    "rollout/zero_std/",
-    "rollout/prefix_cache_hit_rate",
-    "rollout/avg_cached_tokens_per_sample",
+    "rollout/response_len/", "rollout/truncated_ratio", "rollout/repetition_frac",
+    "rollout/zero_std/", "rollout/prefix_cache_hit_rate", "rollout/avg_cached_tokens_per_sample",
     "rollout/weight_version/",
-)
+)  # fmt: skip
 _TRAINER_PERF_NAMES = ("actor_train_tok_per_s", "step_time", "wait_time_ratio", "mfu_peak_tflops")
 _TRAINER_PERF_SUFFIXES = ("_time", "_tflops", "_mfu")
 _ROLLOUT_PERF_PREFIXES = ("rollout_time", "longest_", "non_generation_time")
@@ -55,7 +44,7 @@ _ROLLOUT_PERF_PREFIXES = ("rollout_time", "longest_", "non_generation_time")
 
 @dataclass(frozen=True)
 class ActorPids:
-    """The pids Ray shows in its line prefixes: trainer ranks, rollout manager, SGLang."""
+    """The pids in Ray's line prefixes."""
 
     trainers: tuple[int, ...]
     rollout_manager: int
@@ -63,7 +52,6 @@ class ActorPids:
 
     @classmethod
     def around(cls, pid: int, trainer_ranks: int = 8) -> ActorPids:
-        """Distinct actor pids next to ``pid`` (Ray's workers are its neighbours)."""
         return cls(tuple(pid + 10 + rank for rank in range(trainer_ranks)), pid + 5, pid + 30)
 
 
@@ -85,25 +73,22 @@ def log_kind(key: str) -> LogKind:
         return "rollout"
     if key.startswith("train/"):
         return "step"
-    raise ValueError(
-        f"metric {key!r}: miles logs only train/*, rollout/* and perf/* keys per rollout"
-    )
+    raise ValueError(f"metric {key!r}: miles logs only train/*, rollout/* and perf/* per rollout")
 
 
 def format_log_time(epoch_seconds: float, identity: str = "main") -> str:
-    """``[YYYY-MM-DD HH:MM:SS.mmm <identity>]`` in local time, as miles' log format renders it."""
+    """``[YYYY-MM-DD HH:MM:SS.mmm <identity>]`` in local time, as miles logs it."""
     moment = datetime.fromtimestamp(epoch_seconds)
     return f"[{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} {identity}]"
 
 
 def ray_line(actor: str, pid: int, body: str) -> str:
-    """A worker's line as the Ray driver prints it: ``<cyan>(<actor> pid=<pid>)<reset> <body>``."""
-    return f"{RAY_PREFIX_COLOUR[0]}({actor} pid={pid}){RAY_PREFIX_COLOUR[1]} {body}"
+    return f"\x1b[36m({actor} pid={pid})\x1b[0m {body}"  # colorama CYAN, RESET_ALL
 
 
 def group_metrics(metrics: Mapping[str, float]) -> dict[LogKind, dict[str, float]]:
-    """``metrics`` split by the message that carries each key (caller's order kept); the step
-    group in ``log_train_step``'s order: the losses, then ``train/grad_norm``."""
+    """``metrics`` by the message that carries each key; the step group in ``log_train_step``'s
+    order (the losses, then ``train/grad_norm``)."""
     groups: dict[LogKind, dict[str, float]] = {
         "perf": {}, "rollout": {}, "step": {}, "trainer_perf": {}, "tb_only": {},
     }  # fmt: skip
@@ -117,8 +102,7 @@ def group_metrics(metrics: Mapping[str, float]) -> dict[LogKind, dict[str, float
 def metric_log_lines(
     rollout: int, metrics: Mapping[str, float], pids: ActorPids, epoch_seconds: float
 ) -> list[str]:
-    """The metric lines miles prints for one rollout, in its order (kinds without keys left
-    out); ``ValueError`` for a key of no message."""
+    """The metric lines miles prints for one rollout, in its order."""
     groups = group_metrics(metrics)
     manager = format_log_time(epoch_seconds, "rollout_manager")
     trainer = format_log_time(epoch_seconds, "actor_cell0_rank0")
@@ -138,15 +122,14 @@ def metric_log_lines(
     ]  # fmt: skip
 
 
-def encode_ci_value(value: float) -> float | str:
-    """A CI-history value: finite floats as numbers, non-finite as miles' string markers."""
+def encode_ci_value(value: float) -> float | str:  # non-finite: miles' string markers
     if math.isfinite(value):
         return value
     return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
 def ci_history_text(series: Mapping[str, list[tuple[int, float]]]) -> str:
-    """The CI-history file for ``series`` (metric -> points), one strict-JSON line a metric."""
+    """The CI-history file: one strict-JSON line a metric."""
     return "".join(
         json.dumps(
             {"metric": key, "series": [[step, encode_ci_value(v)] for step, v in points]},
@@ -158,12 +141,8 @@ def ci_history_text(series: Mapping[str, list[tuple[int, float]]]) -> str:
 
 
 class MilesRunWriter:
-    """Emits rollouts as miles does: log lines to ``stream``, TensorBoard, CI history.
-
-    A ``None`` dir turns that output off. ``clock`` (log and event times) and
-    ``ci_record_name`` (the trainer's record) make output reproducible. :attr:`event_files`
-    maps ``driver``/``rollout_manager``/``trainer`` to their files; call :meth:`close` once.
-    """
+    """Log lines to ``stream``, TensorBoard, CI history (a ``None`` dir: off); ``clock`` and
+    ``ci_record_name`` make the output reproducible. Call :meth:`close` once."""
 
     def __init__(
         self,
@@ -201,22 +180,18 @@ class MilesRunWriter:
                     self.event_files[role] = created[0]
 
     @property
-    def event_file(self) -> Path | None:
-        """The trainer's event file (the one with the training scalars)."""
+    def event_file(self) -> Path | None:  # the trainer's: the training scalars
         return self.event_files.get("trainer")
 
     def print_line(self, line: str) -> None:
-        """Print one line of the driver (miles' ``main`` process) and flush."""
         self._stream.write(line + "\n")
         self._stream.flush()
 
     def print_actor_line(self, actor: str, body: str, rank: int = 0) -> None:
-        """Print ``body`` as Ray forwards a line of ``actor`` (trainer rank ``rank``), flush."""
         pid = {SGLANG_ACTOR: self.pids.sglang_engine, TRAINER_ACTOR: self.pids.trainers[rank]}
         self.print_line(ray_line(actor, pid[actor], body))
 
     def emit_rollout(self, rollout: int, metrics: Mapping[str, float]) -> None:
-        """Rollout ``rollout`` (0-based): log lines, then TensorBoard, then CI history."""
         now = self._clock()
         for line in metric_log_lines(rollout, metrics, self.pids, now):
             self._stream.write(line + "\n")
@@ -256,8 +231,7 @@ class MilesRunWriter:
                 os.replace(tmp, self.ci_file)
 
     def close(self) -> None:
-        """The driver's finish_tracking: close its event file, leave its 0-byte CI record (the
-        actors' files, flushed every rollout, are closed only to release the handles)."""
+        """The driver's finish_tracking: its event file closed, its 0-byte CI record left."""
         for writer in self._event_writers.values():
             writer.close()
         self._event_writers = {}

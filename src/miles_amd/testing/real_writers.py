@@ -1,17 +1,11 @@
-"""The replay's real-writer mode: miles' own code writes the evidence, in Ray actors named as miles.
-
-The driver and actors named ``RolloutManager`` and ``MegatronTrainRayActor`` (so Ray prefixes
-their lines as in a real job) run miles' logger, tracking backends and metric functions on
-the replayed values; a statement miles' code cannot feed is replayed from its source line,
-found in the miles tree by its text (moved text fails loudly, naming the file). Stubs only
-what CPU cannot provide. docs/rehearsal.md ("The real writers") lists each function and stub.
+"""The replay's real writers: miles' own logger, tracking backends and metric functions write
+the replayed values, in Ray actors named as miles' (so Ray prefixes their lines as in a real
+job); a statement they cannot feed is replayed from its source line, found by its text.
+docs/rehearsal.md ("The real writers") lists each function and each CPU stub.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
 import sys
 import time
@@ -29,7 +23,6 @@ from miles_amd.testing.miles_writer import (
 )
 
 CPU_MEMORY_KEY = "perf/cpu_memory_after_offload_train_gb"
-_STAND_INS = ("triton", "torchvision")
 # (module whose logger and file it is, the statement's text) of the replayed statements
 _PERF_SITE = ("miles.ray.rollout.metrics", 'logger.info(f"perf {rollout_id}: {log_dict}")')
 _MODEL_STEP_SITE = (
@@ -46,70 +39,21 @@ class MilesSourceError(ValueError):
     """The miles tree logs a metric elsewhere; the message names the file."""
 
 
-class _Inert(types.ModuleType):
-    """Any attribute, call, item or base class of it is inert; a decorator returns its function."""
-
-    def __init__(self, name: str = "inert") -> None:
-        super().__init__(name)
-        self.__path__ = []
-        self.__version__ = "0.0.0+miles-amd-stand-in"
-
-    def __getattr__(self, name: str) -> _Inert:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Inert()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else _Inert()
-
-    def __getitem__(self, _key: Any) -> _Inert:
-        return _Inert()
-
-    def __mro_entries__(self, _bases: tuple) -> tuple[type, ...]:
-        return (object,)
-
-
-class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Inert ``triton`` / ``torchvision`` modules, for import-time references only."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name.split(".")[0] in _STAND_INS:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        return _Inert(spec.name)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
-
-
 def use_miles(miles_src: str) -> None:
-    """Put ``miles_src`` first on ``sys.path``; stand-ins for absent triton/torchvision."""
     if miles_src not in sys.path:
         sys.path.insert(0, miles_src)
-    absent = any(importlib.util.find_spec(name) is None for name in _STAND_INS)
-    if absent and not any(isinstance(f, _StandInFinder) for f in sys.meta_path):
-        sys.meta_path.append(_StandInFinder())
 
 
 def miles_args(*, use_tensorboard: bool, ci_history: bool) -> Namespace:
-    """The parsed args the writer functions read (the rollout metrics' step: the rollout id)."""
     return Namespace(
-        use_tensorboard=use_tensorboard,
-        tb_project_name=None,
-        tb_experiment_name=None,
-        ci_enable_metrics_capture=ci_history,
-        save_debug_event_data=None,
-        wandb_always_use_train_step=False,
-        mfu_peak_tflops=None,
-        sglang_router_ip="127.0.0.1",
-        sglang_router_port=0,
-    )
+        use_tensorboard=use_tensorboard, tb_project_name=None, tb_experiment_name=None,
+        ci_enable_metrics_capture=ci_history, save_debug_event_data=None,
+        wandb_always_use_train_step=False, mfu_peak_tflops=None,
+        sglang_router_ip="127.0.0.1", sglang_router_port=0,
+    )  # fmt: skip
 
 
 def source_line(miles_src: str, relative: str, text: str) -> int:
-    """The 1-based line of ``text`` in ``miles_src/relative``; ``MilesSourceError`` if absent."""
     path = Path(miles_src) / relative
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if text in line:
@@ -118,7 +62,6 @@ def source_line(miles_src: str, relative: str, text: str) -> int:
 
 
 def log_at(miles_src: str, site: tuple[str, str], message: str) -> None:
-    """Log ``message`` as the statement at ``site`` does: its logger, file and line."""
     import logging
 
     name, text = site
@@ -141,8 +84,6 @@ def _flush_tensorboard() -> None:
 
 
 class _MilesProcess:
-    """Shared set-up of a miles process: path, logger identity, tracking."""
-
     def __init__(self, miles_src: str, args: Namespace, identity: str) -> None:
         use_miles(miles_src)
         from miles.utils.audit_utils import process_identity as pi
@@ -165,8 +106,6 @@ class _MilesProcess:
 
 
 class RolloutManager(_MilesProcess):
-    """miles' RolloutManager process: its ``perf k:`` message and rollout-step tracking."""
-
     def __init__(self, miles_src: str, args: Namespace) -> None:
         super().__init__(miles_src, args, "rollout_manager")
 
@@ -181,7 +120,7 @@ class RolloutManager(_MilesProcess):
 
 
 class MegatronTrainRayActor(_MilesProcess):
-    """miles' trainer rank 0 (cell 0): rollout, step and perf messages, with the stubs above."""
+    """miles' trainer rank 0, its parallel state and gather stubbed to one rank."""
 
     def __init__(self, miles_src: str, args: Namespace) -> None:
         super().__init__(miles_src, args, "trainer")
@@ -235,15 +174,12 @@ class MegatronTrainRayActor(_MilesProcess):
 
 
 class SGLangEngine(_MilesProcess):
-    """Only prints: the SGLang engine's forwarded lines (fault sentinels)."""
-
-    def __init__(self) -> None:  # no miles code runs in it
+    def __init__(self) -> None:  # only prints (fault sentinels); no miles code runs in it
         pass
 
 
 class RealRunWriter:
-    """The replay's writer backed by miles' code in Ray actors (the imitation's interface); a
-    ``None`` dir turns that backend off (miles reads the dirs from the environment)."""
+    """The imitation's interface over miles' code in Ray actors; a ``None`` dir: that off."""
 
     def __init__(
         self, miles_src: Path, tensorboard_dir: Path | None, ci_history_dir: Path | None
@@ -252,8 +188,7 @@ class RealRunWriter:
 
         self._src = str(miles_src)
         args = miles_args(
-            use_tensorboard=tensorboard_dir is not None,
-            ci_history=ci_history_dir is not None,
+            use_tensorboard=tensorboard_dir is not None, ci_history=bool(ci_history_dir)
         )
         self._tensorboard_dir = tensorboard_dir
         use_miles(self._src)
@@ -266,31 +201,24 @@ class RealRunWriter:
         # Join the job's cluster, never start one: a local ray.init() writes ~/.ray/auth_token,
         # which turns on token auth for every later Ray head of this user on the machine.
         ray.init(address="auto", log_to_driver=True)
-        options = {"num_cpus": 0}
         self._ray = ray
         # Actor handles are Any: Ray's stubs cannot type methods called through .remote().
-        self._manager: Any = ray.remote(RolloutManager).options(**options).remote(self._src, args)
-        self._trainer: Any = (
-            ray.remote(MegatronTrainRayActor).options(**options).remote(self._src, args)
-        )
-        self._sglang: Any = ray.remote(SGLangEngine).options(**options).remote()
-        actors: list[Any] = [self._manager, self._trainer, self._sglang]
+        actors: list[Any] = [
+            ray.remote(cls).options(num_cpus=0).remote(*given)
+            for cls, given in ((RolloutManager, (self._src, args)),
+                               (MegatronTrainRayActor, (self._src, args)), (SGLangEngine, ()))
+        ]  # fmt: skip
+        self._manager, self._trainer, self._sglang = actors
         manager_pid, trainer_pid, sglang_pid = ray.get([a.pid.remote() for a in actors])
-        self._pids = ActorPids((trainer_pid,), manager_pid, sglang_pid)
+        self.pids = ActorPids((trainer_pid,), manager_pid, sglang_pid)
         self.event_file: Path | None = None
 
-    @property
-    def pids(self) -> ActorPids:
-        return self._pids
-
     def print_line(self, line: str) -> None:
-        """A line of the driver process (the job's entrypoint), through miles' logger."""
         import logging
 
         logging.getLogger("miles_amd.replay").info(line)
 
     def print_actor_line(self, actor: str, body: str, rank: int = 0) -> None:
-        """``body`` printed by the actor process (Ray adds its prefix); one trainer rank runs."""
         target = {SGLANG_ACTOR: self._sglang, TRAINER_ACTOR: self._trainer}[actor]
         self._ray.get(target.print_line.remote(body))
 
@@ -301,7 +229,6 @@ class RealRunWriter:
         self._ray.get(self._trainer.log_rollout.remote(rollout, groups))
 
     def close(self) -> None:
-        """Let Ray forward the actors' last lines, end them, then the driver's finish_tracking."""
         from miles.utils.tracking_utils.tracking import finish_tracking
 
         time.sleep(1.5)  # Ray's log monitor forwards worker lines about once a second
@@ -309,7 +236,7 @@ class RealRunWriter:
             self._ray.kill(actor)
         finish_tracking()
         if self._tensorboard_dir is not None:
-            marker = f".{self._pids.trainers[0]}."
+            marker = f".{self.pids.trainers[0]}."
             found = [p for p in self._tensorboard_dir.iterdir() if marker in p.name]
             self.event_file = found[0] if len(found) == 1 else None
         self._ray.shutdown()

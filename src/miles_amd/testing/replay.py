@@ -1,18 +1,14 @@
-"""``python -m miles_amd.testing.replay``: a stand-in for miles' ``train.py`` replaying a run.
-
-Re-emits a recorded run as miles would (job log on stdout, TensorBoard, CI history), one
-rollout every ``--replay-pace`` seconds, with at most one fault (``faults``), through the
-imitation (``miles_writer``) or miles' own code (``real_writers``). Refused before anything
-is written (one line on stderr, exit 2): an argv that is not exactly the recipe's, rebuilt
-from the flags each recipe setting declares (a foreign, changed, missing or moved flag is
-named); ``--use-tensorboard`` without its directories; an untrustworthy or too short source
-run; a fault that cannot fire. Its own options are all ``--replay-*``; no environment value
-is printed. docs/rehearsal.md ("The replay") explains it.
+"""``python -m miles_amd.testing.replay``: miles' ``train.py`` replaced by a recorded run,
+re-emitted as miles would (job log, TensorBoard, CI history) with at most one fault. Refused
+(one line, exit 2) before anything is written: an argv not exactly the recipe's (the flag
+named), missing output dirs, an untrustworthy or too short source, a fault that cannot fire.
+docs/rehearsal.md ("The replay").
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import sys
@@ -44,11 +40,7 @@ from miles_amd.testing.miles_writer import (
 )
 
 # What every baseline rules on without an "optional"; the embedded example has exactly these.
-REQUIRED_KEYS: tuple[str, ...] = (
-    "train/train_rollout_logprob_abs_diff",
-    "rollout/raw_reward",
-    "train/pg_clipfrac",
-)
+REQUIRED_KEYS = ("train/train_rollout_logprob_abs_diff", "rollout/raw_reward", "train/pg_clipfrac")
 TENSORBOARD_ENV = "TENSORBOARD_DIR"
 CI_HISTORY_ENV = "MILES_CI_GATE_RECORD_DIR"
 MILES_SRC_ENV = "MILES_AMD_MILES_SRC"
@@ -57,14 +49,11 @@ Writer = Any  # MilesRunWriter or real_writers.RealRunWriter: the same methods
 
 
 class ReplayRefused(ValueError):
-    """The replay will not run; the message names the flag, variable or file and the fix."""
-
-
-# ---- the argv: exactly the recipe's --------------------------------------------------------
+    """The message names the flag, variable or file and the fix."""
 
 
 def split_flags(argv: Sequence[str]) -> list[Flag]:
-    """``["--a", "1", "--b"]`` -> ``[("--a", ("1",)), ("--b", ())]``; a leading value refuses."""
+    """``["--a", "1", "--b"]`` -> ``[("--a", ("1",)), ("--b", ())]``."""
     flags: list[tuple[str, list[str]]] = []
     for token in argv:
         if token.startswith("--"):
@@ -77,10 +66,7 @@ def split_flags(argv: Sequence[str]) -> list[Flag]:
 
 
 def recipe_from_argv(argv: Sequence[str]) -> Recipe:
-    """The recipe whose ``argv()`` ``argv`` would be, each field read from the first flag its
-    setting declares (a bool: present, or absent when ``negated``; a tuple: comma-split; a
-    directory: ``under`` levels above the value). Unknown or missing flags are left to
-    :func:`check_argv`; ``ReplayRefused`` for an unreadable value."""
+    """The recipe whose ``argv()`` ``argv`` would be, read from each setting's first flag."""
     flags: dict[str, tuple[str, ...]] = {}
     for flag, values in split_flags(argv):
         if flag in flags:
@@ -114,46 +100,32 @@ def recipe_from_argv(argv: Sequence[str]) -> Recipe:
     return Recipe(**fields)  # type: ignore[arg-type]
 
 
-def argv_difference(expected: Sequence[str], given: Sequence[str]) -> str | None:
-    """The first difference between two argvs, worded by flag; ``None`` if they are equal."""
-    want, got = split_flags(expected), split_flags(given)
-    want_flags, got_flags = {f for f, _ in want}, {f for f, _ in got}
-    for index in range(max(len(want), len(got))):
-        w = want[index] if index < len(want) else None
-        g = got[index] if index < len(got) else None
-        if w == g:
-            continue
-        if g is not None and g[0] not in want_flags:
-            return f"{g[0]}: not a flag of the recipe; the replay takes the recipe's argv only"
-        if w is not None and w[0] not in got_flags:
-            return f"{w[0]}: missing; the recipe passes {' '.join((w[0], *w[1]))}"
-        assert w is not None and g is not None
-        if w[0] == g[0]:
-            return (
-                f"{' '.join((g[0], *g[1]))}: the recipe passes {' '.join((w[0], *w[1]))} "
-                "(only recipe options change argv values)"
-            )
-        return f"{g[0]}: out of the recipe's order (the recipe passes {w[0]} here)"
-    return None
-
-
 def check_argv(argv: Sequence[str]) -> Recipe:
-    """The recipe of ``argv`` if ``argv`` is exactly its ``argv()``; ``ReplayRefused`` if not."""
+    """The recipe of ``argv`` if ``argv`` is exactly its ``argv()``; else the first difference."""
     try:
         recipe = recipe_from_argv(argv)
     except RecipeError as exc:
         raise ReplayRefused(f"the recipe rejects this argv: {exc}") from None
-    difference = argv_difference(recipe.argv(), argv)
-    if difference is not None:
-        raise ReplayRefused(difference)
+    want, got = split_flags(recipe.argv()), split_flags(argv)
+    want_flags, got_flags = {f for f, _ in want}, {f for f, _ in got}
+    for w, g in itertools.zip_longest(want, got):
+        if w == g:
+            continue
+        if g is not None and g[0] not in want_flags:
+            raise ReplayRefused(f"{g[0]}: not a flag of the recipe; the replay takes its argv only")
+        if w is not None and w[0] not in got_flags:
+            raise ReplayRefused(f"{w[0]}: missing; the recipe passes {' '.join((w[0], *w[1]))}")
+        assert w is not None and g is not None
+        if w[0] != g[0]:
+            raise ReplayRefused(f"{g[0]}: out of the recipe's order (it passes {w[0]} here)")
+        raise ReplayRefused(
+            f"{' '.join((g[0], *g[1]))}: the recipe passes {' '.join((w[0], *w[1]))} "
+            "(only recipe options change argv values)"
+        )
     return recipe
 
 
-# ---- the source run --------------------------------------------------------------------
-
-
 def load_source(source: str) -> SeriesMap:
-    """The source run's series; ``ReplayRefused`` for a missing dir, a problem or a conflict."""
     from miles_amd.evidence.load import load_run
 
     if not Path(source).is_dir():
@@ -174,8 +146,7 @@ def load_source(source: str) -> SeriesMap:
 
 
 def source_rollouts(source: str, series: SeriesMap) -> int:
-    """How many rollouts the source has (every series at steps ``0..n-1``, each once; the
-    shortest required one's ``n``); ``ReplayRefused`` if a series is missing or gappy."""
+    """Rollouts in the source: every series at steps ``0..n-1`` once, ``n`` the shortest."""
     missing = [key for key in REQUIRED_KEYS if key not in series]
     if missing:
         raise ReplayRefused(f"--replay-source {source}: no {', '.join(missing)} series")
@@ -190,7 +161,6 @@ def source_rollouts(source: str, series: SeriesMap) -> int:
 
 
 def resolve_miles_src(given: str | None, env: Mapping[str, str]) -> Path:
-    """The miles checkout of ``--replay-writers real``: ``given`` or ``$MILES_AMD_MILES_SRC``."""
     raw = given or env.get(MILES_SRC_ENV)
     if not raw:
         raise ReplayRefused(
@@ -200,9 +170,6 @@ def resolve_miles_src(given: str | None, env: Mapping[str, str]) -> Path:
     if not (Path(raw) / "miles" / "utils" / "tracking_utils" / "tracking.py").is_file():
         raise ReplayRefused(f"--replay-miles-src {Path(raw)}: no miles/ package there")
     return Path(raw)
-
-
-# ---- the command -----------------------------------------------------------------------
 
 
 class _Parser(argparse.ArgumentParser):
@@ -219,30 +186,14 @@ def non_negative_seconds(raw: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m miles_amd.testing.replay",
-        description="Replay a recorded run as miles' train.py would emit it.",
-        allow_abbrev=False,
-    )
+    parser = _Parser(prog="python -m miles_amd.testing.replay", allow_abbrev=False)
     add = parser.add_argument
     add("--replay-source", required=True, help="run directory to replay")
-    add("--replay-pace", type=non_negative_seconds, default=0.5, help="seconds per rollout (>= 0)")
+    add("--replay-pace", type=non_negative_seconds, default=0.5, help="seconds per rollout")
     add("--replay-fault", choices=sorted(FAULTS), default=None, help="inject one fault")
-    add(
-        "--replay-fault-at",
-        type=int,
-        default=DEFAULT_FAULT_AT,
-        help="0-based rollout the fault fires at (default %(default)s)",
-    )
-    add(
-        "--replay-writers",
-        choices=("imitation", "real"),
-        default="imitation",
-        help="who writes the evidence: miles_writer's imitation, or miles' own code (needs torch)",
-    )
-    add(
-        "--replay-miles-src", help="miles checkout for --replay-writers real ($MILES_AMD_MILES_SRC)"
-    )
+    add("--replay-fault-at", type=int, default=DEFAULT_FAULT_AT, help="its 0-based rollout")
+    add("--replay-writers", choices=("imitation", "real"), default="imitation")
+    add("--replay-miles-src", help=f"miles checkout for --replay-writers real (${MILES_SRC_ENV})")
     return parser
 
 
@@ -270,7 +221,6 @@ def _prepare(
             f"replay at most {available}"
         )
     series = transform_series(args.replay_fault, args.replay_fault_at, series)
-    # Per rollout, every metric the source has at that step (miles' step keys are the step).
     rollouts: list[dict[str, float]] = [{} for _ in range(recipe.num_rollout)]
     for key, points in series.items():
         if key not in STEP_KEYS:
@@ -282,7 +232,6 @@ def _prepare(
 def replay(
     plan: FaultPlan, rollouts: Sequence[Mapping[str, float]], writer: Writer, pace: float
 ) -> None:
-    """Emit the planned rollouts through ``writer``; crash or hang as the plan says."""
     if plan.known_sentinel_at_start:
         for rank in range(len(writer.pids.trainers)):
             writer.print_actor_line(TRAINER_ACTOR, KNOWN_SENTINEL_BODY, rank)
@@ -303,7 +252,6 @@ def replay(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the replay; 0 when every planned rollout was emitted, 2 when refused."""
     args, rest = _parser().parse_known_args(argv)
     try:
         recipe, plan, rollouts, tensorboard_dir, ci_dir = _prepare(args, rest, os.environ)
