@@ -187,9 +187,11 @@ def test_metrics_png_draws_each_rules_hint_and_the_failing_points(patched: Basel
 def test_stored_figures_at_the_edge_of_the_float_range_are_drawn() -> None:
     """Summaries another tool wrote at ±1.7e308 (sd 1e308) are drawn within the axis range,
     and a drifting metric's title is red."""
-    runs = [stored(i, {LOGPROB: [0.017, 0.018]}) for i in (1, 2, 3)]
-    for run, mean in zip(runs, (1.7e308, -1.7e308, 1.7e308), strict=True):
-        run.summaries[LOGPROB] = replace(run.summaries[LOGPROB], mean=mean, sd=1e308)
+    runs = []
+    for i, mean in enumerate((1.7e308, -1.7e308, 1.7e308), start=1):
+        run = stored(i, {LOGPROB: [0.017, 0.018]})
+        edge = replace(run.summaries[LOGPROB], mean=mean, sd=1e308)
+        runs.append(replace(run, summaries={LOGPROB: edge}))
     drift = Drift(LOGPROB, "up", 66, 54, (0.0, 1.0), (1, 3))
     figure = plot.trend_figure(runs, [drift])
     assert plot.png_bytes(figure).startswith(b"\x89PNG")

@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -294,7 +295,7 @@ def test_a_stock_red_of_the_logprob_rules_with_the_bug_reproduced_is_expected(tm
     run = spiking_stock_run(tmp_path / "spike")
     canary(run, "aiter", bad=True, variant="stock")
     verdict, _ = gated(run, "stock")
-    report = to_json(verdict)
+    report: dict[str, Any] = to_json(verdict)
     failing = [c for c in report["checks"] if c["status"] == "fail"]
     assert failing and all(
         c["metric"] == LOGPROB_METRIC and c["kind"] in EXPLAINED_KINDS for c in failing

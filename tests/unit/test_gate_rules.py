@@ -115,6 +115,14 @@ def valued(**changes: dict[int, float]) -> Callable[[Baseline], RunEvidence]:
 
 
 Expected = dict[str, tuple[str, str, tuple[int, ...] | None]]
+
+
+def _summaries_at(kl: float, length: float, truncated: float) -> Callable[[Baseline], RunEvidence]:
+    values = {**published_values(), KL: [kl] * 20, RESPONSE: [length] * 20,
+              TRUNCATED: [truncated] * 20}  # fmt: skip
+    return lambda _: evidence(values)
+
+
 CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
     "the published run": (
         lambda b: evidence(published_values()), "pass",
@@ -198,10 +206,7 @@ CASES: dict[str, tuple[Callable[[Baseline], RunEvidence], str, Expected]] = {
     ),
     **{
         f"summary-banded metrics {where}": (
-            lambda b, kl=kl, length=length, truncated=truncated: evidence(
-                {**published_values(), KL: [kl] * 20, RESPONSE: [length] * 20,
-                 TRUNCATED: [truncated] * 20}
-            ),
+            _summaries_at(kl, length, truncated),
             verdict,
             {f"{name}.mean": (verdict, "", None)
              for name in ("train_rollout_kl", "response_len", "truncated_ratio")},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from miles_amd.baseline.model import parse_baseline
 from miles_amd.evidence.load import load_run
@@ -136,7 +137,7 @@ def test_gate_reports_the_look_in_every_report(patched: Baseline) -> None:
     from miles_amd.report.render import render_markdown, render_text, to_json
 
     verdict = judge(evidence(kl_values(0)), patched)
-    report = to_json(verdict)
+    report: dict[str, Any] = to_json(verdict)
     rollout = report["decided_at_rollout"]
     assert report["looks"] == list(patched.run_shape.looks) and rollout in report["looks"][:-1]
     assert report["decided_by"] == KL_RULE and report["alpha_spent"] > 0
