@@ -29,7 +29,11 @@ def stub_gpu_queries() -> bool:
     major, minor = GFX950_CAPABILITY
     props = SimpleNamespace(major=major, minor=minor, name="MI355X (stub)", gcnArchName="gfx950")
     torch.cuda.get_device_capability = lambda device=None: GFX950_CAPABILITY
-    torch.cuda.get_device_properties = lambda device=None: props  # type: ignore
+
+    def properties(device: object = None) -> Any:
+        return props
+
+    torch.cuda.get_device_properties = properties
     return True
 
 
