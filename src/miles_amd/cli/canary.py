@@ -236,14 +236,20 @@ def _power_line(rate: float, calls: int, probability: float) -> str:
 def _run(
     plan: Plan, setup: Setup, timeout: float | None, run_dir: Path | None, json_out: bool
 ) -> None:
-    from miles_amd.canary.harness import NOT_SEEN, HarnessError, run, run_control, write_canary
+    from miles_amd.canary.harness import (
+        NOT_SEEN,
+        HarnessError,
+        node_facts,
+        run,
+        run_control,
+        unusable,
+        write_canary,
+    )
     from miles_amd.canary.kernel import MATCHES, OTHER
+    from miles_amd.canary.plan import build_plan
 
     on_cpu = setup.device == "cpu"
     if not on_cpu:
-        from miles_amd.canary.harness import node_facts, unusable
-        from miles_amd.canary.plan import build_plan
-
         facts = node_facts(setup.pythonpath or "")
         if facts.wave_size and facts.wave_size != plan.wave_size:
             plan = build_plan(
